@@ -1,0 +1,199 @@
+"""Hudi-compatible bloom filters for parquet footers.
+
+Two kinds, as Hudi writes them under ``org.apache.hudi.bloomfilter``:
+
+* ``SIMPLE``: one Hadoop ``BloomFilter``.
+* ``DYNAMIC_V0``: Hudi's bounded dynamic filter, a matrix of rows of ``nr``
+  keys each that grows until ``max_entries`` and then reuses its rows in turn.
+
+The serialised form is Hadoop's ``Writable`` layout, base64 encoded, so that a
+filter built here from a file's keys is byte-identical to the one Hudi wrote.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from laketide.index.murmur import bit_positions
+
+FOOTER_BLOOM = "org.apache.hudi.bloomfilter"
+FOOTER_BLOOM_LEGACY = "com.uber.hoodie.bloomfilter"
+FOOTER_BLOOM_TYPE = "hoodie_bloom_filter_type_code"
+FOOTER_MIN_KEY = "hoodie_min_record_key"
+FOOTER_MAX_KEY = "hoodie_max_record_key"
+
+DEFAULT_NUM_ENTRIES = 60_000
+DEFAULT_FPP = 1e-9
+DEFAULT_MAX_ENTRIES = 100_000
+MURMUR_HASH = 1
+_VERSION = -1
+_HEADER = struct.Struct(">iibi")
+_DYNAMIC = struct.Struct(">iii")
+
+KINDS = ("SIMPLE", "DYNAMIC_V0")
+
+
+def bloom_size(num_entries: int, fpp: float) -> tuple[int, int]:
+    """Hudi's ``BloomFilterUtils``: (bits, number of hashes)."""
+    bits = math.ceil(num_entries * -math.log(fpp) / (math.log(2) ** 2))
+    return bits, math.ceil(math.log(2) * bits / num_entries)
+
+
+@dataclass
+class BloomFilter:
+    kind: str
+    num_hashes: int
+    vector_size: int
+    rows: list[np.ndarray] = field(default_factory=list)
+    row_capacity: int = DEFAULT_NUM_ENTRIES
+    max_entries: int = DEFAULT_MAX_ENTRIES
+    count: int = 0
+
+    @classmethod
+    def empty(
+        cls,
+        kind: str = "DYNAMIC_V0",
+        num_entries: int = DEFAULT_NUM_ENTRIES,
+        fpp: float = DEFAULT_FPP,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+    ) -> BloomFilter:
+        if kind not in KINDS:
+            raise ValueError(f"bloom filter kind must be one of {KINDS}, got {kind!r}")
+        bits, hashes = bloom_size(num_entries, fpp)
+        return cls(kind, hashes, bits, [np.zeros(bits, dtype=bool)], num_entries, max_entries)
+
+    @classmethod
+    def for_keys(cls, keys, kind: str = "DYNAMIC_V0", **sizes) -> BloomFilter:
+        bloom = cls.empty(kind, **sizes)
+        bloom.add_many(keys)
+        return bloom
+
+    @property
+    def _max_rows(self) -> int:
+        return max(1, math.ceil(self.max_entries / self.row_capacity))
+
+    def _row_of(self, index: np.ndarray) -> np.ndarray:
+        """Row that the key added ``index``-th lands in, following Hudi's dynamic filter.
+
+        Rows fill ``row_capacity`` keys each until ``max_rows`` exist. The key
+        that finds them all full goes to row 0, and the keys after it cycle
+        through the rows from row 0.
+        """
+        full = self._max_rows * self.row_capacity
+        cycled = np.mod(index - full - 1, self._max_rows)
+        return np.where(index < full, index // self.row_capacity, np.where(index == full, 0, cycled))
+
+    def add_many(self, keys) -> None:
+        positions = bit_positions(keys, self.num_hashes, self.vector_size)
+        n = len(positions)
+        if self.kind == "SIMPLE":
+            self.rows[0][positions.ravel()] = True
+        else:
+            rows = self._row_of(np.arange(self.count, self.count + n, dtype=np.int64))
+            for row in np.unique(rows):
+                while len(self.rows) <= row:
+                    self.rows.append(np.zeros(self.vector_size, dtype=bool))
+                self.rows[row][positions[rows == row].ravel()] = True
+        self.count += n
+
+    def add(self, key: str) -> None:
+        self.add_many([key])
+
+    def might_contain_many(self, keys) -> np.ndarray:
+        positions = bit_positions(keys, self.num_hashes, self.vector_size)
+        found = np.zeros(len(positions), dtype=bool)
+        for row in self.rows:
+            found |= row[positions].all(axis=1)
+        return found
+
+    def might_contain(self, key: str) -> bool:
+        return bool(self.might_contain_many([key])[0])
+
+    def _current_row_count(self) -> int:
+        """Hudi's ``currentNbRecord``: keys in the active row (it keeps counting once rows cycle)."""
+        full = self._max_rows * self.row_capacity
+        if self.count > full:
+            return self.row_capacity + self.count - full
+        return self.count - (max(1, math.ceil(self.count / self.row_capacity)) - 1) * self.row_capacity
+
+    def _simple_bytes(self, bits: np.ndarray) -> bytes:
+        header = _HEADER.pack(_VERSION, self.num_hashes, MURMUR_HASH, self.vector_size)
+        return header + np.packbits(bits, bitorder="little").tobytes()
+
+    def to_bytes(self) -> bytes:
+        if self.kind == "SIMPLE":
+            return self._simple_bytes(self.rows[0])
+        header = _HEADER.pack(_VERSION, self.num_hashes, MURMUR_HASH, self.vector_size)
+        dynamic = _DYNAMIC.pack(self.row_capacity, self._current_row_count(), len(self.rows))
+        return header + dynamic + b"".join(self._simple_bytes(row) for row in self.rows)
+
+    def serialize(self) -> str:
+        """The footer value Hudi writes: base64 of the Hadoop ``Writable`` bytes."""
+        return base64.b64encode(self.to_bytes()).decode("ascii")
+
+    @classmethod
+    def deserialize(cls, value: str | bytes, kind: str = "DYNAMIC_V0") -> BloomFilter:
+        raw = base64.b64decode(value)
+        version, hashes, hash_type, size = _HEADER.unpack_from(raw, 0)
+        if version != _VERSION or hash_type != MURMUR_HASH:
+            raise ValueError(f"unsupported bloom filter (version {version}, hash type {hash_type})")
+        nbytes = (size + 7) // 8
+        offset = _HEADER.size
+
+        def read_row(at: int) -> np.ndarray:
+            bits = np.unpackbits(np.frombuffer(raw, np.uint8, nbytes, at), bitorder="little")
+            return bits[:size].astype(bool)
+
+        if kind == "SIMPLE":
+            return cls("SIMPLE", hashes, size, [read_row(offset)], count=0)
+        if kind != "DYNAMIC_V0":
+            raise ValueError(f"bloom filter kind must be one of {KINDS}, got {kind!r}")
+        capacity, current, num_rows = _DYNAMIC.unpack_from(raw, offset)
+        offset += _DYNAMIC.size
+        rows = []
+        for _ in range(num_rows):
+            offset += _HEADER.size
+            rows.append(read_row(offset))
+            offset += nbytes
+        count = (num_rows - 1) * capacity + current
+        return cls("DYNAMIC_V0", hashes, size, rows, capacity, count=count)
+
+    @classmethod
+    def from_footer(cls, metadata: dict[bytes, bytes] | None) -> BloomFilter | None:
+        """The filter of a Hudi base file, from its parquet key-value metadata."""
+        if not metadata:
+            return None
+        value = metadata.get(FOOTER_BLOOM.encode()) or metadata.get(FOOTER_BLOOM_LEGACY.encode())
+        if value is None:
+            return None
+        kind = metadata.get(FOOTER_BLOOM_TYPE.encode(), b"SIMPLE").decode()
+        return cls.deserialize(value, kind)
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The ``hoodie_min_record_key`` / ``hoodie_max_record_key`` pair of a base file."""
+
+    min_key: str
+    max_key: str
+
+    @classmethod
+    def from_footer(cls, metadata: dict[bytes, bytes] | None) -> KeyRange | None:
+        if not metadata or FOOTER_MIN_KEY.encode() not in metadata:
+            return None
+        return cls(metadata[FOOTER_MIN_KEY.encode()].decode(), metadata[FOOTER_MAX_KEY.encode()].decode())
+
+    def contains(self, key: str) -> bool:
+        return self.min_key <= key <= self.max_key
+
+    def contains_many(self, keys) -> np.ndarray:
+        keys = pa.array(keys, type=pa.string()) if not isinstance(keys, (pa.Array, pa.ChunkedArray)) else keys
+        inside = pc.and_(pc.greater_equal(keys, self.min_key), pc.less_equal(keys, self.max_key))
+        return inside.to_numpy(zero_copy_only=False).astype(bool)

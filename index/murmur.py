@@ -1,0 +1,83 @@
+"""Hadoop's 32-bit MurmurHash2, vectorised over many keys with numpy.
+
+Hudi's bloom filters hash every key with `org.apache.hadoop.util.hash.MurmurHash`,
+chaining the seed through `nbHash` rounds. This module reproduces that hash
+bit for bit: the tail bytes are sign-extended as Java's `byte` is signed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pyarrow as pa
+
+_M = np.uint32(0x5BD1E995)
+
+
+def key_bytes(keys: Iterable[str] | pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 bytes of ``keys`` as one flat uint8 buffer plus int64 offsets."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if not isinstance(keys, pa.Array):
+        keys = pa.array(list(keys), type=pa.large_string())
+    if keys.null_count:
+        raise ValueError("record keys must not be null")
+    keys = keys.cast(pa.large_string())
+    _, offsets_buf, data_buf = keys.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[keys.offset : keys.offset + len(keys) + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return data, offsets
+
+
+def _hash_fixed_length(block: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """MurmurHash2 of each row of ``block`` (all rows have the same length)."""
+    n, length = block.shape
+    h = seeds ^ np.uint32(length)
+    words = length // 4
+    if words:
+        body = np.ascontiguousarray(block[:, : words * 4]).view("<u4")
+        for i in range(words):
+            k = body[:, i] * _M
+            k ^= k >> np.uint32(24)
+            k *= _M
+            h = h * _M
+            h ^= k
+    tail = length - words * 4
+    if tail:
+        signed = block[:, words * 4 :].view(np.int8).astype(np.int32).view(np.uint32)
+        if tail >= 3:
+            h ^= signed[:, 2] << np.uint32(16)
+        if tail >= 2:
+            h ^= signed[:, 1] << np.uint32(8)
+        h ^= signed[:, 0]
+        h = h * _M
+    h ^= h >> np.uint32(13)
+    h = h * _M
+    h ^= h >> np.uint32(15)
+    return h
+
+
+def bit_positions(keys, num_hashes: int, vector_size: int) -> np.ndarray:
+    """The ``(len(keys), num_hashes)`` bit indexes Hadoop's ``HashFunction`` yields.
+
+    Round ``i`` hashes the key with the previous round's hash as seed (0 first);
+    the bit is ``abs(h % vector_size)`` with Java's signed remainder.
+    """
+    data, offsets = key_bytes(keys)
+    n = len(offsets) - 1
+    out = np.empty((n, num_hashes), dtype=np.int64)
+    if n == 0:
+        return out
+    lengths = np.diff(offsets)
+    starts = offsets[:-1]
+    with np.errstate(over="ignore"):
+        for length in np.unique(lengths):
+            rows = np.nonzero(lengths == length)[0]
+            block = data[starts[rows][:, None] + np.arange(length, dtype=np.int64)[None, :]]
+            block = block.reshape(len(rows), int(length))
+            h = np.zeros(len(rows), dtype=np.uint32)
+            for i in range(num_hashes):
+                h = _hash_fixed_length(block, h)
+                out[rows, i] = np.abs(np.fmod(h.view(np.int32).astype(np.int64), vector_size))
+    return out

@@ -1,0 +1,104 @@
+"""Typed commit metadata: the body of a completed commit, deltacommit or replacecommit.
+
+Field names follow Hudi's JSON (``HoodieCommitMetadata``/``HoodieWriteStat``),
+so the same model reads Spark-written commits and writes ours.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+NULL_COMMIT = "null"
+
+# extraMetadata keys
+SCHEMA_KEY = "schema"
+BATCH_ID_KEY = "laketide.batch.id"
+WRITER_ID_KEY = "laketide.writer.id"
+EPOCH_KEY = "laketide.lease.epoch"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+
+class WriteStat(_Model):
+    """What one task wrote into one file of one file group."""
+
+    file_id: str
+    path: str | None = None
+    partition_path: str | None = None
+    prev_commit: str = NULL_COMMIT
+    num_writes: int = 0
+    num_inserts: int = 0
+    num_update_writes: int = 0
+    num_deletes: int = 0
+    total_write_bytes: int = 0
+    total_write_errors: int = 0
+    file_size_in_bytes: int = 0
+    base_file: str | None = None
+    log_files: list[str] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data):
+        # Hudi writes absent counters as null (JSON) or as the null branch of a union (Avro).
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+
+class CommitMetadata(_Model):
+    partition_to_write_stats: dict[str, list[WriteStat]] = Field(default_factory=dict)
+    partition_to_replace_file_ids: dict[str, list[str]] = Field(default_factory=dict)
+    compacted: bool = False
+    extra_metadata: dict[str, str] = Field(default_factory=dict)
+    operation_type: str | None = None
+
+    def write_stats(self) -> list[WriteStat]:
+        return [s for stats in self.partition_to_write_stats.values() for s in stats]
+
+    def file_ids(self) -> set[tuple[str, str]]:
+        """(partition, file id) of every file group this commit wrote."""
+        return {(p, s.file_id) for p, stats in self.partition_to_write_stats.items() for s in stats if s.file_id}
+
+    def replaced_file_ids(self) -> set[tuple[str, str]]:
+        return {(p, f) for p, ids in self.partition_to_replace_file_ids.items() for f in ids}
+
+    def totals(self) -> dict[str, int]:
+        stats = self.write_stats()
+        return {
+            "files": len(stats),
+            "writes": sum(s.num_writes for s in stats),
+            "inserts": sum(s.num_inserts for s in stats),
+            "updates": sum(s.num_update_writes for s in stats),
+            "deletes": sum(s.num_deletes for s in stats),
+            "bytes": sum(s.total_write_bytes for s in stats),
+        }
+
+    def to_json_bytes(self) -> bytes:
+        body = self.model_dump(by_alias=True, exclude_none=True)
+        if not self.partition_to_replace_file_ids:
+            body.pop("partitionToReplaceFileIds", None)
+        return json.dumps(body, indent=2).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CommitMetadata:
+        """Parse a v6 JSON body or a v8 Avro container file."""
+        if data[:4] == b"Obj\x01":
+            return cls._from_avro(data)
+        if not data.strip():
+            return cls()
+        return cls.model_validate_json(data)
+
+    @classmethod
+    def _from_avro(cls, data: bytes) -> CommitMetadata:
+        import fastavro
+
+        record = next(iter(fastavro.reader(io.BytesIO(data))))
+        stats = record.get("partitionToWriteStats") or {}
+        record["partitionToWriteStats"] = {p: [s for s in (v or []) if s] for p, v in stats.items()}
+        record["extraMetadata"] = {k: v for k, v in (record.get("extraMetadata") or {}).items() if v is not None}
+        record["partitionToReplaceFileIds"] = record.get("partitionToReplaceFileIds") or {}
+        return cls.model_validate(record)

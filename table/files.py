@@ -1,0 +1,105 @@
+"""Names of the files in a table's partitions: base files, log files, partition metadata."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import urllib.parse
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+BASE_FILE_EXTENSION = ".parquet"
+PARTITION_METADATA = ".hoodie_partition_metadata"
+# Top-level directories a reader never lists as partitions.
+RESERVED_TOP_DIRS = frozenset({".hoodie", "_delta_log", "metadata"})
+
+_LOG_NAME = re.compile(r"^\.(?P<file_id>[^_]+)_(?P<instant>\d+)\.log\.(?P<version>\d+)_(?P<token>.+)$")
+
+
+def new_file_id() -> str:
+    """A new file group id as Hudi makes them: a random UUID plus ``-0``."""
+    return f"{uuid.uuid4()}-0"
+
+
+def write_token(task_partition: int, stage: int = 0, attempt: int = 0) -> str:
+    return f"{task_partition}-{stage}-{attempt}"
+
+
+@dataclass(frozen=True)
+class BaseFile:
+    partition: str
+    file_id: str
+    write_token: str
+    instant_time: str
+    size: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.file_id}_{self.write_token}_{self.instant_time}{BASE_FILE_EXTENSION}"
+
+    @property
+    def path(self) -> str:
+        return posixpath.join(self.partition, self.name) if self.partition else self.name
+
+    @classmethod
+    def parse(cls, partition: str, name: str, size: int = 0) -> BaseFile:
+        stem = name[: -len(BASE_FILE_EXTENSION)]
+        parts = stem.split("_")
+        if len(parts) != 3 or not all(parts):
+            raise ValueError(f"{posixpath.join(partition, name)} is not a base file name <fileId>_<writeToken>_<instant>.parquet")
+        return cls(partition, parts[0], parts[1], parts[2], size)
+
+
+@dataclass(frozen=True)
+class LogFile:
+    partition: str
+    file_id: str
+    base_instant: str
+    version: int
+    write_token: str
+    size: int = 0
+
+    @property
+    def name(self) -> str:
+        return f".{self.file_id}_{self.base_instant}.log.{self.version}_{self.write_token}"
+
+    @property
+    def path(self) -> str:
+        return posixpath.join(self.partition, self.name) if self.partition else self.name
+
+    @classmethod
+    def parse(cls, partition: str, name: str, size: int = 0) -> LogFile | None:
+        m = _LOG_NAME.match(name)
+        if not m:
+            return None
+        return cls(partition, m["file_id"], m["instant"], int(m["version"]), m["token"], size)
+
+
+def instant_of_file(name: str) -> str | None:
+    """The instant time a data file belongs to, from its name alone."""
+    if name.endswith(BASE_FILE_EXTENSION) and not name.startswith("."):
+        parts = name[: -len(BASE_FILE_EXTENSION)].split("_")
+        return parts[2] if len(parts) == 3 else None
+    log = LogFile.parse("", name)
+    return log.base_instant if log else None
+
+
+def partition_path(
+    fields: Sequence[str], values: Mapping[str, object], hive_style: bool = False, urlencode: bool = False
+) -> str:
+    """The relative directory of one partition, the way Hudi's key generators build it."""
+    parts = []
+    for field in fields:
+        value = values[field]
+        text = "__HIVE_DEFAULT_PARTITION__" if value is None or value == "" else str(value)
+        if urlencode:
+            text = urllib.parse.quote(text, safe="")
+        parts.append(f"{field}={text}" if hive_style else text)
+    return "/".join(parts)
+
+
+def partition_metadata(first_instant: str, depth: int) -> bytes:
+    now = datetime.now(timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")
+    return f"#partition metadata\n#{now}\ncommitTime={first_instant}\npartitionDepth={depth}\n".encode()

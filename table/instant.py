@@ -1,0 +1,126 @@
+"""Instants: one action on the timeline at one time, in one state.
+
+An instant time is ``yyyyMMddHHmmssSSS`` in UTC. Readers compare instant times
+as strings, so every instant laketide creates has all 17 digits and is
+strictly greater than every instant before it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+
+COMMIT = "commit"
+DELTA_COMMIT = "deltacommit"
+REPLACE_COMMIT = "replacecommit"
+ROLLBACK = "rollback"
+CLEAN = "clean"
+COMPACTION = "compaction"
+RESTORE = "restore"
+WRITE_ACTIONS = frozenset({COMMIT, DELTA_COMMIT, REPLACE_COMMIT})
+KNOWN_ACTIONS = WRITE_ACTIONS | {ROLLBACK, CLEAN, COMPACTION, RESTORE, "savepoint", "indexing", "logcompaction", "clustering"}
+
+_FORMAT = "%Y%m%d%H%M%S"
+_NAME = re.compile(r"^(\d{17}|\d{14})(?:_(\d{17}|\d{14}))?\.([a-z]+)(?:\.(requested|inflight))?$")
+INSTANT_TIME = re.compile(r"^\d{17}$")
+
+
+class State(str, Enum):
+    REQUESTED = "REQUESTED"
+    INFLIGHT = "INFLIGHT"
+    COMPLETED = "COMPLETED"
+
+    @property
+    def rank(self) -> int:
+        return list(State).index(self)
+
+
+@dataclass(frozen=True)
+class Instant:
+    timestamp: str
+    action: str
+    state: State
+    completion_time: str | None = None
+
+    @property
+    def is_completed(self) -> bool:
+        return self.state is State.COMPLETED
+
+    @property
+    def is_write(self) -> bool:
+        return self.action in WRITE_ACTIONS
+
+    def file_name(self, layout_version: int = 1) -> str:
+        if self.state is State.REQUESTED:
+            return f"{self.timestamp}.{self.action}.requested"
+        if self.state is State.INFLIGHT:
+            return f"{self.timestamp}.inflight" if self.action == COMMIT else f"{self.timestamp}.{self.action}.inflight"
+        if layout_version >= 2:
+            return f"{self.timestamp}_{self.completion_time}.{self.action}"
+        return f"{self.timestamp}.{self.action}"
+
+    @classmethod
+    def parse_file_name(cls, name: str, layout_version: int = 1) -> Instant | None:
+        """The instant a timeline file stands for, or None for any other file."""
+        m = _NAME.match(name)
+        if not m:
+            return None
+        ts, completion, action, state = m.groups()
+        if action == "inflight" and state is None:
+            return cls(ts, COMMIT, State.INFLIGHT)
+        if action not in KNOWN_ACTIONS:
+            return None
+        if state:
+            return None if completion else cls(ts, action, State(state.upper()))
+        if (layout_version >= 2) != (completion is not None):
+            return None
+        return cls(ts, action, State.COMPLETED, completion)
+
+    def with_state(self, state: State, completion_time: str | None = None) -> Instant:
+        return Instant(self.timestamp, self.action, state, completion_time)
+
+
+def instant_to_datetime(ts: str) -> datetime:
+    base = datetime.strptime(ts[:14], _FORMAT).replace(tzinfo=timezone.utc)
+    millis = int(ts[14:17] or 0)
+    return base.replace(microsecond=millis * 1000)
+
+
+def _epoch_ms(ts: str) -> int:
+    return int(instant_to_datetime(ts).timestamp() * 1000)
+
+
+def _format_ms(ms: int) -> str:
+    dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return dt.strftime(_FORMAT) + f"{ms % 1000:03d}"
+
+
+def validate_instant_time(ts: str) -> str:
+    if not INSTANT_TIME.match(ts):
+        raise ValueError(f"instant time must be 17 digits yyyyMMddHHmmssSSS, got {ts!r}")
+    instant_to_datetime(ts)
+    return ts
+
+
+class InstantClock:
+    """Hands out instant times that strictly increase, even within one millisecond.
+
+    When the wall clock has not moved past the last instant (or past the
+    newest instant on the timeline, passed as ``after``), the next time is the
+    last one plus one millisecond.
+    """
+
+    def __init__(self, now_ms=lambda: time.time_ns() // 1_000_000):
+        self._now_ms = now_ms
+        self._last_ms = 0
+        self._lock = threading.Lock()
+
+    def next(self, after: str | None = None) -> str:
+        with self._lock:
+            floor = max(self._last_ms, _epoch_ms(after) if after else 0)
+            self._last_ms = max(self._now_ms(), floor + 1)
+            return _format_ms(self._last_ms)

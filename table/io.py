@@ -1,0 +1,123 @@
+"""FileIO: the one seam between laketide and storage.
+
+Everything that touches a table's files goes through ``FileIO`` so that local
+paths, HDFS and S3 behave alike (they are all ``pyarrow.fs`` file systems).
+Paths handed to a ``FileIO`` are relative to the table's base path.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+
+class InstantFileExists(FileExistsError):
+    """A completed timeline file is never overwritten."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative to the table base path
+    size: int
+    is_dir: bool
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+
+class FileIO:
+    def __init__(self, fs: pafs.FileSystem, base_path: str):
+        self.fs = fs
+        self.base_path = base_path.rstrip("/")
+
+    @classmethod
+    def for_uri(cls, uri: str) -> FileIO:
+        """A FileIO rooted at ``uri``: a local path, or a URI pyarrow understands (s3://, hdfs://)."""
+        if "://" not in uri:
+            uri = posixpath.abspath(uri) if not uri.startswith("/") else uri
+            return cls(pafs.LocalFileSystem(), uri)
+        fs, path = pafs.FileSystem.from_uri(uri)
+        return cls(fs, path)
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def full_path(self, rel: str) -> str:
+        return posixpath.join(self.base_path, rel) if rel else self.base_path
+
+    def _rel(self, full: str) -> str:
+        return posixpath.relpath(full, self.base_path)
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.get_file_info(self.full_path(rel)).type != pafs.FileType.NotFound
+
+    def size(self, rel: str) -> int:
+        return self.fs.get_file_info(self.full_path(rel)).size
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self.full_path(rel)) as f:
+            return f.read()
+
+    def read_text(self, rel: str) -> str:
+        return self.read_bytes(rel).decode("utf-8")
+
+    def open_input(self, rel: str):
+        return self.fs.open_input_file(self.full_path(rel))
+
+    def open_output(self, rel: str):
+        self.makedirs(posixpath.dirname(rel))
+        return self.fs.open_output_stream(self.full_path(rel))
+
+    def makedirs(self, rel: str) -> None:
+        self.fs.create_dir(self.full_path(rel), recursive=True)
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        with self.open_output(rel) as f:
+            f.write(data)
+
+    def write_atomic(self, rel: str, data: bytes, overwrite: bool = False) -> None:
+        """Write to a temporary name beside ``rel``, then rename onto it.
+
+        Readers see either no file or the whole file. Without ``overwrite`` an
+        existing target is an error: completed instants are immutable.
+        """
+        if not overwrite and self.exists(rel):
+            raise InstantFileExists(f"{self.full_path(rel)} already exists and is never overwritten")
+        parent = posixpath.dirname(rel)
+        tmp = posixpath.join(parent, f".{posixpath.basename(rel)}.{uuid.uuid4().hex}.tmp")
+        self.write_bytes(tmp, data)
+        try:
+            self.fs.move(self.full_path(tmp), self.full_path(rel))
+        except BaseException:
+            self.delete(tmp)
+            raise
+
+    def delete(self, rel: str) -> bool:
+        """Delete a file; ``False`` when it was already gone (deletes are repeated after crashes)."""
+        try:
+            self.fs.delete_file(self.full_path(rel))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def delete_dir(self, rel: str) -> None:
+        if self.exists(rel):
+            self.fs.delete_dir(self.full_path(rel))
+
+    def list_dir(self, rel: str = "") -> list[FileEntry]:
+        selector = pafs.FileSelector(self.full_path(rel), allow_not_found=True)
+        return [self._entry(i) for i in self.fs.get_file_info(selector)]
+
+    def walk(self, rel: str = "") -> Iterator[FileEntry]:
+        selector = pafs.FileSelector(self.full_path(rel), allow_not_found=True, recursive=True)
+        for info in self.fs.get_file_info(selector):
+            yield self._entry(info)
+
+    def _entry(self, info: pafs.FileInfo) -> FileEntry:
+        return FileEntry(self._rel(info.path), info.size or 0, info.type == pafs.FileType.Directory)

@@ -1,0 +1,139 @@
+"""The timeline: every instant of a table, read from and written to ``.hoodie/``.
+
+A timeline object is a snapshot of the directory listing when it was loaded;
+``Table.timeline`` loads a fresh one. Writing goes through ``TimelineWriter`` so
+that every transition is one atomic file write.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+from functools import cached_property
+
+from laketide.table.commit import CommitMetadata
+from laketide.table.instant import WRITE_ACTIONS, Instant, State
+from laketide.table.io import FileIO
+from laketide.table.properties import TableConfig
+
+
+class InstantNotFound(KeyError):
+    pass
+
+
+class Timeline:
+    def __init__(self, io: FileIO, config: TableConfig, instants: Iterable[Instant]):
+        self.io = io
+        self.config = config
+        latest: dict[tuple[str, str], Instant] = {}
+        for instant in instants:
+            key = (instant.timestamp, instant.action)
+            if key not in latest or instant.state.rank > latest[key].state.rank:
+                latest[key] = instant
+        self.instants: list[Instant] = sorted(latest.values(), key=lambda i: (i.timestamp, i.action))
+        self._details: dict[str, CommitMetadata] = {}
+
+    @classmethod
+    def load(cls, io: FileIO, config: TableConfig) -> Timeline:
+        layout = config.timeline_layout_version
+        found = (Instant.parse_file_name(e.name, layout) for e in io.list_dir(config.timeline_dir) if not e.is_dir)
+        return cls(io, config, (i for i in found if i is not None))
+
+    def __iter__(self):
+        return iter(self.instants)
+
+    def __len__(self) -> int:
+        return len(self.instants)
+
+    def filter(self, states: set[State] | None = None, actions: Iterable[str] | None = None) -> list[Instant]:
+        actions = set(actions) if actions is not None else None
+        return [
+            i
+            for i in self.instants
+            if (states is None or i.state in states) and (actions is None or i.action in actions)
+        ]
+
+    def completed_writes(self) -> list[Instant]:
+        """Completed commits, deltacommits and replacecommits: the instants readers see."""
+        return self.filter({State.COMPLETED}, WRITE_ACTIONS)
+
+    def pending(self, actions: Iterable[str] | None = None) -> list[Instant]:
+        return self.filter({State.REQUESTED, State.INFLIGHT}, actions)
+
+    def latest_completed_write(self) -> Instant | None:
+        writes = self.completed_writes()
+        return writes[-1] if writes else None
+
+    @property
+    def last_timestamp(self) -> str | None:
+        return self.instants[-1].timestamp if self.instants else None
+
+    @property
+    def earliest_timestamp(self) -> str | None:
+        return self.instants[0].timestamp if self.instants else None
+
+    @cached_property
+    def _completed_by_time(self) -> dict[str, Instant]:
+        return {i.timestamp: i for i in self.completed_writes()}
+
+    def is_completed_write(self, timestamp: str) -> bool:
+        return timestamp in self._completed_by_time
+
+    def visible_time(self, instant: Instant) -> str:
+        """The time incremental reads order a completed write by: completion time in v8, instant time in v6."""
+        return instant.completion_time or instant.timestamp
+
+    def find(self, timestamp: str) -> list[Instant]:
+        found = [i for i in self.instants if i.timestamp == timestamp]
+        if not found:
+            raise InstantNotFound(timestamp)
+        return found
+
+    def instant_path(self, instant: Instant) -> str:
+        return posixpath.join(self.config.timeline_dir, instant.file_name(self.config.timeline_layout_version))
+
+    def read_bytes(self, instant: Instant) -> bytes:
+        return self.io.read_bytes(self.instant_path(instant))
+
+    def commit_metadata(self, instant: Instant) -> CommitMetadata:
+        """The metadata of a completed write (cached: completed instants never change)."""
+        if not instant.is_completed:
+            return CommitMetadata.from_bytes(self.read_bytes(instant))
+        if instant.timestamp not in self._details:
+            self._details[instant.timestamp] = CommitMetadata.from_bytes(self.read_bytes(instant))
+        return self._details[instant.timestamp]
+
+
+class TimelineWriter:
+    """Writes instant transitions of a version 6 timeline, each one atomically."""
+
+    def __init__(self, io: FileIO, config: TableConfig):
+        if config.version >= 8:
+            raise NotImplementedError(
+                f"writing table version {config.version} is not supported yet; laketide writes version 6 tables"
+            )
+        self.io = io
+        self.config = config
+
+    def path(self, instant: Instant) -> str:
+        return posixpath.join(self.config.timeline_dir, instant.file_name(self.config.timeline_layout_version))
+
+    def write(self, instant: Instant, body: bytes = b"") -> Instant:
+        """Write the file of ``instant``. A completed instant is never overwritten."""
+        self.io.write_atomic(self.path(instant), body, overwrite=not instant.is_completed)
+        return instant
+
+    def exists(self, instant: Instant) -> bool:
+        return self.io.exists(self.path(instant))
+
+    def delete(self, instant: Instant) -> None:
+        self.io.delete(self.path(instant))
+
+    def delete_all_states(self, timestamp: str, action: str) -> None:
+        """Remove the completed, then the inflight, then the requested file of one instant.
+
+        Removing the completed file first means a crash part way leaves a
+        pending instant, whose files readers ignore, never a dangling one.
+        """
+        for state in (State.COMPLETED, State.INFLIGHT, State.REQUESTED):
+            self.delete(Instant(timestamp, action, state))

@@ -1,0 +1,133 @@
+"""The file-system view: file groups, and the latest committed file slice of each.
+
+A file counts only when its instant is a completed write (or is older than
+the whole timeline, which means it was archived). File groups replaced by a
+completed replacecommit drop out. These are the rules Hudi's readers apply,
+so a table looks the same through this view as through theirs.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+from laketide.table.files import BASE_FILE_EXTENSION, PARTITION_METADATA, RESERVED_TOP_DIRS, BaseFile, LogFile
+from laketide.table.io import FileIO
+from laketide.table.timeline import Timeline
+
+
+@dataclass
+class FileSlice:
+    partition: str
+    file_id: str
+    base_instant: str
+    base_file: BaseFile | None = None
+    log_files: list[LogFile] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return (self.base_file.size if self.base_file else 0) + sum(f.size for f in self.log_files)
+
+
+@dataclass
+class FileGroup:
+    partition: str
+    file_id: str
+    base_files: list[BaseFile] = field(default_factory=list)
+    log_files: list[LogFile] = field(default_factory=list)
+
+    def slice_at(self, base: BaseFile | None, newer_base: str | None) -> FileSlice:
+        """The slice on ``base``, with the log files written on it (before the next base)."""
+        start = base.instant_time if base else ""
+        logs = [lf for lf in self.log_files if lf.base_instant >= start and (newer_base is None or lf.base_instant < newer_base)]
+        return FileSlice(self.partition, self.file_id, start, base, sorted(logs, key=lambda lf: lf.version))
+
+
+def list_data_files(io: FileIO) -> tuple[list[BaseFile], list[LogFile]]:
+    """Every base and log file in the table's partitions, committed or not."""
+    bases, logs = [], []
+    for top in io.list_dir(""):
+        if top.name in RESERVED_TOP_DIRS:
+            continue
+        entries = io.walk(top.path) if top.is_dir else [top]
+        for entry in entries:
+            if entry.is_dir or entry.name.startswith(PARTITION_METADATA):
+                continue
+            partition = posixpath.dirname(entry.path)
+            if entry.name.endswith(BASE_FILE_EXTENSION) and not entry.name.startswith("."):
+                bases.append(BaseFile.parse(partition, entry.name, entry.size))
+            elif (log := LogFile.parse(partition, entry.name, entry.size)) is not None:
+                logs.append(log)
+    return bases, logs
+
+
+class FileSystemView:
+    def __init__(self, timeline: Timeline, base_files: list[BaseFile], log_files: list[LogFile]):
+        self.timeline = timeline
+        groups: dict[tuple[str, str], FileGroup] = {}
+        for bf in base_files:
+            groups.setdefault((bf.partition, bf.file_id), FileGroup(bf.partition, bf.file_id)).base_files.append(bf)
+        for lf in log_files:
+            groups.setdefault((lf.partition, lf.file_id), FileGroup(lf.partition, lf.file_id)).log_files.append(lf)
+        self.groups = groups
+
+    @classmethod
+    def load(cls, io: FileIO, timeline: Timeline) -> FileSystemView:
+        return cls(timeline, *list_data_files(io))
+
+    def partitions(self) -> list[str]:
+        return sorted({p for p, _ in self.groups})
+
+    def _visible_instants(self, as_of: str | None) -> tuple[set[str], str | None]:
+        writes = self.timeline.completed_writes()
+        if as_of is not None:
+            writes = [i for i in writes if i.timestamp <= as_of]
+        return {i.timestamp for i in writes}, self.timeline.earliest_timestamp
+
+    def is_committed(self, instant_time: str, as_of: str | None = None) -> bool:
+        visible, earliest = self._visible_instants(as_of)
+        return self._committed(instant_time, visible, earliest, as_of)
+
+    @staticmethod
+    def _committed(instant_time: str, visible: set[str], earliest: str | None, as_of: str | None) -> bool:
+        if instant_time in visible:
+            return True
+        archived = earliest is None or instant_time < earliest
+        return archived and (as_of is None or instant_time <= as_of)
+
+    def replaced_groups(self, as_of: str | None = None) -> set[tuple[str, str]]:
+        replaced: set[tuple[str, str]] = set()
+        for instant in self.timeline.completed_writes():
+            if instant.action == "replacecommit" and (as_of is None or instant.timestamp <= as_of):
+                replaced |= self.timeline.commit_metadata(instant).replaced_file_ids()
+        return replaced
+
+    def latest_slices(self, as_of: str | None = None, partition: str | None = None) -> list[FileSlice]:
+        """The newest committed slice of every live file group, as of instant time ``as_of`` (default: now).
+
+        Time travel goes by instant (request) time in every table version, as Hudi's readers do.
+        """
+        visible, earliest = self._visible_instants(as_of)
+        replaced = self.replaced_groups(as_of)
+        slices = []
+        for key, group in sorted(self.groups.items()):
+            if key in replaced or (partition is not None and group.partition != partition):
+                continue
+            bases = sorted(
+                (b for b in group.base_files if self._committed(b.instant_time, visible, earliest, as_of)),
+                key=lambda b: b.instant_time,
+            )
+            logs = [lf for lf in group.log_files if self._committed(lf.base_instant, visible, earliest, as_of)]
+            if not bases and not logs:
+                continue
+            committed = FileGroup(group.partition, group.file_id, bases, logs)
+            slices.append(committed.slice_at(bases[-1] if bases else None, None))
+        return slices
+
+    def uncommitted_files(self, instant_time: str) -> list[str]:
+        """Paths of the data files that carry ``instant_time`` in their name."""
+        paths = []
+        for group in self.groups.values():
+            paths += [b.path for b in group.base_files if b.instant_time == instant_time]
+            paths += [lf.path for lf in group.log_files if lf.base_instant == instant_time]
+        return sorted(paths)
