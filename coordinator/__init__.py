@@ -1,1 +1,18 @@
+"""Coordination: the instant lifecycle of a table and the lease that makes one writer its owner."""
 
+from laketide.coordinator.lease import Lease, LeaseError, LeaseHeld, LeaseHolder, LeaseLost, LocalLease
+from laketide.coordinator.lifecycle import Coordinator, RollbackRefused, RollbackResult
+from laketide.coordinator.retry import RetryPolicy
+
+__all__ = [
+    "Coordinator",
+    "Lease",
+    "LeaseError",
+    "LeaseHeld",
+    "LeaseHolder",
+    "LeaseLost",
+    "LocalLease",
+    "RetryPolicy",
+    "RollbackRefused",
+    "RollbackResult",
+]

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-import urllib.parse
 import uuid
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -84,20 +82,6 @@ def instant_of_file(name: str) -> str | None:
         return parts[2] if len(parts) == 3 else None
     log = LogFile.parse("", name)
     return log.base_instant if log else None
-
-
-def partition_path(
-    fields: Sequence[str], values: Mapping[str, object], hive_style: bool = False, urlencode: bool = False
-) -> str:
-    """The relative directory of one partition, the way Hudi's key generators build it."""
-    parts = []
-    for field in fields:
-        value = values[field]
-        text = "__HIVE_DEFAULT_PARTITION__" if value is None or value == "" else str(value)
-        if urlencode:
-            text = urllib.parse.quote(text, safe="")
-        parts.append(f"{field}={text}" if hive_style else text)
-    return "/".join(parts)
 
 
 def partition_metadata(first_instant: str, depth: int) -> bytes:

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what laketide needs from Debian: Java 17 (for Spark) and ZooKeeper (for the lease).
+# Safe to run again: it installs only what is missing.
+set -euo pipefail
+
+need=()
+if ! command -v java >/dev/null 2>&1; then
+  need+=(openjdk-17-jre-headless)
+fi
+if [ ! -f /usr/share/zookeeper/bin/zkServer.sh ] && ! dpkg -s zookeeper >/dev/null 2>&1; then
+  need+=(zookeeper)
+fi
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO="sudo"
+fi
+echo "installing from Debian: ${need[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

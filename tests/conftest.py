@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(os.environ.get("LAKETIDE_FIXTURES", REPO.parent / "shared" / "fixtures"))
+SPARK_TABLES = FIXTURES / "hudi-spark-tables"
+COW_FIXTURES = [
+    "v6_simplekeygen_nonhivestyle",
+    "v6_simplekeygen_hivestyle_no_metafields",
+    "v8_simplekeygen_nonhivestyle",
+]
+MOR_FIXTURE = "v6_trips_8i1u"
+
+
+def unzip_fixture(name: str, dest: Path) -> Path:
+    archive = SPARK_TABLES / f"{name}.zip"
+    if not archive.exists():
+        raise FileNotFoundError(f"fixture {archive} is missing; set LAKETIDE_FIXTURES to the fixtures folder")
+    with zipfile.ZipFile(archive) as zf:
+        members = [m for m in zf.namelist() if not m.startswith("__MACOSX")]
+        zf.extractall(dest, members)
+    return dest / name
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir(tmp_path_factory) -> Path:
+    """Every Spark-written fixture table, unzipped once (read-only use)."""
+    root = tmp_path_factory.mktemp("fixtures")
+    for name in [*COW_FIXTURES, MOR_FIXTURE]:
+        unzip_fixture(name, root)
+    return root
+
+
+@pytest.fixture
+def fixture_copy(fixtures_dir, tmp_path):
+    """A private, writable copy of one fixture table."""
+
+    def copy(name: str) -> Path:
+        dest = tmp_path / name
+        shutil.copytree(fixtures_dir / name, dest)
+        return dest
+
+    return copy
+
+
+def hudi_read(path: Path | str, as_of: str | None = None, start: str | None = None, end: str | None = None) -> pa.Table:
+    """Read a table with hudi-rs, the reference reader."""
+    from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
+
+    table = HudiTableBuilder.from_base_uri(str(Path(path).resolve())).build()
+    options = HudiReadOptions()
+    if as_of is not None:
+        options = options.with_as_of_timestamp(as_of)
+    if start is not None or end is not None:
+        options = options.with_query_type(HudiQueryType.Incremental)
+        if start is not None:
+            options = options.with_start_timestamp(start)
+        if end is not None:
+            options = options.with_end_timestamp(end)
+    batches = table.read(options)
+    return pa.Table.from_batches(batches) if batches else pa.table({})
+
+
+def rows(table: pa.Table, key: str, columns: list[str] | None = None) -> list[dict]:
+    """Rows as dicts sorted by ``key``, for row-by-row comparison."""
+    if table.num_rows == 0:
+        return []
+    if columns is not None:
+        table = table.select(columns)
+    return sorted(table.to_pylist(), key=lambda r: r[key])

@@ -1,0 +1,174 @@
+"""The bucket writer: merge one file group's current slice with its incoming records.
+
+Copy-on-write: the result is a new base file for the file group. Both sides
+are sorted by record key, so the merge streams the old base file batch by
+batch and memory stays bounded by the batch size plus the incoming records,
+whatever the size of the file group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from laketide.table.commit import NULL_COMMIT, WriteStat
+from laketide.table.files import BaseFile, write_token
+from laketide.table.io import FileIO
+from laketide.table.schema import (
+    COMMIT_SEQNO,
+    COMMIT_TIME,
+    FILE_NAME,
+    IS_DELETED,
+    META_COLUMNS,
+    PARTITION_PATH,
+    RECORD_KEY,
+    with_meta_schema,
+)
+from laketide.writer.base_file import SORTED_MARKER, BaseFileWriter
+
+READ_BATCH_ROWS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class FileGroupTarget:
+    """Where one file group's new slice goes, and the slice it replaces."""
+
+    partition: str
+    file_id: str
+    current: BaseFile | None = None
+
+
+@dataclass
+class _Counts:
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    seqno: int = 0
+
+
+def _old_batches(io: FileIO, base: BaseFile) -> Iterator[pa.Table]:
+    """The rows of the current base file in key order, a batch at a time.
+
+    Files laketide wrote are sorted, and stream. A file another writer wrote
+    carries no order guarantee; it is read whole and sorted once, after which
+    the file group is ours and streams from then on.
+    """
+    with io.open_input(base.path) as f:
+        pf = pq.ParquetFile(f)
+        meta = pf.schema_arrow.metadata or {}
+        if meta.get(SORTED_MARKER.encode()) == RECORD_KEY.encode():
+            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS):
+                yield pa.Table.from_batches([batch])
+            return
+        table = pf.read()
+    yield table.sort_by(RECORD_KEY)
+
+
+class BucketWriter:
+    """Writes the new slice of one file group for one instant."""
+
+    def __init__(
+        self,
+        io: FileIO,
+        target: FileGroupTarget,
+        instant_time: str,
+        task_partition: int,
+        table_schema: pa.Schema,
+        avro_schema: str,
+        bloom_kind: str = "DYNAMIC_V0",
+    ):
+        self.io = io
+        self.target = target
+        self.instant_time = instant_time
+        self.task_partition = task_partition
+        self.schema = with_meta_schema(table_schema)
+        self.new_file = BaseFile(target.partition, target.file_id, write_token(task_partition), instant_time)
+        self.avro_schema = avro_schema
+        self.bloom_kind = bloom_kind
+        self.counts = _Counts()
+
+    def _stamp(self, rows: pa.Table) -> pa.Table:
+        """Meta columns for incoming rows: this instant's commit time and fresh sequence numbers."""
+        n = rows.num_rows
+        start = self.counts.seqno
+        self.counts.seqno += n
+        prefix = f"{self.instant_time}_{self.task_partition}_"
+        seqnos = pc.binary_join_element_wise(prefix, pc.cast(pa.array(np.arange(start, start + n)), pa.string()), "")
+        columns = {
+            COMMIT_TIME: pa.array([self.instant_time] * n, pa.string()),
+            COMMIT_SEQNO: seqnos,
+            RECORD_KEY: rows[RECORD_KEY],
+            PARTITION_PATH: pa.array([self.target.partition] * n, pa.string()),
+        }
+        return self._conform(rows, columns)
+
+    def _conform(self, rows: pa.Table, meta: dict) -> pa.Table:
+        n = rows.num_rows
+        arrays = []
+        for field in self.schema:
+            if field.name == FILE_NAME:
+                arrays.append(pa.array([self.new_file.name] * n, pa.string()))
+            elif field.name in meta:
+                arrays.append(meta[field.name])
+            elif field.name in rows.column_names:
+                arrays.append(rows[field.name].cast(field.type))
+            else:
+                arrays.append(pa.nulls(n, field.type))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def _keep_old(self, rows: pa.Table) -> pa.Table:
+        """Rows copied from the old slice keep their commit time and sequence number."""
+        return self._conform(rows, {c: rows[c] for c in META_COLUMNS if c != FILE_NAME and c in rows.column_names})
+
+    def _merge_chunk(self, old: pa.Table, incoming: pa.Table) -> pa.Table:
+        if incoming.num_rows == 0:
+            return self._keep_old(old)
+        in_keys = incoming[RECORD_KEY]
+        replaced = pc.is_in(old[RECORD_KEY], value_set=in_keys)
+        kept = old.filter(pc.invert(replaced))
+        existed = pc.is_in(in_keys, value_set=old[RECORD_KEY])
+        deleted = incoming[IS_DELETED] if IS_DELETED in incoming.column_names else pa.array([False] * incoming.num_rows)
+        deleted = pc.fill_null(deleted, False)
+        upserts = incoming.filter(pc.invert(deleted))
+        self.counts.deletes += pc.sum(pc.and_(deleted, existed)).as_py() or 0
+        self.counts.updates += pc.sum(pc.and_(pc.invert(deleted), existed)).as_py() or 0
+        self.counts.inserts += pc.sum(pc.and_(pc.invert(deleted), pc.invert(existed))).as_py() or 0
+        merged = pa.concat_tables([self._keep_old(kept), self._stamp(upserts)])
+        return merged.sort_by(RECORD_KEY)
+
+    def write(self, incoming: pa.Table) -> WriteStat:
+        """Merge ``incoming`` (one row per key, sorted by ``_hoodie_record_key``) into a new base file."""
+        writer = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, self.bloom_kind)
+        try:
+            keys = np.asarray(incoming[RECORD_KEY].to_pylist(), dtype=object)
+            pos = 0
+            if self.target.current is not None:
+                for old in _old_batches(self.io, self.target.current):
+                    if old.num_rows == 0:
+                        continue
+                    last = old[RECORD_KEY][-1].as_py()
+                    end = int(np.searchsorted(keys, last, side="right")) if len(keys) else 0
+                    writer.write(self._merge_chunk(old, incoming.slice(pos, end - pos)))
+                    pos = end
+            writer.write(self._merge_chunk(self.schema.empty_table(), incoming.slice(pos)))
+            result = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        return WriteStat(
+            file_id=self.target.file_id,
+            path=self.new_file.path,
+            partition_path=self.target.partition,
+            prev_commit=self.target.current.instant_time if self.target.current else NULL_COMMIT,
+            num_writes=result.num_rows,
+            num_inserts=self.counts.inserts,
+            num_update_writes=self.counts.updates,
+            num_deletes=self.counts.deletes,
+            total_write_bytes=result.size,
+            file_size_in_bytes=result.size,
+        )
