@@ -97,8 +97,12 @@ class Coordinator:
         extra: dict[str, str] | None = None,
         action: str = COMMIT,
         operation: str = "UPSERT",
+        replaced_file_ids: dict[str, list[str]] | None = None,
     ) -> Instant:
-        """Complete an instant: one atomic write of its commit metadata, while the lease holds."""
+        """Complete an instant: one atomic write of its commit metadata, while the lease holds.
+
+        A replacecommit names the file groups it replaces in ``replaced_file_ids`` (partition -> ids).
+        """
         partitions: dict[str, list[WriteStat]] = defaultdict(list)
         for stat in write_stats:
             partitions[stat.partition_path or ""].append(stat)
@@ -106,6 +110,7 @@ class Coordinator:
             partition_to_write_stats=dict(partitions),
             extra_metadata={**self._inflight.get(instant_time, {}), **(extra or {})},
             operation_type=operation,
+            partition_to_replace_file_ids=replaced_file_ids or {},
         )
         body = metadata.to_json_bytes()
         completed = Instant(instant_time, action, State.COMPLETED)
@@ -174,11 +179,12 @@ class Coordinator:
             rb, plan = pending[instant_time]
             return self._execute(rb.timestamp, plan, timeline)
         done = self._completed_rollbacks(timeline).get(instant_time)
-        target_exists = any(i.timestamp == instant_time for i in timeline.instants if i.action in WRITE_ACTIONS)
-        if done is not None and target_exists:
+        if done is not None:
+            # Rolled back already; at most the target's timeline files are left to remove.
             meta = RollbackMetadata.from_bytes(timeline.read_bytes(done))
-            self.timeline_writer.delete_all_states(instant_time, meta.target_action)
-            return RollbackResult(instant_time, meta.target_action, done.timestamp, meta.deleted)
+            if not dry_run:
+                self.timeline_writer.delete_all_states(instant_time, meta.target_action)
+            return RollbackResult(instant_time, meta.target_action, done.timestamp, meta.deleted, dry_run=dry_run)
         plan = self.plan_rollback(instant_time, force, timeline)
         if dry_run:
             was_completed = timeline.is_completed_write(instant_time)

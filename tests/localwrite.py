@@ -1,0 +1,67 @@
+"""Writing a table without Spark, for tests of the format and the lifecycle.
+
+Routing is the simplest correct one: a key already in the table goes back to
+its file group; new keys of a partition go to one new file group per commit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from laketide.coordinator import Coordinator
+from laketide.table import Table
+from laketide.table.commit import SCHEMA_KEY
+from laketide.table.files import new_file_id
+from laketide.table.schema import FILE_NAME, PARTITION_PATH, RECORD_KEY, avro_schema_json, data_schema, with_meta_schema
+from laketide.writer.base_file import ensure_partition_metadata
+from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
+from laketide.writer.records import partition_path_column, record_key_column
+
+
+def write_file_groups(table: Table, instant: str, data: pa.Table, schema: pa.Schema, new_groups_only: bool = False) -> list:
+    """Write one instant's file groups; ``new_groups_only`` puts every key in a new group (as clustering does)."""
+    config = table.config
+    data = data.append_column(RECORD_KEY, record_key_column(data, config.record_key_fields))
+    data = data.append_column("__partition", partition_path_column(data, config.partition_fields, config.hive_style_partitioning))
+    view = table.file_system_view()
+    slices = {(s.partition, s.file_id): s for s in view.latest_slices()}
+    located = {}
+    snap = table.snapshot()
+    if snap.num_rows and not new_groups_only:
+        for key, part, name in zip(snap[RECORD_KEY].to_pylist(), snap[PARTITION_PATH].to_pylist(), snap[FILE_NAME].to_pylist()):
+            located[key] = (part, name.split("_")[0])
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    fresh: dict[str, str] = {}
+    for i, (key, part) in enumerate(zip(data[RECORD_KEY].to_pylist(), data["__partition"].to_pylist())):
+        target = located.get(key) or (part, fresh.setdefault(part, new_file_id()))
+        groups[target].append(i)
+    avro = avro_schema_json(with_meta_schema(schema), config.name)
+    stats = []
+    for task, ((partition, file_id), idx) in enumerate(sorted(groups.items())):
+        incoming = data.take(pa.array(idx)).drop_columns(["__partition"]).sort_by(RECORD_KEY)
+        current = slices.get((partition, file_id))
+        target = FileGroupTarget(partition, file_id, current.base_file if current else None)
+        writer = BucketWriter(table.io, target, instant, task, data_schema(schema), avro)
+        stats.append(writer.write(incoming))
+    for partition in {p for p, _ in groups}:
+        ensure_partition_metadata(table.io, partition, instant, len(config.partition_fields))
+    return stats
+
+
+def upsert(table: Table, coordinator: Coordinator, batch_id: int, records: list[dict], schema: pa.Schema, commit: bool = True):
+    """One micro-batch through begin, bucket writes and commit. Returns the instant, or None on replay."""
+    instant = coordinator.begin(batch_id)
+    if instant is None:
+        return None
+    data = pa.Table.from_pylist(records, schema=schema)
+    stats = write_file_groups(table, instant, data, schema)
+    if commit:
+        coordinator.commit(instant, stats, {SCHEMA_KEY: avro_schema_json(data_schema(schema), table.name)})
+    return instant
+
+
+def key_set(table: pa.Table, column: str = RECORD_KEY) -> list:
+    return sorted(pc.unique(table[column]).to_pylist()) if table.num_rows else []
