@@ -1,0 +1,186 @@
+"""The one configuration model of a laketide job, loaded from TOML and ``--conf`` overrides.
+
+Every key has a default except what only the user can know (the table path
+and record key). A bad or unknown key fails at start with the key, the value
+and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?)\s*$", re.IGNORECASE)
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from ``134217728``, ``"128MB"``, ``"128 MiB"`` or ``"1g"``."""
+    if isinstance(value, int):
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ValueError(f"{value!r} is not a size; use bytes or a number with KB, MB, GB")
+    return int(float(m[1]) * _UNITS[m[2][:1].lower()])
+
+
+def parse_trigger(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text in ("available-now", "availablenow", "once"):
+        return "available-now"
+    if not _DURATION.match(text):
+        raise ValueError(f"{value!r} is not a trigger; use an interval like '10 seconds' or 'available-now'")
+    return text
+
+
+Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
+Trigger = Annotated[str, BeforeValidator(parse_trigger)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TableSection(_Section):
+    path: str
+    name: str = "laketide_table"
+    record_key: list[str] = Field(min_length=1)
+    partition_by: list[str] = Field(default_factory=list)
+    ordering_field: str | None = None
+    hive_style_partitioning: bool = False
+
+
+class GeneratorSection(_Section):
+    rows_per_batch: int = Field(10_000, gt=0)
+    batches: int = Field(5, gt=0)
+    key_space: int = Field(1_000_000, gt=0)
+    update_fraction: float = Field(0.5, ge=0, le=1)
+    delete_fraction: float = Field(0.02, ge=0, le=1)
+    duplicate_fraction: float = Field(0.01, ge=0, le=1)
+    partitions: int = Field(4, gt=0)
+    seed: int = 42
+
+
+class SourceSection(_Section):
+    format: Literal["json", "parquet", "csv", "generator"] = "generator"
+    path: str | None = None
+    schema_ddl: str | None = Field(None, alias="schema")
+    max_files_per_trigger: int | None = Field(None, gt=0)
+    generator: GeneratorSection = Field(default_factory=GeneratorSection)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _files_need_path_and_schema(self) -> SourceSection:
+        if self.format != "generator":
+            if not self.path:
+                raise ValueError(f"source.path is required for source.format = {self.format!r}")
+            if not self.schema_ddl:
+                raise ValueError(f"source.schema (Spark DDL) is required for source.format = {self.format!r}")
+        return self
+
+
+class StreamSection(_Section):
+    checkpoint: str = "./checkpoint"
+    trigger: Trigger = "10 seconds"
+    query_name: str = "laketide"
+
+
+class WriteSection(_Section):
+    target_file_size: Size = 128 * 2**20
+    small_file_limit: Size = 100 * 2**20
+    index_shards: int = Field(8, gt=0, le=4096)
+    parallelism: int = Field(4, gt=0)
+    bloom_type: Literal["DYNAMIC_V0", "SIMPLE"] = "DYNAMIC_V0"
+    index_compaction_deltas: int = Field(16, gt=0)
+
+    @model_validator(mode="after")
+    def _small_below_target(self) -> WriteSection:
+        if self.small_file_limit > self.target_file_size:
+            raise ValueError("write.small_file_limit must not exceed write.target_file_size")
+        return self
+
+
+class CoordinatorSection(_Section):
+    lease: Literal["local", "zookeeper"] = "local"
+    zookeeper: str = "127.0.0.1:2181"
+    zookeeper_root: str = "/laketide"
+    lease_wait: float = Field(30.0, ge=0)
+    api_port: int | None = Field(None, ge=0, le=65535)
+    api_host: str = "127.0.0.1"
+    api_token: str | None = None
+
+
+class SparkSection(_Section):
+    master: str = "local[2]"
+    app_name: str = "laketide"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class JobConfig(_Section):
+    table: TableSection
+    source: SourceSection = Field(default_factory=SourceSection)
+    stream: StreamSection = Field(default_factory=StreamSection)
+    write: WriteSection = Field(default_factory=WriteSection)
+    coordinator: CoordinatorSection = Field(default_factory=CoordinatorSection)
+    spark: SparkSection = Field(default_factory=SparkSection)
+
+
+class ConfigError(ValueError):
+    """A configuration the job cannot start with; the message names the key."""
+
+
+def _override_value(text: str) -> Any:
+    """``--conf`` values are TOML literals (numbers, booleans, lists) or plain strings."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_override(data: dict, assignment: str) -> None:
+    key, sep, value = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--conf {assignment!r}: expected section.key=value")
+    parts = key.strip().split(".")
+    if parts[:2] == ["spark", "conf"] and len(parts) > 2:
+        # Spark's own option names contain dots: spark.conf.<spark option>=value
+        data.setdefault("spark", {}).setdefault("conf", {})[".".join(parts[2:])] = value
+        return
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--conf {key}: {part} is not a section")
+    node[parts[-1]] = _override_value(value)
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for e in error.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(config)"
+        given = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
+        lines.append(f"  {key}: {e['msg']}{given}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None) -> JobConfig:
+    data: dict = dict(base or {})
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    for assignment in overrides or []:
+        apply_override(data, assignment)
+    try:
+        return JobConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None

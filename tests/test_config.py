@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import pytest
+
+from laketide.config import ConfigError, load_config
+
+REQUIRED = ["table.path=/data/t", 'table.record_key=["id"]']
+
+
+def test_toml_file_with_overrides(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text(
+        """
+[table]
+path = "/data/orders"
+name = "orders"
+record_key = ["id"]
+partition_by = ["region"]
+ordering_field = "ts"
+
+[source]
+format = "json"
+path = "/landing"
+schema = "id BIGINT, ts BIGINT, region STRING"
+
+[write]
+target_file_size = "64MB"
+small_file_limit = "16MB"
+"""
+    )
+    config = load_config(path, ["write.index_shards=32", "stream.trigger=available-now", "spark.conf.spark.sql.shuffle.partitions=3"])
+    assert config.table.partition_by == ["region"]
+    assert config.source.schema_ddl.startswith("id BIGINT")
+    assert config.write.target_file_size == 64 * 2**20 and config.write.small_file_limit == 16 * 2**20
+    assert config.write.index_shards == 32
+    assert config.stream.trigger == "available-now"
+    assert config.spark.conf == {"spark.sql.shuffle.partitions": "3"}
+
+
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        ([], "table"),
+        (["table.path=/x"], "table.record_key"),
+        ([*REQUIRED, "write.index_shards=0"], "write.index_shards"),
+        ([*REQUIRED, "source.format=kafka"], "'json', 'parquet', 'csv' or 'generator'"),
+        ([*REQUIRED, "write.colour=blue"], "write.colour"),
+        ([*REQUIRED, "stream.trigger=soon"], "available-now"),
+        ([*REQUIRED, "source.format=json"], "source.path is required"),
+        ([*REQUIRED, "write.target_file_size=lots"], "write.target_file_size"),
+        ([*REQUIRED, "write.small_file_limit=1GB"], "small_file_limit must not exceed"),
+        ([*REQUIRED, "coordinator.lease=etcd"], "coordinator.lease"),
+        (["nonsense"], "section.key=value"),
+    ],
+)
+def test_bad_config_names_the_key(overrides, named):
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=overrides)
+    assert named in str(info.value)
+
+
+def test_missing_and_broken_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[table\npath=")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
