@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.index.murmur import bit_positions
+from laketide.index.hashing import bit_positions
 
 FOOTER_BLOOM = "org.apache.hudi.bloomfilter"
 FOOTER_BLOOM_LEGACY = "com.uber.hoodie.bloomfilter"

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, BloomFilter, KeyRange, bloom_size
-from laketide.index.murmur import bit_positions
+from laketide.index.hashing import bit_positions
 
 from conftest import COW_FIXTURES, MOR_FIXTURE
 

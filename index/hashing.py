@@ -1,4 +1,4 @@
-"""Hadoop's 32-bit MurmurHash2, vectorised over many keys with numpy.
+"""Key hashing vectorised over many keys with numpy: Hadoop's 32-bit MurmurHash2, and FNV-1a 64.
 
 Hudi's bloom filters hash every key with `org.apache.hadoop.util.hash.MurmurHash`,
 chaining the seed through `nbHash` rounds. This module reproduces that hash
@@ -58,24 +58,59 @@ def _hash_fixed_length(block: np.ndarray, seeds: np.ndarray) -> np.ndarray:
     return h
 
 
+def _by_length(keys):
+    """Yield (row indexes, (rows, length) uint8 block) for each distinct key length."""
+    data, offsets = key_bytes(keys)
+    lengths = np.diff(offsets)
+    starts = offsets[:-1]
+    for length in np.unique(lengths):
+        rows = np.nonzero(lengths == length)[0]
+        block = data[starts[rows][:, None] + np.arange(length, dtype=np.int64)[None, :]]
+        yield rows, block.reshape(len(rows), int(length))
+
+
+def murmur2(keys, seeds: int | np.ndarray = 0) -> np.ndarray:
+    """Hadoop MurmurHash2 of every key, with one seed for all or one seed per key, as uint32."""
+    seeds = np.broadcast_to(np.asarray(seeds, dtype=np.uint32), (len(keys),))
+    out = np.empty(len(keys), dtype=np.uint32)
+    with np.errstate(over="ignore"):
+        for rows, block in _by_length(keys):
+            out[rows] = _hash_fixed_length(block, seeds[rows])
+    return out
+
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+def hash64(keys) -> np.ndarray:
+    """FNV-1a 64-bit hash of every key: the state index's key hash.
+
+    MurmurHash2 is kept for the bloom filters, where Hudi's format needs it;
+    its 32-bit collisions are too frequent to name a key, and a second seeded
+    round collides on the same pairs.
+    """
+    out = np.empty(len(keys), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for rows, block in _by_length(keys):
+            h = np.full(len(rows), _FNV_OFFSET, dtype=np.uint64)
+            for i in range(block.shape[1]):
+                h ^= block[:, i].astype(np.uint64)
+                h *= _FNV_PRIME
+            out[rows] = h
+    return out
+
+
 def bit_positions(keys, num_hashes: int, vector_size: int) -> np.ndarray:
     """The ``(len(keys), num_hashes)`` bit indexes Hadoop's ``HashFunction`` yields.
 
     Round ``i`` hashes the key with the previous round's hash as seed (0 first);
     the bit is ``abs(h % vector_size)`` with Java's signed remainder.
     """
-    data, offsets = key_bytes(keys)
-    n = len(offsets) - 1
+    n = len(keys)
     out = np.empty((n, num_hashes), dtype=np.int64)
-    if n == 0:
-        return out
-    lengths = np.diff(offsets)
-    starts = offsets[:-1]
     with np.errstate(over="ignore"):
-        for length in np.unique(lengths):
-            rows = np.nonzero(lengths == length)[0]
-            block = data[starts[rows][:, None] + np.arange(length, dtype=np.int64)[None, :]]
-            block = block.reshape(len(rows), int(length))
+        for rows, block in _by_length(keys):
             h = np.zeros(len(rows), dtype=np.uint32)
             for i in range(num_hashes):
                 h = _hash_fixed_length(block, h)

@@ -1,0 +1,225 @@
+"""The state index: record key -> file group, kept with the table.
+
+Keys are hashed (FNV-1a 64 of ``partition \\0 key``) and sharded by hash. Each
+shard is a sorted run (``base``) plus one small delta run per instant. A
+delta is written before its instant commits and is read only once that
+instant is completed, so the index is exactly as current as the timeline and
+survives a lost Spark checkpoint. Rollback deletes the instant's deltas;
+compaction folds committed deltas into a new base.
+
+Layout under ``.hoodie/.laketide/index/``::
+
+    meta.json                                 shard count and hash
+    shard-00003/base_<instant>.arrow          sorted (key_hash, group) run
+    shard-00003/delta_<instant>_<part>.arrow  entries added by one instant
+    coverage_<instant>.json                   file groups whose keys became fully indexed
+
+A hash collision can only send a new key to the file group of the key it
+collides with, where the bucket writer inserts it; no key is ever in two groups.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+
+from laketide.index.hashing import hash64
+from laketide.table.io import FileIO
+
+INDEX_DIR = ".hoodie/.laketide/index"
+HASH_NAME = "fnv1a64(partition\\0key)"
+_RUN = re.compile(r"^(base|delta)_(\d{17})(?:_(\d+))?\.arrow$")
+_COVERAGE = re.compile(r"^coverage_(\d{17})\.json$")
+RUN_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", pa.string()), ("file_id", pa.string())])
+
+FileGroupId = tuple[str, str]
+
+
+def index_keys(partitions: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The 64-bit index hash of each (partition path, record key)."""
+    return hash64(pc.binary_join_element_wise(partitions, keys, "\x00"))
+
+
+def shard_of(key_hashes: np.ndarray, shards: int) -> np.ndarray:
+    return (key_hashes % np.uint64(shards)).astype(np.int32)
+
+
+@dataclass
+class ShardRun:
+    """One shard's entries in memory: sorted hashes and a file-group code for each."""
+
+    hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+    codes: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    groups: list[FileGroupId] = field(default_factory=list)
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> ShardRun:
+        groups: dict[FileGroupId, int] = {}
+        pairs = zip(table["partition"].to_pylist(), table["file_id"].to_pylist())
+        codes = np.fromiter((groups.setdefault(p, len(groups)) for p in pairs), np.int32, table.num_rows)
+        hashes = table["key_hash"].to_numpy()
+        order = np.argsort(hashes, kind="stable")
+        return cls(hashes[order], codes[order], list(groups))
+
+    @classmethod
+    def merge(cls, runs: Iterable[ShardRun]) -> ShardRun:
+        """Later runs win for a hash present in several (keys never move, so they agree)."""
+        runs = [r for r in runs if len(r.hashes)]
+        if not runs:
+            return cls()
+        groups: dict[FileGroupId, int] = {}
+        all_hashes, all_codes = [], []
+        for run in runs:
+            remap = np.array([groups.setdefault(g, len(groups)) for g in run.groups], np.int32)
+            all_hashes.append(run.hashes)
+            all_codes.append(remap[run.codes])
+        hashes = np.concatenate(all_hashes)
+        codes = np.concatenate(all_codes)
+        # keep the last occurrence of each hash: reverse, unique-first, reverse back
+        rev_hashes = hashes[::-1]
+        uniq, first = np.unique(rev_hashes, return_index=True)
+        return cls(uniq, codes[::-1][first], list(groups))
+
+    def lookup(self, key_hashes: np.ndarray) -> np.ndarray:
+        """File-group code of each hash, -1 where the shard does not know it."""
+        if len(self.hashes) == 0:
+            return np.full(len(key_hashes), -1, np.int32)
+        pos = np.searchsorted(self.hashes, key_hashes)
+        pos = np.minimum(pos, len(self.hashes) - 1)
+        found = self.hashes[pos] == key_hashes
+        return np.where(found, self.codes[pos], -1).astype(np.int32)
+
+    def to_table(self) -> pa.Table:
+        partitions = [self.groups[c][0] for c in self.codes]
+        file_ids = [self.groups[c][1] for c in self.codes]
+        return pa.table([pa.array(self.hashes, pa.uint64()), pa.array(partitions, pa.string()), pa.array(file_ids, pa.string())], schema=RUN_SCHEMA)
+
+
+@dataclass(frozen=True)
+class IndexSnapshot:
+    """Which run files make up each shard as of one timeline: computed on the driver, read on executors."""
+
+    shards: int
+    runs: dict[int, tuple[str, ...]]
+    covered: frozenset[FileGroupId]
+    as_of: str | None
+
+
+class StateIndex:
+    def __init__(self, io: FileIO, shards: int):
+        self.io = io
+        self.shards = shards
+
+    @classmethod
+    def open(cls, io: FileIO, shards: int) -> StateIndex:
+        """Open (or create) the index; the shard count of an existing index wins over a different request."""
+        meta_path = posixpath.join(INDEX_DIR, "meta.json")
+        if io.exists(meta_path):
+            meta = json.loads(io.read_text(meta_path))
+            if meta.get("hash") != HASH_NAME:
+                raise ValueError(f"state index at {io.full_path(INDEX_DIR)} uses hash {meta.get('hash')!r}; expected {HASH_NAME!r}")
+            return cls(io, int(meta["shards"]))
+        io.write_atomic(meta_path, json.dumps({"shards": shards, "hash": HASH_NAME}).encode(), overwrite=True)
+        return cls(io, shards)
+
+    @staticmethod
+    def shard_dir(shard: int) -> str:
+        return posixpath.join(INDEX_DIR, f"shard-{shard:05d}")
+
+    def _listing(self) -> tuple[dict[int, list[tuple[str, str, str]]], list[tuple[str, str]]]:
+        runs: dict[int, list[tuple[str, str, str]]] = {}
+        coverage = []
+        for entry in self.io.list_dir(INDEX_DIR):
+            if entry.is_dir and entry.name.startswith("shard-"):
+                shard = int(entry.name.split("-")[1])
+                for f in self.io.list_dir(entry.path):
+                    m = _RUN.match(f.name)
+                    if m:
+                        runs.setdefault(shard, []).append((m[1], m[2], f.path))
+            elif (m := _COVERAGE.match(entry.name)) is not None:
+                coverage.append((m[1], entry.path))
+        return runs, coverage
+
+    def snapshot(self, committed: set[str], earliest: str | None = None) -> IndexSnapshot:
+        """The runs to read per shard: the newest committed base and the committed deltas after it.
+
+        ``committed`` holds the completed instant times; files of other instants
+        are in flight or failed and are skipped, like the data files they index.
+        """
+
+        def valid(ts: str) -> bool:
+            return ts in committed or (earliest is not None and ts < earliest)
+
+        listing, coverage = self._listing()
+        runs = {}
+        for shard, files in listing.items():
+            # A base is folded only from committed runs, so it is valid whatever happens to its instant later.
+            bases = sorted((ts, p) for kind, ts, p in files if kind == "base")
+            base_ts = bases[-1][0] if bases else ""
+            deltas = sorted((ts, p) for kind, ts, p in files if kind == "delta" and valid(ts) and ts > base_ts)
+            runs[shard] = tuple(([bases[-1][1]] if bases else []) + [p for _, p in deltas])
+        covered: set[FileGroupId] = set()
+        for ts, path in sorted(coverage):
+            if valid(ts):
+                covered |= {tuple(g) for g in json.loads(self.io.read_text(path))}
+        as_of = max(committed) if committed else None
+        return IndexSnapshot(self.shards, runs, frozenset(covered), as_of)
+
+    def load_shard(self, snapshot: IndexSnapshot, shard: int) -> ShardRun:
+        return ShardRun.merge(self._read_run(p) for p in snapshot.runs.get(shard, ()))
+
+    def _read_run(self, path: str) -> ShardRun:
+        with self.io.open_input(path) as f:
+            return ShardRun.from_table(ipc.open_file(f).read_all())
+
+    def _write_run(self, path: str, table: pa.Table) -> None:
+        sink = pa.BufferOutputStream()
+        with ipc.new_file(sink, RUN_SCHEMA) as writer:
+            writer.write_table(table.cast(RUN_SCHEMA))
+        self.io.write_atomic(path, sink.getvalue().to_pybytes(), overwrite=True)
+
+    def write_delta(self, shard: int, instant: str, entries: pa.Table, part: int = 0) -> str | None:
+        """Entries (key_hash, partition, file_id) one instant adds to one shard."""
+        if entries.num_rows == 0:
+            return None
+        path = posixpath.join(self.shard_dir(shard), f"delta_{instant}_{part}.arrow")
+        self._write_run(path, entries)
+        return path
+
+    def write_coverage(self, instant: str, groups: Iterable[FileGroupId]) -> None:
+        groups = sorted(set(groups))
+        if groups:
+            path = posixpath.join(INDEX_DIR, f"coverage_{instant}.json")
+            self.io.write_atomic(path, json.dumps([list(g) for g in groups]).encode(), overwrite=True)
+
+    def instant_files(self, instant: str) -> list[str]:
+        """The deltas and coverage an instant wrote: what its rollback deletes.
+
+        Bases are kept: one named after a rolled-back instant may still hold
+        that instant's entries, which can only send a key back to the one file
+        group it was routed to before, where the bucket writer inserts it.
+        """
+        listing, coverage = self._listing()
+        files = [p for runs in listing.values() for kind, ts, p in runs if kind == "delta" and ts == instant]
+        return sorted(files + [p for ts, p in coverage if ts == instant])
+
+    def compact(self, snapshot: IndexSnapshot, shard: int) -> str | None:
+        """Fold a shard's committed runs into one base named after the newest committed instant."""
+        files = snapshot.runs.get(shard, ())
+        if len(files) <= 1 or snapshot.as_of is None:
+            return None
+        merged = self.load_shard(snapshot, shard)
+        path = posixpath.join(self.shard_dir(shard), f"base_{snapshot.as_of}.arrow")
+        self._write_run(path, merged.to_table())
+        for old in files:
+            if old != path:
+                self.io.delete(old)
+        return path
