@@ -25,8 +25,19 @@ def write_token(task_partition: int, stage: int = 0, attempt: int = 0) -> str:
     return f"{task_partition}-{stage}-{attempt}"
 
 
+class _DataFile:
+    """A file in a partition; ``path`` is relative to the table base path."""
+
+    partition: str
+    name: str
+
+    @property
+    def path(self) -> str:
+        return posixpath.join(self.partition, self.name) if self.partition else self.name
+
+
 @dataclass(frozen=True)
-class BaseFile:
+class BaseFile(_DataFile):
     partition: str
     file_id: str
     write_token: str
@@ -36,10 +47,6 @@ class BaseFile:
     @property
     def name(self) -> str:
         return f"{self.file_id}_{self.write_token}_{self.instant_time}{BASE_FILE_EXTENSION}"
-
-    @property
-    def path(self) -> str:
-        return posixpath.join(self.partition, self.name) if self.partition else self.name
 
     @classmethod
     def parse(cls, partition: str, name: str, size: int = 0) -> BaseFile:
@@ -51,7 +58,7 @@ class BaseFile:
 
 
 @dataclass(frozen=True)
-class LogFile:
+class LogFile(_DataFile):
     partition: str
     file_id: str
     base_instant: str
@@ -62,10 +69,6 @@ class LogFile:
     @property
     def name(self) -> str:
         return f".{self.file_id}_{self.base_instant}.log.{self.version}_{self.write_token}"
-
-    @property
-    def path(self) -> str:
-        return posixpath.join(self.partition, self.name) if self.partition else self.name
 
     @classmethod
     def parse(cls, partition: str, name: str, size: int = 0) -> LogFile | None:
