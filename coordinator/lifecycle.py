@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from laketide.coordinator.lease import Lease
@@ -49,7 +49,9 @@ class Coordinator:
         writer_id: str,
         clock: InstantClock | None = None,
         retry: RetryPolicy | None = None,
+        instant_side_files: Callable[[str], list[str]] | None = None,
     ):
+        """``instant_side_files`` lists what an instant wrote besides data files (index deltas); rollback deletes them too."""
         self.table = table
         self.lease = lease
         self.writer_id = writer_id
@@ -57,6 +59,7 @@ class Coordinator:
         self.retry = retry or RetryPolicy()
         self.timeline_writer = TimelineWriter(table.io, table.config)
         self._inflight: dict[str, dict[str, str]] = {}
+        self._side_files = instant_side_files or (lambda instant: [])
 
     # -- begin / commit ---------------------------------------------------
 
@@ -162,7 +165,7 @@ class Coordinator:
                     f"{instant_time} is completed and not the newest completed instant ({newest.timestamp}); "
                     "rolling it back needs force"
                 )
-        files = self.table.file_system_view(timeline).uncommitted_files(instant_time)
+        files = self.table.file_system_view(timeline).uncommitted_files(instant_time) + self._side_files(instant_time)
         return RollbackPlan(instant_time, target.action, tuple(files))
 
     def rollback(self, instant_time: str, force: bool = False, dry_run: bool = False) -> RollbackResult:
@@ -202,7 +205,7 @@ class Coordinator:
         was_completed = timeline.is_completed_write(plan.target)
         # Un-completing the instant first hides its files from readers before any is deleted.
         writer.delete(Instant(plan.target, plan.target_action, State.COMPLETED))
-        late = self.table.file_system_view(timeline).uncommitted_files(plan.target)
+        late = self.table.file_system_view(timeline).uncommitted_files(plan.target) + self._side_files(plan.target)
         files = sorted(set(plan.files) | set(late))
         for path in files:
             self.table.io.delete(path)

@@ -58,7 +58,6 @@ class TableSection(_Section):
 class GeneratorSection(_Section):
     rows_per_batch: int = Field(10_000, gt=0)
     batches: int = Field(5, gt=0)
-    key_space: int = Field(1_000_000, gt=0)
     update_fraction: float = Field(0.5, ge=0, le=1)
     delete_fraction: float = Field(0.02, ge=0, le=1)
     duplicate_fraction: float = Field(0.01, ge=0, le=1)
@@ -97,6 +96,7 @@ class WriteSection(_Section):
     index_shards: int = Field(8, gt=0, le=4096)
     parallelism: int = Field(4, gt=0)
     bloom_type: Literal["DYNAMIC_V0", "SIMPLE"] = "DYNAMIC_V0"
+    quarantine_path: str | None = None
     index_compaction_deltas: int = Field(16, gt=0)
 
     @model_validator(mode="after")

@@ -75,3 +75,15 @@ def rows(table: pa.Table, key: str, columns: list[str] | None = None) -> list[di
     if columns is not None:
         table = table.select(columns)
     return sorted(table.to_pylist(), key=lambda r: r[key])
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for the whole test session."""
+    from laketide.config import SparkSection
+    from laketide.writer.session import spark_session
+
+    session = spark_session(SparkSection(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,88 @@
+"""The streaming job: open the table, take the lease, recover, and run the query."""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import uuid
+from collections.abc import Callable
+
+from laketide.config import JobConfig
+from laketide.coordinator import Coordinator, Lease, LocalLease
+from laketide.index.state import StateIndex
+from laketide.table import FileIO, Table
+from laketide.writer.pipeline import MicroBatchWriter
+from laketide.writer.session import spark_session
+from laketide.writer.sources import read_stream
+
+log = logging.getLogger("laketide.job")
+LEASE_FILE = ".hoodie/.laketide/lease"
+WRITER_ID_FILE = "laketide-writer-id"
+
+
+def writer_id_for(checkpoint: str) -> str:
+    """The writer id lives in the checkpoint: a new checkpoint is a new writer with its own batch ids."""
+    io = FileIO.for_uri(checkpoint)
+    if io.exists(WRITER_ID_FILE):
+        return io.read_text(WRITER_ID_FILE).strip()
+    writer_id = uuid.uuid4().hex
+    io.write_atomic(WRITER_ID_FILE, writer_id.encode(), overwrite=False)
+    return writer_id
+
+
+def open_table(config: JobConfig) -> Table:
+    t = config.table
+    table = Table.create(t.path, t.name, t.record_key, t.partition_by, t.ordering_field, t.hive_style_partitioning)
+    if table.config.table_type != "COPY_ON_WRITE":
+        raise NotImplementedError(f"table {table.uri} is {table.config.table_type}; laketide writes copy-on-write tables only")
+    if not table.config.populate_meta_fields:
+        raise NotImplementedError(f"table {table.uri} has hoodie.populate.meta.fields=false; laketide needs the meta columns")
+    return table
+
+
+def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | None = None) -> Lease:
+    if config.coordinator.lease == "local":
+        if not table.io.is_local:
+            raise ValueError(f"coordinator.lease = 'local' needs a table on the local file system; {table.uri} is not. Use 'zookeeper'.")
+        return LocalLease(posixpath.join(table.uri, LEASE_FILE), table.uri, job_id=job_id, api_address=api_address)
+    raise NotImplementedError("coordinator.lease = 'zookeeper' is not available yet")
+
+
+def quarantine_path(config: JobConfig) -> str:
+    return config.write.quarantine_path or config.table.path.rstrip("/") + "_quarantine"
+
+
+def run(config: JobConfig, on_step: Callable[[str, int], None] | None = None) -> MicroBatchWriter:
+    """Run the job until its trigger ends it (available-now) or it is stopped."""
+    table = open_table(config)
+    writer_id = writer_id_for(config.stream.checkpoint)
+    lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}")
+    holder = lease.acquire(config.coordinator.lease_wait)
+    log.info("lease of %s taken: %s", table.uri, holder.describe())
+    try:
+        index = StateIndex.open(table.io, config.write.index_shards)
+        coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
+        for result in coordinator.recover():
+            log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
+        spark = spark_session(config.spark)
+        spark.sparkContext.setLogLevel("WARN")
+        writer = MicroBatchWriter(spark, config, table, coordinator, index, quarantine_path(config), on_step)
+        stream = (
+            read_stream(spark, config.source)
+            .writeStream.queryName(config.stream.query_name)
+            .option("checkpointLocation", config.stream.checkpoint)
+            .foreachBatch(writer)
+        )
+        if config.stream.trigger == "available-now":
+            stream = stream.trigger(availableNow=True)
+        else:
+            stream = stream.trigger(processingTime=config.stream.trigger)
+        query = stream.start()
+        try:
+            query.awaitTermination()
+        except KeyboardInterrupt:
+            log.info("stopping the query")
+            query.stop()
+        return writer
+    finally:
+        lease.release()
