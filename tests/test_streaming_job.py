@@ -9,31 +9,7 @@ import pytest
 from laketide.writer.job import run
 
 from conftest import hudi_read, rows
-from streaming import DATA_COLUMNS, Model, job_config, land, row
-
-BATCHES = [
-    [row(i, 1) for i in range(1, 31)],
-    # updates, in-batch duplicates with out-of-order ordering values, deletes, bad rows
-    [row(i, 2) for i in range(1, 11)]
-    + [row(3, 5), row(3, 4), row(4, 3), row(4, 6), row(5, 9), row(5, 7)]
-    + [row(20, 2, deleted=True), row(21, 2, deleted=True), row(999, 2, deleted=True)]
-    + [{"id": None, "ts": 2, "region": "us", "name": "no key"}, {"id": 77, "ts": "abc", "region": "us"}, "{not json", {"id": 78, "ts": 2, "region": "a/b"}],
-    [row(i, 3, region="apac") for i in range(100, 110)] + [row(6, 3), row(20, 4)],
-]
-BAD_ROWS = 4
-
-
-def land_all(root, batches=BATCHES):
-    for n, lines in enumerate(batches):
-        land(root, f"batch-{n:03d}.json", lines, 1_700_000_000 + n)
-
-
-def expected_after(batches):
-    model = Model()
-    for lines in batches:
-        model.apply(lines)
-    return model.expected()
-
+from streaming import BAD_ROWS, BATCHES, DATA_COLUMNS, expected_after, job_config, land_all
 
 @pytest.fixture(scope="module")
 def job_run(spark, tmp_path_factory):
