@@ -15,10 +15,13 @@ POINTS = ("begun", "written", "committed")
 
 
 def schedule(seed: int) -> list[tuple[str, int]]:
-    """A few crash points, always including one after a commit but before Spark records the batch."""
+    """One crash at each step (on a random batch) plus one more, in an order where each is reached.
+
+    A kill "committed" falls after the commit but before Spark records the batch.
+    """
     rng = random.Random(seed)
-    picks = [("committed", rng.randrange(len(BATCHES)))]
-    picks += [(rng.choice(POINTS), rng.randrange(len(BATCHES))) for _ in range(3)]
+    picks = [(point, rng.randrange(len(BATCHES))) for point in POINTS]
+    picks.append((rng.choice(POINTS), rng.randrange(len(BATCHES))))
     return sorted(set(picks), key=lambda p: (p[1], POINTS.index(p[0])))
 
 
@@ -33,7 +36,7 @@ def test_kill_and_restart_gives_the_expected_table(tmp_path):
         crashes += result.returncode == 137
     final = subprocess.run([PYTHON, str(RUNNER), str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
     assert final.returncode == 0, final.stderr[-3000:]
-    assert crashes >= 2, f"seed {seed}: the crash schedule should kill the job at least twice"
+    assert crashes == len(schedule(seed)), f"seed {seed}: the crash schedule should kill the job at least twice"
 
     table = hudi_read(tmp_path / "table")
     assert rows(table, "id", DATA_COLUMNS) == expected_after(BATCHES), f"seed {seed}"
