@@ -64,9 +64,19 @@ class AssignPlan:
         return int(uuid.uuid5(_FILE_ID_NAMESPACE, file_id).int % self.shards)
 
 
-def new_file_id(instant: str, shard: int, partition: str, n: int) -> str:
-    """Deterministic, so a retried task routes records to the same new file groups."""
-    return f"{uuid.uuid5(_FILE_ID_NAMESPACE, f'{instant}/{shard}/{partition}/{n}')}-0"
+def new_file_id(plan: AssignPlan, shard: int, partition: str, n: int) -> str:
+    """The ``n``-th new file group this shard opens in ``partition`` for this instant.
+
+    Deterministic, so a retried task routes records to the same groups; and
+    chosen so that the shard owns it, so the same shard keeps filling it in
+    later micro-batches until it is no longer small.
+    """
+    attempt = 0
+    while True:
+        candidate = f"{uuid.uuid5(_FILE_ID_NAMESPACE, f'{plan.instant}/{shard}/{partition}/{n}/{attempt}')}-0"
+        if plan.owner_of(candidate) == shard:
+            return candidate
+        attempt += 1
 
 
 def dedupe(rows: pa.Table, ordering_field: str | None) -> pa.Table:
@@ -182,6 +192,6 @@ class BucketAssigner:
         n = 0
         while count > 0:
             take = min(count, self.plan.new_group_records)
-            yield from [new_file_id(self.plan.instant, self.shard, partition, n)] * take
+            yield from [new_file_id(self.plan, self.shard, partition, n)] * take
             count -= take
             n += 1

@@ -44,7 +44,13 @@ def run(
     _logging()
     from laketide.writer.job import run as run_job
 
-    run_job(job_config)
+    writer = run_job(job_config)
+    reports = [r for r in writer.status.recent if not r.skipped]
+    path = Path(job_config.table.path).resolve()
+    typer.echo(f"\n{len(reports)} micro-batches committed to {path}. Read the table with:")
+    typer.echo(f"  hudi:     python -c \"from hudi import HudiTableBuilder; import pyarrow as pa; "
+               f"print(pa.Table.from_batches(HudiTableBuilder.from_base_uri('{path}').build().read()).num_rows)\"")
+    typer.echo(f"  laketide: python -c \"from laketide.table import Table; print(Table.open('{path}').snapshot().num_rows)\"")
 
 
 def main() -> None:

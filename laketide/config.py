@@ -93,7 +93,7 @@ class StreamSection(_Section):
 class WriteSection(_Section):
     target_file_size: Size = 128 * 2**20
     small_file_limit: Size = 100 * 2**20
-    index_shards: int = Field(8, gt=0, le=4096)
+    index_shards: int = Field(4, gt=0, le=4096)
     parallelism: int = Field(4, gt=0)
     bloom_type: Literal["DYNAMIC_V0", "SIMPLE"] = "DYNAMIC_V0"
     quarantine_path: str | None = None
