@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.bloom import BloomFilter, KeyRange
-from laketide.index.state import RUN_SCHEMA, ShardRun, index_keys
+from laketide.index.state import ShardRun, index_entries, index_keys
 from laketide.table.schema import IS_DELETED, RECORD_KEY
 
 PARTITION = "_lt_partition"
@@ -173,10 +173,8 @@ class BucketAssigner:
         # deletes of keys the table never had have nowhere to go and nothing to do
         keep = np.array([fid is not None for fid in file_ids], dtype=bool)
         assigned = rows.append_column(FILE_ID, pa.array(file_ids, pa.string())).filter(pa.array(keep))
-        entries = pa.table(
-            [pa.array(hashes[new_entry], pa.uint64()), pa.array(np.array(partitions, dtype=object)[new_entry].tolist(), pa.string()), pa.array([file_ids[i] for i in np.nonzero(new_entry)[0]], pa.string())],
-            schema=RUN_SCHEMA,
-        )
+        chosen = np.nonzero(new_entry)[0]
+        entries = index_entries(hashes[chosen], [partitions[i] for i in chosen], [file_ids[i] for i in chosen])
         return assigned.drop_columns([ARRIVAL]) if ARRIVAL in assigned.column_names else assigned, entries
 
     def _pack(self, partition: str, count: int) -> Iterable[str]:

@@ -48,6 +48,14 @@ def index_keys(partitions: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.Chunk
     return hash64(pc.binary_join_element_wise(partitions, keys, "\x00"))
 
 
+def index_entries(key_hashes: np.ndarray, partitions, file_ids) -> pa.Table:
+    """A run of index entries: one (key hash, partition, file id) per key."""
+    return pa.table(
+        [pa.array(key_hashes, pa.uint64()), pa.array(partitions, pa.string()), pa.array(file_ids, pa.string())],
+        schema=RUN_SCHEMA,
+    )
+
+
 def shard_of(key_hashes: np.ndarray, shards: int) -> np.ndarray:
     return (key_hashes % np.uint64(shards)).astype(np.int32)
 
@@ -98,9 +106,7 @@ class ShardRun:
         return np.where(found, self.codes[pos], -1).astype(np.int32)
 
     def to_table(self) -> pa.Table:
-        partitions = [self.groups[c][0] for c in self.codes]
-        file_ids = [self.groups[c][1] for c in self.codes]
-        return pa.table([pa.array(self.hashes, pa.uint64()), pa.array(partitions, pa.string()), pa.array(file_ids, pa.string())], schema=RUN_SCHEMA)
+        return index_entries(self.hashes, [self.groups[c][0] for c in self.codes], [self.groups[c][1] for c in self.codes])
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from laketide.index.state import StateIndex, ShardRun, index_keys, shard_of
+from laketide.index.state import ShardRun, StateIndex, index_entries, index_keys, shard_of
 from laketide.table import FileIO
 
 
 def entries(keys, partition, file_id):
     hashes = index_keys(pa.array([partition] * len(keys)), pa.array(keys))
-    return pa.table({"key_hash": pa.array(hashes, pa.uint64()), "partition": [partition] * len(keys), "file_id": [file_id] * len(keys)})
+    return index_entries(hashes, [partition] * len(keys), [file_id] * len(keys))
 
 
 def lookup(index, snapshot, keys, partition):

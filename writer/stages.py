@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from laketide.index.assigner import FILE_ID, PARTITION, AssignPlan, BucketAssigner
-from laketide.index.state import IndexSnapshot, StateIndex, index_keys, shard_of
+from laketide.index.state import IndexSnapshot, StateIndex, index_entries, index_keys, shard_of
 from laketide.table.commit import WriteStat
 from laketide.table.files import BaseFile
 from laketide.table.io import FileIO
@@ -91,8 +91,8 @@ def _index_whole_group(plan: BatchPlan, io: FileIO, path: str, partition: str, f
     shards = shard_of(hashes, plan.index.shards)
     index = StateIndex(io, plan.index.shards)
     for shard in np.unique(shards):
-        mask = shards == shard
-        entries = pa.table({"key_hash": pa.array(hashes[mask], pa.uint64()), "partition": [partition] * int(mask.sum()), "file_id": [file_id] * int(mask.sum())})
+        count = int((shards == shard).sum())
+        entries = index_entries(hashes[shards == shard], [partition] * count, [file_id] * count)
         index.write_delta(int(shard), plan.instant, entries, part=_WRITE_PART_BASE + task)
 
 

@@ -1,0 +1,280 @@
+"""Upsert benchmark: laketide's streaming job against delta-rs MERGE, on one generated workload.
+
+The workload is an initial load of N rows, then K batches of B rows in which a
+share of rows update existing keys (uniform or zipf-skewed) and 1% repeat a
+key of the same batch. Both engines get the same parquet files, both results
+are checked against the expected final state, and the ratios are reported
+because this machine is shared and absolute times drift.
+
+    python bench/upsert_bench.py                      # N=1,000,000 K=10 B=100,000, 50% updates
+    python bench/upsert_bench.py --rows 100000 --batches 3 --batch-rows 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string())])
+DDL = "id BIGINT, name STRING, amount DOUBLE, ts BIGINT, region STRING"
+REGIONS = 4
+
+
+# -- workload ---------------------------------------------------------------
+
+
+def _rows(ids: np.ndarray, ts: np.ndarray) -> pa.Table:
+    return pa.table(
+        {
+            "id": ids,
+            "name": pa.array(np.char.add("name-", ts.astype(str))),
+            "amount": np.round(ids * 0.37 + ts * 0.001, 3),
+            "ts": ts,
+            "region": pa.array(np.char.add("r", (ids % REGIONS).astype(str))),
+        },
+        schema=SCHEMA,
+    )
+
+
+def make_workload(n: int, k: int, b: int, update_share: float, skew: str, seed: int) -> list[pa.Table]:
+    rng = np.random.default_rng(seed)
+    batches = [_rows(np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64))]
+    next_id, next_ts = n, n
+    for _ in range(k):
+        updates = int(b * update_share)
+        if skew == "zipf":
+            picked = (rng.zipf(1.2, size=updates) - 1) % next_id
+        else:
+            picked = rng.integers(0, next_id, size=updates)
+        inserts = np.arange(next_id, next_id + (b - updates), dtype=np.int64)
+        next_id += len(inserts)
+        ids = np.concatenate([picked.astype(np.int64), inserts])
+        rng.shuffle(ids)
+        dups = rng.random(b) < 0.01
+        ids[dups] = ids[rng.integers(0, b, size=int(dups.sum()))]
+        ts = np.arange(next_ts, next_ts + b, dtype=np.int64)
+        next_ts += b
+        batches.append(_rows(ids, ts))
+    return batches
+
+
+def dedupe(batch: pa.Table) -> pa.Table:
+    ordered = batch.sort_by([("id", "ascending"), ("ts", "descending")])
+    ids = ordered["id"].to_numpy()
+    first = np.ones(len(ids), bool)
+    first[1:] = ids[1:] != ids[:-1]
+    return ordered.filter(pa.array(first))
+
+
+def expected_state(batches: list[pa.Table]) -> pa.Table:
+    final = dedupe(pa.concat_tables(batches))
+    return final.sort_by("id")
+
+
+# -- measuring --------------------------------------------------------------
+
+
+class PeakRss:
+    """Samples the RSS of this process and its children (Spark's JVM and Python workers)."""
+
+    def __init__(self, interval: float = 0.2):
+        self.interval, self.peak, self._stop = interval, 0, threading.Event()
+
+    def _sample(self) -> int:
+        me = psutil.Process()
+        total = me.memory_info().rss
+        for child in me.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class Result:
+    engine: str
+    load_seconds: float
+    batch_seconds: list[float] = field(default_factory=list)
+    files: int = 0
+    bytes: int = 0
+    peak_rss_mb: float = 0.0
+    verified: bool = False
+
+    def summary(self, batch_rows: int) -> dict:
+        secs = sorted(self.batch_seconds)
+        median = statistics.median(secs)
+        p95 = secs[min(len(secs) - 1, int(round(0.95 * (len(secs) - 1))))]
+        return {
+            "engine": self.engine,
+            "load_seconds": round(self.load_seconds, 2),
+            "median_batch_seconds": round(median, 2),
+            "p95_batch_seconds": round(p95, 2),
+            "records_per_second": round(batch_rows / median),
+            "files": self.files,
+            "mb": round(self.bytes / 2**20, 1),
+            "peak_rss_mb": round(self.peak_rss_mb),
+            "verified": self.verified,
+        }
+
+
+def _matches(got: pa.Table, expected: pa.Table) -> bool:
+    got = got.select(SCHEMA.names).cast(SCHEMA).sort_by("id")
+    return got.num_rows == expected.num_rows and got.equals(expected.select(SCHEMA.names))
+
+
+# -- engines ----------------------------------------------------------------
+
+
+def run_laketide(workdir: Path, landing: Path, expected: pa.Table, parallelism: int) -> Result:
+    from hudi import HudiTableBuilder
+
+    from laketide.config import load_config
+    from laketide.writer.job import run
+
+    table_path = workdir / "laketide"
+    config = load_config(
+        overrides=[
+            f"table.path={table_path}",
+            "table.name=bench",
+            'table.record_key=["id"]',
+            'table.partition_by=["region"]',
+            "table.ordering_field=ts",
+            "source.format=parquet",
+            f"source.path={landing}",
+            f"source.schema={DDL}",
+            "source.max_files_per_trigger=1",
+            f"stream.checkpoint={workdir / 'checkpoint'}",
+            "stream.trigger=available-now",
+            f"write.parallelism={parallelism}",
+            f"write.index_shards={parallelism}",
+            "spark.master=local[2]",
+            f"spark.conf.spark.sql.shuffle.partitions={parallelism}",
+            "spark.conf.spark.driver.memory=4g",
+        ]
+    )
+    with PeakRss() as rss:
+        writer = run(config)
+    reports = [r for r in writer.status.recent if not r.skipped]
+    result = Result("laketide", reports[0].seconds, [r.seconds for r in reports[1:]], peak_rss_mb=rss.peak / 2**20)
+    from laketide.table import Table
+
+    slices = Table.open(str(table_path)).file_system_view().latest_slices()
+    result.files, result.bytes = len(slices), sum(s.size for s in slices)
+    hudi_rows = pa.Table.from_batches(HudiTableBuilder.from_base_uri(str(table_path)).build().read())
+    result.verified = _matches(hudi_rows, expected)
+    return result
+
+
+def run_delta(workdir: Path, batches: list[pa.Table], expected: pa.Table) -> Result:
+    from deltalake import DeltaTable, write_deltalake
+
+    path = str(workdir / "delta")
+    with PeakRss() as rss:
+        started = time.perf_counter()
+        write_deltalake(path, dedupe(batches[0]), partition_by=["region"])
+        result = Result("delta-rs", time.perf_counter() - started)
+        for batch in batches[1:]:
+            started = time.perf_counter()
+            source = dedupe(batch)
+            (
+                DeltaTable(path)
+                .merge(source=source, predicate="t.id = s.id AND t.region = s.region", source_alias="s", target_alias="t")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
+            result.batch_seconds.append(time.perf_counter() - started)
+    result.peak_rss_mb = rss.peak / 2**20
+    table = DeltaTable(path)
+    uris = table.file_uris()
+    result.files = len(uris)
+    result.bytes = sum(os.path.getsize(u.removeprefix("file://")) for u in uris)
+    result.verified = _matches(table.to_pyarrow_table(), expected)
+    return result
+
+
+# -- main -------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="laketide vs delta-rs upsert benchmark")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="initial load N")
+    parser.add_argument("--batches", type=int, default=10, help="upsert batches K")
+    parser.add_argument("--batch-rows", type=int, default=100_000, help="rows per batch B")
+    parser.add_argument("--update-share", type=float, default=0.5)
+    parser.add_argument("--skew", choices=["uniform", "zipf"], default="uniform")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--parallelism", type=int, default=4)
+    parser.add_argument("--out", default="bench/results/upsert_bench.json")
+    args = parser.parse_args()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+    batches = make_workload(args.rows, args.batches, args.batch_rows, args.update_share, args.skew, args.seed)
+    expected = expected_state(batches)
+    workdir = Path(tempfile.mkdtemp(prefix="laketide-bench-"))
+    try:
+        landing = workdir / "landing"
+        landing.mkdir()
+        for n, batch in enumerate(batches):
+            path = landing / f"batch-{n:04d}.parquet"
+            pq.write_table(batch, path)
+            os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+        print(f"workload: N={args.rows:,} K={args.batches} B={args.batch_rows:,} updates={args.update_share:.0%} {args.skew}; "
+              f"final rows {expected.num_rows:,}", flush=True)
+        delta = run_delta(workdir, batches, expected)
+        print(f"delta-rs done: median {statistics.median(delta.batch_seconds):.2f}s per batch", flush=True)
+        lake = run_laketide(workdir, landing, expected, args.parallelism)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    rows = [lake.summary(args.batch_rows), delta.summary(args.batch_rows)]
+    ratios = {
+        "median_batch_seconds": round(rows[0]["median_batch_seconds"] / rows[1]["median_batch_seconds"], 2),
+        "p95_batch_seconds": round(rows[0]["p95_batch_seconds"] / rows[1]["p95_batch_seconds"], 2),
+        "records_per_second": round(rows[0]["records_per_second"] / rows[1]["records_per_second"], 2),
+        "peak_rss_mb": round(rows[0]["peak_rss_mb"] / rows[1]["peak_rss_mb"], 2),
+    }
+    columns = list(rows[0])
+    print(" | ".join(f"{c:>22}" if i else f"{c:<10}" for i, c in enumerate(columns)))
+    for r in rows:
+        print(" | ".join(f"{str(r[c]):>22}" if i else f"{r[c]:<10}" for i, c in enumerate(columns)))
+    print("laketide / delta-rs: " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"workload": vars(args), "results": rows, "ratio_laketide_to_delta": ratios}, indent=2))
+    if not all(r["verified"] for r in rows):
+        print("verification FAILED", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from laketide.index.assigner import ARRIVAL, FILE_ID, PARTITION, AssignPlan, BucketAssigner, SmallFileGroup, UncoveredGroup, dedupe, new_file_id
+from laketide.index.state import ShardRun, index_keys
+from laketide.table import FileIO
+from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json, with_meta_schema
+from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
+
+
+def batch(keys, ts, partition="p", deleted=None):
+    n = len(keys)
+    return pa.table(
+        {
+            "ts": pa.array(ts, pa.int64()),
+            RECORD_KEY: pa.array(keys, pa.string()),
+            PARTITION: pa.array([partition] * n, pa.string()),
+            ARRIVAL: pa.array(np.arange(n), pa.int64()),
+            IS_DELETED: pa.array(deleted or [False] * n),
+        }
+    )
+
+
+def assigner(plan, run=None, shard=0, io=None):
+    def read_keys(path):
+        with io.open_input(path) as f:
+            return pq.read_table(f, columns=[RECORD_KEY])[RECORD_KEY].combine_chunks()
+
+    def read_footer(path):
+        with io.open_input(path) as f:
+            return pq.read_metadata(f).metadata
+
+    return BucketAssigner(shard, plan, run or ShardRun(), read_keys, read_footer)
+
+
+def test_dedupe_keeps_highest_ordering_then_latest_arrival():
+    rows = dedupe(batch(["a", "a", "b", "b", "c"], [5, 3, 1, 1, 2]), "ts")
+    assert sorted(zip(rows[RECORD_KEY].to_pylist(), rows["ts"].to_pylist(), rows[ARRIVAL].to_pylist())) == [("a", 5, 0), ("b", 1, 3), ("c", 2, 4)]
+
+
+def test_inserts_fill_owned_small_groups_then_new_ones():
+    plan = AssignPlan("20260101000000001", shards=1, ordering_field="ts", new_group_records=3)
+    plan.small_groups[0] = [SmallFileGroup("p", "small-0", 2)]
+    assigned, entries = assigner(plan).assign(batch([f"k{i}" for i in range(7)], [1] * 7))
+    groups = assigned[FILE_ID].to_pylist()
+    assert groups.count("small-0") == 2
+    new = [g for g in set(groups) if g != "small-0"]
+    assert sorted(groups.count(g) for g in new) == [2, 3]
+    assert all(plan.owner_of(g) == 0 for g in new)
+    assert entries.num_rows == 7
+
+
+def test_known_keys_follow_the_index_and_unknown_deletes_are_dropped():
+    plan = AssignPlan("20260101000000002", shards=1, ordering_field="ts", new_group_records=100)
+    hashes = index_keys(pa.array(["p"]), pa.array(["old"]))
+    run = ShardRun(hashes.astype(np.uint64), np.array([0], np.int32), [("p", "fg-old")])
+    assigned, entries = assigner(plan, run).assign(batch(["old", "new", "ghost"], [1, 1, 1], deleted=[False, False, True]))
+    routed = dict(zip(assigned[RECORD_KEY].to_pylist(), assigned[FILE_ID].to_pylist()))
+    assert routed["old"] == "fg-old" and "ghost" not in routed
+    assert entries["file_id"].to_pylist() == [routed["new"]]
+
+
+def test_uncovered_group_found_through_its_bloom_filter(tmp_path):
+    io = FileIO.for_uri(str(tmp_path))
+    schema = pa.schema([("id", pa.string())])
+    rows = pa.table({"id": ["x1", "x2", "x3"], RECORD_KEY: ["x1", "x2", "x3"]})
+    stat = BucketWriter(io, FileGroupTarget("p", "foreign"), "20250101000000000", 0, schema, avro_schema_json(with_meta_schema(schema), "t")).write(rows)
+    plan = AssignPlan("20260101000000003", shards=1, ordering_field="ts", new_group_records=100)
+    plan.uncovered["p"] = [UncoveredGroup("p", "foreign", stat.path)]
+    assigned, entries = assigner(plan, io=io).assign(batch(["x2", "y9"], [1, 1]))
+    routed = dict(zip(assigned[RECORD_KEY].to_pylist(), assigned[FILE_ID].to_pylist()))
+    assert routed["x2"] == "foreign" and routed["y9"] != "foreign"
+    assert entries.num_rows == 2
+
+
+def test_new_file_ids_are_deterministic():
+    plan = AssignPlan("20260101000000004", shards=4, ordering_field=None, new_group_records=1)
+    assert new_file_id(plan, 2, "p", 0) == new_file_id(plan, 2, "p", 0)
+    assert plan.owner_of(new_file_id(plan, 3, "p", 1)) == 3
