@@ -42,6 +42,10 @@ RUN_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", pa.string()), (
 
 FileGroupId = tuple[str, str]
 
+# Executors keep the shards they loaded for the next micro-batch, keyed by the exact run files.
+_SHARD_CACHE: dict[tuple[str, tuple[str, ...]], ShardRun] = {}
+_SHARD_CACHE_SIZE = 64
+
 
 def index_keys(partitions: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """The 64-bit index hash of each (partition path, record key)."""
@@ -70,12 +74,14 @@ class ShardRun:
 
     @classmethod
     def from_table(cls, table: pa.Table) -> ShardRun:
-        groups: dict[FileGroupId, int] = {}
-        pairs = zip(table["partition"].to_pylist(), table["file_id"].to_pylist())
-        codes = np.fromiter((groups.setdefault(p, len(groups)) for p in pairs), np.int32, table.num_rows)
+        if table.num_rows == 0:
+            return cls()
+        pairs = pc.binary_join_element_wise(table["partition"], table["file_id"], "\x00").combine_chunks().dictionary_encode()
+        codes = pairs.indices.to_numpy().astype(np.int32)
+        groups = [tuple(p.split("\x00", 1)) for p in pairs.dictionary.to_pylist()]
         hashes = table["key_hash"].to_numpy()
         order = np.argsort(hashes, kind="stable")
-        return cls(hashes[order], codes[order], list(groups))
+        return cls(hashes[order], codes[order], groups)
 
     @classmethod
     def merge(cls, runs: Iterable[ShardRun]) -> ShardRun:
@@ -180,9 +186,19 @@ class StateIndex:
         return IndexSnapshot(self.shards, runs, frozenset(covered), as_of)
 
     def load_shard(self, snapshot: IndexSnapshot, shard: int) -> ShardRun:
-        return ShardRun.merge(self._read_run(p) for p in snapshot.runs.get(shard, ()))
+        """The merged runs of one shard, cached in this process: run files never change once written."""
+        paths = snapshot.runs.get(shard, ())
+        key = (self.io.base_path, paths)
+        if key not in _SHARD_CACHE:
+            _SHARD_CACHE[key] = ShardRun.merge(self._read_run(p) for p in paths)
+            while len(_SHARD_CACHE) > _SHARD_CACHE_SIZE:
+                _SHARD_CACHE.pop(next(iter(_SHARD_CACHE)))
+        return _SHARD_CACHE[key]
 
     def _read_run(self, path: str) -> ShardRun:
+        if self.io.is_local:
+            with pa.memory_map(self.io.full_path(path)) as source:
+                return ShardRun.from_table(ipc.open_file(source).read_all())
         with self.io.open_input(path) as f:
             return ShardRun.from_table(ipc.open_file(f).read_all())
 
