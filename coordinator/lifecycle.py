@@ -60,6 +60,7 @@ class Coordinator:
         self.timeline_writer = TimelineWriter(table.io, table.config)
         self._inflight: dict[str, dict[str, str]] = {}
         self._side_files = instant_side_files or (lambda instant: [])
+        self._batch_of: dict[str, tuple[str, int] | None] = {}
 
     # -- begin / commit ---------------------------------------------------
 
@@ -68,9 +69,13 @@ class Coordinator:
         timeline = timeline or self.table.timeline
         batches: dict[str, set[int]] = defaultdict(set)
         for instant in timeline.completed_writes():
-            extra = timeline.commit_metadata(instant).extra_metadata
-            if BATCH_ID_KEY in extra and WRITER_ID_KEY in extra:
-                batches[extra[WRITER_ID_KEY]].add(int(extra[BATCH_ID_KEY]))
+            if instant.timestamp not in self._batch_of:
+                # completed instants never change, so each commit's metadata is read once per coordinator
+                extra = timeline.commit_metadata(instant).extra_metadata
+                known = BATCH_ID_KEY in extra and WRITER_ID_KEY in extra
+                self._batch_of[instant.timestamp] = (extra[WRITER_ID_KEY], int(extra[BATCH_ID_KEY])) if known else None
+            if (writer_batch := self._batch_of[instant.timestamp]) is not None:
+                batches[writer_batch[0]].add(writer_batch[1])
         return batches
 
     def is_committed(self, batch_id: int, timeline: Timeline | None = None) -> bool:

@@ -22,6 +22,7 @@ def spark_session(config: SparkSection) -> SparkSession:
         builder = builder.master(config.master)
     defaults = {
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.driver.host": "127.0.0.1",

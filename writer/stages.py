@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from laketide.index.assigner import FILE_ID, PARTITION, AssignPlan, BucketAssigner
@@ -101,12 +100,15 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int) -> Iter
     if rows is None:
         return
     io = FileIO.for_uri(plan.table_uri)
-    groups = rows.group_by([PARTITION, FILE_ID]).aggregate([]).to_pylist()
+    rows = rows.sort_by([(PARTITION, "ascending"), (FILE_ID, "ascending"), (RECORD_KEY, "ascending")])
+    partitions = rows[PARTITION].to_numpy(zero_copy_only=False)
+    file_ids = rows[FILE_ID].to_numpy(zero_copy_only=False)
+    starts = np.concatenate([[0], np.nonzero((partitions[1:] != partitions[:-1]) | (file_ids[1:] != file_ids[:-1]))[0] + 1])
+    ends = np.append(starts[1:], len(partitions))
     statuses = []
-    for group in sorted(groups, key=lambda g: (g[PARTITION], g[FILE_ID])):
-        partition, file_id = group[PARTITION], group[FILE_ID]
-        mask = pc.and_(pc.equal(rows[PARTITION], partition), pc.equal(rows[FILE_ID], file_id))
-        incoming = rows.filter(mask).drop_columns([PARTITION, FILE_ID]).sort_by(RECORD_KEY)
+    for start, end in zip(starts, ends):
+        partition, file_id = partitions[start], file_ids[start]
+        incoming = rows.slice(start, end - start).drop_columns([PARTITION, FILE_ID])
         current = plan.current.get((partition, file_id))
         base = BaseFile.parse(partition, current) if current else None
         ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth)
