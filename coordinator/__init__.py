@@ -1,6 +1,6 @@
 """Coordination: the instant lifecycle of a table and the lease that makes one writer its owner."""
 
-from laketide.coordinator.lease import Lease, LeaseError, LeaseHeld, LeaseHolder, LeaseLost, LocalLease
+from laketide.coordinator.lease import Lease, LeaseError, LeaseHeld, LeaseHolder, LeaseLost, LocalLease, ZooKeeperLease
 from laketide.coordinator.lifecycle import Coordinator, RollbackRefused, RollbackResult
 from laketide.coordinator.retry import RetryPolicy
 
@@ -15,4 +15,5 @@ __all__ = [
     "RetryPolicy",
     "RollbackRefused",
     "RollbackResult",
+    "ZooKeeperLease",
 ]

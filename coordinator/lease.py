@@ -8,13 +8,17 @@ epoch into the instant, so a writer that lost its lease cannot commit.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import socket
 import time
 from abc import ABC, abstractmethod
 from datetime import datetime, timezone
+from urllib.parse import quote
 
 from pydantic import BaseModel, Field
+
+log = logging.getLogger(__name__)
 
 
 class LeaseHolder(BaseModel):
@@ -160,3 +164,140 @@ class LocalLease(Lease):
         self._fd = None
         self.holder = None
 
+
+
+class ZooKeeperLease(Lease):
+    """One ephemeral znode per table under ``root``; its data names the holder.
+
+    Taking the lease is one ZooKeeper transaction that creates the ephemeral
+    node and bumps the table's persistent epoch counter, so every new holder
+    has a higher epoch. The holder may commit only while its session is
+    connected and the node is still its own: on SUSPENDED it stops committing,
+    on LOST it calls ``on_lost`` so the job stops writing.
+    """
+
+    def __init__(
+        self,
+        hosts: str,
+        root: str,
+        table: str,
+        job_id: str = "",
+        api_address: str | None = None,
+        session_timeout: float = 10.0,
+        connect_timeout: float = 10.0,
+        on_lost=None,
+    ):
+        from kazoo.client import KazooClient
+
+        self.hosts = hosts
+        self.table = table
+        self.job_id = job_id
+        self.api_address = api_address
+        self.connect_timeout = connect_timeout
+        self.on_lost = on_lost
+        self.table_node = f"{root.rstrip('/')}/tables/{quote(table, safe='')}"
+        self.lease_node = f"{self.table_node}/lease"
+        self.epoch_node = f"{self.table_node}/epoch"
+        self.holder = None
+        self.state = "NEW"
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout)
+        self._client.add_listener(self._on_state)
+
+    def _on_state(self, state) -> None:
+        from kazoo.client import KazooState
+
+        self.state = state if isinstance(state, str) else str(state)
+        if state == KazooState.LOST and self.holder is not None:
+            log.error("ZooKeeper session lost: the lease of %s is gone; writing stops", self.table)
+            if self.on_lost is not None:
+                self.on_lost()
+        elif state == KazooState.SUSPENDED:
+            log.warning("ZooKeeper connection suspended: no commits to %s until it is back", self.table)
+
+    def _connect(self) -> None:
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        if self._client.connected:
+            return
+        try:
+            self._client.start(timeout=self.connect_timeout)
+        except KazooTimeoutError:
+            raise LeaseError(
+                f"cannot reach ZooKeeper at {self.hosts} within {self.connect_timeout:.0f}s; "
+                "coordinator.lease = 'zookeeper' never falls back to the local lease"
+            ) from None
+        self.state = "CONNECTED"
+        self._client.ensure_path(self.table_node)
+        if self._client.exists(self.epoch_node) is None:
+            from kazoo.exceptions import NodeExistsError
+
+            try:
+                self._client.create(self.epoch_node, b"0")
+            except NodeExistsError:
+                pass
+
+    def current_holder(self) -> LeaseHolder | None:
+        from kazoo.exceptions import NoNodeError
+
+        self._connect()
+        try:
+            data, _ = self._client.get(self.lease_node)
+        except NoNodeError:
+            return None
+        return LeaseHolder.model_validate_json(data)
+
+    def _try_take(self) -> LeaseHolder | None:
+        from kazoo.exceptions import NodeExistsError, RolledBackError
+
+        raw, stat = self._client.get(self.epoch_node)
+        holder = LeaseHolder(job_id=self.job_id, api_address=self.api_address, epoch=int(raw or b"0") + 1)
+        tx = self._client.transaction()
+        tx.create(self.lease_node, holder.model_dump_json().encode(), ephemeral=True)
+        tx.set_data(self.epoch_node, str(holder.epoch).encode(), version=stat.version)
+        results = tx.commit()
+        if any(isinstance(r, NodeExistsError) for r in results):
+            return None
+        if any(isinstance(r, (RolledBackError, Exception)) for r in results):
+            return None  # another taker bumped the epoch first: look again
+        return holder
+
+    def acquire(self, timeout: float = 0.0) -> LeaseHolder:
+        import threading
+
+        self._connect()
+        deadline = time.monotonic() + timeout
+        while True:
+            holder = self._try_take()
+            if holder is not None:
+                self.holder = holder
+                return holder
+            gone = threading.Event()
+            if self._client.exists(self.lease_node, watch=lambda event: gone.set()) is None:
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LeaseHeld(self.table, self.current_holder())
+            gone.wait(min(remaining, 1.0))
+
+    def check(self) -> None:
+        if self.holder is None:
+            raise LeaseLost(f"the lease of {self.table} is not held")
+        if not self._client.connected or self.state != "CONNECTED":
+            raise LeaseLost(f"the ZooKeeper session for {self.table} is {self.state}; commits are stopped")
+        stat = self._client.exists(self.lease_node)
+        if stat is None or stat.ephemeralOwner != self._client.client_id[0]:
+            raise LeaseLost(f"the lease node of {self.table} is no longer this writer's; another writer may hold it")
+
+    def release(self) -> None:
+        from kazoo.exceptions import KazooException
+
+        if self.holder is not None and self._client.connected:
+            try:
+                stat = self._client.exists(self.lease_node)
+                if stat is not None and stat.ephemeralOwner == self._client.client_id[0]:
+                    self._client.delete(self.lease_node)
+            except KazooException:
+                pass
+        self.holder = None
+        self._client.stop()
+        self._client.close()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import threading
 import uuid
 from collections.abc import Callable
 
 from laketide.config import JobConfig
-from laketide.coordinator import Coordinator, Lease, LocalLease
+from laketide.coordinator import Coordinator, Lease, LeaseLost, LocalLease
+from laketide.coordinator.lease import ZooKeeperLease
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table
 from laketide.writer.pipeline import MicroBatchWriter
@@ -40,12 +42,13 @@ def open_table(config: JobConfig) -> Table:
     return table
 
 
-def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | None = None) -> Lease:
-    if config.coordinator.lease == "local":
+def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | None = None, on_lost=None) -> Lease:
+    coordinator = config.coordinator
+    if coordinator.lease == "local":
         if not table.io.is_local:
             raise ValueError(f"coordinator.lease = 'local' needs a table on the local file system; {table.uri} is not. Use 'zookeeper'.")
         return LocalLease(posixpath.join(table.uri, LEASE_FILE), table.uri, job_id=job_id, api_address=api_address)
-    raise NotImplementedError("coordinator.lease = 'zookeeper' is not available yet")
+    return ZooKeeperLease(coordinator.zookeeper, coordinator.zookeeper_root, table.uri, job_id=job_id, api_address=api_address, on_lost=on_lost)
 
 
 def quarantine_path(config: JobConfig) -> str:
@@ -56,7 +59,8 @@ def run(config: JobConfig, on_step: Callable[[str, int], None] | None = None) ->
     """Run the job until its trigger ends it (available-now) or it is stopped."""
     table = open_table(config)
     writer_id = writer_id_for(config.stream.checkpoint)
-    lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}")
+    lost = threading.Event()
+    lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set)
     holder = lease.acquire(config.coordinator.lease_wait)
     log.info("lease of %s taken: %s", table.uri, holder.describe())
     try:
@@ -79,7 +83,10 @@ def run(config: JobConfig, on_step: Callable[[str, int], None] | None = None) ->
             stream = stream.trigger(processingTime=config.stream.trigger)
         query = stream.start()
         try:
-            query.awaitTermination()
+            while not query.awaitTermination(1):
+                if lost.is_set():
+                    query.stop()
+                    raise LeaseLost(f"the lease of {table.uri} was lost; the job stopped writing")
         except KeyboardInterrupt:
             log.info("stopping the query")
             query.stop()
