@@ -66,6 +66,10 @@ class Lease(ABC):
     def check(self) -> None: ...
 
     @abstractmethod
+    def announce(self, api_address: str) -> None:
+        """Publish the holder's API address once its server listens."""
+
+    @abstractmethod
     def current_holder(self) -> LeaseHolder | None:
         """Whoever holds the lease now, as seen from storage (may be another process)."""
 
@@ -140,12 +144,21 @@ class LocalLease(Lease):
                 time.sleep(0.1)
         previous = self._read(fd)
         self.holder = LeaseHolder(job_id=self.job_id, api_address=self.api_address, epoch=(previous.epoch if previous else 0) + 1)
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, self.holder.model_dump_json().encode())
-        os.fsync(fd)
         self._fd = fd
+        self._publish()
         return self.holder
+
+    def _publish(self) -> None:
+        os.ftruncate(self._fd, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        os.write(self._fd, self.holder.model_dump_json().encode())
+        os.fsync(self._fd)
+
+    def announce(self, api_address: str) -> None:
+        self.check()
+        self.api_address = api_address
+        self.holder = self.holder.model_copy(update={"api_address": api_address})
+        self._publish()
 
     def check(self) -> None:
         if self._fd is None or self.holder is None:
@@ -278,6 +291,12 @@ class ZooKeeperLease(Lease):
             if remaining <= 0:
                 raise LeaseHeld(self.table, self.current_holder())
             gone.wait(min(remaining, 1.0))
+
+    def announce(self, api_address: str) -> None:
+        self.check()
+        self.api_address = api_address
+        self.holder = self.holder.model_copy(update={"api_address": api_address})
+        self._client.set_data(self.lease_node, self.holder.model_dump_json().encode())
 
     def check(self) -> None:
         if self.holder is None:

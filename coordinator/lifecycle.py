@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from laketide.coordinator.lease import Lease
+from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.retry import RetryPolicy
 from laketide.table.commit import BATCH_ID_KEY, EPOCH_KEY, WRITER_ID_KEY, CommitMetadata, WriteStat
 from laketide.table.instant import COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, InstantClock, State, validate_instant_time
@@ -50,6 +51,7 @@ class Coordinator:
         clock: InstantClock | None = None,
         retry: RetryPolicy | None = None,
         instant_side_files: Callable[[str], list[str]] | None = None,
+        metrics: Metrics | None = None,
     ):
         """``instant_side_files`` lists what an instant wrote besides data files (index deltas); rollback deletes them too."""
         self.table = table
@@ -61,6 +63,7 @@ class Coordinator:
         self._inflight: dict[str, dict[str, str]] = {}
         self._side_files = instant_side_files or (lambda instant: [])
         self._batch_of: dict[str, tuple[str, int] | None] = {}
+        self.metrics = metrics or Metrics()
 
     # -- begin / commit ---------------------------------------------------
 
@@ -135,6 +138,7 @@ class Coordinator:
 
         instant = self.retry.run(write_completed, f"commit {instant_time}")
         self._inflight.pop(instant_time, None)
+        self.metrics.commits.inc()
         log.info("committed %s (%d files)", instant_time, len(metadata.write_stats()))
         return instant
 
@@ -173,7 +177,9 @@ class Coordinator:
         files = self.table.file_system_view(timeline).uncommitted_files(instant_time) + self._side_files(instant_time)
         return RollbackPlan(instant_time, target.action, tuple(files))
 
-    def rollback(self, instant_time: str, force: bool = False, dry_run: bool = False) -> RollbackResult:
+    def rollback(
+        self, instant_time: str, force: bool = False, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> RollbackResult:
         """Roll back one instant: delete its files, record a rollback instant, drop its timeline files.
 
         Every step can be repeated: a rollback interrupted at any point is
@@ -185,7 +191,7 @@ class Coordinator:
         pending = self._pending_rollbacks(timeline)
         if instant_time in pending:
             rb, plan = pending[instant_time]
-            return self._execute(rb.timestamp, plan, timeline)
+            return self._execute(rb.timestamp, plan, timeline, progress)
         done = self._completed_rollbacks(timeline).get(instant_time)
         if done is not None:
             # Rolled back already; at most the target's timeline files are left to remove.
@@ -200,9 +206,11 @@ class Coordinator:
         rollback_time = self.clock.next(after=timeline.last_timestamp)
         requested = Instant(rollback_time, ROLLBACK, State.REQUESTED)
         self.retry.run(lambda: self.timeline_writer.write(requested, plan.to_bytes()), f"plan rollback {rollback_time}")
-        return self._execute(rollback_time, plan, timeline)
+        return self._execute(rollback_time, plan, timeline, progress)
 
-    def _execute(self, rollback_time: str, plan: RollbackPlan, timeline: Timeline) -> RollbackResult:
+    def _execute(
+        self, rollback_time: str, plan: RollbackPlan, timeline: Timeline, progress: Callable[[int, int], None] | None = None
+    ) -> RollbackResult:
         started = time.monotonic()
         writer = self.timeline_writer
         self.lease.check()
@@ -212,8 +220,10 @@ class Coordinator:
         writer.delete(Instant(plan.target, plan.target_action, State.COMPLETED))
         late = self.table.file_system_view(timeline).uncommitted_files(plan.target) + self._side_files(plan.target)
         files = sorted(set(plan.files) | set(late))
-        for path in files:
+        for done, path in enumerate(files, 1):
             self.table.io.delete(path)
+            if progress is not None:
+                progress(done, len(files))
         elapsed = int((time.monotonic() - started) * 1000)
         metadata = RollbackMetadata(rollback_time, plan.target, plan.target_action, files, elapsed)
         completed = Instant(rollback_time, ROLLBACK, State.COMPLETED)
@@ -221,6 +231,7 @@ class Coordinator:
         self.retry.run(lambda: writer.write(completed, metadata.to_bytes()), f"complete rollback {rollback_time}")
         writer.delete_all_states(plan.target, plan.target_action)
         log.info("rolled back %s with %s (%d files deleted)", plan.target, rollback_time, len(files))
+        self.metrics.rollbacks.inc()
         return RollbackResult(plan.target, plan.target_action, rollback_time, files, was_completed)
 
     def recover(self) -> list[RollbackResult]:

@@ -7,6 +7,8 @@ import posixpath
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, Lease, LeaseLost, LocalLease
@@ -18,6 +20,7 @@ from laketide.writer.session import spark_session
 from laketide.writer.sources import read_stream
 
 log = logging.getLogger("laketide.job")
+T = TypeVar("T")
 LEASE_FILE = ".hoodie/.laketide/lease"
 WRITER_ID_FILE = "laketide-writer-id"
 
@@ -55,11 +58,54 @@ def quarantine_path(config: JobConfig) -> str:
     return config.write.quarantine_path or config.table.path.rstrip("/") + "_quarantine"
 
 
-def run(config: JobConfig, on_step: Callable[[str, int], None] | None = None) -> MicroBatchWriter:
-    """Run the job until its trigger ends it (available-now) or it is stopped."""
+@dataclass
+class RunningJob:
+    """The parts of a running job that the coordinator service reads and acts through."""
+
+    config: JobConfig
+    table: Table
+    coordinator: Coordinator
+    writer: MicroBatchWriter
+    index: StateIndex
+    stop_requested: threading.Event
+
+    def stop(self) -> None:
+        """Ask the query to stop after the micro-batch in progress."""
+        self.stop_requested.set()
+
+    def status(self) -> dict:
+        status = self.writer.status
+        timeline = self.table.timeline
+        snapshot = self.index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.earliest_timestamp)
+        groups = {(s.partition, s.file_id) for s in self.table.file_system_view(timeline).latest_slices()}
+        return {
+            "running": True,
+            "writer_id": self.coordinator.writer_id,
+            "current_batch": status.current_batch,
+            "last_instant": status.last_instant,
+            "recent": [asdict(r) for r in status.recent],
+            "quarantined_total": status.quarantined_total,
+            "index": {"shards": self.index.shards, "file_groups": len(groups), "covered_file_groups": len(groups & snapshot.covered)},
+        }
+
+    def between_batches(self, action: Callable[[], T]) -> T:
+        with self.writer.batch_lock:
+            return action()
+
+
+def run(
+    config: JobConfig,
+    on_step: Callable[[str, int], None] | None = None,
+    on_ready: Callable[[RunningJob], None] | None = None,
+) -> MicroBatchWriter:
+    """Run the job until its trigger ends it (available-now) or it is stopped.
+
+    ``on_ready`` gets the running job once the lease is held and the table
+    recovered, before the first micro-batch (the service starts its API there).
+    """
     table = open_table(config)
     writer_id = writer_id_for(config.stream.checkpoint)
-    lost = threading.Event()
+    lost, stop_requested = threading.Event(), threading.Event()
     lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set)
     holder = lease.acquire(config.coordinator.lease_wait)
     log.info("lease of %s taken: %s", table.uri, holder.describe())
@@ -71,6 +117,8 @@ def run(config: JobConfig, on_step: Callable[[str, int], None] | None = None) ->
         spark = spark_session(config.spark)
         spark.sparkContext.setLogLevel("WARN")
         writer = MicroBatchWriter(spark, config, table, coordinator, index, quarantine_path(config), on_step)
+        if on_ready is not None:
+            on_ready(RunningJob(config, table, coordinator, writer, index, stop_requested))
         stream = (
             read_stream(spark, config.source)
             .writeStream.queryName(config.stream.query_name)
@@ -87,6 +135,9 @@ def run(config: JobConfig, on_step: Callable[[str, int], None] | None = None) ->
                 if lost.is_set():
                     query.stop()
                     raise LeaseLost(f"the lease of {table.uri} was lost; the job stopped writing")
+                if stop_requested.is_set():
+                    with writer.batch_lock:
+                        query.stop()
         except KeyboardInterrupt:
             log.info("stopping the query")
             query.stop()

@@ -8,6 +8,7 @@ It runs on the driver; the work on records happens in two Spark stages
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,6 +95,9 @@ class MicroBatchWriter:
         self.index = index
         self.quarantine_path = quarantine_path
         self.status = WriterStatus()
+        # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
+        self.batch_lock = threading.RLock()
+        self.metrics = coordinator.metrics
         self._on_step = on_step or (lambda point, batch_id: None)
         self.spec = PrepareSpec(
             tuple(config.table.record_key),
@@ -105,7 +109,8 @@ class MicroBatchWriter:
         )
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        report = self.process(df, batch_id)
+        with self.batch_lock:
+            report = self.process(df, batch_id)
         log.info(report.line())
 
     def process(self, df: DataFrame, batch_id: int) -> BatchReport:
@@ -119,9 +124,14 @@ class MicroBatchWriter:
             report = self._write(df, batch_id, instant)
         except BaseException:
             log.exception("micro-batch %s (instant %s) failed; rolling it back", batch_id, instant)
+            self.metrics.micro_batches.labels("failed").inc()
             self.coordinator.rollback(instant, force=True)
             raise
         report.seconds = time.monotonic() - started
+        self.metrics.micro_batches.labels("committed").inc()
+        self.metrics.records.inc(report.records)
+        self.metrics.quarantined.inc(report.quarantined)
+        self.metrics.commit_seconds.observe(report.seconds)
         self.status.last_instant = instant
         self.status.quarantined_total += report.quarantined
         self.status.recent = (self.status.recent + [report])[-20:]

@@ -1,14 +1,23 @@
-"""The ``laketide`` command line."""
+"""The ``laketide`` command line: run the job, serve the API, inspect and roll back instants.
+
+Exit codes: 0 done, 1 failed, 2 bad usage or configuration, 3 not found, 4 refused.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import posixpath
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from laketide.config import ConfigError, load_config
+
+FAILED, USAGE, NOT_FOUND, REFUSED = 1, 2, 3, 4
+TOKEN_ENV = "LAKETIDE_API_TOKEN"
 
 app = typer.Typer(help="laketide: a streaming upsert writer for Apache Hudi tables.", no_args_is_help=True)
 
@@ -18,6 +27,10 @@ DEFAULTS = {
     "stream": {"checkpoint": "./demo/checkpoint", "trigger": "available-now"},
 }
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+ZkOpt = Annotated[Optional[str], typer.Option("--zookeeper", help="ZooKeeper hosts, when the table's lease lives there")]
+ZkRootOpt = Annotated[str, typer.Option("--zookeeper-root", help="ZooKeeper root of laketide's leases")]
+
 
 @app.callback()
 def _root() -> None:
@@ -26,8 +39,46 @@ def _root() -> None:
 
 def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for noisy in ("py4j", "pyspark"):
+    for noisy in ("py4j", "pyspark", "kazoo"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _fail(message: str, code: int, as_json: bool = False) -> typer.Exit:
+    if as_json:
+        typer.echo(json.dumps({"error": message, "exit_code": code}))
+    else:
+        typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _emit(data, as_json: bool, text: str) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+def _open(table_path: str, as_json: bool = False):
+    from laketide.table import Table, TableNotFound
+
+    try:
+        return Table.open(table_path)
+    except TableNotFound as exc:
+        raise _fail(str(exc), NOT_FOUND, as_json) from None
+
+
+def _lease(table, zookeeper: str | None, zookeeper_root: str, job_id: str = "laketide-ops"):
+    from laketide.coordinator import LocalLease, ZooKeeperLease
+
+    if zookeeper:
+        return ZooKeeperLease(zookeeper, zookeeper_root, table.uri, job_id=job_id, connect_timeout=10.0)
+    return LocalLease(posixpath.join(table.uri, ".hoodie/.laketide/lease"), table.uri, job_id=job_id)
+
+
+def _side_files(table):
+    from laketide.index.state import StateIndex
+
+    def files(instant: str) -> list[str]:
+        return StateIndex(table.io, 1).instant_files(instant)
+
+    return files
 
 
 @app.command()
@@ -39,18 +90,218 @@ def run(
     try:
         job_config = load_config(config, conf or [], base=None if config else DEFAULTS)
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(exc), USAGE) from None
     _logging()
+    from laketide.coordinator import LeaseError
     from laketide.writer.job import run as run_job
 
-    writer = run_job(job_config)
+    servers = []
+
+    def start_api(job) -> None:
+        settings = job_config.coordinator
+        if settings.api_port is None:
+            return
+        from laketide.api.app import create_app
+        from laketide.api.server import ApiServer
+
+        token = settings.api_token or os.environ.get(TOKEN_ENV)
+        server = ApiServer(create_app(job.table, token, job=job), settings.api_host, settings.api_port).start()
+        servers.append(server)
+        job.coordinator.lease.announce(server.address)
+        logging.getLogger("laketide.job").info("coordinator API on %s (OpenAPI at %s/docs)", server.address, server.address)
+
+    try:
+        writer = run_job(job_config, on_ready=start_api)
+    except LeaseError as exc:
+        raise _fail(str(exc), REFUSED) from None
+    except (ValueError, NotImplementedError) as exc:
+        raise _fail(str(exc), FAILED) from None
+    finally:
+        for server in servers:
+            server.stop()
     reports = [r for r in writer.status.recent if not r.skipped]
     path = Path(job_config.table.path).resolve()
     typer.echo(f"\n{len(reports)} micro-batches committed to {path}. Read the table with:")
     typer.echo(f"  hudi:     python -c \"from hudi import HudiTableBuilder; import pyarrow as pa; "
                f"print(pa.Table.from_batches(HudiTableBuilder.from_base_uri('{path}').build().read()).num_rows)\"")
     typer.echo(f"  laketide: python -c \"from laketide.table import Table; print(Table.open('{path}').snapshot().num_rows)\"")
+
+
+@app.command()
+def timeline(
+    table: Annotated[str, typer.Argument(help="table path or URI")],
+    state: Annotated[Optional[str], typer.Option(help="REQUESTED, INFLIGHT or COMPLETED")] = None,
+    action: Annotated[Optional[str], typer.Option(help="commit, deltacommit, replacecommit, rollback, ...")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="newest N instants")] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """List instants, newest first."""
+    from laketide.table.instant import State
+
+    t = _open(table, as_json)
+    try:
+        states = {State(state.upper())} if state else None
+    except ValueError:
+        raise _fail(f"--state must be REQUESTED, INFLIGHT or COMPLETED, not {state!r}", USAGE, as_json) from None
+    instants = list(reversed(t.timeline.filter(states, [action] if action else None)))[:limit]
+    data = [{"instant": i.timestamp, "action": i.action, "state": i.state.value, "completion_time": i.completion_time} for i in instants]
+    if as_json:
+        _emit(data, True, "")
+        return
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    view = RichTable("instant", "action", "state", title=f"timeline of {t.uri}")
+    for row in data:
+        view.add_row(row["instant"], row["action"], row["state"])
+    Console().print(view)
+
+
+@app.command()
+def show(table: Annotated[str, typer.Argument()], instant: Annotated[str, typer.Argument()], as_json: JsonOpt = False) -> None:
+    """Show one instant: state, metadata, totals and files."""
+    from laketide.api.app import ApiError, instant_detail
+    from laketide.table.instant import validate_instant_time
+
+    t = _open(table, as_json)
+    try:
+        validate_instant_time(instant)
+        detail = instant_detail(t, instant)
+    except ValueError as exc:
+        raise _fail(str(exc), USAGE, as_json) from None
+    except ApiError as exc:
+        raise _fail(exc.detail, NOT_FOUND if exc.status == 404 else FAILED, as_json) from None
+    data = detail.model_dump()
+    totals = detail.totals
+    text = (
+        f"{detail.instant} {detail.action} {detail.state} operation={detail.operation}\n"
+        f"files={totals.files} records={totals.writes} inserts={totals.inserts} updates={totals.updates} "
+        f"deletes={totals.deletes} bytes={totals.bytes}\n"
+        + "\n".join(f"  {f.path} ({f.records} records)" for f in detail.files)
+        + (f"rolled back {detail.rolled_back}: " + ", ".join(detail.deleted_files) if detail.rolled_back else "")
+    )
+    _emit(data, as_json, text)
+
+
+@app.command()
+def lease(table: Annotated[str, typer.Argument()], zookeeper: ZkOpt = None, zookeeper_root: ZkRootOpt = "/laketide", as_json: JsonOpt = False) -> None:
+    """Who holds the table's lease."""
+    from laketide.coordinator import LeaseError
+
+    t = _open(table, as_json)
+    probe = _lease(t, zookeeper, zookeeper_root)
+    try:
+        holder = probe.current_holder()
+    except LeaseError as exc:
+        raise _fail(str(exc), FAILED, as_json) from None
+    finally:
+        probe.release()
+    data = {"held": holder is not None, "holder": holder.model_dump() if holder else None}
+    _emit(data, as_json, f"held by {holder.describe()}" if holder else "nobody holds the lease")
+
+
+@app.command()
+def rollback(
+    table: Annotated[str, typer.Argument()],
+    instant: Annotated[str, typer.Argument()],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be deleted, change nothing")] = False,
+    force: Annotated[bool, typer.Option("--force", help="allow a completed instant that is not the newest")] = False,
+    api: Annotated[Optional[str], typer.Option("--api", help="the running job's API (default: the lease holder's)")] = None,
+    token: Annotated[Optional[str], typer.Option(help=f"API bearer token (default: ${TOKEN_ENV})")] = None,
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+    as_json: JsonOpt = False,
+) -> None:
+    """Roll back an instant: through the running job's API when a job holds the lease, locally otherwise."""
+    from laketide.coordinator import Coordinator, LeaseError, LeaseHeld, RollbackRefused
+    from laketide.table.instant import validate_instant_time
+    from laketide.table.timeline import InstantNotFound
+
+    try:
+        validate_instant_time(instant)
+    except ValueError as exc:
+        raise _fail(str(exc), USAGE, as_json) from None
+    t = _open(table, as_json)
+    if api is None:
+        probe = _lease(t, zookeeper, zookeeper_root)
+        try:
+            holder = probe.current_holder()
+        except LeaseError as exc:
+            raise _fail(str(exc), FAILED, as_json) from None
+        finally:
+            probe.release()
+        api = holder.api_address if holder else None
+    if api:
+        data = _rollback_through_api(api, instant, dry_run, force, token or os.environ.get(TOKEN_ENV), as_json)
+    else:
+        lease_ = _lease(t, zookeeper, zookeeper_root)
+        try:
+            lease_.acquire(timeout=0)
+        except LeaseHeld as exc:
+            raise _fail(f"{exc}; it has no API to ask", REFUSED, as_json) from None
+        except LeaseError as exc:
+            raise _fail(str(exc), FAILED, as_json) from None
+        try:
+            coordinator = Coordinator(t, lease_, "laketide-ops", instant_side_files=_side_files(t))
+            data = _local_rollback(coordinator, instant, force, dry_run, as_json).__dict__
+        except InstantNotFound as exc:
+            raise _fail(f"no instant {exc.args[0]} on the timeline of {t.uri}", NOT_FOUND, as_json) from None
+        except RollbackRefused as exc:
+            raise _fail(str(exc), REFUSED, as_json) from None
+        finally:
+            lease_.release()
+    verb = "would delete" if data["dry_run"] else f"rolled back with {data['rollback_instant']}, deleted"
+    _emit(data, as_json, f"{data['instant']} ({data['action']}): {verb} {len(data['files'])} files\n" + "\n".join(f"  {f}" for f in data["files"]))
+
+
+def _local_rollback(coordinator, instant: str, force: bool, dry_run: bool, as_json: bool):
+    if dry_run or as_json:
+        return coordinator.rollback(instant, force=force, dry_run=dry_run)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(f"rolling back {instant}", total=None)
+        return coordinator.rollback(instant, force=force, progress=lambda done, total: bar.update(task, completed=done, total=total))
+
+
+def _rollback_through_api(api: str, instant: str, dry_run: bool, force: bool, token: str | None, as_json: bool) -> dict:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.post(f"{api.rstrip('/')}/v1/instants/{instant}/rollback", json={"dry_run": dry_run, "force": force}, headers=headers, timeout=600)
+    except httpx.HTTPError as exc:
+        raise _fail(f"cannot reach the job's API at {api}: {exc}", FAILED, as_json) from None
+    if response.status_code == 200:
+        return response.json()
+    detail = response.json().get("detail", response.text) if response.headers.get("content-type", "").startswith("application/json") else response.text
+    code = {404: NOT_FOUND, 401: REFUSED, 403: REFUSED, 409: REFUSED, 400: USAGE, 422: USAGE}.get(response.status_code, FAILED)
+    raise _fail(f"{api} answered {response.status_code}: {detail}", code, as_json)
+
+
+@app.command()
+def serve(
+    table: Annotated[str, typer.Option("--table", help="table path or URI")],
+    port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port")] = 8470,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    token: Annotated[Optional[str], typer.Option(help=f"bearer token for changes (default: ${TOKEN_ENV})")] = None,
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+) -> None:
+    """Serve the coordinator API for a table whose job is down."""
+    import uvicorn
+
+    from laketide.api.app import create_app
+
+    _logging()
+    t = _open(table)
+    application = create_app(
+        t,
+        token or os.environ.get(TOKEN_ENV),
+        lease_factory=lambda: _lease(t, zookeeper, zookeeper_root, job_id="laketide-serve"),
+        instant_side_files=_side_files(t),
+    )
+    uvicorn.run(application, host=host, port=port, log_level="info")
 
 
 def main() -> None:

@@ -1,0 +1,27 @@
+"""Prometheus metrics of one writer: its own registry, so tests and several apps never collide."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.micro_batches = Counter("laketide_micro_batches", "micro-batches processed", ["outcome"], registry=r)
+        self.records = Counter("laketide_records", "records read from the source", registry=r)
+        self.quarantined = Counter("laketide_quarantined_rows", "rows sent to quarantine", registry=r)
+        self.commits = Counter("laketide_commits", "instants committed", registry=r)
+        self.rollbacks = Counter("laketide_rollbacks", "instants rolled back", registry=r)
+        self.commit_seconds = Histogram(
+            "laketide_commit_latency_seconds",
+            "seconds from begin to commit of a micro-batch",
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.lease_held = Gauge("laketide_lease_held", "1 while this process holds the table's lease", registry=r)
+        self.lease_epoch = Gauge("laketide_lease_epoch", "epoch of the lease this process holds", registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
