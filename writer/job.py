@@ -136,8 +136,7 @@ def run(
                     query.stop()
                     raise LeaseLost(f"the lease of {table.uri} was lost; the job stopped writing")
                 if stop_requested.is_set():
-                    with writer.batch_lock:
-                        query.stop()
+                    query.stop()
         except KeyboardInterrupt:
             log.info("stopping the query")
             query.stop()

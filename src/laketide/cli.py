@@ -15,9 +15,9 @@ from typing import Annotated, Optional
 import typer
 
 from laketide.config import ConfigError, load_config
+from laketide.service import TOKEN_ENV
 
 FAILED, USAGE, NOT_FOUND, REFUSED = 1, 2, 3, 4
-TOKEN_ENV = "LAKETIDE_API_TOKEN"
 
 app = typer.Typer(help="laketide: a streaming upsert writer for Apache Hudi tables.", no_args_is_help=True)
 
@@ -93,32 +93,14 @@ def run(
         raise _fail(str(exc), USAGE) from None
     _logging()
     from laketide.coordinator import LeaseError
-    from laketide.writer.job import run as run_job
-
-    servers = []
-
-    def start_api(job) -> None:
-        settings = job_config.coordinator
-        if settings.api_port is None:
-            return
-        from laketide.api.app import create_app
-        from laketide.api.server import ApiServer
-
-        token = settings.api_token or os.environ.get(TOKEN_ENV)
-        server = ApiServer(create_app(job.table, token, job=job), settings.api_host, settings.api_port).start()
-        servers.append(server)
-        job.coordinator.lease.announce(server.address)
-        logging.getLogger("laketide.job").info("coordinator API on %s (OpenAPI at %s/docs)", server.address, server.address)
+    from laketide.service import run_service
 
     try:
-        writer = run_job(job_config, on_ready=start_api)
+        writer = run_service(job_config)
     except LeaseError as exc:
         raise _fail(str(exc), REFUSED) from None
     except (ValueError, NotImplementedError) as exc:
         raise _fail(str(exc), FAILED) from None
-    finally:
-        for server in servers:
-            server.stop()
     reports = [r for r in writer.status.recent if not r.skipped]
     path = Path(job_config.table.path).resolve()
     typer.echo(f"\n{len(reports)} micro-batches committed to {path}. Read the table with:")

@@ -1,0 +1,39 @@
+"""The coordinator service: the streaming job with its REST API served in-process."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+from laketide.config import JobConfig
+
+TOKEN_ENV = "LAKETIDE_API_TOKEN"
+log = logging.getLogger("laketide.job")
+
+
+def run_service(config: JobConfig, on_ready: Callable | None = None, on_step: Callable[[str, int], None] | None = None):
+    """Run the job; when ``coordinator.api_port`` is set, serve the API while it runs and name it in the lease."""
+    from laketide.writer.job import run
+
+    servers = []
+
+    def ready(job) -> None:
+        settings = config.coordinator
+        if settings.api_port is not None:
+            from laketide.api.app import create_app
+            from laketide.api.server import ApiServer
+
+            token = settings.api_token or os.environ.get(TOKEN_ENV)
+            server = ApiServer(create_app(job.table, token, job=job), settings.api_host, settings.api_port).start()
+            servers.append(server)
+            job.coordinator.lease.announce(server.address)
+            log.info("coordinator API on %s (OpenAPI at %s/docs)", server.address, server.address)
+        if on_ready is not None:
+            on_ready(job)
+
+    try:
+        return run(config, on_step=on_step, on_ready=ready)
+    finally:
+        for server in servers:
+            server.stop()

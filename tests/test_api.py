@@ -1,0 +1,133 @@
+"""The REST API over real HTTP (uvicorn on a free port), standalone against a table whose job is down."""
+
+from __future__ import annotations
+
+import posixpath
+
+import httpx
+import pyarrow as pa
+import pytest
+
+from laketide.api.app import create_app
+from laketide.api.server import ApiServer
+from laketide.coordinator import Coordinator, LocalLease
+from laketide.table import Table
+
+from conftest import hudi_read, rows
+from localwrite import upsert
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
+TOKEN = "s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def lease_path(table: Table) -> str:
+    return posixpath.join(table.uri, ".hoodie/.laketide/lease")
+
+
+@pytest.fixture
+def written(tmp_path):
+    """A table with three commits and a dangling instant; its lease free again."""
+    table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region"], "v")
+    lease = LocalLease(lease_path(table), table.uri, job_id="writer")
+    lease.acquire()
+    c = Coordinator(table, lease, "w")
+    states, instants = [], []
+    for n in range(3):
+        instants.append(upsert(table, c, n, [{"id": i, "v": n, "region": ["us", "eu"][i % 2]} for i in range(n, n + 4)], SCHEMA))
+        states.append(rows(hudi_read(table.uri), "id", ["id", "v", "region"]))
+    dangling = upsert(table, c, 9, [{"id": 50, "v": 9, "region": "us"}], SCHEMA, commit=False)
+    lease.release()
+    return table, instants, states, dangling
+
+
+@pytest.fixture
+def server(written):
+    table = written[0]
+    app = create_app(table, TOKEN, lease_factory=lambda: LocalLease(lease_path(table), table.uri, job_id="serve"))
+    srv = ApiServer(app).start()
+    yield srv
+    srv.stop()
+
+
+def test_listing_and_pagination(server, written):
+    _, instants, _, dangling = written
+    base = server.address
+    page = httpx.get(f"{base}/v1/instants", params={"limit": 2}).json()
+    assert [i["instant"] for i in page["items"]] == [dangling, instants[2]]
+    assert page["items"][0]["state"] == "INFLIGHT"
+    rest = httpx.get(f"{base}/v1/instants", params={"limit": 2, "before": page["next_before"]}).json()
+    assert [i["instant"] for i in rest["items"]] == [instants[1], instants[0]]
+    assert rest["next_before"] is None
+    completed = httpx.get(f"{base}/v1/instants", params={"state": "COMPLETED", "action": "commit"}).json()
+    assert [i["instant"] for i in completed["items"]] == instants[::-1]
+
+
+def test_one_instant_and_errors(server, written):
+    _, instants, _, _ = written
+    base = server.address
+    detail = httpx.get(f"{base}/v1/instants/{instants[1]}").json()
+    assert detail["state"] == "COMPLETED" and detail["operation"] == "UPSERT"
+    assert detail["totals"]["writes"] >= 4 and detail["files"]
+    assert detail["extra_metadata"]["laketide.batch.id"] == "1"
+    assert httpx.get(f"{base}/v1/instants/20000101000000000").status_code == 404
+    assert httpx.get(f"{base}/v1/instants/not-an-instant").status_code == 422
+    assert httpx.get(f"{base}/v1/instants", params={"limit": 0}).status_code == 422
+    assert httpx.get(f"{base}/v1/instants", params={"state": "DONE"}).status_code == 422
+    assert httpx.get(f"{base}/v1/instants", params={"action": "bogus"}).status_code == 400
+
+
+def test_file_groups_writer_lease_metrics_health(server, written):
+    table = written[0]
+    base = server.address
+    groups = httpx.get(f"{base}/v1/file-groups").json()
+    assert {g["partition"] for g in groups} == {"us", "eu"}
+    assert sum(g["records"] for g in groups) == table.snapshot().num_rows
+    assert all(g["size_bytes"] > 0 for g in groups)
+    assert {g["partition"] for g in httpx.get(f"{base}/v1/file-groups", params={"partition": "eu"}).json()} == {"eu"}
+    assert httpx.get(f"{base}/v1/writer").json() == {"running": False, "writer_id": None, "current_batch": None, "last_instant": None, "recent": [], "quarantined_total": 0, "index": None}
+    assert httpx.get(f"{base}/v1/lease").json() == {"held": False, "holder": None}
+    metrics = httpx.get(f"{base}/metrics").text
+    assert "laketide_commits_total" in metrics and "laketide_commit_latency_seconds_bucket" in metrics and "laketide_lease_held 0.0" in metrics
+    assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "table": table.uri}
+    assert httpx.get(f"{base}/docs").status_code == 200
+
+
+def test_mutations_need_the_token(server, written):
+    _, instants, _, _ = written
+    url = f"{server.address}/v1/instants/{instants[2]}/rollback"
+    assert httpx.post(url, json={}).status_code == 401
+    assert httpx.post(url, json={}, headers={"Authorization": "Bearer wrong"}).status_code == 403
+    assert httpx.post(url, json={"dry_run": "maybe"}, headers=AUTH).status_code == 422
+
+
+def test_standalone_rollback_refused_while_a_job_holds_the_lease(server, written):
+    table, instants, _, _ = written
+    job_lease = LocalLease(lease_path(table), table.uri, job_id="streaming-job", api_address="http://127.0.0.1:9/")
+    job_lease.acquire()
+    try:
+        answer = httpx.post(f"{server.address}/v1/instants/{instants[2]}/rollback", json={}, headers=AUTH)
+        assert answer.status_code == 409
+        assert answer.json()["holder_api"] == "http://127.0.0.1:9/"
+        assert "streaming-job" in answer.json()["detail"]
+        held = httpx.get(f"{server.address}/v1/lease").json()
+        assert held["held"] and held["holder"]["job_id"] == "streaming-job"
+    finally:
+        job_lease.release()
+
+
+def test_standalone_rollback_restores_the_previous_state(server, written):
+    table, instants, states, dangling = written
+    url = f"{server.address}/v1/instants"
+    # the dangling instant is the newest: first a dry run, then the rollback
+    dry = httpx.post(f"{url}/{dangling}/rollback", json={"dry_run": True}, headers=AUTH).json()
+    assert dry["dry_run"] and len(dry["files"]) == 1 and table.io.exists(dry["files"][0])
+    assert httpx.post(f"{url}/{dangling}/rollback", json={}, headers=AUTH).status_code == 200
+    refused = httpx.post(f"{url}/{instants[1]}/rollback", json={}, headers=AUTH)
+    assert refused.status_code == 409 and "force" in refused.json()["detail"]
+    done = httpx.post(f"{url}/{instants[2]}/rollback", json={}, headers=AUTH).json()
+    assert done["was_completed"] and done["rollback_instant"]
+    assert rows(hudi_read(table.uri), "id", ["id", "v", "region"]) == states[1]
+    rb = httpx.get(f"{url}/{done['rollback_instant']}").json()
+    assert rb["action"] == "rollback" and rb["rolled_back"] == instants[2]
+    assert httpx.post(f"{url}/20000101000000000/rollback", json={}, headers=AUTH).status_code == 404

@@ -1,0 +1,58 @@
+"""The API served by the running streaming job: status, lease, and a rollback between micro-batches."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+
+from laketide.service import run_service
+
+from conftest import hudi_read, rows
+from streaming import DATA_COLUMNS, expected_after, job_config, land, row
+
+TOKEN = "job-token"
+
+
+def wait_for(condition, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_rollback_through_the_running_jobs_api(spark, tmp_path):
+    first = [row(i, 1) for i in range(1, 11)]
+    second = [row(i, 2) for i in range(1, 6)] + [row(i, 2) for i in range(40, 45)]
+    land(tmp_path, "b0.json", first, 1_700_000_000)
+    config = job_config(tmp_path, stream__trigger="1 second", coordinator__api_port=0, coordinator__api_token=TOKEN)
+    jobs = []
+    thread = threading.Thread(target=run_service, args=(config,), kwargs={"on_ready": jobs.append}, daemon=True)
+    thread.start()
+    wait_for(lambda: jobs and jobs[0].writer.status.last_instant)
+    job = jobs[0]
+    api = job.coordinator.lease.holder.api_address
+    try:
+        assert api and api.startswith("http://127.0.0.1:")
+        land(tmp_path, "b1.json", second, 1_700_000_001)
+        wait_for(lambda: len(job.writer.status.recent) == 2)
+        writer = httpx.get(f"{api}/v1/writer").json()
+        assert writer["running"] and writer["writer_id"] == job.coordinator.writer_id
+        assert [b["batch_id"] for b in writer["recent"]] == [0, 1]
+        assert writer["index"]["file_groups"] == writer["index"]["covered_file_groups"] > 0
+        lease = httpx.get(f"{api}/v1/lease").json()
+        assert lease["held"] and lease["holder"]["api_address"] == api and lease["holder"]["pid"] > 0
+        metrics = httpx.get(f"{api}/metrics").text
+        assert 'laketide_micro_batches_total{outcome="committed"} 2.0' in metrics and "laketide_lease_held 1.0" in metrics
+
+        newest = job.writer.status.last_instant
+        answer = httpx.post(f"{api}/v1/instants/{newest}/rollback", json={}, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["was_completed"] and answer.json()["instant"] == newest
+        assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after([first])
+        assert httpx.post(f"{api}/v1/instants/{newest}/rollback", json={}).status_code == 401
+    finally:
+        job.stop()
+        thread.join(120)
+    assert not thread.is_alive()
