@@ -16,6 +16,7 @@ from fastapi import Body, Depends, FastAPI, Header, HTTPException, Path, Query, 
 from fastapi.responses import JSONResponse, Response
 
 from laketide.api.models import (
+    Action,
     ErrorOut,
     FileGroupOut,
     FileWrite,
@@ -32,7 +33,7 @@ from laketide.api.models import (
 from laketide.coordinator import Coordinator, Lease, LeaseError, LeaseHeld, RollbackRefused
 from laketide.coordinator.metrics import Metrics
 from laketide.table import Table
-from laketide.table.instant import KNOWN_ACTIONS, ROLLBACK, WRITE_ACTIONS, Instant, State, instant_to_datetime
+from laketide.table.instant import ROLLBACK, WRITE_ACTIONS, Instant, State, instant_to_datetime
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.timeline import InstantNotFound
 
@@ -111,13 +112,11 @@ def create_app(
     @app.get("/v1/instants", response_model=InstantPage, responses=ERRORS, tags=["instants"])
     def list_instants(
         state: Annotated[State | None, Query(description="REQUESTED, INFLIGHT or COMPLETED")] = None,
-        action: Annotated[str | None, Query(pattern=r"^[a-z]+$", description="commit, deltacommit, replacecommit, rollback, ...")] = None,
+        action: Annotated[Action | None, Query(description="commit, deltacommit, replacecommit, rollback, ...")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
         before: Annotated[str | None, Query(pattern=INSTANT_PATTERN, description="only instants older than this one")] = None,
     ) -> InstantPage:
-        if action is not None and action not in KNOWN_ACTIONS:
-            raise ApiError(400, f"unknown action {action!r}; one of {', '.join(sorted(KNOWN_ACTIONS))}")
-        instants = fresh_table().timeline.filter({state} if state else None, [action] if action else None)
+        instants = fresh_table().timeline.filter({state} if state else None, [action.value] if action else None)
         newest_first = [i for i in reversed(instants) if before is None or i.timestamp < before]
         page = newest_first[:limit]
         more = len(newest_first) > limit

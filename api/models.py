@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 from pydantic import BaseModel, Field
 
 from laketide.coordinator.lease import LeaseHolder
+from laketide.table.instant import KNOWN_ACTIONS
+
+Action = Enum("Action", {a.upper(): a for a in sorted(KNOWN_ACTIONS)}, type=str)
 
 
 class ErrorOut(BaseModel):

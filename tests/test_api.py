@@ -74,7 +74,7 @@ def test_one_instant_and_errors(server, written):
     assert httpx.get(f"{base}/v1/instants/not-an-instant").status_code == 422
     assert httpx.get(f"{base}/v1/instants", params={"limit": 0}).status_code == 422
     assert httpx.get(f"{base}/v1/instants", params={"state": "DONE"}).status_code == 422
-    assert httpx.get(f"{base}/v1/instants", params={"action": "bogus"}).status_code == 400
+    assert httpx.get(f"{base}/v1/instants", params={"action": "bogus"}).status_code == 422
 
 
 def test_file_groups_writer_lease_metrics_health(server, written):
