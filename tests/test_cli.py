@@ -1,0 +1,151 @@
+"""The laketide command line as a user runs it: subprocesses, --json output, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from laketide.api.app import create_app
+from laketide.api.server import ApiServer
+from laketide.coordinator import Coordinator, LocalLease
+from laketide.table import Table
+
+from conftest import free_port, hudi_read, rows
+from localwrite import upsert
+
+CLI = str(Path(sys.executable).with_name("laketide"))
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
+
+
+def laketide(*args, env=None):
+    result = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+    return result.returncode, result.stdout, result.stderr
+
+
+def lease_file(table):
+    return posixpath.join(table.uri, ".hoodie/.laketide/lease")
+
+
+@pytest.fixture
+def written(tmp_path):
+    table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region"], "v")
+    lease = LocalLease(lease_file(table), table.uri, job_id="writer")
+    lease.acquire()
+    c = Coordinator(table, lease, "w")
+    instants, states = [], []
+    for n in range(3):
+        instants.append(upsert(table, c, n, [{"id": i, "v": n, "region": "us" if i % 2 else "eu"} for i in range(n, n + 3)], SCHEMA))
+        states.append(rows(hudi_read(table.uri), "id", ["id", "v", "region"]))
+    dangling = upsert(table, c, 9, [{"id": 77, "v": 9, "region": "us"}], SCHEMA, commit=False)
+    lease.release()
+    return table, instants, states, dangling
+
+
+def test_help_everywhere():
+    for command in ([], ["run"], ["timeline"], ["show"], ["rollback"], ["serve"], ["lease"]):
+        code, out, _ = laketide(*command, "--help")
+        assert code == 0 and "Usage" in out
+
+
+def test_timeline_show_and_lease(written):
+    table, instants, _, dangling = written
+    code, out, _ = laketide("timeline", table.uri, "--json")
+    assert code == 0
+    assert [i["instant"] for i in json.loads(out)] == [dangling, *instants[::-1]]
+    code, out, _ = laketide("timeline", table.uri, "--state", "completed", "--limit", "2", "--json")
+    assert [i["instant"] for i in json.loads(out)] == instants[:0:-1]
+    code, out, _ = laketide("timeline", table.uri)
+    assert code == 0 and instants[0] in out
+    code, out, _ = laketide("show", table.uri, instants[0], "--json")
+    assert code == 0 and json.loads(out)["totals"]["inserts"] == 3
+    code, out, _ = laketide("lease", table.uri, "--json")
+    assert code == 0 and json.loads(out) == {"held": False, "holder": None}
+
+
+def test_exit_codes_tell_not_found_refused_and_usage(written, tmp_path):
+    table, instants, _, _ = written
+    code, out, _ = laketide("show", table.uri, "20000101000000000", "--json")
+    assert code == 3 and "no instant" in json.loads(out)["error"]
+    assert laketide("show", str(tmp_path / "nothing"), instants[0])[0] == 3
+    assert laketide("show", table.uri, "yesterday")[0] == 2
+    code, out, _ = laketide("rollback", table.uri, instants[0], "--json")
+    assert code == 4 and "force" in json.loads(out)["error"]
+    code, _, err = laketide("run", "--conf", "write.index_shards=0")
+    assert code == 2 and "write.index_shards" in err
+    held = LocalLease(lease_file(table), table.uri, job_id="someone-else")
+    held.acquire()
+    try:
+        code, _, err = laketide("rollback", table.uri, instants[2])
+        assert code == 4 and "someone-else" in err
+    finally:
+        held.release()
+
+
+def test_local_rollback_dry_run_then_real(written):
+    table, instants, states, dangling = written
+    code, out, _ = laketide("rollback", table.uri, dangling, "--dry-run", "--json")
+    plan = json.loads(out)
+    assert code == 0 and plan["dry_run"] and all(table.io.exists(f) for f in plan["files"])
+    assert laketide("rollback", table.uri, dangling)[0] == 0
+    code, out, _ = laketide("rollback", table.uri, instants[2], "--json")
+    assert code == 0 and json.loads(out)["was_completed"]
+    assert rows(hudi_read(table.uri), "id", ["id", "v", "region"]) == states[1]
+
+
+class _Job:
+    """A coordinator that holds the lease and serves the API, as the streaming job does."""
+
+    def __init__(self, table):
+        self.lease = LocalLease(lease_file(table), table.uri, job_id="streaming-job")
+        self.lease.acquire()
+        self.coordinator = Coordinator(table, self.lease, "w")
+        self.lock = threading.Lock()
+        self.server = ApiServer(create_app(table, "tok", job=self)).start()
+        self.lease.announce(self.server.address)
+
+    def status(self):
+        return {"running": True, "writer_id": "w"}
+
+    def between_batches(self, action):
+        with self.lock:
+            return action()
+
+    def close(self):
+        self.server.stop()
+        self.lease.release()
+
+
+def test_rollback_goes_through_the_running_jobs_api(written):
+    table, instants, states, dangling = written
+    job = _Job(table)
+    try:
+        code, out, _ = laketide("lease", table.uri, "--json")
+        assert json.loads(out)["holder"]["api_address"] == job.server.address
+        code, out, _ = laketide("rollback", table.uri, dangling, "--json", env={"LAKETIDE_API_TOKEN": "wrong"})
+        assert code == 4 and "403" in json.loads(out)["error"]
+        code, out, _ = laketide("rollback", table.uri, dangling, "--json", env={"LAKETIDE_API_TOKEN": "tok"})
+        assert code == 0 and json.loads(out)["instant"] == dangling
+        code, out, _ = laketide("rollback", table.uri, "20000101000000000", "--json", env={"LAKETIDE_API_TOKEN": "tok"})
+        assert code == 3
+        assert rows(hudi_read(table.uri), "id", ["id", "v", "region"]) == states[2]
+    finally:
+        job.close()
+
+
+def test_unreachable_zookeeper_stops_the_job_at_start(tmp_path):
+    code, _, err = laketide(
+        "run",
+        "--conf", f"table.path={tmp_path / 't'}",
+        "--conf", f"stream.checkpoint={tmp_path / 'cp'}",
+        "--conf", "coordinator.lease=zookeeper",
+        "--conf", f"coordinator.zookeeper=127.0.0.1:{free_port()}",
+    )
+    assert code == 4 and "cannot reach ZooKeeper" in err and "never falls back" in err
