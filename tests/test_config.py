@@ -66,3 +66,10 @@ def test_missing_and_broken_files(tmp_path):
     bad.write_text("[table\npath=")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
+
+
+def test_example_job_config_in_deploy_is_valid():
+    from pathlib import Path
+
+    config = load_config(Path(__file__).resolve().parents[1] / "deploy" / "job.example.toml")
+    assert config.coordinator.lease == "zookeeper" and config.coordinator.api_port == 8470
