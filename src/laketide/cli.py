@@ -72,6 +72,18 @@ def _lease(table, zookeeper: str | None, zookeeper_root: str, job_id: str = "lak
     return LocalLease(posixpath.join(table.uri, ".hoodie/.laketide/lease"), table.uri, job_id=job_id)
 
 
+def _current_holder(table, zookeeper: str | None, zookeeper_root: str, as_json: bool):
+    from laketide.coordinator import LeaseError
+
+    probe = _lease(table, zookeeper, zookeeper_root)
+    try:
+        return probe.current_holder()
+    except LeaseError as exc:
+        raise _fail(str(exc), FAILED, as_json) from None
+    finally:
+        probe.release()
+
+
 def _side_files(table):
     from laketide.index.state import StateIndex
 
@@ -168,16 +180,7 @@ def show(table: Annotated[str, typer.Argument()], instant: Annotated[str, typer.
 @app.command()
 def lease(table: Annotated[str, typer.Argument()], zookeeper: ZkOpt = None, zookeeper_root: ZkRootOpt = "/laketide", as_json: JsonOpt = False) -> None:
     """Who holds the table's lease."""
-    from laketide.coordinator import LeaseError
-
-    t = _open(table, as_json)
-    probe = _lease(t, zookeeper, zookeeper_root)
-    try:
-        holder = probe.current_holder()
-    except LeaseError as exc:
-        raise _fail(str(exc), FAILED, as_json) from None
-    finally:
-        probe.release()
+    holder = _current_holder(_open(table, as_json), zookeeper, zookeeper_root, as_json)
     data = {"held": holder is not None, "holder": holder.model_dump() if holder else None}
     _emit(data, as_json, f"held by {holder.describe()}" if holder else "nobody holds the lease")
 
@@ -205,13 +208,7 @@ def rollback(
         raise _fail(str(exc), USAGE, as_json) from None
     t = _open(table, as_json)
     if api is None:
-        probe = _lease(t, zookeeper, zookeeper_root)
-        try:
-            holder = probe.current_holder()
-        except LeaseError as exc:
-            raise _fail(str(exc), FAILED, as_json) from None
-        finally:
-            probe.release()
+        holder = _current_holder(t, zookeeper, zookeeper_root, as_json)
         api = holder.api_address if holder else None
     if api:
         data = _rollback_through_api(api, instant, dry_run, force, token or os.environ.get(TOKEN_ENV), as_json)
