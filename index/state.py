@@ -21,6 +21,7 @@ collides with, where the bucket writer inserts it; no key is ever in two groups.
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 import re
 from collections.abc import Iterable
@@ -34,6 +35,7 @@ import pyarrow.ipc as ipc
 from laketide.index.hashing import hash64
 from laketide.table.io import FileIO
 
+log = logging.getLogger(__name__)
 INDEX_DIR = ".hoodie/.laketide/index"
 HASH_NAME = "fnv1a64(partition\\0key)"
 _RUN = re.compile(r"^(base|delta)_(\d{17})(?:_(\d+))?\.arrow$")
@@ -138,6 +140,8 @@ class StateIndex:
             meta = json.loads(io.read_text(meta_path))
             if meta.get("hash") != HASH_NAME:
                 raise ValueError(f"state index at {io.full_path(INDEX_DIR)} uses hash {meta.get('hash')!r}; expected {HASH_NAME!r}")
+            if int(meta["shards"]) != shards:
+                log.warning("state index at %s has %s shards; keeping them (write.index_shards = %s is ignored)", io.full_path(INDEX_DIR), meta["shards"], shards)
             return cls(io, int(meta["shards"]))
         io.write_atomic(meta_path, json.dumps({"shards": shards, "hash": HASH_NAME}).encode(), overwrite=True)
         return cls(io, shards)
