@@ -26,6 +26,7 @@ from laketide.index.assigner import FILE_ID, PARTITION, AssignPlan, SmallFileGro
 from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
+from laketide.table.timeline import Timeline
 from laketide.table.schema import RECORD_KEY, avro_schema_json, data_schema, with_meta_schema
 from laketide.writer import stages
 from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, RAW, REASON, SHARD, PrepareSpec, prepare
@@ -67,8 +68,7 @@ class WriterStatus:
     quarantined_total: int = 0
 
 
-def _record_size(table: Table) -> int:
-    timeline = table.timeline
+def _record_size(timeline: Timeline) -> int:
     writes = timeline.completed_writes()[-5:]
     stats = [s for i in writes for s in timeline.commit_metadata(i).write_stats() if s.num_writes]
     total = sum(s.num_writes for s in stats)
@@ -141,7 +141,7 @@ class MicroBatchWriter:
 
     def _table_schema(self, incoming: pa.Schema, current: dict) -> pa.Schema:
         """The existing table schema, plus incoming columns it does not have yet."""
-        base = data_schema(incoming.remove(incoming.get_field_index(CORRUPT)) if CORRUPT in incoming.names else incoming)
+        base = data_schema(incoming)
         if not current:
             return base
         (partition, file_id), name = next(iter(sorted(current.items())))
@@ -160,7 +160,7 @@ class MicroBatchWriter:
         snapshot = self.index.snapshot(committed, timeline.earliest_timestamp)
         uncovered = frozenset(set(current) - snapshot.covered)
         write = self.config.write
-        record_size = _record_size(self.table)
+        record_size = _record_size(timeline)
         assign = AssignPlan(instant, self.index.shards, self.config.table.ordering_field, max(1, write.target_file_size // record_size))
         for s in slices:
             key = (s.partition, s.file_id)
@@ -186,7 +186,6 @@ class MicroBatchWriter:
 
     def _quarantine(self, prepared: DataFrame, batch_id: int, instant: str) -> int:
         bad = prepared.filter(F.col(REASON).isNotNull()).select(
-            F.lit(batch_id).alias("batch_id"),
             F.lit(instant).alias("instant"),
             F.col(REASON).alias("reason"),
             F.col(RAW).alias("raw"),
@@ -196,16 +195,15 @@ class MicroBatchWriter:
         if count:
             target = f"{self.quarantine_path}/writer={self.coordinator.writer_id}/batch_id={batch_id}"
             # overwrite: a replayed batch quarantines the same rows once
-            bad.drop("batch_id").coalesce(1).write.mode("overwrite").parquet(target)
+            bad.coalesce(1).write.mode("overwrite").parquet(target)
             log.warning("micro-batch %s: %d rows quarantined under %s", batch_id, count, target)
         return count
 
     def _write(self, df: DataFrame, batch_id: int, instant: str) -> BatchReport:
         spec = self.spec
-        source_fields = [f for f in df.schema.fields]
-        prepared_struct = StructType(
-            [f for f in source_fields if f.name != CORRUPT] + list(from_arrow_schema(pa.schema(PREPARED_FIELDS)).fields)
-        )
+        # Spark's malformed-record column is folded into the quarantine reason and raw text by prepare().
+        data_fields = [f for f in df.schema.fields if f.name != CORRUPT]
+        prepared_struct = StructType(data_fields + list(from_arrow_schema(pa.schema(PREPARED_FIELDS)).fields))
 
         def prepare_task(batches):
             from pyspark import TaskContext
@@ -220,9 +218,8 @@ class MicroBatchWriter:
         try:
             records = prepared.count()
             quarantined = self._quarantine(prepared, batch_id, instant)
-            incoming = to_arrow_schema(StructType([f for f in source_fields if f.name != CORRUPT]))
-            plan = self._plan(instant, incoming)
-            statuses = self._assign_and_write(prepared.filter(F.col(REASON).isNull()), plan, source_fields)
+            plan = self._plan(instant, to_arrow_schema(StructType(data_fields)))
+            statuses = self._assign_and_write(prepared.filter(F.col(REASON).isNull()), plan, data_fields)
         finally:
             prepared.unpersist()
         self._on_step("written", batch_id)
@@ -242,8 +239,7 @@ class MicroBatchWriter:
             files=len(stats),
         )
 
-    def _assign_and_write(self, good: DataFrame, plan: stages.BatchPlan, source_fields: list[StructField]) -> list[dict]:
-        data_fields = [f for f in source_fields if f.name not in (CORRUPT,)]
+    def _assign_and_write(self, good: DataFrame, plan: stages.BatchPlan, data_fields: list[StructField]) -> list[dict]:
         assigned_struct = StructType(data_fields + list(from_arrow_schema(pa.schema([(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string())])).fields))
         assigned_arrow = to_arrow_schema(assigned_struct)
         status_struct = from_arrow_schema(stages.STATUS_SCHEMA)
