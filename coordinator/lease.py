@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import posixpath
 import socket
 import time
 from abc import ABC, abstractmethod
@@ -88,6 +89,9 @@ class Lease(ABC):
         self.release()
 
 
+LOCAL_LEASE_FILE = ".hoodie/.laketide/lease"
+
+
 class LocalLease(Lease):
     """An exclusive ``flock`` on a file beside the table, for one machine.
 
@@ -103,6 +107,11 @@ class LocalLease(Lease):
         self.api_address = api_address
         self._fd: int | None = None
         self.holder = None
+
+    @classmethod
+    def for_table(cls, table_uri: str, job_id: str = "", api_address: str | None = None) -> LocalLease:
+        """The lease file every laketide process uses for a table on the local file system."""
+        return cls(posixpath.join(table_uri, LOCAL_LEASE_FILE), table_uri, job_id=job_id, api_address=api_address)
 
     def _read(self, fd: int) -> LeaseHolder | None:
         os.lseek(fd, 0, os.SEEK_SET)

@@ -11,7 +11,7 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.coordinator import Coordinator
+from laketide.coordinator import Coordinator, LocalLease
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
 from laketide.table.files import new_file_id
@@ -19,6 +19,8 @@ from laketide.table.schema import FILE_NAME, PARTITION_PATH, RECORD_KEY, avro_sc
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
 from laketide.writer.records import partition_path_column, record_key_column
+
+from conftest import hudi_read, rows
 
 
 def write_file_groups(table: Table, instant: str, data: pa.Table, schema: pa.Schema, new_groups_only: bool = False) -> list:
@@ -65,3 +67,25 @@ def upsert(table: Table, coordinator: Coordinator, batch_id: int, records: list[
 
 def key_set(table: pa.Table, column: str = RECORD_KEY) -> list:
     return sorted(pc.unique(table[column]).to_pylist()) if table.num_rows else []
+
+
+HISTORY_SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
+
+
+def history(path, width: int):
+    """Three commits of ``width`` rows each (keys overlap), then a dangling instant; the lease free again.
+
+    Returns (table, instants, hudi-rs rows after each commit, dangling instant).
+    """
+    table = Table.create(str(path), "t", ["id"], ["region"], "v")
+    lease = LocalLease.for_table(table.uri, job_id="writer")
+    lease.acquire()
+    coordinator = Coordinator(table, lease, "w")
+    instants, states = [], []
+    for n in range(3):
+        records = [{"id": i, "v": n, "region": "us" if i % 2 else "eu"} for i in range(n, n + width)]
+        instants.append(upsert(table, coordinator, n, records, HISTORY_SCHEMA))
+        states.append(rows(hudi_read(table.uri), "id", ["id", "v", "region"]))
+    dangling = upsert(table, coordinator, 9, [{"id": 77, "v": 9, "region": "us"}], HISTORY_SCHEMA, commit=False)
+    lease.release()
+    return table, instants, states, dangling

@@ -2,49 +2,29 @@
 
 from __future__ import annotations
 
-import posixpath
-
 import httpx
-import pyarrow as pa
 import pytest
 
 from laketide.api.app import create_app
 from laketide.api.server import ApiServer
-from laketide.coordinator import Coordinator, LocalLease
-from laketide.table import Table
+from laketide.coordinator import LocalLease
 
 from conftest import hudi_read, rows
-from localwrite import upsert
+from localwrite import history
 
-SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def lease_path(table: Table) -> str:
-    return posixpath.join(table.uri, ".hoodie/.laketide/lease")
-
-
 @pytest.fixture
 def written(tmp_path):
-    """A table with three commits and a dangling instant; its lease free again."""
-    table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region"], "v")
-    lease = LocalLease(lease_path(table), table.uri, job_id="writer")
-    lease.acquire()
-    c = Coordinator(table, lease, "w")
-    states, instants = [], []
-    for n in range(3):
-        instants.append(upsert(table, c, n, [{"id": i, "v": n, "region": ["us", "eu"][i % 2]} for i in range(n, n + 4)], SCHEMA))
-        states.append(rows(hudi_read(table.uri), "id", ["id", "v", "region"]))
-    dangling = upsert(table, c, 9, [{"id": 50, "v": 9, "region": "us"}], SCHEMA, commit=False)
-    lease.release()
-    return table, instants, states, dangling
+    return history(tmp_path / "t", width=4)
 
 
 @pytest.fixture
 def server(written):
     table = written[0]
-    app = create_app(table, TOKEN, lease_factory=lambda: LocalLease(lease_path(table), table.uri, job_id="serve"))
+    app = create_app(table, TOKEN, lease_factory=lambda: LocalLease.for_table(table.uri, job_id="serve"))
     srv = ApiServer(app).start()
     yield srv
     srv.stop()
@@ -103,7 +83,7 @@ def test_mutations_need_the_token(server, written):
 
 def test_standalone_rollback_refused_while_a_job_holds_the_lease(server, written):
     table, instants, _, _ = written
-    job_lease = LocalLease(lease_path(table), table.uri, job_id="streaming-job", api_address="http://127.0.0.1:9/")
+    job_lease = LocalLease.for_table(table.uri, job_id="streaming-job", api_address="http://127.0.0.1:9/")
     job_lease.acquire()
     try:
         answer = httpx.post(f"{server.address}/v1/instants/{instants[2]}/rollback", json={}, headers=AUTH)

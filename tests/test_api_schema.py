@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import posixpath
-
-import pyarrow as pa
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from laketide.api.app import create_app
 from laketide.api.server import ApiServer
-from laketide.coordinator import Coordinator, LocalLease
-from laketide.table import Table
+from laketide.coordinator import LocalLease
 
-from localwrite import upsert
-
-SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
+from localwrite import history
 
 
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory):
-    root = tmp_path_factory.mktemp("schema")
-    table = Table.create(str(root / "t"), "t", ["id"], ["region"], "v")
-    lease_file = posixpath.join(table.uri, ".hoodie/.laketide/lease")
-    lease = LocalLease(lease_file, table.uri)
-    lease.acquire()
-    coordinator = Coordinator(table, lease, "w")
-    for n in range(3):
-        upsert(table, coordinator, n, [{"id": i, "v": n, "region": "us" if i % 2 else "eu"} for i in range(5)], SCHEMA)
-    lease.release()
-    server = ApiServer(create_app(table, "t0ken", lease_factory=lambda: LocalLease(lease_file, table.uri))).start()
+    table = history(tmp_path_factory.mktemp("schema") / "t", width=5)[0]
+    server = ApiServer(create_app(table, "t0ken", lease_factory=lambda: LocalLease.for_table(table.uri))).start()
     yield schemathesis.openapi.from_url(f"{server.address}/openapi.json")
     server.stop()
 

@@ -4,25 +4,21 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from laketide.api.app import create_app
 from laketide.api.server import ApiServer
 from laketide.coordinator import Coordinator, LocalLease
-from laketide.table import Table
 
 from conftest import free_port, hudi_read, rows
-from localwrite import upsert
+from localwrite import history
 
 CLI = str(Path(sys.executable).with_name("laketide"))
-SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 
 
 def laketide(*args, env=None):
@@ -30,23 +26,9 @@ def laketide(*args, env=None):
     return result.returncode, result.stdout, result.stderr
 
 
-def lease_file(table):
-    return posixpath.join(table.uri, ".hoodie/.laketide/lease")
-
-
 @pytest.fixture
 def written(tmp_path):
-    table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region"], "v")
-    lease = LocalLease(lease_file(table), table.uri, job_id="writer")
-    lease.acquire()
-    c = Coordinator(table, lease, "w")
-    instants, states = [], []
-    for n in range(3):
-        instants.append(upsert(table, c, n, [{"id": i, "v": n, "region": "us" if i % 2 else "eu"} for i in range(n, n + 3)], SCHEMA))
-        states.append(rows(hudi_read(table.uri), "id", ["id", "v", "region"]))
-    dangling = upsert(table, c, 9, [{"id": 77, "v": 9, "region": "us"}], SCHEMA, commit=False)
-    lease.release()
-    return table, instants, states, dangling
+    return history(tmp_path / "t", width=3)
 
 
 def test_help_everywhere():
@@ -80,7 +62,7 @@ def test_exit_codes_tell_not_found_refused_and_usage(written, tmp_path):
     assert code == 4 and "force" in json.loads(out)["error"]
     code, _, err = laketide("run", "--conf", "write.index_shards=0")
     assert code == 2 and "write.index_shards" in err
-    held = LocalLease(lease_file(table), table.uri, job_id="someone-else")
+    held = LocalLease.for_table(table.uri, job_id="someone-else")
     held.acquire()
     try:
         code, _, err = laketide("rollback", table.uri, instants[2])
@@ -104,7 +86,7 @@ class _Job:
     """A coordinator that holds the lease and serves the API, as the streaming job does."""
 
     def __init__(self, table):
-        self.lease = LocalLease(lease_file(table), table.uri, job_id="streaming-job")
+        self.lease = LocalLease.for_table(table.uri, job_id="streaming-job")
         self.lease.acquire()
         self.coordinator = Coordinator(table, self.lease, "w")
         self.lock = threading.Lock()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import posixpath
 import threading
 import uuid
 from collections.abc import Callable
@@ -21,7 +20,6 @@ from laketide.writer.sources import read_stream
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")
-LEASE_FILE = ".hoodie/.laketide/lease"
 WRITER_ID_FILE = "laketide-writer-id"
 
 
@@ -50,7 +48,7 @@ def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | 
     if coordinator.lease == "local":
         if not table.io.is_local:
             raise ValueError(f"coordinator.lease = 'local' needs a table on the local file system; {table.uri} is not. Use 'zookeeper'.")
-        return LocalLease(posixpath.join(table.uri, LEASE_FILE), table.uri, job_id=job_id, api_address=api_address)
+        return LocalLease.for_table(table.uri, job_id=job_id, api_address=api_address)
     return ZooKeeperLease(coordinator.zookeeper, coordinator.zookeeper_root, table.uri, job_id=job_id, api_address=api_address, on_lost=on_lost)
 
 

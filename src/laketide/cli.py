@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import posixpath
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -69,7 +68,7 @@ def _lease(table, zookeeper: str | None, zookeeper_root: str, job_id: str = "lak
 
     if zookeeper:
         return ZooKeeperLease(zookeeper, zookeeper_root, table.uri, job_id=job_id, connect_timeout=10.0)
-    return LocalLease(posixpath.join(table.uri, ".hoodie/.laketide/lease"), table.uri, job_id=job_id)
+    return LocalLease.for_table(table.uri, job_id=job_id)
 
 
 def _current_holder(table, zookeeper: str | None, zookeeper_root: str, as_json: bool):
