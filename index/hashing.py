@@ -2,7 +2,8 @@
 
 Hudi's bloom filters hash every key with `org.apache.hadoop.util.hash.MurmurHash`,
 chaining the seed through `nbHash` rounds. This module reproduces that hash
-bit for bit: the tail bytes are sign-extended as Java's `byte` is signed.
+bit for bit, including its two quirks: the tail bytes are sign-extended (Java's
+`byte` is signed) and folded from the end of the key.
 """
 
 from __future__ import annotations
@@ -45,12 +46,11 @@ def _hash_fixed_length(block: np.ndarray, seeds: np.ndarray) -> np.ndarray:
             h ^= k
     tail = length - words * 4
     if tail:
+        # Hadoop folds the tail from the end of the key: data[len-1] unshifted,
+        # data[len-2] << 8, data[len-3] << 16 (not the reference MurmurHash2 order).
         signed = block[:, words * 4 :].view(np.int8).astype(np.int32).view(np.uint32)
-        if tail >= 3:
-            h ^= signed[:, 2] << np.uint32(16)
-        if tail >= 2:
-            h ^= signed[:, 1] << np.uint32(8)
-        h ^= signed[:, 0]
+        for j in range(tail):
+            h ^= signed[:, j] << np.uint32(8 * (tail - 1 - j))
         h = h * _M
     h ^= h >> np.uint32(13)
     h = h * _M

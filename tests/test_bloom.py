@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import base64
 import glob
 
 import numpy as np
@@ -7,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, BloomFilter, KeyRange, bloom_size
-from laketide.index.hashing import bit_positions
+from laketide.index.hashing import murmur2
 
 from conftest import COW_FIXTURES, MOR_FIXTURE
 
@@ -19,6 +20,12 @@ def _bloom_files(root) -> list[str]:
             if FOOTER_BLOOM.encode() in (pq.read_metadata(path).metadata or {}):
                 files.append(path)
     return files
+
+
+@pytest.fixture(scope="module")
+def hadoop(spark):
+    """The JVM of the test Spark session: Hadoop's MurmurHash and BloomFilter ship in the pyspark wheel."""
+    return spark._jvm
 
 
 def test_fixtures_carry_bloom_filters(fixtures_dir):
@@ -82,55 +89,61 @@ def test_round_trip_by_kind(kind):
     assert not again.might_contain("c")
 
 
-def _java_murmur(data: bytes, seed: int) -> int:
-    """Line-by-line port of Hadoop's MurmurHash.hash with Java int overflow."""
-
-    def i32(x):
-        return ((x + 2**31) % 2**32) - 2**31
-
-    def ushr(x, n):
-        return (x % 2**32) >> n
-
-    m, r = 0x5BD1E995, 24
-    h = i32(seed ^ len(data))
-    signed = [b - 256 if b > 127 else b for b in data]
-    for i in range(len(data) // 4):
-        k = signed[4 * i + 3]
-        k = i32(k << 8) | (data[4 * i + 2])
-        k = i32(k << 8) | (data[4 * i + 1])
-        k = i32(k << 8) | (data[4 * i])
-        k = i32(k * m)
-        k ^= ushr(k, r)
-        k = i32(k * m)
-        h = i32(h * m)
-        h = i32(h ^ k)
-    tail = len(data) % 4
-    base = len(data) - tail
-    if tail:
-        if tail >= 3:
-            h = i32(h ^ i32(signed[base + 2] << 16))
-        if tail >= 2:
-            h = i32(h ^ i32(signed[base + 1] << 8))
-        h = i32(h ^ signed[base])
-        h = i32(h * m)
-    h = i32(h ^ ushr(h, 13))
-    h = i32(h * m)
-    h = i32(h ^ ushr(h, 15))
-    return h
-
-
-def test_vectorised_murmur_matches_scalar_port():
+def _keys_of_every_length() -> list[str]:
+    """Ten ASCII and ten multi-byte keys for every UTF-8 length from 1 to 64 bytes."""
     rng = np.random.default_rng(7)
-    keys = ["", "1", "ab", "abc", "ÿÿÿ", "日本語キー", "key-with-many-bytes-\x80"]
-    keys += ["".join(chr(c) for c in rng.integers(32, 0x3000, size=n)) for n in rng.integers(0, 40, size=200)]
-    vector = 2_587_966
-    got = bit_positions(keys, 5, vector)
-    for key, row in zip(keys, got):
-        h, expected = 0, []
-        for _ in range(5):
-            h = _java_murmur(key.encode(), h)
-            expected.append(abs(int(np.fmod(h, vector))))
-        assert list(row) == expected, key
+    wide = ["é", "日", "😀", "ß", "€", "a"]
+    keys = []
+    for length in range(1, 65):
+        for _ in range(10):
+            keys.append("".join(chr(c) for c in rng.integers(32, 127, size=length)))
+            chars, size = [], 0
+            while size < length:
+                fits = [c for c in wide if size + len(c.encode()) <= length]
+                c = fits[rng.integers(len(fits))]
+                chars.append(c)
+                size += len(c.encode())
+            keys.append("".join(chars))
+    return keys
+
+
+def test_murmur_matches_hadoop_for_every_key_length(hadoop):
+    keys = _keys_of_every_length()
+    assert {len(k.encode()) for k in keys} == set(range(1, 65))
+    murmur = hadoop.org.apache.hadoop.util.hash.MurmurHash.getInstance()
+    seeds = np.arange(len(keys), dtype=np.int64) * 2_654_435_761 % 2**32
+    ours_zero = murmur2(keys).view(np.int32)
+    ours_seeded = murmur2(keys, seeds.astype(np.uint32)).view(np.int32)
+    for key, zero, seed, seeded in zip(keys, ours_zero, seeds, ours_seeded):
+        data = bytearray(key.encode())
+        assert murmur.hash(data, len(data), 0) == zero, key
+        assert murmur.hash(data, len(data), int(np.int64(seed).astype(np.uint32).view(np.int32))) == seeded, key
+
+
+def _hadoop_simple_filter(jvm, keys: list[str], vector_size: int, num_hashes: int) -> bytes:
+    """``org.apache.hadoop.util.bloom.BloomFilter`` with MurmurHash, serialized as Hudi's SIMPLE filter is."""
+    bloom = jvm.org.apache.hadoop.util.bloom.BloomFilter(vector_size, num_hashes, 1)
+    for key in keys:
+        bloom.add(jvm.org.apache.hadoop.util.bloom.Key(bytearray(key.encode())))
+    sink = jvm.java.io.ByteArrayOutputStream()
+    out = jvm.java.io.DataOutputStream(sink)
+    bloom.write(out)
+    out.flush()
+    return bytes(sink.toByteArray())
+
+
+def test_simple_filters_equal_hadoops_for_every_key_length(hadoop):
+    keys = _keys_of_every_length()
+    for length in range(1, 65):
+        group = [k for k in keys if len(k.encode()) == length]
+        ours = BloomFilter.for_keys(group, "SIMPLE", num_entries=100, fpp=1e-6)
+        assert ours.to_bytes() == _hadoop_simple_filter(hadoop, group, ours.vector_size, ours.num_hashes), length
+    whole = BloomFilter.for_keys(keys, "SIMPLE")
+    assert (whole.vector_size, whole.num_hashes) == (2_587_966, 30)
+    theirs = _hadoop_simple_filter(hadoop, keys, whole.vector_size, whole.num_hashes)
+    assert whole.to_bytes() == theirs
+    probe = BloomFilter.deserialize(base64.b64encode(theirs), "SIMPLE")
+    assert probe.might_contain_many(keys).all()
 
 
 def test_key_range():
