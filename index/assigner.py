@@ -29,6 +29,8 @@ from laketide.table.schema import IS_DELETED, RECORD_KEY
 
 PARTITION = "_lt_partition"
 FILE_ID = "_lt_file_id"
+# Arrival order of a row within its micro-batch: its landing file (and block), then its line.
+ARRIVAL_FILE = "_lt_arrival_file"
 ARRIVAL = "_lt_arrival"
 _FILE_ID_NAMESPACE = uuid.UUID("6f0c3a4e-7c1d-4b8e-9a5f-2d1e0b7c9a11")
 
@@ -80,12 +82,14 @@ def new_file_id(plan: AssignPlan, shard: int, partition: str, n: int) -> str:
 
 
 def dedupe(rows: pa.Table, ordering_field: str | None) -> pa.Table:
-    """One row per (partition, key): highest ordering value, then latest arrival."""
+    """One row per (partition, key): highest ordering value, then latest arrival (later file, later line)."""
     if rows.num_rows <= 1:
         return rows
     sort = [(PARTITION, "ascending"), (RECORD_KEY, "ascending")]
     if ordering_field:
         sort.append((ordering_field, "descending"))
+    if ARRIVAL_FILE in rows.column_names:
+        sort.append((ARRIVAL_FILE, "descending"))
     sort.append((ARRIVAL, "descending"))
     ordered = rows.take(pc.sort_indices(rows, sort_keys=sort))
     parts = ordered[PARTITION].to_numpy(zero_copy_only=False)
@@ -175,7 +179,7 @@ class BucketAssigner:
         assigned = rows.append_column(FILE_ID, pa.array(file_ids, pa.string())).filter(pa.array(keep))
         chosen = np.nonzero(new_entry)[0]
         entries = index_entries(hashes[chosen], [partitions[i] for i in chosen], [file_ids[i] for i in chosen])
-        return assigned.drop_columns([ARRIVAL]) if ARRIVAL in assigned.column_names else assigned, entries
+        return assigned.drop_columns([c for c in (ARRIVAL_FILE, ARRIVAL) if c in assigned.column_names]), entries
 
     def _pack(self, partition: str, count: int) -> Iterable[str]:
         """File ids for ``count`` inserts: small groups this shard owns first, then new groups."""

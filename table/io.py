@@ -8,6 +8,7 @@ Paths handed to a ``FileIO`` are relative to the table's base path.
 from __future__ import annotations
 
 import posixpath
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ class FileIO:
     @classmethod
     def for_uri(cls, uri: str) -> FileIO:
         """A FileIO rooted at ``uri``: a local path, or a URI pyarrow understands (s3://, hdfs://)."""
+        if uri.startswith("file:"):
+            # Hadoop writes local files as file:/path or file:///path, percent-encoded
+            uri = urllib.parse.unquote(urllib.parse.urlparse(uri).path)
         if "://" not in uri:
             uri = posixpath.abspath(uri) if not uri.startswith("/") else uri
             return cls(pafs.LocalFileSystem(), uri)

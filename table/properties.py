@@ -95,6 +95,37 @@ def table_checksum(database: str, table_name: str) -> int:
     return zlib.crc32(f"{database}.{table_name}".encode("utf-8"))
 
 
+EVENT_TIME = "EVENT_TIME_ORDERING"
+COMMIT_TIME = "COMMIT_TIME_ORDERING"
+MergeMode = Literal["EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING"]
+# What Hudi records for each mode: the payload class a version 6 reader merges with, and the
+# merge strategy id of Hudi 1.x (HoodieRecordMerger's *_BASED_MERGE_STRATEGY_UUID).
+PAYLOAD_CLASS = {
+    EVENT_TIME: "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
+    COMMIT_TIME: "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload",
+}
+MERGE_STRATEGY_ID = {
+    EVENT_TIME: "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5",
+    COMMIT_TIME: "ce9acb64-bde0-424c-9b91-f6ebba25356d",
+}
+
+
+def default_merge_mode(ordering_field: str | None) -> MergeMode:
+    """Hudi 1.x's default: event time when there is an ordering field, commit time otherwise."""
+    return EVENT_TIME if ordering_field else COMMIT_TIME
+
+
+def _merge_mode(props: dict[str, str], ordering_field: str | None) -> str:
+    """The table's merge mode: recorded, or implied by its payload class, or Hudi's default."""
+    if "hoodie.record.merge.mode" in props:
+        return props["hoodie.record.merge.mode"].upper()
+    payload = props.get("hoodie.compaction.payload.class")
+    if payload:
+        modes = {cls: mode for mode, cls in PAYLOAD_CLASS.items()}
+        return modes.get(payload, f"CUSTOM ({payload})")
+    return default_merge_mode(ordering_field)
+
+
 def _split_fields(value: str | None) -> list[str]:
     return [f for f in (value or "").split(",") if f]
 
@@ -108,6 +139,7 @@ class TableConfig(BaseModel):
     record_key_fields: list[str] = Field(default_factory=list)
     partition_fields: list[str] = Field(default_factory=list)
     ordering_field: str | None = None
+    merge_mode: str = COMMIT_TIME
     hive_style_partitioning: bool = False
     urlencode_partitions: bool = False
     populate_meta_fields: bool = True
@@ -145,6 +177,7 @@ class TableConfig(BaseModel):
             record_key_fields=_split_fields(props.get("hoodie.table.recordkey.fields")),
             partition_fields=partitions,
             ordering_field=ordering or None,
+            merge_mode=_merge_mode(props, ordering or None),
             hive_style_partitioning=props.get("hoodie.datasource.write.hive_style_partitioning", "false") == "true",
             urlencode_partitions=props.get("hoodie.datasource.write.partitionpath.urlencode", "false") == "true",
             populate_meta_fields=props.get("hoodie.populate.meta.fields", "true") == "true",
@@ -153,6 +186,11 @@ class TableConfig(BaseModel):
             create_schema=props.get("hoodie.table.create.schema"),
             extra=props,
         )
+
+    @property
+    def key_generator(self) -> str:
+        """The key generator class the table records, or the one its key and partition fields imply."""
+        return self.extra.get("hoodie.table.keygenerator.class") or self._key_generator()
 
     def _key_generator(self) -> str:
         if len(self.record_key_fields) > 1 or len(self.partition_fields) > 1:
@@ -178,12 +216,17 @@ class TableConfig(BaseModel):
                 "hoodie.table.base.file.format": self.base_file_format.upper(),
                 "hoodie.database.name": self.database,
                 "hoodie.archivelog.folder": "archived",
+                "hoodie.table.timeline.timezone": "UTC",
                 "hoodie.table.checksum": str(table_checksum(self.database, self.name)),
             }
         )
         props.setdefault("hoodie.table.keygenerator.class", self._key_generator())
         if self.ordering_field:
             props["hoodie.table.precombine.field"] = self.ordering_field
+        if self.merge_mode in PAYLOAD_CLASS:
+            props["hoodie.record.merge.mode"] = self.merge_mode
+            props["hoodie.compaction.payload.class"] = PAYLOAD_CLASS[self.merge_mode]
+            props["hoodie.record.merge.strategy.id"] = MERGE_STRATEGY_ID[self.merge_mode]
         if self.create_schema:
             props["hoodie.table.create.schema"] = self.create_schema
         return props

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from laketide.table import reader
+from laketide.table.commit import SCHEMA_KEY
 from laketide.table.io import FileIO
-from laketide.table.properties import PROPERTIES_FILE, TableConfig, format_properties, parse_properties
-from laketide.table.schema import avro_schema_json, data_schema
+from laketide.table.properties import PROPERTIES_FILE, TableConfig, default_merge_mode, format_properties, parse_properties
+from laketide.table.schema import avro_schema_json, data_schema, schema_from_avro
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
 
@@ -42,30 +44,28 @@ class Table:
         schema: pa.Schema | None = None,
         io: FileIO | None = None,
     ) -> Table:
-        """Create an empty version 6 copy-on-write table (or open the one already there with the same keys)."""
-        io = io or FileIO.for_uri(path)
-        if io.exists(PROPERTIES_FILE):
-            table = cls.open(path, io)
-            table._check_compatible(record_key, partition_by)
-            return table
+        """Create an empty version 6 copy-on-write table with Hudi's defaults for these keys."""
         config = TableConfig(
             name=name,
             record_key_fields=list(record_key),
             partition_fields=list(partition_by),
             ordering_field=ordering_field,
+            merge_mode=default_merge_mode(ordering_field),
             hive_style_partitioning=hive_style_partitioning,
-            create_schema=avro_schema_json(data_schema(schema), name) if schema is not None else None,
+            urlencode_partitions=True,
         )
+        return cls.create_from_config(path, config, schema, io)
+
+    @classmethod
+    def create_from_config(cls, path: str, config: TableConfig, schema: pa.Schema | None = None, io: FileIO | None = None) -> Table:
+        io = io or FileIO.for_uri(path)
+        if io.exists(PROPERTIES_FILE):
+            raise FileExistsError(f"a Hudi table already exists at {io.full_path('')}")
+        if schema is not None:
+            config = config.model_copy(update={"create_schema": avro_schema_json(data_schema(schema), config.name)})
         io.makedirs(".hoodie")
         io.write_atomic(PROPERTIES_FILE, format_properties(config.to_properties()).encode())
         return cls(io, config)
-
-    def _check_compatible(self, record_key: Sequence[str], partition_by: Sequence[str]) -> None:
-        if list(record_key) != self.config.record_key_fields or list(partition_by) != self.config.partition_fields:
-            raise ValueError(
-                f"table {self.uri} has record key {self.config.record_key_fields} and partitions "
-                f"{self.config.partition_fields}; the job asks for {list(record_key)} and {list(partition_by)}"
-            )
 
     @property
     def uri(self) -> str:
@@ -79,6 +79,25 @@ class Table:
     def timeline(self) -> Timeline:
         """The timeline as it is on storage now."""
         return Timeline.load(self.io, self.config)
+
+    def schema(self, timeline: Timeline | None = None) -> pa.Schema | None:
+        """The table's data schema: the Avro schema of its latest write, as Hudi's readers take it.
+
+        Falls back to ``hoodie.table.create.schema``, then to the parquet schema
+        of a base file (tables whose commits carry no schema); ``None`` while empty.
+        """
+        timeline = timeline or self.timeline
+        for instant in reversed(timeline.completed_writes()):
+            avro = timeline.commit_metadata(instant).extra_metadata.get(SCHEMA_KEY)
+            if avro:
+                return data_schema(schema_from_avro(avro))
+        if self.config.create_schema:
+            return data_schema(schema_from_avro(self.config.create_schema))
+        for file_slice in self.file_system_view(timeline).latest_slices():
+            if file_slice.base_file is not None:
+                with self.io.open_input(file_slice.base_file.path) as f:
+                    return data_schema(pq.read_schema(f))
+        return None
 
     def file_system_view(self, timeline: Timeline | None = None) -> FileSystemView:
         return FileSystemView.load(self.io, timeline or self.timeline)

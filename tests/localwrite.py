@@ -18,7 +18,7 @@ from laketide.table.files import new_file_id
 from laketide.table.schema import FILE_NAME, PARTITION_PATH, RECORD_KEY, avro_schema_json, data_schema, with_meta_schema
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
-from laketide.writer.records import partition_path_column, record_key_column
+from laketide.table.keygen import partition_paths, record_keys
 
 from conftest import hudi_read, rows
 
@@ -26,8 +26,9 @@ from conftest import hudi_read, rows
 def write_file_groups(table: Table, instant: str, data: pa.Table, schema: pa.Schema, new_groups_only: bool = False) -> list:
     """Write one instant's file groups; ``new_groups_only`` puts every key in a new group (as clustering does)."""
     config = table.config
-    data = data.append_column(RECORD_KEY, record_key_column(data, config.record_key_fields))
-    data = data.append_column("__partition", partition_path_column(data, config.partition_fields, config.hive_style_partitioning))
+    data = data.append_column(RECORD_KEY, record_keys(data, config.record_key_fields)[0])
+    partitions = partition_paths(data, config.partition_fields, config.hive_style_partitioning, config.urlencode_partitions)[0]
+    data = data.append_column("__partition", partitions)
     view = table.file_system_view()
     slices = {(s.partition, s.file_id): s for s in view.latest_slices()}
     located = {}

@@ -41,9 +41,9 @@ def test_bad_rows_are_quarantined_with_reasons(job_run):
     reasons = sorted(quarantine["reason"].to_pylist())
     assert len(reasons) == BAD_ROWS
     assert "malformed record (not valid JSON)" in reasons
-    assert "record key field 'id' is null" in reasons
+    assert "record key field 'id' is null or empty" in reasons
     assert any(r.startswith("ordering field 'ts'") for r in reasons)
-    assert "partition field 'region' contains '/'" in reasons
+    assert "partition value of 'region' would be the directory '.' or '..'" in reasons
     raws = quarantine["raw"].to_pylist()
     assert "{not json" in raws and any('"abc"' in r for r in raws)
     assert set(quarantine["batch_id"].to_pylist()) == {1}

@@ -48,6 +48,7 @@ class _Counts:
     inserts: int = 0
     updates: int = 0
     deletes: int = 0
+    late: int = 0  # incoming records older than the stored row, which event-time ordering keeps
     seqno: int = 0
 
 
@@ -81,7 +82,9 @@ class BucketWriter:
         table_schema: pa.Schema,
         avro_schema: str,
         bloom_kind: str = "DYNAMIC_V0",
+        ordering_field: str | None = None,
     ):
+        """``ordering_field`` set means event-time ordering: a stored row with a higher value wins."""
         self.io = io
         self.target = target
         self.instant_time = instant_time
@@ -90,6 +93,7 @@ class BucketWriter:
         self.new_file = BaseFile(target.partition, target.file_id, write_token(task_partition), instant_time)
         self.avro_schema = avro_schema
         self.bloom_kind = bloom_kind
+        self.ordering_field = ordering_field
         self.counts = _Counts()
 
     def _stamp(self, rows: pa.Table) -> pa.Table:
@@ -125,7 +129,25 @@ class BucketWriter:
         """Rows copied from the old slice keep their commit time and sequence number."""
         return self._conform(rows, {c: rows[c] for c in META_COLUMNS if c != FILE_NAME and c in rows.column_names})
 
+    def _drop_late(self, old: pa.Table, incoming: pa.Table) -> pa.Table:
+        """Incoming records (upserts and deletes) whose ordering value is below the stored row's.
+
+        A tie goes to the incoming record, and so does a stored row without an
+        ordering value, as in Hudi's ``DefaultHoodieRecordPayload``.
+        """
+        if self.ordering_field is None or old.num_rows == 0 or self.ordering_field not in old.column_names:
+            return incoming
+        at = pc.index_in(incoming[RECORD_KEY], value_set=old[RECORD_KEY])
+        if not pc.any(pc.is_valid(at)).as_py():
+            return incoming
+        kind = self.schema.field(self.ordering_field).type
+        stored = old[self.ordering_field].cast(kind).take(at)
+        late = pc.fill_null(pc.greater(stored, incoming[self.ordering_field].cast(kind)), False)
+        self.counts.late += pc.sum(late).as_py() or 0
+        return incoming.filter(pc.invert(late))
+
     def _merge_chunk(self, old: pa.Table, incoming: pa.Table) -> pa.Table:
+        incoming = self._drop_late(old, incoming)
         if incoming.num_rows == 0:
             return self._keep_old(old)
         in_keys = incoming[RECORD_KEY]
@@ -172,3 +194,7 @@ class BucketWriter:
             total_write_bytes=result.size,
             file_size_in_bytes=result.size,
         )
+
+    @property
+    def late(self) -> int:
+        return self.counts.late

@@ -14,9 +14,11 @@ from laketide.coordinator import Coordinator, Lease, LeaseLost, LocalLease
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table
+from laketide.table.properties import PROPERTIES_FILE
 from laketide.writer.pipeline import MicroBatchWriter
+from laketide.writer.preflight import table_config_for
 from laketide.writer.session import spark_session
-from laketide.writer.sources import read_stream
+from laketide.writer.sources import read_stream, source_schema
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")
@@ -33,14 +35,13 @@ def writer_id_for(checkpoint: str) -> str:
     return writer_id
 
 
-def open_table(config: JobConfig) -> Table:
-    t = config.table
-    table = Table.create(t.path, t.name, t.record_key, t.partition_by, t.ordering_field, t.hive_style_partitioning)
-    if table.config.table_type != "COPY_ON_WRITE":
-        raise NotImplementedError(f"table {table.uri} is {table.config.table_type}; laketide writes copy-on-write tables only")
-    if not table.config.populate_meta_fields:
-        raise NotImplementedError(f"table {table.uri} has hoodie.populate.meta.fields=false; laketide needs the meta columns")
-    return table
+def open_table(config: JobConfig, source_schema) -> Table:
+    """Open the table (or create it) once every check has passed; a refused job writes nothing."""
+    io = FileIO.for_uri(config.table.path)
+    existing = Table.open(config.table.path, io) if io.exists(PROPERTIES_FILE) else None
+    current = existing.schema() if existing is not None else None
+    settled = table_config_for(config.table, existing.config if existing else None, current, source_schema, io.full_path(""))
+    return existing or Table.create_from_config(config.table.path, settled, io=io)
 
 
 def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | None = None, on_lost=None) -> Lease:
@@ -101,7 +102,9 @@ def run(
     ``on_ready`` gets the running job once the lease is held and the table
     recovered, before the first micro-batch (the service starts its API there).
     """
-    table = open_table(config)
+    spark = spark_session(config.spark)
+    spark.sparkContext.setLogLevel("WARN")
+    table = open_table(config, source_schema(spark, config.source))
     writer_id = writer_id_for(config.stream.checkpoint)
     lost, stop_requested = threading.Event(), threading.Event()
     lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set)
@@ -112,8 +115,6 @@ def run(
         coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
         for result in coordinator.recover():
             log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
-        spark = spark_session(config.spark)
-        spark.sparkContext.setLogLevel("WARN")
         writer = MicroBatchWriter(spark, config, table, coordinator, index, quarantine_path(config), on_step)
         if on_ready is not None:
             on_ready(RunningJob(config, table, coordinator, writer, index, stop_requested))

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -27,9 +26,11 @@ from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
 from laketide.table.timeline import Timeline
-from laketide.table.schema import RECORD_KEY, avro_schema_json, data_schema, with_meta_schema
+from laketide.table.properties import EVENT_TIME
+from laketide.table.schema import RECORD_KEY, avro_schema_json, evolve, with_meta_schema
 from laketide.writer import stages
-from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, RAW, REASON, SHARD, PrepareSpec, prepare
+from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, RAW, REASON, SHARD, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
+from laketide.writer.sources import copy_aside, read_files, unreadable_files
 
 log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024
@@ -45,6 +46,7 @@ class BatchReport:
     updates: int = 0
     deletes: int = 0
     files: int = 0
+    late: int = 0
     seconds: float = 0.0
     skipped: bool = False
 
@@ -53,7 +55,7 @@ class BatchReport:
             return f"micro-batch {self.batch_id}: already committed, skipped"
         return (
             f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "
-            f"updates={self.updates} deletes={self.deletes} quarantined={self.quarantined} files={self.files} "
+            f"updates={self.updates} deletes={self.deletes} late={self.late} quarantined={self.quarantined} files={self.files} "
             f"seconds={self.seconds:.2f}"
         )
 
@@ -99,14 +101,17 @@ class MicroBatchWriter:
         self.batch_lock = threading.RLock()
         self.metrics = coordinator.metrics
         self._on_step = on_step or (lambda point, batch_id: None)
+        settings = table.config
         self.spec = PrepareSpec(
-            tuple(config.table.record_key),
-            tuple(config.table.partition_by),
-            config.table.hive_style_partitioning,
-            config.table.ordering_field,
+            tuple(settings.record_key_fields),
+            tuple(settings.partition_fields),
+            settings.hive_style_partitioning,
+            settings.urlencode_partitions,
+            settings.ordering_field,
             index.shards,
             config.source.format,
         )
+        self.timezone = spark.conf.get("spark.sql.session.timeZone")
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self.batch_lock:
@@ -139,18 +144,6 @@ class MicroBatchWriter:
 
     # -- the stages ---------------------------------------------------------
 
-    def _table_schema(self, incoming: pa.Schema, current: dict) -> pa.Schema:
-        """The existing table schema, plus incoming columns it does not have yet."""
-        base = data_schema(incoming)
-        if not current:
-            return base
-        (partition, file_id), name = next(iter(sorted(current.items())))
-        path = f"{partition}/{name}" if partition else name
-        with self.table.io.open_input(path) as f:
-            existing = data_schema(pq.read_schema(f))
-        extra = [f for f in base if f.name not in existing.names]
-        return pa.schema(list(existing) + extra)
-
     def _plan(self, instant: str, incoming: pa.Schema) -> stages.BatchPlan:
         timeline = self.table.timeline
         view = self.table.file_system_view(timeline)
@@ -161,7 +154,8 @@ class MicroBatchWriter:
         uncovered = frozenset(set(current) - snapshot.covered)
         write = self.config.write
         record_size = _record_size(timeline)
-        assign = AssignPlan(instant, self.index.shards, self.config.table.ordering_field, max(1, write.target_file_size // record_size))
+        settings = self.table.config
+        assign = AssignPlan(instant, self.index.shards, settings.ordering_field, max(1, write.target_file_size // record_size))
         for s in slices:
             key = (s.partition, s.file_id)
             if key in uncovered:
@@ -170,7 +164,8 @@ class MicroBatchWriter:
                 capacity = (write.target_file_size - s.size) // record_size
                 if capacity > 0:
                     assign.small_groups.setdefault(assign.owner_of(s.file_id), []).append(SmallFileGroup(s.partition, s.file_id, capacity))
-        schema = self._table_schema(incoming, current)
+        # checked at start; a schema another writer changed since then is checked again here
+        schema = evolve(self.table.schema(timeline), incoming)
         return stages.BatchPlan(
             table_uri=self.table.uri,
             instant=instant,
@@ -181,44 +176,71 @@ class MicroBatchWriter:
             table_schema=schema,
             avro_schema=avro_schema_json(with_meta_schema(schema), self.table.name),
             bloom_type=write.bloom_type,
-            partition_depth=len(self.config.table.partition_by),
+            partition_depth=len(settings.partition_fields),
+            ordering_field=settings.ordering_field if settings.merge_mode == EVENT_TIME else None,
         )
 
-    def _quarantine(self, prepared: DataFrame, batch_id: int, instant: str) -> int:
-        bad = prepared.filter(F.col(REASON).isNotNull()).select(
-            F.lit(instant).alias("instant"),
-            F.col(REASON).alias("reason"),
-            F.col(RAW).alias("raw"),
-            F.current_timestamp().alias("quarantined_at"),
-        )
+    def _quarantine(self, prepared: DataFrame, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
+        """Rows with their reason, and whole landing files that could not be read, copied aside."""
+        rows = prepared.filter(F.col(REASON).isNotNull()).select(F.col(REASON).alias("reason"), F.col(RAW).alias("raw"))
+        if bad_files:
+            files = self.spark.createDataFrame(
+                [(f"unreadable landing file: {why}", path) for path, why in sorted(bad_files.items())], "reason STRING, raw STRING"
+            )
+            rows = rows.unionByName(files)
+        bad = rows.select(F.lit(instant).alias("instant"), "reason", "raw", F.current_timestamp().alias("quarantined_at"))
         count = bad.count()
         if count:
             target = f"{self.quarantine_path}/writer={self.coordinator.writer_id}/batch_id={batch_id}"
             # overwrite: a replayed batch quarantines the same rows once
             bad.coalesce(1).write.mode("overwrite").parquet(target)
-            log.warning("micro-batch %s: %d rows quarantined under %s", batch_id, count, target)
+            copy_aside(bad_files, f"{target}/_files")
+            log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, count - len(bad_files), len(bad_files), target)
         return count
 
-    def _write(self, df: DataFrame, batch_id: int, instant: str) -> BatchReport:
+    def _prepared(self, df: DataFrame) -> tuple[DataFrame, list[StructField]]:
         spec = self.spec
-        # Spark's malformed-record column is folded into the quarantine reason and raw text by prepare().
-        data_fields = [f for f in df.schema.fields if f.name != CORRUPT]
+        data_fields = [f for f in df.schema.fields if f.name != CORRUPT and f.name not in SOURCE_COLUMNS]
         prepared_struct = StructType(data_fields + list(from_arrow_schema(pa.schema(PREPARED_FIELDS)).fields))
 
         def prepare_task(batches):
             from pyspark import TaskContext
 
-            base = TaskContext.get().partitionId() << 40
+            arrival = ArrivalCounter(TaskContext.get().partitionId() << 40)
             for b in batches:
-                out = prepare(pa.Table.from_batches([b]), spec, base)
-                base += b.num_rows
-                yield from out.to_batches()
+                yield from prepare(pa.Table.from_batches([b]), spec, arrival).to_batches()
 
-        prepared = df.mapInArrow(prepare_task, prepared_struct).persist()
+        return df.mapInArrow(prepare_task, prepared_struct), data_fields
+
+    def _read(self, df: DataFrame) -> tuple[DataFrame, list[StructField], int, dict[str, str]]:
+        """The prepared rows of the micro-batch, persisted; landing files Spark cannot read are set aside."""
+        prepared, data_fields = self._prepared(df)
+        prepared = prepared.persist()
         try:
-            records = prepared.count()
-            quarantined = self._quarantine(prepared, batch_id, instant)
-            plan = self._plan(instant, to_arrow_schema(StructType(data_fields)))
+            return prepared, data_fields, prepared.count(), {}
+        except Exception as exc:
+            prepared.unpersist()
+            if self.config.source.format == "generator":
+                raise
+            try:
+                good, bad = unreadable_files(self.spark, self.config.source, df)
+            except Exception:
+                raise exc from None
+            if not bad:
+                raise
+            log.warning("landing files Spark cannot read under source.schema: %s", bad)
+            readable = read_files(self.spark, self.config.source, good)
+            if readable is None:
+                readable = self.spark.createDataFrame([], df.schema)
+            prepared, data_fields = self._prepared(readable)
+            prepared = prepared.persist()
+            return prepared, data_fields, prepared.count() + len(bad), bad
+
+    def _write(self, df: DataFrame, batch_id: int, instant: str) -> BatchReport:
+        prepared, data_fields, records, bad_files = self._read(df)
+        try:
+            quarantined = self._quarantine(prepared, bad_files, batch_id, instant)
+            plan = self._plan(instant, to_arrow_schema(StructType(data_fields), timezone="UTC"))
             statuses = self._assign_and_write(prepared.filter(F.col(REASON).isNull()), plan, data_fields)
         finally:
             prepared.unpersist()
@@ -237,11 +259,12 @@ class MicroBatchWriter:
             updates=sum(s.num_update_writes for s in stats),
             deletes=sum(s.num_deletes for s in stats),
             files=len(stats),
+            late=sum(r["late"] for r in statuses),
         )
 
     def _assign_and_write(self, good: DataFrame, plan: stages.BatchPlan, data_fields: list[StructField]) -> list[dict]:
         assigned_struct = StructType(data_fields + list(from_arrow_schema(pa.schema([(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string())])).fields))
-        assigned_arrow = to_arrow_schema(assigned_struct)
+        assigned_arrow = to_arrow_schema(assigned_struct, timezone=self.timezone)
         status_struct = from_arrow_schema(stages.STATUS_SCHEMA)
 
         def assign_task(batches):

@@ -1,7 +1,7 @@
 """Validation and keying of incoming rows, before any shuffle.
 
 Every row leaves with its record key, partition path, index shard and
-arrival number, or with the reason it goes to quarantine and its raw form.
+arrival order, or with the reason it goes to quarantine and its raw form.
 Nothing is dropped here.
 """
 
@@ -14,22 +14,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.index.assigner import ARRIVAL, PARTITION
+from laketide.index.assigner import ARRIVAL, ARRIVAL_FILE, PARTITION
 from laketide.index.state import index_keys, shard_of
-from laketide.table.files import RESERVED_TOP_DIRS
+from laketide.table.keygen import first_reason, partition_paths, record_keys
 from laketide.table.schema import RECORD_KEY
-from laketide.writer.records import partition_path_column, record_key_column
 
 SHARD = "_lt_shard"
 REASON = "_lt_reason"
 RAW = "_lt_raw"
 # The column Spark's JSON and CSV readers fill with the text of a malformed record.
 CORRUPT = "_corrupt_record"
+# Where a row of a landing file came from (Spark's _metadata); they order rows by arrival.
+SOURCE_FILE = "_lt_source_file"
+SOURCE_MTIME = "_lt_source_mtime"
+SOURCE_BLOCK = "_lt_source_block"
+SOURCE_COLUMNS = (SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)
 
 PREPARED_FIELDS = [
     pa.field(RECORD_KEY, pa.string()),
     pa.field(PARTITION, pa.string()),
     pa.field(SHARD, pa.int32()),
+    pa.field(ARRIVAL_FILE, pa.string()),
     pa.field(ARRIVAL, pa.int64()),
     pa.field(REASON, pa.string()),
     pa.field(RAW, pa.string()),
@@ -41,21 +46,48 @@ class PrepareSpec:
     record_key: tuple[str, ...]
     partition_by: tuple[str, ...]
     hive_style: bool
+    urlencode: bool
     ordering_field: str | None
     shards: int
     source_format: str = "json"
 
 
-def _first_reason(reasons: list[tuple[pa.Array, str]], n: int) -> pa.Array:
-    out = pa.nulls(n, pa.string())
-    for failed, text in reversed(reasons):
-        out = pc.if_else(pc.fill_null(failed, True), pa.scalar(text), out)
-    return out
+class ArrivalCounter:
+    """Numbers the rows of one task in arrival order: by landing file and block, then line.
+
+    A task reads each file block front to back, so the n-th row of a block
+    seen by the task is the n-th line of that block. Rows of other sources
+    are numbered in task order under ``task_base``.
+    """
+
+    def __init__(self, task_base: int):
+        self.next_row = task_base
+        self._seen: dict[str, int] = {}
+
+    def order(self, rows: pa.Table) -> tuple[pa.Array, pa.Array]:
+        n = rows.num_rows
+        if SOURCE_FILE not in rows.column_names:
+            start, self.next_row = self.next_row, self.next_row + n
+            return pa.array([""] * n, pa.string()), pa.array(np.arange(start, start + n, dtype=np.int64))
+        mtime = pc.cast(pc.cast(rows[SOURCE_MTIME], pa.timestamp("us")), pa.int64())
+        block = rows[SOURCE_BLOCK]
+        files = pc.binary_join_element_wise(
+            pc.utf8_lpad(pc.cast(mtime, pa.string()), 20, "0"), rows[SOURCE_FILE], pc.utf8_lpad(pc.cast(block, pa.string()), 20, "0"), "\x00"
+        ).combine_chunks()
+        lines = np.empty(n, dtype=np.int64)
+        encoded = files.dictionary_encode()
+        codes = encoded.indices.to_numpy()
+        for code, name in enumerate(encoded.dictionary.to_pylist()):
+            at = np.nonzero(codes == code)[0]
+            start = self._seen.get(name, 0)
+            lines[at] = np.arange(start, start + len(at))
+            self._seen[name] = start + len(at)
+        return files, pa.array(lines)
 
 
 def _raw(rows: pa.Table, bad: np.ndarray) -> pa.Array:
     corrupt = rows[CORRUPT].to_pylist() if CORRUPT in rows.column_names else None
-    records = rows.drop_columns([CORRUPT]) if corrupt is not None else rows
+    records = rows.drop_columns([c for c in (CORRUPT, *SOURCE_COLUMNS) if c in rows.column_names])
     out: list[str | None] = [None] * rows.num_rows
     for i in np.nonzero(bad)[0]:
         out[i] = corrupt[i] if corrupt and corrupt[i] is not None else json.dumps(records.slice(i, 1).to_pylist()[0], default=str)
@@ -70,39 +102,45 @@ def _is_json(text: str) -> bool:
         return False
 
 
-def prepare(rows: pa.Table, spec: PrepareSpec, arrival_base: int) -> pa.Table:
+def _corrupt_checks(rows: pa.Table, source_format: str) -> list[tuple[pa.Array, str]]:
+    """Spark's malformed-record column: a JSON line that parses was rejected for a field's type."""
+    if CORRUPT not in rows.column_names:
+        return []
+    check = _is_json if source_format == "json" else (lambda raw: True)
+    parses = pa.array([None if raw is None else check(raw) for raw in rows[CORRUPT].to_pylist()], pa.bool_())
+    malformed = "malformed record (not valid JSON)" if source_format == "json" else "malformed record"
+    return [
+        (pc.fill_null(pc.invert(parses), False), malformed),
+        (pc.fill_null(parses, False), "a field does not match the source schema"),
+    ]
+
+
+def prepare(rows: pa.Table, spec: PrepareSpec, arrival: ArrivalCounter) -> pa.Table:
     n = rows.num_rows
-    reasons: list[tuple[pa.Array, str]] = []
-    mismatch = None
-    if CORRUPT in rows.column_names:
-        # A JSON line that parses was rejected for a field's type; a CSV line always has the right shape.
-        check = _is_json if spec.source_format == "json" else (lambda raw: True)
-        parses = pa.array([None if raw is None else check(raw) for raw in rows[CORRUPT].to_pylist()], pa.bool_())
-        reasons.append((pc.fill_null(pc.invert(parses), False), "malformed record (not valid JSON)"))
-        mismatch = (pc.fill_null(parses, False), "a field does not match the source schema")
-    for field in spec.record_key:
-        reasons.append((pc.is_null(rows[field]), f"record key field '{field}' is null"))
+    keys, key_reason = record_keys(rows, spec.record_key)
+    partitions, partition_reason = partition_paths(rows, spec.partition_by, spec.hive_style, spec.urlencode)
+    # the first reason that applies, in this order
+    corrupt = [first_reason([check], n) for check in _corrupt_checks(rows, spec.source_format)]
+    reasons = corrupt[:1] + [key_reason]
     if spec.ordering_field:
         kind = rows.schema.field(spec.ordering_field).type
-        reasons.append((pc.is_null(rows[spec.ordering_field]), f"ordering field '{spec.ordering_field}' is missing or not a valid {kind}"))
-    for field in spec.partition_by:
-        text = pc.cast(rows[field], pa.string())
-        reasons.append((pc.fill_null(pc.match_substring(text, "/"), False), f"partition field '{field}' contains '/'"))
-    keys = pc.fill_null(record_key_column(rows, spec.record_key), "")
-    partitions = partition_path_column(rows, spec.partition_by, spec.hive_style)
-    top = pc.list_element(pc.split_pattern(partitions, "/"), 0) if spec.partition_by else pa.array([""] * n)
-    reasons.append((pc.is_in(top, value_set=pa.array(sorted(RESERVED_TOP_DIRS))), "partition path starts with a name readers never list"))
-    if mismatch is not None:
-        reasons.append(mismatch)
-    reason = _first_reason(reasons, n) if n else pa.array([], pa.string())
+        missing = (pc.is_null(rows[spec.ordering_field]), f"ordering field '{spec.ordering_field}' is missing or not a valid {kind}")
+        reasons.append(first_reason([missing], n))
+    reasons.append(partition_reason)
+    # a JSON line that parsed but was rejected: a more specific reason above says which field, if any does
+    reason = pc.coalesce(*reasons, *corrupt[1:])
     bad = pc.is_valid(reason).to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
-    hashes = index_keys(partitions, keys)
-    data = rows.drop_columns([CORRUPT]) if CORRUPT in rows.column_names else rows
+    safe_keys = pc.fill_null(keys, "")
+    safe_partitions = pc.fill_null(partitions, "")
+    hashes = index_keys(safe_partitions, safe_keys)
+    arrival_file, arrival_row = arrival.order(rows)
+    data = rows.drop_columns([c for c in (CORRUPT, *SOURCE_COLUMNS) if c in rows.column_names])
     columns = [
-        keys,
-        partitions,
+        safe_keys,
+        safe_partitions,
         pa.array(shard_of(hashes, spec.shards), pa.int32()),
-        pa.array(np.arange(arrival_base, arrival_base + n, dtype=np.int64)),
+        arrival_file,
+        arrival_row,
         reason,
         _raw(rows, bad),
     ]

@@ -1,14 +1,75 @@
-"""Streaming sources: a landing directory of JSON, CSV or parquet files, or the generator."""
+"""Streaming sources: a landing directory of JSON, CSV or parquet files, or the generator.
+
+Rows of landing files carry where they came from (Spark's ``_metadata``:
+file, modification time, block), which orders them by arrival. A landing
+file that cannot be read under the declared schema is found by reading the
+micro-batch's files one at a time (``unreadable_files``), so that it alone
+goes to quarantine.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
+import posixpath
+import urllib.parse
 from dataclasses import asdict
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming import DataStreamReader
+from pyspark.sql.types import StructType
 
 from laketide.config import SourceSection
-from laketide.writer.generator import NAME as GENERATOR, GeneratorDataSource, GeneratorSpec
-from laketide.writer.prepare import CORRUPT
+from laketide.table.io import FileIO
+from laketide.writer.generator import ARROW_SCHEMA as GENERATOR_SCHEMA, NAME as GENERATOR, GeneratorDataSource, GeneratorSpec
+from laketide.writer.prepare import CORRUPT, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
+
+# CSV as people write it (RFC 4180): a doubled quote inside a quoted field, newlines inside quotes,
+# and a header naming the columns, which Spark checks against the schema instead of ignoring it.
+CSV_DEFAULTS = {"header": "true", "escape": '"', "multiLine": "true", "enforceSchema": "false"}
+
+
+def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
+    if source.format == "generator":
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(GENERATOR_SCHEMA)
+    try:
+        parsed = spark.createDataFrame([], source.schema_ddl).schema
+    except Exception as exc:  # Spark's parse error names the position in the DDL
+        raise ValueError(f"source.schema is not valid Spark DDL: {str(exc).splitlines()[0]}") from None
+    return parsed
+
+
+def source_schema(spark: SparkSession, source: SourceSection) -> pa.Schema:
+    """The source's columns as Arrow types (timestamps in UTC), for the checks at start."""
+    return to_arrow_schema(declared_schema(spark, source), timezone="UTC")
+
+
+def _configure(reader, spark: SparkSession, source: SourceSection, schema: StructType | None = None):
+    options: dict[str, str] = {}
+    if source.format == "csv":
+        options.update(CSV_DEFAULTS)
+    if source.format in ("json", "csv"):
+        # Malformed records are kept whole in this column and sent to quarantine.
+        options.update({"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    options.update(source.options)
+    full = schema or declared_schema(spark, source)
+    if source.format in ("json", "csv"):
+        full = full.add(CORRUPT, "string")
+    return reader.format(source.format).options(**options).schema(full)
+
+
+def with_origin(df: DataFrame) -> DataFrame:
+    return df.select(
+        "*",
+        F.col("_metadata.file_path").alias(SOURCE_FILE),
+        F.col("_metadata.file_modification_time").alias(SOURCE_MTIME),
+        F.col("_metadata.file_block_start").alias(SOURCE_BLOCK),
+    )
 
 
 def read_stream(spark: SparkSession, source: SourceSection) -> DataFrame:
@@ -16,14 +77,76 @@ def read_stream(spark: SparkSession, source: SourceSection) -> DataFrame:
         spark.dataSource.register(GeneratorDataSource)
         spec = GeneratorSpec(**source.generator.model_dump())
         return spark.readStream.format(GENERATOR).options(**{k: str(v) for k, v in asdict(spec).items()}).load()
-    reader = spark.readStream.format(source.format)
+    reader: DataStreamReader = _configure(spark.readStream, spark, source)
     if source.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", source.max_files_per_trigger)
-    schema = source.schema_ddl
-    if source.format in ("json", "csv"):
-        # Malformed records are kept whole in this column and sent to quarantine.
-        schema = f"{schema}, {CORRUPT} STRING"
-        reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
-    if source.format == "csv":
-        reader = reader.option("header", "true")
-    return reader.schema(schema).load(source.path)
+    return with_origin(reader.load(source.path))
+
+
+def _csv_header(path: str, source: SourceSection) -> list[str] | None:
+    fileio = FileIO.for_uri(path)
+    with fileio.open_input("") as f:
+        head = f.read(1 << 16).decode("utf-8", errors="replace")
+    sep = source.options.get("sep", source.options.get("delimiter", ","))
+    rows = csv.reader(io.StringIO(head), delimiter=sep, quotechar=source.options.get("quote", '"'))
+    return next(rows, None)
+
+
+def read_file(spark: SparkSession, source: SourceSection, path: str) -> DataFrame:
+    """One landing file as a batch DataFrame with the stream's columns.
+
+    A CSV file whose header names the declared columns in another order is
+    read in its own order, then put back in the declared one.
+    """
+    declared = declared_schema(spark, source)
+    schema = declared
+    if source.format == "csv" and source.options.get("header", "true") == "true":
+        header = _csv_header(path, source)
+        by_name = {f.name.lower(): f for f in declared.fields}
+        if header and sorted(h.strip().lower() for h in header) == sorted(by_name) and [h.strip().lower() for h in header] != list(by_name):
+            schema = StructType([by_name[h.strip().lower()] for h in header])
+    df = with_origin(_configure(spark.read, spark, source, schema).load(path))
+    columns = [f.name for f in declared.fields] + ([CORRUPT] if source.format in ("json", "csv") else [])
+    return df.select(*columns, SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)
+
+
+def unreadable_files(spark: SparkSession, source: SourceSection, batch: DataFrame) -> tuple[list[str], dict[str, str]]:
+    """(readable files, {unreadable file: why}) of one micro-batch, each file read on its own."""
+    files = sorted(r[0] for r in batch.select(SOURCE_FILE).distinct().collect())
+    good, bad = [], {}
+    for path in files:
+        df = read_file(spark, source, path)
+        try:
+            # counting every column makes Spark decode every value of the file
+            df.agg(*[F.count(F.col(c)) for c in df.columns]).collect()
+            good.append(path)
+        except Exception as exc:  # what Spark raises for an unreadable file varies by format
+            bad[path] = _first_line(exc)
+    return good, bad
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("JVM stacktrace", "at ", "org.apache.spark.SparkException: Job aborted")):
+            return line[:500]
+    return type(exc).__name__
+
+
+def copy_aside(files: dict[str, str] | list[str], target: str) -> None:
+    """Copy landing files into ``target`` (the originals stay, so a replayed batch reads them again)."""
+    out = FileIO.for_uri(target)
+    for path in files:
+        name = posixpath.basename(urllib.parse.unquote(path))
+        out.write_atomic(name, FileIO.for_uri(path).read_bytes(""), overwrite=True)
+
+
+def read_files(spark: SparkSession, source: SourceSection, paths: list[str]) -> DataFrame | None:
+    frames = [read_file(spark, source, p) for p in paths]
+    if not frames:
+        return None
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out

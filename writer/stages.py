@@ -26,7 +26,7 @@ from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
 from laketide.writer.prepare import RAW, REASON, SHARD
 
 STATUS_SCHEMA = pa.schema(
-    [("stat", pa.string()), ("partition", pa.string()), ("file_id", pa.string()), ("newly_covered", pa.bool_())]
+    [("stat", pa.string()), ("partition", pa.string()), ("file_id", pa.string()), ("newly_covered", pa.bool_()), ("late", pa.int64())]
 )
 # delta part numbers: 0 for the assign stage, 1 + task id for keys the write stage indexes
 _WRITE_PART_BASE = 1
@@ -44,6 +44,7 @@ class BatchPlan:
     avro_schema: str
     bloom_type: str
     partition_depth: int
+    ordering_field: str | None = None  # set under event-time ordering
 
 
 def _concat(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
@@ -112,12 +113,13 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int) -> Iter
         current = plan.current.get((partition, file_id))
         base = BaseFile.parse(partition, current) if current else None
         ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth)
-        writer = BucketWriter(io, FileGroupTarget(partition, file_id, base), plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom_type)
+        target = FileGroupTarget(partition, file_id, base)
+        writer = BucketWriter(io, target, plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom_type, plan.ordering_field)
         stat = writer.write(incoming)
         newly_covered = (partition, file_id) in plan.uncovered
         if newly_covered:
             _index_whole_group(plan, io, stat.path, partition, file_id, task)
-        statuses.append({"stat": stat.model_dump_json(by_alias=True), "partition": partition, "file_id": file_id, "newly_covered": newly_covered})
+        statuses.append({"stat": stat.model_dump_json(by_alias=True), "partition": partition, "file_id": file_id, "newly_covered": newly_covered, "late": writer.late})
     yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
 
 

@@ -47,12 +47,17 @@ class _Section(BaseModel):
 
 
 class TableSection(_Section):
+    """What a new table is created with. An existing table's hoodie.properties fixes these;
+    a key left out takes the table's value, and a key that disagrees stops the job at start."""
+
     path: str
-    name: str = "laketide_table"
+    name: str | None = None
     record_key: list[str] = Field(min_length=1)
-    partition_by: list[str] = Field(default_factory=list)
+    partition_by: list[str] | None = None
     ordering_field: str | None = None
-    hive_style_partitioning: bool = False
+    merge_mode: Literal["EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING"] | None = None
+    hive_style_partitioning: bool | None = None
+    urlencode_partitions: bool | None = None
 
 
 class GeneratorSection(_Section):
@@ -70,6 +75,7 @@ class SourceSection(_Section):
     path: str | None = None
     schema_ddl: str | None = Field(None, alias="schema")
     max_files_per_trigger: int | None = Field(None, gt=0)
+    options: dict[str, str] = Field(default_factory=dict)
     generator: GeneratorSection = Field(default_factory=GeneratorSection)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

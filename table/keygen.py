@@ -1,0 +1,172 @@
+"""Record keys and partition paths, derived from a row as Hudi's key generators derive them.
+
+Values become text as Hudi's Avro key generators make it
+(``HoodieAvroUtils.getNestedFieldValAsString`` with its default
+``consistent.logical.timestamp.enabled=false``): Java's ``toString`` of the
+value, dates as ``yyyy-MM-dd``, timestamps as their raw epoch microseconds,
+decimals as ``BigDecimal.toString``. Partition values are escaped as
+``PartitionPathEncodeUtils.escapePathName`` escapes them when
+``hoodie.datasource.write.partitionpath.urlencode`` is on.
+
+A row whose key or partition path cannot be made gets a reason instead of a
+value; the caller quarantines it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from laketide.table.files import RESERVED_TOP_DIRS
+
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+NULL_KEY_PART = "__null__"
+EMPTY_KEY_PART = "__empty__"
+MAX_SEGMENT_BYTES = 255
+
+# Hive's FileUtils.escapePathName set, as Hudi copies it: control characters and "#%'*/:=?\{[]^ and DEL.
+_ESCAPED = set(range(0x20)) | {ord(c) for c in "\"#%'*/:=?\\{[]^"} | {0x7F}
+_NEEDS_ESCAPE = "[" + re.escape("".join(chr(c) for c in sorted(_ESCAPED))) + "]"
+
+
+def escape_path_name(value: str) -> str:
+    return "".join(f"%{ord(c):02X}" if ord(c) in _ESCAPED else c for c in value)
+
+
+def _java_float_text(digits: str, exponent: int, negative: bool) -> str:
+    """Java's ``Double.toString`` layout of the shortest digits ``d.ddd x 10^exponent``."""
+    sign = "-" if negative else ""
+    if -3 <= exponent < 7:
+        if exponent >= 0:
+            whole, frac = digits[: exponent + 1].ljust(exponent + 1, "0"), digits[exponent + 1 :]
+        else:
+            whole, frac = "0", "0" * (-exponent - 1) + digits
+        return f"{sign}{whole}.{frac or '0'}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+
+
+def java_float_to_string(value: float, single: bool = False) -> str:
+    """``Float.toString`` / ``Double.toString``: shortest round-trip digits in Java's layout."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if np.signbit(value) else "0.0"
+    text = np.format_float_scientific(np.float32(value) if single else np.float64(value), unique=True, trim="-")
+    mantissa, exponent = text.split("e")
+    negative = mantissa.startswith("-")
+    digits = mantissa.lstrip("-").replace(".", "").rstrip("0") or "0"
+    return _java_float_text(digits, int(exponent), negative)
+
+
+def _per_value(column: pa.Array, text) -> pa.Array:
+    return pa.array([None if v is None else text(v) for v in column.to_pylist()], pa.string())
+
+
+def value_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Each value as the text Hudi's key generators make of it (null stays null)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    dtype = column.type
+    if pa.types.is_timestamp(dtype):
+        micros = column.cast(pa.timestamp("us", dtype.tz)).view(pa.int64()) if dtype.unit != "us" else column.view(pa.int64())
+        return pc.cast(micros, pa.string())
+    if pa.types.is_floating(dtype):
+        return _per_value(column, lambda v: java_float_to_string(v, single=pa.types.is_float32(dtype)))
+    if pa.types.is_decimal(dtype):
+        # Python's Decimal and Java's BigDecimal share the "to-scientific-string" rules.
+        return _per_value(column, lambda v: str(Decimal(v)))
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype) or pa.types.is_nested(dtype):
+        raise TypeError(f"a {dtype} value cannot be a record key or partition value")
+    return pc.cast(column, pa.string())
+
+
+def record_keys(rows: pa.Table, fields: Sequence[str]) -> tuple[pa.Array, pa.Array]:
+    """(record key, reason) per row: ``SimpleKeyGenerator`` for one field, ``ComplexKeyGenerator`` for more.
+
+    A simple key may not be null or empty; a complex key writes ``__null__`` or
+    ``__empty__`` for such a part, and may not have every part null or empty.
+    """
+    n = rows.num_rows
+    if len(fields) == 1:
+        keys = value_text(rows[fields[0]])
+        empty = pc.fill_null(pc.equal(keys, ""), True)
+        reason = pc.if_else(empty, pa.scalar(f"record key field '{fields[0]}' is null or empty"), pa.nulls(n, pa.string()))
+        return pc.if_else(empty, pa.nulls(n, pa.string()), keys), reason
+    parts, blank = [], np.ones(n, dtype=bool)
+    for i, field in enumerate(fields):
+        text = value_text(rows[field])
+        is_null = pc.is_null(text)
+        is_empty = pc.fill_null(pc.equal(text, ""), False)
+        blank &= pc.or_(is_null, is_empty).to_numpy(zero_copy_only=False)
+        text = pc.if_else(is_null, NULL_KEY_PART, pc.if_else(is_empty, EMPTY_KEY_PART, text))
+        parts += [("," if i else "") + f"{field}:", text]
+    keys = pc.binary_join_element_wise(*parts, "")
+    blank_mask = pa.array(blank)
+    reason = pc.if_else(blank_mask, pa.scalar(f"every record key field ({', '.join(fields)}) is null or empty"), pa.nulls(n, pa.string()))
+    return pc.if_else(blank_mask, pa.nulls(n, pa.string()), keys), reason
+
+
+def _escape_column(text: pa.Array) -> pa.Array:
+    needs = pc.fill_null(pc.match_substring_regex(text, _NEEDS_ESCAPE), False)
+    if not pc.any(needs).as_py():
+        return text
+    values = text.to_pylist()
+    flags = needs.to_pylist()
+    return pa.array([escape_path_name(v) if flag else v for v, flag in zip(values, flags)], pa.string())
+
+
+def _segment_reasons(field: str, segment: pa.Array, hive_style: bool) -> list[tuple[pa.Array, str]]:
+    """Why a path segment cannot be a directory of the table, per row (null where it can)."""
+    size = pc.binary_length(pc.cast(segment, pa.binary()))
+    checks = [
+        (pc.is_in(segment, value_set=pa.array([".", ".."])), f"partition value of '{field}' would be the directory '.' or '..'"),
+        (pc.greater(size, MAX_SEGMENT_BYTES), f"partition value of '{field}' makes a directory name over {MAX_SEGMENT_BYTES} bytes"),
+    ]
+    if not hive_style:
+        hidden = pc.or_(pc.starts_with(segment, "."), pc.starts_with(segment, "_"))
+        hidden = pc.and_(hidden, pc.not_equal(segment, DEFAULT_PARTITION))
+        checks.append((hidden, f"partition value of '{field}' starts with '.' or '_', a directory Hadoop-style readers skip"))
+    return checks
+
+
+def partition_paths(
+    rows: pa.Table, fields: Sequence[str], hive_style: bool = False, urlencode: bool = False
+) -> tuple[pa.Array, pa.Array]:
+    """(partition path, reason) per row, as ``KeyGenUtils.getRecordPartitionPath`` makes the path.
+
+    Without ``urlencode`` a value holding '/' would nest directories; it gets a reason.
+    """
+    n = rows.num_rows
+    if not fields:
+        return pa.array([""] * n, pa.string()), pa.nulls(n, pa.string())
+    parts, checks = [], []
+    for i, field in enumerate(fields):
+        text = value_text(rows[field])
+        missing = pc.fill_null(pc.equal(text, ""), True)
+        if urlencode:
+            text = _escape_column(pc.fill_null(text, ""))
+        else:
+            checks.append((pc.fill_null(pc.match_substring(text, "/"), False), f"partition value of '{field}' contains '/'"))
+        text = pc.if_else(missing, DEFAULT_PARTITION, text)
+        segment = pc.binary_join_element_wise(f"{field}=", text, "") if hive_style else text
+        checks += _segment_reasons(field, segment, hive_style)
+        if i == 0:
+            checks.append((pc.is_in(segment, value_set=pa.array(sorted(RESERVED_TOP_DIRS))), "partition path starts with a directory name readers never list"))
+        parts += ["/" if i else "", segment]
+    paths = pc.binary_join_element_wise(*parts, "")
+    return paths, first_reason(checks, n)
+
+
+def first_reason(checks: list[tuple[pa.Array, str]], n: int) -> pa.Array:
+    """Per row, the text of the first check that failed (null when none did)."""
+    out = pa.nulls(n, pa.string())
+    for failed, text in reversed(checks):
+        out = pc.if_else(pc.fill_null(failed, True), pa.scalar(text), out)
+    return out

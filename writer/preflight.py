@@ -1,0 +1,153 @@
+"""Checks a job passes before it writes anything: the table, the job's settings, the source schema.
+
+``table_config_for`` either returns the table settings the job will write
+with, or raises ``JobRefused`` naming the table property or config key and
+what is supported. It only reads: a refused job leaves the table, the
+checkpoint and the lease untouched.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from laketide.config import TableSection
+from laketide.table.properties import EVENT_TIME, MERGE_STRATEGY_ID, TableConfig, default_merge_mode
+from laketide.table.schema import IS_DELETED, META_COLUMNS, SchemaError, check_avro_names, evolve, storage_schema
+
+SUPPORTED_KEY_GENERATORS = {
+    "org.apache.hudi.keygen.SimpleKeyGenerator",
+    "org.apache.hudi.keygen.ComplexKeyGenerator",
+    "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+}
+
+
+class JobRefused(ValueError):
+    """The job cannot write this table with this configuration; nothing was written."""
+
+
+def check_writable(table: TableConfig, uri: str) -> None:
+    """Refuse a table whose type, version or layout laketide does not write yet."""
+    props = table.extra
+    problems = []
+    if table.table_type != "COPY_ON_WRITE":
+        problems.append(f"hoodie.table.type = {table.table_type}; laketide writes COPY_ON_WRITE tables only")
+    if table.version != 6:
+        problems.append(f"hoodie.table.version = {table.version}; laketide writes table version 6 only")
+    if not table.populate_meta_fields:
+        problems.append("hoodie.populate.meta.fields = false; laketide writes tables with Hudi's meta columns only")
+    if table.base_file_format != "parquet":
+        problems.append(f"hoodie.table.base.file.format = {table.base_file_format.upper()}; laketide writes PARQUET only")
+    if table.key_generator not in SUPPORTED_KEY_GENERATORS:
+        problems.append(
+            f"hoodie.table.keygenerator.class = {table.key_generator}; laketide writes keys of "
+            + ", ".join(sorted(g.rsplit(".", 1)[1] for g in SUPPORTED_KEY_GENERATORS))
+        )
+    if table.merge_mode not in MERGE_STRATEGY_ID:
+        problems.append(f"the table merges records with {table.merge_mode}; laketide supports EVENT_TIME_ORDERING and COMMIT_TIME_ORDERING")
+    if props.get("hoodie.table.metadata.partitions"):
+        problems.append(
+            f"hoodie.table.metadata.partitions = {props['hoodie.table.metadata.partitions']}; laketide does not maintain "
+            "Hudi's metadata table, which would go stale"
+        )
+    if props.get("hoodie.table.timeline.timezone", "UTC").upper() != "UTC":
+        problems.append(f"hoodie.table.timeline.timezone = {props['hoodie.table.timeline.timezone']}; laketide writes UTC instants only")
+    if problems:
+        raise JobRefused(f"laketide cannot write the table at {uri}:\n  " + "\n  ".join(problems))
+
+
+def _agree(key: str, wanted, prop: str, actual, uri: str) -> None:
+    if wanted is not None and wanted != actual:
+        raise JobRefused(
+            f"table.{key} = {wanted!r}, but the table at {uri} has {prop} = {actual!r}. The table's setting wins: "
+            f"set table.{key} = {actual!r} or leave it out."
+        )
+
+
+def settled_config(job: TableSection, existing: TableConfig | None, uri: str) -> TableConfig:
+    """The table settings to write with: the table's own, after checking the job agrees with them."""
+    if existing is None:
+        return TableConfig(
+            name=job.name or "laketide_table",
+            record_key_fields=list(job.record_key),
+            partition_fields=list(job.partition_by or []),
+            ordering_field=job.ordering_field,
+            merge_mode=job.merge_mode or default_merge_mode(job.ordering_field),
+            hive_style_partitioning=bool(job.hive_style_partitioning),
+            urlencode_partitions=job.urlencode_partitions if job.urlencode_partitions is not None else True,
+        )
+    check_writable(existing, uri)
+    _agree("name", job.name, "hoodie.table.name", existing.name, uri)
+    _agree("record_key", list(job.record_key), "hoodie.table.recordkey.fields", existing.record_key_fields, uri)
+    _agree("partition_by", job.partition_by, "hoodie.table.partition.fields", existing.partition_fields, uri)
+    _agree("ordering_field", job.ordering_field, "hoodie.table.precombine.field", existing.ordering_field, uri)
+    _agree("merge_mode", job.merge_mode, "hoodie.record.merge.mode", existing.merge_mode, uri)
+    _agree("hive_style_partitioning", job.hive_style_partitioning, "hoodie.datasource.write.hive_style_partitioning", existing.hive_style_partitioning, uri)
+    _agree("urlencode_partitions", job.urlencode_partitions, "hoodie.datasource.write.partitionpath.urlencode", existing.urlencode_partitions, uri)
+    return existing
+
+
+def _is_key_type(dtype: pa.DataType) -> bool:
+    return (
+        pa.types.is_boolean(dtype)
+        or pa.types.is_integer(dtype)
+        or pa.types.is_floating(dtype)
+        or pa.types.is_decimal(dtype)
+        or pa.types.is_string(dtype)
+        or pa.types.is_large_string(dtype)
+        or pa.types.is_date32(dtype)
+        or pa.types.is_timestamp(dtype)
+    )
+
+
+def _is_ordering_type(dtype: pa.DataType) -> bool:
+    return _is_key_type(dtype) and not pa.types.is_boolean(dtype)
+
+
+def check_fields(table: TableConfig, source: pa.Schema, config_key: dict[str, str]) -> None:
+    """Key, ordering and partition fields exist in the source and have types they can have."""
+    names = set(source.names)
+    usable = "boolean, integer, float, double, decimal, string, date, timestamp"
+
+    def check(field: str, key: str, role: str, allowed, kinds: str) -> None:
+        if field not in names:
+            raise JobRefused(f"{key}: {role} field {field!r} is not a column of the source schema ({', '.join(source.names)})")
+        dtype = source.field(field).type
+        if not allowed(dtype):
+            raise JobRefused(f"{key}: {role} field {field!r} is {dtype}; a {role} field must be one of {kinds}")
+
+    for field in table.record_key_fields:
+        check(field, config_key["record_key"], "record key", _is_key_type, usable)
+    for field in table.partition_fields:
+        check(field, config_key["partition_by"], "partition", _is_key_type, usable)
+        if table.hive_style_partitioning and field[0] in "._":
+            raise JobRefused(f"{config_key['partition_by']}: partition field {field!r} would make hidden '{field}=...' directories")
+    if table.ordering_field:
+        check(table.ordering_field, config_key["ordering_field"], "ordering", _is_ordering_type, usable.replace("boolean, ", ""))
+    if IS_DELETED in names and not pa.types.is_boolean(source.field(IS_DELETED).type):
+        raise JobRefused(f"source.schema: {IS_DELETED} marks deletes and must be BOOLEAN, not {source.field(IS_DELETED).type}")
+    clashes = sorted(names & set(META_COLUMNS))
+    if clashes:
+        raise JobRefused(f"source.schema: {', '.join(clashes)} are Hudi's meta columns; the source may not carry them")
+
+
+def check_schema(source: pa.Schema, current: pa.Schema | None) -> pa.Schema:
+    """The table schema once the source's rows are written; refuses what Hudi cannot store or evolve to."""
+    try:
+        check_avro_names(source)
+        storage_schema(source)
+        return evolve(current, source)
+    except SchemaError as exc:
+        raise JobRefused(f"source.schema: {exc}") from None
+
+
+def table_config_for(job: TableSection, existing: TableConfig | None, current_schema: pa.Schema | None, source: pa.Schema, uri: str) -> TableConfig:
+    """Every check, in the order a user would fix them; returns the settings to write with."""
+    table = settled_config(job, existing, uri)
+    keys = {"record_key": "table.record_key", "partition_by": "table.partition_by", "ordering_field": "table.ordering_field"}
+    if existing is not None:
+        keys = {k: f"{v} (from the table's hoodie.properties)" for k, v in keys.items()}
+    check_fields(table, source, keys)
+    check_schema(source, current_schema)
+    if table.merge_mode == EVENT_TIME and not table.ordering_field:
+        raise JobRefused("table.merge_mode = EVENT_TIME_ORDERING needs table.ordering_field")
+    return table
