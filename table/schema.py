@@ -106,6 +106,8 @@ def _record(fields: list[pa.Field], name: str, namespace: str) -> dict:
     out = []
     for f in fields:
         entry = {"name": f.name, "type": _nullable(_avro_type(f.type, f.name, inner), f.nullable)}
+        if f.name in META_COLUMNS:
+            entry["doc"] = ""
         if f.nullable:
             entry["default"] = None
         out.append(entry)
