@@ -86,6 +86,16 @@ def settled_config(job: TableSection, existing: TableConfig | None, uri: str) ->
     return existing
 
 
+def spark_type(dtype: pa.DataType) -> str:
+    """The Spark SQL name of an Arrow type, as users write it in source.schema."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    try:
+        return from_arrow_type(dtype).simpleString()
+    except (TypeError, NotImplementedError):
+        return str(dtype)
+
+
 def _is_key_type(dtype: pa.DataType) -> bool:
     return (
         pa.types.is_boolean(dtype)
@@ -113,7 +123,7 @@ def check_fields(table: TableConfig, source: pa.Schema, config_key: dict[str, st
             raise JobRefused(f"{key}: {role} field {field!r} is not a column of the source schema ({', '.join(source.names)})")
         dtype = source.field(field).type
         if not allowed(dtype):
-            raise JobRefused(f"{key}: {role} field {field!r} is {dtype}; a {role} field must be one of {kinds}")
+            raise JobRefused(f"{key}: {role} field {field!r} is {spark_type(dtype)}; {role} fields must be one of {kinds}")
 
     for field in table.record_key_fields:
         check(field, config_key["record_key"], "record key", _is_key_type, usable)
@@ -124,7 +134,7 @@ def check_fields(table: TableConfig, source: pa.Schema, config_key: dict[str, st
     if table.ordering_field:
         check(table.ordering_field, config_key["ordering_field"], "ordering", _is_ordering_type, usable.replace("boolean, ", ""))
     if IS_DELETED in names and not pa.types.is_boolean(source.field(IS_DELETED).type):
-        raise JobRefused(f"source.schema: {IS_DELETED} marks deletes and must be BOOLEAN, not {source.field(IS_DELETED).type}")
+        raise JobRefused(f"source.schema: {IS_DELETED} marks deletes and must be BOOLEAN, not {spark_type(source.field(IS_DELETED).type)}")
     clashes = sorted(names & set(META_COLUMNS))
     if clashes:
         raise JobRefused(f"source.schema: {', '.join(clashes)} are Hudi's meta columns; the source may not carry them")

@@ -105,9 +105,12 @@ def run(
     _logging()
     from laketide.coordinator import LeaseError
     from laketide.service import run_service
+    from laketide.writer.preflight import JobRefused
 
     try:
         writer = run_service(job_config)
+    except JobRefused as exc:
+        raise _fail(str(exc), USAGE) from None
     except LeaseError as exc:
         raise _fail(str(exc), REFUSED) from None
     except (ValueError, NotImplementedError) as exc:

@@ -1,0 +1,130 @@
+"""What the job cannot write right is refused at start, naming the reason, with nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from laketide.config import load_config
+from laketide.writer.job import run
+from laketide.writer.preflight import JobRefused
+
+from streaming import land, row
+from test_schema_evolution import tree_digest
+
+CLI = str(Path(sys.executable).with_name("laketide"))
+
+
+@pytest.mark.parametrize(
+    "fixture, key, partition, ordering, reason",
+    [
+        ("v6_trips_8i1u", "uuid", "city", "ts", "hoodie.table.type = MERGE_ON_READ"),
+        ("v8_simplekeygen_nonhivestyle", "id", "byteField", "longField", "hoodie.table.version = 8"),
+        ("v6_simplekeygen_hivestyle_no_metafields", "id", "byteField", "longField", "hoodie.populate.meta.fields = false"),
+    ],
+)
+def test_laketide_run_refuses_tables_it_does_not_write(fixture_copy, tmp_path, fixture, key, partition, ordering, reason):
+    table = fixture_copy(fixture)
+    before = tree_digest(table)
+    config = tmp_path / "job.toml"
+    config.write_text(
+        f'[table]\npath = "{table}"\nrecord_key = ["{key}"]\n'
+        f'[source]\nformat = "json"\npath = "{tmp_path / "landing"}"\nschema = "{key} STRING, {partition} STRING, {ordering} BIGINT"\n'
+        f'[stream]\ncheckpoint = "{tmp_path / "checkpoint"}"\ntrigger = "available-now"\n'
+    )
+    result = subprocess.run([CLI, "run", "--config", str(config)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert reason in result.stderr
+    assert tree_digest(table) == before, "the table is byte for byte unchanged"
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def _config(root: Path, ddl: str, **table):
+    settings = {"record_key": '["id"]', "partition_by": '["region"]', "ordering_field": "ts", **table}
+    return load_config(
+        overrides=[f"table.path={root / 'table'}"]
+        + [f"table.{k}={v}" for k, v in settings.items() if v is not None]
+        + [
+            "source.format=json",
+            f"source.path={root / 'landing'}",
+            f"source.schema={ddl}",
+            f"stream.checkpoint={root / 'checkpoint'}",
+            "stream.trigger=available-now",
+        ]
+    )
+
+
+GOOD = "id BIGINT, region STRING, ts BIGINT, name STRING"
+
+
+@pytest.mark.parametrize(
+    "ddl, table, named",
+    [
+        ("id BIGINT, region STRING, ts ARRAY<INT>", {}, ["table.ordering_field", "'ts'", "array"]),
+        ("id BIGINT, region STRING, ts BIGINT, `my col` STRING", {}, ["source.schema", "'my col'", "Avro"]),
+        ("id BIGINT, region STRING, ts BIGINT, s STRUCT<`a-b`: INT>", {}, ["source.schema", "'s.a-b'"]),
+        ("id BIGINT, region STRING", {}, ["table.ordering_field", "'ts'", "not a column"]),
+        ("region STRING, ts BIGINT", {}, ["table.record_key", "'id'", "not a column"]),
+        ("id STRUCT<a: INT>, region STRING, ts BIGINT", {}, ["table.record_key", "'id'", "struct"]),
+        ("id BINARY, region STRING, ts BIGINT", {}, ["table.record_key", "binary"]),
+        ("id BIGINT, ts BIGINT", {}, ["table.partition_by", "'region'"]),
+        ("id BIGINT, region STRING, ts BIGINT, m MAP<INT, STRING>", {}, ["source.schema", "'m'", "string keys"]),
+        ("id BIGINT, region STRING, ts BIGINT, _hoodie_is_deleted STRING", {}, ["_hoodie_is_deleted", "BOOLEAN"]),
+        (GOOD, {"ordering_field": None, "merge_mode": "EVENT_TIME_ORDERING"}, ["EVENT_TIME_ORDERING", "table.ordering_field"]),
+    ],
+)
+def test_a_bad_configuration_fails_at_start_and_creates_nothing(spark, tmp_path, ddl, table, named):
+    with pytest.raises(JobRefused) as refused:
+        run(_config(tmp_path, ddl, **table))
+    for text in named:
+        assert text in str(refused.value)
+    assert not (tmp_path / "table").exists() and not (tmp_path / "checkpoint").exists()
+
+
+def test_the_fixed_configuration_then_runs(spark, tmp_path):
+    with pytest.raises(JobRefused):
+        run(_config(tmp_path, "id BIGINT, region STRING, name STRING"))
+    land(tmp_path, "0.json", [row(1, 1)], 1_700_000_000)
+    (report,) = run(_config(tmp_path, GOOD)).status.recent
+    assert report.inserts == 1
+
+
+@pytest.fixture(scope="module")
+def existing(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("existing")
+    land(root, "0.json", [row(1, 1), row(2, 1)], 1_700_000_000)
+    run(_config(root, GOOD))
+    return root
+
+
+@pytest.mark.parametrize(
+    "table, named",
+    [
+        ({"hive_style_partitioning": "true"}, ["table.hive_style_partitioning = True", "hoodie.datasource.write.hive_style_partitioning = False"]),
+        ({"ordering_field": "name"}, ["table.ordering_field = 'name'", "hoodie.table.precombine.field = 'ts'"]),
+        ({"record_key": '["name"]'}, ["table.record_key = ['name']", "hoodie.table.recordkey.fields = ['id']"]),
+        ({"partition_by": '["name"]'}, ["table.partition_by = ['name']", "hoodie.table.partition.fields = ['region']"]),
+        ({"merge_mode": "COMMIT_TIME_ORDERING"}, ["table.merge_mode = 'COMMIT_TIME_ORDERING'", "hoodie.record.merge.mode = 'EVENT_TIME_ORDERING'"]),
+        ({"urlencode_partitions": "false"}, ["table.urlencode_partitions = False", "hoodie.datasource.write.partitionpath.urlencode = True"]),
+    ],
+)
+def test_settings_the_table_fixes_win(existing, table, named):
+    before = tree_digest(existing)
+    land(existing, "1.json", [row(3, 1)], 1_700_000_001)
+    before = tree_digest(existing / "table")
+    with pytest.raises(JobRefused) as refused:
+        run(_config(existing, GOOD, **table))
+    for text in named:
+        assert text in str(refused.value)
+    assert tree_digest(existing / "table") == before
+
+
+def test_settings_left_out_take_the_tables(existing):
+    land(existing, "2.json", [row(4, 2)], 1_700_000_002)
+    config = _config(existing, GOOD, partition_by=None, ordering_field=None)
+    assert config.table.partition_by is None and config.table.ordering_field is None
+    writer = run(config)
+    assert writer.spec.partition_by == ("region",) and writer.spec.ordering_field == "ts"
