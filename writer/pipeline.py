@@ -30,7 +30,7 @@ from laketide.table.properties import EVENT_TIME
 from laketide.table.schema import RECORD_KEY, avro_schema_json, evolve, with_meta_schema
 from laketide.writer import stages
 from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, RAW, REASON, SHARD, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
-from laketide.writer.sources import copy_aside, read_files, unreadable_files
+from laketide.writer.sources import batch_files, copy_aside, read_files, unreadable_files
 
 log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024
@@ -212,7 +212,7 @@ class MicroBatchWriter:
 
         return df.mapInArrow(prepare_task, prepared_struct), data_fields
 
-    def _read(self, df: DataFrame) -> tuple[DataFrame, list[StructField], int, dict[str, str]]:
+    def _read(self, df: DataFrame, batch_id: int) -> tuple[DataFrame, list[StructField], int, dict[str, str]]:
         """The prepared rows of the micro-batch, persisted; landing files Spark cannot read are set aside."""
         prepared, data_fields = self._prepared(df)
         prepared = prepared.persist()
@@ -223,12 +223,15 @@ class MicroBatchWriter:
             if self.config.source.format == "generator":
                 raise
             try:
-                good, bad = unreadable_files(self.spark, self.config.source, df)
+                files = batch_files(self.config.stream.checkpoint, batch_id)
+                good, bad = unreadable_files(self.spark, self.config.source, files)
             except Exception:
+                log.exception("could not tell which landing files of micro-batch %s are unreadable", batch_id)
                 raise exc from None
-            if not bad:
-                raise
-            log.warning("landing files Spark cannot read under source.schema: %s", bad)
+            # every file readable on its own (a CSV header in another order): the re-read below takes them;
+            # a failure that has nothing to do with the files fails again there
+            if bad:
+                log.warning("landing files Spark cannot read under source.schema: %s", bad)
             readable = read_files(self.spark, self.config.source, good)
             if readable is None:
                 readable = self.spark.createDataFrame([], df.schema)
@@ -237,7 +240,7 @@ class MicroBatchWriter:
             return prepared, data_fields, prepared.count() + len(bad), bad
 
     def _write(self, df: DataFrame, batch_id: int, instant: str) -> BatchReport:
-        prepared, data_fields, records, bad_files = self._read(df)
+        prepared, data_fields, records, bad_files = self._read(df, batch_id)
         try:
             quarantined = self._quarantine(prepared, bad_files, batch_id, instant)
             plan = self._plan(instant, to_arrow_schema(StructType(data_fields), timezone="UTC"))

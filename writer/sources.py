@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import posixpath
+import re
 import urllib.parse
 from dataclasses import asdict
 
@@ -110,9 +112,41 @@ def read_file(spark: SparkSession, source: SourceSection, path: str) -> DataFram
     return df.select(*columns, SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)
 
 
-def unreadable_files(spark: SparkSession, source: SourceSection, batch: DataFrame) -> tuple[list[str], dict[str, str]]:
+def _log_entries(fileio: FileIO, name: str) -> list[dict]:
+    lines = fileio.read_text(name).splitlines()[1:]  # the first line is the log's version, "v1"
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _log_offset(fileio: FileIO, batch_id: int) -> int:
+    if batch_id < 0 or not fileio.exists(f"offsets/{batch_id}"):
+        return -1
+    return int(json.loads(fileio.read_text(f"offsets/{batch_id}").splitlines()[-1])["logOffset"])
+
+
+def batch_files(checkpoint: str, batch_id: int) -> list[str]:
+    """The landing files of one micro-batch, from the file source's log in the Spark checkpoint.
+
+    ``foreachBatch`` gets an already planned batch, so reading only its file
+    column still decodes every column; the log names the files without reading them.
+    """
+    fileio = FileIO.for_uri(checkpoint)
+    first, last = _log_offset(fileio, batch_id - 1) + 1, _log_offset(fileio, batch_id)
+    logged = {e.name: e.name for e in fileio.list_dir("sources/0") if not e.name.startswith(".")}
+    entries: list[dict] = []
+    read_compacts: set[str] = set()
+    for n in range(first, last + 1):
+        if str(n) in logged:
+            entries += _log_entries(fileio, f"sources/0/{n}")
+            continue
+        compacts = sorted((int(k.split(".")[0]), k) for k in logged if k.endswith(".compact") and int(k.split(".")[0]) >= n)
+        if compacts and compacts[0][1] not in read_compacts:
+            read_compacts.add(compacts[0][1])
+            entries += _log_entries(fileio, f"sources/0/{compacts[0][1]}")
+    return sorted({e["path"] for e in entries if first <= e["batchId"] <= last})
+
+
+def unreadable_files(spark: SparkSession, source: SourceSection, files: list[str]) -> tuple[list[str], dict[str, str]]:
     """(readable files, {unreadable file: why}) of one micro-batch, each file read on its own."""
-    files = sorted(r[0] for r in batch.select(SOURCE_FILE).distinct().collect())
     good, bad = [], {}
     for path in files:
         df = read_file(spark, source, path)
@@ -125,13 +159,17 @@ def unreadable_files(spark: SparkSession, source: SourceSection, batch: DataFram
     return good, bad
 
 
+_ERROR_CLASS = re.compile(r"(\[[A-Z][A-Z_]*(?:\.[A-Z_]+)*\][^\n]*)")
+
+
 def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("JVM stacktrace", "at ", "org.apache.spark.SparkException: Job aborted")):
-            return line[:500]
-    return type(exc).__name__
+    """Spark's own error message (``[ERROR_CLASS] ...``), or the root cause, or the first line."""
+    text = str(exc)
+    found = _ERROR_CLASS.search(text)
+    if found:
+        return found.group(1).strip()[:500]
+    causes = [line.split("Caused by:", 1)[1].strip() for line in text.splitlines() if "Caused by:" in line]
+    return (causes[-1] if causes else text.strip().splitlines()[0] if text.strip() else type(exc).__name__)[:500]
 
 
 def copy_aside(files: dict[str, str] | list[str], target: str) -> None:

@@ -1,0 +1,118 @@
+"""Input nobody tried before: hostile partition values, mistyped landing files, CSV as people write it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from laketide.config import load_config
+from laketide.writer.job import run
+
+from conftest import hudi_read
+from streaming import job_config, land, row
+
+HOSTILE = ["..", ".", "tab\there", "nul\x00byte", "a/b", "#hash", "100%", "x" * 300, ".hidden", "_under", "plain", "ünï/cödé"]
+
+
+@pytest.mark.parametrize("hive_style", [False, True])
+def test_every_partition_value_is_stored_safely_or_quarantined(spark, tmp_path, hive_style):
+    lines = [row(i, 1, region=value) for i, value in enumerate(HOSTILE)]
+    land(tmp_path, "0.json", lines, 1_700_000_000)
+    (report,) = run(job_config(tmp_path, table__hive_style_partitioning=str(hive_style).lower())).status.recent
+
+    table = tmp_path / "table"
+    outside = sorted(p.name for p in tmp_path.iterdir()) 
+    assert outside == ["checkpoint", "landing", "table", "table_quarantine"], "nothing is written outside the table"
+    for path in table.rglob("*.parquet"):
+        assert path.resolve().is_relative_to(table.resolve())
+        rel = path.relative_to(table)
+        assert len(rel.parts) == 2 and not rel.parts[0].startswith((".", "_")) or rel.parts[0].startswith("__HIVE")
+
+    stored = {r["id"]: r["region"] for r in hudi_read(table).to_pylist()}
+    quarantine = pq.read_table(tmp_path / "table_quarantine").to_pylist()
+    quarantined = {HOSTILE.index(_region_of(q["raw"])): q["reason"] for q in quarantine}
+    assert sorted(stored) + sorted(quarantined) == sorted(range(len(HOSTILE))) or sorted([*stored, *quarantined]) == list(range(len(HOSTILE)))
+    assert not set(stored) & set(quarantined)
+    for i, value in stored.items():
+        assert value == HOSTILE[i], "read back by hudi-rs with its original value"
+    assert report.inserts == len(stored) and report.quarantined == len(quarantined)
+    always_stored = {"tab\there", "nul\x00byte", "a/b", "#hash", "100%", "plain", "ünï/cödé"}
+    assert {HOSTILE[i] for i in stored} >= always_stored
+    expected_quarantined = {"x" * 300} if hive_style else {"..", ".", "x" * 300, ".hidden", "_under"}
+    assert {HOSTILE[i] for i in quarantined} == expected_quarantined
+    assert all(reason.startswith("partition value of 'region'") for reason in quarantined.values())
+
+
+def _region_of(raw: str) -> str:
+    import json
+
+    return json.loads(raw)["region"]
+
+
+PARQUET_DDL = "id BIGINT, region STRING, qty INT, ts BIGINT"
+
+
+def _parquet(path: Path, table: pa.Table, mtime: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    os.utime(path, (mtime, mtime))
+
+
+def test_a_mistyped_parquet_file_goes_to_quarantine_and_later_files_are_written(spark, tmp_path):
+    good = lambda ids: pa.table({"id": pa.array(ids, pa.int64()), "region": ["eu"] * len(ids), "qty": pa.array([1] * len(ids), pa.int32()), "ts": pa.array([1] * len(ids), pa.int64())})  # noqa: E731
+    landing = tmp_path / "landing"
+    _parquet(landing / "0.parquet", good([1, 2]), 1_700_000_000)
+    _parquet(landing / "1.parquet", good([3]).set_column(2, "qty", pa.array([2**40], pa.int64())), 1_700_000_001)
+    _parquet(landing / "2.parquet", good([4]).set_column(2, "qty", pa.array(["seven"], pa.string())), 1_700_000_002)
+    _parquet(landing / "3.parquet", good([5, 6]), 1_700_000_003)
+    config = job_config(tmp_path, source__format="parquet", **{"source__schema": PARQUET_DDL})
+    writer = run(config)
+    assert [r.quarantined for r in writer.status.recent] == [0, 1, 1, 0]
+    assert sorted(r["id"] for r in hudi_read(tmp_path / "table").to_pylist()) == [1, 2, 5, 6]
+    quarantine = pq.read_table(tmp_path / "table_quarantine").to_pylist()
+    assert sorted(Path(q["raw"]).name for q in quarantine) == ["1.parquet", "2.parquet"]
+    assert all(q["reason"].startswith("unreadable landing file: ") and len(q["reason"]) > 30 for q in quarantine)
+    copies = sorted(p.name for p in (tmp_path / "table_quarantine").rglob("_files/*"))
+    assert copies == ["1.parquet", "2.parquet"], "the whole file is kept aside"
+
+
+CSV_DDL = "id BIGINT, name STRING, amount DOUBLE, ts BIGINT, region STRING"
+
+
+def _csv(root: Path, name: str, text: str, mtime: float) -> None:
+    landing = root / "landing"
+    landing.mkdir(exist_ok=True)
+    path = landing / name
+    path.write_text(text)
+    os.utime(path, (mtime, mtime))
+
+
+def test_csv_quoting_multiline_records_and_header_order(spark, tmp_path):
+    _csv(tmp_path, "0.csv", 'id,name,amount,ts,region\n1,"say ""hi""",1.5,1,eu\n2,"two\nlines",2.5,1,eu\n', 1_700_000_000)
+    _csv(tmp_path, "1.csv", 'region,ts,amount,name,id\nus,1,3.5,"c, d",3\n', 1_700_000_001)
+    config = job_config(tmp_path, source__format="csv", source__schema=CSV_DDL)
+    writer = run(config)
+    rows = {r["id"]: r for r in hudi_read(tmp_path / "table").to_pylist()}
+    assert rows[1]["name"] == 'say "hi"'
+    assert rows[2]["name"] == "two\nlines"
+    assert (rows[3]["name"], rows[3]["amount"], rows[3]["region"]) == ("c, d", 3.5, "us"), "columns matched by header name"
+    assert sum(r.quarantined for r in writer.status.recent) == 0
+
+
+def test_source_options_reach_sparks_reader(spark, tmp_path):
+    _csv(tmp_path, "0.csv", "id;name;amount;ts;region\n1;semi;1.0;1;eu\n", 1_700_000_000)
+    config = load_config(overrides=[*_overrides(tmp_path), "source.options.sep=;"])
+    run(config)
+    assert [r["name"] for r in hudi_read(tmp_path / "table").to_pylist()] == ["semi"]
+
+
+def _overrides(root: Path) -> list[str]:
+    return [
+        f"table.path={root / 'table'}", 'table.record_key=["id"]', 'table.partition_by=["region"]', "table.ordering_field=ts",
+        "source.format=csv", f"source.path={root / 'landing'}", f"source.schema={CSV_DDL}",
+        f"stream.checkpoint={root / 'checkpoint'}", "stream.trigger=available-now",
+    ]
