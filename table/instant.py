@@ -106,6 +106,40 @@ def validate_instant_time(ts: str) -> str:
     return ts
 
 
+_DATETIME_FORMATS = ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d")
+
+
+def parse_instant_time(value: str | int | datetime) -> str:
+    """A point in time as a 17-digit instant time (UTC), from any form Hudi's readers accept.
+
+    Instant times of 17 or 14 digits; ``yyyy-MM-dd[ HH:mm:ss[.SSS]]`` (Hudi's
+    ``as.of.instant`` forms, in the timeline's UTC); ISO 8601 / RFC 3339 with an
+    offset; epoch seconds (10 digits) or milliseconds (13 digits), as hudi-rs takes them.
+    """
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return _format_ms(int(moment.timestamp() * 1000))
+    text = str(value).strip()
+    if text.isdigit():
+        if len(text) in (17, 14):
+            return validate_instant_time(text.ljust(17, "0"))
+        if len(text) in (10, 13):
+            return _format_ms(int(text) * (1000 if len(text) == 10 else 1))
+    for fmt in _DATETIME_FORMATS:
+        try:
+            return parse_instant_time(datetime.strptime(text, fmt))
+        except ValueError:
+            pass
+    try:
+        return parse_instant_time(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    except ValueError:
+        pass
+    raise ValueError(
+        f"{value!r} is not a point in time; use an instant (yyyyMMddHHmmssSSS or yyyyMMddHHmmss), "
+        "'yyyy-MM-dd HH:mm:ss[.SSS]', 'yyyy-MM-dd', ISO 8601 with an offset, or epoch seconds or milliseconds"
+    )
+
+
 class InstantClock:
     """Hands out instant times that strictly increase, even within one millisecond.
 

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 from laketide.table import reader
 from laketide.table.commit import SCHEMA_KEY
+from laketide.table.instant import parse_instant_time
 from laketide.table.io import FileIO
 from laketide.table.properties import PROPERTIES_FILE, TableConfig, default_merge_mode, format_properties, parse_properties
 from laketide.table.schema import avro_schema_json, data_schema, schema_from_avro
@@ -103,9 +104,12 @@ class Table:
         return FileSystemView.load(self.io, timeline or self.timeline)
 
     def snapshot(self, as_of: str | None = None) -> pa.Table:
-        """Every live row as of instant ``as_of`` (default: the latest completed one)."""
+        """Every live row as of ``as_of`` (default: the latest completed instant); see ``parse_instant_time``."""
+        as_of = parse_instant_time(as_of) if as_of is not None else None
         return reader.snapshot(self.io, self.file_system_view(), as_of, self.config.populate_meta_fields)
 
     def incremental(self, start: str | None = None, end: str | None = None) -> pa.Table:
-        """Rows committed in ``(start, end]``."""
+        """Rows committed in ``(start, end]``; either bound in any form ``parse_instant_time`` takes."""
+        start = parse_instant_time(start) if start is not None else None
+        end = parse_instant_time(end) if end is not None else None
         return reader.incremental(self.io, self.file_system_view(), start, end, self.config.populate_meta_fields)

@@ -83,3 +83,31 @@ def test_written_properties_hold_what_readers_require():
 def test_missing_required_property_is_named():
     with pytest.raises(ValueError, match="hoodie.table.version"):
         TableConfig.from_properties({"hoodie.table.name": "t", "hoodie.table.type": "COPY_ON_WRITE"})
+
+
+@pytest.mark.parametrize(
+    "given, instant",
+    [
+        ("20261122221508812", "20261122221508812"),
+        ("20261122221508", "20261122221508000"),
+        ("2026-11-22 22:15:08.812", "20261122221508812"),
+        ("2026-11-22 22:15:08", "20261122221508000"),
+        ("2026-11-22", "20261122000000000"),
+        ("2026-11-22T23:15:08.812+01:00", "20261122221508812"),
+        ("2026-11-22T22:15:08Z", "20261122221508000"),
+        ("1795385708", "20261122221508000"),
+        ("1795385708812", "20261122221508812"),
+    ],
+)
+def test_time_travel_accepts_the_forms_hudi_accepts(given, instant):
+    from laketide.table.instant import parse_instant_time
+
+    assert parse_instant_time(given) == instant
+
+
+@pytest.mark.parametrize("given", ["yesterday", "2026-13-01", "2026112222150881", "22:15:08", ""])
+def test_other_time_travel_forms_fail_clearly(given):
+    from laketide.table.instant import parse_instant_time
+
+    with pytest.raises(ValueError, match="not a point in time|instant time"):
+        parse_instant_time(given)

@@ -69,3 +69,16 @@ def test_lost_checkpoint_does_not_duplicate(job_run, tmp_path):
     # the index routed every replayed key to its file group: no new file group for old keys
     groups = pc.unique(table["_hoodie_file_name"]).to_pylist()
     assert len({g.split("_")[0] for g in groups}) <= 2 * 3 * 2
+
+
+def test_time_travel_by_a_readable_timestamp(job_run):
+    root, _ = job_run
+    from laketide.table import Table
+
+    table = Table.open(str(root / "table"))
+    first = table.timeline.completed_writes()[0].timestamp
+    readable = f"{first[:4]}-{first[4:6]}-{first[6:8]} {first[8:10]}:{first[10:12]}:{first[12:14]}.{first[14:]}"
+    then = table.snapshot(as_of=readable)
+    assert then.num_rows == table.snapshot(as_of=first).num_rows == len(expected_after(BATCHES[:1]))
+    with pytest.raises(ValueError, match="not a point in time"):
+        table.snapshot(as_of="last tuesday")
