@@ -1,0 +1,68 @@
+"""Record keys and partition paths as Hudi's key generators make them, checked against Java itself."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from laketide.table.keygen import escape_path_name, partition_paths, record_keys, value_text
+
+DOUBLES = [1.0, 0.1, -0.0, 0.0, 1e7, 9999999.0, 1e-3, 9.99e-4, 1e300, -2.5e-5, 123456.789, 100.0, 1.7976931348623157e308, 2.0 / 3]
+# Java before 19 prints a few doubles (subnormals such as 4.9E-324) with more than the shortest digits
+# (JDK-4511638); laketide writes the shortest form, as Java 19 and later do.
+FLOATS = [1.0, 0.1, 1e10, 3.4028235e38, 0.001, 1234567.0, 12345678.0, -7.5e-4]
+DECIMALS = [Decimal("12345.67890"), Decimal("0E-9"), Decimal("0.0000001"), Decimal("-1.5"), Decimal("100"), Decimal("0.000001"), Decimal("1.0E-7")]
+
+
+@pytest.fixture(scope="module")
+def java(spark):
+    return spark._jvm.java
+
+
+def test_doubles_and_floats_read_as_javas_tostring(java):
+    assert value_text(pa.array(DOUBLES, pa.float64())).to_pylist() == [java.lang.Double.toString(v) for v in DOUBLES]
+    expected = [java.lang.Float.toString(java.lang.Float.parseFloat(repr(float(np.float32(v))))) for v in FLOATS]
+    assert value_text(pa.array(FLOATS, pa.float32())).to_pylist() == expected
+    assert value_text(pa.array([float("nan"), float("inf")], pa.float64())).to_pylist() == ["NaN", "Infinity"]
+
+
+def test_decimals_read_as_bigdecimal_tostring(java):
+    for value in DECIMALS:
+        sign, digits, exponent = value.as_tuple()
+        unscaled = int("".join(map(str, digits))) * (-1 if sign else 1)
+        # py4j hands a BigDecimal back as a Python Decimal; Objects.toString renders it on the Java side
+        big = java.math.BigDecimal(java.math.BigInteger(str(unscaled)), -exponent)
+        column = pa.array([value], pa.decimal128(38, max(0, -exponent)))
+        assert value_text(column).to_pylist() == [java.util.Objects.toString(big)], value
+
+
+def test_dates_and_timestamps():
+    assert value_text(pa.array([dt.date(1969, 12, 31)])).to_pylist() == ["1969-12-31"]
+    moment = dt.datetime(2024, 1, 1, 0, 0, 0, 5, tzinfo=dt.timezone.utc)
+    # consistent.logical.timestamp off (Hudi's default): the raw epoch microseconds
+    assert value_text(pa.array([moment], pa.timestamp("us", "UTC"))).to_pylist() == ["1704067200000005"]
+    assert value_text(pa.array([moment], pa.timestamp("us", "Asia/Tokyo"))).to_pylist() == ["1704067200000005"]
+
+
+def test_simple_and_complex_keys():
+    rows = pa.table({"a": [1, None, 3, 4], "b": ["x", "", None, ""]})
+    keys, reasons = record_keys(rows, ["b"])
+    assert keys.to_pylist() == ["x", None, None, None]
+    assert reasons.to_pylist()[1] == "record key field 'b' is null or empty"
+    keys, reasons = record_keys(rows, ["a", "b"])
+    assert keys.to_pylist() == ["a:1,b:x", None, "a:3,b:__null__", "a:4,b:__empty__"]
+    assert reasons.to_pylist() == [None, "every record key field (a, b) is null or empty", None, None]
+
+
+def test_partition_paths_escape_as_hive_does():
+    assert escape_path_name("a/b c#%:=?*'\"\\{[]^\t\x7f") == "a%2Fb c%23%25%3A%3D%3F%2A%27%22%5C%7B%5B%5D%5E%09%7F"
+    rows = pa.table({"p": ["x/y", None, "", "ok"], "q": [1.0, 2.5, 3.0, 4.0]})
+    paths, reasons = partition_paths(rows, ["p", "q"], hive_style=True, urlencode=True)
+    assert paths.to_pylist() == ["p=x%2Fy/q=1.0", "p=__HIVE_DEFAULT_PARTITION__/q=2.5", "p=__HIVE_DEFAULT_PARTITION__/q=3.0", "p=ok/q=4.0"]
+    assert reasons.null_count == 4
+    paths, reasons = partition_paths(rows, ["p"], urlencode=False)
+    assert reasons.to_pylist()[0] == "partition value of 'p' contains '/'"
