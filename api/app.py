@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Protocol, TypeVar
 
 import pyarrow.parquet as pq
-from fastapi import Body, Depends, FastAPI, Header, HTTPException, Path, Query, Request
+from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from laketide.api.models import (

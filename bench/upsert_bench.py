@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string())])

@@ -21,17 +21,9 @@ from streaming import land
 DDL = "id INT, name STRING, isActive BOOLEAN, longField BIGINT, doubleField DOUBLE, byteField INT"
 
 
-def test_updates_land_in_the_spark_written_file_groups(spark, fixture_copy, tmp_path):
-    path = fixture_copy("v6_simplekeygen_nonhivestyle")
-    before = {r["id"]: r for r in hudi_read(path).to_pylist()}
-    groups_before = {r["id"]: r["_hoodie_file_name"].split("_")[0] for r in before.values()}
-    updates = [
-        {"id": i, "name": f"updated-{i}", "isActive": True, "longField": 10_000_000_000 + i, "doubleField": 1.5, "byteField": before[i]["byteField"]}
-        for i in (1, 2, 3, 4)
-    ]
-    updates.append({"id": 5, "name": "new", "isActive": False, "longField": 5, "doubleField": 2.5, "byteField": 30})
-    land(tmp_path, "updates.json", updates, 1_700_000_000)
-    config = load_config(
+def _config(path, tmp_path):
+    """The job upserting the landing directory under ``tmp_path`` into the fixture copy at ``path``."""
+    return load_config(
         overrides=[
             f"table.path={path}",
             'table.record_key=["id"]',
@@ -45,7 +37,19 @@ def test_updates_land_in_the_spark_written_file_groups(spark, fixture_copy, tmp_
             "write.index_shards=2",
         ]
     )
-    writer = run(config)
+
+
+def test_updates_land_in_the_spark_written_file_groups(spark, fixture_copy, tmp_path):
+    path = fixture_copy("v6_simplekeygen_nonhivestyle")
+    before = {r["id"]: r for r in hudi_read(path).to_pylist()}
+    groups_before = {r["id"]: r["_hoodie_file_name"].split("_")[0] for r in before.values()}
+    updates = [
+        {"id": i, "name": f"updated-{i}", "isActive": True, "longField": 10_000_000_000 + i, "doubleField": 1.5, "byteField": before[i]["byteField"]}
+        for i in (1, 2, 3, 4)
+    ]
+    updates.append({"id": 5, "name": "new", "isActive": False, "longField": 5, "doubleField": 2.5, "byteField": 30})
+    land(tmp_path, "updates.json", updates, 1_700_000_000)
+    writer = run(_config(path, tmp_path))
     (report,) = writer.status.recent
     assert (report.updates, report.inserts) == (4, 1)
 
@@ -100,21 +104,7 @@ def test_upserts_of_3_and_7_byte_keys_find_hadoop_built_filters(spark, fixture_c
     ]
     updates.append({"id": 777, "name": "new", "isActive": False, "longField": 5, "doubleField": 2.5, "byteField": 10})
     land(tmp_path, "updates.json", updates, 1_700_000_000)
-    config = load_config(
-        overrides=[
-            f"table.path={path}",
-            'table.record_key=["id"]',
-            'table.partition_by=["byteField"]',
-            "table.ordering_field=longField",
-            "source.format=json",
-            f"source.path={tmp_path / 'landing'}",
-            f"source.schema={DDL}",
-            f"stream.checkpoint={tmp_path / 'checkpoint'}",
-            "stream.trigger=available-now",
-            "write.index_shards=2",
-        ]
-    )
-    (report,) = run(config).status.recent
+    (report,) = run(_config(path, tmp_path)).status.recent
     assert (report.updates, report.inserts) == (4, 1)
     after = hudi_read(path)
     keys = after["_hoodie_record_key"].to_pylist()

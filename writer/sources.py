@@ -18,7 +18,7 @@ import urllib.parse
 from dataclasses import asdict
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import DataStreamReader
