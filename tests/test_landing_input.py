@@ -116,3 +116,13 @@ def _overrides(root: Path) -> list[str]:
         "source.format=csv", f"source.path={root / 'landing'}", f"source.schema={CSV_DDL}",
         f"stream.checkpoint={root / 'checkpoint'}", "stream.trigger=available-now",
     ]
+
+
+def test_an_empty_record_key_is_quarantined_not_written(spark, tmp_path):
+    lines = [{"id": "", "region": "eu", "ts": 1}, {"id": "a", "region": "eu", "ts": 1}, {"id": None, "region": "eu", "ts": 1}]
+    land(tmp_path, "0.json", lines, 1_700_000_000)
+    (report,) = run(job_config(tmp_path, source__schema="id STRING, region STRING, ts BIGINT")).status.recent
+    assert [r["_hoodie_record_key"] for r in hudi_read(tmp_path / "table").to_pylist()] == ["a"]
+    assert report.quarantined == 2
+    reasons = {q["reason"] for q in pq.read_table(tmp_path / "table_quarantine").to_pylist()}
+    assert reasons == {"record key field 'id' is null or empty"}
