@@ -14,11 +14,12 @@ value; the caller quarantines it.
 
 from __future__ import annotations
 
+import math
 import re
+import struct
 from collections.abc import Sequence
 from decimal import Decimal
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -50,19 +51,32 @@ def _java_float_text(digits: str, exponent: int, negative: bool) -> str:
     return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
 
 
+def _as_float32(value: float) -> float:
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def _shortest_digits(value: float, single: bool) -> tuple[str, int]:
+    """The fewest significant digits that read back as ``|value|`` (as a float32 if ``single``), and the exponent."""
+    magnitude = _as_float32(abs(value)) if single else abs(value)
+    for precision in range(1, 18):
+        text = format(magnitude, f".{precision - 1}e")
+        back = float(text)
+        if (_as_float32(back) if single else back) == magnitude:
+            break
+    mantissa, exponent = text.split("e")
+    return mantissa.replace(".", "").rstrip("0") or "0", int(exponent)
+
+
 def java_float_to_string(value: float, single: bool = False) -> str:
     """``Float.toString`` / ``Double.toString``: shortest round-trip digits in Java's layout."""
-    if value != value:
+    if math.isnan(value):
         return "NaN"
-    if value in (float("inf"), float("-inf")):
+    if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
     if value == 0:
-        return "-0.0" if np.signbit(value) else "0.0"
-    text = np.format_float_scientific(np.float32(value) if single else np.float64(value), unique=True, trim="-")
-    mantissa, exponent = text.split("e")
-    negative = mantissa.startswith("-")
-    digits = mantissa.lstrip("-").replace(".", "").rstrip("0") or "0"
-    return _java_float_text(digits, int(exponent), negative)
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    digits, exponent = _shortest_digits(value, single)
+    return _java_float_text(digits, exponent, value < 0)
 
 
 def _per_value(column: pa.Array, text) -> pa.Array:
@@ -99,16 +113,15 @@ def record_keys(rows: pa.Table, fields: Sequence[str]) -> tuple[pa.Array, pa.Arr
         empty = pc.fill_null(pc.equal(keys, ""), True)
         reason = pc.if_else(empty, pa.scalar(f"record key field '{fields[0]}' is null or empty"), pa.nulls(n, pa.string()))
         return pc.if_else(empty, pa.nulls(n, pa.string()), keys), reason
-    parts, blank = [], np.ones(n, dtype=bool)
+    parts, blank_mask = [], pa.array([True] * n)
     for i, field in enumerate(fields):
         text = value_text(rows[field])
         is_null = pc.is_null(text)
         is_empty = pc.fill_null(pc.equal(text, ""), False)
-        blank &= pc.or_(is_null, is_empty).to_numpy(zero_copy_only=False)
+        blank_mask = pc.and_(blank_mask, pc.or_(is_null, is_empty))
         text = pc.if_else(is_null, NULL_KEY_PART, pc.if_else(is_empty, EMPTY_KEY_PART, text))
         parts += [("," if i else "") + f"{field}:", text]
     keys = pc.binary_join_element_wise(*parts, "")
-    blank_mask = pa.array(blank)
     reason = pc.if_else(blank_mask, pa.scalar(f"every record key field ({', '.join(fields)}) is null or empty"), pa.nulls(n, pa.string()))
     return pc.if_else(blank_mask, pa.nulls(n, pa.string()), keys), reason
 

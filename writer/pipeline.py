@@ -213,31 +213,36 @@ class MicroBatchWriter:
         return df.mapInArrow(prepare_task, prepared_struct), data_fields
 
     def _read(self, df: DataFrame, batch_id: int) -> tuple[DataFrame, list[StructField], int, dict[str, str]]:
-        """The prepared rows of the micro-batch, persisted; landing files Spark cannot read are set aside."""
+        """The prepared rows of the micro-batch (persisted), their count, and the landing files set aside."""
         prepared, data_fields = self._prepared(df)
         prepared = prepared.persist()
         try:
             return prepared, data_fields, prepared.count(), {}
-        except Exception as exc:
+        except Exception as failure:
             prepared.unpersist()
             if self.config.source.format == "generator":
                 raise
-            try:
-                files = batch_files(self.config.stream.checkpoint, batch_id)
-                good, bad = unreadable_files(self.spark, self.config.source, files)
-            except Exception:
-                log.exception("could not tell which landing files of micro-batch %s are unreadable", batch_id)
-                raise exc from None
-            # every file readable on its own (a CSV header in another order): the re-read below takes them;
-            # a failure that has nothing to do with the files fails again there
-            if bad:
-                log.warning("landing files Spark cannot read under source.schema: %s", bad)
-            readable = read_files(self.spark, self.config.source, good)
-            if readable is None:
-                readable = self.spark.createDataFrame([], df.schema)
-            prepared, data_fields = self._prepared(readable)
-            prepared = prepared.persist()
-            return prepared, data_fields, prepared.count() + len(bad), bad
+            readable, bad = self._without_unreadable_files(df, batch_id, failure)
+        prepared, data_fields = self._prepared(readable)
+        prepared = prepared.persist()
+        return prepared, data_fields, prepared.count() + len(bad), bad
+
+    def _without_unreadable_files(self, df: DataFrame, batch_id: int, failure: Exception) -> tuple[DataFrame, dict[str, str]]:
+        """The micro-batch read again file by file, leaving out the files Spark cannot read.
+
+        Files that read fine on their own (a CSV header in another order) are
+        kept; a failure that has nothing to do with the files fails again.
+        """
+        try:
+            files = batch_files(self.config.stream.checkpoint, batch_id)
+            good, bad = unreadable_files(self.spark, self.config.source, files)
+        except Exception:
+            log.exception("could not tell which landing files of micro-batch %s are unreadable", batch_id)
+            raise failure from None
+        if bad:
+            log.warning("landing files Spark cannot read under source.schema: %s", bad)
+        readable = read_files(self.spark, self.config.source, good)
+        return (readable if readable is not None else self.spark.createDataFrame([], df.schema)), bad
 
     def _write(self, df: DataFrame, batch_id: int, instant: str) -> BatchReport:
         prepared, data_fields, records, bad_files = self._read(df, batch_id)
