@@ -305,7 +305,7 @@ class ZooKeeperLease(Lease):
         self.check()
         self.api_address = api_address
         self.holder = self.holder.model_copy(update={"api_address": api_address})
-        self._client.set_data(self.lease_node, self.holder.model_dump_json().encode())
+        self._client.set(self.lease_node, self.holder.model_dump_json().encode())
 
     def check(self) -> None:
         if self.holder is None:
