@@ -20,7 +20,7 @@ from dataclasses import asdict
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StructType
 
@@ -36,8 +36,6 @@ CSV_DEFAULTS = {"header": "true", "escape": '"', "multiLine": "true", "enforceSc
 
 def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
     if source.format == "generator":
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         return from_arrow_schema(GENERATOR_SCHEMA)
     try:
         parsed = spark.createDataFrame([], source.schema_ddl).schema
