@@ -101,6 +101,12 @@ def value_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.cast(column, pa.string())
 
 
+def _withheld(values: pa.Array, missing: pa.Array, reason: str) -> tuple[pa.Array, pa.Array]:
+    """(values, reasons): null values and ``reason`` where ``missing``, the value and no reason elsewhere."""
+    nulls = pa.nulls(len(values), pa.string())
+    return pc.if_else(missing, nulls, values), pc.if_else(missing, pa.scalar(reason), nulls)
+
+
 def record_keys(rows: pa.Table, fields: Sequence[str]) -> tuple[pa.Array, pa.Array]:
     """(record key, reason) per row: ``SimpleKeyGenerator`` for one field, ``ComplexKeyGenerator`` for more.
 
@@ -110,9 +116,7 @@ def record_keys(rows: pa.Table, fields: Sequence[str]) -> tuple[pa.Array, pa.Arr
     n = rows.num_rows
     if len(fields) == 1:
         keys = value_text(rows[fields[0]])
-        empty = pc.fill_null(pc.equal(keys, ""), True)
-        reason = pc.if_else(empty, pa.scalar(f"record key field '{fields[0]}' is null or empty"), pa.nulls(n, pa.string()))
-        return pc.if_else(empty, pa.nulls(n, pa.string()), keys), reason
+        return _withheld(keys, pc.fill_null(pc.equal(keys, ""), True), f"record key field '{fields[0]}' is null or empty")
     parts, blank_mask = [], pa.array([True] * n)
     for i, field in enumerate(fields):
         text = value_text(rows[field])
@@ -122,8 +126,7 @@ def record_keys(rows: pa.Table, fields: Sequence[str]) -> tuple[pa.Array, pa.Arr
         text = pc.if_else(is_null, NULL_KEY_PART, pc.if_else(is_empty, EMPTY_KEY_PART, text))
         parts += [("," if i else "") + f"{field}:", text]
     keys = pc.binary_join_element_wise(*parts, "")
-    reason = pc.if_else(blank_mask, pa.scalar(f"every record key field ({', '.join(fields)}) is null or empty"), pa.nulls(n, pa.string()))
-    return pc.if_else(blank_mask, pa.nulls(n, pa.string()), keys), reason
+    return _withheld(keys, blank_mask, f"every record key field ({', '.join(fields)}) is null or empty")
 
 
 def _escape_column(text: pa.Array) -> pa.Array:

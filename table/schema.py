@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -167,7 +166,7 @@ def _arrow_type(name: str, avro) -> pa.DataType:
         return pa.date32()
     if kind == "long" and logical in _LOGICAL_LONG:
         return _LOGICAL_LONG[logical]
-    if kind in ("enum",) or (kind == "string"):
+    if kind in ("enum", "string"):
         return pa.string()
     if kind == "fixed":
         return pa.binary(int(avro["size"]))
@@ -224,13 +223,6 @@ def _children(dtype: pa.DataType) -> list[pa.Field]:
 
 
 # -- schema evolution -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Change:
-    path: str
-    current: pa.DataType
-    incoming: pa.DataType
 
 
 # Pairs whose wider type holds every value of the narrower one exactly.

@@ -194,7 +194,3 @@ class BucketWriter:
             total_write_bytes=result.size,
             file_size_in_bytes=result.size,
         )
-
-    @property
-    def late(self) -> int:
-        return self.counts.late

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TypeVar
 
+import pyarrow as pa
+
 from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, Lease, LeaseLost, LocalLease
 from laketide.coordinator.lease import ZooKeeperLease
@@ -35,12 +37,12 @@ def writer_id_for(checkpoint: str) -> str:
     return writer_id
 
 
-def open_table(config: JobConfig, source_schema) -> Table:
+def open_table(config: JobConfig, source: pa.Schema) -> Table:
     """Open the table (or create it) once every check has passed; a refused job writes nothing."""
     io = FileIO.for_uri(config.table.path)
     existing = Table.open(config.table.path, io) if io.exists(PROPERTIES_FILE) else None
     current = existing.schema() if existing is not None else None
-    settled = table_config_for(config.table, existing.config if existing else None, current, source_schema, io.full_path(""))
+    settled = table_config_for(config.table, existing.config if existing else None, current, source, io.full_path(""))
     return existing or Table.create_from_config(config.table.path, settled, io=io)
 
 

@@ -102,33 +102,36 @@ def _is_json(text: str) -> bool:
         return False
 
 
-def _corrupt_checks(rows: pa.Table, source_format: str) -> list[tuple[pa.Array, str]]:
-    """Spark's malformed-record column: a JSON line that parses was rejected for a field's type."""
+def _corrupt_reasons(rows: pa.Table, source_format: str) -> tuple[pa.Array, pa.Array]:
+    """(malformed, mismatched) reasons from Spark's malformed-record column.
+
+    A JSON line that parses was rejected for a field's type: a mismatch, which
+    a more specific reason (the key, the ordering field) may explain better.
+    """
+    n = rows.num_rows
     if CORRUPT not in rows.column_names:
-        return []
+        return pa.nulls(n, pa.string()), pa.nulls(n, pa.string())
     check = _is_json if source_format == "json" else (lambda raw: True)
     parses = pa.array([None if raw is None else check(raw) for raw in rows[CORRUPT].to_pylist()], pa.bool_())
-    malformed = "malformed record (not valid JSON)" if source_format == "json" else "malformed record"
-    return [
-        (pc.fill_null(pc.invert(parses), False), malformed),
-        (pc.fill_null(parses, False), "a field does not match the source schema"),
-    ]
+    text = "malformed record (not valid JSON)" if source_format == "json" else "malformed record"
+    malformed = first_reason([(pc.fill_null(pc.invert(parses), False), text)], n)
+    mismatched = first_reason([(pc.fill_null(parses, False), "a field does not match the source schema")], n)
+    return malformed, mismatched
 
 
 def prepare(rows: pa.Table, spec: PrepareSpec, arrival: ArrivalCounter) -> pa.Table:
     n = rows.num_rows
     keys, key_reason = record_keys(rows, spec.record_key)
     partitions, partition_reason = partition_paths(rows, spec.partition_by, spec.hive_style, spec.urlencode)
+    malformed, mismatched = _corrupt_reasons(rows, spec.source_format)
     # the first reason that applies, in this order
-    corrupt = [first_reason([check], n) for check in _corrupt_checks(rows, spec.source_format)]
-    reasons = corrupt[:1] + [key_reason]
+    reasons = [malformed, key_reason]
     if spec.ordering_field:
         kind = rows.schema.field(spec.ordering_field).type
         missing = (pc.is_null(rows[spec.ordering_field]), f"ordering field '{spec.ordering_field}' is missing or not a valid {kind}")
         reasons.append(first_reason([missing], n))
-    reasons.append(partition_reason)
-    # a JSON line that parsed but was rejected: a more specific reason above says which field, if any does
-    reason = pc.coalesce(*reasons, *corrupt[1:])
+    reasons += [partition_reason, mismatched]
+    reason = pc.coalesce(*reasons)
     bad = pc.is_valid(reason).to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
     safe_keys = pc.fill_null(keys, "")
     safe_partitions = pc.fill_null(partitions, "")

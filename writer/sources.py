@@ -129,7 +129,7 @@ def batch_files(checkpoint: str, batch_id: int) -> list[str]:
     """
     fileio = FileIO.for_uri(checkpoint)
     first, last = _log_offset(fileio, batch_id - 1) + 1, _log_offset(fileio, batch_id)
-    logged = {e.name: e.name for e in fileio.list_dir("sources/0") if not e.name.startswith(".")}
+    logged = {e.name for e in fileio.list_dir("sources/0") if not e.name.startswith(".")}
     entries: list[dict] = []
     read_compacts: set[str] = set()
     for n in range(first, last + 1):
@@ -147,8 +147,8 @@ def unreadable_files(spark: SparkSession, source: SourceSection, files: list[str
     """(readable files, {unreadable file: why}) of one micro-batch, each file read on its own."""
     good, bad = [], {}
     for path in files:
-        df = read_file(spark, source, path)
         try:
+            df = read_file(spark, source, path)
             # counting every column makes Spark decode every value of the file
             df.agg(*[F.count(F.col(c)) for c in df.columns]).collect()
             good.append(path)

@@ -119,7 +119,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int) -> Iter
         newly_covered = (partition, file_id) in plan.uncovered
         if newly_covered:
             _index_whole_group(plan, io, stat.path, partition, file_id, task)
-        statuses.append({"stat": stat.model_dump_json(by_alias=True), "partition": partition, "file_id": file_id, "newly_covered": newly_covered, "late": writer.late})
+        statuses.append({"stat": stat.model_dump_json(by_alias=True), "partition": partition, "file_id": file_id, "newly_covered": newly_covered, "late": writer.counts.late})
     yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
 
 
