@@ -12,6 +12,7 @@ import logging
 import os
 import posixpath
 import socket
+import threading
 import time
 from abc import ABC, abstractmethod
 from datetime import datetime, timezone
@@ -194,8 +195,14 @@ class ZooKeeperLease(Lease):
     Taking the lease is one ZooKeeper transaction that creates the ephemeral
     node and bumps the table's persistent epoch counter, so every new holder
     has a higher epoch. The holder may commit only while its session is
-    connected and the node is still its own: on SUSPENDED it stops committing,
-    on LOST it calls ``on_lost`` so the job stops writing.
+    connected and the node is still its own.
+
+    ZooKeeper weather is ridden out: while the connection is SUSPENDED (a
+    server restart, a network blip, a leader election) ``check()`` waits for
+    it to come back, up to the session timeout, and the holder goes on if its
+    session survived. Only LOST (the session expired, so the ephemeral node is
+    gone) ends the holding; ``on_lost`` then stops the job. A wait that runs
+    out also ends it, since the session may have expired meanwhile.
     """
 
     def __init__(
@@ -216,7 +223,10 @@ class ZooKeeperLease(Lease):
         self.job_id = job_id
         self.api_address = api_address
         self.connect_timeout = connect_timeout
+        self.session_timeout = session_timeout
         self.on_lost = on_lost
+        self._connected = threading.Event()
+        self._suspended_at = 0.0
         self.table_node = f"{root.rstrip('/')}/tables/{quote(table, safe='')}"
         self.lease_node = f"{self.table_node}/lease"
         self.epoch_node = f"{self.table_node}/epoch"
@@ -228,13 +238,20 @@ class ZooKeeperLease(Lease):
     def _on_state(self, state) -> None:
         from kazoo.client import KazooState
 
-        self.state = state if isinstance(state, str) else str(state)
+        previous, self.state = self.state, state if isinstance(state, str) else str(state)
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+            if previous == KazooState.SUSPENDED:
+                log.warning("ZooKeeper connection back after %.1fs, session intact: commits to %s go on", time.monotonic() - self._suspended_at, self.table)
+            return
+        self._connected.clear()
         if state == KazooState.LOST and self.holder is not None:
-            log.error("ZooKeeper session lost: the lease of %s is gone; writing stops", self.table)
+            log.error("ZooKeeper session expired: the lease of %s is gone; writing stops", self.table)
             if self.on_lost is not None:
                 self.on_lost()
         elif state == KazooState.SUSPENDED:
-            log.warning("ZooKeeper connection suspended: no commits to %s until it is back", self.table)
+            self._suspended_at = time.monotonic()
+            log.warning("ZooKeeper connection suspended: commits to %s wait up to %.0fs for it", self.table, self.session_timeout)
 
     def _connect(self) -> None:
         from kazoo.handlers.threading import KazooTimeoutError
@@ -249,6 +266,7 @@ class ZooKeeperLease(Lease):
                 "coordinator.lease = 'zookeeper' never falls back to the local lease"
             ) from None
         self.state = "CONNECTED"
+        self._connected.set()
         self._client.ensure_path(self.table_node)
         if self._client.exists(self.epoch_node) is None:
             from kazoo.exceptions import NodeExistsError
@@ -308,13 +326,28 @@ class ZooKeeperLease(Lease):
         self._client.set(self.lease_node, self.holder.model_dump_json().encode())
 
     def check(self) -> None:
-        if self.holder is None:
-            raise LeaseLost(f"the lease of {self.table} is not held")
-        if not self._client.connected or self.state != "CONNECTED":
-            raise LeaseLost(f"the ZooKeeper session for {self.table} is {self.state}; commits are stopped")
-        stat = self._client.exists(self.lease_node)
-        if stat is None or stat.ephemeralOwner != self._client.client_id[0]:
-            raise LeaseLost(f"the lease node of {self.table} is no longer this writer's; another writer may hold it")
+        from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+
+        deadline = time.monotonic() + self.session_timeout
+        while True:
+            if self.holder is None:
+                raise LeaseLost(f"the lease of {self.table} is not held")
+            if self.state == "LOST":
+                raise LeaseLost(f"the ZooKeeper session for {self.table} expired; another writer may hold the lease")
+            if not self._connected.wait(max(0.0, deadline - time.monotonic())):
+                raise LeaseLost(
+                    f"ZooKeeper was unreachable for the whole session timeout ({self.session_timeout:.0f}s); "
+                    f"the session may have expired and another writer may hold {self.table}"
+                )
+            try:
+                stat = self._client.exists(self.lease_node)
+            except ConnectionLoss:
+                continue  # suspended again between the wait and the read: wait again, within the same deadline
+            except SessionExpiredError:
+                raise LeaseLost(f"the ZooKeeper session for {self.table} expired; another writer may hold the lease") from None
+            if stat is None or stat.ephemeralOwner != self._client.client_id[0]:
+                raise LeaseLost(f"the lease node of {self.table} is no longer this writer's; another writer may hold it")
+            return
 
     def release(self) -> None:
         from kazoo.exceptions import KazooException

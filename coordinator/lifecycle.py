@@ -15,17 +15,21 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from laketide.coordinator.lease import Lease
+from laketide.coordinator.fence import COMMITTED, CommitFence
+from laketide.coordinator.lease import Lease, LeaseLost
 from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.retry import RetryPolicy
 from laketide.table.commit import BATCH_ID_KEY, EPOCH_KEY, WRITER_ID_KEY, CommitMetadata, WriteStat
 from laketide.table.instant import COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, InstantClock, State, validate_instant_time
 from laketide.table.io import InstantFileExists
+from laketide.table.markers import WriteMarkers, marked_instants
 from laketide.table.rollback import RollbackMetadata, RollbackPlan
 from laketide.table.table import Table
 from laketide.table.timeline import InstantNotFound, Timeline, TimelineWriter
 
 log = logging.getLogger(__name__)
+# A marker whose data file is not there yet may belong to a stale task that is about to write it.
+MARKER_GRACE_SECONDS = 3600
 
 
 class RollbackRefused(RuntimeError):
@@ -64,6 +68,15 @@ class Coordinator:
         self._side_files = instant_side_files or (lambda instant: [])
         self._batch_of: dict[str, tuple[str, int] | None] = {}
         self.metrics = metrics or Metrics()
+        self.fence = CommitFence(table.io)
+        self._fenced_epoch: int | None = None
+        self._rolled_back: dict[str, str] = {}
+
+    def _ensure_fenced(self) -> None:
+        """Record this holder's epoch on storage before it acts on the timeline (see ``coordinator.fence``)."""
+        if self._fenced_epoch != self.lease.epoch:
+            self.fence.raise_to(self.lease.epoch)
+            self._fenced_epoch = self.lease.epoch
 
     # -- begin / commit ---------------------------------------------------
 
@@ -87,6 +100,7 @@ class Coordinator:
     def begin(self, batch_id: int, action: str = COMMIT) -> str | None:
         """Start the instant of one micro-batch; ``None`` when this batch is already committed."""
         self.lease.check()
+        self._ensure_fenced()
         timeline = self.table.timeline
         if self.is_committed(batch_id, timeline):
             log.info("batch %s of writer %s is already committed; skipping its replay", batch_id, self.writer_id)
@@ -125,22 +139,48 @@ class Coordinator:
         )
         body = metadata.to_json_bytes()
         completed = Instant(instant_time, action, State.COMPLETED)
+        self._reconcile(instant_time, metadata)
 
-        def write_completed() -> Instant:
+        def decide_and_complete() -> Instant:
             self.lease.check()
-            try:
-                return self.timeline_writer.write(completed, body)
-            except InstantFileExists:
-                # An earlier attempt's rename landed although it reported a failure.
-                if self.table.io.read_bytes(self.timeline_writer.path(completed)) == body:
-                    return completed
-                raise
+            self.fence.decide_commit(instant_time, self.lease.epoch, body)
+            if not self.timeline_writer.exists(completed.with_state(State.INFLIGHT)):
+                raise LeaseLost(f"{instant_time} was rolled back by a newer lease holder; it is not completed")
+            return self._complete(completed, body)
 
-        instant = self.retry.run(write_completed, f"commit {instant_time}")
+        instant = self.retry.run(decide_and_complete, f"commit {instant_time}")
         self._inflight.pop(instant_time, None)
+        self._finished(instant_time)
         self.metrics.commits.inc()
         log.info("committed %s (%d files)", instant_time, len(metadata.write_stats()))
+        try:
+            self.sweep()
+        except (OSError, ValueError, LeaseLost):
+            log.exception("sweeping after %s failed; the next commit sweeps again", instant_time)
         return instant
+
+    def _complete(self, completed: Instant, body: bytes) -> Instant:
+        try:
+            return self.timeline_writer.write(completed, body)
+        except InstantFileExists:
+            # An earlier attempt's rename landed although it reported a failure.
+            if self.table.io.read_bytes(self.timeline_writer.path(completed)) == body:
+                return completed
+            raise
+
+    def _reconcile(self, instant_time: str, metadata: CommitMetadata) -> None:
+        """Delete the files of failed or duplicate task attempts: marked, but not in the write statuses."""
+        written = {s.path for s in metadata.write_stats()}
+        extra = sorted(WriteMarkers(self.table.io, instant_time).data_paths() - written)
+        for path in extra:
+            self.table.io.delete(path)
+        if extra:
+            log.info("%s: deleted %d files of task attempts that did not win: %s", instant_time, len(extra), extra[:5])
+
+    def _finished(self, instant_time: str) -> None:
+        """An instant is completed or rolled back: its outcome and markers are no longer needed."""
+        self.fence.forget(instant_time)
+        WriteMarkers(self.table.io, instant_time).delete_all()
 
     # -- rollback ---------------------------------------------------------
 
@@ -174,8 +214,14 @@ class Coordinator:
                     f"{instant_time} is completed and not the newest completed instant ({newest.timestamp}); "
                     "rolling it back needs force"
                 )
-        files = self.table.file_system_view(timeline).uncommitted_files(instant_time) + self._side_files(instant_time)
-        return RollbackPlan(instant_time, target.action, tuple(files))
+        return RollbackPlan(instant_time, target.action, tuple(self._files_of(instant_time, timeline)))
+
+    def _files_of(self, instant_time: str, timeline: Timeline) -> list[str]:
+        """Every file an instant wrote: data files by name and by marker, and its index runs."""
+        io = self.table.io
+        named = self.table.file_system_view(timeline).uncommitted_files(instant_time)
+        marked = [p for p in WriteMarkers(io, instant_time).data_paths() if io.exists(p)]
+        return sorted(set(named) | set(marked) | set(self._side_files(instant_time)))
 
     def rollback(
         self, instant_time: str, force: bool = False, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
@@ -187,7 +233,10 @@ class Coordinator:
         """
         if not dry_run:
             self.lease.check()
+            self._ensure_fenced()
         timeline = self.table.timeline
+        if not dry_run and self._settle(instant_time, timeline):
+            timeline = self.table.timeline
         pending = self._pending_rollbacks(timeline)
         if instant_time in pending:
             rb, plan = pending[instant_time]
@@ -218,8 +267,7 @@ class Coordinator:
         was_completed = timeline.is_completed_write(plan.target)
         # Un-completing the instant first hides its files from readers before any is deleted.
         writer.delete(Instant(plan.target, plan.target_action, State.COMPLETED))
-        late = self.table.file_system_view(timeline).uncommitted_files(plan.target) + self._side_files(plan.target)
-        files = sorted(set(plan.files) | set(late))
+        files = sorted(set(plan.files) | set(self._files_of(plan.target, timeline)))
         for done, path in enumerate(files, 1):
             self.table.io.delete(path)
             if progress is not None:
@@ -230,17 +278,103 @@ class Coordinator:
         self.lease.check()
         self.retry.run(lambda: writer.write(completed, metadata.to_bytes()), f"complete rollback {rollback_time}")
         writer.delete_all_states(plan.target, plan.target_action)
+        self._finished(plan.target)
         log.info("rolled back %s with %s (%d files deleted)", plan.target, rollback_time, len(files))
         self.metrics.rollbacks.inc()
         return RollbackResult(plan.target, plan.target_action, rollback_time, files, was_completed)
 
+    def _settle(self, instant_time: str, timeline: Timeline) -> bool:
+        """Claim a pending write for rollback; ``True`` when its writer had decided to commit, and it is now completed."""
+        pending = [i for i in timeline.pending(WRITE_ACTIONS) if i.timestamp == instant_time]
+        if not pending:
+            return False
+        decided = self.fence.claim_rollback(instant_time, self.lease.epoch)
+        if decided is None or decided.outcome != COMMITTED:
+            return False
+        completed = Instant(instant_time, pending[0].action, State.COMPLETED)
+        self.retry.run(lambda: self._complete(completed, decided.metadata), f"complete {instant_time}")
+        self._finished(instant_time)
+        log.warning("%s was decided by the writer of epoch %s before it stopped; completed it", instant_time, decided.epoch)
+        return True
+
     def recover(self) -> list[RollbackResult]:
-        """Finish interrupted rollbacks and roll back every write left requested or inflight."""
+        """Finish interrupted rollbacks and roll back (or complete, if decided) every write left requested or inflight."""
         self.lease.check()
+        self._ensure_fenced()
         results = []
         timeline = self.table.timeline
         targets = set(self._pending_rollbacks(timeline))
         targets |= {i.timestamp for i in timeline.pending(WRITE_ACTIONS)}
         for instant_time in sorted(targets):
+            if self._settle(instant_time, timeline):
+                continue
             results.append(self.rollback(instant_time, force=True))
+        self.sweep()
         return results
+
+    # -- sweeping ---------------------------------------------------------
+
+    def _epoch_of(self, instant: Instant, timeline: Timeline) -> int | None:
+        try:
+            extra = CommitMetadata.from_bytes(timeline.read_bytes(instant.with_state(State.INFLIGHT))).extra_metadata
+        except (OSError, ValueError):
+            return None
+        return int(extra[EPOCH_KEY]) if EPOCH_KEY in extra else None
+
+    def _rolled_back_targets(self, timeline: Timeline) -> set[str]:
+        for rb in timeline.filter({State.COMPLETED}, [ROLLBACK]):
+            if rb.timestamp not in self._rolled_back:  # completed rollbacks never change
+                self._rolled_back[rb.timestamp] = RollbackMetadata.from_bytes(timeline.read_bytes(rb)).target
+        return set(self._rolled_back.values())
+
+    def sweep(self, now: float | None = None) -> list[str]:
+        """Delete what writes that never complete leave behind; returns the data files deleted.
+
+        A stale writer (one that lost its lease while paused) may go on
+        writing after its instant was rolled back; its tasks mark each file
+        first. Its pending instants of an older epoch are rolled back (the
+        fence keeps them from completing), the late files of rolled-back
+        instants are deleted by their markers, and the markers and outcomes of
+        finished instants are removed. The cost follows what is left over, not
+        the table: one listing of ``.hoodie/.temp`` and of the outcomes.
+        """
+        io = self.table.io
+        now = time.time() if now is None else now
+        timeline = self.table.timeline
+        epoch = self.lease.epoch
+        for instant in timeline.pending(WRITE_ACTIONS):
+            older = self._epoch_of(instant, timeline)
+            if instant.timestamp not in self._inflight and older is not None and older < epoch:
+                log.warning("rolling back %s, left pending by the writer of epoch %s", instant.timestamp, older)
+                self.rollback(instant.timestamp, force=True)
+                timeline = self.table.timeline
+        pending = {i.timestamp for i in timeline.pending()}
+        completed = {i.timestamp for i in timeline.filter({State.COMPLETED})}
+        rolled_back = self._rolled_back_targets(timeline)
+        earliest = timeline.earliest_timestamp
+        deleted = []
+        for instant_time in marked_instants(io):
+            if instant_time in pending:
+                continue
+            markers = WriteMarkers(io, instant_time)
+            failed = instant_time not in completed and (instant_time in rolled_back or (earliest is not None and instant_time >= earliest))
+            if not failed:
+                markers.delete_all()
+                continue
+            waiting = False
+            for marker in markers.markers():
+                if io.delete(marker.data_path):
+                    deleted.append(marker.data_path)
+                elif now - marker.mtime_ns / 1e9 < MARKER_GRACE_SECONDS:
+                    waiting = True
+                    continue
+                io.delete(marker.path)
+            deleted += [p for p in self._side_files(instant_time) if io.delete(p)]
+            if not waiting:
+                markers.delete_all()
+        for instant_time in self.fence.decided():
+            if instant_time not in pending:
+                self.fence.forget(instant_time)
+        if deleted:
+            log.warning("swept %d files written late by writers of rolled-back instants: %s", len(deleted), deleted[:5])
+        return deleted

@@ -7,6 +7,7 @@ Paths handed to a ``FileIO`` are relative to the table's base path.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import urllib.parse
 import uuid
@@ -20,11 +21,16 @@ class InstantFileExists(FileExistsError):
     """A completed timeline file is never overwritten."""
 
 
+class NoExclusiveCreate(NotImplementedError):
+    """The store offers no atomic create-if-absent through this FileIO."""
+
+
 @dataclass(frozen=True)
 class FileEntry:
     path: str  # relative to the table base path
     size: int
     is_dir: bool
+    mtime_ns: int = 0
 
     @property
     def name(self) -> str:
@@ -102,6 +108,35 @@ class FileIO:
             self.delete(tmp)
             raise
 
+    @property
+    def has_exclusive_create(self) -> bool:
+        return self.is_local
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create ``rel`` holding ``data`` unless it exists; ``True`` when this call created it.
+
+        Of callers racing for one name exactly one wins, and readers see the
+        whole content or no file. Local disks do it with a hard link, which
+        fails when the name is taken. HDFS (create with overwrite=false) and
+        object stores (a PUT with If-None-Match) have the same primitive, but
+        ``pyarrow.fs`` exposes neither: its move and its output streams replace.
+        """
+        if not self.has_exclusive_create:
+            raise NoExclusiveCreate(
+                f"{type(self.fs).__name__} offers no atomic create-if-absent through pyarrow.fs, which the commit "
+                "protocol needs; see 'Commit protocol' in the README"
+            )
+        parent = posixpath.dirname(rel)
+        tmp = posixpath.join(parent, f".{posixpath.basename(rel)}.{uuid.uuid4().hex}.tmp")
+        self.write_bytes(tmp, data)
+        try:
+            os.link(self.full_path(tmp), self.full_path(rel))
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            self.fs.delete_file(self.full_path(tmp))
+
     def delete(self, rel: str) -> bool:
         """Delete a file; ``False`` when it was already gone (deletes are repeated after crashes)."""
         try:
@@ -124,4 +159,4 @@ class FileIO:
             yield self._entry(info)
 
     def _entry(self, info: pafs.FileInfo) -> FileEntry:
-        return FileEntry(self._rel(info.path), info.size or 0, info.type == pafs.FileType.Directory)
+        return FileEntry(self._rel(info.path), info.size or 0, info.type == pafs.FileType.Directory, info.mtime_ns or 0)

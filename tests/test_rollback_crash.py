@@ -44,6 +44,9 @@ class CrashingFileIO(FileIO):
     def delete(self, rel):
         return self._step(lambda: super(CrashingFileIO, self).delete(rel))
 
+    def create_exclusive(self, rel, data):
+        return self._step(lambda: super(CrashingFileIO, self).create_exclusive(rel, data))
+
 
 def build(path, lease):
     table = Table.create(str(path), "t", ["id"], ["region"], "v")

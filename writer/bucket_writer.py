@@ -83,14 +83,19 @@ class BucketWriter:
         avro_schema: str,
         bloom_kind: str = "DYNAMIC_V0",
         ordering_field: str | None = None,
+        token: str | None = None,
     ):
-        """``ordering_field`` set means event-time ordering: a stored row with a higher value wins."""
+        """``ordering_field`` set means event-time ordering: a stored row with a higher value wins.
+
+        ``token`` is the write token in the file name; each task attempt has its
+        own, so a retried or speculative attempt never writes another's file.
+        """
         self.io = io
         self.target = target
         self.instant_time = instant_time
         self.task_partition = task_partition
         self.schema = with_meta_schema(table_schema)
-        self.new_file = BaseFile(target.partition, target.file_id, write_token(task_partition), instant_time)
+        self.new_file = BaseFile(target.partition, target.file_id, token or write_token(task_partition), instant_time)
         self.avro_schema = avro_schema
         self.bloom_kind = bloom_kind
         self.ordering_field = ordering_field

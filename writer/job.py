@@ -141,6 +141,10 @@ def run(
         except KeyboardInterrupt:
             log.info("stopping the query")
             query.stop()
+        except Exception as failure:
+            if lost.is_set() or "LeaseLost" in str(failure):
+                raise LeaseLost(f"the lease of {table.uri} was lost; the job stopped writing, and nothing uncommitted stays visible") from None
+            raise
         return writer
     finally:
         lease.release()

@@ -20,7 +20,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from laketide.config import JobConfig
-from laketide.coordinator import Coordinator
+from laketide.coordinator import Coordinator, LeaseLost
 from laketide.index.assigner import FILE_ID, PARTITION, AssignPlan, SmallFileGroup, UncoveredGroup
 from laketide.index.state import StateIndex
 from laketide.table import Table
@@ -127,6 +127,9 @@ class MicroBatchWriter:
         self._on_step("begun", batch_id)
         try:
             report = self._write(df, batch_id, instant)
+        except LeaseLost:
+            log.error("micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back", batch_id, instant)
+            raise
         except BaseException:
             log.exception("micro-batch %s (instant %s) failed; rolling it back", batch_id, instant)
             self.metrics.micro_batches.labels("failed").inc()
@@ -281,7 +284,11 @@ class MicroBatchWriter:
         def write_task(batches):
             from pyspark import TaskContext
 
-            yield from stages.write(plan, batches, TaskContext.get().partitionId())
+            from laketide.table.files import write_token
+
+            task = TaskContext.get()
+            token = write_token(task.partitionId(), task.stageId(), task.taskAttemptId())
+            yield from stages.write(plan, batches, task.partitionId(), token)
 
         write = self.config.write
         assigned = good.repartition(self.index.shards, SHARD).mapInArrow(assign_task, assigned_struct)

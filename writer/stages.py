@@ -20,6 +20,7 @@ from laketide.index.state import IndexSnapshot, StateIndex, index_entries, index
 from laketide.table.commit import WriteStat
 from laketide.table.files import BaseFile
 from laketide.table.io import FileIO
+from laketide.table.markers import CREATE, MERGE, WriteMarkers
 from laketide.table.schema import RECORD_KEY
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
@@ -96,11 +97,13 @@ def _index_whole_group(plan: BatchPlan, io: FileIO, path: str, partition: str, f
         index.write_delta(int(shard), plan.instant, entries, part=_WRITE_PART_BASE + task)
 
 
-def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int) -> Iterator[pa.RecordBatch]:
+def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None) -> Iterator[pa.RecordBatch]:
+    """Write the file groups of one task; ``token`` names this task attempt in its file names."""
     rows = _concat(batches)
     if rows is None:
         return
     io = FileIO.for_uri(plan.table_uri)
+    markers = WriteMarkers(io, plan.instant)
     rows = rows.sort_by([(PARTITION, "ascending"), (FILE_ID, "ascending"), (RECORD_KEY, "ascending")])
     partitions = rows[PARTITION].to_numpy(zero_copy_only=False)
     file_ids = rows[FILE_ID].to_numpy(zero_copy_only=False)
@@ -114,7 +117,8 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int) -> Iter
         base = BaseFile.parse(partition, current) if current else None
         ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth)
         target = FileGroupTarget(partition, file_id, base)
-        writer = BucketWriter(io, target, plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom_type, plan.ordering_field)
+        writer = BucketWriter(io, target, plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom_type, plan.ordering_field, token)
+        markers.create(writer.new_file.path, MERGE if base else CREATE)
         stat = writer.write(incoming)
         newly_covered = (partition, file_id) in plan.uncovered
         if newly_covered:

@@ -1,6 +1,7 @@
 """The ``laketide`` command line: run the job, serve the API, inspect and roll back instants.
 
-Exit codes: 0 done, 1 failed, 2 bad usage or configuration, 3 not found, 4 refused.
+Exit codes: 0 done, 1 failed, 2 bad usage or configuration, 3 not found, 4 refused,
+5 the running job lost its lease (its supervisor restarts it: the new run takes a new epoch and recovers).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import typer
 from laketide.config import ConfigError, load_config
 from laketide.service import TOKEN_ENV
 
-FAILED, USAGE, NOT_FOUND, REFUSED = 1, 2, 3, 4
+FAILED, USAGE, NOT_FOUND, REFUSED, LEASE_LOST = 1, 2, 3, 4, 5
 
 app = typer.Typer(help="laketide: a streaming upsert writer for Apache Hudi tables.", no_args_is_help=True)
 
@@ -103,7 +104,7 @@ def run(
     except ConfigError as exc:
         raise _fail(str(exc), USAGE) from None
     _logging()
-    from laketide.coordinator import LeaseError
+    from laketide.coordinator import LeaseError, LeaseLost
     from laketide.service import run_service
     from laketide.writer.preflight import JobRefused
 
@@ -111,6 +112,8 @@ def run(
         writer = run_service(job_config)
     except JobRefused as exc:
         raise _fail(str(exc), USAGE) from None
+    except LeaseLost as exc:
+        raise _fail(str(exc), LEASE_LOST) from None
     except LeaseError as exc:
         raise _fail(str(exc), REFUSED) from None
     except (ValueError, NotImplementedError) as exc:

@@ -1,0 +1,63 @@
+"""Write markers: one empty file per data file an instant writes, made before the data file.
+
+Hudi's direct markers: ``.hoodie/.temp/<instant>/<partition>/<data file name>.marker.<IO type>``
+(``DirectWriteMarkers``, ``WriteMarkers.getMarkerPath``). They name every file
+a write attempt may have left, so a commit deletes what its winning write
+statuses do not name, and a rollback, Hudi's or ours, finds every file of a
+failed instant, including files a stale writer wrote after it was rolled back.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+from laketide.table.io import FileIO
+
+TEMP_DIR = ".hoodie/.temp"
+MARKER_EXTENSION = ".marker."
+CREATE, MERGE, APPEND = "CREATE", "MERGE", "APPEND"
+
+
+@dataclass(frozen=True)
+class Marker:
+    path: str  # of the marker, relative to the table
+    data_path: str  # of the data file it stands for, relative to the table
+    io_type: str
+    mtime_ns: int = 0
+
+
+class WriteMarkers:
+    """The markers of one instant."""
+
+    def __init__(self, io: FileIO, instant_time: str):
+        self.io = io
+        self.instant_time = instant_time
+        self.dir = posixpath.join(TEMP_DIR, instant_time)
+
+    def create(self, data_path: str, io_type: str) -> str:
+        """Mark ``data_path`` (relative to the table) as about to be written by this instant."""
+        path = posixpath.join(self.dir, f"{data_path}{MARKER_EXTENSION}{io_type}")
+        self.io.write_bytes(path, b"")
+        return path
+
+    def markers(self) -> list[Marker]:
+        found = []
+        for entry in self.io.walk(self.dir):
+            if entry.is_dir or MARKER_EXTENSION not in entry.name:
+                continue
+            data_path, _, io_type = posixpath.relpath(entry.path, self.dir).rpartition(MARKER_EXTENSION)
+            found.append(Marker(entry.path, data_path, io_type, entry.mtime_ns))
+        return found
+
+    def data_paths(self) -> set[str]:
+        """Data files the instant's attempts may have written (appends are to existing logs, never new files)."""
+        return {m.data_path for m in self.markers() if m.io_type != APPEND}
+
+    def delete_all(self) -> None:
+        self.io.delete_dir(self.dir)
+
+
+def marked_instants(io: FileIO) -> list[str]:
+    """Instants with a marker folder: in flight, or left by a write that did not finish cleanly."""
+    return sorted(e.name for e in io.list_dir(TEMP_DIR) if e.is_dir)

@@ -1,0 +1,198 @@
+"""The commit protocol against a stale writer that passed its last lease check and then paused.
+
+The stale writer's lease is a stand-in whose ``check()`` always passes: that
+is the situation of a writer frozen right after its check. What must stop it
+is the fence on storage, not the lease.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pyarrow as pa
+import pytest
+
+from laketide.coordinator import Coordinator, LeaseLost
+from laketide.coordinator.fence import CommitFence
+from laketide.coordinator.lease import Lease, LeaseHolder
+from laketide.table import Table
+from laketide.table.commit import SCHEMA_KEY, CommitMetadata
+from laketide.table.files import BaseFile
+from laketide.table.instant import State
+from laketide.table.markers import CREATE, TEMP_DIR, WriteMarkers, marked_instants
+from laketide.table.schema import avro_schema_json, data_schema
+
+from conftest import hudi_read, rows
+from localwrite import upsert, write_file_groups
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
+
+
+class PassedCheckLease(Lease):
+    """A lease whose holder already passed its check: ``check()`` has nothing left to say."""
+
+    def __init__(self, epoch: int):
+        self.holder = LeaseHolder(epoch=epoch, job_id=f"epoch-{epoch}")
+
+    def acquire(self, timeout: float = 0.0) -> LeaseHolder:
+        return self.holder
+
+    def release(self) -> None:
+        pass
+
+    def check(self) -> None:
+        pass
+
+    def announce(self, api_address: str) -> None:
+        pass
+
+    def current_holder(self) -> LeaseHolder | None:
+        return self.holder
+
+
+def records(ids, v):
+    return [{"id": i, "v": v, "region": "us" if i % 2 else "eu"} for i in ids]
+
+
+def state(path) -> list[dict]:
+    return rows(hudi_read(path), "id", ["id", "v", "region"])
+
+
+def begin_and_write(table, coordinator, batch_id, recs, mark=True):
+    """A micro-batch written but not committed; its files are marked first, as tasks do."""
+    instant = coordinator.begin(batch_id)
+    stats = write_file_groups(table, instant, pa.Table.from_pylist(recs, schema=SCHEMA), SCHEMA)
+    if mark:
+        for s in stats:
+            WriteMarkers(table.io, instant).create(s.path, CREATE)
+    return instant, stats
+
+
+def commit(table, coordinator, instant, stats):
+    return coordinator.commit(instant, stats, {SCHEMA_KEY: avro_schema_json(data_schema(SCHEMA), table.name)})
+
+
+@pytest.fixture
+def table(tmp_path):
+    t = Table.create(str(tmp_path / "t"), "t", ["id"], ["region"], "v")
+    upsert(t, Coordinator(t, PassedCheckLease(1), "w1"), 0, records(range(4), 0), SCHEMA)
+    return t
+
+
+def data_files_of(table, instant):
+    return [e.path for e in table.io.walk() if not e.is_dir and e.name.endswith(".parquet") and f"_{instant}." in e.name]
+
+
+def test_a_paused_writer_cannot_complete_an_instant_the_new_holder_rolled_back(table):
+    stale = Coordinator(table, PassedCheckLease(1), "w1")
+    instant, stats = begin_and_write(table, stale, 1, records(range(2, 8), 1))
+    before = state(table.uri)
+
+    successor = Coordinator(Table.open(table.uri), PassedCheckLease(2), "w1")
+    assert [r.instant for r in successor.recover()] == [instant]
+
+    with pytest.raises(LeaseLost, match="claimed by a newer lease holder|epoch 2"):
+        commit(table, stale, instant, stats)
+    timeline = Table.open(table.uri).timeline
+    assert not [i for i in timeline if i.timestamp == instant]
+    assert state(table.uri) == before
+    assert data_files_of(table, instant) == []
+
+
+def test_the_outcome_claim_alone_stops_the_stale_writer(table):
+    """Even where the epoch fence is not reached (both race on one instant), exactly one create wins."""
+    stale = Coordinator(table, PassedCheckLease(1), "w1")
+    instant, stats = begin_and_write(table, stale, 1, records(range(2, 8), 1))
+    fence = CommitFence(table.io)
+    assert fence.claim_rollback(instant, 2) is None
+    body = CommitMetadata().to_json_bytes()
+    with pytest.raises(LeaseLost, match="claimed by a newer lease holder"):
+        fence.decide_commit(instant, 1, body)
+
+
+def test_a_decided_commit_is_completed_by_the_new_holder(table):
+    """The writer won the race and stopped before writing the commit: recovery completes it, nothing is lost."""
+    stale = Coordinator(table, PassedCheckLease(1), "w1")
+    instant, stats = begin_and_write(table, stale, 1, records(range(2, 8), 1))
+    metadata = CommitMetadata(partition_to_write_stats={s.partition_path: [s] for s in stats}, operation_type="UPSERT")
+    CommitFence(table.io).decide_commit(instant, 1, metadata.to_json_bytes())
+
+    successor = Coordinator(Table.open(table.uri), PassedCheckLease(2), "w1")
+    assert successor.recover() == []
+    timeline = Table.open(table.uri).timeline
+    assert timeline.is_completed_write(instant)
+    assert {r["id"]: r["v"] for r in state(table.uri)} == {0: 0, 1: 0, **{i: 1 for i in range(2, 8)}}
+    assert CommitFence(table.io).decided() == []
+    assert instant not in marked_instants(table.io)
+
+
+def test_an_instant_begun_after_the_takeover_cannot_complete_and_is_rolled_back(table):
+    successor = Coordinator(Table.open(table.uri), PassedCheckLease(2), "w1")
+    successor.recover()
+    stale = Coordinator(table, PassedCheckLease(1), "w1")
+    stale._fenced_epoch = 1  # fenced before the successor took over
+    instant, stats = begin_and_write(table, stale, 1, records(range(2, 8), 1))
+    with pytest.raises(LeaseLost, match="epoch 2 has begun"):
+        commit(table, stale, instant, stats)
+
+    successor.sweep()
+    assert not [i for i in Table.open(table.uri).timeline if i.timestamp == instant]
+    assert data_files_of(table, instant) == []
+
+
+def test_files_a_stale_writer_writes_after_the_rollback_are_swept_at_the_next_commit(table):
+    stale = Coordinator(table, PassedCheckLease(1), "w1")
+    instant, stats = begin_and_write(table, stale, 1, records(range(2, 8), 1))
+    successor = Coordinator(Table.open(table.uri), PassedCheckLease(2), "w1")
+    successor.recover()
+    assert data_files_of(table, instant) == []
+
+    # the stale writer's tasks go on: one marks and writes a file, another marks and has not written yet
+    late = BaseFile("region=us", "late-group-0", "9-9-9", instant)
+    markers = WriteMarkers(table.io, instant)
+    markers.create(late.path, CREATE)
+    table.io.write_bytes(late.path, b"late parquet bytes")
+    pending = BaseFile("region=eu", "slow-group-0", "9-9-9", instant)
+    slow_marker = markers.create(pending.path, CREATE)
+
+    upsert(Table.open(table.uri), successor, 2, records(range(10, 12), 2), SCHEMA)
+    assert successor.sweep() == []  # the sweep after that commit already took the late file
+    assert data_files_of(table, instant) == []
+    assert table.io.exists(slow_marker), "a marker whose file may still come is kept for a grace period"
+
+    table.io.write_bytes(pending.path, b"even later")
+    assert successor.sweep() == [pending.path]
+    old = time.time() - 2 * 3600
+    slow = WriteMarkers(table.io, instant).create(BaseFile("region=eu", "slower-0", "9-9-9", instant).path, CREATE)
+    os.utime(table.io.full_path(slow), (old, old))
+    successor.sweep()
+    assert instant not in marked_instants(table.io)
+    assert {r["id"] for r in state(table.uri)} == {0, 1, 2, 3, 10, 11}
+
+
+def test_commit_keeps_only_the_winning_attempt_of_each_file(table):
+    coordinator = Coordinator(table, PassedCheckLease(1), "w1")
+    instant, stats = begin_and_write(table, coordinator, 1, records(range(2, 8), 1))
+    loser = BaseFile(stats[0].partition_path, stats[0].file_id, "0-1-77", instant)
+    table.io.write_bytes(loser.path, table.io.read_bytes(stats[0].path))
+    WriteMarkers(table.io, instant).create(loser.path, CREATE)
+
+    commit(table, coordinator, instant, stats)
+    assert not table.io.exists(loser.path)
+    assert sorted(data_files_of(table, instant)) == sorted(s.path for s in stats)
+    assert not table.io.exists(TEMP_DIR + "/" + instant)
+    assert {r["id"]: r["v"] for r in state(table.uri)} == {0: 0, 1: 0, **{i: 1 for i in range(2, 8)}}
+
+
+def test_timeline_of_a_refused_commit_stays_pending_for_the_holder(table):
+    """A refused stale commit writes nothing to the timeline; the instant stays pending until the holder sweeps it."""
+    successor = Coordinator(Table.open(table.uri), PassedCheckLease(2), "w1")
+    successor.recover()
+    stale = Coordinator(table, PassedCheckLease(1), "w1")
+    stale._fenced_epoch = 1
+    instant, stats = begin_and_write(table, stale, 1, records([5], 1))
+    with pytest.raises(LeaseLost):
+        commit(table, stale, instant, stats)
+    pending = Table.open(table.uri).timeline.pending()
+    assert [(i.timestamp, i.state) for i in pending] == [(instant, State.INFLIGHT)]
