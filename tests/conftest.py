@@ -89,56 +89,27 @@ def spark():
     session.stop()
 
 
-ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory):
-    """A real ZooKeeper server (Debian's package) on a free loopback port; stopped by PID."""
-    import socket
-    import subprocess
-    import time
+    """A real ZooKeeper server (Debian's package) on a free loopback port, shared by the session."""
+    from chaoslib import ZooKeeperServer
 
-    if not ZOOKEEPER_JAR.exists():
-        pytest.fail(f"ZooKeeper is not installed ({ZOOKEEPER_JAR} missing); run deploy/install-system-deps.sh")
-    root = tmp_path_factory.mktemp("zookeeper")
-    port = free_port()
-    (root / "data").mkdir()
-    (root / "zoo.cfg").write_text(
-        f"tickTime=200\ndataDir={root / 'data'}\nclientPort={port}\nclientPortAddress=127.0.0.1\n"
-        "minSessionTimeout=600\nmaxSessionTimeout=30000\nadmin.enableServer=false\n4lw.commands.whitelist=ruok\n"
-    )
-    log = open(root / "zookeeper.log", "w")
-    proc = subprocess.Popen(
-        ["java", "-Dzookeeper.admin.enableServer=false", "-cp", f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}",
-         "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(root / "zoo.cfg")],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
-                conn.sendall(b"ruok")
-                if conn.recv(4) == b"imok":
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"ZooKeeper did not start; see {root / 'zookeeper.log'}")
-        time.sleep(0.2)
-    yield f"127.0.0.1:{port}"
-    proc.terminate()
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+        server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    yield server.address
+    server.stop()
+
+
+@pytest.fixture
+def zookeeper_server(tmp_path_factory):
+    """A ZooKeeper server of one test's own, which the test may stop and start again."""
+    from chaoslib import ZooKeeperServer
+
+    try:
+        server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    yield server
+    server.stop()

@@ -15,7 +15,8 @@ from laketide.api.app import create_app
 from laketide.api.server import ApiServer
 from laketide.coordinator import Coordinator, LocalLease
 
-from conftest import free_port, hudi_read, rows
+from chaoslib import free_port
+from conftest import hudi_read, rows
 from localwrite import history
 
 CLI = str(Path(sys.executable).with_name("laketide"))

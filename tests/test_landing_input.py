@@ -91,15 +91,19 @@ def _csv(root: Path, name: str, text: str, mtime: float) -> None:
     os.utime(path, (mtime, mtime))
 
 
-def test_csv_quoting_multiline_records_and_header_order(spark, tmp_path):
+@pytest.mark.parametrize("files_per_batch", [1, 3])
+def test_csv_quoting_multiline_records_and_header_order(spark, tmp_path, files_per_batch):
+    """With several files per micro-batch, the batch is read again file by file, and the files are joined up."""
     _csv(tmp_path, "0.csv", 'id,name,amount,ts,region\n1,"say ""hi""",1.5,1,eu\n2,"two\nlines",2.5,1,eu\n', 1_700_000_000)
     _csv(tmp_path, "1.csv", 'region,ts,amount,name,id\nus,1,3.5,"c, d",3\n', 1_700_000_001)
-    config = job_config(tmp_path, source__format="csv", source__schema=CSV_DDL)
+    _csv(tmp_path, "2.csv", 'id,name,amount,ts,region\n4,four,4.5,1,eu\n', 1_700_000_002)
+    config = job_config(tmp_path, source__format="csv", source__schema=CSV_DDL, source__max_files_per_trigger=files_per_batch)
     writer = run(config)
     rows = {r["id"]: r for r in hudi_read(tmp_path / "table").to_pylist()}
     assert rows[1]["name"] == 'say "hi"'
     assert rows[2]["name"] == "two\nlines"
     assert (rows[3]["name"], rows[3]["amount"], rows[3]["region"]) == ("c, d", 3.5, "us"), "columns matched by header name"
+    assert sorted(rows) == [1, 2, 3, 4]
     assert sum(r.quarantined for r in writer.status.recent) == 0
 
 

@@ -14,26 +14,15 @@ import pytest
 
 from laketide.table import Table
 
-from conftest import free_port, hudi_read, rows
-from streaming import BATCHES, DATA_COLUMNS, SCHEMA_DDL, expected_after, land_all
+from chaoslib import free_port, job_args
+from conftest import hudi_read, rows
+from streaming import BATCHES, DATA_COLUMNS, expected_after, land_all
 
-CLI = str(Path(sys.executable).with_name("laketide"))
 TOKEN = "matrix-token"
 
 
 def _args(root: Path, lease: str, zookeeper: str, api_port: int | None) -> list[str]:
-    conf = [
-        f"table.path={root / 'table'}", "table.name=orders", 'table.record_key=["id"]', 'table.partition_by=["region"]',
-        "table.ordering_field=ts", "source.format=json", f"source.path={root / 'landing'}", f"source.schema={SCHEMA_DDL}",
-        "source.max_files_per_trigger=1", f"stream.checkpoint={root / 'checkpoint'}", "write.index_shards=2", "write.parallelism=2",
-        f"coordinator.lease={lease}",
-        "stream.trigger=" + ("1 second" if api_port else "available-now"),
-    ]
-    if lease == "zookeeper":
-        conf.append(f"coordinator.zookeeper={zookeeper}")
-    if api_port:
-        conf.append(f"coordinator.api_port={api_port}")
-    return [CLI, "run", *[a for c in conf for a in ("--conf", c)]]
+    return job_args(root, lease, zookeeper, api_port, trigger="1 second" if api_port else "available-now")
 
 
 def _wait_for_batches(api: str, proc: subprocess.Popen, count: int, timeout: float = 180) -> dict:

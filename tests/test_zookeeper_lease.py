@@ -12,7 +12,8 @@ from laketide.coordinator import Coordinator, LeaseError, LeaseHeld, LeaseLost
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.table import Table
 
-from conftest import free_port, hudi_read, rows
+from chaoslib import free_port
+from conftest import hudi_read, rows
 from localwrite import upsert, write_file_groups
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])

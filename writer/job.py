@@ -52,7 +52,15 @@ def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | 
         if not table.io.is_local:
             raise ValueError(f"coordinator.lease = 'local' needs a table on the local file system; {table.uri} is not. Use 'zookeeper'.")
         return LocalLease.for_table(table.uri, job_id=job_id, api_address=api_address)
-    return ZooKeeperLease(coordinator.zookeeper, coordinator.zookeeper_root, table.uri, job_id=job_id, api_address=api_address, on_lost=on_lost)
+    return ZooKeeperLease(
+        coordinator.zookeeper,
+        coordinator.zookeeper_root,
+        table.uri,
+        job_id=job_id,
+        api_address=api_address,
+        session_timeout=coordinator.zookeeper_session_timeout,
+        on_lost=on_lost,
+    )
 
 
 def quarantine_path(config: JobConfig) -> str:

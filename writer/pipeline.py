@@ -225,6 +225,8 @@ class MicroBatchWriter:
             prepared.unpersist()
             if self.config.source.format == "generator":
                 raise
+            # a failure because the job is being stopped is not about the files
+            self.coordinator.lease.check()
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
         prepared, data_fields = self._prepared(readable)
         prepared = prepared.persist()

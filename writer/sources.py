@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming import DataStreamReader
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from laketide.config import SourceSection
 from laketide.table.io import FileIO
@@ -59,7 +59,8 @@ def _configure(reader, spark: SparkSession, source: SourceSection, schema: Struc
     options.update(source.options)
     full = schema or declared_schema(spark, source)
     if source.format in ("json", "csv"):
-        full = full.add(CORRUPT, "string")
+        # a new struct: StructType.add changes the one it is called on, which may be the caller's
+        full = StructType([*full.fields, StructField(CORRUPT, StringType())])
     return reader.format(source.format).options(**options).schema(full)
 
 

@@ -116,6 +116,7 @@ class CoordinatorSection(_Section):
     lease: Literal["local", "zookeeper"] = "local"
     zookeeper: str = "127.0.0.1:2181"
     zookeeper_root: str = "/laketide"
+    zookeeper_session_timeout: float = Field(10.0, gt=0)
     lease_wait: float = Field(30.0, ge=0)
     api_port: int | None = Field(None, ge=0, le=65535)
     api_host: str = "127.0.0.1"

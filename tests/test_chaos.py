@@ -1,0 +1,123 @@
+"""Chaos through `laketide run` with a ZooKeeper lease: kills at random times, a frozen holder, ZooKeeper outages.
+
+Each test feeds landing files while the chaos goes on, then drains the landing
+directory and compares the table, read by hudi-rs, with the model of every
+file landed: nothing lost, nothing duplicated, nothing stale committed, no
+data file of an instant that did not complete.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+from chaoslib import Feeder, Job, completed_count, has_inflight, job_args, leftover_data_files, verdict, wait_until
+from laketide.table import Table
+from laketide.table.commit import EPOCH_KEY
+
+SEED = int(os.environ.get("LAKETIDE_CHAOS_SEED", "20261123"))
+EXIT_LEASE_LOST = 5
+
+
+def _args(root, zookeeper, session_timeout: float, trigger: str = "1 second"):
+    extra = [f"coordinator.zookeeper_session_timeout={session_timeout}", "coordinator.lease_wait=60", "source.max_files_per_trigger=4"]
+    return job_args(root, "zookeeper", zookeeper, trigger=trigger, extra=extra)
+
+
+def _drain_and_check(root, zookeeper, feeder: Feeder, session_timeout: float):
+    feeder.stop()
+    job = Job(_args(root, zookeeper, session_timeout, "available-now"), root / "drain.log").start()
+    assert job.wait(300) == 0, job.log_tail()
+    result = verdict(root, feeder.expected())
+    assert result.clean, result
+    assert result.expected_rows > 0
+    return result
+
+
+def test_sigkill_at_random_times_while_files_land(zookeeper, tmp_path):
+    rng = random.Random(SEED)
+    feeder = Feeder(tmp_path, SEED, interval=(1.0, 4.0))
+    feeder.start()
+    kills = 0
+    try:
+        for cycle in range(5):
+            job = Job(_args(tmp_path, zookeeper, 3), tmp_path / "job.log").start()
+            deadline = time.monotonic() + rng.uniform(12, 35)
+            while time.monotonic() < deadline and job.running():
+                time.sleep(0.1)
+            assert job.running(), f"cycle {cycle}: the job stopped by itself\n{job.log_tail()}"
+            job.kill()
+            kills += 1
+    finally:
+        feeder.stopped.set()
+    assert kills == 5
+    assert completed_count(tmp_path) > 0, "the job committed nothing between kills"
+    _drain_and_check(tmp_path, zookeeper, feeder, 3)
+
+
+def test_a_frozen_holder_is_taken_over_and_cannot_commit_when_it_wakes(zookeeper, tmp_path):
+    feeder = Feeder(tmp_path, SEED + 1, interval=(0.2, 0.6))
+    feeder.start()
+    first = Job(_args(tmp_path, zookeeper, 3), tmp_path / "first.log").start()
+    second = None
+    try:
+        wait_until(lambda: completed_count(tmp_path) >= 2, 120, "the first job's commits")
+        wait_until(lambda: has_inflight(tmp_path), 60, "a micro-batch in flight", poll=0.02)
+        first.signal(signal.SIGSTOP)
+        frozen_at = completed_count(tmp_path)
+
+        second = Job(_args(tmp_path, zookeeper, 3), tmp_path / "second.log").start()
+        wait_until(lambda: completed_count(tmp_path) >= frozen_at + 2, 120, "the second job's commits")
+        first.signal(signal.SIGCONT)
+        assert first.wait(120) == EXIT_LEASE_LOST, first.log_tail()
+        assert "lease" in first.log_tail().lower()
+
+        after_wake = completed_count(tmp_path)
+        wait_until(lambda: completed_count(tmp_path) >= after_wake + 1, 120, "a commit after the frozen job woke")
+        table = Table.open(str(tmp_path / "table"))
+        pending = {i.timestamp for i in table.timeline.pending()}
+        stale = [p for p in leftover_data_files(table) if not any(ts in p for ts in pending)]
+        assert stale == [], "data files of instants that never completed, left after the next commit"
+        assert second.running(), second.log_tail()
+        epochs = [int(table.timeline.commit_metadata(c).extra_metadata[EPOCH_KEY]) for c in table.timeline.completed_writes()]
+        assert epochs == sorted(epochs) and epochs[-1] > epochs[0]
+        second.signal(signal.SIGINT)
+        assert second.wait(120) == 0, second.log_tail()
+    finally:
+        feeder.stopped.set()
+        for job in (first, second):
+            if job is not None and job.running():
+                job.signal(signal.SIGCONT)
+                job.kill()
+    _drain_and_check(tmp_path, zookeeper, feeder, 3)
+
+
+def test_zookeeper_restart_and_outages(zookeeper_server, tmp_path):
+    session_timeout = 8
+    feeder = Feeder(tmp_path, SEED + 2, interval=(0.3, 0.8))
+    feeder.start()
+    address = zookeeper_server.address
+    job = Job(_args(tmp_path, address, session_timeout), tmp_path / "job.log").start()
+    try:
+        wait_until(lambda: completed_count(tmp_path) >= 2, 120, "the first commits")
+
+        # a restart with the server's data kept, down for less than the session timeout: the job rides it out
+        zookeeper_server.stop()
+        time.sleep(session_timeout / 2)
+        zookeeper_server.start()
+        before = completed_count(tmp_path)
+        wait_until(lambda: completed_count(tmp_path) >= before + 2, 120, "commits after the restart")
+        assert job.running(), job.log_tail()
+        assert "session intact" in job.log_tail(20000)
+
+        # down for longer than the session timeout: the job stops writing and exits for its supervisor
+        zookeeper_server.stop()
+        assert job.wait(session_timeout * 4) == EXIT_LEASE_LOST, job.log_tail()
+        zookeeper_server.start()
+    finally:
+        feeder.stopped.set()
+        if job.running():
+            job.kill()
+    _drain_and_check(tmp_path, address, feeder, session_timeout)
