@@ -75,6 +75,10 @@ class Lease(ABC):
     def current_holder(self) -> LeaseHolder | None:
         """Whoever holds the lease now, as seen from storage (may be another process)."""
 
+    @abstractmethod
+    def advance_epoch(self, floor: int) -> None:
+        """Raise the held epoch to at least ``floor`` (the table saw a higher one: the counter was reset)."""
+
     @property
     def epoch(self) -> int:
         if self.holder is None:
@@ -169,6 +173,12 @@ class LocalLease(Lease):
         self.api_address = api_address
         self.holder = self.holder.model_copy(update={"api_address": api_address})
         self._publish()
+
+    def advance_epoch(self, floor: int) -> None:
+        self.check()
+        if self.holder.epoch < floor:
+            self.holder = self.holder.model_copy(update={"epoch": floor})
+            self._publish()
 
     def check(self) -> None:
         if self._fd is None or self.holder is None:
@@ -324,6 +334,16 @@ class ZooKeeperLease(Lease):
         self.api_address = api_address
         self.holder = self.holder.model_copy(update={"api_address": api_address})
         self._client.set(self.lease_node, self.holder.model_dump_json().encode())
+
+    def advance_epoch(self, floor: int) -> None:
+        self.check()
+        raw, stat = self._client.get(self.epoch_node)
+        if int(raw or b"0") < floor:
+            # versioned: a concurrent change of the counter makes this fail rather than go backwards
+            self._client.set(self.epoch_node, str(floor).encode(), version=stat.version)
+        if self.holder.epoch < floor:
+            self.holder = self.holder.model_copy(update={"epoch": floor})
+            self._client.set(self.lease_node, self.holder.model_dump_json().encode())
 
     def check(self) -> None:
         from kazoo.exceptions import ConnectionLoss, SessionExpiredError

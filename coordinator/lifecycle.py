@@ -74,9 +74,16 @@ class Coordinator:
 
     def _ensure_fenced(self) -> None:
         """Record this holder's epoch on storage before it acts on the timeline (see ``coordinator.fence``)."""
-        if self._fenced_epoch != self.lease.epoch:
-            self.fence.raise_to(self.lease.epoch)
-            self._fenced_epoch = self.lease.epoch
+        if self._fenced_epoch == self.lease.epoch:
+            return
+        newest = max(self.fence.epochs(), default=0)
+        if self._fenced_epoch is None and newest > self.lease.epoch:
+            # The table has seen a higher epoch than the lease counter gives: the counter was reset
+            # (a new ZooKeeper ensemble, a lost lease file). The held lease is current, so move on past it.
+            log.warning("the table has seen epoch %d but the lease gave %d; taking epoch %d", newest, self.lease.epoch, newest + 1)
+            self.lease.advance_epoch(newest + 1)
+        self.fence.raise_to(self.lease.epoch)
+        self._fenced_epoch = self.lease.epoch
 
     # -- begin / commit ---------------------------------------------------
 

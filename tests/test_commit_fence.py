@@ -50,6 +50,9 @@ class PassedCheckLease(Lease):
     def current_holder(self) -> LeaseHolder | None:
         return self.holder
 
+    def advance_epoch(self, floor: int) -> None:
+        self.holder = self.holder.model_copy(update={"epoch": max(floor, self.holder.epoch)})
+
 
 def records(ids, v):
     return [{"id": i, "v": v, "region": "us" if i % 2 else "eu"} for i in ids]
@@ -196,3 +199,20 @@ def test_timeline_of_a_refused_commit_stays_pending_for_the_holder(table):
         commit(table, stale, instant, stats)
     pending = Table.open(table.uri).timeline.pending()
     assert [(i.timestamp, i.state) for i in pending] == [(instant, State.INFLIGHT)]
+
+
+def test_a_reset_lease_counter_moves_past_the_epochs_the_table_has_seen(table, tmp_path):
+    """A new ZooKeeper ensemble or a lost lease file starts epochs at 1 again; the table's fence says otherwise."""
+    from laketide.coordinator import LocalLease
+
+    Coordinator(Table.open(table.uri), PassedCheckLease(7), "w1").recover()
+    lease = LocalLease(str(tmp_path / "fresh-lease"), table.uri)
+    assert lease.acquire().epoch == 1
+    coordinator = Coordinator(Table.open(table.uri), lease, "w1")
+    coordinator.recover()
+    assert lease.epoch == 8 and CommitFence(table.io).epochs() == [8]
+    assert upsert(Table.open(table.uri), coordinator, 5, records([40], 5), SCHEMA) is not None
+    lease.release()
+    again = LocalLease(str(tmp_path / "fresh-lease"), table.uri)
+    assert again.acquire().epoch == 9, "the advanced epoch is kept for the next holder"
+    again.release()

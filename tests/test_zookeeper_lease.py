@@ -101,3 +101,26 @@ def test_unreachable_zookeeper_fails_clearly(tmp_path):
     lease = ZooKeeperLease(f"127.0.0.1:{free_port()}", "/laketide", table.uri, connect_timeout=1.0)
     with pytest.raises(LeaseError, match="cannot reach ZooKeeper .* never falls back"):
         lease.acquire()
+
+
+def test_a_new_ensemble_continues_past_the_epochs_the_table_has_seen(zookeeper, tmp_path):
+    """ZooKeeper's epoch counter starts again on a new ensemble (here: a new root); the table's fence keeps the order."""
+    table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region"], "v")
+    old = lease_for(zookeeper, table, "old-ensemble")
+    old.acquire()
+    old.advance_epoch(50)
+    Coordinator(table, old, "w").recover()
+    old.release()
+
+    fresh = ZooKeeperLease(zookeeper, f"/laketide-new-{tmp_path.name}", table.uri, job_id="new-ensemble", session_timeout=2.0)
+    assert fresh.acquire().epoch == 1
+    coordinator = Coordinator(table, fresh, "w")
+    coordinator.recover()
+    assert fresh.epoch == 51 and fresh.current_holder().epoch == 51
+    instant = upsert(table, coordinator, 1, [{"id": 1, "v": 1, "region": "us"}], SCHEMA)
+    assert table.timeline.commit_metadata(table.timeline.completed_writes()[-1]).extra_metadata["laketide.lease.epoch"] == "51"
+    assert instant is not None
+    fresh.release()
+    again = ZooKeeperLease(zookeeper, f"/laketide-new-{tmp_path.name}", table.uri, session_timeout=2.0)
+    assert again.acquire().epoch == 52
+    again.release()
