@@ -35,7 +35,7 @@ from chaoslib import (  # noqa: E402
     wait_until,
 )
 
-SESSION_TIMEOUT = 4
+SESSION_TIMEOUT = 8
 VARIANTS = ("kill", "zk-restart", "session-expiry", "sigstop")
 
 
@@ -87,7 +87,7 @@ def zk_restart(root: Path, zk: ZooKeeperServer, rng: random.Random, cycles: int)
         for _ in range(cycles):
             supervisor.tick(rng.uniform(3, 8))
             zk.stop()
-            time.sleep(rng.uniform(0.5, SESSION_TIMEOUT * 0.6))
+            time.sleep(rng.uniform(0.5, SESSION_TIMEOUT * 0.4))
             zk.start()
         supervisor.tick(5)
         survived = supervisor.job is job and job.running()
