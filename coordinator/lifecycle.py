@@ -72,6 +72,11 @@ class Coordinator:
         self._fenced_epoch: int | None = None
         self._rolled_back: dict[str, str] = {}
 
+    def hold(self) -> None:
+        """Raise ``LeaseLost`` unless this writer holds the lease and has fenced the table with its epoch."""
+        self.lease.check()
+        self._ensure_fenced()
+
     def _ensure_fenced(self) -> None:
         """Record this holder's epoch on storage before it acts on the timeline (see ``coordinator.fence``)."""
         if self._fenced_epoch == self.lease.epoch:
@@ -153,7 +158,7 @@ class Coordinator:
             self.fence.decide_commit(instant_time, self.lease.epoch, body)
             if not self.timeline_writer.exists(completed.with_state(State.INFLIGHT)):
                 raise LeaseLost(f"{instant_time} was rolled back by a newer lease holder; it is not completed")
-            return self._complete(completed, body)
+            return self.write_completed(completed, body)
 
         instant = self.retry.run(decide_and_complete, f"commit {instant_time}")
         self._inflight.pop(instant_time, None)
@@ -166,7 +171,8 @@ class Coordinator:
             log.exception("sweeping after %s failed; the next commit sweeps again", instant_time)
         return instant
 
-    def _complete(self, completed: Instant, body: bytes) -> Instant:
+    def write_completed(self, completed: Instant, body: bytes) -> Instant:
+        """Write a completed timeline file once; an earlier attempt that landed with the same body counts."""
         try:
             return self.timeline_writer.write(completed, body)
         except InstantFileExists:
@@ -299,7 +305,7 @@ class Coordinator:
         if decided is None or decided.outcome != COMMITTED:
             return False
         completed = Instant(instant_time, pending[0].action, State.COMPLETED)
-        self.retry.run(lambda: self._complete(completed, decided.metadata), f"complete {instant_time}")
+        self.retry.run(lambda: self.write_completed(completed, decided.metadata), f"complete {instant_time}")
         self._finished(instant_time)
         log.warning("%s was decided by the writer of epoch %s before it stopped; completed it", instant_time, decided.epoch)
         return True

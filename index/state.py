@@ -237,6 +237,17 @@ class StateIndex:
         files = [p for runs in listing.values() for kind, ts, p in runs if kind == "delta" and ts == instant]
         return sorted(files + [p for ts, p in coverage if ts == instant])
 
+    def obsolete_runs(self) -> list[str]:
+        """Runs a newer base already folded in: what a compaction interrupted before its deletes left behind."""
+        listing, _ = self._listing()
+        found = []
+        for files in listing.values():
+            bases = sorted((ts, p) for kind, ts, p in files if kind == "base")
+            if bases:
+                newest = bases[-1][0]
+                found += [p for kind, ts, p in files if ts < newest or (kind == "delta" and ts == newest)]
+        return sorted(found)
+
     def compact(self, snapshot: IndexSnapshot, shard: int) -> str | None:
         """Fold a shard's committed runs into one base named after the newest committed instant."""
         files = snapshot.runs.get(shard, ())

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from laketide.config import load_config
+from laketide.table import Table
 from laketide.writer.job import run
 
 from conftest import hudi_read
@@ -130,3 +131,14 @@ def test_an_empty_record_key_is_quarantined_not_written(spark, tmp_path):
     assert report.quarantined == 2
     reasons = {q["reason"] for q in pq.read_table(tmp_path / "table_quarantine").to_pylist()}
     assert reasons == {"record key field 'id' is null or empty"}
+
+
+def test_an_empty_micro_batch_makes_no_instant(spark, tmp_path):
+    land(tmp_path, "0.json", [row(1, 1), row(2, 1)], 1_700_000_000)
+    land(tmp_path, "1.json", [], 1_700_000_001)
+    land(tmp_path, "2.json", [row(1, 2)], 1_700_000_002)
+    (tmp_path / "landing" / "1.json").write_text("")
+    writer = run(job_config(tmp_path))
+    assert [r.records for r in writer.status.recent] == [2, 1]
+    assert len(Table.open(str(tmp_path / "table")).timeline) == 2, "two commits and nothing else"
+    assert sorted((r["id"], r["ts"]) for r in hudi_read(tmp_path / "table").to_pylist()) == [(1, 2), (2, 1)]

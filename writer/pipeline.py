@@ -49,8 +49,11 @@ class BatchReport:
     late: int = 0
     seconds: float = 0.0
     skipped: bool = False
+    empty: bool = False
 
     def line(self) -> str:
+        if self.empty:
+            return f"micro-batch {self.batch_id}: empty, no instant"
         if self.skipped:
             return f"micro-batch {self.batch_id}: already committed, skipped"
         return (
@@ -121,20 +124,29 @@ class MicroBatchWriter:
     def process(self, df: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
         self.status.current_batch = batch_id
-        instant = self.coordinator.begin(batch_id)
-        if instant is None:
+        if self.coordinator.is_committed(batch_id):
             return BatchReport(batch_id, None, skipped=True)
-        self._on_step("begun", batch_id)
+        prepared, data_fields, records, bad_files = self._read(df, batch_id)
         try:
-            report = self._write(df, batch_id, instant)
-        except LeaseLost:
-            log.error("micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back", batch_id, instant)
-            raise
-        except BaseException:
-            log.exception("micro-batch %s (instant %s) failed; rolling it back", batch_id, instant)
-            self.metrics.micro_batches.labels("failed").inc()
-            self.coordinator.rollback(instant, force=True)
-            raise
+            if records == 0:
+                # no instant for an empty micro-batch: an idle stream must not fill the timeline
+                return BatchReport(batch_id, None, skipped=True, empty=True)
+            instant = self.coordinator.begin(batch_id)
+            if instant is None:
+                return BatchReport(batch_id, None, skipped=True)
+            self._on_step("begun", batch_id)
+            try:
+                report = self._write(prepared, data_fields, records, bad_files, batch_id, instant)
+            except LeaseLost:
+                log.error("micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back", batch_id, instant)
+                raise
+            except BaseException:
+                log.exception("micro-batch %s (instant %s) failed; rolling it back", batch_id, instant)
+                self.metrics.micro_batches.labels("failed").inc()
+                self.coordinator.rollback(instant, force=True)
+                raise
+        finally:
+            prepared.unpersist()
         report.seconds = time.monotonic() - started
         self.metrics.micro_batches.labels("committed").inc()
         self.metrics.records.inc(report.records)
@@ -249,14 +261,12 @@ class MicroBatchWriter:
         readable = read_files(self.spark, self.config.source, good)
         return (readable if readable is not None else self.spark.createDataFrame([], df.schema)), bad
 
-    def _write(self, df: DataFrame, batch_id: int, instant: str) -> BatchReport:
-        prepared, data_fields, records, bad_files = self._read(df, batch_id)
-        try:
-            quarantined = self._quarantine(prepared, bad_files, batch_id, instant)
-            plan = self._plan(instant, to_arrow_schema(StructType(data_fields), timezone="UTC"))
-            statuses = self._assign_and_write(prepared.filter(F.col(REASON).isNull()), plan, data_fields)
-        finally:
-            prepared.unpersist()
+    def _write(
+        self, prepared: DataFrame, data_fields: list[StructField], records: int, bad_files: dict[str, str], batch_id: int, instant: str
+    ) -> BatchReport:
+        quarantined = self._quarantine(prepared, bad_files, batch_id, instant)
+        plan = self._plan(instant, to_arrow_schema(StructType(data_fields), timezone="UTC"))
+        statuses = self._assign_and_write(prepared.filter(F.col(REASON).isNull()), plan, data_fields)
         self._on_step("written", batch_id)
         stats = [stages.stat_of(row) for row in statuses]
         self.index.write_coverage(instant, [(r["partition"], r["file_id"]) for r in statuses])

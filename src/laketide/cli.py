@@ -238,14 +238,63 @@ def rollback(
     _emit(data, as_json, f"{data['instant']} ({data['action']}): {verb} {len(data['files'])} files\n" + "\n".join(f"  {f}" for f in data["files"]))
 
 
-def _local_rollback(coordinator, instant: str, force: bool, dry_run: bool, as_json: bool):
-    if dry_run or as_json:
-        return coordinator.rollback(instant, force=force, dry_run=dry_run)
+@app.command()
+def clean(
+    table: Annotated[str, typer.Argument()],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be deleted, change nothing")] = False,
+    policy: Annotated[str, typer.Option(help="KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS or KEEP_LATEST_BY_HOURS")] = "KEEP_LATEST_COMMITS",
+    retain_commits: Annotated[int, typer.Option(min=1)] = 10,
+    retain_file_versions: Annotated[int, typer.Option(min=1)] = 1,
+    retain_hours: Annotated[float, typer.Option(min=0.001)] = 24.0,
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete file versions no retained read needs, and files of failed writes (Hudi's clean action)."""
+    from pydantic import ValidationError
+
+    from laketide.config import CleanSection
+    from laketide.coordinator import Coordinator, LeaseError, LeaseHeld
+    from laketide.coordinator.cleaner import Cleaner
+    from laketide.index.state import StateIndex
+
+    try:
+        settings = CleanSection(policy=policy.upper(), retain_commits=retain_commits, retain_file_versions=retain_file_versions, retain_hours=retain_hours)
+    except ValidationError as exc:
+        raise _fail(f"--policy: {exc.errors()[0]['msg']}", USAGE, as_json) from None
+    t = _open(table, as_json)
+    lease_ = _lease(t, zookeeper, zookeeper_root)
+    try:
+        if not dry_run:
+            lease_.acquire(timeout=0)
+        cleaner = Cleaner(Coordinator(t, lease_, "laketide-ops"), settings.retention(), StateIndex(t.io, 1).obsolete_runs)
+        result = _with_progress(lambda progress: cleaner.clean(dry_run=dry_run, progress=progress), "cleaning", dry_run or as_json)
+    except LeaseHeld as exc:
+        raise _fail(f"{exc}; the job cleans the table itself (clean.async)", REFUSED, as_json) from None
+    except LeaseError as exc:
+        raise _fail(str(exc), FAILED, as_json) from None
+    finally:
+        lease_.release()
+    data = result.__dict__
+    verb = "would delete" if dry_run else (f"cleaned with {result.clean_instant}, deleted" if result.clean_instant else "nothing to clean; deleted")
+    _emit(data, as_json, f"{t.uri}: {verb} {len(result.files)} files (reads from {result.earliest_to_retain or 'every commit'} on are kept)\n" + "\n".join(f"  {f}" for f in result.files))
+
+
+def _with_progress(action, what: str, quiet: bool):
+    """Run ``action(progress)`` with a progress bar unless output is for scripts."""
+    if quiet:
+        return action(None)
     from rich.progress import Progress
 
     with Progress(transient=True) as bar:
-        task = bar.add_task(f"rolling back {instant}", total=None)
-        return coordinator.rollback(instant, force=force, progress=lambda done, total: bar.update(task, completed=done, total=total))
+        task = bar.add_task(what, total=None)
+        return action(lambda done, total: bar.update(task, completed=done, total=total))
+
+
+def _local_rollback(coordinator, instant: str, force: bool, dry_run: bool, as_json: bool):
+    return _with_progress(
+        lambda progress: coordinator.rollback(instant, force=force, dry_run=dry_run, progress=progress), f"rolling back {instant}", dry_run or as_json
+    )
 
 
 def _rollback_through_api(api: str, instant: str, dry_run: bool, force: bool, token: str | None, as_json: bool) -> dict:

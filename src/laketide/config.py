@@ -123,6 +123,21 @@ class CoordinatorSection(_Section):
     api_token: str | None = None
 
 
+class CleanSection(_Section):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    policy: Literal["KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_HOURS"] = "KEEP_LATEST_COMMITS"
+    retain_commits: int = Field(10, ge=1)
+    retain_file_versions: int = Field(1, ge=1)
+    retain_hours: float = Field(24.0, gt=0)
+    async_: bool = Field(True, alias="async")
+
+    def retention(self):
+        from laketide.table.clean import CleanPolicy, Retention
+
+        return Retention(CleanPolicy(self.policy), self.retain_commits, self.retain_file_versions, self.retain_hours)
+
+
 class SparkSection(_Section):
     master: str = "local[2]"
     app_name: str = "laketide"
@@ -135,6 +150,7 @@ class JobConfig(_Section):
     stream: StreamSection = Field(default_factory=StreamSection)
     write: WriteSection = Field(default_factory=WriteSection)
     coordinator: CoordinatorSection = Field(default_factory=CoordinatorSection)
+    clean: CleanSection = Field(default_factory=CleanSection)
     spark: SparkSection = Field(default_factory=SparkSection)
 
 

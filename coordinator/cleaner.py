@@ -1,0 +1,79 @@
+"""The clean action under the lease: plan, record the plan, delete, record what was deleted.
+
+Every step can be repeated: a clean interrupted anywhere is finished by the
+next ``clean()``, which executes the pending plan before planning anew.
+Deleting a file that is already gone counts as done.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from laketide.coordinator.lifecycle import Coordinator
+from laketide.table.clean import CleanerPlan, CleanMetadata, Retention, plan_clean
+from laketide.table.instant import CLEAN, Instant, State
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CleanResult:
+    clean_instant: str | None
+    earliest_to_retain: str | None
+    files: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+
+class Cleaner:
+    def __init__(self, coordinator: Coordinator, retention: Retention, obsolete_side_files: Callable[[], list[str]] | None = None):
+        """``obsolete_side_files`` lists laketide's own files a clean may delete too (index runs a compaction replaced)."""
+        self.coordinator = coordinator
+        self.table = coordinator.table
+        self.retention = retention
+        self._obsolete_side_files = obsolete_side_files or (lambda: [])
+
+    def plan(self) -> CleanerPlan:
+        timeline = self.table.timeline
+        return plan_clean(self.table.file_system_view(timeline), self.retention)
+
+    def clean(self, dry_run: bool = False, progress: Callable[[int, int], None] | None = None) -> CleanResult:
+        """Finish a pending clean, then clean what the retention allows; no instant when there is nothing to do."""
+        if dry_run:
+            plan = self.plan()
+            return CleanResult(None, plan.earliest_to_retain, list(plan.files), dry_run=True)
+        coordinator = self.coordinator
+        coordinator.hold()
+        timeline = self.table.timeline
+        for pending in timeline.pending([CLEAN]):
+            plan = CleanerPlan.from_bytes(timeline.read_bytes(pending.with_state(State.REQUESTED)), self.table.io.full_path(""))
+            self._execute(pending.timestamp, plan, progress)
+        timeline = self.table.timeline
+        plan = plan_clean(self.table.file_system_view(timeline), self.retention)
+        side = [p for p in self._obsolete_side_files() if self.table.io.delete(p)]
+        if plan.is_empty():
+            return CleanResult(None, plan.earliest_to_retain, side)
+        clean_time = coordinator.clock.next(after=timeline.last_timestamp)
+        requested = Instant(clean_time, CLEAN, State.REQUESTED)
+        body = plan.to_bytes(self.table.io.full_path(""))
+        coordinator.retry.run(lambda: coordinator.timeline_writer.write(requested, body), f"plan clean {clean_time}")
+        deleted = self._execute(clean_time, plan, progress)
+        return CleanResult(clean_time, plan.earliest_to_retain, deleted + side)
+
+    def _execute(self, clean_time: str, plan: CleanerPlan, progress: Callable[[int, int], None] | None) -> list[str]:
+        coordinator, io = self.coordinator, self.table.io
+        started = time.monotonic()
+        coordinator.hold()
+        writer = coordinator.timeline_writer
+        writer.write(Instant(clean_time, CLEAN, State.INFLIGHT), plan.to_bytes(io.full_path("")))
+        for done, path in enumerate(plan.files, 1):
+            io.delete(path)
+            if progress is not None:
+                progress(done, len(plan.files))
+        metadata = CleanMetadata(clean_time, plan, list(plan.files), [], int((time.monotonic() - started) * 1000))
+        completed = Instant(clean_time, CLEAN, State.COMPLETED)
+        coordinator.retry.run(lambda: coordinator.write_completed(completed, metadata.to_bytes()), f"complete clean {clean_time}")
+        log.info("cleaned with %s: %d files deleted, reads from %s on kept", clean_time, len(plan.files), plan.earliest_to_retain)
+        return list(plan.files)
