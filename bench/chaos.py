@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -133,6 +134,15 @@ def sigstop(root: Path, zk: ZooKeeperServer, rng: random.Random, cycles: int) ->
     return {"freezes": cycles, "frozen_holder_exits": exits}
 
 
+def log_counts(root: Path) -> dict:
+    """What the jobs' logs say they cleaned up: instants rolled back at takeover, late files swept."""
+    text = "".join(p.read_text(errors="replace") for p in root.glob("*.log"))
+    return {
+        "rolled_back_at_start": len(re.findall(r"left by a previous writer", text)),
+        "late_files_swept": sum(int(n) for n in re.findall(r"swept (\d+) files written late", text)),
+    }
+
+
 def run_variant(name: str, cycles: int, seed: int, workdir: Path) -> dict:
     root = workdir / name
     root.mkdir(parents=True)
@@ -161,7 +171,7 @@ def run_variant(name: str, cycles: int, seed: int, workdir: Path) -> dict:
         "pending": len(result.pending),
         "clean": result.clean and drained == 0,
         "seconds": round(time.monotonic() - started, 1),
-        "details": details,
+        "details": {**details, **log_counts(root)},
     }
 
 
@@ -181,10 +191,11 @@ def main() -> None:
             results.append(run_variant(name, cycles, args.seed, Path(workdir)))
             print(json.dumps(results[-1]), flush=True)
     header = ["variant", "cycles", "files_landed", "commits", "expected_rows", "rows_lost", "rows_duplicated", "rows_wrong", "files_left_over", "pending", "epoch_regressions", "clean", "seconds"]
-    print("\n| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
+    extra = ["rolled_back_at_start", "late_files_swept"]
+    print("\n| " + " | ".join(header + extra) + " |")
+    print("|" + "---|" * len(header + extra))
     for r in results:
-        print("| " + " | ".join(str(r[h]) for h in header) + " |")
+        print("| " + " | ".join([str(r[h]) for h in header] + [str(r["details"][h]) for h in extra]) + " |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"seed": args.seed, "session_timeout": SESSION_TIMEOUT, "results": results}, indent=2))
     print(f"\nwritten to {args.out}")

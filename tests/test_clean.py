@@ -180,3 +180,32 @@ def test_nothing_to_clean_on_a_young_table(tmp_path, commits):
     assert Cleaner(coordinator, Retention(commits=10)).clean().clean_instant is None
     assert [i for i in Table.open(table.uri).timeline if i.action == CLEAN] == []
     lease.release()
+
+
+@pytest.mark.parametrize("background", [True, False], ids=["async", "inline"])
+def test_the_job_cleans_after_its_commits(spark, tmp_path, background):
+    from laketide.cli import DEFAULTS
+    from laketide.config import load_config
+    from laketide.writer.job import run
+
+    config = load_config(
+        base=DEFAULTS,
+        overrides=[
+            f"table.path={tmp_path / 'table'}",
+            f"stream.checkpoint={tmp_path / 'checkpoint'}",
+            "source.generator.rows_per_batch=300",
+            "source.generator.batches=7",
+            "clean.retain_commits=2",
+            f"clean.async={str(background).lower()}",
+        ],
+    )
+    run(config)
+    table = Table.open(str(tmp_path / "table"))
+    writes = [i.timestamp for i in table.timeline.completed_writes()]
+    cleans = [i for i in table.timeline if i.action == CLEAN]
+    assert len(writes) == 7 and cleans and all(i.state is State.COMPLETED for i in cleans)
+    assert plan_clean(table.file_system_view(), Retention(commits=2)).files == () or background, "inline cleaning keeps up"
+    left = {BaseFile.parse(*p.rsplit("/", 1)).instant_time for p in base_files(table)}
+    assert min(left) >= writes[-3], "no version older than the one a read as of the earliest retained commit sees"
+    for instant in writes[-2:]:
+        assert hudi_read(table.uri, as_of=instant).num_rows == Table.open(table.uri).snapshot(as_of=instant).num_rows

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, Lease, LeaseLost, LocalLease
+from laketide.coordinator.cleaner import Cleaner, CleanService
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table
@@ -120,12 +121,14 @@ def run(
     lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set)
     holder = lease.acquire(config.coordinator.lease_wait)
     log.info("lease of %s taken: %s", table.uri, holder.describe())
+    cleaning = None
     try:
         index = StateIndex.open(table.io, config.write.index_shards)
         coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
         for result in coordinator.recover():
             log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
-        writer = MicroBatchWriter(spark, config, table, coordinator, index, quarantine_path(config), on_step)
+        cleaning = CleanService(Cleaner(coordinator, config.clean.retention(), index.obsolete_runs), background=config.clean.async_)
+        writer = MicroBatchWriter(spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=cleaning.after_commit)
         if on_ready is not None:
             on_ready(RunningJob(config, table, coordinator, writer, index, stop_requested))
         stream = (
@@ -155,4 +158,6 @@ def run(
             raise
         return writer
     finally:
+        if cleaning is not None:
+            cleaning.close()
         lease.release()

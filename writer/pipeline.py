@@ -90,9 +90,11 @@ class MicroBatchWriter:
         index: StateIndex,
         quarantine_path: str,
         on_step: Callable[[str, int], None] | None = None,
+        after_commit: Callable[[], None] | None = None,
     ):
         """``on_step(point, batch_id)`` is called at each step ("begun", "written", "committed");
-        crash tests use it to kill the process at an exact point."""
+        crash tests use it to kill the process at an exact point. ``after_commit`` runs the
+        table services (cleaning) once a micro-batch is committed."""
         self.spark = spark
         self.config = config
         self.table = table
@@ -104,6 +106,7 @@ class MicroBatchWriter:
         self.batch_lock = threading.RLock()
         self.metrics = coordinator.metrics
         self._on_step = on_step or (lambda point, batch_id: None)
+        self._after_commit = after_commit or (lambda: None)
         settings = table.config
         self.spec = PrepareSpec(
             tuple(settings.record_key_fields),
@@ -273,6 +276,7 @@ class MicroBatchWriter:
         self.coordinator.commit(instant, stats, {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name)})
         self._on_step("committed", batch_id)
         self._compact_index()
+        self._after_commit()
         return BatchReport(
             batch_id,
             instant,
