@@ -44,7 +44,7 @@ def test_sigkill_at_random_times_while_files_land(zookeeper, tmp_path):
     try:
         for cycle in range(5):
             job = Job(_args(tmp_path, zookeeper, 3), tmp_path / "job.log").start()
-            deadline = time.monotonic() + rng.uniform(12, 35)
+            deadline = time.monotonic() + rng.uniform(10, 24)
             while time.monotonic() < deadline and job.running():
                 time.sleep(0.1)
             assert job.running(), f"cycle {cycle}: the job stopped by itself\n{job.log_tail()}"
