@@ -8,12 +8,10 @@ Deleting a file that is already gone counts as done.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from laketide.coordinator.lease import LeaseLost
 from laketide.coordinator.lifecycle import Coordinator
 from laketide.table.clean import CleanerPlan, CleanMetadata, Retention, plan_clean
 from laketide.table.instant import CLEAN, Instant, State
@@ -79,41 +77,3 @@ class Cleaner:
         coordinator.retry.run(lambda: coordinator.write_completed(completed, metadata.to_bytes()), f"complete clean {clean_time}")
         log.info("cleaned with %s: %d files deleted, reads from %s on kept", clean_time, len(plan.files), plan.earliest_to_retain)
         return list(plan.files)
-
-
-class CleanService:
-    """Cleans after commits: in a background thread, one clean at a time, or inline when ``background`` is off.
-
-    A background clean never blocks a micro-batch; a commit that comes while
-    one runs starts none (the running one, or the next, catches up).
-    """
-
-    def __init__(self, cleaner: Cleaner, background: bool = True):
-        self.cleaner = cleaner
-        self.background = background
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def after_commit(self) -> None:
-        if not self.background:
-            self._run()
-            return
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._thread = threading.Thread(target=self._run, name="laketide-clean", daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.cleaner.clean()
-        except LeaseLost as exc:
-            log.warning("clean stopped: %s", exc)
-        except Exception:
-            log.exception("clean failed; the next commit starts another, which finishes this one's plan")
-
-    def close(self, timeout: float = 300.0) -> None:
-        """Wait for a running clean, so the lease is not released under it."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)

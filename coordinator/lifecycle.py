@@ -9,6 +9,7 @@ once rolled back, gone.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import defaultdict
@@ -19,7 +20,7 @@ from laketide.coordinator.fence import COMMITTED, CommitFence
 from laketide.coordinator.lease import Lease, LeaseLost
 from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.retry import RetryPolicy
-from laketide.table.commit import BATCH_ID_KEY, EPOCH_KEY, WRITER_ID_KEY, CommitMetadata, WriteStat
+from laketide.table.commit import BATCH_ID_KEY, BATCHES_KEY, EPOCH_KEY, WRITER_ID_KEY, CommitMetadata, WriteStat
 from laketide.table.instant import COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, InstantClock, State, validate_instant_time
 from laketide.table.io import InstantFileExists
 from laketide.table.markers import WriteMarkers, marked_instants
@@ -66,7 +67,7 @@ class Coordinator:
         self.timeline_writer = TimelineWriter(table.io, table.config)
         self._inflight: dict[str, dict[str, str]] = {}
         self._side_files = instant_side_files or (lambda instant: [])
-        self._batch_of: dict[str, tuple[str, int] | None] = {}
+        self._batch_of: dict[str, dict[str, int]] = {}
         self.metrics = metrics or Metrics()
         self.fence = CommitFence(table.io)
         self._fenced_epoch: int | None = None
@@ -92,33 +93,49 @@ class Coordinator:
 
     # -- begin / commit ---------------------------------------------------
 
-    def committed_batches(self, timeline: Timeline | None = None) -> dict[str, set[int]]:
-        """Streaming batch ids already committed, per writer id."""
+    def committed_batches(self, timeline: Timeline | None = None) -> dict[str, int]:
+        """The newest streaming batch id committed per writer id, archived commits included.
+
+        Each commit carries the whole map forward (``BATCHES_KEY``), so the
+        active timeline alone answers for batches archival moved away.
+        """
         timeline = timeline or self.table.timeline
-        batches: dict[str, set[int]] = defaultdict(set)
+        newest: dict[str, int] = {}
         for instant in timeline.completed_writes():
-            if instant.timestamp not in self._batch_of:
-                # completed instants never change, so each commit's metadata is read once per coordinator
-                extra = timeline.commit_metadata(instant).extra_metadata
-                known = BATCH_ID_KEY in extra and WRITER_ID_KEY in extra
-                self._batch_of[instant.timestamp] = (extra[WRITER_ID_KEY], int(extra[BATCH_ID_KEY])) if known else None
-            if (writer_batch := self._batch_of[instant.timestamp]) is not None:
-                batches[writer_batch[0]].add(writer_batch[1])
-        return batches
+            for writer, batch in self._batches_of(instant, timeline).items():
+                newest[writer] = max(newest.get(writer, -1), batch)
+        return newest
+
+    def _batches_of(self, instant: Instant, timeline: Timeline) -> dict[str, int]:
+        if instant.timestamp not in self._batch_of:
+            # completed instants never change, so each commit's metadata is read once per coordinator
+            extra = timeline.commit_metadata(instant).extra_metadata
+            batches = {w: int(b) for w, b in json.loads(extra.get(BATCHES_KEY, "{}")).items()}
+            if BATCH_ID_KEY in extra and WRITER_ID_KEY in extra:
+                batches[extra[WRITER_ID_KEY]] = int(extra[BATCH_ID_KEY])
+            self._batch_of[instant.timestamp] = batches
+        return self._batch_of[instant.timestamp]
 
     def is_committed(self, batch_id: int, timeline: Timeline | None = None) -> bool:
-        return batch_id in self.committed_batches(timeline).get(self.writer_id, set())
+        """Whether a batch of this writer is committed: Spark runs a query's batches in order, so any id up to the newest."""
+        return batch_id <= self.committed_batches(timeline).get(self.writer_id, -1)
 
     def begin(self, batch_id: int, action: str = COMMIT) -> str | None:
         """Start the instant of one micro-batch; ``None`` when this batch is already committed."""
         self.lease.check()
         self._ensure_fenced()
         timeline = self.table.timeline
-        if self.is_committed(batch_id, timeline):
+        batches = self.committed_batches(timeline)
+        if batch_id <= batches.get(self.writer_id, -1):
             log.info("batch %s of writer %s is already committed; skipping its replay", batch_id, self.writer_id)
             return None
         instant_time = self.clock.next(after=timeline.last_timestamp)
-        extra = {BATCH_ID_KEY: str(batch_id), WRITER_ID_KEY: self.writer_id, EPOCH_KEY: str(self.lease.epoch)}
+        extra = {
+            BATCH_ID_KEY: str(batch_id),
+            WRITER_ID_KEY: self.writer_id,
+            EPOCH_KEY: str(self.lease.epoch),
+            BATCHES_KEY: json.dumps({**batches, self.writer_id: batch_id}, sort_keys=True),
+        }
         requested = Instant(instant_time, action, State.REQUESTED)
         self.retry.run(lambda: self.timeline_writer.write(requested), f"request {instant_time}")
         body = CommitMetadata(extra_metadata=extra, operation_type="UPSERT").to_json_bytes()
@@ -364,7 +381,7 @@ class Coordinator:
         pending = {i.timestamp for i in timeline.pending()}
         completed = {i.timestamp for i in timeline.filter({State.COMPLETED})}
         rolled_back = self._rolled_back_targets(timeline)
-        earliest = timeline.earliest_timestamp
+        earliest = timeline.start
         deleted = []
         for instant_time in marked_instants(io):
             if instant_time in pending:

@@ -237,6 +237,11 @@ class StateIndex:
         files = [p for runs in listing.values() for kind, ts, p in runs if kind == "delta" and ts == instant]
         return sorted(files + [p for ts, p in coverage if ts == instant])
 
+    def instants(self) -> set[str]:
+        """Instant times of every delta run and coverage file: archival checks none of a failed write is left."""
+        listing, coverage = self._listing()
+        return {ts for runs in listing.values() for kind, ts, _ in runs if kind == "delta"} | {ts for ts, _ in coverage}
+
     def obsolete_runs(self) -> list[str]:
         """Runs a newer base already folded in: what a compaction interrupted before its deletes left behind."""
         listing, _ = self._listing()

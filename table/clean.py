@@ -16,14 +16,13 @@ savepoint holds.
 
 from __future__ import annotations
 
-import io
 import posixpath
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import Enum
 
-import fastavro
 
+from laketide.table import avro_models
 from laketide.table.instant import COMMIT, REPLACE_COMMIT, Instant, State, instant_to_datetime
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
@@ -43,96 +42,8 @@ class Retention:
     hours: float = 24.0
 
 
-_ACTION_INSTANT = {
-    "type": "record",
-    "name": "HoodieActionInstant",
-    "namespace": "org.apache.hudi.avro.model",
-    "fields": [{"name": "timestamp", "type": "string"}, {"name": "action", "type": "string"}, {"name": "state", "type": "string"}],
-}
-
-PLAN_SCHEMA = fastavro.parse_schema(
-    {
-        "type": "record",
-        "name": "HoodieCleanerPlan",
-        "namespace": "org.apache.hudi.avro.model",
-        "fields": [
-            {"name": "earliestInstantToRetain", "type": ["null", _ACTION_INSTANT], "default": None},
-            {"name": "lastCompletedCommitTimestamp", "type": "string", "default": ""},
-            {"name": "policy", "type": "string"},
-            {"name": "filesToBeDeletedPerPartition", "type": ["null", {"type": "map", "values": {"type": "array", "items": "string"}}], "default": None},
-            {"name": "version", "type": ["int", "null"], "default": 1},
-            {
-                "name": "filePathsToBeDeletedPerPartition",
-                "type": [
-                    "null",
-                    {
-                        "type": "map",
-                        "values": {
-                            "type": "array",
-                            "items": {
-                                "type": "record",
-                                "name": "HoodieCleanFileInfo",
-                                "fields": [
-                                    {"name": "filePath", "type": ["null", "string"], "default": None},
-                                    {"name": "isBootstrapBaseFile", "type": ["null", "boolean"], "default": None},
-                                ],
-                            },
-                        },
-                    },
-                ],
-                "default": None,
-            },
-            {"name": "partitionsToBeDeleted", "type": ["null", {"type": "array", "items": "string"}], "default": None},
-            {"name": "extraMetadata", "type": ["null", {"type": "map", "values": "string"}], "default": None},
-        ],
-    }
-)
-
-_PARTITION_METADATA = {
-    "type": "record",
-    "name": "HoodieCleanPartitionMetadata",
-    "namespace": "org.apache.hudi.avro.model",
-    "fields": [
-        {"name": "partitionPath", "type": "string"},
-        {"name": "policy", "type": "string"},
-        {"name": "deletePathPatterns", "type": {"type": "array", "items": "string"}},
-        {"name": "successDeleteFiles", "type": {"type": "array", "items": "string"}},
-        {"name": "failedDeleteFiles", "type": {"type": "array", "items": "string"}},
-        {"name": "isPartitionDeleted", "type": ["null", "boolean"], "default": None},
-    ],
-}
-
-METADATA_SCHEMA = fastavro.parse_schema(
-    {
-        "type": "record",
-        "name": "HoodieCleanMetadata",
-        "namespace": "org.apache.hudi.avro.model",
-        "fields": [
-            {"name": "startCleanTime", "type": "string"},
-            {"name": "timeTakenInMillis", "type": "long"},
-            {"name": "totalFilesDeleted", "type": "int"},
-            {"name": "earliestCommitToRetain", "type": "string"},
-            {"name": "lastCompletedCommitTimestamp", "type": "string", "default": ""},
-            {"name": "partitionMetadata", "type": {"type": "map", "values": _PARTITION_METADATA}},
-            {"name": "version", "type": ["int", "null"], "default": 1},
-            {"name": "bootstrapPartitionMetadata", "type": ["null", {"type": "map", "values": "org.apache.hudi.avro.model.HoodieCleanPartitionMetadata"}], "default": None},
-            {"name": "extraMetadata", "type": ["null", {"type": "map", "values": "string"}], "default": None},
-        ],
-    }
-)
-
 # Hudi's CleanerUtils.CLEAN_METADATA_VERSION_2 / CLEANER_PLAN_VERSION_2: file paths, not names
 VERSION = 2
-
-
-def _write(schema, record: dict) -> bytes:
-    buf = io.BytesIO()
-    fastavro.writer(buf, schema, [record])
-    return buf.getvalue()
-
-
-def _read(data: bytes) -> dict:
-    return next(iter(fastavro.reader(io.BytesIO(data))))
 
 
 def _partition_of(path: str) -> str:
@@ -163,11 +74,11 @@ class CleanerPlan:
             "partitionsToBeDeleted": [],
             "extraMetadata": None,
         }
-        return _write(PLAN_SCHEMA, record)
+        return avro_models.write_container("HoodieCleanerPlan", record)
 
     @classmethod
     def from_bytes(cls, data: bytes, base_uri: str) -> CleanerPlan:
-        record = _read(data)
+        record = avro_models.read_container(data)
         files = []
         for partition, infos in (record.get("filePathsToBeDeletedPerPartition") or {}).items():
             files += [posixpath.relpath(i["filePath"], base_uri) for i in infos if i.get("filePath")]
@@ -210,12 +121,7 @@ class CleanMetadata:
             "bootstrapPartitionMetadata": {},
             "extraMetadata": None,
         }
-        return _write(METADATA_SCHEMA, record)
-
-    @classmethod
-    def read(cls, data: bytes) -> dict:
-        """The record as Hudi wrote it (for inspection and tests)."""
-        return _read(data)
+        return avro_models.write_container("HoodieCleanMetadata", record)
 
 
 def earliest_commit_to_retain(timeline: Timeline, retention: Retention, now: datetime | None = None) -> Instant | None:
@@ -239,8 +145,8 @@ def _replaced_before(timeline: Timeline, earliest: Instant | None, everything: b
     return replaced
 
 
-def failed_write_files(view: FileSystemView) -> list[str]:
-    """Data files of writes that will never complete.
+def failed_writes(view: FileSystemView) -> list[tuple[str, str]]:
+    """(instant time, path) of the data files of writes that will never complete.
 
     Their instant is neither completed nor pending, is not older than the
     active timeline (that would be archived, hence committed), and is older
@@ -248,7 +154,7 @@ def failed_write_files(view: FileSystemView) -> list[str]:
     timeline was read has a newer instant time, and is left alone.
     """
     timeline = view.timeline
-    first, last = timeline.earliest_timestamp, timeline.last_timestamp
+    first, last = timeline.start, timeline.last_timestamp
     if first is None:
         return []
     known = {i.timestamp for i in timeline.completed_writes()} | {i.timestamp for i in timeline.pending()}
@@ -258,8 +164,8 @@ def failed_write_files(view: FileSystemView) -> list[str]:
 
     found = []
     for group in view.groups.values():
-        found += [b.path for b in group.base_files if failed(b.instant_time)]
-        found += [lf.path for lf in group.log_files if failed(lf.base_instant)]
+        found += [(b.instant_time, b.path) for b in group.base_files if failed(b.instant_time)]
+        found += [(lf.base_instant, lf.path) for lf in group.log_files if failed(lf.base_instant)]
     return found
 
 
@@ -274,10 +180,10 @@ def plan_clean(
     latest = timeline.latest_completed_write()
     earliest = earliest_commit_to_retain(timeline, retention, now)
     completed = {i.timestamp for i in timeline.completed_writes()}
-    first_active = timeline.earliest_timestamp
+    first_active = timeline.start
     by_versions = retention.policy is CleanPolicy.KEEP_LATEST_FILE_VERSIONS
     replaced = _replaced_before(timeline, earliest, everything=by_versions)
-    files: list[str] = failed_write_files(view)
+    files: list[str] = [path for _, path in failed_writes(view)]
     for key, group in view.groups.items():
         # an instant before the active timeline was archived, so it completed
         versions = sorted(

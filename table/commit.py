@@ -19,6 +19,8 @@ SCHEMA_KEY = "schema"
 BATCH_ID_KEY = "laketide.batch.id"
 WRITER_ID_KEY = "laketide.writer.id"
 EPOCH_KEY = "laketide.lease.epoch"
+# the newest batch id of every writer so far, as JSON: replay detection survives archival
+BATCHES_KEY = "laketide.batches"
 
 
 class _Model(BaseModel):

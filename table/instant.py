@@ -21,8 +21,9 @@ ROLLBACK = "rollback"
 CLEAN = "clean"
 COMPACTION = "compaction"
 RESTORE = "restore"
+SAVEPOINT = "savepoint"
 WRITE_ACTIONS = frozenset({COMMIT, DELTA_COMMIT, REPLACE_COMMIT})
-KNOWN_ACTIONS = WRITE_ACTIONS | {ROLLBACK, CLEAN, COMPACTION, RESTORE, "savepoint", "indexing", "logcompaction", "clustering"}
+KNOWN_ACTIONS = WRITE_ACTIONS | {ROLLBACK, CLEAN, COMPACTION, RESTORE, SAVEPOINT, "indexing", "logcompaction", "clustering"}
 
 _FORMAT = "%Y%m%d%H%M%S"
 _NAME = re.compile(r"^(\d{17}|\d{14})(?:_(\d{17}|\d{14}))?\.([a-z]+)(?:\.(requested|inflight))?$")

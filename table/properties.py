@@ -158,6 +158,11 @@ class TableConfig(BaseModel):
             return ".hoodie"
         return ".hoodie/" + self.extra.get("hoodie.timeline.path", "timeline")
 
+    @property
+    def archive_dir(self) -> str:
+        """Where archived instants go (``hoodie.archivelog.folder``, under ``.hoodie``)."""
+        return ".hoodie/" + self.extra.get("hoodie.archivelog.folder", "archived")
+
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> TableConfig:
         missing = [k for k in ("hoodie.table.name", "hoodie.table.type", "hoodie.table.version") if k not in props]

@@ -6,94 +6,10 @@ a ``HoodieRollbackMetadata``, each one record in an Avro container file.
 
 from __future__ import annotations
 
-import io
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import fastavro
-
-_INSTANT_INFO = {
-    "type": "record",
-    "name": "HoodieInstantInfo",
-    "namespace": "org.apache.hudi.avro.model",
-    "fields": [{"name": "commitTime", "type": "string"}, {"name": "action", "type": "string"}],
-}
-
-PLAN_SCHEMA = fastavro.parse_schema(
-    {
-        "type": "record",
-        "name": "HoodieRollbackPlan",
-        "namespace": "org.apache.hudi.avro.model",
-        "fields": [
-            {"name": "instantToRollback", "type": ["null", _INSTANT_INFO], "default": None},
-            {
-                "name": "RollbackRequests",
-                "type": [
-                    "null",
-                    {
-                        "type": "array",
-                        "items": {
-                            "type": "record",
-                            "name": "HoodieRollbackRequest",
-                            "fields": [
-                                {"name": "partitionPath", "type": "string"},
-                                {"name": "fileId", "type": ["null", "string"], "default": None},
-                                {"name": "latestBaseInstant", "type": ["null", "string"], "default": None},
-                                {"name": "filesToBeDeleted", "type": {"type": "array", "items": "string"}, "default": []},
-                                {"name": "logBlocksToBeDeleted", "type": ["null", {"type": "map", "values": "long"}], "default": None},
-                            ],
-                        },
-                    },
-                ],
-                "default": None,
-            },
-            {"name": "version", "type": ["int", "null"], "default": 1},
-        ],
-    }
-)
-
-METADATA_SCHEMA = fastavro.parse_schema(
-    {
-        "type": "record",
-        "name": "HoodieRollbackMetadata",
-        "namespace": "org.apache.hudi.avro.model",
-        "fields": [
-            {"name": "startRollbackTime", "type": "string"},
-            {"name": "timeTakenInMillis", "type": "long"},
-            {"name": "totalFilesDeleted", "type": "int"},
-            {"name": "commitsRollback", "type": {"type": "array", "items": "string"}},
-            {
-                "name": "partitionMetadata",
-                "type": {
-                    "type": "map",
-                    "values": {
-                        "type": "record",
-                        "name": "HoodieRollbackPartitionMetadata",
-                        "fields": [
-                            {"name": "partitionPath", "type": "string"},
-                            {"name": "successDeleteFiles", "type": {"type": "array", "items": "string"}},
-                            {"name": "failedDeleteFiles", "type": {"type": "array", "items": "string"}},
-                            {"name": "rollbackLogFiles", "type": ["null", {"type": "map", "values": "long"}], "default": None},
-                            {"name": "writtenLogFiles", "type": ["null", {"type": "map", "values": "long"}], "default": None},
-                        ],
-                    },
-                },
-            },
-            {"name": "version", "type": ["int", "null"], "default": 1},
-            {"name": "instantsRollback", "type": {"type": "array", "items": _INSTANT_INFO}, "default": []},
-        ],
-    }
-)
-
-
-def _write(schema, record: dict) -> bytes:
-    buf = io.BytesIO()
-    fastavro.writer(buf, schema, [record])
-    return buf.getvalue()
-
-
-def _read(data: bytes) -> dict:
-    return next(iter(fastavro.reader(io.BytesIO(data))))
+from laketide.table import avro_models
 
 
 def _partition_of(path: str) -> str:
@@ -121,11 +37,11 @@ class RollbackPlan:
             "RollbackRequests": requests,
             "version": 1,
         }
-        return _write(PLAN_SCHEMA, record)
+        return avro_models.write_container("HoodieRollbackPlan", record)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> RollbackPlan:
-        record = _read(data)
+        record = avro_models.read_container(data)
         target = record["instantToRollback"]
         files = [f for r in record.get("RollbackRequests") or [] for f in r["filesToBeDeleted"]]
         return cls(target["commitTime"], target["action"], tuple(files))
@@ -155,11 +71,11 @@ class RollbackMetadata:
             "version": 1,
             "instantsRollback": [{"commitTime": self.target, "action": self.target_action}],
         }
-        return _write(METADATA_SCHEMA, record)
+        return avro_models.write_container("HoodieRollbackMetadata", record)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> RollbackMetadata:
-        record = _read(data)
+        record = avro_models.read_container(data)
         info = (record.get("instantsRollback") or [{"commitTime": record["commitsRollback"][0], "action": "commit"}])[0]
         deleted = [f for pm in record["partitionMetadata"].values() for f in pm["successDeleteFiles"]]
         return cls(record["startRollbackTime"], info["commitTime"], info["action"], deleted, record["timeTakenInMillis"])

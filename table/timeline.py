@@ -69,8 +69,17 @@ class Timeline:
         return self.instants[-1].timestamp if self.instants else None
 
     @property
-    def earliest_timestamp(self) -> str | None:
-        return self.instants[0].timestamp if self.instants else None
+    def start(self) -> str | None:
+        """The oldest write instant on the active timeline, in any state.
+
+        Files of older instants belong to archived commits, so readers take
+        them as committed (Hudi's ``isBeforeTimelineStarts``). Archival never
+        moves this past a write that failed and left files behind.
+        """
+        for instant in self.instants:
+            if instant.action in WRITE_ACTIONS:
+                return instant.timestamp
+        return None
 
     @cached_property
     def _completed_by_time(self) -> dict[str, Instant]:

@@ -82,7 +82,7 @@ class FileSystemView:
         writes = self.timeline.completed_writes()
         if as_of is not None:
             writes = [i for i in writes if i.timestamp <= as_of]
-        return {i.timestamp for i in writes}, self.timeline.earliest_timestamp
+        return {i.timestamp for i in writes}, self.timeline.start
 
     def is_committed(self, instant_time: str, as_of: str | None = None) -> bool:
         visible, earliest = self._visible_instants(as_of)
@@ -92,7 +92,7 @@ class FileSystemView:
     def _committed(instant_time: str, visible: set[str], earliest: str | None, as_of: str | None) -> bool:
         if instant_time in visible:
             return True
-        archived = earliest is None or instant_time < earliest
+        archived = earliest is not None and instant_time < earliest
         return archived and (as_of is None or instant_time <= as_of)
 
     def replaced_groups(self, as_of: str | None = None) -> set[tuple[str, str]]:

@@ -13,7 +13,9 @@ import pyarrow as pa
 
 from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, Lease, LeaseLost, LocalLease
-from laketide.coordinator.cleaner import Cleaner, CleanService
+from laketide.coordinator.archiver import Archiver
+from laketide.coordinator.cleaner import Cleaner
+from laketide.coordinator.services import TableServices
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table
@@ -86,7 +88,7 @@ class RunningJob:
     def status(self) -> dict:
         status = self.writer.status
         timeline = self.table.timeline
-        snapshot = self.index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.earliest_timestamp)
+        snapshot = self.index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.start)
         groups = {(s.partition, s.file_id) for s in self.table.file_system_view(timeline).latest_slices()}
         return {
             "running": True,
@@ -101,6 +103,15 @@ class RunningJob:
     def between_batches(self, action: Callable[[], T]) -> T:
         with self.writer.batch_lock:
             return action()
+
+
+def table_services(config: JobConfig, coordinator: Coordinator, index: StateIndex) -> TableServices:
+    """Cleaning, then archival (when enabled), after each commit."""
+    services: list = [("clean", Cleaner(coordinator, config.clean.retention(), index.obsolete_runs).clean)]
+    if config.archive.enabled:
+        archiver = Archiver(coordinator, config.archive.min_commits, config.archive.max_commits, index.instants)
+        services.append(("archive", archiver.archive))
+    return TableServices(services, background=config.clean.async_)
 
 
 def run(
@@ -121,14 +132,14 @@ def run(
     lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set)
     holder = lease.acquire(config.coordinator.lease_wait)
     log.info("lease of %s taken: %s", table.uri, holder.describe())
-    cleaning = None
+    services = None
     try:
         index = StateIndex.open(table.io, config.write.index_shards)
         coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
         for result in coordinator.recover():
             log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
-        cleaning = CleanService(Cleaner(coordinator, config.clean.retention(), index.obsolete_runs), background=config.clean.async_)
-        writer = MicroBatchWriter(spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=cleaning.after_commit)
+        services = table_services(config, coordinator, index)
+        writer = MicroBatchWriter(spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=services.after_commit)
         if on_ready is not None:
             on_ready(RunningJob(config, table, coordinator, writer, index, stop_requested))
         stream = (
@@ -158,6 +169,6 @@ def run(
             raise
         return writer
     finally:
-        if cleaning is not None:
-            cleaning.close()
+        if services is not None:
+            services.close()
         lease.release()

@@ -168,7 +168,7 @@ class MicroBatchWriter:
         slices = [s for s in view.latest_slices() if s.base_file is not None]
         current = {(s.partition, s.file_id): s.base_file.name for s in slices}
         committed = {i.timestamp for i in timeline.completed_writes()}
-        snapshot = self.index.snapshot(committed, timeline.earliest_timestamp)
+        snapshot = self.index.snapshot(committed, timeline.start)
         uncovered = frozenset(set(current) - snapshot.covered)
         write = self.config.write
         record_size = _record_size(timeline)
@@ -313,7 +313,7 @@ class MicroBatchWriter:
 
     def _compact_index(self) -> None:
         timeline = self.table.timeline
-        snapshot = self.index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.earliest_timestamp)
+        snapshot = self.index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.start)
         for shard, runs in snapshot.runs.items():
             if len(runs) > self.config.write.index_compaction_deltas:
                 self.index.compact(snapshot, shard)

@@ -138,6 +138,20 @@ class CleanSection(_Section):
         return Retention(CleanPolicy(self.policy), self.retain_commits, self.retain_file_versions, self.retain_hours)
 
 
+class ArchiveSection(_Section):
+    """Hudi's ``hoodie.keep.min.commits`` / ``hoodie.keep.max.commits``."""
+
+    enabled: bool = True
+    min_commits: int = Field(20, ge=1)
+    max_commits: int = Field(30, ge=2)
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> ArchiveSection:
+        if self.min_commits >= self.max_commits:
+            raise ValueError("archive.min_commits must be below archive.max_commits")
+        return self
+
+
 class SparkSection(_Section):
     master: str = "local[2]"
     app_name: str = "laketide"
@@ -151,7 +165,18 @@ class JobConfig(_Section):
     write: WriteSection = Field(default_factory=WriteSection)
     coordinator: CoordinatorSection = Field(default_factory=CoordinatorSection)
     clean: CleanSection = Field(default_factory=CleanSection)
+    archive: ArchiveSection = Field(default_factory=ArchiveSection)
     spark: SparkSection = Field(default_factory=SparkSection)
+
+
+    @model_validator(mode="after")
+    def _archive_keeps_the_clean_window(self) -> JobConfig:
+        # reads inside the retained window need their commits on the active timeline (Hudi checks the same)
+        if self.archive.enabled and self.clean.policy == "KEEP_LATEST_COMMITS" and self.archive.min_commits <= self.clean.retain_commits:
+            raise ValueError(
+                f"archive.min_commits ({self.archive.min_commits}) must be above clean.retain_commits ({self.clean.retain_commits})"
+            )
+        return self
 
 
 class ConfigError(ValueError):

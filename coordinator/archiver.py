@@ -1,0 +1,164 @@
+"""Archival under the lease: keep the active timeline between ``min_commits`` and ``max_commits``.
+
+Which instants go follows Hudi's ``TimelineArchiverV1``: once more than
+``max_commits`` completed writes are active, the oldest go until
+``min_commits`` are left, never past the first savepoint, the oldest pending
+write, or the earliest commit the latest clean retains. Completed cleans and
+rollbacks go by the same counts, per action, so the latest clean stays.
+
+Readers take a file whose instant is older than the active timeline as
+committed. So archival also stops short of any instant whose files a failed
+write may have left: data files or index runs of an instant that is neither
+completed nor pending, and instants whose markers the sweep has not finished
+with (a rolled-back instant stays known, through its rollback, until then).
+
+The steps, each safe to repeat: write the entries as the next archive file
+(atomically; entries the newest file already holds are not written again),
+then delete the archived timeline files, requested and inflight before
+completed, oldest first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from laketide.coordinator.lifecycle import Coordinator
+from laketide.table.archive import ArchivedTimeline, archived_entry
+from laketide.table import avro_models
+from laketide.table.clean import failed_writes
+from laketide.table.instant import CLEAN, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, Instant, State
+from laketide.table.markers import marked_instants
+from laketide.table.rollback import RollbackMetadata
+from laketide.table.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ArchiveResult:
+    archived: list[Instant] = field(default_factory=list)  # the completed instants moved
+    path: str | None = None
+
+
+def commits_to_archive(timeline: Timeline, min_commits: int, max_commits: int, holds: Iterable[str] = (), limit: str | None = None) -> list[Instant]:
+    """Completed writes that may leave the active timeline, oldest first.
+
+    Nothing at or after ``limit`` goes. For each instant time in ``holds`` (a
+    pending write, a failed write's leftovers) the completed write before it
+    stays too, as Hudi keeps the one before its oldest pending instant: the
+    active timeline must start before the held instant for readers to know
+    it did not complete.
+    """
+    writes = timeline.completed_writes()
+    if len(writes) <= max_commits:
+        return []
+    savepoints = [i.timestamp for i in timeline.filter(actions=[SAVEPOINT])]
+    stops = [t for t in (limit, savepoints[0] if savepoints else None) if t is not None]
+    for held in [*holds, *(i.timestamp for i in timeline.pending(WRITE_ACTIONS))]:
+        before = [w.timestamp for w in writes if w.timestamp < held]
+        stops.append(before[-1] if before else held)
+    stop = min(stops) if stops else None
+    return [w for w in writes[: len(writes) - min_commits] if stop is None or w.timestamp < stop]
+
+
+def services_to_archive(timeline: Timeline, min_commits: int, max_commits: int, kept: set[str]) -> list[Instant]:
+    """Completed cleans and rollbacks beyond the counts, oldest first; ``kept`` are timestamps that must stay."""
+    out: list[Instant] = []
+    for action in (CLEAN, ROLLBACK):
+        done = timeline.filter({State.COMPLETED}, [action])
+        if len(done) > max_commits:
+            out += [i for i in done[: len(done) - min_commits] if i.timestamp not in kept]
+    return out
+
+
+class Archiver:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        min_commits: int = 20,
+        max_commits: int = 30,
+        index_instants: Callable[[], set[str]] | None = None,
+    ):
+        """``index_instants`` gives the instant times of the state index's delta runs (``StateIndex.instants``)."""
+        if not 0 < min_commits < max_commits:
+            raise ValueError(f"archive needs 0 < min_commits < max_commits; got {min_commits} and {max_commits}")
+        self.coordinator = coordinator
+        self.table = coordinator.table
+        self.min_commits = min_commits
+        self.max_commits = max_commits
+        self.archived = ArchivedTimeline(self.table.io, self.table.config.archive_dir)
+        self._index_instants = index_instants or (lambda: set())
+
+    def _holds(self, timeline: Timeline) -> set[str]:
+        """Instants whose failed writes may have left files or index runs: the active timeline must keep them."""
+        known = {i.timestamp for i in timeline.completed_writes()} | {i.timestamp for i in timeline.pending()}
+        start = timeline.start
+        held = {t for t, _ in failed_writes(self.table.file_system_view(timeline))}
+        held |= {t for t in marked_instants(self.table.io) if t not in known}
+        held |= {t for t in self._index_instants() if t not in known and start is not None and t >= start}
+        return held
+
+    def _clean_limit(self, timeline: Timeline) -> str | None:
+        """The earliest commit the latest clean retains: reads from it on need its instants."""
+        cleans = timeline.filter({State.COMPLETED}, [CLEAN])
+        if not cleans:
+            return None
+        return avro_models.read_container(timeline.read_bytes(cleans[-1])).get("earliestCommitToRetain") or None
+
+    def plan(self, timeline: Timeline | None = None) -> list[Instant]:
+        """The completed instants the next archival moves, oldest first."""
+        timeline = timeline or self.table.timeline
+        writes = timeline.completed_writes()
+        if len(writes) <= self.max_commits and all(
+            len(timeline.filter({State.COMPLETED}, [a])) <= self.max_commits for a in (CLEAN, ROLLBACK)
+        ):
+            return []
+        commits = commits_to_archive(timeline, self.min_commits, self.max_commits, self._holds(timeline), self._clean_limit(timeline))
+        marked = set(marked_instants(self.table.io))
+        # a rollback is how the sweep knows its target failed; it stays while the target's markers do
+        kept = {rb.timestamp for rb in timeline.filter({State.COMPLETED}, [ROLLBACK]) if self._target_of(timeline, rb) in marked}
+        return sorted(commits + services_to_archive(timeline, self.min_commits, self.max_commits, kept), key=lambda i: i.timestamp)
+
+    def _target_of(self, timeline: Timeline, rollback: Instant) -> str:
+        return RollbackMetadata.from_bytes(timeline.read_bytes(rollback)).target
+
+    def archive(self) -> ArchiveResult:
+        coordinator = self.coordinator
+        coordinator.hold()
+        self._finish_interrupted()
+        timeline = self.table.timeline
+        chosen = self.plan(timeline)
+        if not chosen:
+            return ArchiveResult()
+        files = self._timeline_files(timeline, chosen)
+        path = self.archived.append(archived_entry(i, timeline.read_bytes(i)) for i in files)
+        coordinator.hold()
+        self._delete(files)
+        log.info("archived %d instants (%s to %s) into %s", len(chosen), chosen[0].timestamp, chosen[-1].timestamp, path)
+        return ArchiveResult(chosen, path)
+
+    def _finish_interrupted(self) -> None:
+        """Delete the timeline files an archival wrote to the newest archive file but had not deleted yet."""
+        timeline = self.table.timeline
+        left = [i for i in self.archived.latest_file_instants() if self.table.io.exists(timeline.instant_path(i))]
+        if left:
+            log.info("finishing an interrupted archival: %d timeline files left", len(left))
+            self._delete(sorted(left, key=lambda i: (i.timestamp, i.state.rank)))
+
+    def _delete(self, files: list[Instant]) -> None:
+        """Requested and inflight files first, then completed ones oldest first: no moment shows a gap or a false pending write."""
+        writer = self.coordinator.timeline_writer
+        for instant in [i for i in files if not i.is_completed] + [i for i in files if i.is_completed]:
+            writer.delete(instant)
+
+    def _timeline_files(self, timeline: Timeline, chosen: list[Instant]) -> list[Instant]:
+        """Every timeline file (requested, inflight, completed) of the chosen instants that is on storage."""
+        out = []
+        for instant in chosen:
+            for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
+                candidate = Instant(instant.timestamp, instant.action, state)
+                if state is State.COMPLETED or self.table.io.exists(timeline.instant_path(candidate)):
+                    out.append(candidate)
+        return out

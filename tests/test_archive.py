@@ -1,0 +1,190 @@
+"""Archival: the active timeline stays short, the archived one is Hudi's log format, and nothing failed turns visible."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from laketide.coordinator import Coordinator
+from laketide.coordinator.archiver import Archiver
+from laketide.coordinator.cleaner import Cleaner
+from laketide.index.state import StateIndex
+from laketide.table import Table
+from laketide.table import avro_models
+from laketide.table.archive import ArchivedTimeline
+from laketide.table.clean import Retention
+from laketide.table.files import BaseFile
+from laketide.table.instant import CLEAN, COMMIT, State
+from laketide.table.logfile import Header, avro_data_block, avro_payloads, avro_records, read_blocks
+
+from localwrite import upsert
+from conftest import FIXTURES
+from test_clean import SCHEMA, history, state
+from test_rollback_crash import CrashingFileIO, SimulatedCrash
+
+LOG_FIXTURES = ["valid_log_avro_data.log", "valid_log_delete.log", "valid_log_parquet_data.log"]
+
+
+@pytest.mark.parametrize("name", LOG_FIXTURES)
+def test_hudi_written_log_files_read_and_write_back_byte_for_byte(name):
+    data = (FIXTURES / "hudi-log-files" / name).read_bytes()
+    blocks = list(read_blocks(data))
+    assert len(blocks) == 1
+    assert b"".join(b.to_bytes() for b in blocks) == data
+
+
+def test_an_avro_data_block_of_hudi_decodes_with_its_header_schema():
+    (block,) = read_blocks((FIXTURES / "hudi-log-files" / "valid_log_avro_data.log").read_bytes())
+    (record,) = avro_records(block)
+    assert block.header[Header.INSTANT_TIME] == record["_hoodie_commit_time"] == "20250316025828811"
+    assert record["city"] == "san_francisco" and record["uuid"] == record["_hoodie_record_key"]
+
+
+def java_avro_read(spark, schema_json: str, data: bytes) -> str:
+    """A record decoded by Apache Avro's Java library (the one Hudi uses), shipped in the pyspark wheel."""
+    jvm = spark._jvm
+    schema = jvm.org.apache.avro.Schema.Parser().parse(schema_json)
+    decoder = jvm.org.apache.avro.io.DecoderFactory.get().binaryDecoder(bytearray(data), None)
+    return str(jvm.org.apache.avro.generic.GenericDatumReader(schema).read(None, decoder).toString())
+
+
+def java_container_read(spark, data: bytes) -> str:
+    jvm = spark._jvm
+    stream = jvm.org.apache.avro.file.SeekableByteArrayInput(bytearray(data))
+    reader = jvm.org.apache.avro.file.DataFileReader(stream, jvm.org.apache.avro.generic.GenericDatumReader())
+    return str(reader.next().toString())
+
+
+def archived_table(path, commits=12, min_commits=4, max_commits=6):
+    table, coordinator, lease, instants, reads = history(path, commits=commits)
+    Cleaner(coordinator, Retention(commits=3)).clean()
+    result = Archiver(coordinator, min_commits, max_commits).archive()
+    return table, coordinator, lease, instants, reads, result
+
+
+def test_archival_keeps_min_commits_and_the_table_reads_the_same(tmp_path):
+    table, coordinator, lease, instants, reads, result = archived_table(tmp_path / "t")
+    timeline = Table.open(table.uri).timeline
+    active = [i.timestamp for i in timeline.completed_writes()]
+    assert active == instants[-4:], "the newest min_commits writes stay active"
+    assert [i.timestamp for i in result.archived if i.action == COMMIT] == instants[:-4]
+    assert not any(table.io.exists(f".hoodie/{t}.commit") or table.io.exists(f".hoodie/{t}.inflight") for t in instants[:-4])
+    assert state(table.uri) == reads[instants[-1]], "hudi-rs reads the same table"
+    for instant in instants[-3:]:
+        assert state(table.uri, as_of=instant) == reads[instant]
+    assert Table.open(table.uri).snapshot().num_rows == len(reads[instants[-1]])
+
+    archived = ArchivedTimeline(table.io, table.config.archive_dir)
+    assert [name for _, name in archived.files()] == [".hoodie/archived/.commits_.archive.1_1-0-1"]
+    entries = archived.instants()
+    assert sorted({(a.instant.timestamp, a.instant.state) for a in entries if a.instant.action == COMMIT}) == sorted(
+        (t, s) for t in instants[:-4] for s in State
+    ), "requested, inflight and completed of every archived commit"
+    completed = [a for a in entries if a.instant.action == COMMIT and a.instant.state is State.COMPLETED]
+    assert all(a.entry["hoodieCommitMetadata"]["partitionToWriteStats"] for a in completed)
+    assert [a.extra_metadata["laketide.batch.id"] for a in completed] == [str(n) for n in range(len(completed))]
+    lease.release()
+
+
+def test_replayed_batches_stay_skipped_after_their_commits_are_archived(tmp_path):
+    table, coordinator, lease, instants, reads, _ = archived_table(tmp_path / "t")
+    fresh = Coordinator(Table.open(table.uri), lease, "w")
+    assert fresh.is_committed(0), "batch 0's commit is archived; the newer commits carry its id forward"
+    assert fresh.is_committed(len(instants) - 1) and not fresh.is_committed(len(instants))
+    assert fresh.begin(3) is None
+    lease.release()
+
+
+def test_the_archive_file_is_read_by_javas_avro(spark, tmp_path):
+    table, coordinator, lease, instants, reads, _ = archived_table(tmp_path / "t")
+    archived = ArchivedTimeline(table.io, table.config.archive_dir)
+    (block,) = read_blocks(table.io.read_bytes(archived.files()[0][1]))
+    assert block.header[Header.SCHEMA] == avro_models.schema_json("HoodieArchivedMetaEntry")
+    decoded = [java_avro_read(spark, block.header[Header.SCHEMA], payload) for payload in avro_payloads(block)]
+    assert len(decoded) == len(archived.instants()) and '"actionType": "commit"' in decoded[0]
+    completed = [d for d in decoded if '"actionState": "COMPLETED"' in d]
+    assert completed and all('"partitionToWriteStats": {"eu": [{"fileId": "' in d for d in completed)
+    timeline = Table.open(table.uri).timeline
+    for clean in timeline.filter({State.COMPLETED}, [CLEAN]):
+        assert '"policy": "KEEP_LATEST_COMMITS"' in java_container_read(spark, timeline.read_bytes(clean))
+    lease.release()
+
+
+def test_every_registry_schema_parses_in_javas_avro(spark):
+    jvm = spark._jvm
+    for name in avro_models.DEFINITIONS:
+        parsed = jvm.org.apache.avro.Schema.Parser().parse(avro_models.schema_json(name))
+        assert parsed.getFullName() == f"org.apache.hudi.avro.model.{name}"
+
+
+def test_a_block_we_write_reads_back(tmp_path):
+    block = avro_data_block("HoodieInstantInfo", [{"commitTime": "20260101000000000", "action": "commit"}])
+    (again,) = read_blocks(block.to_bytes())
+    assert avro_records(again) == [{"commitTime": "20260101000000000", "action": "commit"}]
+
+
+def test_a_failed_writes_leftovers_hold_archival_until_cleaned(tmp_path):
+    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=12)
+    orphan = BaseFile("region=us", "orphan-0", "0-0-0", str(int(instants[2]) + 1))
+    table.io.write_bytes(orphan.path, b"a failed write's file")
+    archiver = Archiver(coordinator, 4, 6)
+    held = archiver.archive()
+    assert all(i.timestamp < orphan.instant_time for i in held.archived)
+    assert Table.open(table.uri).timeline.start <= orphan.instant_time, "the orphan stays inside the active timeline"
+    assert state(table.uri) == reads[instants[-1]]
+    Cleaner(coordinator, Retention(commits=3)).clean()
+    assert not table.io.exists(orphan.path)
+    archiver.archive()
+    assert [i.timestamp for i in Table.open(table.uri).timeline.completed_writes()] == instants[-4:]
+    assert state(table.uri) == reads[instants[-1]]
+    lease.release()
+
+
+def test_an_index_run_of_a_failed_write_holds_archival(tmp_path):
+    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=12)
+    failed = str(int(instants[3]) + 1)
+    index = StateIndex.open(table.io, 2)
+    table.io.write_bytes(f"{StateIndex.shard_dir(0)}/delta_{failed}_0.arrow", b"a failed write's run")
+    Archiver(coordinator, 4, 6, index.instants).archive()
+    assert Table.open(table.uri).timeline.start < failed
+    lease.release()
+
+
+def test_pending_writes_hold_archival(tmp_path):
+    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=12)
+    pending = coordinator.begin(99)
+    for n in range(3):
+        instants.append(upsert(table, coordinator, 100 + n, [{"id": 1, "v": 100 + n, "region": "eu"}], SCHEMA))
+    Archiver(coordinator, 4, 6).archive()
+    timeline = Table.open(table.uri).timeline
+    assert timeline.pending()[0].timestamp == pending
+    assert timeline.completed_writes()[0].timestamp < pending, "the completed write before the pending one stays too"
+    lease.release()
+
+
+def test_an_archival_interrupted_after_any_step_is_finished_by_the_next(tmp_path):
+    crash_points = 0
+    for budget, after in ((b, a) for b in itertools.count(1) for a in (False, True)):
+        table, coordinator, lease, instants, reads = history(tmp_path / f"t-{budget}-{after}", commits=9)
+        crashing = Table(CrashingFileIO(table.io, budget, after), table.config)
+        try:
+            Archiver(Coordinator(crashing, lease, "w"), 4, 6).archive()
+            finished = True
+        except SimulatedCrash:
+            finished = False
+            crash_points += 1
+        assert state(table.uri) == reads[instants[-1]]
+        Archiver(Coordinator(Table.open(table.uri), lease, "w"), 4, 6).archive()
+        timeline = Table.open(table.uri).timeline
+        assert [i.timestamp for i in timeline.completed_writes()] == instants[-4:]
+        assert timeline.pending() == []
+        archived = ArchivedTimeline(table.io, table.config.archive_dir).instants()
+        keys = [(a.instant.timestamp, a.instant.action, a.instant.state) for a in archived]
+        assert len(keys) == len(set(keys)), "no timeline file archived twice"
+        assert {a.instant.timestamp for a in archived} == set(instants[:-4])
+        assert state(table.uri) == reads[instants[-1]]
+        lease.release()
+        if finished:
+            break
+    assert crash_points >= 4
