@@ -25,16 +25,22 @@ from laketide.api.models import (
     InstantPage,
     InstantSummary,
     LeaseOut,
+    RestoreOut,
+    RestoreRequest,
     RollbackOut,
     RollbackRequest,
+    SavepointOut,
+    SavepointRequest,
     Totals,
     WriterOut,
 )
 from laketide.coordinator import Coordinator, Lease, LeaseError, LeaseHeld, RollbackRefused
 from laketide.coordinator.metrics import Metrics
+from laketide.coordinator.savepoints import SavepointRefused, Savepoints
 from laketide.table import Table
 from laketide.table.instant import ROLLBACK, WRITE_ACTIONS, Instant, State, instant_to_datetime
 from laketide.table.rollback import RollbackMetadata
+from laketide.table.savepoint import savepoints
 from laketide.table.timeline import InstantNotFound
 
 T = TypeVar("T")
@@ -180,13 +186,31 @@ def create_app(
         instant: Annotated[str, Path(pattern=INSTANT_PATTERN)],
         request: Annotated[RollbackRequest, Body()] = RollbackRequest(),
     ) -> RollbackOut:
-        if job is not None:
-            result = _guarded(lambda: job.between_batches(lambda: job.coordinator.rollback(instant, request.force, request.dry_run)))
-        else:
-            result = _standalone_rollback(instant, request)
+        result = _change(lambda coordinator: coordinator.rollback(instant, request.force, request.dry_run))
         return RollbackOut(**result.__dict__)
 
-    def _standalone_rollback(instant: str, request: RollbackRequest):
+    @app.get("/v1/savepoints", response_model=list[SavepointOut], tags=["savepoints"])
+    def list_savepoints() -> list[SavepointOut]:
+        return [SavepointOut(**sp.__dict__) for sp in savepoints(fresh_table().timeline)]
+
+    @app.post("/v1/savepoints", response_model=SavepointOut, responses=ERRORS, tags=["savepoints"], dependencies=[Depends(require_token)])
+    def create_savepoint(request: Annotated[SavepointRequest, Body()] = SavepointRequest()) -> SavepointOut:
+        saved = _change(lambda coordinator: Savepoints(coordinator).create(request.instant, request.user, request.comment))
+        return SavepointOut(**saved.__dict__)
+
+    @app.delete("/v1/savepoints/{instant}", status_code=204, responses=ERRORS, tags=["savepoints"], dependencies=[Depends(require_token)])
+    def delete_savepoint(instant: Annotated[str, Path(pattern=INSTANT_PATTERN)]) -> Response:
+        _change(lambda coordinator: Savepoints(coordinator).delete(instant))
+        return Response(status_code=204)
+
+    @app.post("/v1/restore", response_model=RestoreOut, responses=ERRORS, tags=["savepoints"], dependencies=[Depends(require_token)])
+    def restore(request: Annotated[RestoreRequest, Body()]) -> RestoreOut:
+        return RestoreOut(**_change(lambda coordinator: Savepoints(coordinator).restore(request.savepoint)).__dict__)
+
+    def _change(action: Callable[[Coordinator], T]) -> T:
+        """Run a change under the lease: the job's, between micro-batches, or a lease taken for it."""
+        if job is not None:
+            return _guarded(lambda: job.between_batches(lambda: action(job.coordinator)))
         if lease_factory is None:
             raise ApiError(503, "this server has no lease configured, so it cannot change the table")
         lease = lease_factory()
@@ -199,7 +223,8 @@ def create_app(
             except LeaseError as exc:
                 raise ApiError(503, str(exc)) from None
             coordinator = Coordinator(fresh_table(), lease, OPS_WRITER_ID, instant_side_files=instant_side_files, metrics=metrics)
-            return _guarded(lambda: coordinator.rollback(instant, request.force, request.dry_run))
+            Savepoints(coordinator).resume_restore()
+            return _guarded(lambda: action(coordinator))
         finally:
             lease.release()
 
@@ -211,7 +236,7 @@ def _guarded(action: Callable[[], Any]) -> Any:
         return action()
     except InstantNotFound as exc:
         raise ApiError(404, f"no instant {exc.args[0]} on the timeline") from None
-    except RollbackRefused as exc:
+    except (RollbackRefused, SavepointRefused) as exc:
         raise ApiError(409, str(exc)) from None
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None

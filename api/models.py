@@ -117,6 +117,31 @@ class RollbackOut(BaseModel):
     dry_run: bool
 
 
+class SavepointRequest(BaseModel):
+    instant: str | None = Field(None, pattern=r"^\d{17}$", description="a completed write; default: the latest")
+    comment: str = Field("", max_length=4096)
+    user: str | None = Field(None, max_length=256)
+
+
+class SavepointOut(BaseModel):
+    instant: str
+    user: str
+    saved_at_ms: int
+    comment: str
+    files: list[str]
+
+
+class RestoreRequest(BaseModel):
+    savepoint: str = Field(pattern=r"^\d{17}$")
+
+
+class RestoreOut(BaseModel):
+    savepoint: str
+    restore_instant: str | None = Field(description="null when nothing was written after the savepoint")
+    rolled_back: list[str]
+    files: int
+
+
 class Health(BaseModel):
     status: str = "ok"
     table: str

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from laketide.coordinator.lifecycle import Coordinator
 from laketide.table.clean import CleanerPlan, CleanMetadata, Retention, plan_clean
 from laketide.table.instant import CLEAN, Instant, State
+from laketide.table.savepoint import savepointed_files
+from laketide.table.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +38,10 @@ class Cleaner:
         self._obsolete_side_files = obsolete_side_files or (lambda: [])
 
     def plan(self) -> CleanerPlan:
-        timeline = self.table.timeline
-        return plan_clean(self.table.file_system_view(timeline), self.retention)
+        return self._plan(self.table.timeline)
+
+    def _plan(self, timeline: Timeline) -> CleanerPlan:
+        return plan_clean(self.table.file_system_view(timeline), self.retention, kept=savepointed_files(timeline))
 
     def clean(self, dry_run: bool = False, progress: Callable[[int, int], None] | None = None) -> CleanResult:
         """Finish a pending clean, then clean what the retention allows; no instant when there is nothing to do."""
@@ -51,7 +55,7 @@ class Cleaner:
             plan = CleanerPlan.from_bytes(timeline.read_bytes(pending.with_state(State.REQUESTED)), self.table.io.full_path(""))
             self._execute(pending.timestamp, plan, progress)
         timeline = self.table.timeline
-        plan = plan_clean(self.table.file_system_view(timeline), self.retention)
+        plan = self._plan(timeline)
         side = [p for p in self._obsolete_side_files() if self.table.io.delete(p)]
         if plan.is_empty():
             return CleanResult(None, plan.earliest_to_retain, side)

@@ -1,18 +1,24 @@
-"""The API served by the running streaming job: status, lease, and a rollback between micro-batches."""
+"""The API served by the running streaming job: status, lease, and a rollback, a savepoint and a restore between micro-batches."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 
-from laketide.service import run_service
+from laketide.service import TOKEN_ENV, run_service
 
 from conftest import hudi_read, rows
 from streaming import DATA_COLUMNS, expected_after, job_config, land, row
 
 TOKEN = "job-token"
+CLI = str(Path(sys.executable).with_name("laketide"))
 
 
 def wait_for(condition, timeout=120.0):
@@ -52,6 +58,25 @@ def test_rollback_through_the_running_jobs_api(spark, tmp_path):
         assert answer.json()["was_completed"] and answer.json()["instant"] == newest
         assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after([first])
         assert httpx.post(f"{api}/v1/instants/{newest}/rollback", json={}).status_code == 401
+
+        # a savepoint and a restore through the CLI, which finds the job's API through the lease
+        env = {**os.environ, TOKEN_ENV: TOKEN}
+        saved = subprocess.run([CLI, "savepoint", "create", str(tmp_path / "table"), "--json"], capture_output=True, text=True, env=env)
+        assert saved.returncode == 0, saved.stderr
+        savepoint = json.loads(saved.stdout)["instant"]
+        assert [s["instant"] for s in httpx.get(f"{api}/v1/savepoints").json()] == [savepoint]
+        third = [row(i, 3) for i in range(1, 4)]
+        land(tmp_path, "b2.json", third, 1_700_000_002)
+        wait_for(lambda: len(job.writer.status.recent) == 3)
+        assert httpx.post(f"{api}/v1/restore", json={"savepoint": savepoint}).status_code == 401
+        restored = subprocess.run([CLI, "restore", str(tmp_path / "table"), savepoint, "--json"], capture_output=True, text=True, env=env)
+        assert restored.returncode == 0, restored.stderr
+        assert json.loads(restored.stdout)["rolled_back"] == [job.writer.status.last_instant]
+        assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after([first])
+        fourth = [row(i, 4) for i in range(2, 5)]
+        land(tmp_path, "b3.json", fourth, 1_700_000_003)
+        wait_for(lambda: len(job.writer.status.recent) == 4)
+        assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after([first, fourth]), "the job writes on after the restore"
     finally:
         job.stop()
         thread.join(120)

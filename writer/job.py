@@ -15,6 +15,7 @@ from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, Lease, LeaseLost, LocalLease
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
+from laketide.coordinator.savepoints import Savepoints
 from laketide.coordinator.services import TableServices
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.index.state import StateIndex
@@ -138,6 +139,7 @@ def run(
         coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
         for result in coordinator.recover():
             log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
+        Savepoints(coordinator).resume_restore()
         services = table_services(config, coordinator, index)
         writer = MicroBatchWriter(spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=services.after_commit)
         if on_ready is not None:

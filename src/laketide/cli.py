@@ -190,52 +190,190 @@ def lease(table: Annotated[str, typer.Argument()], zookeeper: ZkOpt = None, zook
     _emit(data, as_json, f"held by {holder.describe()}" if holder else "nobody holds the lease")
 
 
+class _Change:
+    """Where a change to the table runs: the running job's API when a job holds the lease, a lease taken here otherwise."""
+
+    def __init__(self, table: str, api: str | None, token: str | None, zookeeper: str | None, zookeeper_root: str, as_json: bool):
+        self.table = _open(table, as_json)
+        self.as_json = as_json
+        self.token = token or os.environ.get(TOKEN_ENV)
+        self.zookeeper, self.zookeeper_root = zookeeper, zookeeper_root
+        if api is None:
+            holder = _current_holder(self.table, zookeeper, zookeeper_root, as_json)
+            api = holder.api_address if holder else None
+        self.api = api
+
+    def run(self, method: str, path: str, body: dict | None, local) -> dict | None:
+        """``local(coordinator)`` returns the same data the API answers."""
+        if self.api:
+            return self._through_api(method, path, body)
+        from laketide.coordinator import Coordinator, LeaseError, LeaseHeld, RollbackRefused
+        from laketide.coordinator.savepoints import SavepointRefused, Savepoints
+        from laketide.table.timeline import InstantNotFound
+
+        lease_ = _lease(self.table, self.zookeeper, self.zookeeper_root)
+        try:
+            lease_.acquire(timeout=0)
+        except LeaseHeld as exc:
+            raise _fail(f"{exc}; it has no API to ask", REFUSED, self.as_json) from None
+        except LeaseError as exc:
+            raise _fail(str(exc), FAILED, self.as_json) from None
+        try:
+            coordinator = Coordinator(self.table, lease_, "laketide-ops", instant_side_files=_side_files(self.table))
+            Savepoints(coordinator).resume_restore()
+            return local(coordinator)
+        except InstantNotFound as exc:
+            raise _fail(f"no instant {exc.args[0]} on the timeline of {self.table.uri}", NOT_FOUND, self.as_json) from None
+        except (RollbackRefused, SavepointRefused) as exc:
+            raise _fail(str(exc), REFUSED, self.as_json) from None
+        finally:
+            lease_.release()
+
+    def _through_api(self, method: str, path: str, body: dict | None) -> dict | None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            response = httpx.request(method, f"{self.api.rstrip('/')}{path}", json=body, headers=headers, timeout=600)
+        except httpx.HTTPError as exc:
+            raise _fail(f"cannot reach the job's API at {self.api}: {exc}", FAILED, self.as_json) from None
+        if response.status_code == 204:
+            return None
+        if response.status_code == 200:
+            return response.json()
+        is_json = response.headers.get("content-type", "").startswith("application/json")
+        detail = response.json().get("detail", response.text) if is_json else response.text
+        code = {404: NOT_FOUND, 401: REFUSED, 403: REFUSED, 409: REFUSED, 400: USAGE, 422: USAGE}.get(response.status_code, FAILED)
+        raise _fail(f"{self.api} answered {response.status_code}: {detail}", code, self.as_json)
+
+
+ApiOpt = Annotated[Optional[str], typer.Option("--api", help="the running job's API (default: the lease holder's)")]
+TokenOpt = Annotated[Optional[str], typer.Option(help=f"API bearer token (default: ${TOKEN_ENV})")]
+
+
+def _instant_argument(instant: str, as_json: bool) -> None:
+    from laketide.table.instant import validate_instant_time
+
+    try:
+        validate_instant_time(instant)
+    except ValueError as exc:
+        raise _fail(str(exc), USAGE, as_json) from None
+
+
 @app.command()
 def rollback(
     table: Annotated[str, typer.Argument()],
     instant: Annotated[str, typer.Argument()],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be deleted, change nothing")] = False,
     force: Annotated[bool, typer.Option("--force", help="allow a completed instant that is not the newest")] = False,
-    api: Annotated[Optional[str], typer.Option("--api", help="the running job's API (default: the lease holder's)")] = None,
-    token: Annotated[Optional[str], typer.Option(help=f"API bearer token (default: ${TOKEN_ENV})")] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
     zookeeper: ZkOpt = None,
     zookeeper_root: ZkRootOpt = "/laketide",
     as_json: JsonOpt = False,
 ) -> None:
     """Roll back an instant: through the running job's API when a job holds the lease, locally otherwise."""
-    from laketide.coordinator import Coordinator, LeaseError, LeaseHeld, RollbackRefused
-    from laketide.table.instant import validate_instant_time
-    from laketide.table.timeline import InstantNotFound
-
-    try:
-        validate_instant_time(instant)
-    except ValueError as exc:
-        raise _fail(str(exc), USAGE, as_json) from None
-    t = _open(table, as_json)
-    if api is None:
-        holder = _current_holder(t, zookeeper, zookeeper_root, as_json)
-        api = holder.api_address if holder else None
-    if api:
-        data = _rollback_through_api(api, instant, dry_run, force, token or os.environ.get(TOKEN_ENV), as_json)
-    else:
-        lease_ = _lease(t, zookeeper, zookeeper_root)
-        try:
-            lease_.acquire(timeout=0)
-        except LeaseHeld as exc:
-            raise _fail(f"{exc}; it has no API to ask", REFUSED, as_json) from None
-        except LeaseError as exc:
-            raise _fail(str(exc), FAILED, as_json) from None
-        try:
-            coordinator = Coordinator(t, lease_, "laketide-ops", instant_side_files=_side_files(t))
-            data = _local_rollback(coordinator, instant, force, dry_run, as_json).__dict__
-        except InstantNotFound as exc:
-            raise _fail(f"no instant {exc.args[0]} on the timeline of {t.uri}", NOT_FOUND, as_json) from None
-        except RollbackRefused as exc:
-            raise _fail(str(exc), REFUSED, as_json) from None
-        finally:
-            lease_.release()
+    _instant_argument(instant, as_json)
+    change = _Change(table, api, token, zookeeper, zookeeper_root, as_json)
+    data = change.run(
+        "POST",
+        f"/v1/instants/{instant}/rollback",
+        {"dry_run": dry_run, "force": force},
+        lambda coordinator: _local_rollback(coordinator, instant, force, dry_run, as_json).__dict__,
+    )
     verb = "would delete" if data["dry_run"] else f"rolled back with {data['rollback_instant']}, deleted"
     _emit(data, as_json, f"{data['instant']} ({data['action']}): {verb} {len(data['files'])} files\n" + "\n".join(f"  {f}" for f in data["files"]))
+
+
+savepoint_app = typer.Typer(help="Savepoints: commits that cleaning keeps readable and restore can return to.", no_args_is_help=True)
+app.add_typer(savepoint_app, name="savepoint")
+
+
+@savepoint_app.command("create")
+def savepoint_create(
+    table: Annotated[str, typer.Argument()],
+    instant: Annotated[Optional[str], typer.Argument(help="a completed write (default: the latest)")] = None,
+    comment: Annotated[str, typer.Option(help="why it is kept")] = "",
+    user: Annotated[Optional[str], typer.Option(help="who keeps it (default: the login name)")] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+    as_json: JsonOpt = False,
+) -> None:
+    """Savepoint a commit (Hudi's savepoint action)."""
+    from laketide.coordinator.savepoints import Savepoints
+
+    if instant is not None:
+        _instant_argument(instant, as_json)
+    change = _Change(table, api, token, zookeeper, zookeeper_root, as_json)
+    data = change.run(
+        "POST", "/v1/savepoints", {"instant": instant, "comment": comment, "user": user},
+        lambda coordinator: _savepoint_data(Savepoints(coordinator).create(instant, user, comment)),
+    )
+    _emit(data, as_json, f"savepointed {data['instant']}: {len(data['files'])} files held")
+
+
+@savepoint_app.command("list")
+def savepoint_list(table: Annotated[str, typer.Argument()], as_json: JsonOpt = False) -> None:
+    """The table's savepoints, oldest first."""
+    from laketide.table.savepoint import savepoints
+
+    data = [_savepoint_data(sp) for sp in savepoints(_open(table, as_json).timeline)]
+    _emit(data, as_json, "\n".join(f"{d['instant']}  by {d['user']}  {len(d['files'])} files  {d['comment']}" for d in data) or "no savepoints")
+
+
+@savepoint_app.command("delete")
+def savepoint_delete(
+    table: Annotated[str, typer.Argument()],
+    instant: Annotated[str, typer.Argument()],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+    as_json: JsonOpt = False,
+) -> None:
+    """Drop a savepoint; cleaning may then delete the files it held."""
+    from laketide.coordinator.savepoints import Savepoints
+
+    _instant_argument(instant, as_json)
+    change = _Change(table, api, token, zookeeper, zookeeper_root, as_json)
+    change.run("DELETE", f"/v1/savepoints/{instant}", None, lambda coordinator: Savepoints(coordinator).delete(instant))
+    _emit({"deleted": instant}, as_json, f"deleted savepoint {instant}")
+
+
+def _savepoint_data(sp) -> dict:
+    return {"instant": sp.instant, "user": sp.user, "saved_at_ms": sp.saved_at_ms, "comment": sp.comment, "files": list(sp.files)}
+
+
+@app.command()
+def restore(
+    table: Annotated[str, typer.Argument()],
+    savepoint: Annotated[str, typer.Argument(help="the savepoint's instant")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+    as_json: JsonOpt = False,
+) -> None:
+    """Return the table to a savepoint: every write after it is rolled back (Hudi's restore action)."""
+    from laketide.coordinator.savepoints import Savepoints
+    from laketide.table.savepoint import savepoints
+
+    _instant_argument(savepoint, as_json)
+    change = _Change(table, api, token, zookeeper, zookeeper_root, as_json)
+    if not change.api and not any(sp.instant == savepoint for sp in savepoints(change.table.timeline)):
+        raise _fail(f"no savepoint {savepoint} on {change.table.uri}", NOT_FOUND, as_json)
+
+    def local(coordinator):
+        result = _with_progress(lambda progress: Savepoints(coordinator).restore(savepoint, progress), f"restoring {savepoint}", as_json)
+        return result.__dict__
+
+    data = change.run("POST", "/v1/restore", {"savepoint": savepoint}, local)
+    if data["restore_instant"] is None:
+        _emit(data, as_json, f"nothing was written after {savepoint}; the table is already restored")
+    else:
+        _emit(data, as_json, f"restored to {savepoint} with {data['restore_instant']}: {len(data['rolled_back'])} instants rolled back, {data['files']} files deleted")
 
 
 @app.command()
@@ -295,21 +433,6 @@ def _local_rollback(coordinator, instant: str, force: bool, dry_run: bool, as_js
     return _with_progress(
         lambda progress: coordinator.rollback(instant, force=force, dry_run=dry_run, progress=progress), f"rolling back {instant}", dry_run or as_json
     )
-
-
-def _rollback_through_api(api: str, instant: str, dry_run: bool, force: bool, token: str | None, as_json: bool) -> dict:
-    import httpx
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        response = httpx.post(f"{api.rstrip('/')}/v1/instants/{instant}/rollback", json={"dry_run": dry_run, "force": force}, headers=headers, timeout=600)
-    except httpx.HTTPError as exc:
-        raise _fail(f"cannot reach the job's API at {api}: {exc}", FAILED, as_json) from None
-    if response.status_code == 200:
-        return response.json()
-    detail = response.json().get("detail", response.text) if response.headers.get("content-type", "").startswith("application/json") else response.text
-    code = {404: NOT_FOUND, 401: REFUSED, 403: REFUSED, 409: REFUSED, 400: USAGE, 422: USAGE}.get(response.status_code, FAILED)
-    raise _fail(f"{api} answered {response.status_code}: {detail}", code, as_json)
 
 
 @app.command()

@@ -1,0 +1,100 @@
+"""Savepoint and restore metadata, in the Avro form Hudi keeps on its timeline.
+
+A savepoint of commit ``T`` is ``T.savepoint.inflight`` then ``T.savepoint``,
+holding a ``HoodieSavepointMetadata``: the latest base file names of every
+partition as of ``T`` (``hudi-common/src/main/avro/HoodieSavePointMetadata.avsc``).
+Cleaning keeps those files, and archival stops before the first savepoint.
+
+A restore to savepoint ``T`` is ``R.restore.requested`` (``HoodieRestorePlan``:
+the instants after ``T``, newest first), ``R.restore.inflight``, then
+``R.restore`` (``HoodieRestoreMetadata``, with the rollback metadata of each
+instant rolled back), as ``HoodieRestorePlan.avsc`` and
+``HoodieRestoreMetadata.avsc`` define them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+from laketide.table import avro_models
+from laketide.table.instant import SAVEPOINT, State
+from laketide.table.timeline import Timeline
+
+RESTORE_PLAN_VERSION = 2  # HoodieRestorePlan.version: plans name the instants with their actions
+
+
+@dataclass(frozen=True)
+class SavepointMetadata:
+    instant: str
+    user: str
+    saved_at_ms: int
+    comment: str
+    files: tuple[str, ...]  # relative to the table
+
+    def to_bytes(self) -> bytes:
+        partitions: dict[str, list[str]] = {}
+        for path in self.files:
+            partitions.setdefault(posixpath.dirname(path), []).append(posixpath.basename(path))
+        record = {
+            "savepointedBy": self.user,
+            "savepointedAt": self.saved_at_ms,
+            "comments": self.comment,
+            "partitionMetadata": {p: {"partitionPath": p, "savepointDataFile": sorted(names)} for p, names in sorted(partitions.items())},
+        }
+        return avro_models.write_container("HoodieSavepointMetadata", record)
+
+    @classmethod
+    def from_bytes(cls, instant: str, data: bytes) -> SavepointMetadata:
+        record = avro_models.read_container(data, "HoodieSavepointMetadata")
+        files = [posixpath.join(p, name) if p else name for p, meta in record["partitionMetadata"].items() for name in meta["savepointDataFile"]]
+        return cls(instant, record["savepointedBy"], record["savepointedAt"], record["comments"], tuple(sorted(files)))
+
+
+def savepoints(timeline: Timeline) -> list[SavepointMetadata]:
+    """The completed savepoints of a table, oldest first."""
+    return [SavepointMetadata.from_bytes(i.timestamp, timeline.read_bytes(i)) for i in timeline.filter({State.COMPLETED}, [SAVEPOINT])]
+
+
+def savepointed_files(timeline: Timeline) -> frozenset[str]:
+    """Every file a savepoint holds: cleaning never deletes these."""
+    return frozenset(path for sp in savepoints(timeline) for path in sp.files)
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    savepoint: str
+    instants: tuple[tuple[str, str], ...]  # (instant time, action) to roll back, newest first
+
+    def to_bytes(self) -> bytes:
+        record = {
+            "instantsToRollback": [{"commitTime": t, "action": a} for t, a in self.instants],
+            "version": RESTORE_PLAN_VERSION,
+            "savepointToRestoreTimestamp": self.savepoint,
+        }
+        return avro_models.write_container("HoodieRestorePlan", record)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> RestorePlan:
+        record = avro_models.read_container(data, "HoodieRestorePlan")
+        return cls(record["savepointToRestoreTimestamp"], tuple((i["commitTime"], i["action"]) for i in record["instantsToRollback"]))
+
+
+@dataclass
+class RestoreMetadata:
+    restore_time: str
+    plan: RestorePlan
+    rollbacks: dict[str, bytes] = field(default_factory=dict)  # instant -> its HoodieRollbackMetadata container
+    elapsed_ms: int = 0
+
+    def to_bytes(self) -> bytes:
+        record = {
+            "startRestoreTime": self.restore_time,
+            "timeTakenInMillis": self.elapsed_ms,
+            "instantsToRollback": [t for t, _ in self.plan.instants],
+            "hoodieRestoreMetadata": {t: [avro_models.read_container(body, "HoodieRollbackMetadata")] for t, body in self.rollbacks.items()},
+            "version": 1,
+            "restoreInstantInfo": [{"commitTime": t, "action": a} for t, a in self.plan.instants],
+            "extraMetadata": {"savepoint": self.plan.savepoint},
+        }
+        return avro_models.write_container("HoodieRestoreMetadata", record)
