@@ -32,6 +32,7 @@ from laketide.table.instant import CLEAN, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, In
 from laketide.table.markers import marked_instants
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.timeline import Timeline
+from laketide.table.view import FileSystemView
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,10 @@ class Archiver:
         min_commits: int = 20,
         max_commits: int = 30,
         index_instants: Callable[[], set[str]] | None = None,
+        view: Callable[[Timeline], FileSystemView] | None = None,
     ):
-        """``index_instants`` gives the instant times of the state index's delta runs (``StateIndex.instants``)."""
+        """``index_instants`` gives the instant times of the state index's delta runs (``StateIndex.instants``);
+        ``view`` the file-system view of a timeline (the job passes its synced view)."""
         if not 0 < min_commits < max_commits:
             raise ValueError(f"archive needs 0 < min_commits < max_commits; got {min_commits} and {max_commits}")
         self.coordinator = coordinator
@@ -90,12 +93,13 @@ class Archiver:
         self.max_commits = max_commits
         self.archived = ArchivedTimeline(self.table.io, self.table.config.archive_dir)
         self._index_instants = index_instants or (lambda: set())
+        self._view = view or self.table.file_system_view
 
     def _holds(self, timeline: Timeline) -> set[str]:
         """Instants whose failed writes may have left files or index runs: the active timeline must keep them."""
         known = {i.timestamp for i in timeline.completed_writes()} | {i.timestamp for i in timeline.pending()}
         start = timeline.start
-        held = {t for t, _ in failed_writes(self.table.file_system_view(timeline))}
+        held = {t for t, _ in failed_writes(self._view(timeline))}
         held |= {t for t in marked_instants(self.table.io) if t not in known}
         held |= {t for t in self._index_instants() if t not in known and start is not None and t >= start}
         return held

@@ -17,6 +17,7 @@ from laketide.table.clean import CleanerPlan, CleanMetadata, Retention, plan_cle
 from laketide.table.instant import CLEAN, Instant, State
 from laketide.table.savepoint import savepointed_files
 from laketide.table.timeline import Timeline
+from laketide.table.view import FileSystemView
 
 log = logging.getLogger(__name__)
 
@@ -30,18 +31,26 @@ class CleanResult:
 
 
 class Cleaner:
-    def __init__(self, coordinator: Coordinator, retention: Retention, obsolete_side_files: Callable[[], list[str]] | None = None):
-        """``obsolete_side_files`` lists laketide's own files a clean may delete too (index runs a compaction replaced)."""
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        retention: Retention,
+        obsolete_side_files: Callable[[], list[str]] | None = None,
+        view: Callable[[Timeline], FileSystemView] | None = None,
+    ):
+        """``obsolete_side_files`` lists laketide's own files a clean may delete too (index runs a compaction replaced);
+        ``view`` gives the file-system view of a timeline (the job passes its synced view, so a clean lists no files)."""
         self.coordinator = coordinator
         self.table = coordinator.table
         self.retention = retention
         self._obsolete_side_files = obsolete_side_files or (lambda: [])
+        self._view = view or self.table.file_system_view
 
     def plan(self) -> CleanerPlan:
         return self._plan(self.table.timeline)
 
     def _plan(self, timeline: Timeline) -> CleanerPlan:
-        return plan_clean(self.table.file_system_view(timeline), self.retention, kept=savepointed_files(timeline))
+        return plan_clean(self._view(timeline), self.retention, kept=savepointed_files(timeline))
 
     def clean(self, dry_run: bool = False, progress: Callable[[int, int], None] | None = None) -> CleanResult:
         """Finish a pending clean, then clean what the retention allows; no instant when there is nothing to do."""

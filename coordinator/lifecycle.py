@@ -101,7 +101,11 @@ class Coordinator:
         """
         timeline = timeline or self.table.timeline
         newest: dict[str, int] = {}
-        for instant in timeline.completed_writes():
+        writes = timeline.completed_writes()
+        # archived commits drop out of the cache, so it stays as long as the active timeline
+        active = {i.timestamp for i in writes}
+        self._batch_of = {ts: b for ts, b in self._batch_of.items() if ts in active}
+        for instant in writes:
             for writer, batch in self._batches_of(instant, timeline).items():
                 newest[writer] = max(newest.get(writer, -1), batch)
         return newest
@@ -352,7 +356,10 @@ class Coordinator:
         return int(extra[EPOCH_KEY]) if EPOCH_KEY in extra else None
 
     def _rolled_back_targets(self, timeline: Timeline) -> set[str]:
-        for rb in timeline.filter({State.COMPLETED}, [ROLLBACK]):
+        rollbacks = timeline.filter({State.COMPLETED}, [ROLLBACK])
+        active = {rb.timestamp for rb in rollbacks}
+        self._rolled_back = {ts: target for ts, target in self._rolled_back.items() if ts in active}
+        for rb in rollbacks:
             if rb.timestamp not in self._rolled_back:  # completed rollbacks never change
                 self._rolled_back[rb.timestamp] = RollbackMetadata.from_bytes(timeline.read_bytes(rb)).target
         return set(self._rolled_back.values())

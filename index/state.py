@@ -44,8 +44,9 @@ RUN_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", pa.string()), (
 
 FileGroupId = tuple[str, str]
 
-# Executors keep the shards they loaded for the next micro-batch, keyed by the exact run files.
-_SHARD_CACHE: dict[tuple[str, tuple[str, ...]], ShardRun] = {}
+# Executors keep the shards they loaded for the next micro-batch: per (table, shard), the run files
+# merged so far and the result, which the next micro-batch extends with its new delta runs.
+_SHARD_CACHE: dict[tuple[str, int], tuple[tuple[str, ...], ShardRun]] = {}
 _SHARD_CACHE_SIZE = 64
 
 
@@ -104,6 +105,23 @@ class ShardRun:
         uniq, first = np.unique(rev_hashes, return_index=True)
         return cls(uniq, codes[::-1][first], list(groups))
 
+    def extended(self, runs: Iterable[ShardRun]) -> ShardRun:
+        """This run with newer runs folded in, without re-sorting it: the new entries are inserted in place."""
+        new = ShardRun.merge(runs)
+        if len(new.hashes) == 0:
+            return self
+        codes_of = {g: i for i, g in enumerate(self.groups)}
+        remap = np.array([codes_of.setdefault(g, len(codes_of)) for g in new.groups], np.int32)
+        new_codes = remap[new.codes]
+        pos = np.searchsorted(self.hashes, new.hashes)
+        known = np.zeros(len(pos), dtype=bool)
+        inside = pos < len(self.hashes)
+        known[inside] = self.hashes[pos[inside]] == new.hashes[inside]
+        codes = self.codes.copy()
+        codes[pos[known]] = new_codes[known]
+        added = ~known
+        return ShardRun(np.insert(self.hashes, pos[added], new.hashes[added]), np.insert(codes, pos[added], new_codes[added]), list(codes_of))
+
     def lookup(self, key_hashes: np.ndarray) -> np.ndarray:
         """File-group code of each hash, -1 where the shard does not know it."""
         if len(self.hashes) == 0:
@@ -125,6 +143,7 @@ class IndexSnapshot:
     runs: dict[int, tuple[str, ...]]
     covered: frozenset[FileGroupId]
     as_of: str | None
+    coverage_files: tuple[str, ...] = ()
 
 
 class StateIndex:
@@ -183,21 +202,34 @@ class StateIndex:
             deltas = sorted((ts, p) for kind, ts, p in files if kind == "delta" and valid(ts) and ts > base_ts)
             runs[shard] = tuple(([bases[-1][1]] if bases else []) + [p for _, p in deltas])
         covered: set[FileGroupId] = set()
+        coverage_files = []
         for ts, path in sorted(coverage):
             if valid(ts):
                 covered |= {tuple(g) for g in json.loads(self.io.read_text(path))}
+                coverage_files.append(path)
         as_of = max(committed) if committed else None
-        return IndexSnapshot(self.shards, runs, frozenset(covered), as_of)
+        return IndexSnapshot(self.shards, runs, frozenset(covered), as_of, tuple(coverage_files))
 
     def load_shard(self, snapshot: IndexSnapshot, shard: int) -> ShardRun:
-        """The merged runs of one shard, cached in this process: run files never change once written."""
+        """The merged runs of one shard, cached in this process: run files never change once written.
+
+        When the cached runs are the start of the snapshot's (the common case:
+        the same base, and the deltas of the instants committed since), only
+        the new deltas are read and folded in.
+        """
         paths = snapshot.runs.get(shard, ())
-        key = (self.io.base_path, paths)
-        if key not in _SHARD_CACHE:
-            _SHARD_CACHE[key] = ShardRun.merge(self._read_run(p) for p in paths)
-            while len(_SHARD_CACHE) > _SHARD_CACHE_SIZE:
-                _SHARD_CACHE.pop(next(iter(_SHARD_CACHE)))
-        return _SHARD_CACHE[key]
+        key = (self.io.base_path, shard)
+        cached_paths, cached = _SHARD_CACHE.pop(key, ((), None))
+        if cached is not None and cached_paths == paths:
+            run = cached
+        elif cached is not None and cached_paths and paths[: len(cached_paths)] == cached_paths:
+            run = cached.extended(self._read_run(p) for p in paths[len(cached_paths) :])
+        else:
+            run = ShardRun.merge(self._read_run(p) for p in paths)
+        _SHARD_CACHE[key] = (paths, run)  # re-inserted last: the least recently used goes first
+        while len(_SHARD_CACHE) > _SHARD_CACHE_SIZE:
+            _SHARD_CACHE.pop(next(iter(_SHARD_CACHE)))
+        return run
 
     def _read_run(self, path: str) -> ShardRun:
         if self.io.is_local:
@@ -252,6 +284,22 @@ class StateIndex:
                 newest = bases[-1][0]
                 found += [p for kind, ts, p in files if ts < newest or (kind == "delta" and ts == newest)]
         return sorted(found)
+
+    def compact_coverage(self, snapshot: IndexSnapshot) -> str | None:
+        """Fold the committed coverage files into one named after the newest committed instant.
+
+        Each instant writes one, so without folding a snapshot would read one
+        file per commit ever made. A crash before the deletes leaves copies
+        whose union is the same.
+        """
+        if len(snapshot.coverage_files) <= 1 or snapshot.as_of is None:
+            return None
+        path = posixpath.join(INDEX_DIR, f"coverage_{snapshot.as_of}.json")
+        self.io.write_atomic(path, json.dumps(sorted(list(g) for g in snapshot.covered)).encode(), overwrite=True)
+        for old in snapshot.coverage_files:
+            if old != path:
+                self.io.delete(old)
+        return path
 
     def compact(self, snapshot: IndexSnapshot, shard: int) -> str | None:
         """Fold a shard's committed runs into one base named after the newest committed instant."""

@@ -78,3 +78,61 @@ def test_merge_keeps_each_hash_once():
     assert list(merged.hashes) == [1, 5, 7, 9]
     assert [merged.groups[c] for c in merged.lookup(np.array([1, 5, 7, 9, 2], np.uint64)) if c >= 0] == [("p", "x"), ("p", "y"), ("p", "y"), ("p", "x")]
     assert merged.lookup(np.array([2], np.uint64))[0] == -1
+
+
+def test_extending_a_run_equals_merging_it_again():
+    rng = np.random.default_rng(3)
+    base = ShardRun.from_table(index_entries(rng.integers(0, 2**63, 5000, dtype=np.uint64), ["p"] * 5000, ["a"] * 5000))
+    # new keys, and keys the base already has (which stay in their group, as keys never move)
+    fresh = rng.integers(0, 2**63, 300, dtype=np.uint64)
+    again = base.hashes[rng.integers(0, len(base.hashes), 50)]
+    delta = ShardRun.from_table(index_entries(np.concatenate([fresh, again]), ["p"] * 350, ["b"] * 300 + ["a"] * 50))
+    merged = ShardRun.merge([base, delta])
+    extended = base.extended([delta])
+    assert np.array_equal(extended.hashes, merged.hashes)
+    assert [extended.groups[c] for c in extended.codes] == [merged.groups[c] for c in merged.codes]
+    assert base.extended([ShardRun()]) is base
+
+
+def test_cached_shards_are_extended_with_new_deltas_only(tmp_path, monkeypatch):
+    io = FileIO.for_uri(str(tmp_path))
+    index = StateIndex.open(io, 1)
+    reads = []
+    read_run = StateIndex._read_run
+    monkeypatch.setattr(StateIndex, "_read_run", lambda self, path: reads.append(path) or read_run(self, path))
+    committed = set()
+    for n in range(1, 5):
+        ts = f"2026010100000000{n}"
+        write_all(index, ts, entries([f"k{n}-{i}" for i in range(20)], "p", f"fg{n}"))
+        committed.add(ts)
+        reads.clear()
+        snap = index.snapshot(committed)
+        assert lookup(index, snap, [f"k{m}-3" for m in range(1, n + 1)], "p") == [("p", f"fg{m}") for m in range(1, n + 1)]
+        # each micro-batch reads only the run its own instant added
+        assert [p.rsplit("/", 1)[1] for p in reads] == [f"delta_{ts}_0.arrow"]
+    # a run that disappears (a rolled-back instant) makes the shard load again from its files
+    io.delete(index.instant_files("20260101000000004")[0])
+    committed.discard("20260101000000004")
+    reads.clear()
+    snap = index.snapshot(committed)
+    assert lookup(index, snap, ["k4-3", "k3-3"], "p") == [None, ("p", "fg3")]
+    assert len(reads) == 3
+
+
+def test_coverage_files_are_folded_into_one(tmp_path):
+    io = FileIO.for_uri(str(tmp_path))
+    index = StateIndex.open(io, 2)
+    committed = set()
+    for n in range(1, 8):
+        ts = f"2026010100000000{n}"
+        index.write_coverage(ts, [("p", f"fg{n}"), ("p", "shared")])
+        committed.add(ts)
+    index.write_coverage("20260101000000009", [("p", "pending")])  # not committed: neither read nor folded
+    snap = index.snapshot(committed)
+    assert len(snap.coverage_files) == 7
+    folded = index.compact_coverage(snap)
+    assert folded.endswith("coverage_20260101000000007.json")
+    after = index.snapshot(committed)
+    assert after.coverage_files == (folded,) and after.covered == snap.covered
+    assert ("p", "pending") not in after.covered
+    assert index.instant_files("20260101000000009")  # left for its rollback

@@ -21,6 +21,7 @@ from laketide.coordinator.lease import ZooKeeperLease
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table
 from laketide.table.properties import PROPERTIES_FILE
+from laketide.table.view_sync import ViewSync
 from laketide.writer.pipeline import MicroBatchWriter
 from laketide.writer.preflight import table_config_for
 from laketide.writer.session import spark_session
@@ -90,7 +91,7 @@ class RunningJob:
         status = self.writer.status
         timeline = self.table.timeline
         snapshot = self.index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.start)
-        groups = {(s.partition, s.file_id) for s in self.table.file_system_view(timeline).latest_slices()}
+        groups = {(s.partition, s.file_id) for s in self.writer.views.view(timeline).latest_slices()}
         return {
             "running": True,
             "writer_id": self.coordinator.writer_id,
@@ -106,11 +107,11 @@ class RunningJob:
             return action()
 
 
-def table_services(config: JobConfig, coordinator: Coordinator, index: StateIndex) -> TableServices:
-    """Cleaning, then archival (when enabled), after each commit."""
-    services: list = [("clean", Cleaner(coordinator, config.clean.retention(), index.obsolete_runs).clean)]
+def table_services(config: JobConfig, coordinator: Coordinator, index: StateIndex, views: ViewSync) -> TableServices:
+    """Cleaning, then archival (when enabled), after each commit, both on the job's synced view."""
+    services: list = [("clean", Cleaner(coordinator, config.clean.retention(), index.obsolete_runs, views.view).clean)]
     if config.archive.enabled:
-        archiver = Archiver(coordinator, config.archive.min_commits, config.archive.max_commits, index.instants)
+        archiver = Archiver(coordinator, config.archive.min_commits, config.archive.max_commits, index.instants, views.view)
         services.append(("archive", archiver.archive))
     return TableServices(services, background=config.clean.async_)
 
@@ -140,8 +141,11 @@ def run(
         for result in coordinator.recover():
             log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
         Savepoints(coordinator).resume_restore()
-        services = table_services(config, coordinator, index)
-        writer = MicroBatchWriter(spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=services.after_commit)
+        views = ViewSync(table)
+        services = table_services(config, coordinator, index, views)
+        writer = MicroBatchWriter(
+            spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=services.after_commit, views=views
+        )
         if on_ready is not None:
             on_ready(RunningJob(config, table, coordinator, writer, index, stop_requested))
         stream = (

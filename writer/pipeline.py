@@ -26,6 +26,7 @@ from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
 from laketide.table.timeline import Timeline
+from laketide.table.view_sync import ViewSync
 from laketide.table.properties import EVENT_TIME
 from laketide.table.schema import RECORD_KEY, avro_schema_json, evolve, with_meta_schema
 from laketide.writer import stages
@@ -91,10 +92,12 @@ class MicroBatchWriter:
         quarantine_path: str,
         on_step: Callable[[str, int], None] | None = None,
         after_commit: Callable[[], None] | None = None,
+        views: ViewSync | None = None,
     ):
         """``on_step(point, batch_id)`` is called at each step ("begun", "written", "committed");
         crash tests use it to kill the process at an exact point. ``after_commit`` runs the
-        table services (cleaning) once a micro-batch is committed."""
+        table services (cleaning) once a micro-batch is committed. ``views`` is the file-system
+        view kept between micro-batches (shared with the table services)."""
         self.spark = spark
         self.config = config
         self.table = table
@@ -102,6 +105,7 @@ class MicroBatchWriter:
         self.index = index
         self.quarantine_path = quarantine_path
         self.status = WriterStatus()
+        self.views = views or ViewSync(table)
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
         self.batch_lock = threading.RLock()
         self.metrics = coordinator.metrics
@@ -164,7 +168,7 @@ class MicroBatchWriter:
 
     def _plan(self, instant: str, incoming: pa.Schema) -> stages.BatchPlan:
         timeline = self.table.timeline
-        view = self.table.file_system_view(timeline)
+        view = self.views.view(timeline)
         slices = [s for s in view.latest_slices() if s.base_file is not None]
         current = {(s.partition, s.file_id): s.base_file.name for s in slices}
         committed = {i.timestamp for i in timeline.completed_writes()}
@@ -314,7 +318,10 @@ class MicroBatchWriter:
     def _compact_index(self) -> None:
         timeline = self.table.timeline
         snapshot = self.index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.start)
+        limit = self.config.write.index_compaction_deltas
         for shard, runs in snapshot.runs.items():
-            if len(runs) > self.config.write.index_compaction_deltas:
+            if len(runs) > limit:
                 self.index.compact(snapshot, shard)
+        if len(snapshot.coverage_files) > limit:
+            self.index.compact_coverage(snapshot)
 

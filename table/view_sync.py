@@ -1,0 +1,132 @@
+"""A file-system view kept current from the timeline, not by listing the table.
+
+A long-running writer lists its table's files once, at start. After that it
+applies what each newly completed instant says it did: a write adds the files
+in its write stats, a clean or a rollback removes the files its metadata
+names. This is Hudi's incremental timeline sync
+(``IncrementalTimelineSyncFileSystemView``); it makes the per-batch cost of
+the view follow the instants since the last batch instead of the number of
+files. The timeline directory is still read on every refresh: archival keeps
+it bounded, and it is how commits of other writers become visible.
+
+An instant it cannot apply (a restore, or an action it does not know) makes it
+list the table again.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import threading
+
+from laketide.table import avro_models
+from laketide.table.files import BASE_FILE_EXTENSION, BaseFile, LogFile
+from laketide.table.instant import CLEAN, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, Instant, State
+from laketide.table.rollback import RollbackMetadata
+from laketide.table.table import Table
+from laketide.table.timeline import Timeline
+from laketide.table.view import FileSystemView, list_data_files
+
+log = logging.getLogger(__name__)
+DataFile = BaseFile | LogFile
+# actions that change no data file
+_NO_FILES = frozenset({SAVEPOINT})
+
+
+def _data_file(path: str, size: int) -> DataFile | None:
+    partition, name = posixpath.split(path)
+    if name.endswith(BASE_FILE_EXTENSION) and not name.startswith("."):
+        return BaseFile.parse(partition, name, size)
+    return LogFile.parse(partition, name, size)
+
+
+def _without_scheme(path: str) -> str:
+    if "://" in path:
+        return path.split("://", 1)[1]
+    return path[len("file:") :] if path.startswith("file:") else path
+
+
+def table_relative(path: str, partition: str, base_uri: str) -> str:
+    """A deleted file as instant metadata names it (a name, a relative path, or an absolute one) relative to the table."""
+    if "/" not in path:
+        return posixpath.join(partition, path) if partition else path
+    base = _without_scheme(base_uri).rstrip("/") + "/"
+    bare = _without_scheme(path)
+    return bare[len(base) :] if bare.startswith(base) else path
+
+
+class ViewSync:
+    """The writer's file-system view, refreshed from new instants; thread-safe."""
+
+    def __init__(self, table: Table):
+        self.table = table
+        self._lock = threading.Lock()
+        self._files: dict[str, DataFile] = {}
+        self._applied: set[tuple[str, str]] = set()
+        self._view: FileSystemView | None = None
+        self.listings = 0
+
+    def view(self, timeline: Timeline | None = None) -> FileSystemView:
+        """The view as of ``timeline`` (default: the timeline on storage now)."""
+        timeline = timeline or self.table.timeline
+        with self._lock:
+            if self._view is None:
+                self._list(timeline)
+            else:
+                self._apply_new(timeline)
+            self._view = FileSystemView(timeline, *self._split())
+            return self._view
+
+    def reset(self) -> None:
+        """List the table again at the next ``view()`` (after a restore this process ran)."""
+        with self._lock:
+            self._view = None
+
+    def _list(self, timeline: Timeline) -> None:
+        bases, logs = list_data_files(self.table.io)
+        self._files = {f.path: f for f in [*bases, *logs]}
+        self._applied = {(i.timestamp, i.action) for i in timeline.filter({State.COMPLETED})}
+        self.listings += 1
+
+    def _split(self) -> tuple[list[BaseFile], list[LogFile]]:
+        bases = [f for f in self._files.values() if isinstance(f, BaseFile)]
+        return bases, [f for f in self._files.values() if isinstance(f, LogFile)]
+
+    def _apply_new(self, timeline: Timeline) -> None:
+        completed = timeline.filter({State.COMPLETED})
+        # archived instants drop out, so what is remembered stays as long as the active timeline
+        self._applied &= {(i.timestamp, i.action) for i in completed}
+        for instant in completed:
+            if (instant.timestamp, instant.action) in self._applied:
+                continue
+            if not self._apply(instant, timeline):
+                log.info("%s %s cannot be applied to the view; listing the table again", instant.action, instant.timestamp)
+                self._list(timeline)
+                return
+            self._applied.add((instant.timestamp, instant.action))
+
+    def _apply(self, instant: Instant, timeline: Timeline) -> bool:
+        if instant.action in WRITE_ACTIONS:
+            for stat in timeline.commit_metadata(instant).write_stats():
+                if stat.path and (f := _data_file(stat.path, stat.file_size_in_bytes)) is not None:
+                    self._files[f.path] = f
+            return True
+        if instant.action == CLEAN:
+            self._remove(cleaned_files(timeline.read_bytes(instant)))
+            return True
+        if instant.action == ROLLBACK:
+            self._remove(RollbackMetadata.from_bytes(timeline.read_bytes(instant)).deleted)
+            return True
+        return instant.action in _NO_FILES
+
+    def _remove(self, paths: list[tuple[str, str]] | list[str]) -> None:
+        base_uri = self.table.uri
+        for entry in paths:
+            partition, path = entry if isinstance(entry, tuple) else (posixpath.dirname(entry), entry)
+            self._files.pop(table_relative(path, partition, base_uri), None)
+
+
+def cleaned_files(data: bytes) -> list[tuple[str, str]]:
+    """(partition, file as named) of each file a completed clean deleted (``HoodieCleanMetadata``)."""
+    record = avro_models.read_container(data, "HoodieCleanMetadata")
+    return [(pm["partitionPath"], name) for pm in (record.get("partitionMetadata") or {}).values() for name in pm.get("successDeleteFiles") or []]
