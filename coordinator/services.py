@@ -47,8 +47,8 @@ class TableServices:
                 log.exception("%s failed; the next commit starts it again, and it finishes what this one began", name)
                 return
 
-    def close(self, timeout: float = 300.0) -> None:
-        """Wait for a running round, so the lease is not released under it."""
+    def wait(self, timeout: float = 300.0) -> None:
+        """Wait for a running round (before the lease is released, so it is not released under it)."""
         thread = self._thread
         if thread is not None:
             thread.join(timeout)

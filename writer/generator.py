@@ -33,6 +33,8 @@ class GeneratorSpec:
     duplicate_fraction: float = 0.01
     partitions: int = 4
     seed: int = 42
+    # keys are taken modulo key_space when it is set: a table of steady size under endless changes
+    key_space: int = 0
 
     @classmethod
     def from_options(cls, options: dict) -> GeneratorSpec:
@@ -60,6 +62,8 @@ def generate(spec: GeneratorSpec, start: int, end: int) -> pa.RecordBatch:
         dup[0] = False
         keys = np.where(dup, prev, keys)
         ts = np.where(dup, i - 2, ts)
+    if spec.key_space:
+        keys = keys % spec.key_space
     regions = np.char.add("region-", (keys % spec.partitions).astype(str))
     return pa.RecordBatch.from_arrays(
         [

@@ -82,6 +82,7 @@ class RunningJob:
     writer: MicroBatchWriter
     index: StateIndex
     stop_requested: threading.Event
+    services: TableServices
 
     def stop(self) -> None:
         """Ask the query to stop after the micro-batch in progress."""
@@ -147,7 +148,7 @@ def run(
             spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=services.after_commit, views=views
         )
         if on_ready is not None:
-            on_ready(RunningJob(config, table, coordinator, writer, index, stop_requested))
+            on_ready(RunningJob(config, table, coordinator, writer, index, stop_requested, services))
         stream = (
             read_stream(spark, config.source)
             .writeStream.queryName(config.stream.query_name)
@@ -176,5 +177,5 @@ def run(
         return writer
     finally:
         if services is not None:
-            services.close()
+            services.wait()
         lease.release()

@@ -105,6 +105,8 @@ class MicroBatchWriter:
         self.index = index
         self.quarantine_path = quarantine_path
         self.status = WriterStatus()
+        # called with each micro-batch's report once it is done (benchmarks and tests watch the job through it)
+        self.observers: list[Callable[[BatchReport], None]] = []
         self.views = views or ViewSync(table)
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
         self.batch_lock = threading.RLock()
@@ -127,6 +129,8 @@ class MicroBatchWriter:
         with self.batch_lock:
             report = self.process(df, batch_id)
         log.info(report.line())
+        for observer in self.observers:
+            observer(report)
 
     def process(self, df: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()

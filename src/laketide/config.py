@@ -68,6 +68,7 @@ class GeneratorSection(_Section):
     duplicate_fraction: float = Field(0.01, ge=0, le=1)
     partitions: int = Field(4, gt=0)
     seed: int = 42
+    key_space: int = Field(0, ge=0)
 
 
 class SourceSection(_Section):
