@@ -133,11 +133,13 @@ def _same(got: pa.Table, expected: pa.Table) -> bool:
 
 
 def run_laketide(args, workdir: Path, soak: Soak) -> Path:
+    from laketide.cli import DEFAULTS
     from laketide.config import load_config
     from laketide.writer.job import run
 
     table_path = workdir / "laketide"
     config = load_config(
+        base=DEFAULTS,
         overrides=[
             f"table.path={table_path}",
             f"stream.checkpoint={workdir / 'checkpoint'}",
@@ -146,7 +148,6 @@ def run_laketide(args, workdir: Path, soak: Soak) -> Path:
             f"source.generator.rows_per_batch={args.rows}",
             f"source.generator.batches={args.batches}",
             f"source.generator.key_space={args.key_space}",
-            "spark.conf.spark.ui.enabled=false",
         ]
     )
     started = [time.perf_counter()]

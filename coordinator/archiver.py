@@ -94,6 +94,7 @@ class Archiver:
         self.archived = ArchivedTimeline(self.table.io, self.table.config.archive_dir)
         self._index_instants = index_instants or (lambda: set())
         self._view = view or self.table.file_system_view
+        self._settled = False  # whether an archival interrupted earlier has been finished
 
     def _holds(self, timeline: Timeline) -> set[str]:
         """Instants whose failed writes may have left files or index runs: the active timeline must keep them."""
@@ -131,22 +132,27 @@ class Archiver:
     def archive(self) -> ArchiveResult:
         coordinator = self.coordinator
         coordinator.hold()
-        self._finish_interrupted()
+        if not self._settled:
+            self._finish_interrupted()
+            self._settled = True
         timeline = self.table.timeline
         chosen = self.plan(timeline)
         if not chosen:
             return ArchiveResult()
         files = self._timeline_files(timeline, chosen)
+        # until the deletes are done, a failure leaves work for the next round to finish
+        self._settled = False
         path = self.archived.append(archived_entry(i, timeline.read_bytes(i)) for i in files)
         coordinator.hold()
         self._delete(files)
+        self._settled = True
         log.info("archived %d instants (%s to %s) into %s", len(chosen), chosen[0].timestamp, chosen[-1].timestamp, path)
         return ArchiveResult(chosen, path)
 
     def _finish_interrupted(self) -> None:
-        """Delete the timeline files an archival wrote to the newest archive file but had not deleted yet."""
+        """Delete the timeline files an archival wrote to the archive but had not deleted yet."""
         timeline = self.table.timeline
-        left = [i for i in self.archived.latest_file_instants() if self.table.io.exists(timeline.instant_path(i))]
+        left = [i for i in self.archived.last_block_instants() if self.table.io.exists(timeline.instant_path(i))]
         if left:
             log.info("finishing an interrupted archival: %d timeline files left", len(left))
             self._delete(sorted(left, key=lambda i: (i.timestamp, i.state.rank)))

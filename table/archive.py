@@ -4,8 +4,10 @@ As Hudi's ``TimelineArchiverV1`` writes it for table versions up to 8:
 ``.hoodie/archived/.commits_.archive.<version>_1-0-1``, each file one or
 more Avro data blocks of ``HoodieArchivedMetaEntry`` records (one record per
 timeline file: requested, inflight and completed), built as
-``MetadataConversionUtils.createMetaWrapper`` builds them. Each archival here
-writes a new file version (as Hudi does on storage that cannot append).
+``MetadataConversionUtils.createMetaWrapper`` builds them. Each archival adds
+one block to the newest file until it reaches ``MAX_FILE_BYTES``, then starts
+the next version (Hudi's log writer appends where the storage can, and rolls
+over past a size threshold).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from laketide.table.io import FileIO
 from laketide.table.logfile import CorruptLog, avro_data_block, avro_records, read_blocks
 
 ENTRY = "HoodieArchivedMetaEntry"
+MAX_FILE_BYTES = 8 * 2**20
 WRITE_TOKEN = "1-0-1"  # HoodieLogFormat.UNKNOWN_WRITE_TOKEN
 _FILE = re.compile(r"^\.commits_\.archive\.(\d+)_[\d-]+$")
 _STAT_FIELDS = [f["name"] for f in avro_models.DEFINITIONS["HoodieWriteStat"]["fields"]]
@@ -115,23 +118,44 @@ class ArchivedTimeline:
                 continue
         return out
 
-    def latest_file_instants(self) -> set[Instant]:
+    def last_block_instants(self) -> set[Instant]:
+        """The instants of the newest block: what the last archival wrote."""
         files = self.files()
         if not files:
             return set()
         try:
-            return {a.instant for a in self.read_file(files[-1][1])}
+            blocks = list(read_blocks(self.io.read_bytes(files[-1][1])))
         except CorruptLog:
             return set()
+        return {Instant(e["commitTime"], e["actionType"], State(e.get("actionState") or State.COMPLETED.value)) for e in avro_records(blocks[-1], avro_models.schema(ENTRY))}
 
-    def append(self, entries: Iterable[dict]) -> str | None:
-        """Write ``entries`` as the next archive file, atomically; its path, or ``None`` when there is nothing to write."""
+    def append(self, entries: Iterable[dict], max_file_bytes: int = MAX_FILE_BYTES) -> str | None:
+        """Add ``entries`` as one block; its file's path, or ``None`` when there is nothing to write.
+
+        The block goes at the end of the newest archive file while that stays
+        under ``max_file_bytes`` (as Hudi's log writer appends blocks), else
+        into the next version, so the number of files grows with the bytes
+        archived, not with the archivals. The file is rewritten whole and
+        renamed into place: a crash leaves the old file or the new one, never
+        a torn block.
+        """
         entries = list(entries)
         if not entries:
             return None
+        block = avro_data_block(ENTRY, entries).to_bytes()
         files = self.files()
+        if files and self.io.size(files[-1][1]) + len(block) <= max_file_bytes:
+            path = files[-1][1]
+            current = self.io.read_bytes(path)
+            try:
+                list(read_blocks(current))
+            except CorruptLog:
+                pass  # a torn file another writer left: start the next version instead
+            else:
+                self.io.write_atomic(path, current + block, overwrite=True)
+                return path
         version = files[-1][0] + 1 if files else 1
         path = posixpath.join(self.dir, archive_file_name(version))
         self.io.makedirs(self.dir)
-        self.io.write_atomic(path, avro_data_block(ENTRY, entries).to_bytes(), overwrite=False)
+        self.io.write_atomic(path, block, overwrite=False)
         return path

@@ -12,10 +12,10 @@ from laketide.coordinator.cleaner import Cleaner
 from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.table import avro_models
-from laketide.table.archive import ArchivedTimeline
+from laketide.table.archive import ArchivedTimeline, archived_entry
 from laketide.table.clean import Retention
 from laketide.table.files import BaseFile
-from laketide.table.instant import CLEAN, COMMIT, State
+from laketide.table.instant import CLEAN, COMMIT, Instant, State
 from laketide.table.logfile import Header, avro_data_block, avro_payloads, avro_records, read_blocks
 
 from localwrite import upsert
@@ -188,3 +188,16 @@ def test_an_archival_interrupted_after_any_step_is_finished_by_the_next(tmp_path
         if finished:
             break
     assert crash_points >= 4
+
+
+def test_archivals_append_blocks_to_the_newest_file_until_it_is_full(tmp_path):
+    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=8)
+    archived = ArchivedTimeline(table.io, table.config.archive_dir)
+    first = archived.append([archived_entry(i, b"") for i in [Instant(instants[0], "rollback", State.INFLIGHT)]])
+    second = archived.append([archived_entry(i, b"") for i in [Instant(instants[1], "rollback", State.INFLIGHT)]])
+    assert first == second and len(list(read_blocks(table.io.read_bytes(first)))) == 2
+    assert archived.last_block_instants() == {Instant(instants[1], "rollback", State.INFLIGHT)}
+    third = archived.append([archived_entry(Instant(instants[2], "rollback", State.INFLIGHT), b"")], max_file_bytes=1)
+    assert third.endswith(".commits_.archive.2_1-0-1")
+    assert [a.instant.timestamp for a in archived.instants()] == instants[:3]
+    lease.release()
