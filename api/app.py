@@ -273,6 +273,6 @@ def instant_detail(table: Table, timestamp: str) -> InstantDetail:
             for s in stats
         ]
     elif instant.action == ROLLBACK and instant.is_completed:
-        meta = RollbackMetadata.from_bytes(timeline.read_bytes(instant))
+        meta = RollbackMetadata.from_bytes(timeline.read_bytes(instant), timeline.io.full_path(""))
         detail.rolled_back, detail.deleted_files = meta.target, meta.deleted
     return detail

@@ -223,7 +223,7 @@ class Coordinator:
         found = {}
         for rb in timeline.pending([ROLLBACK]):
             requested = rb.with_state(State.REQUESTED)
-            plan = RollbackPlan.from_bytes(timeline.read_bytes(requested))
+            plan = RollbackPlan.from_bytes(timeline.read_bytes(requested), self.table.uri)
             found[plan.target] = (rb, plan)
         return found
 
@@ -278,7 +278,7 @@ class Coordinator:
         done = self._completed_rollbacks(timeline).get(instant_time)
         if done is not None:
             # Rolled back already; at most the target's timeline files are left to remove.
-            meta = RollbackMetadata.from_bytes(timeline.read_bytes(done))
+            meta = RollbackMetadata.from_bytes(timeline.read_bytes(done), self.table.uri)
             if not dry_run:
                 self.timeline_writer.delete_all_states(instant_time, meta.target_action)
             return RollbackResult(instant_time, meta.target_action, done.timestamp, meta.deleted, dry_run=dry_run)
@@ -288,7 +288,7 @@ class Coordinator:
             return RollbackResult(instant_time, plan.target_action, None, list(plan.files), was_completed, dry_run=True)
         rollback_time = self.clock.next(after=timeline.last_timestamp)
         requested = Instant(rollback_time, ROLLBACK, State.REQUESTED)
-        self.retry.run(lambda: self.timeline_writer.write(requested, plan.to_bytes()), f"plan rollback {rollback_time}")
+        self.retry.run(lambda: self.timeline_writer.write(requested, plan.to_bytes(self.table.uri)), f"plan rollback {rollback_time}")
         return self._execute(rollback_time, plan, timeline, progress)
 
     def _execute(
@@ -310,7 +310,7 @@ class Coordinator:
         metadata = RollbackMetadata(rollback_time, plan.target, plan.target_action, files, elapsed)
         completed = Instant(rollback_time, ROLLBACK, State.COMPLETED)
         self.lease.check()
-        self.retry.run(lambda: writer.write(completed, metadata.to_bytes()), f"complete rollback {rollback_time}")
+        self.retry.run(lambda: writer.write(completed, metadata.to_bytes(self.table.uri)), f"complete rollback {rollback_time}")
         writer.delete_all_states(plan.target, plan.target_action)
         self._finished(plan.target)
         log.info("rolled back %s with %s (%d files deleted)", plan.target, rollback_time, len(files))

@@ -23,6 +23,7 @@ from enum import Enum
 
 
 from laketide.table import avro_models
+from laketide.table.files import absolute_path, table_relative
 from laketide.table.instant import COMMIT, REPLACE_COMMIT, Instant, State, instant_to_datetime
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
@@ -62,7 +63,7 @@ class CleanerPlan:
     def to_bytes(self, base_uri: str) -> bytes:
         per_partition: dict[str, list[dict]] = {}
         for path in self.files:
-            per_partition.setdefault(_partition_of(path), []).append({"filePath": posixpath.join(base_uri, path), "isBootstrapBaseFile": False})
+            per_partition.setdefault(_partition_of(path), []).append({"filePath": absolute_path(base_uri, path), "isBootstrapBaseFile": False})
         earliest = {"timestamp": self.earliest_to_retain, "action": COMMIT, "state": State.COMPLETED.value} if self.earliest_to_retain else None
         record = {
             "earliestInstantToRetain": earliest,
@@ -81,7 +82,7 @@ class CleanerPlan:
         record = avro_models.read_container(data)
         files = []
         for partition, infos in (record.get("filePathsToBeDeletedPerPartition") or {}).items():
-            files += [posixpath.relpath(i["filePath"], base_uri) for i in infos if i.get("filePath")]
+            files += [table_relative(i["filePath"], partition, base_uri) for i in infos if i.get("filePath")]
         for partition, names in (record.get("filesToBeDeletedPerPartition") or {}).items():
             files += [posixpath.join(partition, n) for n in names]  # version 1 plans name files only
         earliest = record.get("earliestInstantToRetain")

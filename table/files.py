@@ -78,6 +78,26 @@ class LogFile(_DataFile):
         return cls(partition, m["file_id"], m["instant"], int(m["version"]), m["token"], size)
 
 
+def _without_scheme(path: str) -> str:
+    if "://" in path:
+        return path.split("://", 1)[1]
+    return path[len("file:") :] if path.startswith("file:") else path
+
+
+def table_relative(path: str, partition: str, base_uri: str) -> str:
+    """A deleted file as instant metadata names it (a name, a relative path, or an absolute one) relative to the table."""
+    if "/" not in path:
+        return posixpath.join(partition, path) if partition else path
+    base = _without_scheme(base_uri).rstrip("/") + "/"
+    bare = _without_scheme(path)
+    return bare[len(base) :] if bare.startswith(base) else path
+
+
+def absolute_path(base_uri: str, path: str) -> str:
+    """A path relative to the table as Hudi's plans and metadata name files: absolute."""
+    return posixpath.join(base_uri, path)
+
+
 def instant_of_file(name: str) -> str | None:
     """The instant time a data file belongs to, from its name alone."""
     if name.endswith(BASE_FILE_EXTENSION) and not name.startswith("."):

@@ -20,7 +20,7 @@ import posixpath
 import threading
 
 from laketide.table import avro_models
-from laketide.table.files import BASE_FILE_EXTENSION, BaseFile, LogFile
+from laketide.table.files import BASE_FILE_EXTENSION, BaseFile, LogFile, table_relative
 from laketide.table.instant import CLEAN, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, Instant, State
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.table import Table
@@ -38,21 +38,6 @@ def _data_file(path: str, size: int) -> DataFile | None:
     if name.endswith(BASE_FILE_EXTENSION) and not name.startswith("."):
         return BaseFile.parse(partition, name, size)
     return LogFile.parse(partition, name, size)
-
-
-def _without_scheme(path: str) -> str:
-    if "://" in path:
-        return path.split("://", 1)[1]
-    return path[len("file:") :] if path.startswith("file:") else path
-
-
-def table_relative(path: str, partition: str, base_uri: str) -> str:
-    """A deleted file as instant metadata names it (a name, a relative path, or an absolute one) relative to the table."""
-    if "/" not in path:
-        return posixpath.join(partition, path) if partition else path
-    base = _without_scheme(base_uri).rstrip("/") + "/"
-    bare = _without_scheme(path)
-    return bare[len(base) :] if bare.startswith(base) else path
 
 
 class ViewSync:
@@ -115,7 +100,7 @@ class ViewSync:
             self._remove(cleaned_files(timeline.read_bytes(instant)))
             return True
         if instant.action == ROLLBACK:
-            self._remove(RollbackMetadata.from_bytes(timeline.read_bytes(instant)).deleted)
+            self._remove(RollbackMetadata.from_bytes(timeline.read_bytes(instant), self.table.uri).deleted)
             return True
         return instant.action in _NO_FILES
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from laketide.coordinator import Coordinator, LocalLease
-from laketide.table import FileIO, Table
+from laketide.table import FileIO, Table, avro_models
 from laketide.table.instant import ROLLBACK, State
 from laketide.table.rollback import RollbackMetadata
 
@@ -114,3 +114,25 @@ def test_recover_rolls_back_what_a_dead_writer_left(tmp_path):
     assert [r.instant for r in results] == [dangling]
     assert rows(hudi_read(tmp_path / "t"), "id", ["id", "v", "region"]) == after_c2
     successor.release()
+
+
+def test_rollback_plan_and_metadata_name_absolute_paths(tmp_path):
+    """Hudi's BaseRollbackHelper resolves each file's partition against the base path, so the paths are absolute."""
+    lease = LocalLease(str(tmp_path / "lease"), "t")
+    lease.acquire()
+    table, c2, dangling, before, after_c2 = build(tmp_path / "t", lease)
+    result = Coordinator(table, lease, "w").rollback(dangling)
+    timeline = Table.open(table.uri).timeline
+    (rb,) = timeline.filter({State.COMPLETED}, [ROLLBACK])
+    plan = avro_models.read_container(timeline.read_bytes(rb.with_state(State.REQUESTED)))
+    planned = [f for r in plan["RollbackRequests"] for f in r["filesToBeDeleted"]]
+    meta = avro_models.read_container(timeline.read_bytes(rb))
+    deleted = [f for pm in meta["partitionMetadata"].values() for f in pm["successDeleteFiles"]]
+    assert planned and deleted and result.files
+    for path in planned + deleted:
+        assert path.startswith(table.uri + "/"), path
+    for r in plan["RollbackRequests"]:
+        assert all(f.rsplit("/", 1)[0] == f"{table.uri}/{r['partitionPath']}" for f in r["filesToBeDeleted"])
+    # read back relative to the table, as the rest of laketide names files
+    assert sorted(RollbackMetadata.from_bytes(timeline.read_bytes(rb), table.uri).deleted) == sorted(result.files)
+    lease.release()

@@ -9,7 +9,8 @@ from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.savepoints import Savepoints
 from laketide.table import Table
 from laketide.table.clean import CleanPolicy, Retention
-from laketide.table.view_sync import ViewSync, table_relative
+from laketide.table.files import table_relative
+from laketide.table.view_sync import ViewSync
 
 from localwrite import upsert
 
