@@ -145,6 +145,9 @@ class FileIO:
         except FileNotFoundError:
             return False
 
+    def move(self, rel: str, to: str) -> None:
+        self.fs.move(self.full_path(rel), self.full_path(to))
+
     def delete_dir(self, rel: str) -> None:
         if self.exists(rel):
             self.fs.delete_dir(self.full_path(rel))

@@ -47,3 +47,7 @@ def test_generator_micro_batches_match_the_generated_changes(spark, tmp_path):
     got = {r["id"]: (r["ts"], r["name"], r["region"]) for r in table.to_pylist()}
     assert table.num_rows == len(got) == len(model)
     assert got == {k: (r["ts"], r["name"], r["region"]) for k, r in model.items()}
+    # one task writes several file groups; the sequence numbers of an instant are still unique, as Hudi's
+    stamps = list(zip(table["_hoodie_commit_time"].to_pylist(), table["_hoodie_commit_seqno"].to_pylist()))
+    assert len(set(stamps)) == len(stamps)
+    assert len({t for t, _ in stamps}) == BATCHES, "every instant still has rows, so each is checked"

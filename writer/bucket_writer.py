@@ -84,11 +84,16 @@ class BucketWriter:
         bloom_kind: str = "DYNAMIC_V0",
         ordering_field: str | None = None,
         token: str | None = None,
+        first_seqno: int = 0,
     ):
         """``ordering_field`` set means event-time ordering: a stored row with a higher value wins.
 
         ``token`` is the write token in the file name; each task attempt has its
         own, so a retried or speculative attempt never writes another's file.
+        ``first_seqno`` is where this file group's sequence numbers start: a task
+        writing several groups continues its count, so that, as in Hudi (one
+        Spark partition per file group there), ``_hoodie_commit_seqno`` is
+        unique within the instant.
         """
         self.io = io
         self.target = target
@@ -99,7 +104,7 @@ class BucketWriter:
         self.avro_schema = avro_schema
         self.bloom_kind = bloom_kind
         self.ordering_field = ordering_field
-        self.counts = _Counts()
+        self.counts = _Counts(seqno=first_seqno)
 
     def _stamp(self, rows: pa.Table) -> pa.Table:
         """Meta columns for incoming rows: this instant's commit time and fresh sequence numbers."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from laketide.config import TableSection
+from laketide.table.metadata_table import metadata_partitions
 from laketide.table.properties import EVENT_TIME, MERGE_STRATEGY_ID, TableConfig, default_merge_mode
 from laketide.table.schema import IS_DELETED, META_COLUMNS, SchemaError, check_avro_names, evolve, storage_schema
 
@@ -44,10 +45,11 @@ def check_writable(table: TableConfig, uri: str) -> None:
         )
     if table.merge_mode not in MERGE_STRATEGY_ID:
         problems.append(f"the table merges records with {table.merge_mode}; laketide supports EVENT_TIME_ORDERING and COMMIT_TIME_ORDERING")
-    if props.get("hoodie.table.metadata.partitions"):
+    if partitions := metadata_partitions(props):
         problems.append(
-            f"hoodie.table.metadata.partitions = {props['hoodie.table.metadata.partitions']}; laketide does not maintain "
-            "Hudi's metadata table, which would go stale"
+            f"the table has Hudi's metadata table (partitions {', '.join(partitions)}), which laketide does not keep up to date, "
+            f"so it would go stale. Set hoodie.metadata.enable=false on the table's Hudi writers, then run "
+            f"`laketide metadata drop {uri}` (what Hudi does when the metadata table is disabled)"
         )
     if props.get("hoodie.table.timeline.timezone", "UTC").upper() != "UTC":
         problems.append(f"hoodie.table.timeline.timezone = {props['hoodie.table.timeline.timezone']}; laketide writes UTC instants only")

@@ -110,6 +110,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
     starts = np.concatenate([[0], np.nonzero((partitions[1:] != partitions[:-1]) | (file_ids[1:] != file_ids[:-1]))[0] + 1])
     ends = np.append(starts[1:], len(partitions))
     statuses = []
+    seqno = 0
     for start, end in zip(starts, ends):
         partition, file_id = partitions[start], file_ids[start]
         incoming = rows.slice(start, end - start).drop_columns([PARTITION, FILE_ID])
@@ -117,9 +118,12 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
         base = BaseFile.parse(partition, current) if current else None
         ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth)
         target = FileGroupTarget(partition, file_id, base)
-        writer = BucketWriter(io, target, plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom_type, plan.ordering_field, token)
+        writer = BucketWriter(
+            io, target, plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom_type, plan.ordering_field, token, first_seqno=seqno
+        )
         markers.create(writer.new_file.path, MERGE if base else CREATE)
         stat = writer.write(incoming)
+        seqno = writer.counts.seqno
         newly_covered = (partition, file_id) in plan.uncovered
         if newly_covered:
             _index_whole_group(plan, io, stat.path, partition, file_id, task)

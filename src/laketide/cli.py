@@ -418,6 +418,42 @@ def clean(
     _emit(data, as_json, f"{t.uri}: {verb} {len(result.files)} files (reads from {result.earliest_to_retain or 'every commit'} on are kept)\n" + "\n".join(f"  {f}" for f in result.files))
 
 
+metadata_app = typer.Typer(help="Hudi's metadata table, which laketide does not keep up to date.", no_args_is_help=True)
+app.add_typer(metadata_app, name="metadata")
+
+
+@metadata_app.command("drop")
+def metadata_drop(
+    table: Annotated[str, typer.Argument()],
+    backup: Annotated[bool, typer.Option("--backup", help="move .hoodie/metadata aside to .hoodie/.metadata_<instant> instead of deleting it")] = False,
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+    as_json: JsonOpt = False,
+) -> None:
+    """Disable and delete Hudi's metadata table, as Hudi does when it is disabled (set hoodie.metadata.enable=false on Hudi's writers too)."""
+    from laketide.coordinator import LeaseError, LeaseHeld
+    from laketide.table import metadata_table
+    from laketide.table.instant import InstantClock
+
+    t = _open(table, as_json)
+    lease_ = _lease(t, zookeeper, zookeeper_root)
+    try:
+        lease_.acquire(timeout=0)
+        result = metadata_table.drop(t.io, InstantClock().next() if backup else None)
+    except LeaseHeld as exc:
+        raise _fail(f"{exc}; stop the job first", REFUSED, as_json) from None
+    except LeaseError as exc:
+        raise _fail(str(exc), FAILED, as_json) from None
+    finally:
+        lease_.release()
+    data = result.__dict__
+    if not result.partitions and not result.removed:
+        _emit(data, as_json, f"{t.uri} has no metadata table")
+    else:
+        where = f", moved to {result.backup}" if result.backup else (", deleted" if result.removed else "")
+        _emit(data, as_json, f"{t.uri}: metadata table disabled (partitions {', '.join(result.partitions) or 'none'}){where}")
+
+
 def _with_progress(action, what: str, quiet: bool):
     """Run ``action(progress)`` with a progress bar unless output is for scripts."""
     if quiet:
