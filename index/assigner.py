@@ -61,6 +61,8 @@ class AssignPlan:
     new_group_records: int
     small_groups: dict[int, list[SmallFileGroup]] = field(default_factory=dict)
     uncovered: dict[str, list[UncoveredGroup]] = field(default_factory=dict)
+    # the table's live file groups; an index entry naming another (replaced by clustering, cleaned, restored away) is stale
+    live: frozenset[tuple[str, str]] | None = None
 
     def owner_of(self, file_id: str) -> int:
         return int(uuid.uuid5(_FILE_ID_NAMESPACE, file_id).int % self.shards)
@@ -155,6 +157,9 @@ class BucketAssigner:
         n = rows.num_rows
         hashes = index_keys(rows[PARTITION], rows[RECORD_KEY])
         codes = self.run.lookup(hashes)
+        if self.plan.live is not None and len(self.run.groups):
+            stale = np.array([g not in self.plan.live for g in self.run.groups], dtype=bool)
+            codes = np.where((codes >= 0) & stale[np.maximum(codes, 0)], -1, codes)
         file_ids: list[str | None] = [self.run.groups[c][1] if c >= 0 else None for c in codes]
         partitions = rows[PARTITION].to_pylist()
         deleted = pc.fill_null(rows[IS_DELETED], False).to_pylist() if IS_DELETED in rows.column_names else [False] * n

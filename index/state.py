@@ -12,7 +12,8 @@ Layout under ``.hoodie/.laketide/index/``::
     meta.json                                 shard count and hash
     shard-00003/base_<instant>.arrow          sorted (key_hash, group) run
     shard-00003/delta_<instant>_<part>.arrow  entries added by one instant
-    coverage_<instant>.json                   file groups whose keys became fully indexed
+    coverage_<instant>.json                   file groups whose keys became fully indexed by an
+                                              instant, and groups other writers changed (uncovered)
 
 A hash collision can only send a new key to the file group of the key it
 collides with, where the bucket writer inserts it; no key is ever in two groups.
@@ -65,6 +66,16 @@ def index_entries(key_hashes: np.ndarray, partitions, file_ids) -> pa.Table:
 
 def shard_of(key_hashes: np.ndarray, shards: int) -> np.ndarray:
     return (key_hashes % np.uint64(shards)).astype(np.int32)
+
+
+def _apply_coverage(covered: set[FileGroupId], entry: dict | list) -> set[FileGroupId]:
+    """Coverage after one instant's file (a bare list is the older form: groups covered)."""
+    if isinstance(entry, list):
+        return covered | {tuple(g) for g in entry}
+    if entry.get("uncover_all"):
+        covered = set()
+    covered = covered - {tuple(g) for g in entry.get("uncovered", [])}
+    return covered | {tuple(g) for g in entry.get("covered", [])}
 
 
 @dataclass
@@ -205,7 +216,7 @@ class StateIndex:
         coverage_files = []
         for ts, path in sorted(coverage):
             if valid(ts):
-                covered |= {tuple(g) for g in json.loads(self.io.read_text(path))}
+                covered = _apply_coverage(covered, json.loads(self.io.read_text(path)))
                 coverage_files.append(path)
         as_of = max(committed) if committed else None
         return IndexSnapshot(self.shards, runs, frozenset(covered), as_of, tuple(coverage_files))
@@ -252,11 +263,12 @@ class StateIndex:
         self._write_run(path, entries)
         return path
 
-    def write_coverage(self, instant: str, groups: Iterable[FileGroupId]) -> None:
-        groups = sorted(set(groups))
-        if groups:
-            path = posixpath.join(INDEX_DIR, f"coverage_{instant}.json")
-            self.io.write_atomic(path, json.dumps([list(g) for g in groups]).encode(), overwrite=True)
+    def write_coverage(self, instant: str, groups: Iterable[FileGroupId], uncovered: Iterable[FileGroupId] = (), uncover_all: bool = False) -> None:
+        """What one instant changes in coverage: first ``uncovered`` (or every group) is dropped, then ``groups`` added."""
+        groups, uncovered = sorted(set(groups)), sorted(set(uncovered))
+        if groups or uncovered or uncover_all:
+            body = {"uncover_all": uncover_all, "uncovered": [list(g) for g in uncovered], "covered": [list(g) for g in groups]}
+            self.io.write_atomic(posixpath.join(INDEX_DIR, f"coverage_{instant}.json"), json.dumps(body).encode(), overwrite=True)
 
     def instant_files(self, instant: str) -> list[str]:
         """The deltas and coverage an instant wrote: what its rollback deletes.
@@ -295,7 +307,7 @@ class StateIndex:
         if len(snapshot.coverage_files) <= 1 or snapshot.as_of is None:
             return None
         path = posixpath.join(INDEX_DIR, f"coverage_{snapshot.as_of}.json")
-        self.io.write_atomic(path, json.dumps(sorted(list(g) for g in snapshot.covered)).encode(), overwrite=True)
+        self.io.write_atomic(path, json.dumps({"covered": sorted(list(g) for g in snapshot.covered)}).encode(), overwrite=True)
         for old in snapshot.coverage_files:
             if old != path:
                 self.io.delete(old)

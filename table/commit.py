@@ -21,6 +21,8 @@ WRITER_ID_KEY = "laketide.writer.id"
 EPOCH_KEY = "laketide.lease.epoch"
 # the newest batch id of every writer so far, as JSON: replay detection survives archival
 BATCHES_KEY = "laketide.batches"
+# set by writers that keep the state index: the other writers' commits on the active timeline it accounts for
+INDEX_SEEN_KEY = "laketide.index.seen"
 
 
 class _Model(BaseModel):

@@ -25,6 +25,7 @@ class Table:
     def __init__(self, io: FileIO, config: TableConfig):
         self.io = io
         self.config = config
+        self._commit_details: dict = {}  # completed writes' metadata, shared by every timeline this table loads
 
     @classmethod
     def open(cls, path: str, io: FileIO | None = None) -> Table:
@@ -79,7 +80,7 @@ class Table:
     @property
     def timeline(self) -> Timeline:
         """The timeline as it is on storage now."""
-        return Timeline.load(self.io, self.config)
+        return Timeline.load(self.io, self.config, self._commit_details)
 
     def schema(self, timeline: Timeline | None = None) -> pa.Schema | None:
         """The table's data schema: the Avro schema of its latest write, as Hudi's readers take it.

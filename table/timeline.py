@@ -22,7 +22,9 @@ class InstantNotFound(KeyError):
 
 
 class Timeline:
-    def __init__(self, io: FileIO, config: TableConfig, instants: Iterable[Instant]):
+    def __init__(self, io: FileIO, config: TableConfig, instants: Iterable[Instant], details: dict[str, CommitMetadata] | None = None):
+        """``details`` caches the metadata of completed writes; a long-lived table passes one cache to
+        every timeline it loads, so each commit's metadata is read once, not once per load."""
         self.io = io
         self.config = config
         latest: dict[tuple[str, str], Instant] = {}
@@ -31,13 +33,18 @@ class Timeline:
             if key not in latest or instant.state.rank > latest[key].state.rank:
                 latest[key] = instant
         self.instants: list[Instant] = sorted(latest.values(), key=lambda i: (i.timestamp, i.action))
-        self._details: dict[str, CommitMetadata] = {}
+        self._details: dict[str, CommitMetadata] = {} if details is None else details
+        if details:
+            # what left the active timeline (archived, rolled back) leaves the cache: it stays as long as the timeline
+            completed = {i.timestamp for i in self.instants if i.is_completed and i.action in WRITE_ACTIONS}
+            for gone in [t for t in list(details) if t not in completed]:
+                details.pop(gone, None)
 
     @classmethod
-    def load(cls, io: FileIO, config: TableConfig) -> Timeline:
+    def load(cls, io: FileIO, config: TableConfig, details: dict[str, CommitMetadata] | None = None) -> Timeline:
         layout = config.timeline_layout_version
         found = (Instant.parse_file_name(e.name, layout) for e in io.list_dir(config.timeline_dir) if not e.is_dir)
-        return cls(io, config, (i for i in found if i is not None))
+        return cls(io, config, (i for i in found if i is not None), details)
 
     def __iter__(self):
         return iter(self.instants)

@@ -23,8 +23,11 @@ from laketide.table.keygen import partition_paths, record_keys
 from conftest import hudi_read, rows
 
 
-def write_file_groups(table: Table, instant: str, data: pa.Table, schema: pa.Schema, new_groups_only: bool = False) -> list:
-    """Write one instant's file groups; ``new_groups_only`` puts every key in a new group (as clustering does)."""
+def write_file_groups(
+    table: Table, instant: str, data: pa.Table, schema: pa.Schema, new_groups_only: bool = False, insert_into: dict[str, str] | None = None
+) -> list:
+    """Write one instant's file groups; ``new_groups_only`` puts every key in a new group (as clustering does);
+    ``insert_into`` sends the new keys of a partition to that existing group (as Hudi's small-file handling does)."""
     config = table.config
     data = data.append_column(RECORD_KEY, record_keys(data, config.record_key_fields)[0])
     partitions = partition_paths(data, config.partition_fields, config.hive_style_partitioning, config.urlencode_partitions)[0]
@@ -37,7 +40,7 @@ def write_file_groups(table: Table, instant: str, data: pa.Table, schema: pa.Sch
         for key, part, name in zip(snap[RECORD_KEY].to_pylist(), snap[PARTITION_PATH].to_pylist(), snap[FILE_NAME].to_pylist()):
             located[key] = (part, name.split("_")[0])
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    fresh: dict[str, str] = {}
+    fresh: dict[str, str] = dict(insert_into or {})
     for i, (key, part) in enumerate(zip(data[RECORD_KEY].to_pylist(), data["__partition"].to_pylist())):
         target = located.get(key) or (part, fresh.setdefault(part, new_file_id()))
         groups[target].append(i)

@@ -23,6 +23,7 @@ from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, LeaseLost
 from laketide.index.assigner import FILE_ID, PARTITION, AssignPlan, SmallFileGroup, UncoveredGroup
 from laketide.index.state import StateIndex
+from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
 from laketide.table.timeline import Timeline
@@ -170,18 +171,24 @@ class MicroBatchWriter:
 
     # -- the stages ---------------------------------------------------------
 
-    def _plan(self, instant: str, incoming: pa.Schema) -> stages.BatchPlan:
+    def _plan(self, instant: str, incoming: pa.Schema) -> tuple[stages.BatchPlan, ForeignWrites]:
         timeline = self.table.timeline
         view = self.views.view(timeline)
         slices = [s for s in view.latest_slices() if s.base_file is not None]
         current = {(s.partition, s.file_id): s.base_file.name for s in slices}
         committed = {i.timestamp for i in timeline.completed_writes()}
         snapshot = self.index.snapshot(committed, timeline.start)
-        uncovered = frozenset(set(current) - snapshot.covered)
+        foreign = foreign_writes(timeline)
+        if foreign.everything or foreign.touched:
+            log.info("instant %s: %s changed by other writers; their keys are probed again", instant, "every file group" if foreign.everything else f"{len(foreign.touched)} file groups")
+        still_covered = set() if foreign.everything else snapshot.covered - foreign.touched
+        uncovered = frozenset(set(current) - still_covered)
         write = self.config.write
         record_size = _record_size(timeline)
         settings = self.table.config
-        assign = AssignPlan(instant, self.index.shards, settings.ordering_field, max(1, write.target_file_size // record_size))
+        assign = AssignPlan(
+            instant, self.index.shards, settings.ordering_field, max(1, write.target_file_size // record_size), live=frozenset(current)
+        )
         for s in slices:
             key = (s.partition, s.file_id)
             if key in uncovered:
@@ -192,7 +199,7 @@ class MicroBatchWriter:
                     assign.small_groups.setdefault(assign.owner_of(s.file_id), []).append(SmallFileGroup(s.partition, s.file_id, capacity))
         # checked at start; a schema another writer changed since then is checked again here
         schema = evolve(self.table.schema(timeline), incoming)
-        return stages.BatchPlan(
+        plan = stages.BatchPlan(
             table_uri=self.table.uri,
             instant=instant,
             assign=assign,
@@ -205,6 +212,7 @@ class MicroBatchWriter:
             partition_depth=len(settings.partition_fields),
             ordering_field=settings.ordering_field if settings.merge_mode == EVENT_TIME else None,
         )
+        return plan, foreign
 
     def _quarantine(self, prepared: DataFrame, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
         """Rows with their reason, and whole landing files that could not be read, copied aside."""
@@ -276,12 +284,14 @@ class MicroBatchWriter:
         self, prepared: DataFrame, data_fields: list[StructField], records: int, bad_files: dict[str, str], batch_id: int, instant: str
     ) -> BatchReport:
         quarantined = self._quarantine(prepared, bad_files, batch_id, instant)
-        plan = self._plan(instant, to_arrow_schema(StructType(data_fields), timezone="UTC"))
+        plan, foreign = self._plan(instant, to_arrow_schema(StructType(data_fields), timezone="UTC"))
         statuses = self._assign_and_write(prepared.filter(F.col(REASON).isNull()), plan, data_fields)
         self._on_step("written", batch_id)
         stats = [stages.stat_of(row) for row in statuses]
-        self.index.write_coverage(instant, [(r["partition"], r["file_id"]) for r in statuses])
-        self.coordinator.commit(instant, stats, {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name)})
+        written = [(r["partition"], r["file_id"]) for r in statuses]
+        self.index.write_coverage(instant, written, uncovered=foreign.touched, uncover_all=foreign.everything)
+        extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata()}
+        self.coordinator.commit(instant, stats, extra)
         self._on_step("committed", batch_id)
         self._compact_index()
         self._after_commit()
