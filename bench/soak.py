@@ -47,7 +47,7 @@ class Window:
     data_mb: float = 0.0
     live_mb: float = 0.0
     disk_to_live: float = 0.0
-    timeline_files: int = 0
+    timeline_files: int = 0  # the most the active timeline held after any micro-batch of the window
     archived_files: int = 0
     index_files: int = 0
     index_mb: float = 0.0
@@ -60,6 +60,7 @@ class Window:
 class Soak:
     windows: list[Window] = field(default_factory=list)
     laketide_seconds: list[float] = field(default_factory=list)
+    timeline_files: list[int] = field(default_factory=list)  # after every micro-batch
     delta_seconds: list[float] = field(default_factory=list)
     delta_samples: list[dict] = field(default_factory=list)
 
@@ -76,6 +77,10 @@ def _tree(path: Path, skip: str | None = None) -> tuple[int, int]:
     return files, size
 
 
+def timeline_files(path: Path) -> int:
+    return sum(1 for p in (path / ".hoodie").iterdir() if p.is_file() and p.name != "hoodie.properties")
+
+
 def sample_table(path: Path) -> dict:
     from laketide.table import Table
 
@@ -83,14 +88,12 @@ def sample_table(path: Path) -> dict:
     live = sum(s.size for s in table.file_system_view().latest_slices())
     _, data = _tree(path, skip=".hoodie")
     hoodie = path / ".hoodie"
-    timeline = [p for p in hoodie.iterdir() if p.is_file() and p.name != "hoodie.properties"]
     archived, _ = _tree(hoodie / "archived") if (hoodie / "archived").exists() else (0, 0)
     index_files, index_bytes = _tree(hoodie / ".laketide" / "index")
     return {
         "data_mb": data / 2**20,
         "live_mb": live / 2**20,
         "disk_to_live": data / live if live else 0.0,
-        "timeline_files": len(timeline),
         "archived_files": archived,
         "index_files": index_files,
         "index_mb": index_bytes / 2**20,
@@ -157,12 +160,20 @@ def run_laketide(args, workdir: Path, soak: Soak) -> Path:
             if report.skipped:
                 return
             soak.laketide_seconds.append(report.seconds)
+            soak.timeline_files.append(timeline_files(table_path))
             done = len(soak.laketide_seconds)
             if done % args.window == 0:
                 job.services.wait()  # a clean still running after the last commit is part of this window's work
                 window = soak.laketide_seconds[-args.window :]
                 soak.windows.append(
-                    Window(done - args.window + 1, done, statistics.median(window), float(np.percentile(window, 90)), **sample_table(table_path))
+                    Window(
+                        done - args.window + 1,
+                        done,
+                        statistics.median(window),
+                        float(np.percentile(window, 90)),
+                        timeline_files=max(soak.timeline_files[-args.window :]),
+                        **sample_table(table_path),
+                    )
                 )
                 w = soak.windows[-1]
                 print(

@@ -107,14 +107,19 @@ def _withheld(values: pa.Array, missing: pa.Array, reason: str) -> tuple[pa.Arra
     return pc.if_else(missing, nulls, values), pc.if_else(missing, pa.scalar(reason), nulls)
 
 
-def record_keys(rows: pa.Table, fields: Sequence[str]) -> tuple[pa.Array, pa.Array]:
+def record_keys(rows: pa.Table, fields: Sequence[str], complex_key: bool = False) -> tuple[pa.Array, pa.Array]:
     """(record key, reason) per row: ``SimpleKeyGenerator`` for one field, ``ComplexKeyGenerator`` for more.
 
     A simple key may not be null or empty; a complex key writes ``__null__`` or
     ``__empty__`` for such a part, and may not have every part null or empty.
+    ``complex_key`` marks a table whose key generator is ``ComplexKeyGenerator``
+    (two or more partition fields make it so): its keys are ``field:value``
+    even with one key field, as Hudi writes them by default
+    (``hoodie.write.complex.keygen.new.encoding=false``; the bare value of
+    Hudi 0.14.1 to 1.0.2 is HUDI-7001, which Hudi reverted).
     """
     n = rows.num_rows
-    if len(fields) == 1:
+    if len(fields) == 1 and not complex_key:
         keys = value_text(rows[fields[0]])
         return _withheld(keys, pc.fill_null(pc.equal(keys, ""), True), f"record key field '{fields[0]}' is null or empty")
     parts, blank_mask = [], pa.array([True] * n)

@@ -197,6 +197,11 @@ class TableConfig(BaseModel):
         """The key generator class the table records, or the one its key and partition fields imply."""
         return self.extra.get("hoodie.table.keygenerator.class") or self._key_generator()
 
+    @property
+    def complex_key(self) -> bool:
+        """Whether keys are ``field:value`` pairs (``ComplexKeyGenerator``), whatever the number of key fields."""
+        return self.key_generator.endswith("ComplexKeyGenerator")
+
     def _key_generator(self) -> str:
         if len(self.record_key_fields) > 1 or len(self.partition_fields) > 1:
             return "org.apache.hudi.keygen.ComplexKeyGenerator"

@@ -29,7 +29,7 @@ def write_file_groups(
     """Write one instant's file groups; ``new_groups_only`` puts every key in a new group (as clustering does);
     ``insert_into`` sends the new keys of a partition to that existing group (as Hudi's small-file handling does)."""
     config = table.config
-    data = data.append_column(RECORD_KEY, record_keys(data, config.record_key_fields)[0])
+    data = data.append_column(RECORD_KEY, record_keys(data, config.record_key_fields, config.complex_key)[0])
     partitions = partition_paths(data, config.partition_fields, config.hive_style_partitioning, config.urlencode_partitions)[0]
     data = data.append_column("__partition", partitions)
     view = table.file_system_view()

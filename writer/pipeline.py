@@ -123,6 +123,7 @@ class MicroBatchWriter:
             settings.ordering_field,
             index.shards,
             config.source.format,
+            settings.complex_key,
         )
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
 

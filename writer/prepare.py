@@ -50,6 +50,7 @@ class PrepareSpec:
     ordering_field: str | None
     shards: int
     source_format: str = "json"
+    complex_key: bool = False  # the table's key generator is ComplexKeyGenerator
 
 
 class ArrivalCounter:
@@ -121,7 +122,7 @@ def _corrupt_reasons(rows: pa.Table, source_format: str) -> tuple[pa.Array, pa.A
 
 def prepare(rows: pa.Table, spec: PrepareSpec, arrival: ArrivalCounter) -> pa.Table:
     n = rows.num_rows
-    keys, key_reason = record_keys(rows, spec.record_key)
+    keys, key_reason = record_keys(rows, spec.record_key, spec.complex_key)
     partitions, partition_reason = partition_paths(rows, spec.partition_by, spec.hive_style, spec.urlencode)
     malformed, mismatched = _corrupt_reasons(rows, spec.source_format)
     # the first reason that applies, in this order

@@ -1,0 +1,36 @@
+"""Run the job in its own process with task retries on, recording the markers and data files of each
+instant at the point its files are written (before the commit).
+
+    python retry_job.py ROOT OUT.json
+"""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from laketide.table import Table  # noqa: E402
+from laketide.table.markers import WriteMarkers  # noqa: E402
+from laketide.writer.job import run  # noqa: E402
+from streaming import job_config  # noqa: E402
+
+
+def main() -> None:
+    root, out = Path(sys.argv[1]), Path(sys.argv[2])
+    seen = {}
+
+    def on_step(point: str, batch_id: int) -> None:
+        if point != "written":
+            return
+        table = Table.open(str(root / "table"))
+        (instant,) = [i.timestamp for i in table.timeline.pending()]
+        files = [e.path for e in table.io.walk() if e.name.endswith(".parquet") and instant in e.name and not e.path.startswith(".hoodie")]
+        seen[instant] = {"marked": sorted(WriteMarkers(table.io, instant).data_paths()), "files": sorted(files)}
+
+    run(job_config(root, spark__master="local[2,4]"), on_step)
+    out.write_text(json.dumps(seen))
+
+
+if __name__ == "__main__":
+    main()
