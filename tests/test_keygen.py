@@ -55,11 +55,11 @@ def test_simple_and_complex_keys():
     assert reasons.to_pylist()[1] == "record key field 'b' is null or empty"
     keys, reasons = record_keys(rows, ["a", "b"])
     assert keys.to_pylist() == ["a:1,b:x", None, "a:3,b:__null__", "a:4,b:__empty__"]
+    assert reasons.to_pylist() == [None, "every record key field (a, b) is null or empty", None, None]
     # one key field under ComplexKeyGenerator (two partition fields): field:value, not the bare value of HUDI-7001
     keys, reasons = record_keys(rows, ["b"], complex_key=True)
     assert keys.to_pylist() == ["b:x", None, None, None]
     assert reasons.to_pylist()[1] == "every record key field (b) is null or empty"
-    assert reasons.to_pylist() == [None, "every record key field (a, b) is null or empty", None, None]
 
 
 def test_partition_paths_escape_as_hive_does():
