@@ -96,3 +96,27 @@ def test_our_key_generator_reproduces_every_spark_fixtures_keys_and_partitions(f
             assert paths.to_pylist() == data["_hoodie_partition_path"].to_pylist()
         checked += data.num_rows
     assert checked >= 4
+
+
+@pytest.mark.parametrize("bare", [False, True])
+def test_a_one_field_complex_key_table_keeps_the_encoding_its_data_has(tmp_path, monkeypatch, bare):
+    from laketide.coordinator import Coordinator, LocalLease
+    from laketide.table.properties import TableConfig
+    from laketide.writer.preflight import complex_key_encoding
+
+    from localwrite import upsert
+
+    table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region", "day"], "v")
+    assert table.config.complex_key, "two partition fields make it ComplexKeyGenerator"
+    assert complex_key_encoding(table), "an empty table takes Hudi's default, field:value"
+    if bare:  # as Hudi 0.14.1 to 1.0.2 wrote it (HUDI-7001)
+        monkeypatch.setattr(TableConfig, "complex_key", property(lambda self: False))
+    lease = LocalLease.for_table(table.uri, job_id="w")
+    lease.acquire()
+    schema = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string()), ("day", pa.string())])
+    upsert(table, Coordinator(table, lease, "w"), 0, [{"id": 7, "v": 1, "region": "eu", "day": "d1"}], schema)
+    lease.release()
+    monkeypatch.undo()
+    stored = Table.open(table.uri).snapshot()["_hoodie_record_key"].to_pylist()
+    assert stored == (["7"] if bare else ["id:7"])
+    assert complex_key_encoding(Table.open(table.uri)) is not bare

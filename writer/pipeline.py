@@ -31,6 +31,7 @@ from laketide.table.view_sync import ViewSync
 from laketide.table.properties import EVENT_TIME
 from laketide.table.schema import RECORD_KEY, avro_schema_json, evolve, with_meta_schema
 from laketide.writer import stages
+from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, RAW, REASON, SHARD, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
 from laketide.writer.sources import batch_files, copy_aside, read_files, unreadable_files
 
@@ -123,7 +124,7 @@ class MicroBatchWriter:
             settings.ordering_field,
             index.shards,
             config.source.format,
-            settings.complex_key,
+            complex_key_encoding(table),
         )
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
 

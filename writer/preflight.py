@@ -8,12 +8,18 @@ checkpoint and the lease untouched.
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from laketide.config import TableSection
 from laketide.table.metadata_table import metadata_partitions
 from laketide.table.properties import EVENT_TIME, MERGE_STRATEGY_ID, TableConfig, default_merge_mode
-from laketide.table.schema import IS_DELETED, META_COLUMNS, SchemaError, check_avro_names, evolve, storage_schema
+from laketide.table.schema import IS_DELETED, META_COLUMNS, RECORD_KEY, SchemaError, check_avro_names, evolve, storage_schema
+from laketide.table.table import Table
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_KEY_GENERATORS = {
     "org.apache.hudi.keygen.SimpleKeyGenerator",
@@ -55,6 +61,29 @@ def check_writable(table: TableConfig, uri: str) -> None:
         problems.append(f"hoodie.table.timeline.timezone = {props['hoodie.table.timeline.timezone']}; laketide writes UTC instants only")
     if problems:
         raise JobRefused(f"laketide cannot write the table at {uri}:\n  " + "\n  ".join(problems))
+
+
+def complex_key_encoding(table: Table) -> bool:
+    """Whether the table's keys are ``field:value`` pairs, for a one-field ``ComplexKeyGenerator`` read from its data.
+
+    Hudi writes ``field:value`` by default; tables written by Hudi 0.14.1 to
+    1.0.2 carry the bare value (HUDI-7001). Writing the other form than the
+    table holds would turn every update into a duplicate, so the table's own
+    keys decide, as Hudi lets a table's recorded encoding win over its default.
+    """
+    config = table.config
+    if not config.complex_key or len(config.record_key_fields) != 1 or not config.populate_meta_fields:
+        return config.complex_key
+    for file_slice in table.file_system_view().latest_slices():
+        if file_slice.base_file is not None:
+            with table.io.open_input(file_slice.base_file.path) as f:
+                keys = pq.ParquetFile(f).read_row_group(0, columns=[RECORD_KEY])[RECORD_KEY]
+            if len(keys):
+                prefixed = keys[0].as_py().startswith(f"{config.record_key_fields[0]}:")
+                if not prefixed:
+                    log.warning("%s holds bare record keys under ComplexKeyGenerator (HUDI-7001); writing them the same way", table.uri)
+                return prefixed
+    return True
 
 
 def _agree(key: str, wanted, prop: str, actual, uri: str) -> None:
