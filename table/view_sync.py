@@ -79,8 +79,12 @@ class ViewSync:
 
     def _apply_new(self, timeline: Timeline) -> None:
         completed = timeline.filter({State.COMPLETED})
-        # archived instants drop out, so what is remembered stays as long as the active timeline
-        self._applied &= {(i.timestamp, i.action) for i in completed}
+        # archived instants drop out, so what is remembered stays about as long as the active timeline;
+        # by the timeline's start, not its contents, so that a thread holding an older timeline
+        # cannot make a write be applied again after a clean removed its files
+        if (start := timeline.start) is not None:
+            on_timeline = {(i.timestamp, i.action) for i in completed}
+            self._applied = {key for key in self._applied if key[0] >= start or key in on_timeline}
         for instant in completed:
             if (instant.timestamp, instant.action) in self._applied:
                 continue
