@@ -73,6 +73,10 @@ def archived_entry(instant: Instant, body: bytes) -> dict:
     return entry
 
 
+def _instant_of(entry: dict) -> Instant:
+    return Instant(entry["commitTime"], entry["actionType"], State(entry.get("actionState") or State.COMPLETED.value))
+
+
 @dataclass(frozen=True)
 class ArchivedInstant:
     instant: Instant
@@ -103,9 +107,7 @@ class ArchivedTimeline:
     def read_file(self, path: str) -> list[ArchivedInstant]:
         out = []
         for block in read_blocks(self.io.read_bytes(path)):
-            for entry in avro_records(block, avro_models.schema(ENTRY)):
-                state = State(entry.get("actionState") or State.COMPLETED.value)
-                out.append(ArchivedInstant(Instant(entry["commitTime"], entry["actionType"], state), entry))
+            out += [ArchivedInstant(_instant_of(entry), entry) for entry in avro_records(block, avro_models.schema(ENTRY))]
         return out
 
     def instants(self) -> list[ArchivedInstant]:
@@ -127,7 +129,7 @@ class ArchivedTimeline:
             blocks = list(read_blocks(self.io.read_bytes(files[-1][1])))
         except CorruptLog:
             return set()
-        return {Instant(e["commitTime"], e["actionType"], State(e.get("actionState") or State.COMPLETED.value)) for e in avro_records(blocks[-1], avro_models.schema(ENTRY))}
+        return {_instant_of(entry) for entry in avro_records(blocks[-1], avro_models.schema(ENTRY))}
 
     def append(self, entries: Iterable[dict], max_file_bytes: int = MAX_FILE_BYTES) -> str | None:
         """Add ``entries`` as one block; its file's path, or ``None`` when there is nothing to write.

@@ -125,6 +125,13 @@ class CleanMetadata:
         return avro_models.write_container("HoodieCleanMetadata", record)
 
 
+def cleaned_files(data: bytes, base_uri: str) -> list[str]:
+    """The files a completed clean deleted (``HoodieCleanMetadata``), relative to the table."""
+    record = avro_models.read_container(data, "HoodieCleanMetadata")
+    partitions = (record.get("partitionMetadata") or {}).values()
+    return [table_relative(name, pm["partitionPath"], base_uri) for pm in partitions for name in pm.get("successDeleteFiles") or []]
+
+
 def earliest_commit_to_retain(timeline: Timeline, retention: Retention, now: datetime | None = None) -> Instant | None:
     """The oldest completed write whose state reads must still be able to see; ``None`` keeps everything."""
     writes = timeline.completed_writes()

@@ -78,6 +78,13 @@ class LogFile(_DataFile):
         return cls(partition, m["file_id"], m["instant"], int(m["version"]), m["token"], size)
 
 
+def parse_data_file(partition: str, name: str, size: int = 0) -> BaseFile | LogFile | None:
+    """The base or log file a name in a partition is; ``None`` for anything else."""
+    if name.endswith(BASE_FILE_EXTENSION) and not name.startswith("."):
+        return BaseFile.parse(partition, name, size)
+    return LogFile.parse(partition, name, size)
+
+
 def _without_scheme(path: str) -> str:
     if "://" in path:
         return path.split("://", 1)[1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from laketide.table.files import BASE_FILE_EXTENSION, PARTITION_METADATA, RESERVED_TOP_DIRS, BaseFile, LogFile
+from laketide.table.files import PARTITION_METADATA, RESERVED_TOP_DIRS, BaseFile, LogFile, parse_data_file
 from laketide.table.io import FileIO
 from laketide.table.timeline import Timeline
 
@@ -53,11 +53,11 @@ def list_data_files(io: FileIO) -> tuple[list[BaseFile], list[LogFile]]:
         for entry in entries:
             if entry.is_dir or entry.name.startswith(PARTITION_METADATA):
                 continue
-            partition = posixpath.dirname(entry.path)
-            if entry.name.endswith(BASE_FILE_EXTENSION) and not entry.name.startswith("."):
-                bases.append(BaseFile.parse(partition, entry.name, entry.size))
-            elif (log := LogFile.parse(partition, entry.name, entry.size)) is not None:
-                logs.append(log)
+            found = parse_data_file(posixpath.dirname(entry.path), entry.name, entry.size)
+            if isinstance(found, BaseFile):
+                bases.append(found)
+            elif found is not None:
+                logs.append(found)
     return bases, logs
 
 

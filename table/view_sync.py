@@ -19,8 +19,8 @@ import logging
 import posixpath
 import threading
 
-from laketide.table import avro_models
-from laketide.table.files import BASE_FILE_EXTENSION, BaseFile, LogFile, table_relative
+from laketide.table.clean import cleaned_files
+from laketide.table.files import BaseFile, LogFile, parse_data_file
 from laketide.table.instant import CLEAN, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, Instant, State
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.table import Table
@@ -33,13 +33,6 @@ DataFile = BaseFile | LogFile
 _NO_FILES = frozenset({SAVEPOINT})
 
 
-def _data_file(path: str, size: int) -> DataFile | None:
-    partition, name = posixpath.split(path)
-    if name.endswith(BASE_FILE_EXTENSION) and not name.startswith("."):
-        return BaseFile.parse(partition, name, size)
-    return LogFile.parse(partition, name, size)
-
-
 class ViewSync:
     """The writer's file-system view, refreshed from new instants; thread-safe."""
 
@@ -48,24 +41,17 @@ class ViewSync:
         self._lock = threading.Lock()
         self._files: dict[str, DataFile] = {}
         self._applied: set[tuple[str, str]] = set()
-        self._view: FileSystemView | None = None
         self.listings = 0
 
     def view(self, timeline: Timeline | None = None) -> FileSystemView:
         """The view as of ``timeline`` (default: the timeline on storage now)."""
         timeline = timeline or self.table.timeline
         with self._lock:
-            if self._view is None:
+            if self.listings == 0:
                 self._list(timeline)
             else:
                 self._apply_new(timeline)
-            self._view = FileSystemView(timeline, *self._split())
-            return self._view
-
-    def reset(self) -> None:
-        """List the table again at the next ``view()`` (after a restore this process ran)."""
-        with self._lock:
-            self._view = None
+            return FileSystemView(timeline, *self._split())
 
     def _list(self, timeline: Timeline) -> None:
         bases, logs = list_data_files(self.table.io)
@@ -97,25 +83,17 @@ class ViewSync:
     def _apply(self, instant: Instant, timeline: Timeline) -> bool:
         if instant.action in WRITE_ACTIONS:
             for stat in timeline.commit_metadata(instant).write_stats():
-                if stat.path and (f := _data_file(stat.path, stat.file_size_in_bytes)) is not None:
+                if stat.path and (f := parse_data_file(*posixpath.split(stat.path), stat.file_size_in_bytes)) is not None:
                     self._files[f.path] = f
             return True
         if instant.action == CLEAN:
-            self._remove(cleaned_files(timeline.read_bytes(instant)))
+            self._remove(cleaned_files(timeline.read_bytes(instant), self.table.uri))
             return True
         if instant.action == ROLLBACK:
             self._remove(RollbackMetadata.from_bytes(timeline.read_bytes(instant), self.table.uri).deleted)
             return True
         return instant.action in _NO_FILES
 
-    def _remove(self, paths: list[tuple[str, str]] | list[str]) -> None:
-        base_uri = self.table.uri
-        for entry in paths:
-            partition, path = entry if isinstance(entry, tuple) else (posixpath.dirname(entry), entry)
-            self._files.pop(table_relative(path, partition, base_uri), None)
-
-
-def cleaned_files(data: bytes) -> list[tuple[str, str]]:
-    """(partition, file as named) of each file a completed clean deleted (``HoodieCleanMetadata``)."""
-    record = avro_models.read_container(data, "HoodieCleanMetadata")
-    return [(pm["partitionPath"], name) for pm in (record.get("partitionMetadata") or {}).values() for name in pm.get("successDeleteFiles") or []]
+    def _remove(self, paths: list[str]) -> None:
+        for path in paths:
+            self._files.pop(path, None)

@@ -124,7 +124,8 @@ class MicroBatchWriter:
             settings.ordering_field,
             index.shards,
             config.source.format,
-            complex_key_encoding(table),
+            # the first view lists the table; micro-batches then only apply new instants to it
+            complex_key_encoding(table, self.views.view()),
         )
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
 

@@ -18,6 +18,7 @@ from laketide.table.metadata_table import metadata_partitions
 from laketide.table.properties import EVENT_TIME, MERGE_STRATEGY_ID, TableConfig, default_merge_mode
 from laketide.table.schema import IS_DELETED, META_COLUMNS, RECORD_KEY, SchemaError, check_avro_names, evolve, storage_schema
 from laketide.table.table import Table
+from laketide.table.view import FileSystemView
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def check_writable(table: TableConfig, uri: str) -> None:
         raise JobRefused(f"laketide cannot write the table at {uri}:\n  " + "\n  ".join(problems))
 
 
-def complex_key_encoding(table: Table) -> bool:
+def complex_key_encoding(table: Table, view: FileSystemView) -> bool:
     """Whether the table's keys are ``field:value`` pairs, for a one-field ``ComplexKeyGenerator`` read from its data.
 
     Hudi writes ``field:value`` by default; tables written by Hudi 0.14.1 to
@@ -74,7 +75,7 @@ def complex_key_encoding(table: Table) -> bool:
     config = table.config
     if not config.complex_key or len(config.record_key_fields) != 1 or not config.populate_meta_fields:
         return config.complex_key
-    for file_slice in table.file_system_view().latest_slices():
+    for file_slice in view.latest_slices():
         if file_slice.base_file is not None:
             with table.io.open_input(file_slice.base_file.path) as f:
                 keys = pq.ParquetFile(f).read_row_group(0, columns=[RECORD_KEY])[RECORD_KEY]
