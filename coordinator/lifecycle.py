@@ -20,8 +20,8 @@ from laketide.coordinator.fence import COMMITTED, CommitFence
 from laketide.coordinator.lease import Lease, LeaseLost
 from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.retry import RetryPolicy
-from laketide.table.commit import BATCH_ID_KEY, BATCHES_KEY, EPOCH_KEY, WRITER_ID_KEY, CommitMetadata, WriteStat
-from laketide.table.instant import COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, InstantClock, State, validate_instant_time
+from laketide.table.commit import BATCH_ID_KEY, BATCHES_KEY, EPOCH_KEY, WRITER_ID_KEY, CommitMetadata, WriteStat, requested_replace
+from laketide.table.instant import COMMIT, REPLACE_COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, InstantClock, State, validate_instant_time
 from laketide.table.io import InstantFileExists
 from laketide.table.markers import WriteMarkers, marked_instants
 from laketide.table.rollback import RollbackMetadata, RollbackPlan
@@ -124,8 +124,12 @@ class Coordinator:
         """Whether a batch of this writer is committed: Spark runs a query's batches in order, so any id up to the newest."""
         return batch_id <= self.committed_batches(timeline).get(self.writer_id, -1)
 
-    def begin(self, batch_id: int, action: str = COMMIT) -> str | None:
-        """Start the instant of one micro-batch; ``None`` when this batch is already committed."""
+    def begin(self, batch_id: int, action: str = COMMIT, operation: str = "UPSERT") -> str | None:
+        """Start the instant of one micro-batch; ``None`` when this batch is already committed.
+
+        ``operation`` is Hudi's ``WriteOperationType`` name (UPSERT, INSERT, BULK_INSERT,
+        DELETE_PARTITION, ...); a replacecommit's requested file records it, as Hudi's do.
+        """
         self.lease.check()
         self._ensure_fenced()
         timeline = self.table.timeline
@@ -141,8 +145,9 @@ class Coordinator:
             BATCHES_KEY: json.dumps({**batches, self.writer_id: batch_id}, sort_keys=True),
         }
         requested = Instant(instant_time, action, State.REQUESTED)
-        self.retry.run(lambda: self.timeline_writer.write(requested), f"request {instant_time}")
-        body = CommitMetadata(extra_metadata=extra, operation_type="UPSERT").to_json_bytes()
+        plan = requested_replace(operation, extra) if action == REPLACE_COMMIT else b""
+        self.retry.run(lambda: self.timeline_writer.write(requested, plan), f"request {instant_time}")
+        body = CommitMetadata(extra_metadata=extra, operation_type=operation).to_json_bytes()
         inflight = requested.with_state(State.INFLIGHT)
         self.retry.run(lambda: self.timeline_writer.write(inflight, body), f"mark {instant_time} inflight")
         self._inflight[instant_time] = extra

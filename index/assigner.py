@@ -2,15 +2,20 @@
 
 Per shard, for one micro-batch:
 
-1. dedupe by (partition, key): the highest ordering value wins, then the later arrival;
+1. dedupe by (partition, key), or by key in a global index: the highest
+   ordering value wins, then the later arrival;
 2. tag known keys with the state index;
 3. look unknown keys up in the bloom filters (and key ranges) of the file
    groups the index does not cover yet, confirming hits against the file's keys;
-4. bin-pack the remaining inserts into the small file groups this shard owns,
+4. in a global index, a record whose partition changed moves: a delete goes to
+   its old file group, and the record becomes an insert in its new partition
+   (unless event-time ordering keeps the stored row, which is newer);
+5. bin-pack the remaining inserts into the small file groups this shard owns,
    then into new file groups.
 
 The result is the records with their file group, and the index entries the
-micro-batch adds (keys found through blooms, and new inserts).
+micro-batch adds (keys found through blooms, and new inserts). An insert
+operation skips steps 2 to 4: it does not look keys up.
 """
 
 from __future__ import annotations
@@ -61,8 +66,12 @@ class AssignPlan:
     new_group_records: int
     small_groups: dict[int, list[SmallFileGroup]] = field(default_factory=dict)
     uncovered: dict[str, list[UncoveredGroup]] = field(default_factory=dict)
-    # the table's live file groups; an index entry naming another (replaced by clustering, cleaned, restored away) is stale
-    live: frozenset[tuple[str, str]] | None = None
+    # the table's live file groups and their base files; an index entry naming another
+    # (replaced by clustering, cleaned, restored away) is stale
+    live: dict[tuple[str, str], str] | None = None
+    lookup: bool = True  # False for the insert operation: every record is an insert
+    global_keys: bool = False  # keys are unique across partitions; records move
+    event_time: bool = False  # a stored row with a higher ordering value wins over an incoming one
 
     def owner_of(self, file_id: str) -> int:
         return int(uuid.uuid5(_FILE_ID_NAMESPACE, file_id).int % self.shards)
@@ -83,11 +92,12 @@ def new_file_id(plan: AssignPlan, shard: int, partition: str, n: int) -> str:
         attempt += 1
 
 
-def dedupe(rows: pa.Table, ordering_field: str | None) -> pa.Table:
-    """One row per (partition, key): highest ordering value, then latest arrival (later file, later line)."""
+def dedupe(rows: pa.Table, ordering_field: str | None, global_keys: bool = False) -> pa.Table:
+    """One row per (partition, key), or per key when keys are global: highest ordering value,
+    then latest arrival (later file, later line)."""
     if rows.num_rows <= 1:
         return rows
-    sort = [(PARTITION, "ascending"), (RECORD_KEY, "ascending")]
+    sort = ([] if global_keys else [(PARTITION, "ascending")]) + [(RECORD_KEY, "ascending")]
     if ordering_field:
         sort.append((ordering_field, "descending"))
     if ARRIVAL_FILE in rows.column_names:
@@ -97,7 +107,9 @@ def dedupe(rows: pa.Table, ordering_field: str | None) -> pa.Table:
     parts = ordered[PARTITION].to_numpy(zero_copy_only=False)
     keys = ordered[RECORD_KEY].to_numpy(zero_copy_only=False)
     first = np.ones(len(keys), dtype=bool)
-    first[1:] = (keys[1:] != keys[:-1]) | (parts[1:] != parts[:-1])
+    first[1:] = keys[1:] != keys[:-1]
+    if not global_keys:
+        first[1:] |= parts[1:] != parts[:-1]
     return ordered.filter(pa.array(first))
 
 
@@ -109,12 +121,16 @@ class BucketAssigner:
         run: ShardRun,
         read_keys: Callable[[str], pa.Array],
         read_footer: Callable[[str], dict],
+        read_columns: Callable[[str, list[str]], pa.Table] | None = None,
     ):
+        """``read_columns(path, names)`` reads columns of a base file: the ordering values of
+        stored rows that a moving record is compared with (global index, event-time ordering)."""
         self.shard = shard
         self.plan = plan
         self.run = run
         self._read_keys = read_keys
         self._read_footer = read_footer
+        self._read_columns = read_columns
         self._blooms: dict[str, tuple[BloomFilter | None, KeyRange | None]] = {}
         self._keys: dict[str, pa.Array] = {}
 
@@ -129,10 +145,10 @@ class BucketAssigner:
             self._keys[path] = self._read_keys(path)
         return self._keys[path]
 
-    def _probe_uncovered(self, partition: str, keys: pa.Array) -> list[str | None]:
-        """File id of each key among the partition's uncovered groups, confirmed against their keys."""
-        found: list[str | None] = [None] * len(keys)
-        for group in self.plan.uncovered.get(partition, []):
+    def _probe_uncovered(self, groups: list[UncoveredGroup], keys: pa.Array) -> list[UncoveredGroup | None]:
+        """The uncovered group holding each key, among ``groups``, confirmed against their keys."""
+        found: list[UncoveredGroup | None] = [None] * len(keys)
+        for group in groups:
             pending = np.array([f is None for f in found])
             if not pending.any():
                 break
@@ -148,43 +164,103 @@ class BucketAssigner:
                 present = pc.is_in(keys.take(pa.array(idx)), value_set=self._file_keys(group.base_path))
                 for i, hit in zip(idx, present.to_pylist()):
                     if hit:
-                        found[i] = group.file_id
+                        found[i] = group
         return found
 
     def assign(self, rows: pa.Table) -> tuple[pa.Table, pa.Table]:
         """(records with ``_lt_file_id``, index entries to add) for this shard's rows."""
-        rows = dedupe(rows, self.plan.ordering_field)
+        plan = self.plan
+        rows = dedupe(rows, plan.ordering_field, plan.global_keys)
         n = rows.num_rows
-        hashes = index_keys(rows[PARTITION], rows[RECORD_KEY])
-        codes = self.run.lookup(hashes)
-        if self.plan.live is not None and len(self.run.groups):
-            stale = np.array([g not in self.plan.live for g in self.run.groups], dtype=bool)
-            codes = np.where((codes >= 0) & stale[np.maximum(codes, 0)], -1, codes)
-        file_ids: list[str | None] = [self.run.groups[c][1] if c >= 0 else None for c in codes]
+        hashes = index_keys(rows[PARTITION], rows[RECORD_KEY], plan.global_keys)
         partitions = rows[PARTITION].to_pylist()
         deleted = pc.fill_null(rows[IS_DELETED], False).to_pylist() if IS_DELETED in rows.column_names else [False] * n
+        # where each key is stored now: (partition, file id), or None for a key the table does not have
+        located: list[tuple[str, str] | None] = [None] * n
         new_entry = np.zeros(n, dtype=bool)
+        if plan.lookup:
+            self._locate(rows, hashes, partitions, located, new_entry)
+        moves = {i: located[i] for i in self._moves(rows, partitions, deleted, located)} if plan.global_keys else {}
+        for i in moves:
+            located[i], new_entry[i] = None, True
 
-        unknown = [i for i in range(n) if file_ids[i] is None]
+        file_ids = [loc[1] if loc else None for loc in located]
+        out_partitions = [loc[0] if loc else p for loc, p in zip(located, partitions)]
         by_partition: dict[str, list[int]] = {}
-        for i in unknown:
-            by_partition.setdefault(partitions[i], []).append(i)
-        for partition, idx in by_partition.items():
-            if partition in self.plan.uncovered:
-                keys = rows[RECORD_KEY].take(pa.array(idx)).combine_chunks()
-                for i, fid in zip(idx, self._probe_uncovered(partition, keys)):
-                    if fid is not None:
-                        file_ids[i], new_entry[i] = fid, True
-            inserts = [i for i in idx if file_ids[i] is None and not deleted[i]]
+        for i in range(n):
+            if file_ids[i] is None and not deleted[i]:
+                by_partition.setdefault(partitions[i], []).append(i)
+        for partition, inserts in by_partition.items():
             for i, fid in zip(inserts, self._pack(partition, len(inserts))):
                 file_ids[i], new_entry[i] = fid, True
 
         # deletes of keys the table never had have nowhere to go and nothing to do
         keep = np.array([fid is not None for fid in file_ids], dtype=bool)
-        assigned = rows.append_column(FILE_ID, pa.array(file_ids, pa.string())).filter(pa.array(keep))
+        assigned = rows.set_column(rows.schema.get_field_index(PARTITION), PARTITION, pa.array(out_partitions, pa.string()))
+        assigned = assigned.append_column(FILE_ID, pa.array(file_ids, pa.string())).filter(pa.array(keep))
+        if moves:
+            assigned = pa.concat_tables([assigned, self._old_copies(rows, moves)], promote_options="default")
         chosen = np.nonzero(new_entry)[0]
-        entries = index_entries(hashes[chosen], [partitions[i] for i in chosen], [file_ids[i] for i in chosen])
+        entries = index_entries(hashes[chosen], [out_partitions[i] for i in chosen], [file_ids[i] for i in chosen])
         return assigned.drop_columns([c for c in (ARRIVAL_FILE, ARRIVAL) if c in assigned.column_names]), entries
+
+    def _locate(self, rows: pa.Table, hashes: np.ndarray, partitions: list[str], located: list, new_entry: np.ndarray) -> None:
+        """Fill ``located`` from the state index, then from the uncovered groups' blooms (found keys get index entries)."""
+        codes = self.run.lookup(hashes)
+        if self.plan.live is not None and len(self.run.groups):
+            stale = np.array([g not in self.plan.live for g in self.run.groups], dtype=bool)
+            codes = np.where((codes >= 0) & stale[np.maximum(codes, 0)], -1, codes)
+        for i in np.nonzero(codes >= 0)[0]:
+            located[i] = self.run.groups[codes[i]]
+        unknown = [i for i in range(len(located)) if located[i] is None]
+        if self.plan.global_keys:
+            every_group = [g for groups in self.plan.uncovered.values() for g in groups]
+            searches = [(every_group, unknown)] if every_group and unknown else []
+        else:
+            by_partition: dict[str, list[int]] = {}
+            for i in unknown:
+                by_partition.setdefault(partitions[i], []).append(i)
+            searches = [(self.plan.uncovered[p], idx) for p, idx in by_partition.items() if p in self.plan.uncovered]
+        for groups, idx in searches:
+            keys = rows[RECORD_KEY].take(pa.array(idx)).combine_chunks()
+            for i, group in zip(idx, self._probe_uncovered(groups, keys)):
+                if group is not None:
+                    located[i], new_entry[i] = (group.partition, group.file_id), True
+
+    def _moves(self, rows: pa.Table, partitions: list[str], deleted: list[bool], located: list) -> list[int]:
+        """Rows (not deletes) stored under another partition that move to their new one.
+
+        Under event-time ordering a stored row with a higher ordering value
+        stays where it is: the incoming record goes to its file group, where
+        the bucket writer counts it as late.
+        """
+        moving = [i for i, loc in enumerate(located) if loc is not None and loc[0] != partitions[i] and not deleted[i]]
+        if not moving or not self.plan.event_time or self._read_columns is None or self.plan.live is None:
+            return moving
+        field = self.plan.ordering_field
+        incoming = rows[field].combine_chunks()
+        late = set()
+        for group in {located[i] for i in moving}:
+            members = [i for i in moving if located[i] == group]
+            stored = self._read_columns(self.plan.live[group], [RECORD_KEY, field])
+            at = pc.index_in(rows[RECORD_KEY].take(pa.array(members)), value_set=stored[RECORD_KEY])
+            stored_values = stored[field].cast(incoming.type).take(at)
+            newer = pc.fill_null(pc.greater(stored_values, incoming.take(pa.array(members))), False).to_pylist()
+            late |= {i for i, is_late in zip(members, newer) if is_late}
+        return [i for i in moving if i not in late]
+
+    @staticmethod
+    def _old_copies(rows: pa.Table, moves: dict[int, tuple[str, str]]) -> pa.Table:
+        """Deletes of the moved records' old copies, routed to the file groups that hold them."""
+        old = rows.take(pa.array(list(moves)))
+        n = old.num_rows
+        old = old.set_column(old.schema.get_field_index(PARTITION), PARTITION, pa.array([p for p, _ in moves.values()], pa.string()))
+        flag = pa.array([True] * n)
+        if IS_DELETED in old.column_names:
+            old = old.set_column(old.schema.get_field_index(IS_DELETED), old.schema.field(IS_DELETED), flag.cast(old.schema.field(IS_DELETED).type))
+        else:
+            old = old.append_column(IS_DELETED, flag)
+        return old.append_column(FILE_ID, pa.array([f for _, f in moves.values()], pa.string()))
 
     def _pack(self, partition: str, count: int) -> Iterable[str]:
         """File ids for ``count`` inserts: small groups this shard owns first, then new groups."""

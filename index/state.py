@@ -1,6 +1,7 @@
 """The state index: record key -> file group, kept with the table.
 
-Keys are hashed (FNV-1a 64 of ``partition \\0 key``) and sharded by hash. Each
+Keys are hashed (FNV-1a 64 of ``partition \\0 key``; of the key alone for a
+global index, where a key is unique across partitions) and sharded by hash. Each
 shard is a sorted run (``base``) plus one small delta run per instant. A
 delta is written before its instant commits and is read only once that
 instant is completed, so the index is exactly as current as the timeline and
@@ -39,6 +40,7 @@ from laketide.table.io import FileIO
 log = logging.getLogger(__name__)
 INDEX_DIR = ".hoodie/.laketide/index"
 HASH_NAME = "fnv1a64(partition\\0key)"
+GLOBAL_HASH_NAME = "fnv1a64(key)"
 _RUN = re.compile(r"^(base|delta)_(\d{17})(?:_(\d+))?\.arrow$")
 _COVERAGE = re.compile(r"^coverage_(\d{17})\.json$")
 RUN_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", pa.string()), ("file_id", pa.string())])
@@ -51,8 +53,10 @@ _SHARD_CACHE: dict[tuple[str, int], tuple[tuple[str, ...], ShardRun]] = {}
 _SHARD_CACHE_SIZE = 64
 
 
-def index_keys(partitions: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """The 64-bit index hash of each (partition path, record key)."""
+def index_keys(partitions: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray, global_keys: bool = False) -> np.ndarray:
+    """The 64-bit index hash of each (partition path, record key), or of each key alone in a global index."""
+    if global_keys:
+        return hash64(keys)
     return hash64(pc.binary_join_element_wise(partitions, keys, "\x00"))
 
 
@@ -155,26 +159,41 @@ class IndexSnapshot:
     covered: frozenset[FileGroupId]
     as_of: str | None
     coverage_files: tuple[str, ...] = ()
+    global_keys: bool = False
+
+
+def _hash_name(global_keys: bool) -> str:
+    return GLOBAL_HASH_NAME if global_keys else HASH_NAME
 
 
 class StateIndex:
-    def __init__(self, io: FileIO, shards: int):
+    def __init__(self, io: FileIO, shards: int, global_keys: bool = False):
         self.io = io
         self.shards = shards
+        self.global_keys = global_keys
 
     @classmethod
-    def open(cls, io: FileIO, shards: int) -> StateIndex:
-        """Open (or create) the index; the shard count of an existing index wins over a different request."""
+    def open(cls, io: FileIO, shards: int, global_keys: bool = False) -> StateIndex:
+        """Open (or create) the index; the shard count of an existing index wins over a different request.
+
+        Whether keys are unique per partition or across partitions is fixed
+        when the index is created: the hashes depend on it.
+        """
         meta_path = posixpath.join(INDEX_DIR, "meta.json")
+        wanted = _hash_name(global_keys)
         if io.exists(meta_path):
             meta = json.loads(io.read_text(meta_path))
-            if meta.get("hash") != HASH_NAME:
-                raise ValueError(f"state index at {io.full_path(INDEX_DIR)} uses hash {meta.get('hash')!r}; expected {HASH_NAME!r}")
+            if meta.get("hash") != wanted:
+                raise ValueError(
+                    f"the state index at {io.full_path(INDEX_DIR)} hashes {meta.get('hash')!r}, but index.global = "
+                    f"{str(global_keys).lower()} needs {wanted!r}. Set index.global back to {str(not global_keys).lower()}, or, "
+                    "with no job running, delete that directory: the next job rebuilds it from the table's files"
+                )
             if int(meta["shards"]) != shards:
                 log.warning("state index at %s has %s shards; keeping them (write.index_shards = %s is ignored)", io.full_path(INDEX_DIR), meta["shards"], shards)
-            return cls(io, int(meta["shards"]))
-        io.write_atomic(meta_path, json.dumps({"shards": shards, "hash": HASH_NAME}).encode(), overwrite=True)
-        return cls(io, shards)
+            return cls(io, int(meta["shards"]), global_keys)
+        io.write_atomic(meta_path, json.dumps({"shards": shards, "hash": wanted}).encode(), overwrite=True)
+        return cls(io, shards, global_keys)
 
     @staticmethod
     def shard_dir(shard: int) -> str:
@@ -219,7 +238,7 @@ class StateIndex:
                 covered = _apply_coverage(covered, json.loads(self.io.read_text(path)))
                 coverage_files.append(path)
         as_of = max(committed) if committed else None
-        return IndexSnapshot(self.shards, runs, frozenset(covered), as_of, tuple(coverage_files))
+        return IndexSnapshot(self.shards, runs, frozenset(covered), as_of, tuple(coverage_files), self.global_keys)
 
     def load_shard(self, snapshot: IndexSnapshot, shard: int) -> ShardRun:
         """The merged runs of one shard, cached in this process: run files never change once written.

@@ -62,6 +62,8 @@ def archived_entry(instant: Instant, body: bytes) -> dict:
         entry["hoodieCommitMetadata"] = _avro_commit(body, replace=False)
     elif action == REPLACE_COMMIT and state is State.COMPLETED:
         entry["hoodieReplaceCommitMetadata"] = _avro_commit(body, replace=True)
+    elif action == REPLACE_COMMIT and state is State.REQUESTED and body:
+        entry["hoodieRequestedReplaceMetadata"] = avro_models.read_container(body, "HoodieRequestedReplaceMetadata")
     elif action == CLEAN and state is State.COMPLETED:
         entry["hoodieCleanMetadata"] = avro_models.read_container(body, "HoodieCleanMetadata")
     elif action == CLEAN and body:

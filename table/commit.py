@@ -106,3 +106,11 @@ class CommitMetadata(_Model):
         record["extraMetadata"] = {k: v for k, v in (record.get("extraMetadata") or {}).items() if v is not None}
         record["partitionToReplaceFileIds"] = record.get("partitionToReplaceFileIds") or {}
         return cls.model_validate(record)
+
+
+def requested_replace(operation: str, extra: dict[str, str]) -> bytes:
+    """The body of a ``.replacecommit.requested`` that is not clustering: ``HoodieRequestedReplaceMetadata``
+    naming the operation, as Hudi's ``SparkDeletePartitionCommitActionExecutor`` writes it."""
+    from laketide.table.avro_models import write_container
+
+    return write_container("HoodieRequestedReplaceMetadata", {"operationType": operation, "clusteringPlan": None, "extraMetadata": extra, "version": 1})

@@ -69,6 +69,11 @@ class BaseFileWriter:
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         self._writer.write_table(table.cast(self.schema), row_group_size=self.row_group_rows)
 
+    @property
+    def bytes_written(self) -> int:
+        """Bytes flushed so far: each ``write`` ends in whole row groups."""
+        return self._sink.tell()
+
     def close(self) -> BaseFileResult:
         footer = {
             "parquet.avro.schema": self.avro_schema,

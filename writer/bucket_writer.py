@@ -175,7 +175,7 @@ class BucketWriter:
 
     def write(self, incoming: pa.Table) -> WriteStat:
         """Merge ``incoming`` (one row per key, sorted by ``_hoodie_record_key``) into a new base file."""
-        writer = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, self.bloom_kind)
+        self.start()
         try:
             keys = np.asarray(incoming[RECORD_KEY].to_pylist(), dtype=object)
             pos = 0
@@ -185,12 +185,38 @@ class BucketWriter:
                         continue
                     last = old[RECORD_KEY][-1].as_py()
                     end = int(np.searchsorted(keys, last, side="right")) if len(keys) else 0
-                    writer.write(self._merge_chunk(old, incoming.slice(pos, end - pos)))
+                    self._file.write(self._merge_chunk(old, incoming.slice(pos, end - pos)))
                     pos = end
-            writer.write(self._merge_chunk(self.schema.empty_table(), incoming.slice(pos)))
-            result = writer.close()
+            self._file.write(self._merge_chunk(self.schema.empty_table(), incoming.slice(pos)))
         except BaseException:
-            writer.abort()
+            self._file.abort()
+            raise
+        return self.finish()
+
+    def start(self) -> None:
+        self._file = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, self.bloom_kind)
+
+    def append_inserts(self, rows: pa.Table) -> None:
+        """Write new records into a new file group, as they come (bulk insert): sorted by key, nothing to merge."""
+        try:
+            self.counts.inserts += rows.num_rows
+            self._file.write(self._stamp(rows))
+        except BaseException:
+            self._file.abort()
+            raise
+
+    @property
+    def bytes_written(self) -> int:
+        return self._file.bytes_written
+
+    def abort(self) -> None:
+        self._file.abort()
+
+    def finish(self) -> WriteStat:
+        try:
+            result = self._file.close()
+        except BaseException:
+            self._file.abort()
             raise
         return WriteStat(
             file_id=self.target.file_id,

@@ -137,7 +137,7 @@ def run(
     log.info("lease of %s taken: %s", table.uri, holder.describe())
     services = None
     try:
-        index = StateIndex.open(table.io, config.write.index_shards)
+        index = StateIndex.open(table.io, config.write.index_shards, config.index.global_)
         coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
         for result in coordinator.recover():
             log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))

@@ -7,6 +7,7 @@ It runs on the driver; the work on records happens in two Spark stages
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import threading
 import time
@@ -26,10 +27,11 @@ from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
+from laketide.table.instant import COMMIT, REPLACE_COMMIT
 from laketide.table.timeline import Timeline
 from laketide.table.view_sync import ViewSync
 from laketide.table.properties import EVENT_TIME
-from laketide.table.schema import RECORD_KEY, avro_schema_json, evolve, with_meta_schema
+from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json, evolve, with_meta_schema
 from laketide.writer import stages
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, RAW, REASON, SHARD, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
@@ -37,6 +39,8 @@ from laketide.writer.sources import batch_files, copy_aside, read_files, unreada
 
 log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024
+# write.operation -> Hudi's WriteOperationType, recorded in every commit
+OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete_partition": "DELETE_PARTITION"}
 
 
 @dataclass
@@ -50,6 +54,7 @@ class BatchReport:
     deletes: int = 0
     files: int = 0
     late: int = 0
+    replaced: int = 0  # file groups a delete_partition replaced
     seconds: float = 0.0
     skipped: bool = False
     empty: bool = False
@@ -59,10 +64,11 @@ class BatchReport:
             return f"micro-batch {self.batch_id}: empty, no instant"
         if self.skipped:
             return f"micro-batch {self.batch_id}: already committed, skipped"
+        replaced = f" replaced={self.replaced}" if self.replaced else ""
         return (
             f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "
-            f"updates={self.updates} deletes={self.deletes} late={self.late} quarantined={self.quarantined} files={self.files} "
-            f"seconds={self.seconds:.2f}"
+            f"updates={self.updates} deletes={self.deletes} late={self.late} quarantined={self.quarantined} files={self.files}"
+            f"{replaced} seconds={self.seconds:.2f}"
         )
 
 
@@ -126,7 +132,10 @@ class MicroBatchWriter:
             config.source.format,
             # the first view lists the table; micro-batches then only apply new instants to it
             complex_key_encoding(table, self.views.view()),
+            index.global_keys,
         )
+        self.operation = config.write.operation
+        self.action = REPLACE_COMMIT if self.operation == "delete_partition" else COMMIT
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -146,7 +155,7 @@ class MicroBatchWriter:
             if records == 0:
                 # no instant for an empty micro-batch: an idle stream must not fill the timeline
                 return BatchReport(batch_id, None, skipped=True, empty=True)
-            instant = self.coordinator.begin(batch_id)
+            instant = self.coordinator.begin(batch_id, self.action, OPERATION_TYPES[self.operation])
             if instant is None:
                 return BatchReport(batch_id, None, skipped=True)
             self._on_step("begun", batch_id)
@@ -179,6 +188,7 @@ class MicroBatchWriter:
         view = self.views.view(timeline)
         slices = [s for s in view.latest_slices() if s.base_file is not None]
         current = {(s.partition, s.file_id): s.base_file.name for s in slices}
+        live = {(s.partition, s.file_id): s.base_file.path for s in slices}
         committed = {i.timestamp for i in timeline.completed_writes()}
         snapshot = self.index.snapshot(committed, timeline.start)
         foreign = foreign_writes(timeline)
@@ -190,7 +200,14 @@ class MicroBatchWriter:
         record_size = _record_size(timeline)
         settings = self.table.config
         assign = AssignPlan(
-            instant, self.index.shards, settings.ordering_field, max(1, write.target_file_size // record_size), live=frozenset(current)
+            instant,
+            self.index.shards,
+            settings.ordering_field,
+            max(1, write.target_file_size // record_size),
+            live=live,
+            lookup=self.operation != "insert",
+            global_keys=self.index.global_keys,
+            event_time=settings.merge_mode == EVENT_TIME and settings.ordering_field is not None,
         )
         for s in slices:
             key = (s.partition, s.file_id)
@@ -214,6 +231,7 @@ class MicroBatchWriter:
             bloom_type=write.bloom_type,
             partition_depth=len(settings.partition_fields),
             ordering_field=settings.ordering_field if settings.merge_mode == EVENT_TIME else None,
+            target_file_size=write.target_file_size,
         )
         return plan, foreign
 
@@ -288,13 +306,20 @@ class MicroBatchWriter:
     ) -> BatchReport:
         quarantined = self._quarantine(prepared, bad_files, batch_id, instant)
         plan, foreign = self._plan(instant, to_arrow_schema(StructType(data_fields), timezone="UTC"))
-        statuses = self._assign_and_write(prepared.filter(F.col(REASON).isNull()), plan, data_fields)
+        good = prepared.filter(F.col(REASON).isNull())
+        replaced: dict[str, list[str]] = {}
+        if self.operation == "delete_partition":
+            statuses, replaced = [], self._file_groups_to_replace(good, plan)
+        elif self.operation == "bulk_insert":
+            statuses = self._bulk_insert(good, plan)
+        else:
+            statuses = self._assign_and_write(good, plan, data_fields)
         self._on_step("written", batch_id)
         stats = [stages.stat_of(row) for row in statuses]
         written = [(r["partition"], r["file_id"]) for r in statuses]
         self.index.write_coverage(instant, written, uncovered=foreign.touched, uncover_all=foreign.everything)
         extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata()}
-        self.coordinator.commit(instant, stats, extra)
+        self.coordinator.commit(instant, stats, extra, action=self.action, operation=OPERATION_TYPES[self.operation], replaced_file_ids=replaced)
         self._on_step("committed", batch_id)
         self._compact_index()
         self._after_commit()
@@ -308,10 +333,51 @@ class MicroBatchWriter:
             deletes=sum(s.num_deletes for s in stats),
             files=len(stats),
             late=sum(r["late"] for r in statuses),
+            replaced=sum(len(ids) for ids in replaced.values()),
         )
 
+    def _file_groups_to_replace(self, good: DataFrame, plan: stages.BatchPlan) -> dict[str, list[str]]:
+        """delete_partition: every file group of the partitions to delete, by partition.
+
+        Those named by ``write.partitions_to_delete`` (glob patterns over the
+        table's partitions), else those the micro-batch's records fall in, as
+        Hudi's datasource does when ``hoodie.datasource.write.partitions.to.delete`` is unset.
+        """
+        patterns = self.config.write.partitions_to_delete
+        table_partitions = sorted({p for p, _ in plan.current})
+        if patterns is None:
+            partitions = sorted(r[0] for r in good.select(PARTITION).distinct().collect())
+        else:
+            partitions = [p for p in table_partitions if any(fnmatch.fnmatchcase(p, pattern) for pattern in patterns)]
+        replaced = {p: sorted(f for q, f in plan.current if q == p) for p in partitions}
+        replaced = {p: ids for p, ids in replaced.items() if ids}
+        log.info("instant %s: deleting partitions %s (%d file groups)", plan.instant, sorted(replaced) or "none", sum(map(len, replaced.values())))
+        return replaced
+
+    def _bulk_insert(self, good: DataFrame, plan: stages.BatchPlan) -> list[dict]:
+        """One stage: a range shuffle on (partition, key), Spark sorts each range, and each task writes new file groups."""
+        status_struct = from_arrow_schema(stages.STATUS_SCHEMA)
+        global_keys = self.index.global_keys
+
+        def bulk_task(batches):
+            from pyspark import TaskContext
+
+            from laketide.table.files import write_token
+
+            task = TaskContext.get()
+            token = write_token(task.partitionId(), task.stageId(), task.taskAttemptId())
+            yield from stages.bulk_insert(plan, batches, task.partitionId(), token)
+
+        order = [F.col(c).asc() if direction == "ascending" else F.col(c).desc() for c, direction in stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)]
+        ranges = [RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]
+        ordered = good.drop(REASON, RAW, SHARD).repartitionByRange(self.config.write.parallelism, *ranges).sortWithinPartitions(*order)
+        return [row.asDict() for row in ordered.mapInArrow(bulk_task, status_struct).collect()]
+
     def _assign_and_write(self, good: DataFrame, plan: stages.BatchPlan, data_fields: list[StructField]) -> list[dict]:
-        assigned_struct = StructType(data_fields + list(from_arrow_schema(pa.schema([(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string())])).fields))
+        routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string())]
+        if self.index.global_keys and IS_DELETED not in {f.name for f in data_fields}:
+            routing.append((IS_DELETED, pa.bool_()))  # the deletes of moved records' old copies
+        assigned_struct = StructType(data_fields + list(from_arrow_schema(pa.schema(routing)).fields))
         assigned_arrow = to_arrow_schema(assigned_struct, timezone=self.timezone)
         status_struct = from_arrow_schema(stages.STATUS_SCHEMA)
 

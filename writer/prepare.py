@@ -51,6 +51,7 @@ class PrepareSpec:
     shards: int
     source_format: str = "json"
     complex_key: bool = False  # the table's key generator is ComplexKeyGenerator
+    global_keys: bool = False  # the index hashes keys alone, so a key's shard does not depend on its partition
 
 
 class ArrivalCounter:
@@ -136,7 +137,7 @@ def prepare(rows: pa.Table, spec: PrepareSpec, arrival: ArrivalCounter) -> pa.Ta
     bad = pc.is_valid(reason).to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
     safe_keys = pc.fill_null(keys, "")
     safe_partitions = pc.fill_null(partitions, "")
-    hashes = index_keys(safe_partitions, safe_keys)
+    hashes = index_keys(safe_partitions, safe_keys, spec.global_keys)
     arrival_file, arrival_row = arrival.order(rows)
     data = rows.drop_columns([c for c in (CORRUPT, *SOURCE_COLUMNS) if c in rows.column_names])
     columns = [

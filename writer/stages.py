@@ -1,27 +1,31 @@
-"""The two per-task stages of a micro-batch, as functions over Arrow batches.
+"""The per-task stages of a micro-batch, as functions over Arrow batches.
 
 ``assign`` runs once per index shard (after the shuffle by shard) and
-``write`` once per set of file groups (after the shuffle by file group). Both
-take a ``BatchPlan`` the driver built, and touch storage only through
-``FileIO``; they do not import Spark, so they run in tests without it.
+``write`` once per set of file groups (after the shuffle by file group).
+``bulk_insert`` is the one stage of a bulk insert: it runs on a range of
+(partition, key) that Spark has sorted, and writes new file groups as the rows
+come. All take a ``BatchPlan`` the driver built, and touch storage only
+through ``FileIO``; they do not import Spark, so they run in tests without it.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from laketide.index.assigner import FILE_ID, PARTITION, AssignPlan, BucketAssigner
+from laketide.index.assigner import ARRIVAL, ARRIVAL_FILE, FILE_ID, PARTITION, AssignPlan, BucketAssigner
 from laketide.index.state import IndexSnapshot, StateIndex, index_entries, index_keys, shard_of
 from laketide.table.commit import WriteStat
 from laketide.table.files import BaseFile
 from laketide.table.io import FileIO
 from laketide.table.markers import CREATE, MERGE, WriteMarkers
-from laketide.table.schema import RECORD_KEY
+from laketide.table.schema import IS_DELETED, RECORD_KEY
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
 from laketide.writer.prepare import RAW, REASON, SHARD
@@ -46,6 +50,7 @@ class BatchPlan:
     bloom_type: str
     partition_depth: int
     ordering_field: str | None = None  # set under event-time ordering
+    target_file_size: int = 128 * 2**20  # where a bulk insert starts a new file group
 
 
 def _concat(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
@@ -57,6 +62,14 @@ def _read_keys(io: FileIO) -> Callable[[str], pa.Array]:
     def read(path: str) -> pa.Array:
         with io.open_input(path) as f:
             return pq.read_table(f, columns=[RECORD_KEY])[RECORD_KEY].combine_chunks()
+
+    return read
+
+
+def _read_columns(io: FileIO) -> Callable[[str, list[str]], pa.Table]:
+    def read(path: str, columns: list[str]) -> pa.Table:
+        with io.open_input(path) as f:
+            return pq.read_table(f, columns=columns)
 
     return read
 
@@ -79,8 +92,11 @@ def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Sc
     shards = rows[SHARD].to_numpy()
     for shard in np.unique(shards):
         part = rows.filter(pa.array(shards == shard)).drop_columns([SHARD])
-        assigner = BucketAssigner(int(shard), plan.assign, index.load_shard(plan.index, int(shard)), _read_keys(io), _read_footer(io))
+        run = index.load_shard(plan.index, int(shard))
+        assigner = BucketAssigner(int(shard), plan.assign, run, _read_keys(io), _read_footer(io), _read_columns(io))
         assigned, entries = assigner.assign(part)
+        if IS_DELETED in out_schema.names and IS_DELETED not in assigned.column_names:
+            assigned = assigned.append_column(IS_DELETED, pa.array([False] * assigned.num_rows))
         index.write_delta(int(shard), plan.instant, entries, part=0)
         yield from assigned.select(out_schema.names).cast(out_schema).to_batches()
 
@@ -88,13 +104,18 @@ def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Sc
 def _index_whole_group(plan: BatchPlan, io: FileIO, path: str, partition: str, file_id: str, task: int) -> None:
     """Add every key of a file group the index did not cover, so it is covered from now on."""
     keys = _read_keys(io)(path)
-    hashes = index_keys(pa.array([partition] * len(keys), pa.string()), keys)
+    _write_entries(plan, io, keys, [partition] * len(keys), [file_id] * len(keys), task)
+
+
+def _write_entries(plan: BatchPlan, io: FileIO, keys: pa.Array, partitions: list[str], file_ids: list[str], task: int) -> None:
+    """Index entries a write task adds, one delta run per shard."""
+    hashes = index_keys(pa.array(partitions, pa.string()), keys, plan.index.global_keys)
     shards = shard_of(hashes, plan.index.shards)
     index = StateIndex(io, plan.index.shards)
+    partitions, file_ids = np.asarray(partitions, dtype=object), np.asarray(file_ids, dtype=object)
     for shard in np.unique(shards):
-        count = int((shards == shard).sum())
-        entries = index_entries(hashes[shards == shard], [partition] * count, [file_id] * count)
-        index.write_delta(int(shard), plan.instant, entries, part=_WRITE_PART_BASE + task)
+        mine = shards == shard
+        index.write_delta(int(shard), plan.instant, index_entries(hashes[mine], partitions[mine], file_ids[mine]), part=_WRITE_PART_BASE + task)
 
 
 def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None) -> Iterator[pa.RecordBatch]:
@@ -129,6 +150,121 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
             _index_whole_group(plan, io, stat.path, partition, file_id, task)
         statuses.append({"stat": stat.model_dump_json(by_alias=True), "partition": partition, "file_id": file_id, "newly_covered": newly_covered, "late": writer.counts.late})
     yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
+
+
+def bulk_sort_keys(ordering_field: str | None, global_keys: bool) -> list[tuple[str, str]]:
+    """The order a bulk insert's rows reach ``bulk_insert`` in: by partition and key, the
+    record that wins a duplicate key first (highest ordering value, then latest arrival).
+    With a global index, duplicates are found by key alone, so the key sorts first."""
+    keys = [(RECORD_KEY, "ascending")] if global_keys else [(PARTITION, "ascending"), (RECORD_KEY, "ascending")]
+    winner = [(ordering_field, "descending")] if ordering_field else []
+    return keys + winner + [(ARRIVAL_FILE, "descending"), (ARRIVAL, "descending")]
+
+
+def _first_of_each_key(rows: pa.Table, global_keys: bool, previous: tuple[str, str] | None) -> pa.Table:
+    """Rows sorted by ``bulk_sort_keys``, one per key: the first, unless ``previous`` (the last key already seen) repeats."""
+    keys = rows[RECORD_KEY].to_numpy(zero_copy_only=False)
+    parts = np.full(len(keys), "", dtype=object) if global_keys else rows[PARTITION].to_numpy(zero_copy_only=False)
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = (keys[1:] != keys[:-1]) | (parts[1:] != parts[:-1])
+    if previous is not None and len(keys):
+        first[0] = (parts[0], keys[0]) != previous
+    return rows.filter(pa.array(first))
+
+
+class _BulkFiles:
+    """The new file groups one bulk-insert task writes, one open per partition, each up to the target size."""
+
+    def __init__(self, plan: BatchPlan, io: FileIO, task: int, token: str | None):
+        self.plan, self.io, self.task, self.token = plan, io, task, token
+        self.markers = WriteMarkers(io, plan.instant)
+        self.open: dict[str, BucketWriter] = {}
+        self.opened = 0
+        self.seqno = 0
+        self.statuses: list[dict] = []
+        self.keys: list[pa.Array] = []
+        self.partitions: list[str] = []
+        self.file_ids: list[str] = []
+
+    def _new_writer(self, partition: str) -> BucketWriter:
+        # deterministic, so a retried task writes the same file groups
+        file_id = f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{self.plan.instant}/bulk/{self.task}/{self.opened}')}-0"
+        self.opened += 1
+        ensure_partition_metadata(self.io, partition, self.plan.instant, self.plan.partition_depth)
+        writer = BucketWriter(
+            self.io, FileGroupTarget(partition, file_id), self.plan.instant, self.task, self.plan.table_schema, self.plan.avro_schema,
+            self.plan.bloom_type, token=self.token, first_seqno=self.seqno,
+        )
+        self.markers.create(writer.new_file.path, CREATE)
+        writer.start()
+        return writer
+
+    def append(self, partition: str, rows: pa.Table) -> None:
+        while rows.num_rows:
+            writer = self.open.get(partition) or self.open.setdefault(partition, self._new_writer(partition))
+            part = rows.slice(0, self._room(writer))
+            writer.append_inserts(part)
+            self.keys.append(part[RECORD_KEY].combine_chunks())
+            self.partitions += [partition] * part.num_rows
+            self.file_ids += [writer.target.file_id] * part.num_rows
+            if writer.bytes_written >= self.plan.target_file_size:
+                self._close(partition)
+            rows = rows.slice(part.num_rows)
+
+    def _room(self, writer: BucketWriter) -> int:
+        """Rows the file may still take, by the bytes per row written so far (at first, the table's estimate)."""
+        written, size = writer.counts.inserts, writer.bytes_written
+        if written == 0 or size == 0:
+            return max(1, self.plan.assign.new_group_records)
+        return max(1, int((self.plan.target_file_size - size) * written / size))
+
+    def _close(self, partition: str) -> None:
+        writer = self.open.pop(partition)
+        stat = writer.finish()
+        self.seqno = writer.counts.seqno
+        self.statuses.append({"stat": stat.model_dump_json(by_alias=True), "partition": partition, "file_id": writer.target.file_id, "newly_covered": False, "late": 0})
+
+    def finish(self) -> list[dict]:
+        for partition in list(self.open):
+            self._close(partition)
+        if self.keys:
+            _write_entries(self.plan, self.io, pa.concat_arrays(self.keys), self.partitions, self.file_ids, self.task)
+        return self.statuses
+
+    def abort(self) -> None:
+        for writer in self.open.values():
+            writer.abort()
+
+
+def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None) -> Iterator[pa.RecordBatch]:
+    """Write one task's range of a bulk insert: rows arrive sorted by ``bulk_sort_keys``.
+
+    Each key is written once (the first row of its run wins; a delete that wins
+    writes nothing), straight into new file groups, with no index lookup and no
+    merge; every key gets an index entry.
+    """
+    io = FileIO.for_uri(plan.table_uri)
+    files = _BulkFiles(plan, io, task, token)
+    global_keys = plan.index.global_keys
+    previous: tuple[str, str] | None = None
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            rows = _first_of_each_key(pa.Table.from_batches([batch]), global_keys, previous)
+            last = batch.slice(batch.num_rows - 1).to_pydict()
+            previous = ("" if global_keys else last[PARTITION][0], last[RECORD_KEY][0])
+            if IS_DELETED in rows.column_names:
+                rows = rows.filter(pc.invert(pc.fill_null(rows[IS_DELETED], False)))
+            partitions = rows[PARTITION].to_numpy(zero_copy_only=False)
+            for partition in np.unique(partitions) if len(partitions) else []:
+                files.append(str(partition), rows.filter(pa.array(partitions == partition)).drop_columns([PARTITION]))
+        statuses = files.finish()
+    except BaseException:
+        files.abort()
+        raise
+    if statuses:
+        yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
 
 
 def stat_of(row: dict) -> WriteStat:

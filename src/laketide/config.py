@@ -98,6 +98,17 @@ class StreamSection(_Section):
 
 
 class WriteSection(_Section):
+    """``operation`` is Hudi's ``hoodie.datasource.write.operation``: what every micro-batch does.
+
+    upsert: each key once, updates merged (the default); insert: no index lookup, new keys
+    bin-packed (an existing key is not looked up, so it can end up twice); bulk_insert: the
+    initial load, sorted and written straight into new file groups, no merge; delete_partition:
+    replace every file group of ``partitions_to_delete`` (glob patterns), or of the partitions
+    the micro-batch's records fall in when that is unset.
+    """
+
+    operation: Literal["upsert", "insert", "bulk_insert", "delete_partition"] = "upsert"
+    partitions_to_delete: list[str] | None = None
     target_file_size: Size = 128 * 2**20
     small_file_limit: Size = 100 * 2**20
     index_shards: int = Field(4, gt=0, le=4096)
@@ -111,6 +122,22 @@ class WriteSection(_Section):
         if self.small_file_limit > self.target_file_size:
             raise ValueError("write.small_file_limit must not exceed write.target_file_size")
         return self
+
+    @model_validator(mode="after")
+    def _partitions_only_to_delete(self) -> WriteSection:
+        if self.partitions_to_delete is not None and self.operation != "delete_partition":
+            raise ValueError(f"write.partitions_to_delete is set but write.operation is {self.operation!r}; it applies to delete_partition only")
+        return self
+
+
+class IndexSection(_Section):
+    """``global = true``: a record key is unique across partitions (Hudi's global index). A record
+    whose partition value changes moves: its old copy is deleted in the same commit. Chosen when
+    the table's index is created; an index built the other way is refused."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    global_: bool = Field(False, alias="global")
 
 
 class CoordinatorSection(_Section):
@@ -164,6 +191,7 @@ class JobConfig(_Section):
     source: SourceSection = Field(default_factory=SourceSection)
     stream: StreamSection = Field(default_factory=StreamSection)
     write: WriteSection = Field(default_factory=WriteSection)
+    index: IndexSection = Field(default_factory=IndexSection)
     coordinator: CoordinatorSection = Field(default_factory=CoordinatorSection)
     clean: CleanSection = Field(default_factory=CleanSection)
     archive: ArchiveSection = Field(default_factory=ArchiveSection)
