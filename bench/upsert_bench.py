@@ -154,17 +154,14 @@ def _matches(got: pa.Table, expected: pa.Table) -> bool:
 # -- engines ----------------------------------------------------------------
 
 
-def run_laketide(workdir: Path, landing: Path, expected: pa.Table, parallelism: int) -> Result:
-    from hudi import HudiTableBuilder
-
+def laketide_config(table_path: Path, checkpoint: Path, landing: Path, parallelism: int, extra: tuple[str, ...] = ()):
+    """The job's settings for the workload: keyed by id, partitioned by region, event-time on ts."""
     from laketide.config import load_config
-    from laketide.writer.job import run
 
-    table_path = workdir / "laketide"
-    config = load_config(
+    return load_config(
         overrides=[
             f"table.path={table_path}",
-            "table.name=bench",
+            f"table.name={table_path.name}",
             'table.record_key=["id"]',
             'table.partition_by=["region"]',
             "table.ordering_field=ts",
@@ -172,15 +169,25 @@ def run_laketide(workdir: Path, landing: Path, expected: pa.Table, parallelism: 
             f"source.path={landing}",
             f"source.schema={DDL}",
             "source.max_files_per_trigger=1",
-            f"stream.checkpoint={workdir / 'checkpoint'}",
+            f"stream.checkpoint={checkpoint}",
             "stream.trigger=available-now",
             f"write.parallelism={parallelism}",
             f"write.index_shards={parallelism}",
             "spark.master=local[2]",
             f"spark.conf.spark.sql.shuffle.partitions={parallelism}",
             "spark.conf.spark.driver.memory=4g",
+            *extra,
         ]
     )
+
+
+def run_laketide(workdir: Path, landing: Path, expected: pa.Table, parallelism: int) -> Result:
+    from hudi import HudiTableBuilder
+
+    from laketide.writer.job import run
+
+    table_path = workdir / "laketide"
+    config = laketide_config(table_path, workdir / "checkpoint", landing, parallelism)
     with PeakRss() as rss:
         writer = run(config)
     reports = [r for r in writer.status.recent if not r.skipped]
@@ -225,6 +232,21 @@ def run_delta(workdir: Path, batches: list[pa.Table], expected: pa.Table) -> Res
 # -- main -------------------------------------------------------------------
 
 
+def report(rows: list[dict], ratio_title: str, ratios: dict, out: str, payload: dict, width: int = 22) -> None:
+    """Print the results table and the ratios, write ``payload`` as JSON, and fail when a result is not verified."""
+    columns = list(rows[0])
+    first = max(len(str(r[columns[0]])) for r in rows)
+    print(" | ".join(f"{c:>{width}}" if i else f"{c:<{first}}" for i, c in enumerate(columns)))
+    for r in rows:
+        print(" | ".join(f"{str(r[c]):>{width}}" if i else f"{r[c]:<{first}}" for i, c in enumerate(columns)))
+    print(f"{ratio_title}: " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(payload, indent=2))
+    if not all(r["verified"] for r in rows):
+        print("verification FAILED", file=sys.stderr)
+        sys.exit(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="laketide vs delta-rs upsert benchmark")
     parser.add_argument("--rows", type=int, default=1_000_000, help="initial load N")
@@ -263,17 +285,7 @@ def main() -> None:
         "records_per_second": round(rows[0]["records_per_second"] / rows[1]["records_per_second"], 2),
         "peak_rss_mb": round(rows[0]["peak_rss_mb"] / rows[1]["peak_rss_mb"], 2),
     }
-    columns = list(rows[0])
-    print(" | ".join(f"{c:>22}" if i else f"{c:<10}" for i, c in enumerate(columns)))
-    for r in rows:
-        print(" | ".join(f"{str(r[c]):>22}" if i else f"{r[c]:<10}" for i, c in enumerate(columns)))
-    print("laketide / delta-rs: " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"workload": vars(args), "results": rows, "ratio_laketide_to_delta": ratios}, indent=2))
-    if not all(r["verified"] for r in rows):
-        print("verification FAILED", file=sys.stderr)
-        sys.exit(1)
-
+    report(rows, "laketide / delta-rs", ratios, args.out, {"workload": vars(args), "results": rows, "ratio_laketide_to_delta": ratios})
 
 if __name__ == "__main__":
     main()
