@@ -242,7 +242,10 @@ class ZooKeeperLease(Lease):
         self.epoch_node = f"{self.table_node}/epoch"
         self.holder = None
         self.state = "NEW"
-        self._client = KazooClient(hosts=hosts, timeout=session_timeout)
+        # Reconnection attempts back off to at most a second (kazoo's default goes up to a minute):
+        # after a short outage the session must be found intact before the session timeout runs out.
+        retry = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_jitter": 0.1, "max_delay": 1.0}
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=retry)
         self._client.add_listener(self._on_state)
 
     def _on_state(self, state) -> None:

@@ -11,7 +11,7 @@ import pytest
 from laketide.index.state import StateIndex
 from laketide.table import Table, avro_models
 from laketide.table.instant import REPLACE_COMMIT, State
-from laketide.table.schema import PARTITION_PATH, RECORD_KEY
+from laketide.table.schema import COMMIT_SEQNO, PARTITION_PATH, RECORD_KEY
 from laketide.writer.job import run
 
 from conftest import hudi_read, rows
@@ -53,9 +53,13 @@ def test_bulk_insert_loads_sorted_deduplicated_files_that_upserts_then_find(spar
     assert all(s.num_inserts == s.num_writes and s.prev_commit == "null" for s in stats)
     per_partition = collections.Counter(s.partition_path for s in stats)
     assert min(per_partition.values()) > 1, "a load above the target size is split into several file groups"
+    seqnos = []
     for stat in stats:
-        keys = pq.read_table(table.io.full_path(stat.path), columns=[RECORD_KEY])[RECORD_KEY].to_pylist()
+        written = pq.read_table(table.io.full_path(stat.path), columns=[RECORD_KEY, COMMIT_SEQNO])
+        keys = written[RECORD_KEY].to_pylist()
         assert keys == sorted(keys) and len(keys) == len(set(keys))
+        seqnos += written[COMMIT_SEQNO].to_pylist()
+    assert len(seqnos) == len(set(seqnos)) == len(model.rows), "one seqno per record of the instant"
     # every key is indexed and every new group covered: updates find their group, nothing is probed
     index = StateIndex.open(table.io, 2)
     snapshot = index.snapshot({instant.timestamp})
@@ -115,9 +119,11 @@ def test_delete_partition_replaces_every_file_group_of_the_partitions(spark, tmp
 
 def test_global_index_moves_a_record_between_partitions(spark, tmp_path):
     landing, model = Landing(tmp_path), Model()
-    first = [row(i, 1) for i in range(1, 21)]
+    # a bulk load: a key in two partitions is kept once, where its winning record puts it
+    first = [row(i, 1) for i in range(1, 21)] + [row(3, 0, region="apac"), row(8, 5, region="apac")]
     model.apply(first)
-    landing.run(first, index__global="true")
+    landing.run(first, index__global="true", write__operation="bulk_insert")
+    assert table_rows(tmp_path) == model.expected()
 
     moves = [
         row(1, 2, region="eu"),  # us -> eu

@@ -200,10 +200,17 @@ class _BulkFiles:
         return writer
 
     def append(self, partition: str, rows: pa.Table) -> None:
+        if not self.plan.index.global_keys:
+            # rows come sorted by partition: one that is done is not seen again in this task
+            for done in [p for p in self.open if p != partition]:
+                self._close(done)
         while rows.num_rows:
             writer = self.open.get(partition) or self.open.setdefault(partition, self._new_writer(partition))
             part = rows.slice(0, self._room(writer))
+            # one count for the task, however many files are open: seqnos stay unique in the instant
+            writer.counts.seqno = self.seqno
             writer.append_inserts(part)
+            self.seqno = writer.counts.seqno
             self.keys.append(part[RECORD_KEY].combine_chunks())
             self.partitions += [partition] * part.num_rows
             self.file_ids += [writer.target.file_id] * part.num_rows
@@ -221,7 +228,6 @@ class _BulkFiles:
     def _close(self, partition: str) -> None:
         writer = self.open.pop(partition)
         stat = writer.finish()
-        self.seqno = writer.counts.seqno
         self.statuses.append({"stat": stat.model_dump_json(by_alias=True), "partition": partition, "file_id": writer.target.file_id, "newly_covered": False, "late": 0})
 
     def finish(self) -> list[dict]:
