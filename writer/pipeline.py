@@ -89,6 +89,22 @@ def _record_size(timeline: Timeline) -> int:
     return max(64, sum(s.file_size_in_bytes for s in stats) // total) if total else DEFAULT_RECORD_SIZE
 
 
+def _materialize(prepared: DataFrame) -> DataFrame:
+    """The micro-batch's prepared rows, computed once and kept on the executors for the stages that read them.
+
+    A local checkpoint keeps Spark's rows as they are; the columnar cache of
+    ``persist`` encodes them first, which measured about twice as slow here.
+    Its blocks cannot be recomputed: losing an executor fails the micro-batch,
+    which is rolled back, and the restarted query replays it.
+    """
+    return prepared.localCheckpoint(eager=True)
+
+
+def _release(prepared: DataFrame) -> None:
+    """Free the blocks of a materialized micro-batch now, rather than when the JVM collects it."""
+    prepared._jdf.queryExecution().analyzed().rdd().unpersist(False)
+
+
 class MicroBatchWriter:
     def __init__(
         self,
@@ -170,7 +186,7 @@ class MicroBatchWriter:
                 self.coordinator.rollback(instant, force=True)
                 raise
         finally:
-            prepared.unpersist()
+            _release(prepared)
         report.seconds = time.monotonic() - started
         self.metrics.micro_batches.labels("committed").inc()
         self.metrics.records.inc(report.records)
@@ -268,20 +284,19 @@ class MicroBatchWriter:
         return df.mapInArrow(prepare_task, prepared_struct), data_fields
 
     def _read(self, df: DataFrame, batch_id: int) -> tuple[DataFrame, list[StructField], int, dict[str, str]]:
-        """The prepared rows of the micro-batch (persisted), their count, and the landing files set aside."""
+        """The prepared rows of the micro-batch (materialized once), their count, and the landing files set aside."""
         prepared, data_fields = self._prepared(df)
-        prepared = prepared.persist()
         try:
+            prepared = _materialize(prepared)
             return prepared, data_fields, prepared.count(), {}
         except Exception as failure:
-            prepared.unpersist()
             if self.config.source.format == "generator":
                 raise
             # a failure because the job is being stopped is not about the files
             self.coordinator.lease.check()
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
         prepared, data_fields = self._prepared(readable)
-        prepared = prepared.persist()
+        prepared = _materialize(prepared)
         return prepared, data_fields, prepared.count() + len(bad), bad
 
     def _without_unreadable_files(self, df: DataFrame, batch_id: int, failure: Exception) -> tuple[DataFrame, dict[str, str]]:
