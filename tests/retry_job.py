@@ -1,7 +1,7 @@
 """Run the job in its own process with task retries on, recording the markers and data files of each
 instant at the point its files are written (before the commit).
 
-    python retry_job.py ROOT OUT.json
+    python retry_job.py ROOT OUT.json [OPERATION]
 """
 
 import json
@@ -18,6 +18,7 @@ from streaming import job_config  # noqa: E402
 
 def main() -> None:
     root, out = Path(sys.argv[1]), Path(sys.argv[2])
+    operation = sys.argv[3] if len(sys.argv) > 3 else "upsert"
     seen = {}
 
     def on_step(point: str, batch_id: int) -> None:
@@ -28,7 +29,7 @@ def main() -> None:
         files = [e.path for e in table.io.walk() if e.name.endswith(".parquet") and instant in e.name and not e.path.startswith(".hoodie")]
         seen[instant] = {"marked": sorted(WriteMarkers(table.io, instant).data_paths()), "files": sorted(files)}
 
-    run(job_config(root, spark__master="local[2,4]"), on_step)
+    run(job_config(root, spark__master="local[2,4]", write__operation=operation), on_step)
     out.write_text(json.dumps(seen))
 
 

@@ -9,6 +9,8 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from laketide.table import Table
 from laketide.table.files import BaseFile
 
@@ -18,15 +20,16 @@ from streaming import BATCHES, DATA_COLUMNS, PYTHON, expected_after, land_all
 HERE = Path(__file__).parent
 
 
-def test_a_retried_write_task_leaves_one_file_per_group(tmp_path):
-    land_all(tmp_path, BATCHES[:2])
+@pytest.mark.parametrize("operation, batches", [("upsert", BATCHES[:2]), ("bulk_insert", BATCHES[:1])])
+def test_a_retried_write_task_leaves_one_file_per_group(tmp_path, operation, batches):
+    land_all(tmp_path, batches)
     out = tmp_path / "seen.json"
     env = {**os.environ, "LAKETIDE_TEST_FAIL_FIRST_WRITE": "1", "PYTHONPATH": os.pathsep.join([str(HERE / "failing_task"), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([PYTHON, str(HERE / "retry_job.py"), str(tmp_path), str(out)], env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run([PYTHON, str(HERE / "retry_job.py"), str(tmp_path), str(out), operation], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "injected failure of task 0" in result.stderr, "the first attempt failed"
     seen = json.loads(out.read_text())
-    assert len(seen) == 2
+    assert len(seen) == len(batches)
     table = Table.open(str(tmp_path / "table"))
     for instant, at_write in seen.items():
         assert at_write["marked"] == at_write["files"], "every file written, by either attempt, has its marker"
@@ -36,4 +39,4 @@ def test_a_retried_write_task_leaves_one_file_per_group(tmp_path):
         kept_groups = Counter(BaseFile.parse(*p.rsplit("/", 1)).file_id for p in kept)
         assert set(kept_groups.values()) == {1} and set(kept_groups) == set(groups), "one base file per group after the commit"
     assert not table.io.exists(".hoodie/.temp") or not list(table.io.list_dir(".hoodie/.temp"))
-    assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(BATCHES[:2])
+    assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(batches)

@@ -1,7 +1,8 @@
 """Loaded by every Python process of a test job whose PYTHONPATH names this folder (Spark's workers too).
 
-The first attempt of write-stage task 0 fails right after its first file group's base file is written,
-so Spark retries the task (with ``spark.master = local[N,maxFailures]``) while that file stays behind.
+The first attempt of write-stage task 0 fails right after its first file group's base file is written
+(by a merge or by a bulk insert), so Spark retries the task (with ``spark.master = local[N,maxFailures]``)
+while that file stays behind.
 """
 
 import os
@@ -9,10 +10,10 @@ import os
 if os.environ.get("LAKETIDE_TEST_FAIL_FIRST_WRITE"):
     from laketide.writer import bucket_writer
 
-    _write = bucket_writer.BucketWriter.write
+    _finish = bucket_writer.BucketWriter.finish
 
-    def _failing_write(self, incoming):
-        stat = _write(self, incoming)
+    def _failing_finish(self):
+        stat = _finish(self)
         from pyspark import TaskContext
 
         task = TaskContext.get()
@@ -20,4 +21,4 @@ if os.environ.get("LAKETIDE_TEST_FAIL_FIRST_WRITE"):
             raise RuntimeError(f"injected failure of task 0, attempt 0, after writing {stat.path}")
         return stat
 
-    bucket_writer.BucketWriter.write = _failing_write
+    bucket_writer.BucketWriter.finish = _failing_finish
