@@ -104,13 +104,18 @@ def dedupe(rows: pa.Table, ordering_field: str | None, global_keys: bool = False
         sort.append((ARRIVAL_FILE, "descending"))
     sort.append((ARRIVAL, "descending"))
     ordered = rows.take(pc.sort_indices(rows, sort_keys=sort))
-    parts = ordered[PARTITION].to_numpy(zero_copy_only=False)
+    return ordered.filter(pa.array(first_of_each_key(ordered, global_keys)))
+
+
+def first_of_each_key(ordered: pa.Table, global_keys: bool) -> np.ndarray:
+    """Where each run of one (partition, key), or of one key when keys are global, starts in rows sorted by them."""
     keys = ordered[RECORD_KEY].to_numpy(zero_copy_only=False)
     first = np.ones(len(keys), dtype=bool)
     first[1:] = keys[1:] != keys[:-1]
     if not global_keys:
+        parts = ordered[PARTITION].to_numpy(zero_copy_only=False)
         first[1:] |= parts[1:] != parts[:-1]
-    return ordered.filter(pa.array(first))
+    return first
 
 
 class BucketAssigner:

@@ -89,6 +89,20 @@ def _record_size(timeline: Timeline) -> int:
     return max(64, sum(s.file_size_in_bytes for s in stats) // total) if total else DEFAULT_RECORD_SIZE
 
 
+def _in_task_attempt(stage: Callable, plan: stages.BatchPlan) -> Callable:
+    """A ``mapInArrow`` function running a writing stage with the task's partition and this attempt's write token."""
+
+    def run(batches):
+        from pyspark import TaskContext
+
+        from laketide.table.files import write_token
+
+        task = TaskContext.get()
+        yield from stage(plan, batches, task.partitionId(), write_token(task.partitionId(), task.stageId(), task.taskAttemptId()))
+
+    return run
+
+
 def _materialize(prepared: DataFrame) -> DataFrame:
     """The micro-batch's prepared rows, computed once and kept on the executors for the stages that read them.
 
@@ -359,10 +373,10 @@ class MicroBatchWriter:
         Hudi's datasource does when ``hoodie.datasource.write.partitions.to.delete`` is unset.
         """
         patterns = self.config.write.partitions_to_delete
-        table_partitions = sorted({p for p, _ in plan.current})
         if patterns is None:
             partitions = sorted(r[0] for r in good.select(PARTITION).distinct().collect())
         else:
+            table_partitions = sorted({p for p, _ in plan.current})
             partitions = [p for p in table_partitions if any(fnmatch.fnmatchcase(p, pattern) for pattern in patterns)]
         replaced = {p: sorted(f for q, f in plan.current if q == p) for p in partitions}
         replaced = {p: ids for p, ids in replaced.items() if ids}
@@ -374,19 +388,10 @@ class MicroBatchWriter:
         status_struct = from_arrow_schema(stages.STATUS_SCHEMA)
         global_keys = self.index.global_keys
 
-        def bulk_task(batches):
-            from pyspark import TaskContext
-
-            from laketide.table.files import write_token
-
-            task = TaskContext.get()
-            token = write_token(task.partitionId(), task.stageId(), task.taskAttemptId())
-            yield from stages.bulk_insert(plan, batches, task.partitionId(), token)
-
         order = [F.col(c).asc() if direction == "ascending" else F.col(c).desc() for c, direction in stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)]
         ranges = [RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]
         ordered = good.drop(REASON, RAW, SHARD).repartitionByRange(self.config.write.parallelism, *ranges).sortWithinPartitions(*order)
-        return [row.asDict() for row in ordered.mapInArrow(bulk_task, status_struct).collect()]
+        return [row.asDict() for row in ordered.mapInArrow(_in_task_attempt(stages.bulk_insert, plan), status_struct).collect()]
 
     def _assign_and_write(self, good: DataFrame, plan: stages.BatchPlan, data_fields: list[StructField]) -> list[dict]:
         routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string())]
@@ -399,18 +404,9 @@ class MicroBatchWriter:
         def assign_task(batches):
             yield from stages.assign(plan, batches, assigned_arrow)
 
-        def write_task(batches):
-            from pyspark import TaskContext
-
-            from laketide.table.files import write_token
-
-            task = TaskContext.get()
-            token = write_token(task.partitionId(), task.stageId(), task.taskAttemptId())
-            yield from stages.write(plan, batches, task.partitionId(), token)
-
         write = self.config.write
         assigned = good.repartition(self.index.shards, SHARD).mapInArrow(assign_task, assigned_struct)
-        written = assigned.repartition(write.parallelism, PARTITION, FILE_ID).mapInArrow(write_task, status_struct)
+        written = assigned.repartition(write.parallelism, PARTITION, FILE_ID).mapInArrow(_in_task_attempt(stages.write, plan), status_struct)
         return [row.asDict() for row in written.collect()]
 
     def _compact_index(self) -> None:

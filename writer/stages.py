@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from laketide.index.assigner import ARRIVAL, ARRIVAL_FILE, FILE_ID, PARTITION, AssignPlan, BucketAssigner
+from laketide.index.assigner import ARRIVAL, ARRIVAL_FILE, FILE_ID, PARTITION, AssignPlan, BucketAssigner, first_of_each_key
 from laketide.index.state import IndexSnapshot, StateIndex, index_entries, index_keys, shard_of
 from laketide.table.commit import WriteStat
 from laketide.table.files import BaseFile
@@ -51,6 +51,11 @@ class BatchPlan:
     partition_depth: int
     ordering_field: str | None = None  # set under event-time ordering
     target_file_size: int = 128 * 2**20  # where a bulk insert starts a new file group
+
+
+def _status(stat: WriteStat, newly_covered: bool = False, late: int = 0) -> dict:
+    """One row of ``STATUS_SCHEMA``: what a task wrote into one file group."""
+    return {"stat": stat.model_dump_json(by_alias=True), "partition": stat.partition_path, "file_id": stat.file_id, "newly_covered": newly_covered, "late": late}
 
 
 def _concat(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
@@ -148,7 +153,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
         newly_covered = (partition, file_id) in plan.uncovered
         if newly_covered:
             _index_whole_group(plan, io, stat.path, partition, file_id, task)
-        statuses.append({"stat": stat.model_dump_json(by_alias=True), "partition": partition, "file_id": file_id, "newly_covered": newly_covered, "late": writer.counts.late})
+        statuses.append(_status(stat, newly_covered, writer.counts.late))
     yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
 
 
@@ -161,14 +166,15 @@ def bulk_sort_keys(ordering_field: str | None, global_keys: bool) -> list[tuple[
     return keys + winner + [(ARRIVAL_FILE, "descending"), (ARRIVAL, "descending")]
 
 
-def _first_of_each_key(rows: pa.Table, global_keys: bool, previous: tuple[str, str] | None) -> pa.Table:
-    """Rows sorted by ``bulk_sort_keys``, one per key: the first, unless ``previous`` (the last key already seen) repeats."""
-    keys = rows[RECORD_KEY].to_numpy(zero_copy_only=False)
-    parts = np.full(len(keys), "", dtype=object) if global_keys else rows[PARTITION].to_numpy(zero_copy_only=False)
-    first = np.ones(len(keys), dtype=bool)
-    first[1:] = (keys[1:] != keys[:-1]) | (parts[1:] != parts[:-1])
-    if previous is not None and len(keys):
-        first[0] = (parts[0], keys[0]) != previous
+def _run_key(rows: pa.Table, at: int, global_keys: bool) -> tuple[str, str]:
+    return ("" if global_keys else rows[PARTITION][at].as_py(), rows[RECORD_KEY][at].as_py())
+
+
+def _winners(rows: pa.Table, global_keys: bool, previous: tuple[str, str] | None) -> pa.Table:
+    """Rows sorted by ``bulk_sort_keys``, one per key: the first, unless ``previous`` (the last key of the batch before) repeats."""
+    first = first_of_each_key(rows, global_keys)
+    if previous is not None and rows.num_rows:
+        first[0] = _run_key(rows, 0, global_keys) != previous
     return rows.filter(pa.array(first))
 
 
@@ -193,7 +199,7 @@ class _BulkFiles:
         ensure_partition_metadata(self.io, partition, self.plan.instant, self.plan.partition_depth)
         writer = BucketWriter(
             self.io, FileGroupTarget(partition, file_id), self.plan.instant, self.task, self.plan.table_schema, self.plan.avro_schema,
-            self.plan.bloom_type, token=self.token, first_seqno=self.seqno,
+            self.plan.bloom_type, token=self.token,
         )
         self.markers.create(writer.new_file.path, CREATE)
         writer.start()
@@ -228,7 +234,7 @@ class _BulkFiles:
     def _close(self, partition: str) -> None:
         writer = self.open.pop(partition)
         stat = writer.finish()
-        self.statuses.append({"stat": stat.model_dump_json(by_alias=True), "partition": partition, "file_id": writer.target.file_id, "newly_covered": False, "late": 0})
+        self.statuses.append(_status(stat))
 
     def finish(self) -> list[dict]:
         for partition in list(self.open):
@@ -257,9 +263,9 @@ def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, t
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            rows = _first_of_each_key(pa.Table.from_batches([batch]), global_keys, previous)
-            last = batch.slice(batch.num_rows - 1).to_pydict()
-            previous = ("" if global_keys else last[PARTITION][0], last[RECORD_KEY][0])
+            rows = pa.Table.from_batches([batch])
+            last = _run_key(rows, rows.num_rows - 1, global_keys)
+            rows, previous = _winners(rows, global_keys, previous), last
             if IS_DELETED in rows.column_names:
                 rows = rows.filter(pc.invert(pc.fill_null(rows[IS_DELETED], False)))
             partitions = rows[PARTITION].to_numpy(zero_copy_only=False)
