@@ -31,31 +31,47 @@ def key_bytes(keys: Iterable[str] | pa.Array | pa.ChunkedArray) -> tuple[np.ndar
     return data, offsets
 
 
-def _hash_fixed_length(block: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-    """MurmurHash2 of each row of ``block`` (all rows have the same length)."""
-    n, length = block.shape
-    h = seeds ^ np.uint32(length)
-    words = length // 4
-    if words:
-        body = np.ascontiguousarray(block[:, : words * 4]).view("<u4")
-        for i in range(words):
-            k = body[:, i] * _M
-            k ^= k >> np.uint32(24)
-            k *= _M
+class _FixedLengthKeys:
+    """Keys of one length, with the parts of MurmurHash2 that do not depend on the seed worked out once.
+
+    The mixed body words and the folded tail are the same in every round of a
+    bloom filter's ``nbHash`` chain; only ``h`` changes with the seed.
+    """
+
+    def __init__(self, block: np.ndarray):
+        n, self.length = block.shape
+        words = self.length // 4
+        self.mixed = []
+        if words:
+            body = np.ascontiguousarray(block[:, : words * 4]).view("<u4")
+            for i in range(words):
+                k = body[:, i] * _M
+                k ^= k >> np.uint32(24)
+                k *= _M
+                self.mixed.append(k)
+        tail = self.length - words * 4
+        self.tail = None
+        if tail:
+            # Hadoop folds the tail from the end of the key: data[len-1] unshifted,
+            # data[len-2] << 8, data[len-3] << 16 (not the reference MurmurHash2 order).
+            signed = block[:, words * 4 :].view(np.int8).astype(np.int32).view(np.uint32)
+            self.tail = np.zeros(n, dtype=np.uint32)
+            for j in range(tail):
+                self.tail ^= signed[:, j] << np.uint32(8 * (tail - 1 - j))
+
+    def hash(self, seeds: np.ndarray) -> np.ndarray:
+        """MurmurHash2 of every key, one seed per key."""
+        h = seeds ^ np.uint32(self.length)
+        for k in self.mixed:
             h = h * _M
             h ^= k
-    tail = length - words * 4
-    if tail:
-        # Hadoop folds the tail from the end of the key: data[len-1] unshifted,
-        # data[len-2] << 8, data[len-3] << 16 (not the reference MurmurHash2 order).
-        signed = block[:, words * 4 :].view(np.int8).astype(np.int32).view(np.uint32)
-        for j in range(tail):
-            h ^= signed[:, j] << np.uint32(8 * (tail - 1 - j))
-        h = h * _M
-    h ^= h >> np.uint32(13)
-    h = h * _M
-    h ^= h >> np.uint32(15)
-    return h
+        if self.tail is not None:
+            h = h ^ self.tail
+            h *= _M
+        h = h ^ (h >> np.uint32(13))
+        h *= _M
+        h ^= h >> np.uint32(15)
+        return h
 
 
 def _by_length(keys):
@@ -75,7 +91,7 @@ def murmur2(keys, seeds: int | np.ndarray = 0) -> np.ndarray:
     out = np.empty(len(keys), dtype=np.uint32)
     with np.errstate(over="ignore"):
         for rows, block in _by_length(keys):
-            out[rows] = _hash_fixed_length(block, seeds[rows])
+            out[rows] = _FixedLengthKeys(block).hash(seeds[rows])
     return out
 
 
@@ -111,8 +127,11 @@ def bit_positions(keys, num_hashes: int, vector_size: int) -> np.ndarray:
     out = np.empty((n, num_hashes), dtype=np.int64)
     with np.errstate(over="ignore"):
         for rows, block in _by_length(keys):
+            fixed = _FixedLengthKeys(block)
+            rounds = np.empty((len(rows), num_hashes), dtype=np.uint32)
             h = np.zeros(len(rows), dtype=np.uint32)
             for i in range(num_hashes):
-                h = _hash_fixed_length(block, h)
-                out[rows, i] = np.abs(np.fmod(h.view(np.int32).astype(np.int64), vector_size))
+                h = fixed.hash(h)
+                rounds[:, i] = h
+            out[rows] = np.abs(np.fmod(rounds.view(np.int32).astype(np.int64), vector_size))
     return out

@@ -11,6 +11,7 @@ import posixpath
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, FOOTER_MAX_KEY, FOOTER_MIN_KEY, BloomFilter
@@ -20,6 +21,7 @@ from laketide.table.schema import RECORD_KEY
 
 # Marks files whose rows laketide wrote in record-key order, so a merge may stream them.
 SORTED_MARKER = "laketide.sorted.by"
+DICTIONARY_SAMPLE_ROWS = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,12 @@ class BaseFileResult:
 
 
 class BaseFileWriter:
-    """Streams sorted record batches into one parquet base file."""
+    """Streams sorted record batches into one parquet base file.
+
+    Rows are buffered into row groups of ``row_group_rows`` (or
+    ``row_group_bytes`` of Arrow data, whichever comes first): callers hand
+    over batches of any size, and readers get row groups worth skipping by.
+    """
 
     def __init__(
         self,
@@ -42,6 +49,7 @@ class BaseFileWriter:
         avro_schema: str,
         bloom_kind: str = "DYNAMIC_V0",
         row_group_rows: int = 128 * 1024,
+        row_group_bytes: int = 64 * 2**20,
     ):
         self.io = io
         self.path = path
@@ -49,11 +57,16 @@ class BaseFileWriter:
         self.avro_schema = avro_schema
         self.bloom = BloomFilter.empty(bloom_kind)
         self.row_group_rows = row_group_rows
+        self.row_group_bytes = row_group_bytes
         self.num_rows = 0
+        self.rows_flushed = 0
         self.min_key: str | None = None
         self.max_key: str | None = None
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
         self._sink = io.open_output(path)
-        self._writer = pq.ParquetWriter(self._sink, schema, compression="snappy", store_schema=False)
+        self._writer: pq.ParquetWriter | None = None  # opened at the first row group, whose values choose the encodings
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
@@ -67,14 +80,42 @@ class BaseFileWriter:
         self.max_key = last
         self.num_rows += batch.num_rows
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-        self._writer.write_table(table.cast(self.schema), row_group_size=self.row_group_rows)
+        self._pending.append(table.cast(self.schema))
+        self._pending_rows += table.num_rows
+        self._pending_bytes += table.nbytes
+        if self._pending_rows >= self.row_group_rows or self._pending_bytes >= self.row_group_bytes:
+            self._flush(final=False)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._flush(final=True)
+
+    def _flush(self, final: bool) -> None:
+        """Write the buffered rows as whole row groups; unless ``final``, a partial last group stays buffered."""
+        rows = pa.concat_tables(self._pending)
+        whole = rows.num_rows if final or self._pending_bytes >= self.row_group_bytes else rows.num_rows - rows.num_rows % self.row_group_rows
+        if whole:
+            self._parquet(rows).write_table(rows.slice(0, whole), row_group_size=self.row_group_rows)
+        rest = rows.slice(whole)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
+        self._pending_bytes = rest.nbytes if rest.num_rows else 0
+        self.rows_flushed += whole
+
+    def _parquet(self, first: pa.Table) -> pq.ParquetWriter:
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(
+                self._sink, self.schema, compression="snappy", store_schema=False, use_dictionary=dictionary_columns(first)
+            )
+        return self._writer
 
     @property
     def bytes_written(self) -> int:
-        """Bytes flushed so far: each ``write`` ends in whole row groups."""
+        """Bytes flushed so far, for the ``rows_flushed`` rows."""
         return self._sink.tell()
 
     def close(self) -> BaseFileResult:
+        self.flush()
         footer = {
             "parquet.avro.schema": self.avro_schema,
             "writer.model.name": "avro",
@@ -85,18 +126,36 @@ class BaseFileWriter:
         if self.min_key is not None:
             footer[FOOTER_MIN_KEY] = self.min_key
             footer[FOOTER_MAX_KEY] = self.max_key
-        self._writer.add_key_value_metadata(footer)
-        self._writer.close()
+        writer = self._parquet(self.schema.empty_table())
+        writer.add_key_value_metadata(footer)
+        writer.close()
         self._sink.close()
         return BaseFileResult(self.path, self.num_rows, self.io.size(self.path), self.min_key, self.max_key)
 
     def abort(self) -> None:
         """Close and delete a file that will not be committed."""
         try:
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
             self._sink.close()
         finally:
             self.io.delete(self.path)
+
+
+def dictionary_columns(rows: pa.Table) -> list[str]:
+    """Columns worth dictionary encoding: those with at most one distinct value in two rows.
+
+    Trying a dictionary on a column of unique values (record keys, sequence
+    numbers) and falling back to plain costs about twice the whole write and
+    makes the file larger. The first rows decide, as parquet-mr decides on its
+    first page. Nested columns are written plain.
+    """
+    sample = rows.slice(0, DICTIONARY_SAMPLE_ROWS)
+    return [
+        field.name
+        for field in sample.schema
+        if not pa.types.is_nested(field.type) and pc.count_distinct(sample[field.name], mode="all").as_py() * 2 <= sample.num_rows
+    ]
 
 
 def ensure_partition_metadata(io: FileIO, partition: str, instant_time: str, depth: int) -> None:

@@ -207,7 +207,16 @@ class BucketWriter:
 
     @property
     def bytes_written(self) -> int:
+        """Bytes of the rows flushed so far (``rows_flushed``); the rest are buffered."""
         return self._file.bytes_written
+
+    @property
+    def rows_flushed(self) -> int:
+        return self._file.rows_flushed
+
+    def flush(self) -> None:
+        """Write out the buffered rows now, so that their size is known."""
+        self._file.flush()
 
     def abort(self) -> None:
         self._file.abort()

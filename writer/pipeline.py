@@ -295,10 +295,26 @@ class MicroBatchWriter:
             for b in batches:
                 yield from prepare(pa.Table.from_batches([b]), spec, arrival).to_batches()
 
-        return df.mapInArrow(prepare_task, prepared_struct), data_fields
+        return self._distributed(df.mapInArrow(prepare_task, prepared_struct)), data_fields
+
+    def _distributed(self, prepared: DataFrame) -> DataFrame:
+        """Prepared rows shuffled the way the operation's first writing stage reads them, so the
+        shuffle runs in the same pass as reading and preparing, before the rows are materialized.
+
+        An upsert or insert assigns by index shard. A bulk insert writes each task's rows sorted
+        by ``bulk_sort_keys``: hashed by partition and key (by key alone under a global index),
+        as Hudi's PARTITION_SORT bulk insert does, with no sampling pass over the rows.
+        """
+        if self.operation != "bulk_insert":
+            return prepared.repartition(self.index.shards, SHARD)
+        global_keys = self.index.global_keys
+        order = stages.bulk_sort_keys(self.table.config.ordering_field, global_keys)
+        columns = [RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]
+        spread = prepared.repartition(self.config.write.parallelism, *columns)
+        return spread.sortWithinPartitions(*[F.col(c).asc() if d == "ascending" else F.col(c).desc() for c, d in order])
 
     def _read(self, df: DataFrame, batch_id: int) -> tuple[DataFrame, list[StructField], int, dict[str, str]]:
-        """The prepared rows of the micro-batch (materialized once), their count, and the landing files set aside."""
+        """The prepared rows of the micro-batch (shuffled and materialized once), their count, and the landing files set aside."""
         prepared, data_fields = self._prepared(df)
         try:
             prepared = _materialize(prepared)
@@ -384,14 +400,9 @@ class MicroBatchWriter:
         return replaced
 
     def _bulk_insert(self, good: DataFrame, plan: stages.BatchPlan) -> list[dict]:
-        """One stage: a range shuffle on (partition, key), Spark sorts each range, and each task writes new file groups."""
+        """One stage over the rows as ``_distributed`` left them: each task writes new file groups."""
         status_struct = from_arrow_schema(stages.STATUS_SCHEMA)
-        global_keys = self.index.global_keys
-
-        order = [F.col(c).asc() if direction == "ascending" else F.col(c).desc() for c, direction in stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)]
-        ranges = [RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]
-        ordered = good.drop(REASON, RAW, SHARD).repartitionByRange(self.config.write.parallelism, *ranges).sortWithinPartitions(*order)
-        return [row.asDict() for row in ordered.mapInArrow(_in_task_attempt(stages.bulk_insert, plan), status_struct).collect()]
+        return [row.asDict() for row in good.drop(REASON, RAW, SHARD).mapInArrow(_in_task_attempt(stages.bulk_insert, plan), status_struct).collect()]
 
     def _assign_and_write(self, good: DataFrame, plan: stages.BatchPlan, data_fields: list[StructField]) -> list[dict]:
         routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string())]
@@ -405,7 +416,8 @@ class MicroBatchWriter:
             yield from stages.assign(plan, batches, assigned_arrow)
 
         write = self.config.write
-        assigned = good.repartition(self.index.shards, SHARD).mapInArrow(assign_task, assigned_struct)
+        # rows are already shuffled by shard (``_distributed``)
+        assigned = good.mapInArrow(assign_task, assigned_struct)
         written = assigned.repartition(write.parallelism, PARTITION, FILE_ID).mapInArrow(_in_task_attempt(stages.write, plan), status_struct)
         return [row.asDict() for row in written.collect()]
 

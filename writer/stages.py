@@ -2,9 +2,9 @@
 
 ``assign`` runs once per index shard (after the shuffle by shard) and
 ``write`` once per set of file groups (after the shuffle by file group).
-``bulk_insert`` is the one stage of a bulk insert: it runs on a range of
-(partition, key) that Spark has sorted, and writes new file groups as the rows
-come. All take a ``BatchPlan`` the driver built, and touch storage only
+``bulk_insert`` is the one stage of a bulk insert: it runs on rows that Spark
+has hashed by (partition, key) and sorted, and writes new file groups as the
+rows come. All take a ``BatchPlan`` the driver built, and touch storage only
 through ``FileIO``; they do not import Spark, so they run in tests without it.
 """
 
@@ -212,7 +212,7 @@ class _BulkFiles:
                 self._close(done)
         while rows.num_rows:
             writer = self.open.get(partition) or self.open.setdefault(partition, self._new_writer(partition))
-            part = rows.slice(0, self._room(writer))
+            part = rows.slice(0, max(1, self._room(writer)))
             # one count for the task, however many files are open: seqnos stay unique in the instant
             writer.counts.seqno = self.seqno
             writer.append_inserts(part)
@@ -220,16 +220,19 @@ class _BulkFiles:
             self.keys.append(part[RECORD_KEY].combine_chunks())
             self.partitions += [partition] * part.num_rows
             self.file_ids += [writer.target.file_id] * part.num_rows
-            if writer.bytes_written >= self.plan.target_file_size:
+            if self._room(writer) <= 0:
                 self._close(partition)
             rows = rows.slice(part.num_rows)
 
     def _room(self, writer: BucketWriter) -> int:
-        """Rows the file may still take, by the bytes per row written so far (at first, the table's estimate)."""
-        written, size = writer.counts.inserts, writer.bytes_written
-        if written == 0 or size == 0:
-            return max(1, self.plan.assign.new_group_records)
-        return max(1, int((self.plan.target_file_size - size) * written / size))
+        """Rows the file may still take before it reaches the target size, by the bytes per row
+        flushed so far; before any, by the table's estimate, after which the rows are flushed to measure."""
+        if writer.rows_flushed == 0 and writer.counts.inserts >= self.plan.assign.new_group_records:
+            writer.flush()
+        flushed, size = writer.rows_flushed, writer.bytes_written
+        if flushed == 0 or size == 0:
+            return self.plan.assign.new_group_records - writer.counts.inserts
+        return int(self.plan.target_file_size * flushed / size) - writer.counts.inserts
 
     def _close(self, partition: str) -> None:
         writer = self.open.pop(partition)
@@ -268,9 +271,8 @@ def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, t
             rows, previous = _winners(rows, global_keys, previous), last
             if IS_DELETED in rows.column_names:
                 rows = rows.filter(pc.invert(pc.fill_null(rows[IS_DELETED], False)))
-            partitions = rows[PARTITION].to_numpy(zero_copy_only=False)
-            for partition in np.unique(partitions) if len(partitions) else []:
-                files.append(str(partition), rows.filter(pa.array(partitions == partition)).drop_columns([PARTITION]))
+            for partition in pc.unique(rows[PARTITION]).to_pylist():
+                files.append(partition, rows.filter(pc.equal(rows[PARTITION], partition)).drop_columns([PARTITION]))
         statuses = files.finish()
     except BaseException:
         files.abort()
