@@ -40,6 +40,22 @@ _LONG_MAP = {"type": "map", "values": "long"}
 _DOUBLE_MAP = {"type": "map", "values": "double"}
 
 
+# The branches of an ordering value, in union order (``HoodieAvroUtils.wrapValueIntoAvro``).
+_WRAPPED = [
+    ("Boolean", "boolean"),
+    ("Int", "int"),
+    ("Long", "long"),
+    ("Float", "float"),
+    ("Double", "double"),
+    ("Bytes", "bytes"),
+    ("String", "string"),
+    ("Date", "int"),
+    ("Decimal", {"type": "bytes", "logicalType": "decimal", "precision": 30, "scale": 15}),
+    ("TimeMicros", {"type": "long", "logicalType": "time-micros"}),
+    ("TimestampMicros", "long"),
+]
+
+
 def _record(name: str, fields: list[dict]) -> dict:
     return {"type": "record", "name": name, "namespace": NAMESPACE, "fields": fields}
 
@@ -132,6 +148,17 @@ _DEFINITIONS: list[dict] = [
             {"name": "instantsRollback", "type": {"type": "array", "items": "HoodieInstantInfo"}, "default": []},
         ],
     ),
+    # HoodieDeleteRecordList.avsc, with the value wrappers of Hudi 0.14/0.15 in its orderingVal union
+    *[_record(f"{kind}Wrapper", [{"name": "value", "type": t}]) for kind, t in _WRAPPED],
+    _record(
+        "HoodieDeleteRecord",
+        [
+            _optional("recordKey", "string"),
+            _optional("partitionPath", "string"),
+            {"name": "orderingVal", "type": ["null", *[f"{kind}Wrapper" for kind, _ in _WRAPPED]], "default": None},
+        ],
+    ),
+    _record("HoodieDeleteRecordList", [{"name": "deleteRecordList", "type": {"type": "array", "items": "HoodieDeleteRecord"}}]),
     # HoodieCommitMetadata.avsc (HoodieWriteStat is defined inside it)
     _record(
         "HoodieWriteStat",

@@ -19,6 +19,8 @@ binary, written with the schema in the SCHEMA header.
 
 from __future__ import annotations
 
+import datetime
+import io
 import json
 import struct
 from collections.abc import Iterable, Iterator
@@ -26,12 +28,18 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 import fastavro
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from laketide.table import avro_models
+from laketide.table.encoding import dictionary_columns
+from laketide.table.schema import schema_from_avro, storage_schema
 
 MAGIC = b"#HUDI#"
 LOG_FORMAT_VERSION = 1
 AVRO_BLOCK_VERSION = 3
+DELETE_BLOCK_VERSION = 3
+ROLLBACK_COMMAND = 0  # HoodieCommandBlock.HoodieCommandBlockTypeEnum.ROLLBACK_BLOCK
 
 
 class BlockType(IntEnum):
@@ -159,3 +167,83 @@ def avro_records(block: LogBlock, reader_schema=None) -> list[dict]:
     """The records of an Avro data block, read with the schema in its header."""
     writer_schema = fastavro.parse_schema(json.loads(block.header[Header.SCHEMA]))
     return [avro_models.decode(payload, writer_schema, reader_schema) for payload in avro_payloads(block)]
+
+
+def parquet_data_block(rows: pa.Table, header: dict[int, str]) -> LogBlock:
+    """A ``HoodieParquetDataBlock``: the content is a whole parquet file of the records.
+
+    The records carry the meta columns, ``_hoodie_file_name`` holding the file
+    id, as Hudi's append handle writes them.
+    """
+    sink = io.BytesIO()
+    pq.write_table(rows, sink, compression="snappy", store_schema=False, use_dictionary=dictionary_columns(rows))
+    return LogBlock(BlockType.PARQUET_DATA_BLOCK, header, sink.getvalue())
+
+
+def data_block_rows(block: LogBlock) -> pa.Table:
+    """The records of a data block (Parquet or Avro) as an Arrow table."""
+    if block.block_type == BlockType.PARQUET_DATA_BLOCK:
+        return pq.read_table(io.BytesIO(block.content))
+    if block.block_type == BlockType.AVRO_DATA_BLOCK:
+        schema = block.header[Header.SCHEMA]
+        return pa.Table.from_pylist(avro_records(block), schema=storage_schema(schema_from_avro(schema)))
+    raise CorruptLog(f"block type {block.block_type} is not a data block laketide reads")
+
+
+def wrap_ordering_value(value, kind: pa.DataType | None):
+    """An ordering value as the branch of ``HoodieDeleteRecord.orderingVal`` that Hudi writes for its type.
+
+    Without an ordering field Hudi writes ``IntWrapper(0)``, the natural order:
+    the delete wins over whatever came before it.
+    """
+    if value is None or kind is None:
+        return (f"{avro_models.NAMESPACE}.IntWrapper", {"value": 0})
+    if pa.types.is_boolean(kind):
+        branch = "Boolean"
+    elif pa.types.is_integer(kind):
+        branch = "Long" if kind.bit_width == 64 else "Int"
+    elif pa.types.is_floating(kind):
+        branch = "Double" if kind.bit_width == 64 else "Float"
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        branch = "String"
+    elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        branch = "Bytes"
+    elif pa.types.is_date(kind):
+        branch, value = "Date", (value - datetime.date(1970, 1, 1)).days
+    elif pa.types.is_decimal(kind):
+        branch = "Decimal"
+    elif pa.types.is_timestamp(kind):
+        branch, value = "TimestampMicros", pa.scalar(value, kind).cast(pa.timestamp("us", kind.tz)).value
+    else:
+        raise ValueError(f"an ordering field of type {kind} cannot go into a delete block")
+    return (f"{avro_models.NAMESPACE}.{branch}Wrapper", {"value": value})
+
+
+def delete_block(keys: list[str], partitions: list[str], ordering_values: list, ordering_type: pa.DataType | None, header: dict[int, str]) -> LogBlock:
+    """A ``HoodieDeleteBlock`` (version 3): int version, int length, then a ``HoodieDeleteRecordList`` in Avro binary."""
+    records = [
+        {"recordKey": k, "partitionPath": p, "orderingVal": wrap_ordering_value(v, ordering_type)}
+        for k, p, v in zip(keys, partitions, ordering_values)
+    ]
+    datum = avro_models.encode("HoodieDeleteRecordList", {"deleteRecordList": records})
+    return LogBlock(BlockType.DELETE_BLOCK, header, struct.pack(">ii", DELETE_BLOCK_VERSION, len(datum)) + datum)
+
+
+def deleted_records(block: LogBlock) -> list[tuple[str | None, str | None, object]]:
+    """(record key, partition path, ordering value) of each record a delete block removes."""
+    cursor = _Cursor(block.content)
+    version = cursor.int()
+    if version != DELETE_BLOCK_VERSION:
+        raise CorruptLog(f"delete block version {version}; only version {DELETE_BLOCK_VERSION} is known")
+    datum = cursor.take(cursor.int())
+    decoded = avro_models.decode(datum, avro_models.schema("HoodieDeleteRecordList"))
+    return [
+        (r["recordKey"], r["partitionPath"], r["orderingVal"]["value"] if r["orderingVal"] is not None else None)
+        for r in decoded["deleteRecordList"]
+    ]
+
+
+def rollback_command_block(target_instant: str, instant: str) -> LogBlock:
+    """A command block that rolls back the blocks of ``target_instant`` written before it in this file slice."""
+    header = {Header.INSTANT_TIME: instant, Header.TARGET_INSTANT_TIME: target_instant, Header.COMMAND_BLOCK_TYPE: str(ROLLBACK_COMMAND)}
+    return LogBlock(BlockType.COMMAND_BLOCK, header)

@@ -11,17 +11,16 @@ import posixpath
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, FOOTER_MAX_KEY, FOOTER_MIN_KEY, BloomFilter
+from laketide.table.encoding import dictionary_columns
 from laketide.table.files import PARTITION_METADATA, partition_metadata
 from laketide.table.io import FileIO
 from laketide.table.schema import RECORD_KEY
 
 # Marks files whose rows laketide wrote in record-key order, so a merge may stream them.
 SORTED_MARKER = "laketide.sorted.by"
-DICTIONARY_SAMPLE_ROWS = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -140,22 +139,6 @@ class BaseFileWriter:
             self._sink.close()
         finally:
             self.io.delete(self.path)
-
-
-def dictionary_columns(rows: pa.Table) -> list[str]:
-    """Columns worth dictionary encoding: those with at most one distinct value in two rows.
-
-    Trying a dictionary on a column of unique values (record keys, sequence
-    numbers) and falling back to plain costs about twice the whole write and
-    makes the file larger. The first rows decide, as parquet-mr decides on its
-    first page. Nested columns are written plain.
-    """
-    sample = rows.slice(0, DICTIONARY_SAMPLE_ROWS)
-    return [
-        field.name
-        for field in sample.schema
-        if not pa.types.is_nested(field.type) and pc.count_distinct(sample[field.name], mode="all").as_py() * 2 <= sample.num_rows
-    ]
 
 
 def ensure_partition_metadata(io: FileIO, partition: str, instant_time: str, depth: int) -> None:
