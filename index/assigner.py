@@ -37,6 +37,8 @@ FILE_ID = "_lt_file_id"
 # Arrival order of a row within its micro-batch: its landing file (and block), then its line.
 ARRIVAL_FILE = "_lt_arrival_file"
 ARRIVAL = "_lt_arrival"
+# Whether the table held the record's key before this micro-batch (an update or a delete, not an insert).
+EXISTED = "_lt_existed"
 _FILE_ID_NAMESPACE = uuid.UUID("6f0c3a4e-7c1d-4b8e-9a5f-2d1e0b7c9a11")
 
 
@@ -49,11 +51,20 @@ class SmallFileGroup:
 
 @dataclass(frozen=True)
 class UncoveredGroup:
-    """A file group whose keys the state index does not hold (written by another writer)."""
+    """A file group whose keys the state index does not hold (written by another writer).
+
+    ``log_paths`` are the log files of its slice (merge-on-read): they carry no
+    bloom filter, so a group with logs is confirmed against every file's keys.
+    """
 
     partition: str
     file_id: str
-    base_path: str
+    base_path: str | None
+    log_paths: tuple[str, ...] = ()
+
+    @property
+    def paths(self) -> list[str]:
+        return ([self.base_path] if self.base_path else []) + list(self.log_paths)
 
 
 @dataclass
@@ -150,6 +161,10 @@ class BucketAssigner:
             self._keys[path] = self._read_keys(path)
         return self._keys[path]
 
+    def _group_keys(self, group: UncoveredGroup) -> pa.Array:
+        arrays = [self._file_keys(p) for p in group.paths]
+        return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string())
+
     def _probe_uncovered(self, groups: list[UncoveredGroup], keys: pa.Array) -> list[UncoveredGroup | None]:
         """The uncovered group holding each key, among ``groups``, confirmed against their keys."""
         found: list[UncoveredGroup | None] = [None] * len(keys)
@@ -158,15 +173,16 @@ class BucketAssigner:
             if not pending.any():
                 break
             candidates = pending.copy()
-            bloom, key_range = self._bloom(group.base_path)
-            if key_range is not None:
-                candidates &= key_range.contains_many(keys)
-            if bloom is not None and candidates.any():
-                idx = np.nonzero(candidates)[0]
-                candidates[idx] = bloom.might_contain_many(keys.take(pa.array(idx)))
+            if group.base_path and not group.log_paths:
+                bloom, key_range = self._bloom(group.base_path)
+                if key_range is not None:
+                    candidates &= key_range.contains_many(keys)
+                if bloom is not None and candidates.any():
+                    idx = np.nonzero(candidates)[0]
+                    candidates[idx] = bloom.might_contain_many(keys.take(pa.array(idx)))
             if candidates.any():
                 idx = np.nonzero(candidates)[0]
-                present = pc.is_in(keys.take(pa.array(idx)), value_set=self._file_keys(group.base_path))
+                present = pc.is_in(keys.take(pa.array(idx)), value_set=self._group_keys(group))
                 for i, hit in zip(idx, present.to_pylist()):
                     if hit:
                         found[i] = group
@@ -202,7 +218,8 @@ class BucketAssigner:
         # deletes of keys the table never had have nowhere to go and nothing to do
         keep = np.array([fid is not None for fid in file_ids], dtype=bool)
         assigned = rows.set_column(rows.schema.get_field_index(PARTITION), PARTITION, pa.array(out_partitions, pa.string()))
-        assigned = assigned.append_column(FILE_ID, pa.array(file_ids, pa.string())).filter(pa.array(keep))
+        assigned = assigned.append_column(FILE_ID, pa.array(file_ids, pa.string()))
+        assigned = assigned.append_column(EXISTED, pa.array([loc is not None for loc in located], pa.bool_())).filter(pa.array(keep))
         if moves:
             assigned = pa.concat_tables([assigned, self._old_copies(rows, moves)], promote_options="default")
         chosen = np.nonzero(new_entry)[0]
@@ -265,7 +282,8 @@ class BucketAssigner:
             old = old.set_column(old.schema.get_field_index(IS_DELETED), old.schema.field(IS_DELETED), flag.cast(old.schema.field(IS_DELETED).type))
         else:
             old = old.append_column(IS_DELETED, flag)
-        return old.append_column(FILE_ID, pa.array([f for _, f in moves.values()], pa.string()))
+        old = old.append_column(FILE_ID, pa.array([f for _, f in moves.values()], pa.string()))
+        return old.append_column(EXISTED, pa.array([True] * n))
 
     def _pack(self, partition: str, count: int) -> Iterable[str]:
         """File ids for ``count`` inserts: small groups this shard owns first, then new groups."""

@@ -43,8 +43,10 @@ class WriteStat(_Model):
     total_write_bytes: int = 0
     total_write_errors: int = 0
     file_size_in_bytes: int = 0
-    base_file: str | None = None
+    base_file: str | None = None  # merge-on-read: the base file of the slice a log file was written on
     log_files: list[str] | None = None
+    log_version: int | None = None
+    log_offset: int | None = None
 
     @model_validator(mode="before")
     @classmethod

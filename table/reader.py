@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -11,12 +11,9 @@ import pyarrow.parquet as pq
 from laketide.table.instant import Instant
 from laketide.table.io import FileIO
 from laketide.table.schema import COMMIT_TIME, META_COLUMNS
+from laketide.table.slice_reader import MergeRule, UnsupportedTableError, merge_slice
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSlice, FileSystemView
-
-
-class UnsupportedTableError(NotImplementedError):
-    """The table uses a feature laketide cannot read yet; nothing was read."""
 
 
 def read_base_file(io: FileIO, path: str, columns: list[str] | None = None) -> pa.Table:
@@ -24,25 +21,32 @@ def read_base_file(io: FileIO, path: str, columns: list[str] | None = None) -> p
         return pq.read_table(f, columns=columns)
 
 
-def read_slices(io: FileIO, slices: Iterable[FileSlice], keep_meta: bool = True) -> pa.Table:
+def read_slices(
+    io: FileIO, slices: Iterable[FileSlice], keep_meta: bool = True, visible: Callable[[str], bool] | None = None, rule: MergeRule = MergeRule()
+) -> pa.Table:
+    """The rows of ``slices``: a slice with log files merged (blocks of instants ``visible`` accepts),
+    and without ``visible`` (the read-optimized view) its base file alone."""
     tables = []
     for fs in slices:
-        if fs.log_files:
-            raise UnsupportedTableError(
-                f"file group {fs.file_id} in partition {fs.partition!r} has log files "
-                f"({', '.join(lf.name for lf in fs.log_files)}); reading merge-on-read log blocks is not supported yet"
-            )
-        if fs.base_file is not None:
+        if fs.log_files and visible is not None:
+            tables.append(merge_slice(io, fs, visible, rule))
+        elif fs.base_file is not None:
             tables.append(read_base_file(io, fs.base_file.path))
+    tables = [t for t in tables if t.num_rows or t.num_columns > 1]
     if not tables:
         return pa.table({})
-    table = pa.concat_tables(tables, promote_options="default")
+    table = pa.concat_tables(tables, promote_options="permissive")
     if not keep_meta:
         table = table.drop_columns([c for c in META_COLUMNS if c in table.column_names])
     return table
 
 
-def snapshot(io: FileIO, view: FileSystemView, as_of: str | None, keep_meta: bool) -> pa.Table:
+def snapshot(io: FileIO, view: FileSystemView, as_of: str | None, keep_meta: bool, rule: MergeRule = MergeRule()) -> pa.Table:
+    return read_slices(io, view.latest_slices(as_of), keep_meta, view.visibility(as_of), rule)
+
+
+def read_optimized(io: FileIO, view: FileSystemView, as_of: str | None, keep_meta: bool) -> pa.Table:
+    """Base files only: for merge-on-read, the rows as of each slice's last compaction."""
     return read_slices(io, view.latest_slices(as_of), keep_meta)
 
 
@@ -59,7 +63,7 @@ def commits_in_window(timeline: Timeline, start: str | None, end: str | None) ->
 
 
 def incremental(
-    io: FileIO, view: FileSystemView, start: str | None, end: str | None, keep_meta: bool
+    io: FileIO, view: FileSystemView, start: str | None, end: str | None, keep_meta: bool, rule: MergeRule = MergeRule()
 ) -> pa.Table:
     """Rows written by the commits in ``(start, end]``, from the file groups they touched."""
     timeline = view.timeline
@@ -68,7 +72,7 @@ def incremental(
         return read_slices(io, [], keep_meta)
     touched = set().union(*(timeline.commit_metadata(i).file_ids() for i in admitted))
     slices = [s for s in view.latest_slices(end) if (s.partition, s.file_id) in touched]
-    table = read_slices(io, slices, keep_meta=True)
+    table = read_slices(io, slices, True, view.visibility(end), rule)
     if keep_meta and COMMIT_TIME in table.column_names:
         times = pa.array(sorted(i.timestamp for i in admitted), pa.string())
         table = table.filter(pc.is_in(table[COMMIT_TIME], value_set=times))

@@ -11,8 +11,9 @@ from laketide.table import reader
 from laketide.table.commit import SCHEMA_KEY
 from laketide.table.instant import parse_instant_time
 from laketide.table.io import FileIO
-from laketide.table.properties import PROPERTIES_FILE, TableConfig, default_merge_mode, format_properties, parse_properties
+from laketide.table.properties import EVENT_TIME, PROPERTIES_FILE, TableConfig, default_merge_mode, format_properties, parse_properties
 from laketide.table.schema import avro_schema_json, data_schema, schema_from_avro
+from laketide.table.slice_reader import MergeRule
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
 
@@ -107,10 +108,20 @@ class Table:
     def snapshot(self, as_of: str | None = None) -> pa.Table:
         """Every live row as of ``as_of`` (default: the latest completed instant); see ``parse_instant_time``."""
         as_of = parse_instant_time(as_of) if as_of is not None else None
-        return reader.snapshot(self.io, self.file_system_view(), as_of, self.config.populate_meta_fields)
+        return reader.snapshot(self.io, self.file_system_view(), as_of, self.config.populate_meta_fields, self.merge_rule)
+
+    def read_optimized(self, as_of: str | None = None) -> pa.Table:
+        """The rows of the base files alone: for merge-on-read, each file group as of its last compaction."""
+        as_of = parse_instant_time(as_of) if as_of is not None else None
+        return reader.read_optimized(self.io, self.file_system_view(), as_of, self.config.populate_meta_fields)
+
+    @property
+    def merge_rule(self) -> MergeRule:
+        config = self.config
+        return MergeRule(config.ordering_field if config.merge_mode == EVENT_TIME else None)
 
     def incremental(self, start: str | None = None, end: str | None = None) -> pa.Table:
         """Rows committed in ``(start, end]``; either bound in any form ``parse_instant_time`` takes."""
         start = parse_instant_time(start) if start is not None else None
         end = parse_instant_time(end) if end is not None else None
-        return reader.incremental(self.io, self.file_system_view(), start, end, self.config.populate_meta_fields)
+        return reader.incremental(self.io, self.file_system_view(), start, end, self.config.populate_meta_fields, self.merge_rule)

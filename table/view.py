@@ -9,6 +9,7 @@ so a table looks the same through this view as through theirs.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from laketide.table.files import PARTITION_METADATA, RESERVED_TOP_DIRS, BaseFile, LogFile, parse_data_file
@@ -84,6 +85,11 @@ class FileSystemView:
             writes = [i for i in writes if i.timestamp <= as_of]
         return {i.timestamp for i in writes}, self.timeline.start
 
+    def visibility(self, as_of: str | None = None) -> Callable[[str], bool]:
+        """Whether an instant's writes count in a read as of ``as_of``."""
+        visible, earliest = self._visible_instants(as_of)
+        return lambda instant_time: self._committed(instant_time, visible, earliest, as_of)
+
     def is_committed(self, instant_time: str, as_of: str | None = None) -> bool:
         visible, earliest = self._visible_instants(as_of)
         return self._committed(instant_time, visible, earliest, as_of)
@@ -123,6 +129,12 @@ class FileSystemView:
             committed = FileGroup(group.partition, group.file_id, bases, logs)
             slices.append(committed.slice_at(bases[-1] if bases else None, None))
         return slices
+
+    def next_log_version(self, partition: str, file_id: str, base_instant: str) -> int:
+        """The version a new log file on a slice takes: one past every log file there, committed or not."""
+        group = self.groups.get((partition, file_id))
+        versions = [lf.version for lf in group.log_files if lf.base_instant == base_instant] if group else []
+        return max(versions, default=0) + 1
 
     def uncommitted_files(self, instant_time: str) -> list[str]:
         """Paths of the data files that carry ``instant_time`` in their name."""

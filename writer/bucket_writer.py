@@ -70,6 +70,36 @@ def _old_batches(io: FileIO, base: BaseFile) -> Iterator[pa.Table]:
     yield table.sort_by(RECORD_KEY)
 
 
+def conform(rows: pa.Table, schema: pa.Schema, meta: dict[str, pa.Array]) -> pa.Table:
+    """``rows`` in ``schema``'s column order and types: ``meta`` columns first, missing columns null."""
+    n = rows.num_rows
+    arrays = []
+    for field in schema:
+        if field.name in meta:
+            arrays.append(meta[field.name])
+        elif field.name in rows.column_names:
+            arrays.append(rows[field.name].cast(field.type))
+        else:
+            arrays.append(pa.nulls(n, field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def stamp_meta_columns(
+    rows: pa.Table, schema: pa.Schema, instant_time: str, task_partition: int, first_seqno: int, partition: str, file_name: str
+) -> tuple[pa.Table, int]:
+    """Incoming records with this instant's meta columns, and the next free sequence number."""
+    n = rows.num_rows
+    seqnos = pc.binary_join_element_wise(f"{instant_time}_{task_partition}_", pc.cast(pa.array(np.arange(first_seqno, first_seqno + n)), pa.string()), "")
+    meta = {
+        COMMIT_TIME: pa.array([instant_time] * n, pa.string()),
+        COMMIT_SEQNO: seqnos,
+        RECORD_KEY: rows[RECORD_KEY],
+        PARTITION_PATH: pa.array([partition] * n, pa.string()),
+        FILE_NAME: pa.array([file_name] * n, pa.string()),
+    }
+    return conform(rows, schema, meta), first_seqno + n
+
+
 class BucketWriter:
     """Writes the new slice of one file group for one instant."""
 
@@ -107,33 +137,13 @@ class BucketWriter:
         self.counts = _Counts(seqno=first_seqno)
 
     def _stamp(self, rows: pa.Table) -> pa.Table:
-        """Meta columns for incoming rows: this instant's commit time and fresh sequence numbers."""
-        n = rows.num_rows
-        start = self.counts.seqno
-        self.counts.seqno += n
-        prefix = f"{self.instant_time}_{self.task_partition}_"
-        seqnos = pc.binary_join_element_wise(prefix, pc.cast(pa.array(np.arange(start, start + n)), pa.string()), "")
-        columns = {
-            COMMIT_TIME: pa.array([self.instant_time] * n, pa.string()),
-            COMMIT_SEQNO: seqnos,
-            RECORD_KEY: rows[RECORD_KEY],
-            PARTITION_PATH: pa.array([self.target.partition] * n, pa.string()),
-        }
-        return self._conform(rows, columns)
+        stamped, self.counts.seqno = stamp_meta_columns(
+            rows, self.schema, self.instant_time, self.task_partition, self.counts.seqno, self.target.partition, self.new_file.name
+        )
+        return stamped
 
     def _conform(self, rows: pa.Table, meta: dict) -> pa.Table:
-        n = rows.num_rows
-        arrays = []
-        for field in self.schema:
-            if field.name == FILE_NAME:
-                arrays.append(pa.array([self.new_file.name] * n, pa.string()))
-            elif field.name in meta:
-                arrays.append(meta[field.name])
-            elif field.name in rows.column_names:
-                arrays.append(rows[field.name].cast(field.type))
-            else:
-                arrays.append(pa.nulls(n, field.type))
-        return pa.Table.from_arrays(arrays, schema=self.schema)
+        return conform(rows, self.schema, {FILE_NAME: pa.array([self.new_file.name] * rows.num_rows, pa.string()), **meta})
 
     def _keep_old(self, rows: pa.Table) -> pa.Table:
         """Rows copied from the old slice keep their commit time and sequence number."""

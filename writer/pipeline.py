@@ -22,17 +22,19 @@ from pyspark.sql.types import StructField, StructType
 
 from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, LeaseLost
-from laketide.index.assigner import FILE_ID, PARTITION, AssignPlan, SmallFileGroup, UncoveredGroup
+from laketide.index.assigner import EXISTED, FILE_ID, PARTITION, AssignPlan, SmallFileGroup, UncoveredGroup
 from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
-from laketide.table.instant import COMMIT, REPLACE_COMMIT
+from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
 from laketide.table.timeline import Timeline
+from laketide.table.view import FileSlice, FileSystemView
 from laketide.table.view_sync import ViewSync
 from laketide.table.properties import EVENT_TIME
 from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json, evolve, with_meta_schema
 from laketide.writer import stages
+from laketide.writer.log_writer import LogTarget
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, RAW, REASON, SHARD, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
 from laketide.writer.sources import batch_files, copy_aside, read_files, unreadable_files
@@ -165,7 +167,11 @@ class MicroBatchWriter:
             index.global_keys,
         )
         self.operation = config.write.operation
-        self.action = REPLACE_COMMIT if self.operation == "delete_partition" else COMMIT
+        self.merge_on_read = settings.table_type == "MERGE_ON_READ"
+        if self.operation == "delete_partition":
+            self.action = REPLACE_COMMIT
+        else:
+            self.action = DELTA_COMMIT if self.merge_on_read else COMMIT
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -242,7 +248,8 @@ class MicroBatchWriter:
         for s in slices:
             key = (s.partition, s.file_id)
             if key in uncovered:
-                assign.uncovered.setdefault(s.partition, []).append(UncoveredGroup(s.partition, s.file_id, s.base_file.path))
+                logs = tuple(lf.path for lf in s.log_files)
+                assign.uncovered.setdefault(s.partition, []).append(UncoveredGroup(s.partition, s.file_id, s.base_file.path, logs))
             elif s.size < write.small_file_limit:
                 capacity = (write.target_file_size - s.size) // record_size
                 if capacity > 0:
@@ -262,8 +269,19 @@ class MicroBatchWriter:
             partition_depth=len(settings.partition_fields),
             ordering_field=settings.ordering_field if settings.merge_mode == EVENT_TIME else None,
             target_file_size=write.target_file_size,
+            log_targets=self._log_targets(view, slices) if self.merge_on_read else None,
         )
         return plan, foreign
+
+    @staticmethod
+    def _log_targets(view: FileSystemView, slices: list[FileSlice]) -> dict[tuple[str, str], LogTarget]:
+        """Merge-on-read: each live file group's next log file, on its latest slice."""
+        targets = {}
+        for s in slices:
+            version = view.next_log_version(s.partition, s.file_id, s.base_instant)
+            paths = ((s.base_file.path,) if s.base_file else ()) + tuple(lf.path for lf in s.log_files)
+            targets[(s.partition, s.file_id)] = LogTarget(s.partition, s.file_id, s.base_instant, s.base_file.name if s.base_file else None, version, paths)
+        return targets
 
     def _quarantine(self, prepared: DataFrame, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
         """Rows with their reason, and whole landing files that could not be read, copied aside."""
@@ -405,7 +423,7 @@ class MicroBatchWriter:
         return [row.asDict() for row in good.drop(REASON, RAW, SHARD).mapInArrow(_in_task_attempt(stages.bulk_insert, plan), status_struct).collect()]
 
     def _assign_and_write(self, good: DataFrame, plan: stages.BatchPlan, data_fields: list[StructField]) -> list[dict]:
-        routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string())]
+        routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string()), (EXISTED, pa.bool_())]
         if self.index.global_keys and IS_DELETED not in {f.name for f in data_fields}:
             routing.append((IS_DELETED, pa.bool_()))  # the deletes of moved records' old copies
         assigned_struct = StructType(data_fields + list(from_arrow_schema(pa.schema(routing)).fields))

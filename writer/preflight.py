@@ -37,8 +37,6 @@ def check_writable(table: TableConfig, uri: str) -> None:
     """Refuse a table whose type, version or layout laketide does not write yet."""
     props = table.extra
     problems = []
-    if table.table_type != "COPY_ON_WRITE":
-        problems.append(f"hoodie.table.type = {table.table_type}; laketide writes COPY_ON_WRITE tables only")
     if table.version != 6:
         problems.append(f"hoodie.table.version = {table.version}; laketide writes table version 6 only")
     if not table.populate_meta_fields:
@@ -100,6 +98,7 @@ def settled_config(job: TableSection, existing: TableConfig | None, uri: str) ->
     if existing is None:
         return TableConfig(
             name=job.name or "laketide_table",
+            table_type=job.type or "COPY_ON_WRITE",
             record_key_fields=list(job.record_key),
             partition_fields=list(job.partition_by or []),
             ordering_field=job.ordering_field,
@@ -109,6 +108,7 @@ def settled_config(job: TableSection, existing: TableConfig | None, uri: str) ->
         )
     check_writable(existing, uri)
     _agree("name", job.name, "hoodie.table.name", existing.name, uri)
+    _agree("type", job.type, "hoodie.table.type", existing.table_type, uri)
     _agree("record_key", list(job.record_key), "hoodie.table.recordkey.fields", existing.record_key_fields, uri)
     _agree("partition_by", job.partition_by, "hoodie.table.partition.fields", existing.partition_fields, uri)
     _agree("ordering_field", job.ordering_field, "hoodie.table.precombine.field", existing.ordering_field, uri)

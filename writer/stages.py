@@ -10,6 +10,7 @@ through ``FileIO``; they do not import Spark, so they run in tests without it.
 
 from __future__ import annotations
 
+import posixpath
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,15 +20,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from laketide.index.assigner import ARRIVAL, ARRIVAL_FILE, FILE_ID, PARTITION, AssignPlan, BucketAssigner, first_of_each_key
+from laketide.index.assigner import ARRIVAL, ARRIVAL_FILE, EXISTED, FILE_ID, PARTITION, AssignPlan, BucketAssigner, first_of_each_key
 from laketide.index.state import IndexSnapshot, StateIndex, index_entries, index_keys, shard_of
 from laketide.table.commit import WriteStat
-from laketide.table.files import BaseFile
+from laketide.table.files import BaseFile, LogFile, parse_data_file, write_token
 from laketide.table.io import FileIO
 from laketide.table.markers import CREATE, MERGE, WriteMarkers
-from laketide.table.schema import IS_DELETED, RECORD_KEY
+from laketide.table.schema import IS_DELETED, RECORD_KEY, with_meta_schema
+from laketide.table.slice_reader import log_file_keys
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
+from laketide.writer.log_writer import LogTarget, LogWriter
 from laketide.writer.prepare import RAW, REASON, SHARD
 
 STATUS_SCHEMA = pa.schema(
@@ -51,6 +54,8 @@ class BatchPlan:
     partition_depth: int
     ordering_field: str | None = None  # set under event-time ordering
     target_file_size: int = 128 * 2**20  # where a bulk insert starts a new file group
+    # merge-on-read: where each existing file group's log file goes (None for copy-on-write)
+    log_targets: dict[tuple[str, str], LogTarget] | None = None
 
 
 def _status(stat: WriteStat, newly_covered: bool = False, late: int = 0) -> dict:
@@ -65,6 +70,8 @@ def _concat(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
 
 def _read_keys(io: FileIO) -> Callable[[str], pa.Array]:
     def read(path: str) -> pa.Array:
+        if isinstance(parse_data_file(*posixpath.split(path)), LogFile):
+            return log_file_keys(io, path)
         with io.open_input(path) as f:
             return pq.read_table(f, columns=[RECORD_KEY])[RECORD_KEY].combine_chunks()
 
@@ -106,9 +113,10 @@ def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Sc
         yield from assigned.select(out_schema.names).cast(out_schema).to_batches()
 
 
-def _index_whole_group(plan: BatchPlan, io: FileIO, path: str, partition: str, file_id: str, task: int) -> None:
+def _index_whole_group(plan: BatchPlan, io: FileIO, paths: list[str], partition: str, file_id: str, task: int) -> None:
     """Add every key of a file group the index did not cover, so it is covered from now on."""
-    keys = _read_keys(io)(path)
+    read = _read_keys(io)
+    keys = pc.unique(pa.concat_arrays([read(p) for p in paths]))
     _write_entries(plan, io, keys, [partition] * len(keys), [file_id] * len(keys), task)
 
 
@@ -140,20 +148,30 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
     for start, end in zip(starts, ends):
         partition, file_id = partitions[start], file_ids[start]
         incoming = rows.slice(start, end - start).drop_columns([PARTITION, FILE_ID])
-        current = plan.current.get((partition, file_id))
-        base = BaseFile.parse(partition, current) if current else None
         ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth)
-        target = FileGroupTarget(partition, file_id, base)
-        writer = BucketWriter(
-            io, target, plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom_type, plan.ordering_field, token, first_seqno=seqno
-        )
-        markers.create(writer.new_file.path, MERGE if base else CREATE)
-        stat = writer.write(incoming)
-        seqno = writer.counts.seqno
+        log_target = plan.log_targets.get((partition, file_id)) if plan.log_targets is not None else None
+        if log_target is not None:
+            writer = LogWriter(
+                io, log_target, plan.instant, task, with_meta_schema(plan.table_schema), plan.avro_schema,
+                token or write_token(task), plan.ordering_field, first_seqno=seqno,
+            )
+            markers.create(writer.log_file.path, CREATE)
+            stat = writer.write(incoming, incoming[EXISTED])
+            seqno, late, written = writer.seqno, 0, [*log_target.slice_paths, stat.path]
+        else:
+            current = plan.current.get((partition, file_id))
+            base = BaseFile.parse(partition, current) if current else None
+            bucket = BucketWriter(
+                io, FileGroupTarget(partition, file_id, base), plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom_type,
+                plan.ordering_field, token, first_seqno=seqno,
+            )
+            markers.create(bucket.new_file.path, MERGE if base else CREATE)
+            stat = bucket.write(incoming)
+            seqno, late, written = bucket.counts.seqno, bucket.counts.late, [stat.path]
         newly_covered = (partition, file_id) in plan.uncovered
         if newly_covered:
-            _index_whole_group(plan, io, stat.path, partition, file_id, task)
-        statuses.append(_status(stat, newly_covered, writer.counts.late))
+            _index_whole_group(plan, io, written, partition, file_id, task)
+        statuses.append(_status(stat, newly_covered, late))
     yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
 
 

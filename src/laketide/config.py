@@ -52,6 +52,9 @@ class TableSection(_Section):
 
     path: str
     name: str | None = None
+    # COPY_ON_WRITE rewrites the file groups a micro-batch touches; MERGE_ON_READ appends
+    # their changes to log files, which compaction later folds into new base files
+    type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] | None = None
     record_key: list[str] = Field(min_length=1)
     partition_by: list[str] | None = None
     ordering_field: str | None = None

@@ -1,0 +1,151 @@
+"""Reading one file slice of a merge-on-read table: its base file merged with its log blocks.
+
+As Hudi's merged log record scanner does it, blocks are applied in order:
+base rows first, then each log file's blocks by version. A block counts when
+its instant is a completed write visible as of the read (or older than the
+timeline, so archived); a rollback command block removes the earlier blocks
+of its target instant. A data block upserts its records, a delete block
+removes its keys. Under event-time ordering, a stored record with a higher
+ordering value stays, and a delete with an ordering value only removes a
+record whose value is not higher (a delete without one, Hudi's natural
+order, always removes).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from io import BytesIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from laketide.table.io import FileIO
+from laketide.table.logfile import BlockType, CorruptLog, Header, LogBlock, data_block_rows, deleted_records, read_blocks
+from laketide.table.schema import RECORD_KEY
+from laketide.table.view import FileSlice
+
+log = logging.getLogger("laketide.table")
+# The ordering value Hudi writes in a delete block when a delete has none: remove whatever is there.
+NATURAL_ORDER = 0
+
+
+class UnsupportedTableError(NotImplementedError):
+    """The table uses a feature laketide cannot read yet; nothing was read."""
+
+
+@dataclass(frozen=True)
+class MergeRule:
+    ordering_field: str | None = None  # set under event-time ordering
+
+
+def log_blocks(io: FileIO, fs: FileSlice, visible: Callable[[str], bool]) -> list[LogBlock]:
+    """The blocks of a slice's log files that count, in the order they apply."""
+    blocks: list[LogBlock] = []
+    for log_file in sorted(fs.log_files, key=lambda lf: (lf.version, lf.write_token)):
+        try:
+            for block in read_blocks(io.read_bytes(log_file.path)):
+                blocks.append(block)
+        except CorruptLog as torn:
+            # only a write that never committed can leave a torn block: its blocks do not count anyway
+            log.warning("%s: %s; the blocks before it are read", log_file.path, torn)
+    counted: list[LogBlock] = []
+    for block in blocks:
+        instant = block.header.get(Header.INSTANT_TIME)
+        if instant is None or not visible(instant):
+            continue
+        if block.block_type == BlockType.COMMAND_BLOCK:
+            target = block.header.get(Header.TARGET_INSTANT_TIME)
+            counted = [b for b in counted if b.header.get(Header.INSTANT_TIME) != target]
+            continue
+        counted.append(block)
+    return counted
+
+
+def _upsert(current: pa.Table, incoming: pa.Table, rule: MergeRule) -> pa.Table:
+    """``incoming`` records over ``current``: the later record wins, unless event-time ordering keeps a higher stored one."""
+    incoming = _last_of_each_key(incoming)
+    if current.num_rows == 0:
+        return incoming
+    at = pc.index_in(incoming[RECORD_KEY], value_set=current[RECORD_KEY])
+    field = rule.ordering_field
+    if field and field in current.column_names and field in incoming.column_names:
+        stored = current[field].take(at)
+        kind = stored.type
+        late = pc.fill_null(pc.greater(stored, incoming[field].cast(kind)), False)
+        incoming = incoming.filter(pc.invert(late))
+    replaced = pc.is_in(current[RECORD_KEY], value_set=incoming[RECORD_KEY])
+    return pa.concat_tables([current.filter(pc.invert(replaced)), incoming], promote_options="permissive")
+
+
+def _last_of_each_key(rows: pa.Table) -> pa.Table:
+    """One record per key within a block: the last one written."""
+    keys = rows[RECORD_KEY].combine_chunks()
+    if pc.count_distinct(keys).as_py() == rows.num_rows:
+        return rows
+    order = np.arange(rows.num_rows)
+    ranked = pa.table({"k": keys, "i": order}).sort_by([("k", "ascending"), ("i", "descending")])
+    k = ranked["k"].to_numpy(zero_copy_only=False)
+    first = np.ones(len(k), dtype=bool)
+    first[1:] = k[1:] != k[:-1]
+    return rows.take(pc.sort_indices(ranked["i"].filter(pa.array(first))))
+
+
+def _delete(current: pa.Table, block: LogBlock, rule: MergeRule) -> pa.Table:
+    deletes = deleted_records(block)
+    if not deletes or current.num_rows == 0:
+        return current
+    keys = pa.array([k for k, _, _ in deletes], pa.string())
+    values = [v for _, _, v in deletes]
+    field = rule.ordering_field
+    removable = np.ones(len(deletes), dtype=bool)
+    if field and field in current.column_names:
+        at = pc.index_in(keys, value_set=current[RECORD_KEY]).to_pylist()
+        stored = current[field].to_pylist()
+        for n, (i, value) in enumerate(zip(at, values)):
+            if i is None or value is None or value == NATURAL_ORDER or stored[i] is None:
+                continue
+            removable[n] = not stored[i] > _comparable(value, stored[i])
+    gone = keys.filter(pa.array(removable))
+    return current.filter(pc.invert(pc.is_in(current[RECORD_KEY], value_set=gone)))
+
+
+def _comparable(value, like):
+    """A delete block's ordering value in the type of the stored one (dates and timestamps travel as numbers)."""
+    if isinstance(value, (int, float)) and not isinstance(like, (int, float)):
+        return pa.scalar(value).cast(pa.scalar(like).type).as_py()
+    return value
+
+
+def merge_slice(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule) -> pa.Table:
+    """The records of one file slice: its base file with every counted log block applied in order."""
+    if fs.base_file is not None:
+        with io.open_input(fs.base_file.path) as f:
+            current = pq.read_table(f)
+    else:
+        current = pa.table({RECORD_KEY: pa.array([], pa.string())})
+    for block in log_blocks(io, fs, visible):
+        if block.block_type in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
+            current = _upsert(current, data_block_rows(block), rule)
+        elif block.block_type == BlockType.DELETE_BLOCK:
+            current = _delete(current, block, rule)
+        else:
+            raise UnsupportedTableError(f"{fs.file_id}: log blocks of type {BlockType(block.block_type).name} are not read by laketide")
+    return current
+
+
+def log_file_keys(io: FileIO, path: str) -> pa.Array:
+    """The record keys in a log file's data blocks, whatever their instant (an index over-approximates safely)."""
+    arrays = []
+    try:
+        for block in read_blocks(io.read_bytes(path)):
+            if block.block_type == BlockType.PARQUET_DATA_BLOCK:
+                arrays.append(pq.read_table(BytesIO(block.content), columns=[RECORD_KEY])[RECORD_KEY].combine_chunks())
+            elif block.block_type == BlockType.AVRO_DATA_BLOCK:
+                arrays.append(data_block_rows(block)[RECORD_KEY].combine_chunks())
+    except CorruptLog as torn:
+        log.warning("%s: %s; the keys before it are read", path, torn)
+    return pa.concat_arrays([a.cast(pa.string()) for a in arrays]) if arrays else pa.array([], pa.string())
