@@ -23,6 +23,7 @@ from laketide.coordinator.retry import RetryPolicy
 from laketide.table.commit import BATCH_ID_KEY, BATCHES_KEY, EPOCH_KEY, WRITER_ID_KEY, CommitMetadata, WriteStat, requested_replace
 from laketide.table.instant import COMMIT, REPLACE_COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, InstantClock, State, validate_instant_time
 from laketide.table.io import InstantFileExists
+from laketide.table.logfile import CorruptLog, first_block_instant
 from laketide.table.markers import WriteMarkers, marked_instants
 from laketide.table.rollback import RollbackMetadata, RollbackPlan
 from laketide.table.table import Table
@@ -258,9 +259,20 @@ class Coordinator:
     def _files_of(self, instant_time: str, timeline: Timeline) -> list[str]:
         """Every file an instant wrote: data files by name and by marker, and its index runs."""
         io = self.table.io
-        named = self.table.file_system_view(timeline).uncommitted_files(instant_time)
+        view = self.table.file_system_view(timeline)
+        named = view.uncommitted_files(instant_time) + [p for p in view.log_files_before(instant_time) if self._created_by(p, instant_time)]
         marked = [p for p in WriteMarkers(io, instant_time).data_paths() if io.exists(p)]
         return sorted(set(named) | set(marked) | set(self._side_files(instant_time)))
+
+    def _created_by(self, log_path: str, instant_time: str) -> bool:
+        """Whether a log file holds blocks of ``instant_time`` from its start: the instant created it, and
+        deleting it removes nothing else. (Blocks another writer appended to an older log file are left:
+        with the instant gone from the timeline, readers skip them.)"""
+        try:
+            with self.table.io.open_input(log_path) as f:
+                return first_block_instant(f) == instant_time
+        except (CorruptLog, FileNotFoundError):
+            return False
 
     def rollback(
         self, instant_time: str, force: bool = False, dry_run: bool = False, progress: Callable[[int, int], None] | None = None

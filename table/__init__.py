@@ -4,7 +4,7 @@ from laketide.table.commit import CommitMetadata, WriteStat
 from laketide.table.instant import Instant, InstantClock, State
 from laketide.table.io import FileIO
 from laketide.table.properties import TableConfig
-from laketide.table.reader import UnsupportedTableError
+from laketide.table.slice_reader import UnsupportedTableError
 from laketide.table.table import Table, TableNotFound
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileGroup, FileSlice, FileSystemView

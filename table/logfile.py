@@ -247,3 +247,22 @@ def rollback_command_block(target_instant: str, instant: str) -> LogBlock:
     """A command block that rolls back the blocks of ``target_instant`` written before it in this file slice."""
     header = {Header.INSTANT_TIME: instant, Header.TARGET_INSTANT_TIME: target_instant, Header.COMMAND_BLOCK_TYPE: str(ROLLBACK_COMMAND)}
     return LogBlock(BlockType.COMMAND_BLOCK, header)
+
+
+def first_block_instant(stream) -> str | None:
+    """The instant of a log file's first block, read from its header alone: the instant that created the file."""
+
+    def take(n: int) -> bytes:
+        chunk = stream.read(n)
+        if len(chunk) != n:
+            raise CorruptLog("log file ends inside its first block header")
+        return chunk
+
+    if take(len(MAGIC)) != MAGIC:
+        raise CorruptLog("no log block magic at the start of the file")
+    take(8 + 4 + 4)
+    header = {}
+    for _ in range(struct.unpack(">i", take(4))[0]):
+        key, length = struct.unpack(">ii", take(8))
+        header[key] = take(length).decode("utf-8")
+    return header.get(Header.INSTANT_TIME)

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from laketide.table.instant import Instant
 from laketide.table.io import FileIO
 from laketide.table.schema import COMMIT_TIME, META_COLUMNS
-from laketide.table.slice_reader import MergeRule, UnsupportedTableError, merge_slice
+from laketide.table.slice_reader import MergeRule, merge_slice
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSlice, FileSystemView
 

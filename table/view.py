@@ -137,9 +137,13 @@ class FileSystemView:
         return max(versions, default=0) + 1
 
     def uncommitted_files(self, instant_time: str) -> list[str]:
-        """Paths of the data files that carry ``instant_time`` in their name."""
-        paths = []
-        for group in self.groups.values():
-            paths += [b.path for b in group.base_files if b.instant_time == instant_time]
-            paths += [lf.path for lf in group.log_files if lf.base_instant == instant_time]
-        return sorted(paths)
+        """Paths of the base files that carry ``instant_time`` in their name.
+
+        A log file's name carries the base instant of its slice, not the
+        instant that wrote it: see ``log_files_before``.
+        """
+        return sorted(b.path for group in self.groups.values() for b in group.base_files if b.instant_time == instant_time)
+
+    def log_files_before(self, instant_time: str) -> list[str]:
+        """Paths of the log files that ``instant_time`` may have written: those on slices not newer than it."""
+        return sorted(lf.path for group in self.groups.values() for lf in group.log_files if lf.base_instant <= instant_time)

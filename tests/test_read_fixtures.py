@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from laketide.table import Table, UnsupportedTableError
+from laketide.table import Table
 from laketide.table.instant import State
 
-from conftest import COW_FIXTURES, MOR_FIXTURE, hudi_read, rows
+from conftest import COW_FIXTURES, hudi_read, rows
 
 
 @pytest.mark.parametrize("name", COW_FIXTURES)
@@ -60,14 +60,6 @@ def test_no_meta_fields_fixture_reads_without_meta_columns(fixtures_dir):
     snap = table.snapshot()
     assert not [c for c in snap.column_names if c.startswith("_hoodie")]
     assert sorted(snap["id"].to_pylist()) == [1, 2, 3, 4]
-
-
-def test_mor_log_blocks_are_reported_not_misread(fixtures_dir):
-    table = Table.open(str(fixtures_dir / MOR_FIXTURE))
-    assert table.config.table_type == "MERGE_ON_READ"
-    assert [i.action for i in table.timeline.completed_writes()] == ["deltacommit", "deltacommit"]
-    with pytest.raises(UnsupportedTableError, match="log files"):
-        table.snapshot()
 
 
 def test_v8_timeline_has_completion_times(fixtures_dir):

@@ -21,7 +21,6 @@ CLI = str(Path(sys.executable).with_name("laketide"))
 @pytest.mark.parametrize(
     "fixture, key, partition, ordering, reason",
     [
-        ("v6_trips_8i1u", "uuid", "city", "ts", "hoodie.table.type = MERGE_ON_READ"),
         ("v8_simplekeygen_nonhivestyle", "id", "byteField", "longField", "hoodie.table.version = 8"),
         ("v6_simplekeygen_hivestyle_no_metafields", "id", "byteField", "longField", "hoodie.populate.meta.fields = false"),
     ],
