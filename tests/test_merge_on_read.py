@@ -158,3 +158,22 @@ def test_rolling_back_deltacommits_deletes_only_their_log_files(mor_run, tmp_pat
     assert {p for p in deleted if ".log." in p} == logs_of[middle] and not logs_after
     assert not any(path.endswith(".parquet") and first in path for path in deleted)
     assert rows(hudi_read(copy), "id", DATA_COLUMNS) == _model_after(1) == rows(table.snapshot(), "id", DATA_COLUMNS)
+
+
+def test_late_updates_and_deletes_lose_to_newer_stored_rows(spark, tmp_path):
+    """Event-time ordering without reading the base: the late records go into the log, and the readers keep the newer rows."""
+    from streaming import land, row
+
+    batches = [
+        [row(i, 10) for i in range(1, 7)],
+        # 1: late update; 2: late delete; 3: newer update; 4: newer delete; 5: tie (the later write wins)
+        [row(1, 5), row(2, 5, deleted=True), row(3, 11), row(4, 11, deleted=True), row(5, 10, name="tie")],
+    ]
+    for n, lines in enumerate(batches):
+        land(tmp_path, f"b{n}.json", lines, 1_700_000_000 + n)
+    run(job_config(tmp_path, table__type="MERGE_ON_READ"))
+    kept = {1: row(1, 10), 2: row(2, 10), 3: row(3, 11), 5: row(5, 10, name="tie"), 6: row(6, 10)}
+    expected = [{c: kept[i][c] for c in DATA_COLUMNS} for i in sorted(kept)]
+    table = Table.open(str(tmp_path / "table"))
+    assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected
+    assert rows(table.snapshot(), "id", DATA_COLUMNS) == expected
