@@ -21,7 +21,7 @@ from laketide.coordinator.lease import Lease, LeaseLost
 from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.retry import RetryPolicy
 from laketide.table.commit import BATCH_ID_KEY, BATCHES_KEY, EPOCH_KEY, WRITER_ID_KEY, CommitMetadata, WriteStat, requested_replace
-from laketide.table.instant import COMMIT, REPLACE_COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, InstantClock, State, validate_instant_time
+from laketide.table.instant import COMMIT, COMPACTION, REPLACE_COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, InstantClock, State, validate_instant_time
 from laketide.table.io import InstantFileExists
 from laketide.table.logfile import CorruptLog, first_block_instant
 from laketide.table.markers import WriteMarkers, marked_instants
@@ -162,10 +162,13 @@ class Coordinator:
         action: str = COMMIT,
         operation: str = "UPSERT",
         replaced_file_ids: dict[str, list[str]] | None = None,
+        pending_action: str | None = None,
     ) -> Instant:
         """Complete an instant: one atomic write of its commit metadata, while the lease holds.
 
         A replacecommit names the file groups it replaces in ``replaced_file_ids`` (partition -> ids).
+        ``pending_action`` is the action of the inflight file when it is not ``action``: a
+        compaction is inflight as ``compaction`` and completes as a ``commit``.
         """
         partitions: dict[str, list[WriteStat]] = defaultdict(list)
         for stat in write_stats:
@@ -175,15 +178,17 @@ class Coordinator:
             extra_metadata={**self._inflight.get(instant_time, {}), **(extra or {})},
             operation_type=operation,
             partition_to_replace_file_ids=replaced_file_ids or {},
+            compacted=pending_action == COMPACTION,
         )
         body = metadata.to_json_bytes()
         completed = Instant(instant_time, action, State.COMPLETED)
+        inflight = Instant(instant_time, pending_action or action, State.INFLIGHT)
         self._reconcile(instant_time, metadata)
 
         def decide_and_complete() -> Instant:
             self.lease.check()
             self.fence.decide_commit(instant_time, self.lease.epoch, body)
-            if not self.timeline_writer.exists(completed.with_state(State.INFLIGHT)):
+            if not self.timeline_writer.exists(inflight):
                 raise LeaseLost(f"{instant_time} was rolled back by a newer lease holder; it is not completed")
             return self.write_completed(completed, body)
 

@@ -42,7 +42,8 @@ class ForeignWrites:
 
 def foreign_writes(timeline: Timeline) -> ForeignWrites:
     """The writes on ``timeline`` that the state index does not account for yet."""
-    writes = timeline.completed_writes()
+    # a compaction folds a slice into a new base file of the same group: no key changes group
+    writes = [w for w in timeline.completed_writes() if not timeline.commit_metadata(w).compacted]
     extra = {w.timestamp: timeline.commit_metadata(w).extra_metadata for w in writes}
     others = [w for w in writes if INDEX_SEEN_KEY not in extra[w.timestamp]]
     seen_now = tuple(w.timestamp for w in others)

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from functools import cached_property
 
 from laketide.table.commit import CommitMetadata
-from laketide.table.instant import WRITE_ACTIONS, Instant, State
+from laketide.table.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State
 from laketide.table.io import FileIO
 from laketide.table.properties import TableConfig
 
@@ -32,7 +32,10 @@ class Timeline:
             key = (instant.timestamp, instant.action)
             if key not in latest or instant.state.rank > latest[key].state.rank:
                 latest[key] = instant
-        self.instants: list[Instant] = sorted(latest.values(), key=lambda i: (i.timestamp, i.action))
+        # a compaction completes as a commit at its own instant time; its requested and inflight files stay
+        compacted = {ts for (ts, action), i in latest.items() if action == COMMIT and i.is_completed}
+        kept = [i for (ts, action), i in latest.items() if not (action == COMPACTION and ts in compacted)]
+        self.instants: list[Instant] = sorted(kept, key=lambda i: (i.timestamp, i.action))
         self._details: dict[str, CommitMetadata] = {} if details is None else details
         if details:
             # what left the active timeline (archived, rolled back) leaves the cache: it stays as long as the timeline

@@ -17,6 +17,7 @@ from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.savepoints import Savepoints
 from laketide.coordinator.services import TableServices
+from laketide.writer.compactor import Compactor
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table
@@ -108,13 +109,34 @@ class RunningJob:
             return action()
 
 
-def table_services(config: JobConfig, coordinator: Coordinator, index: StateIndex, views: ViewSync) -> TableServices:
-    """Cleaning, then archival (when enabled), after each commit, both on the job's synced view."""
-    services: list = [("clean", Cleaner(coordinator, config.clean.retention(), index.obsolete_runs, views.view).clean)]
+def table_services(config: JobConfig, coordinator: Coordinator, index: StateIndex, views: ViewSync, compactor: Compactor | None = None) -> TableServices:
+    """Compaction (merge-on-read, when async), cleaning, then archival (when enabled), after each commit, on the job's synced view."""
+    services: list = [("compact", compactor.run)] if compactor is not None and config.compaction.mode == "async" else []
+    services.append(("clean", Cleaner(coordinator, config.clean.retention(), index.obsolete_runs, views.view).clean))
     if config.archive.enabled:
         archiver = Archiver(coordinator, config.archive.min_commits, config.archive.max_commits, index.instants, views.view)
         services.append(("archive", archiver.archive))
     return TableServices(services, background=config.clean.async_)
+
+
+def compactor_for(config: JobConfig, table: Table, coordinator: Coordinator, views: ViewSync) -> Compactor | None:
+    if table.config.table_type != "MERGE_ON_READ" or config.compaction.mode == "off":
+        return None
+    return Compactor(coordinator, config.compaction, config.write.bloom_type, views.view)
+
+
+def _after_commit(config: JobConfig, compactor: Compactor | None, services: TableServices) -> Callable[[], None]:
+    """After each commit, in the micro-batch thread: schedule a due compaction (no deltacommit is in
+    flight then, so the plan holds every log of its slices), run it when inline, then the table services."""
+
+    def after() -> None:
+        if compactor is not None:
+            compactor.schedule()
+            if config.compaction.mode == "inline":
+                compactor.run()
+        services.after_commit()
+
+    return after
 
 
 def run(
@@ -143,10 +165,13 @@ def run(
             log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
         Savepoints(coordinator).resume_restore()
         views = ViewSync(table)
-        services = table_services(config, coordinator, index, views)
+        compactor = compactor_for(config, table, coordinator, views)
+        services = table_services(config, coordinator, index, views, compactor)
         writer = MicroBatchWriter(
-            spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=services.after_commit, views=views
+            spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=_after_commit(config, compactor, services), views=views
         )
+        # a compaction the previous run left pending is finished now, not only after the next commit
+        services.after_commit()
         if on_ready is not None:
             on_ready(RunningJob(config, table, coordinator, writer, index, stop_requested, services))
         stream = (

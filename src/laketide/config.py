@@ -183,6 +183,20 @@ class ArchiveSection(_Section):
         return self
 
 
+class CompactionSection(_Section):
+    """Merge-on-read compaction: when a file slice is folded into a new base file, and where that runs.
+
+    A slice is compacted once it has ``delta_commits`` log files (one per
+    deltacommit that touched it) or ``max_log_bytes`` of them. ``async`` runs
+    it in the table-services thread beside ingestion, ``inline`` after the
+    commit that scheduled it, ``off`` leaves it to ``laketide compact``.
+    """
+
+    delta_commits: int = Field(5, ge=1)
+    max_log_bytes: int = Field(256 * 2**20, gt=0)
+    mode: Literal["async", "inline", "off"] = "async"
+
+
 class SparkSection(_Section):
     master: str = "local[2]"
     app_name: str = "laketide"
@@ -198,6 +212,7 @@ class JobConfig(_Section):
     coordinator: CoordinatorSection = Field(default_factory=CoordinatorSection)
     clean: CleanSection = Field(default_factory=CleanSection)
     archive: ArchiveSection = Field(default_factory=ArchiveSection)
+    compaction: CompactionSection = Field(default_factory=CompactionSection)
     spark: SparkSection = Field(default_factory=SparkSection)
 
 

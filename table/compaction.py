@@ -1,0 +1,128 @@
+"""Compaction of merge-on-read file slices: the plan, and merging one slice into a new base file.
+
+A plan (``<instant>.compaction.requested``, Hudi's ``HoodieCompactionPlan``,
+version 2: file names relative to their partition, as
+``CompactionUtils.buildFromFileSlice`` writes them) names the slices to fold.
+From the moment it is on the timeline, deltacommits write those groups' logs
+on the new slice (base instant = the compaction instant); readers attach such
+logs to the slice before it until the compaction's base file commits. The
+completed compaction is ``<instant>.commit``, marked ``compacted``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+from laketide.table import avro_models
+from laketide.table.files import BaseFile, LogFile
+from laketide.table.instant import COMPACTION, Instant, State
+from laketide.table.timeline import Timeline
+from laketide.table.view import FileSlice
+
+PLAN_VERSION = 2
+
+
+@dataclass(frozen=True)
+class CompactionOperation:
+    partition: str
+    file_id: str
+    base_instant: str
+    base_file: str | None  # name within the partition
+    log_files: tuple[str, ...]  # names within the partition, oldest first
+
+    def file_slice(self) -> FileSlice:
+        base = BaseFile.parse(self.partition, self.base_file) if self.base_file else None
+        logs = [lf for lf in (LogFile.parse(self.partition, name) for name in self.log_files) if lf is not None]
+        return FileSlice(self.partition, self.file_id, self.base_instant, base, logs)
+
+    @property
+    def paths(self) -> list[str]:
+        names = ([self.base_file] if self.base_file else []) + list(self.log_files)
+        return [posixpath.join(self.partition, n) if self.partition else n for n in names]
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    operations: tuple[CompactionOperation, ...]
+
+    def to_bytes(self) -> bytes:
+        record = {
+            "operations": [
+                {
+                    "baseInstantTime": op.base_instant,
+                    "deltaFilePaths": list(op.log_files),
+                    "dataFilePath": op.base_file,
+                    "fileId": op.file_id,
+                    "partitionPath": op.partition,
+                    "metrics": {"TOTAL_LOG_FILES": float(len(op.log_files))},
+                    "bootstrapFilePath": None,
+                }
+                for op in self.operations
+            ],
+            "extraMetadata": {},
+            "version": PLAN_VERSION,
+        }
+        return avro_models.write_container("HoodieCompactionPlan", record)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CompactionPlan:
+        record = avro_models.read_container(data, "HoodieCompactionPlan")
+        ops = []
+        for op in record.get("operations") or []:
+            base, logs = op.get("dataFilePath"), op.get("deltaFilePaths") or []
+            ops.append(
+                CompactionOperation(
+                    op.get("partitionPath") or "", op["fileId"], op["baseInstantTime"], _name(base) if base else None, tuple(_name(p) for p in logs)
+                )
+            )
+        return cls(tuple(ops))
+
+    def file_groups(self) -> set[tuple[str, str]]:
+        return {(op.partition, op.file_id) for op in self.operations}
+
+
+def _name(path: str) -> str:
+    """A file name from a plan: version 1 plans name files by full path, version 2 by name."""
+    return posixpath.basename(path)
+
+
+def pending_compactions(timeline: Timeline) -> list[Instant]:
+    """Compactions planned (requested or inflight) whose commit is not on the timeline yet."""
+    return timeline.filter({State.REQUESTED, State.INFLIGHT}, [COMPACTION])
+
+
+def compaction_plan(timeline: Timeline, instant: Instant) -> CompactionPlan:
+    return CompactionPlan.from_bytes(timeline.read_bytes(Instant(instant.timestamp, COMPACTION, State.REQUESTED)))
+
+
+def groups_under_compaction(timeline: Timeline) -> dict[tuple[str, str], str]:
+    """(partition, file id) -> the pending compaction instant that new logs of the group go under."""
+    out: dict[tuple[str, str], str] = {}
+    for instant in pending_compactions(timeline):
+        for group in compaction_plan(timeline, instant).file_groups():
+            out[group] = instant.timestamp
+    return out
+
+
+def slices_to_compact(slices: list[FileSlice], delta_commits: int, max_log_bytes: int, busy: set[tuple[str, str]]) -> list[FileSlice]:
+    """Slices with at least ``delta_commits`` log files (one per deltacommit, as laketide writes them)
+    or ``max_log_bytes`` of logs, that no pending compaction holds."""
+    return [
+        s
+        for s in slices
+        if s.log_files
+        and (s.partition, s.file_id) not in busy
+        and (len(s.log_files) >= delta_commits or sum(lf.size for lf in s.log_files) >= max_log_bytes)
+    ]
+
+
+def plan_for(slices: list[FileSlice]) -> CompactionPlan:
+    return CompactionPlan(
+        tuple(
+            CompactionOperation(
+                s.partition, s.file_id, s.base_instant, s.base_file.name if s.base_file else None, tuple(lf.name for lf in s.log_files)
+            )
+            for s in slices
+        )
+    )

@@ -1,0 +1,142 @@
+"""Compaction of a merge-on-read table under the writer's lease: schedule a plan, then execute it.
+
+Scheduling runs between micro-batches (the job calls it after a commit, in
+the micro-batch thread), so no deltacommit is in flight when a plan is made:
+every log file of a planned slice is in the plan, and later deltacommits
+write their logs on the new slice. Executing merges each planned slice (base
+file and logs, under the table's merge mode) into a new base file at the
+compaction instant, then completes the instant as a ``commit``; it runs in
+the table-services thread without blocking ingestion. A compaction cut short
+is executed again from its plan (files of the earlier attempt are deleted by
+their markers at commit), so recovery finishes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from laketide.config import CompactionSection
+from laketide.coordinator import Coordinator
+from laketide.table.commit import BATCHES_KEY, NULL_COMMIT, WriteStat
+from laketide.table.compaction import CompactionOperation, CompactionPlan, compaction_plan, groups_under_compaction, pending_compactions, plan_for, slices_to_compact
+from laketide.table.files import BaseFile, write_token
+from laketide.table.instant import COMMIT, COMPACTION, Instant, State
+from laketide.table.markers import CREATE, WriteMarkers
+from laketide.table.properties import EVENT_TIME
+from laketide.table.schema import FILE_NAME, RECORD_KEY, avro_schema_json, with_meta_schema
+from laketide.table.slice_reader import MergeRule, merge_slice
+from laketide.table.timeline import Timeline
+from laketide.table.view import FileSystemView
+from laketide.writer.base_file import BaseFileWriter
+from laketide.writer.bucket_writer import conform
+
+log = logging.getLogger("laketide.compaction")
+
+
+@dataclass
+class CompactionResult:
+    instant: str
+    file_groups: int
+    records: int = 0
+    seconds: float = 0.0
+
+
+class Compactor:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        settings: CompactionSection,
+        bloom_type: str = "DYNAMIC_V0",
+        view: Callable[[Timeline], FileSystemView] | None = None,
+    ):
+        self.coordinator = coordinator
+        self.table = coordinator.table
+        self.settings = settings
+        self.bloom_type = bloom_type
+        self._view = view or self.table.file_system_view
+
+    def schedule(self) -> str | None:
+        """Plan a compaction of the slices past the thresholds; ``None`` when none is due."""
+        coordinator = self.coordinator
+        coordinator.hold()
+        timeline = self.table.timeline
+        busy = set(groups_under_compaction(timeline))
+        due = slices_to_compact(self._view(timeline).latest_slices(), self.settings.delta_commits, self.settings.max_log_bytes, busy)
+        if not due:
+            return None
+        plan = plan_for(due)
+        instant = coordinator.clock.next(after=timeline.last_timestamp)
+        requested = Instant(instant, COMPACTION, State.REQUESTED)
+        coordinator.retry.run(lambda: coordinator.timeline_writer.write(requested, plan.to_bytes()), f"schedule compaction {instant}")
+        log.info("compaction %s scheduled: %d file groups", instant, len(plan.operations))
+        return instant
+
+    def run(self, progress: Callable[[int, int], None] | None = None) -> list[CompactionResult]:
+        """Execute every pending compaction, oldest first."""
+        timeline = self.table.timeline
+        return [self._execute(instant, compaction_plan(timeline, instant), progress) for instant in pending_compactions(timeline)]
+
+    def schedule_and_run(self) -> list[CompactionResult]:
+        self.schedule()
+        return self.run()
+
+    def _execute(self, instant: Instant, plan: CompactionPlan, progress: Callable[[int, int], None] | None) -> CompactionResult:
+        coordinator, io = self.coordinator, self.table.io
+        coordinator.hold()
+        started = time.monotonic()
+        inflight = Instant(instant.timestamp, COMPACTION, State.INFLIGHT)
+        if not coordinator.timeline_writer.exists(inflight):
+            coordinator.timeline_writer.write(inflight, plan.to_bytes())
+        timeline = self.table.timeline
+        schema = self.table.schema(timeline)
+        config = self.table.config
+        rule = MergeRule(config.ordering_field if config.merge_mode == EVENT_TIME else None)
+        visible = self._view(timeline).visibility()
+        markers = WriteMarkers(io, instant.timestamp)
+        stats, records = [], 0
+        for done, op in enumerate(plan.operations, 1):
+            coordinator.hold()
+            stat = self._compact(op, instant.timestamp, schema, rule, visible, markers)
+            stats.append(stat)
+            records += stat.num_writes
+            if progress is not None:
+                progress(done, len(plan.operations))
+        # the streaming batches committed so far travel with every commit, so archival never loses them
+        extra = {BATCHES_KEY: json.dumps(coordinator.committed_batches(timeline))}
+        coordinator.commit(instant.timestamp, stats, extra, action=COMMIT, operation="COMPACT", pending_action=COMPACTION)
+        result = CompactionResult(instant.timestamp, len(stats), records, time.monotonic() - started)
+        log.info("compaction %s: %d file groups, %d records, %.2f s", result.instant, result.file_groups, result.records, result.seconds)
+        return result
+
+    def _compact(self, op: CompactionOperation, instant_time: str, schema: pa.Schema, rule: MergeRule, visible, markers: WriteMarkers) -> WriteStat:
+        """One slice merged into a new base file: records keep their commit time and sequence number."""
+        io = self.table.io
+        rows = merge_slice(io, op.file_slice(), visible, rule).sort_by(RECORD_KEY)
+        # each attempt its own name: the files of an attempt cut short are deleted by their markers at commit
+        new_file = BaseFile(op.partition, op.file_id, write_token(0, 0, time.time_ns() // 1000 % 10**12), instant_time)
+        markers.create(new_file.path, CREATE)
+        full = with_meta_schema(schema)
+        rows = conform(rows, full, {FILE_NAME: pa.array([new_file.name] * rows.num_rows, pa.string())})
+        writer = BaseFileWriter(io, new_file.path, full, avro_schema_json(full, self.table.name), self.bloom_type)
+        try:
+            writer.write(rows)
+            result = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        return WriteStat(
+            file_id=op.file_id,
+            path=new_file.path,
+            partition_path=op.partition,
+            prev_commit=op.base_instant or NULL_COMMIT,
+            num_writes=result.num_rows,
+            num_update_writes=result.num_rows,
+            total_write_bytes=result.size,
+            file_size_in_bytes=result.size,
+        )
