@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ from laketide.table.schema import RECORD_KEY, storage_schema, schema_from_avro
 from laketide.writer.job import run
 
 from conftest import MOR_FIXTURE, REPO, hudi_read, rows
-from streaming import BATCHES, DATA_COLUMNS, Model, job_config, land_all
+from streaming import BATCHES, DATA_COLUMNS, Model, job_config, land, land_all, row
 
 LOG_FIXTURES = REPO.parent / "shared" / "fixtures" / "hudi-log-files"
 
@@ -131,8 +132,6 @@ def test_read_optimized_reads_base_files_only(mor_run):
 
 
 def test_rolling_back_deltacommits_deletes_only_their_log_files(mor_run, tmp_path):
-    import json
-
     from test_cli import laketide
 
     root, _ = mor_run
@@ -162,8 +161,6 @@ def test_rolling_back_deltacommits_deletes_only_their_log_files(mor_run, tmp_pat
 
 def test_late_updates_and_deletes_lose_to_newer_stored_rows(spark, tmp_path):
     """Event-time ordering without reading the base: the late records go into the log, and the readers keep the newer rows."""
-    from streaming import land, row
-
     batches = [
         [row(i, 10) for i in range(1, 7)],
         # 1: late update; 2: late delete; 3: newer update; 4: newer delete; 5: tie (the later write wins)
@@ -177,3 +174,79 @@ def test_late_updates_and_deletes_lose_to_newer_stored_rows(spark, tmp_path):
     table = Table.open(str(tmp_path / "table"))
     assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected
     assert rows(table.snapshot(), "id", DATA_COLUMNS) == expected
+
+
+# updates and a delete per micro-batch on 40 keys: with compaction.delta_commits = 2 every group compacts every other batch
+COMPACTING_BATCHES = [[row(i, 1) for i in range(1, 41)]] + [
+    [row(i, t) for i in range(1 + t, 20 + t)] + [row(30 + t, t, deleted=True)] for t in range(2, 8)
+]
+
+
+def _land_batches(root, batches):
+    for n, lines in enumerate(batches):
+        land(root, f"b{n:03d}.json", lines, 1_700_000_000 + n)
+
+
+def _model_of(batches) -> list[dict]:
+    model = Model()
+    for lines in batches:
+        model.apply(lines)
+    return model.expected()
+
+
+@pytest.mark.parametrize("mode", ["inline", "async"])
+def test_compaction_in_the_job_keeps_every_read_equal_to_the_model(spark, tmp_path, mode):
+    _land_batches(tmp_path, COMPACTING_BATCHES)
+    run(job_config(tmp_path, table__type="MERGE_ON_READ", compaction__delta_commits="2", compaction__mode=mode))
+    path = tmp_path / "table"
+    table = Table.open(str(path))
+    writes = table.timeline.completed_writes()
+    compactions = [i for i in writes if i.action == "commit"]
+    assert len(compactions) == 3 and all(table.timeline.commit_metadata(c).compacted for c in compactions)
+    assert not table.timeline.pending()
+    # every slice is compacted: base files at the last compaction, no logs left on them
+    slices = table.file_system_view().latest_slices()
+    assert {s.base_instant for s in slices} == {compactions[-1].timestamp} and not any(s.log_files for s in slices)
+    assert rows(table.read_optimized(), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES)
+    deltas = [i for i in writes if i.action == "deltacommit"]
+    for n, instant in enumerate(deltas, start=1):
+        expected = _model_of(COMPACTING_BATCHES[:n])
+        assert rows(hudi_read(path, as_of=instant.timestamp), "id", DATA_COLUMNS) == expected, instant
+        assert rows(table.snapshot(instant.timestamp), "id", DATA_COLUMNS) == expected, instant
+    # incremental reads across compactions: a compaction adds no change of its own
+    for start, end in zip(deltas, deltas[1:]):
+        theirs = hudi_read(path, start=start.timestamp, end=end.timestamp)
+        assert rows(table.incremental(start.timestamp, end.timestamp), "id", DATA_COLUMNS) == rows(theirs, "id", DATA_COLUMNS)
+        assert {r["ts"] for r in rows(theirs, "id", DATA_COLUMNS)} <= {deltas.index(end) + 1}
+
+
+def test_compact_command_and_writes_during_a_pending_compaction(spark, tmp_path):
+    from test_cli import laketide
+
+    _land_batches(tmp_path, COMPACTING_BATCHES[:3])
+    config = dict(table__type="MERGE_ON_READ", compaction__mode="off")
+    run(job_config(tmp_path, **config))
+    path = tmp_path / "table"
+    code, out, err = laketide("compact", str(path), "--schedule", "--delta-commits", "2", "--json")
+    assert code == 0, err
+    scheduled = json.loads(out)["scheduled"]
+    assert scheduled and Table.open(str(path)).timeline.pending()[0].action == "compaction"
+
+    # micro-batches while the compaction is pending: their logs go on the slice it starts, and every reader merges them in
+    _land_batches(tmp_path, COMPACTING_BATCHES[:5])
+    run(job_config(tmp_path, **config))
+    table = Table.open(str(path))
+    new_logs = [lf for s in table.file_system_view().latest_slices() for lf in s.log_files if lf.base_instant == scheduled]
+    assert new_logs
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES[:5]) == rows(table.snapshot(), "id", DATA_COLUMNS)
+
+    code, out, err = laketide("compact", str(path), "--run", "--json")
+    assert code == 0, err
+    assert [c["instant"] for c in json.loads(out)["compacted"]] == [scheduled]
+    table = Table.open(str(path))
+    slices = table.file_system_view().latest_slices()
+    assert {s.base_instant for s in slices} == {scheduled} and {lf.name for s in slices for lf in s.log_files} == {lf.name for lf in new_logs}
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES[:5]) == rows(table.snapshot(), "id", DATA_COLUMNS)
+
+    code, out, err = laketide("compact", str(Table.open(str(tmp_path / "table")).uri), "--run")
+    assert code == 0 and "no pending compaction" in out

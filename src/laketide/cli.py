@@ -418,6 +418,43 @@ def clean(
     _emit(data, as_json, f"{t.uri}: {verb} {len(result.files)} files (reads from {result.earliest_to_retain or 'every commit'} on are kept)\n" + "\n".join(f"  {f}" for f in result.files))
 
 
+@app.command()
+def compact(
+    table: Annotated[str, typer.Argument()],
+    schedule: Annotated[bool, typer.Option("--schedule", help="plan a compaction of the slices past the thresholds, run nothing")] = False,
+    run_: Annotated[bool, typer.Option("--run", help="execute the pending compactions only")] = False,
+    delta_commits: Annotated[int, typer.Option(min=1, help="compact slices with at least this many log files")] = 5,
+    max_log_bytes: Annotated[int, typer.Option(min=1, help="or with at least this many bytes of logs")] = 256 * 2**20,
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+    as_json: JsonOpt = False,
+) -> None:
+    """Fold merge-on-read log files into new base files: schedule a plan, run pending plans, or both (the default)."""
+    from laketide.config import CompactionSection
+    from laketide.coordinator import Coordinator, LeaseError, LeaseHeld
+    from laketide.writer.compactor import Compactor
+
+    t = _open(table, as_json)
+    if t.config.table_type != "MERGE_ON_READ":
+        raise _fail(f"{t.uri} is a {t.config.table_type} table; only merge-on-read tables have logs to compact", USAGE, as_json)
+    lease_ = _lease(t, zookeeper, zookeeper_root)
+    try:
+        lease_.acquire(timeout=0)
+        compactor = Compactor(Coordinator(t, lease_, "laketide-ops"), CompactionSection(delta_commits=delta_commits, max_log_bytes=max_log_bytes, mode="off"))
+        scheduled = compactor.schedule() if schedule or not run_ else None
+        results = _with_progress(compactor.run, "compacting", as_json) if run_ or not schedule else []
+    except LeaseHeld as exc:
+        raise _fail(f"{exc}; the job compacts the table itself (compaction.mode)", REFUSED, as_json) from None
+    except LeaseError as exc:
+        raise _fail(str(exc), FAILED, as_json) from None
+    finally:
+        lease_.release()
+    data = {"scheduled": scheduled, "compacted": [r.__dict__ for r in results]}
+    parts = [f"scheduled compaction {scheduled}"] if scheduled else (["no slice is due for compaction"] if schedule or not run_ else [])
+    parts += [f"compacted {r.instant}: {r.file_groups} file groups, {r.records} records in {r.seconds:.1f}s" for r in results]
+    _emit(data, as_json, f"{t.uri}: " + ("; ".join(parts) or "no pending compaction"))
+
+
 metadata_app = typer.Typer(help="Hudi's metadata table, which laketide does not keep up to date.", no_args_is_help=True)
 app.add_typer(metadata_app, name="metadata")
 
