@@ -3,10 +3,14 @@
 A plan (``<instant>.compaction.requested``, Hudi's ``HoodieCompactionPlan``,
 version 2: file names relative to their partition, as
 ``CompactionUtils.buildFromFileSlice`` writes them) names the slices to fold.
-From the moment it is on the timeline, deltacommits write those groups' logs
-on the new slice (base instant = the compaction instant); readers attach such
-logs to the slice before it until the compaction's base file commits. The
-completed compaction is ``<instant>.commit``, marked ``compacted``.
+The completed compaction is ``<instant>.commit``, marked ``compacted``.
+
+Hudi's writers put the logs of a group under a pending compaction on the new
+slice at once; hudi-rs ignores log files named after an instant that is not
+completed, so it would not see those updates until the compaction commits.
+laketide's deltacommits keep writing on the committed slice instead, and the
+compaction, just before it commits, carries the logs written since its plan
+over to the new slice (``late_logs``, ``carried_name``).
 """
 
 from __future__ import annotations
@@ -103,6 +107,19 @@ def groups_under_compaction(timeline: Timeline) -> dict[tuple[str, str], str]:
         for group in compaction_plan(timeline, instant).file_groups():
             out[group] = instant.timestamp
     return out
+
+
+def late_logs(op: CompactionOperation, current: FileSlice | None) -> list[LogFile]:
+    """Committed logs of the planned slice that the plan does not name: written after it was made."""
+    if current is None or current.base_instant != op.base_instant:
+        return []
+    planned = set(op.log_files)
+    return sorted((lf for lf in current.log_files if lf.name not in planned), key=lambda lf: (lf.version, lf.write_token))
+
+
+def carried_name(log: LogFile, compaction_instant: str, version: int) -> LogFile:
+    """A late log's copy on the slice the compaction starts."""
+    return LogFile(log.partition, log.file_id, compaction_instant, version, log.write_token)
 
 
 def slices_to_compact(slices: list[FileSlice], delta_commits: int, max_log_bytes: int, busy: set[tuple[str, str]]) -> list[FileSlice]:

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from laketide.table.files import PARTITION_METADATA, RESERVED_TOP_DIRS, BaseFile, LogFile, parse_data_file
-from laketide.table.instant import COMPACTION
 from laketide.table.io import FileIO
 from laketide.table.timeline import Timeline
 
@@ -116,8 +115,6 @@ class FileSystemView:
         """
         visible, earliest = self._visible_instants(as_of)
         replaced = self.replaced_groups(as_of)
-        # logs written under a compaction not yet completed belong with the slice before it
-        compacting = {i.timestamp for i in self.timeline.pending([COMPACTION])}
         slices = []
         for key, group in sorted(self.groups.items()):
             if key in replaced or (partition is not None and group.partition != partition):
@@ -126,7 +123,7 @@ class FileSystemView:
                 (b for b in group.base_files if self._committed(b.instant_time, visible, earliest, as_of)),
                 key=lambda b: b.instant_time,
             )
-            logs = [lf for lf in group.log_files if lf.base_instant in compacting or self._committed(lf.base_instant, visible, earliest, as_of)]
+            logs = [lf for lf in group.log_files if self._committed(lf.base_instant, visible, earliest, as_of)]
             if not bases and not logs:
                 continue
             committed = FileGroup(group.partition, group.file_id, bases, logs)

@@ -1,14 +1,15 @@
 """Compaction of a merge-on-read table under the writer's lease: schedule a plan, then execute it.
 
 Scheduling runs between micro-batches (the job calls it after a commit, in
-the micro-batch thread), so no deltacommit is in flight when a plan is made:
-every log file of a planned slice is in the plan, and later deltacommits
-write their logs on the new slice. Executing merges each planned slice (base
-file and logs, under the table's merge mode) into a new base file at the
-compaction instant, then completes the instant as a ``commit``; it runs in
-the table-services thread without blocking ingestion. A compaction cut short
-is executed again from its plan (files of the earlier attempt are deleted by
-their markers at commit), so recovery finishes it.
+the micro-batch thread), so no deltacommit is in flight when a plan is made.
+Executing merges each planned slice (base file and logs, under the table's
+merge mode) into a new base file at the compaction instant; it runs in the
+table-services thread beside ingestion. Deltacommits go on writing logs on
+the planned slices meanwhile; the last step, between two micro-batches
+(``finish_lock``), copies those logs onto the new slice and completes the
+instant as a ``commit``, so no reader ever misses an update. A compaction cut
+short is executed again from its plan (files of the earlier attempt are
+deleted by their markers at commit), so recovery finishes it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -24,7 +26,17 @@ import pyarrow as pa
 from laketide.config import CompactionSection
 from laketide.coordinator import Coordinator
 from laketide.table.commit import BATCHES_KEY, NULL_COMMIT, WriteStat
-from laketide.table.compaction import CompactionOperation, CompactionPlan, compaction_plan, groups_under_compaction, pending_compactions, plan_for, slices_to_compact
+from laketide.table.compaction import (
+    CompactionOperation,
+    CompactionPlan,
+    carried_name,
+    compaction_plan,
+    groups_under_compaction,
+    late_logs,
+    pending_compactions,
+    plan_for,
+    slices_to_compact,
+)
 from laketide.table.files import BaseFile, write_token
 from laketide.table.instant import COMMIT, COMPACTION, Instant, State
 from laketide.table.markers import CREATE, WriteMarkers
@@ -60,6 +72,8 @@ class Compactor:
         self.settings = settings
         self.bloom_type = bloom_type
         self._view = view or self.table.file_system_view
+        # held by the job while a micro-batch runs; the last step of a compaction takes it
+        self.finish_lock: AbstractContextManager = nullcontext()
 
     def schedule(self) -> str | None:
         """Plan a compaction of the slices past the thresholds; ``None`` when none is due."""
@@ -107,12 +121,36 @@ class Compactor:
             records += stat.num_writes
             if progress is not None:
                 progress(done, len(plan.operations))
-        # the streaming batches committed so far travel with every commit, so archival never loses them
-        extra = {BATCHES_KEY: json.dumps(coordinator.committed_batches(timeline))}
-        coordinator.commit(instant.timestamp, stats, extra, action=COMMIT, operation="COMPACT", pending_action=COMPACTION)
+        with self.finish_lock:
+            timeline = self.table.timeline
+            stats += self._carry_late_logs(plan, instant.timestamp, timeline, markers)
+            # the streaming batches committed so far travel with every commit, so archival never loses them
+            extra = {BATCHES_KEY: json.dumps(coordinator.committed_batches(timeline))}
+            coordinator.commit(instant.timestamp, stats, extra, action=COMMIT, operation="COMPACT", pending_action=COMPACTION)
         result = CompactionResult(instant.timestamp, len(stats), records, time.monotonic() - started)
         log.info("compaction %s: %d file groups, %d records, %.2f s", result.instant, result.file_groups, result.records, result.seconds)
         return result
+
+    def _carry_late_logs(self, plan: CompactionPlan, instant_time: str, timeline: Timeline, markers: WriteMarkers) -> list[WriteStat]:
+        """Copy the logs committed on planned slices since the plan onto the slices the compaction starts."""
+        io = self.table.io
+        current = {(s.partition, s.file_id): s for s in self._view(timeline).latest_slices()}
+        stats = []
+        for op in plan.operations:
+            for version, log_file in enumerate(late_logs(op, current.get((op.partition, op.file_id))), 1):
+                copy = carried_name(log_file, instant_time, version)
+                markers.create(copy.path, CREATE)
+                data = io.read_bytes(log_file.path)
+                io.write_bytes(copy.path, data)
+                stats.append(
+                    WriteStat(
+                        file_id=op.file_id, path=copy.path, partition_path=op.partition, prev_commit=instant_time,
+                        total_write_bytes=len(data), file_size_in_bytes=len(data), base_file="", log_files=[copy.name], log_version=version, log_offset=0,
+                    )
+                )
+        if stats:
+            log.info("compaction %s: %d logs written since its plan carried over to the new slices", instant_time, len(stats))
+        return stats
 
     def _compact(self, op: CompactionOperation, instant_time: str, schema: pa.Schema, rule: MergeRule, visible, markers: WriteMarkers) -> WriteStat:
         """One slice merged into a new base file: records keep their commit time and sequence number."""

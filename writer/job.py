@@ -170,6 +170,8 @@ def run(
         writer = MicroBatchWriter(
             spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=_after_commit(config, compactor, services), views=views
         )
+        if compactor is not None:
+            compactor.finish_lock = writer.batch_lock
         # a compaction the previous run left pending is finished now, not only after the next commit
         services.after_commit()
         if on_ready is not None:

@@ -27,7 +27,6 @@ from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
-from laketide.table.compaction import groups_under_compaction
 from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSlice, FileSystemView
@@ -270,21 +269,22 @@ class MicroBatchWriter:
             partition_depth=len(settings.partition_fields),
             ordering_field=settings.ordering_field if settings.merge_mode == EVENT_TIME else None,
             target_file_size=write.target_file_size,
-            log_targets=self._log_targets(view, slices, groups_under_compaction(timeline)) if self.merge_on_read else None,
+            log_targets=self._log_targets(view, slices) if self.merge_on_read else None,
         )
         return plan, foreign
 
     @staticmethod
-    def _log_targets(view: FileSystemView, slices: list[FileSlice], compacting: dict[tuple[str, str], str]) -> dict[tuple[str, str], LogTarget]:
-        """Merge-on-read: each live file group's next log file, on its latest slice, or on the
-        slice a pending compaction of the group starts (Hudi's rule: the compaction folds only the logs it planned)."""
+    def _log_targets(view: FileSystemView, slices: list[FileSlice]) -> dict[tuple[str, str], LogTarget]:
+        """Merge-on-read: each live file group's next log file, on its latest committed slice.
+
+        Also while a compaction of the group is pending: its commit carries such logs over
+        to the slice it starts (``writer.compactor``), so every reader sees them throughout.
+        """
         targets = {}
         for s in slices:
-            key = (s.partition, s.file_id)
-            base_instant, base_file = (compacting[key], None) if key in compacting else (s.base_instant, s.base_file.name if s.base_file else None)
-            version = view.next_log_version(s.partition, s.file_id, base_instant)
+            version = view.next_log_version(s.partition, s.file_id, s.base_instant)
             paths = ((s.base_file.path,) if s.base_file else ()) + tuple(lf.path for lf in s.log_files)
-            targets[key] = LogTarget(s.partition, s.file_id, base_instant, base_file, version, paths)
+            targets[(s.partition, s.file_id)] = LogTarget(s.partition, s.file_id, s.base_instant, s.base_file.name if s.base_file else None, version, paths)
         return targets
 
     def _quarantine(self, prepared: DataFrame, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
