@@ -1,9 +1,11 @@
 """Run the streaming job in its own process; die abruptly at one step of one batch if asked.
 
-    python run_job.py ROOT [POINT BATCH]
+    python run_job.py ROOT [POINT BATCH [KEY=VALUE ...]]
 
-POINT is "begun", "written" or "committed". The process exits with status 137
-at that point, as if killed: no cleanup, no rollback, Spark's commit log not written.
+POINT is "begun", "written" or "committed", or a compaction step
+("compaction-written", "compaction-carried") with BATCH -1. The process exits
+with status 137 at that point, as if killed: no cleanup, no rollback, Spark's
+commit log not written. KEY=VALUE pairs override the job's settings.
 """
 
 import os
@@ -18,13 +20,14 @@ from streaming import job_config  # noqa: E402
 
 def main() -> None:
     root = Path(sys.argv[1])
-    kill = (sys.argv[2], int(sys.argv[3])) if len(sys.argv) > 3 else None
+    kill = (sys.argv[2], int(sys.argv[3])) if len(sys.argv) > 3 and sys.argv[2] != "-" else None
+    overrides = dict(arg.split("=", 1) for arg in sys.argv[4:])
 
     def on_step(point: str, batch_id: int) -> None:
         if (point, batch_id) == kill:
             os._exit(137)
 
-    run(job_config(root), on_step)
+    run(job_config(root, **{k.replace(".", "__"): v for k, v in overrides.items()}), on_step)
 
 
 if __name__ == "__main__":

@@ -255,3 +255,33 @@ def test_compact_command_and_writes_during_a_pending_compaction(spark, tmp_path)
 
     code, out, err = laketide("compact", str(Table.open(str(tmp_path / "table")).uri), "--run")
     assert code == 0 and "no pending compaction" in out
+
+
+def test_kills_during_deltacommits_and_compaction_then_recovery(tmp_path):
+    """The job killed while a deltacommit is written and while a compaction writes its base files (kills
+    at the other steps of a micro-batch are ``test_exactly_once``'s); each restart rolls back the
+    deltacommit or finishes the compaction, and the table equals the model."""
+    import os
+    import subprocess
+
+    from streaming import PYTHON, RUNNER
+
+    _land_batches(tmp_path, COMPACTING_BATCHES)
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    settings = ["table.type=MERGE_ON_READ", "compaction.delta_commits=2", "compaction.mode=inline"]
+    path = tmp_path / "table"
+    for point, batch in [("written", 1), ("compaction-written", -1), ("-", 0)]:
+        result = subprocess.run([PYTHON, str(RUNNER), str(tmp_path), point, str(batch), *settings], env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == (0 if point == "-" else 137), result.stderr[-3000:]
+        if point == "compaction-written":
+            # killed with the base files written: the compaction is pending, and readers still see the logs
+            pending = Table.open(str(path)).timeline.pending()
+            assert [i.action for i in pending] == ["compaction"]
+            assert rows(hudi_read(path), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES[:3])
+    table = Table.open(str(path))
+    timeline = table.timeline
+    assert timeline.pending() == []
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES) == rows(table.snapshot(), "id", DATA_COLUMNS)
+    deltas = [c for c in timeline.completed_writes() if c.action == "deltacommit"]
+    assert sorted(int(timeline.commit_metadata(c).extra_metadata["laketide.batch.id"]) for c in deltas) == list(range(len(COMPACTING_BATCHES)))
+    assert len([c for c in timeline.completed_writes() if c.action == "commit"]) >= 2

@@ -66,8 +66,12 @@ class Compactor:
         settings: CompactionSection,
         bloom_type: str = "DYNAMIC_V0",
         view: Callable[[Timeline], FileSystemView] | None = None,
+        on_step: Callable[[str], None] | None = None,
     ):
+        """``on_step(point)`` is called when the base files are written ("compaction-written") and
+        when the late logs are carried over ("compaction-carried"); crash tests kill the process there."""
         self.coordinator = coordinator
+        self._on_step = on_step or (lambda point: None)
         self.table = coordinator.table
         self.settings = settings
         self.bloom_type = bloom_type
@@ -121,9 +125,11 @@ class Compactor:
             records += stat.num_writes
             if progress is not None:
                 progress(done, len(plan.operations))
+        self._on_step("compaction-written")
         with self.finish_lock:
             timeline = self.table.timeline
             stats += self._carry_late_logs(plan, instant.timestamp, timeline, markers)
+            self._on_step("compaction-carried")
             # the streaming batches committed so far travel with every commit, so archival never loses them
             extra = {BATCHES_KEY: json.dumps(coordinator.committed_batches(timeline))}
             coordinator.commit(instant.timestamp, stats, extra, action=COMMIT, operation="COMPACT", pending_action=COMPACTION)

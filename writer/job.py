@@ -119,10 +119,13 @@ def table_services(config: JobConfig, coordinator: Coordinator, index: StateInde
     return TableServices(services, background=config.clean.async_)
 
 
-def compactor_for(config: JobConfig, table: Table, coordinator: Coordinator, views: ViewSync) -> Compactor | None:
+def compactor_for(
+    config: JobConfig, table: Table, coordinator: Coordinator, views: ViewSync, on_step: Callable[[str, int], None] | None = None
+) -> Compactor | None:
     if table.config.table_type != "MERGE_ON_READ" or config.compaction.mode == "off":
         return None
-    return Compactor(coordinator, config.compaction, config.write.bloom_type, views.view)
+    steps = (lambda point: on_step(point, -1)) if on_step is not None else None
+    return Compactor(coordinator, config.compaction, config.write.bloom_type, views.view, steps)
 
 
 def _after_commit(config: JobConfig, compactor: Compactor | None, services: TableServices) -> Callable[[], None]:
@@ -165,7 +168,7 @@ def run(
             log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
         Savepoints(coordinator).resume_restore()
         views = ViewSync(table)
-        compactor = compactor_for(config, table, coordinator, views)
+        compactor = compactor_for(config, table, coordinator, views, on_step)
         services = table_services(config, coordinator, index, views, compactor)
         writer = MicroBatchWriter(
             spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=_after_commit(config, compactor, services), views=views
