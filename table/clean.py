@@ -209,5 +209,7 @@ def plan_clean(
             # keep every version from the earliest retained commit on, and the newest one before it,
             # which a read as of that commit sees (CleanPlanner.getLatestVersionBeforeCommit)
             doomed = [b for b in versions if b.instant_time < earliest.timestamp][1:]
-        files += [b.path for b in doomed if b.path not in kept]
+        # a merge-on-read slice goes with its logs
+        gone = {b.instant_time for b in doomed}
+        files += [b.path for b in doomed if b.path not in kept] + [lf.path for lf in group.log_files if lf.base_instant in gone and lf.path not in kept]
     return CleanerPlan(retention.policy, earliest.timestamp if earliest else None, latest.timestamp if latest else "", tuple(sorted(set(files))))

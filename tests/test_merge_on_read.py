@@ -285,3 +285,22 @@ def test_kills_during_deltacommits_and_compaction_then_recovery(tmp_path):
     deltas = [c for c in timeline.completed_writes() if c.action == "deltacommit"]
     assert sorted(int(timeline.commit_metadata(c).extra_metadata["laketide.batch.id"]) for c in deltas) == list(range(len(COMPACTING_BATCHES)))
     assert len([c for c in timeline.completed_writes() if c.action == "commit"]) >= 2
+
+
+def test_clean_deletes_compacted_slices_with_their_logs(spark, tmp_path):
+    from test_cli import laketide
+
+    _land_batches(tmp_path, COMPACTING_BATCHES)
+    run(job_config(tmp_path, table__type="MERGE_ON_READ", compaction__delta_commits="2", compaction__mode="inline", clean__retain_commits="2"))
+    table = Table.open(str(tmp_path / "table"))
+    view = table.file_system_view()
+    latest = {s.base_instant for s in view.latest_slices()}
+    on_disk = [lf for g in view.groups.values() for lf in g.log_files]
+    # the job's cleaner keeps what reads of the last two commits need: some logs of older slices are still there
+    assert any(lf.base_instant not in latest for lf in on_disk)
+    code, out, err = laketide("clean", str(tmp_path / "table"), "--policy", "KEEP_LATEST_FILE_VERSIONS", "--retain-file-versions", "1", "--json")
+    assert code == 0, err
+    view = Table.open(str(tmp_path / "table")).file_system_view()
+    assert all(len(g.base_files) == 1 for g in view.groups.values())
+    assert all(lf.base_instant == g.base_files[0].instant_time for g in view.groups.values() for lf in g.log_files)
+    assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES)
