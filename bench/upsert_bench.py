@@ -128,6 +128,8 @@ class Result:
     bytes: int = 0
     peak_rss_mb: float = 0.0
     verified: bool = False
+    # per upsert batch: bytes its commit wrote / bytes of the batch's own parquet file (laketide)
+    write_amplification: list[float] = field(default_factory=list)
 
     def summary(self, batch_rows: int) -> dict:
         secs = sorted(self.batch_seconds)
@@ -142,6 +144,7 @@ class Result:
             "files": self.files,
             "mb": round(self.bytes / 2**20, 1),
             "peak_rss_mb": round(self.peak_rss_mb),
+            "median_write_amplification": round(statistics.median(self.write_amplification), 2) if self.write_amplification else None,
             "verified": self.verified,
         }
 
@@ -181,21 +184,34 @@ def laketide_config(table_path: Path, checkpoint: Path, landing: Path, paralleli
     )
 
 
-def run_laketide(workdir: Path, landing: Path, expected: pa.Table, parallelism: int) -> Result:
+def _write_amplification(table_path: Path, landing: Path) -> list[float]:
+    """For each upsert micro-batch: the bytes its commit wrote over the size of its landing file."""
+    from laketide.table import Table
+
+    timeline = Table.open(str(table_path)).timeline
+    writes = [i for i in timeline.completed_writes() if not timeline.commit_metadata(i).compacted]
+    sizes = [f.stat().st_size for f in sorted(landing.glob("batch-*.parquet"))]
+    written = [sum(s.total_write_bytes for s in timeline.commit_metadata(i).write_stats()) for i in writes]
+    return [round(w / size, 2) for w, size in zip(written[1:], sizes[1:])]
+
+
+def run_laketide(workdir: Path, landing: Path, expected: pa.Table, parallelism: int, table_type: str = "COPY_ON_WRITE") -> Result:
     from hudi import HudiTableBuilder
 
     from laketide.writer.job import run
 
-    table_path = workdir / "laketide"
-    config = laketide_config(table_path, workdir / "checkpoint", landing, parallelism)
+    name = "cow" if table_type == "COPY_ON_WRITE" else "mor"
+    table_path = workdir / f"laketide-{name}"
+    config = laketide_config(table_path, workdir / f"checkpoint-{name}", landing, parallelism, (f"table.type={table_type}",))
     with PeakRss() as rss:
         writer = run(config)
     reports = [r for r in writer.status.recent if not r.skipped]
-    result = Result("laketide", reports[0].seconds, [r.seconds for r in reports[1:]], peak_rss_mb=rss.peak / 2**20)
+    result = Result(f"laketide {name}", reports[0].seconds, [r.seconds for r in reports[1:]], peak_rss_mb=rss.peak / 2**20)
     from laketide.table import Table
 
     slices = Table.open(str(table_path)).file_system_view().latest_slices()
     result.files, result.bytes = len(slices), sum(s.size for s in slices)
+    result.write_amplification = _write_amplification(table_path, landing)
     hudi_rows = pa.Table.from_batches(HudiTableBuilder.from_base_uri(str(table_path)).build().read())
     result.verified = _matches(hudi_rows, expected)
     return result
@@ -256,6 +272,7 @@ def main() -> None:
     parser.add_argument("--skew", choices=["uniform", "zipf"], default="uniform")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--parallelism", type=int, default=4)
+    parser.add_argument("--table-types", default="COPY_ON_WRITE,MERGE_ON_READ", help="laketide table types to run, comma-separated")
     parser.add_argument("--out", default="bench/results/upsert_bench.json")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -274,18 +291,26 @@ def main() -> None:
               f"final rows {expected.num_rows:,}", flush=True)
         delta = run_delta(workdir, batches, expected)
         print(f"delta-rs done: median {statistics.median(delta.batch_seconds):.2f}s per batch", flush=True)
-        lake = run_laketide(workdir, landing, expected, args.parallelism)
+        lakes = []
+        for table_type in args.table_types.split(","):
+            lakes.append(run_laketide(workdir, landing, expected, args.parallelism, table_type.strip().upper()))
+            print(f"{lakes[-1].engine} done: median {statistics.median(lakes[-1].batch_seconds):.2f}s per batch", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    rows = [lake.summary(args.batch_rows), delta.summary(args.batch_rows)]
+    base = delta.summary(args.batch_rows)
+    rows = [lake.summary(args.batch_rows) for lake in lakes] + [base]
     ratios = {
-        "median_batch_seconds": round(rows[0]["median_batch_seconds"] / rows[1]["median_batch_seconds"], 2),
-        "p95_batch_seconds": round(rows[0]["p95_batch_seconds"] / rows[1]["p95_batch_seconds"], 2),
-        "records_per_second": round(rows[0]["records_per_second"] / rows[1]["records_per_second"], 2),
-        "peak_rss_mb": round(rows[0]["peak_rss_mb"] / rows[1]["peak_rss_mb"], 2),
+        row["engine"]: {
+            "median_batch_seconds": round(row["median_batch_seconds"] / base["median_batch_seconds"], 2),
+            "p95_batch_seconds": round(row["p95_batch_seconds"] / base["p95_batch_seconds"], 2),
+            "records_per_second": round(row["records_per_second"] / base["records_per_second"], 2),
+            "peak_rss_mb": round(row["peak_rss_mb"] / base["peak_rss_mb"], 2),
+        }
+        for row in rows[:-1]
     }
-    report(rows, "laketide / delta-rs", ratios, args.out, {"workload": vars(args), "results": rows, "ratio_laketide_to_delta": ratios})
+    flat = {f"{engine} median": r["median_batch_seconds"] for engine, r in ratios.items()}
+    report(rows, "laketide / delta-rs", flat, args.out, {"workload": vars(args), "results": rows, "ratio_laketide_to_delta": ratios})
 
 if __name__ == "__main__":
     main()

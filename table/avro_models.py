@@ -159,27 +159,6 @@ _DEFINITIONS: list[dict] = [
         ],
     ),
     _record("HoodieDeleteRecordList", [{"name": "deleteRecordList", "type": {"type": "array", "items": "HoodieDeleteRecord"}}]),
-    # HoodieCompactionOperation.avsc (it defines HoodieCompactionPlan too)
-    _record(
-        "HoodieCompactionOperation",
-        [
-            {"name": "baseInstantTime", "type": _null("string")},
-            _optional("deltaFilePaths", _STRINGS),
-            _optional("dataFilePath", "string"),
-            {"name": "fileId", "type": _null("string")},
-            _optional("partitionPath", "string"),
-            _optional("metrics", _DOUBLE_MAP),
-            _optional("bootstrapFilePath", "string"),
-        ],
-    ),
-    _record(
-        "HoodieCompactionPlan",
-        [
-            _optional("operations", {"type": "array", "items": "HoodieCompactionOperation"}),
-            _optional("extraMetadata", _STRING_MAP),
-            _version(),
-        ],
-    ),
     # HoodieCommitMetadata.avsc (HoodieWriteStat is defined inside it)
     _record(
         "HoodieWriteStat",

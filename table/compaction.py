@@ -60,7 +60,6 @@ class CompactionPlan:
                     "fileId": op.file_id,
                     "partitionPath": op.partition,
                     "metrics": {"TOTAL_LOG_FILES": float(len(op.log_files))},
-                    "bootstrapFilePath": None,
                 }
                 for op in self.operations
             ],
