@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -70,6 +71,24 @@ def _lease(table, zookeeper: str | None, zookeeper_root: str, job_id: str = "lak
     if zookeeper:
         return ZooKeeperLease(zookeeper, zookeeper_root, table.uri, job_id=job_id, connect_timeout=10.0)
     return LocalLease.for_table(table.uri, job_id=job_id)
+
+
+@contextmanager
+def _holding_lease(table, zookeeper: str | None, zookeeper_root: str, as_json: bool, when_held: str, acquire: bool = True):
+    """The table's lease, taken for an operator command; a lease a job holds refuses it with ``when_held``."""
+    from laketide.coordinator import LeaseError, LeaseHeld
+
+    lease_ = _lease(table, zookeeper, zookeeper_root)
+    try:
+        if acquire:
+            lease_.acquire(timeout=0)
+        yield lease_
+    except LeaseHeld as exc:
+        raise _fail(f"{exc}; {when_held}", REFUSED, as_json) from None
+    except LeaseError as exc:
+        raise _fail(str(exc), FAILED, as_json) from None
+    finally:
+        lease_.release()
 
 
 def _current_holder(table, zookeeper: str | None, zookeeper_root: str, as_json: bool):
@@ -207,27 +226,19 @@ class _Change:
         """``local(coordinator)`` returns the same data the API answers."""
         if self.api:
             return self._through_api(method, path, body)
-        from laketide.coordinator import Coordinator, LeaseError, LeaseHeld, RollbackRefused
+        from laketide.coordinator import Coordinator, RollbackRefused
         from laketide.coordinator.savepoints import SavepointRefused, Savepoints
         from laketide.table.timeline import InstantNotFound
 
-        lease_ = _lease(self.table, self.zookeeper, self.zookeeper_root)
-        try:
-            lease_.acquire(timeout=0)
-        except LeaseHeld as exc:
-            raise _fail(f"{exc}; it has no API to ask", REFUSED, self.as_json) from None
-        except LeaseError as exc:
-            raise _fail(str(exc), FAILED, self.as_json) from None
-        try:
-            coordinator = Coordinator(self.table, lease_, "laketide-ops", instant_side_files=_side_files(self.table))
-            Savepoints(coordinator).resume_restore()
-            return local(coordinator)
-        except InstantNotFound as exc:
-            raise _fail(f"no instant {exc.args[0]} on the timeline of {self.table.uri}", NOT_FOUND, self.as_json) from None
-        except (RollbackRefused, SavepointRefused) as exc:
-            raise _fail(str(exc), REFUSED, self.as_json) from None
-        finally:
-            lease_.release()
+        with _holding_lease(self.table, self.zookeeper, self.zookeeper_root, self.as_json, "it has no API to ask") as lease_:
+            try:
+                coordinator = Coordinator(self.table, lease_, "laketide-ops", instant_side_files=_side_files(self.table))
+                Savepoints(coordinator).resume_restore()
+                return local(coordinator)
+            except InstantNotFound as exc:
+                raise _fail(f"no instant {exc.args[0]} on the timeline of {self.table.uri}", NOT_FOUND, self.as_json) from None
+            except (RollbackRefused, SavepointRefused) as exc:
+                raise _fail(str(exc), REFUSED, self.as_json) from None
 
     def _through_api(self, method: str, path: str, body: dict | None) -> dict | None:
         import httpx
@@ -392,7 +403,7 @@ def clean(
     from pydantic import ValidationError
 
     from laketide.config import CleanSection
-    from laketide.coordinator import Coordinator, LeaseError, LeaseHeld
+    from laketide.coordinator import Coordinator
     from laketide.coordinator.cleaner import Cleaner
     from laketide.index.state import StateIndex
 
@@ -401,18 +412,9 @@ def clean(
     except ValidationError as exc:
         raise _fail(f"--policy: {exc.errors()[0]['msg']}", USAGE, as_json) from None
     t = _open(table, as_json)
-    lease_ = _lease(t, zookeeper, zookeeper_root)
-    try:
-        if not dry_run:
-            lease_.acquire(timeout=0)
+    with _holding_lease(t, zookeeper, zookeeper_root, as_json, "the job cleans the table itself (clean.async)", acquire=not dry_run) as lease_:
         cleaner = Cleaner(Coordinator(t, lease_, "laketide-ops"), settings.retention(), StateIndex(t.io, 1).obsolete_runs)
         result = _with_progress(lambda progress: cleaner.clean(dry_run=dry_run, progress=progress), "cleaning", dry_run or as_json)
-    except LeaseHeld as exc:
-        raise _fail(f"{exc}; the job cleans the table itself (clean.async)", REFUSED, as_json) from None
-    except LeaseError as exc:
-        raise _fail(str(exc), FAILED, as_json) from None
-    finally:
-        lease_.release()
     data = result.__dict__
     verb = "would delete" if dry_run else (f"cleaned with {result.clean_instant}, deleted" if result.clean_instant else "nothing to clean; deleted")
     _emit(data, as_json, f"{t.uri}: {verb} {len(result.files)} files (reads from {result.earliest_to_retain or 'every commit'} on are kept)\n" + "\n".join(f"  {f}" for f in result.files))
@@ -431,24 +433,16 @@ def compact(
 ) -> None:
     """Fold merge-on-read log files into new base files: schedule a plan, run pending plans, or both (the default)."""
     from laketide.config import CompactionSection
-    from laketide.coordinator import Coordinator, LeaseError, LeaseHeld
+    from laketide.coordinator import Coordinator
     from laketide.writer.compactor import Compactor
 
     t = _open(table, as_json)
     if t.config.table_type != "MERGE_ON_READ":
         raise _fail(f"{t.uri} is a {t.config.table_type} table; only merge-on-read tables have logs to compact", USAGE, as_json)
-    lease_ = _lease(t, zookeeper, zookeeper_root)
-    try:
-        lease_.acquire(timeout=0)
+    with _holding_lease(t, zookeeper, zookeeper_root, as_json, "the job compacts the table itself (compaction.mode)") as lease_:
         compactor = Compactor(Coordinator(t, lease_, "laketide-ops"), CompactionSection(delta_commits=delta_commits, max_log_bytes=max_log_bytes, mode="off"))
         scheduled = compactor.schedule() if schedule or not run_ else None
         results = _with_progress(compactor.run, "compacting", as_json) if run_ or not schedule else []
-    except LeaseHeld as exc:
-        raise _fail(f"{exc}; the job compacts the table itself (compaction.mode)", REFUSED, as_json) from None
-    except LeaseError as exc:
-        raise _fail(str(exc), FAILED, as_json) from None
-    finally:
-        lease_.release()
     data = {"scheduled": scheduled, "compacted": [r.__dict__ for r in results]}
     parts = [f"scheduled compaction {scheduled}"] if scheduled else (["no slice is due for compaction"] if schedule or not run_ else [])
     parts += [f"compacted {r.instant}: {r.file_groups} file groups, {r.records} records in {r.seconds:.1f}s" for r in results]
@@ -468,21 +462,12 @@ def metadata_drop(
     as_json: JsonOpt = False,
 ) -> None:
     """Disable and delete Hudi's metadata table, as Hudi does when it is disabled (set hoodie.metadata.enable=false on Hudi's writers too)."""
-    from laketide.coordinator import LeaseError, LeaseHeld
     from laketide.table import metadata_table
     from laketide.table.instant import InstantClock
 
     t = _open(table, as_json)
-    lease_ = _lease(t, zookeeper, zookeeper_root)
-    try:
-        lease_.acquire(timeout=0)
+    with _holding_lease(t, zookeeper, zookeeper_root, as_json, "stop the job first"):
         result = metadata_table.drop(t.io, InstantClock().next() if backup else None)
-    except LeaseHeld as exc:
-        raise _fail(f"{exc}; stop the job first", REFUSED, as_json) from None
-    except LeaseError as exc:
-        raise _fail(str(exc), FAILED, as_json) from None
-    finally:
-        lease_.release()
     data = result.__dict__
     if not result.partitions and not result.removed:
         _emit(data, as_json, f"{t.uri} has no metadata table")
