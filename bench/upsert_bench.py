@@ -164,7 +164,7 @@ def laketide_config(table_path: Path, checkpoint: Path, landing: Path, paralleli
     return load_config(
         overrides=[
             f"table.path={table_path}",
-            f"table.name={table_path.name}",
+            f"table.name={table_path.name.replace('-', '_')}",
             'table.record_key=["id"]',
             'table.partition_by=["region"]',
             "table.ordering_field=ts",

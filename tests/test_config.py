@@ -50,6 +50,9 @@ small_file_limit = "16MB"
         ([*REQUIRED, "write.target_file_size=lots"], "write.target_file_size"),
         ([*REQUIRED, "write.small_file_limit=1GB"], "small_file_limit must not exceed"),
         ([*REQUIRED, "coordinator.lease=etcd"], "coordinator.lease"),
+        ([*REQUIRED, "table.name=my-orders"], "not a valid table name"),
+        ([*REQUIRED, "table.type=MOR"], "table.type"),
+        ([*REQUIRED, "compaction.mode=later"], "compaction.mode"),
         (["nonsense"], "section.key=value"),
     ],
 )

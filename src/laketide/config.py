@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -61,6 +61,14 @@ class TableSection(_Section):
     merge_mode: Literal["EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING"] | None = None
     hive_style_partitioning: bool | None = None
     urlencode_partitions: bool | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _avro_name(cls, name: str | None) -> str | None:
+        # Hudi names the table's Avro record <name>_record in namespace hoodie.<name>; readers reject other names
+        if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"{name!r} is not a valid table name: letters, digits and '_' only, not starting with a digit (it names the table's Avro schema)")
+        return name
 
 
 class GeneratorSection(_Section):
