@@ -40,11 +40,6 @@ class CompactionOperation:
         logs = [lf for lf in (LogFile.parse(self.partition, name) for name in self.log_files) if lf is not None]
         return FileSlice(self.partition, self.file_id, self.base_instant, base, logs)
 
-    @property
-    def paths(self) -> list[str]:
-        names = ([self.base_file] if self.base_file else []) + list(self.log_files)
-        return [posixpath.join(self.partition, n) if self.partition else n for n in names]
-
 
 @dataclass(frozen=True)
 class CompactionPlan:

@@ -39,7 +39,6 @@ MAGIC = b"#HUDI#"
 LOG_FORMAT_VERSION = 1
 AVRO_BLOCK_VERSION = 3
 DELETE_BLOCK_VERSION = 3
-ROLLBACK_COMMAND = 0  # HoodieCommandBlock.HoodieCommandBlockTypeEnum.ROLLBACK_BLOCK
 
 
 class BlockType(IntEnum):
@@ -241,12 +240,6 @@ def deleted_records(block: LogBlock) -> list[tuple[str | None, str | None, objec
         (r["recordKey"], r["partitionPath"], r["orderingVal"]["value"] if r["orderingVal"] is not None else None)
         for r in decoded["deleteRecordList"]
     ]
-
-
-def rollback_command_block(target_instant: str, instant: str) -> LogBlock:
-    """A command block that rolls back the blocks of ``target_instant`` written before it in this file slice."""
-    header = {Header.INSTANT_TIME: instant, Header.TARGET_INSTANT_TIME: target_instant, Header.COMMAND_BLOCK_TYPE: str(ROLLBACK_COMMAND)}
-    return LogBlock(BlockType.COMMAND_BLOCK, header)
 
 
 def first_block_instant(stream) -> str | None:

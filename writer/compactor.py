@@ -100,10 +100,6 @@ class Compactor:
         timeline = self.table.timeline
         return [self._execute(instant, compaction_plan(timeline, instant), progress) for instant in pending_compactions(timeline)]
 
-    def schedule_and_run(self) -> list[CompactionResult]:
-        self.schedule()
-        return self.run()
-
     def _execute(self, instant: Instant, plan: CompactionPlan, progress: Callable[[int, int], None] | None) -> CompactionResult:
         coordinator, io = self.coordinator, self.table.io
         coordinator.hold()
