@@ -99,25 +99,23 @@ def _delete(current: pa.Table, block: LogBlock, rule: MergeRule) -> pa.Table:
     if not deletes or current.num_rows == 0:
         return current
     keys = pa.array([k for k, _, _ in deletes], pa.string())
-    values = [v for _, _, v in deletes]
     field = rule.ordering_field
-    removable = np.ones(len(deletes), dtype=bool)
     if field and field in current.column_names:
-        at = pc.index_in(keys, value_set=current[RECORD_KEY]).to_pylist()
-        stored = current[field].to_pylist()
-        for n, (i, value) in enumerate(zip(at, values)):
-            if i is None or value is None or value == NATURAL_ORDER or stored[i] is None:
-                continue
-            removable[n] = not stored[i] > _comparable(value, stored[i])
-    gone = keys.filter(pa.array(removable))
-    return current.filter(pc.invert(pc.is_in(current[RECORD_KEY], value_set=gone)))
+        stored = current[field].combine_chunks().take(pc.index_in(keys, value_set=current[RECORD_KEY]))
+        # a delete in natural order (no ordering value) removes whatever is stored
+        values = [None if v == NATURAL_ORDER else v for _, _, v in deletes]
+        newer = pc.fill_null(pc.greater(stored, _ordering_values(values, stored.type)), False)
+        keys = keys.filter(pc.invert(newer))
+    return current.filter(pc.invert(pc.is_in(current[RECORD_KEY], value_set=keys)))
 
 
-def _comparable(value, like):
-    """A delete block's ordering value in the type of the stored one (dates and timestamps travel as numbers)."""
-    if isinstance(value, (int, float)) and not isinstance(like, (int, float)):
-        return pa.scalar(value).cast(pa.scalar(like).type).as_py()
-    return value
+def _ordering_values(values: list, kind: pa.DataType) -> pa.Array:
+    """A delete block's ordering values in the stored column's type (dates and timestamps travel as numbers)."""
+    if pa.types.is_date(kind):
+        return pa.array(values, pa.int32()).cast(pa.date32()).cast(kind)
+    if pa.types.is_timestamp(kind):
+        return pa.array(values, pa.int64()).cast(pa.timestamp("us", kind.tz)).cast(kind)
+    return pa.array(values).cast(kind)
 
 
 def merge_slice(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule) -> pa.Table:
