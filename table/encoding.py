@@ -6,6 +6,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 DICTIONARY_SAMPLE_ROWS = 16 * 1024
+# In the footers of base files laketide writes: their rows are sorted by record key, so merges may stream them.
+SORTED_MARKER = "laketide.sorted.by"
 
 
 def dictionary_columns(rows: pa.Table) -> list[str]:

@@ -14,7 +14,7 @@ order, always removes).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from io import BytesIO
 
@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from laketide.table.encoding import SORTED_MARKER
 from laketide.table.io import FileIO
 from laketide.table.logfile import BlockType, CorruptLog, Header, LogBlock, data_block_rows, deleted_records, read_blocks
 from laketide.table.schema import RECORD_KEY
@@ -31,6 +32,8 @@ from laketide.table.view import FileSlice
 log = logging.getLogger("laketide.table")
 # The ordering value Hudi writes in a delete block when a delete has none: remove whatever is there.
 NATURAL_ORDER = 0
+ORDERING = "_lt_ordering"
+MERGE_BATCH_ROWS = 64 * 1024
 
 
 class UnsupportedTableError(NotImplementedError):
@@ -94,16 +97,16 @@ def _last_of_each_key(rows: pa.Table) -> pa.Table:
     return rows.take(pc.sort_indices(ranked["i"].filter(pa.array(first))))
 
 
-def _delete(current: pa.Table, block: LogBlock, rule: MergeRule) -> pa.Table:
-    deletes = deleted_records(block)
-    if not deletes or current.num_rows == 0:
+def _delete(current: pa.Table, deletes: pa.Table, rule: MergeRule) -> pa.Table:
+    """``deletes`` (``RECORD_KEY``, ``ORDERING``) applied to ``current``."""
+    if deletes.num_rows == 0 or current.num_rows == 0:
         return current
-    keys = pa.array([k for k, _, _ in deletes], pa.string())
+    keys = deletes[RECORD_KEY].combine_chunks()
     field = rule.ordering_field
     if field and field in current.column_names:
         stored = current[field].combine_chunks().take(pc.index_in(keys, value_set=current[RECORD_KEY]))
         # a delete in natural order (no ordering value) removes whatever is stored
-        values = [None if v == NATURAL_ORDER else v for _, _, v in deletes]
+        values = [None if v == NATURAL_ORDER else v for v in deletes[ORDERING].to_pylist()]
         newer = pc.fill_null(pc.greater(stored, _ordering_values(values, stored.type)), False)
         keys = keys.filter(pc.invert(newer))
     return current.filter(pc.invert(pc.is_in(current[RECORD_KEY], value_set=keys)))
@@ -118,21 +121,93 @@ def _ordering_values(values: list, kind: pa.DataType) -> pa.Array:
     return pa.array(values).cast(kind)
 
 
-def merge_slice(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule) -> pa.Table:
-    """The records of one file slice: its base file with every counted log block applied in order."""
-    if fs.base_file is not None:
-        with io.open_input(fs.base_file.path) as f:
-            current = pq.read_table(f)
-    else:
-        current = pa.table({RECORD_KEY: pa.array([], pa.string())})
+@dataclass(frozen=True)
+class _LogOp:
+    """One counted block, parsed once: the records it upserts, or the keys (and ordering values) it deletes."""
+
+    upserts: pa.Table | None = None
+    deletes: pa.Table | None = None
+
+    def within(self, lower: str | None, upper: str | None) -> _LogOp:
+        """The part of this block whose keys fall in ``(lower, upper]`` (``None``: unbounded)."""
+        rows = self.upserts if self.upserts is not None else self.deletes
+        keys = rows[RECORD_KEY]
+        mask = None
+        if lower is not None:
+            mask = pc.greater(keys, lower)
+        if upper is not None:
+            below = pc.less_equal(keys, upper)
+            mask = below if mask is None else pc.and_(mask, below)
+        part = rows if mask is None else rows.filter(mask)
+        return _LogOp(part, None) if self.upserts is not None else _LogOp(None, part)
+
+
+def _log_ops(io: FileIO, fs: FileSlice, visible: Callable[[str], bool]) -> list[_LogOp]:
+    ops = []
     for block in log_blocks(io, fs, visible):
         if block.block_type in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
-            current = _upsert(current, data_block_rows(block), rule)
+            ops.append(_LogOp(upserts=data_block_rows(block)))
         elif block.block_type == BlockType.DELETE_BLOCK:
-            current = _delete(current, block, rule)
+            deletes = deleted_records(block)
+            keys = pa.array([k for k, _, _ in deletes], pa.string())
+            ops.append(_LogOp(deletes=pa.table({RECORD_KEY: keys, ORDERING: pa.array([v for _, _, v in deletes], pa.null() if not deletes else None)})))
         else:
             raise UnsupportedTableError(f"{fs.file_id}: log blocks of type {BlockType(block.block_type).name} are not read by laketide")
+    return ops
+
+
+def _base_batches(io: FileIO, fs: FileSlice, batch_rows: int) -> Iterator[pa.Table]:
+    """The base file's rows in key order, a batch at a time (a file not written sorted is read whole and sorted)."""
+    if fs.base_file is None:
+        yield pa.table({RECORD_KEY: pa.array([], pa.string())})
+        return
+    with io.open_input(fs.base_file.path) as f:
+        parquet = pq.ParquetFile(f)
+        meta = parquet.schema_arrow.metadata or {}
+        if meta.get(SORTED_MARKER.encode()) != RECORD_KEY.encode():
+            yield parquet.read().sort_by(RECORD_KEY)
+            return
+        empty = True
+        for batch in parquet.iter_batches(batch_size=batch_rows):
+            empty = False
+            yield pa.Table.from_batches([batch])
+        if empty:
+            yield parquet.schema_arrow.empty_table()
+
+
+def merge_slice_batches(
+    io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, batch_rows: int = MERGE_BATCH_ROWS
+) -> Iterator[pa.Table]:
+    """The records of one file slice, a key range at a time: memory holds the slice's logs and one base batch.
+
+    Each batch of the key-sorted base file takes the log records and deletes of
+    its key range, applied block by block as for the whole slice; the last one
+    takes every key above it.
+    """
+    ops = _log_ops(io, fs, visible)
+    lower: str | None = None
+    batches = _base_batches(io, fs, batch_rows)
+    current = next(batches)
+    for following in batches:
+        upper = current[RECORD_KEY][-1].as_py() if current.num_rows else lower
+        yield _apply(current, [op.within(lower, upper) for op in ops], rule)
+        lower, current = upper, following
+    yield _apply(current, [op.within(lower, None) for op in ops], rule)
+
+
+def _apply(current: pa.Table, ops: list[_LogOp], rule: MergeRule) -> pa.Table:
+    for op in ops:
+        if op.upserts is not None and op.upserts.num_rows:
+            current = _upsert(current, op.upserts, rule)
+        elif op.deletes is not None:
+            current = _delete(current, op.deletes, rule)
     return current
+
+
+def merge_slice(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule) -> pa.Table:
+    """The records of one file slice: its base file with every counted log block applied in order."""
+    parts = [t for t in merge_slice_batches(io, fs, visible, rule) if t.num_rows or t.num_columns > 1]
+    return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({RECORD_KEY: pa.array([], pa.string())})
 
 
 def log_file_keys(io: FileIO, path: str) -> pa.Array:

@@ -14,13 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, FOOTER_MAX_KEY, FOOTER_MIN_KEY, BloomFilter
-from laketide.table.encoding import dictionary_columns
+from laketide.table.encoding import SORTED_MARKER, dictionary_columns
 from laketide.table.files import PARTITION_METADATA, partition_metadata
 from laketide.table.io import FileIO
 from laketide.table.schema import RECORD_KEY
 
-# Marks files whose rows laketide wrote in record-key order, so a merge may stream them.
-SORTED_MARKER = "laketide.sorted.by"
 
 
 @dataclass(frozen=True)

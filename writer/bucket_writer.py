@@ -29,7 +29,8 @@ from laketide.table.schema import (
     RECORD_KEY,
     with_meta_schema,
 )
-from laketide.writer.base_file import SORTED_MARKER, BaseFileWriter
+from laketide.table.encoding import SORTED_MARKER
+from laketide.writer.base_file import BaseFileWriter
 
 READ_BATCH_ROWS = 64 * 1024
 

@@ -42,7 +42,7 @@ from laketide.table.instant import COMMIT, COMPACTION, Instant, State
 from laketide.table.markers import CREATE, WriteMarkers
 from laketide.table.properties import EVENT_TIME
 from laketide.table.schema import FILE_NAME, RECORD_KEY, avro_schema_json, with_meta_schema
-from laketide.table.slice_reader import MergeRule, merge_slice
+from laketide.table.slice_reader import MergeRule, merge_slice_batches
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
 from laketide.writer.base_file import BaseFileWriter
@@ -155,17 +155,18 @@ class Compactor:
         return stats
 
     def _compact(self, op: CompactionOperation, instant_time: str, schema: pa.Schema, rule: MergeRule, visible, markers: WriteMarkers) -> WriteStat:
-        """One slice merged into a new base file: records keep their commit time and sequence number."""
+        """One slice merged into a new base file, a key range at a time (bounded memory): records keep
+        their commit time and sequence number."""
         io = self.table.io
-        rows = merge_slice(io, op.file_slice(), visible, rule).sort_by(RECORD_KEY)
         # each attempt its own name: the files of an attempt cut short are deleted by their markers at commit
         new_file = BaseFile(op.partition, op.file_id, write_token(0, 0, time.time_ns() // 1000 % 10**12), instant_time)
         markers.create(new_file.path, CREATE)
         full = with_meta_schema(schema)
-        rows = conform(rows, full, {FILE_NAME: pa.array([new_file.name] * rows.num_rows, pa.string())})
         writer = BaseFileWriter(io, new_file.path, full, avro_schema_json(full, self.table.name), self.bloom_type)
         try:
-            writer.write(rows)
+            # key ranges come in order; within one, kept base rows and log records are sorted together
+            for rows in merge_slice_batches(io, op.file_slice(), visible, rule):
+                writer.write(conform(rows.sort_by(RECORD_KEY), full, {FILE_NAME: pa.array([new_file.name] * rows.num_rows, pa.string())}))
             result = writer.close()
         except BaseException:
             writer.abort()
