@@ -28,7 +28,7 @@ from laketide.coordinator.lifecycle import Coordinator
 from laketide.table.archive import ArchivedTimeline, archived_entry
 from laketide.table import avro_models
 from laketide.table.clean import failed_writes
-from laketide.table.instant import CLEAN, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, Instant, State
+from laketide.table.instant import CLEAN, COMMIT, COMPACTION, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, Instant, State
 from laketide.table.markers import marked_instants
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.timeline import Timeline
@@ -171,4 +171,10 @@ class Archiver:
                 candidate = Instant(instant.timestamp, instant.action, state)
                 if state is State.COMPLETED or self.table.io.exists(timeline.instant_path(candidate)):
                     out.append(candidate)
+            if instant.action == COMMIT:
+                # a compaction completed as this commit: its plan files go with it, or they would read as a pending compaction
+                for state in (State.REQUESTED, State.INFLIGHT):
+                    planned = Instant(instant.timestamp, COMPACTION, state)
+                    if self.table.io.exists(timeline.instant_path(planned)):
+                        out.append(planned)
         return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from laketide.table import avro_models
 from laketide.table.commit import CommitMetadata
-from laketide.table.instant import CLEAN, COMMIT, DELTA_COMMIT, REPLACE_COMMIT, ROLLBACK, SAVEPOINT, Instant, State
+from laketide.table.instant import CLEAN, COMMIT, COMPACTION, DELTA_COMMIT, REPLACE_COMMIT, ROLLBACK, SAVEPOINT, Instant, State
 from laketide.table.io import FileIO
 from laketide.table.logfile import CorruptLog, avro_data_block, avro_records, read_blocks
 
@@ -70,6 +70,8 @@ def archived_entry(instant: Instant, body: bytes) -> dict:
         entry["hoodieCleanerPlan"] = avro_models.read_container(body, "HoodieCleanerPlan")
     elif action == ROLLBACK and state is State.COMPLETED:
         entry["hoodieRollbackMetadata"] = avro_models.read_container(body, "HoodieRollbackMetadata")
+    elif action == COMPACTION and body:
+        entry["hoodieCompactionPlan"] = avro_models.read_container(body, "HoodieCompactionPlan")
     elif action == SAVEPOINT:
         entry["hoodieSavePointMetadata"] = avro_models.read_container(body, "HoodieSavepointMetadata")
     return entry

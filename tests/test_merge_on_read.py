@@ -331,3 +331,25 @@ def test_a_slice_merges_a_key_range_at_a_time_as_it_merges_whole(tmp_path):
     by_key = {r["k"]: r for r in merged.to_pylist()}
     assert "a-before" in by_key and "k01099" in by_key and "k01050" not in by_key
     assert all(by_key[k]["v"] == "base" for k in upserted if k in by_key and k < "k01000" and by_key[k]["ts"] == 10)
+
+
+def test_archival_takes_a_compaction_plan_with_its_commit(spark, tmp_path):
+    """A completed compaction is a commit plus its plan files: archived together, or the plan would read as pending."""
+    from laketide.table.archive import ArchivedTimeline
+
+    _land_batches(tmp_path, COMPACTING_BATCHES)
+    run(
+        job_config(
+            tmp_path, table__type="MERGE_ON_READ", compaction__delta_commits="2", compaction__mode="inline",
+            archive__min_commits="4", archive__max_commits="6", clean__retain_commits="3",
+        )
+    )
+    table = Table.open(str(tmp_path / "table"))
+    timeline = table.timeline
+    assert timeline.pending() == []
+    archived = [a.instant for a in ArchivedTimeline(table.io, table.config.archive_dir).instants()]
+    plans = [i for i in archived if i.action == "compaction"]
+    assert plans and {i.timestamp for i in plans} <= {i.timestamp for i in archived if i.action == "commit"}
+    names = [e.name for e in table.io.list_dir(table.config.timeline_dir) if not e.is_dir]
+    assert not any(name.split(".")[0] in {i.timestamp for i in plans} for name in names)
+    assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES)
