@@ -1,4 +1,4 @@
-"""Compaction of merge-on-read file slices: the plan, and merging one slice into a new base file.
+"""Compaction plans of merge-on-read tables: which slices to fold, and the logs written since the plan.
 
 A plan (``<instant>.compaction.requested``, Hudi's ``HoodieCompactionPlan``,
 version 2: file names relative to their partition, as
@@ -94,13 +94,9 @@ def compaction_plan(timeline: Timeline, instant: Instant) -> CompactionPlan:
     return CompactionPlan.from_bytes(timeline.read_bytes(Instant(instant.timestamp, COMPACTION, State.REQUESTED)))
 
 
-def groups_under_compaction(timeline: Timeline) -> dict[tuple[str, str], str]:
-    """(partition, file id) -> the pending compaction instant that new logs of the group go under."""
-    out: dict[tuple[str, str], str] = {}
-    for instant in pending_compactions(timeline):
-        for group in compaction_plan(timeline, instant).file_groups():
-            out[group] = instant.timestamp
-    return out
+def groups_under_compaction(timeline: Timeline) -> set[tuple[str, str]]:
+    """(partition, file id) of the file groups a pending compaction holds: no second plan takes them."""
+    return {group for instant in pending_compactions(timeline) for group in compaction_plan(timeline, instant).file_groups()}
 
 
 def late_logs(op: CompactionOperation, current: FileSlice | None) -> list[LogFile]:

@@ -150,18 +150,20 @@ def _log_ops(io: FileIO, fs: FileSlice, visible: Callable[[str], bool]) -> list[
         elif block.block_type == BlockType.DELETE_BLOCK:
             deletes = deleted_records(block)
             keys = pa.array([k for k, _, _ in deletes], pa.string())
-            ops.append(_LogOp(deletes=pa.table({RECORD_KEY: keys, ORDERING: pa.array([v for _, _, v in deletes], pa.null() if not deletes else None)})))
+            ops.append(_LogOp(deletes=pa.table({RECORD_KEY: keys, ORDERING: pa.array([v for _, _, v in deletes])})))
         else:
             raise UnsupportedTableError(f"{fs.file_id}: log blocks of type {BlockType(block.block_type).name} are not read by laketide")
     return ops
 
 
-def _base_batches(io: FileIO, fs: FileSlice, batch_rows: int) -> Iterator[pa.Table]:
-    """The base file's rows in key order, a batch at a time (a file not written sorted is read whole and sorted)."""
-    if fs.base_file is None:
-        yield pa.table({RECORD_KEY: pa.array([], pa.string())})
-        return
-    with io.open_input(fs.base_file.path) as f:
+def key_ordered_batches(io: FileIO, path: str, batch_rows: int = MERGE_BATCH_ROWS) -> Iterator[pa.Table]:
+    """The rows of a base file in key order, a batch at a time.
+
+    Files laketide wrote are sorted (``SORTED_MARKER``), and stream. A file
+    another writer wrote carries no order guarantee; it is read whole and
+    sorted once. An empty file yields one empty batch of its schema.
+    """
+    with io.open_input(path) as f:
         parquet = pq.ParquetFile(f)
         meta = parquet.schema_arrow.metadata or {}
         if meta.get(SORTED_MARKER.encode()) != RECORD_KEY.encode():
@@ -173,6 +175,12 @@ def _base_batches(io: FileIO, fs: FileSlice, batch_rows: int) -> Iterator[pa.Tab
             yield pa.Table.from_batches([batch])
         if empty:
             yield parquet.schema_arrow.empty_table()
+
+
+def _base_batches(io: FileIO, fs: FileSlice, batch_rows: int) -> Iterator[pa.Table]:
+    if fs.base_file is None:
+        return iter([pa.table({RECORD_KEY: pa.array([], pa.string())})])
+    return key_ordered_batches(io, fs.base_file.path, batch_rows)
 
 
 def merge_slice_batches(
@@ -206,8 +214,7 @@ def _apply(current: pa.Table, ops: list[_LogOp], rule: MergeRule) -> pa.Table:
 
 def merge_slice(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule) -> pa.Table:
     """The records of one file slice: its base file with every counted log block applied in order."""
-    parts = [t for t in merge_slice_batches(io, fs, visible, rule) if t.num_rows or t.num_columns > 1]
-    return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({RECORD_KEY: pa.array([], pa.string())})
+    return pa.concat_tables(list(merge_slice_batches(io, fs, visible, rule)), promote_options="permissive")
 
 
 def log_file_keys(io: FileIO, path: str) -> pa.Array:

@@ -19,7 +19,7 @@ from laketide.table.schema import RECORD_KEY, storage_schema, schema_from_avro
 from laketide.writer.job import run
 
 from conftest import MOR_FIXTURE, REPO, hudi_read, rows
-from streaming import BATCHES, DATA_COLUMNS, Model, job_config, land, land_all, row
+from streaming import BATCHES, DATA_COLUMNS, expected_after, job_config, land, land_all, row
 
 LOG_FIXTURES = REPO.parent / "shared" / "fixtures" / "hudi-log-files"
 
@@ -87,13 +87,6 @@ def mor_run(spark, tmp_path_factory):
     return root, writer
 
 
-def _model_after(n: int) -> list[dict]:
-    model = Model()
-    for lines in BATCHES[:n]:
-        model.apply(lines)
-    return model.expected()
-
-
 def test_mor_job_writes_deltacommits_that_hudi_rs_reads_as_the_model(mor_run):
     root, writer = mor_run
     table = Table.open(str(root / "table"))
@@ -105,7 +98,7 @@ def test_mor_job_writes_deltacommits_that_hudi_rs_reads_as_the_model(mor_run):
     assert sum(len(s.log_files) for s in slices) >= 3
     assert all(s.base_file.instant_time == s.base_instant for s in slices)
     for n, instant in enumerate(instants, start=1):
-        expected = _model_after(n)
+        expected = expected_after(BATCHES[:n])
         assert rows(hudi_read(root / "table", as_of=instant.timestamp), "id", DATA_COLUMNS) == expected, instant
         assert rows(table.snapshot(instant.timestamp), "id", DATA_COLUMNS) == expected, instant
     reports = [r for r in writer.status.recent if not r.skipped]
@@ -125,7 +118,7 @@ def test_mor_incremental_reads_match_hudi_rs(mor_run):
 def test_read_optimized_reads_base_files_only(mor_run):
     root, _ = mor_run
     table = Table.open(str(root / "table"))
-    first = _model_after(1)
+    first = expected_after(BATCHES[:1])
     # nothing compacted yet: the base files hold the first micro-batch plus later inserts into new groups
     optimized = {r["id"]: r for r in rows(table.read_optimized(), "id", DATA_COLUMNS)}
     assert all(optimized[r["id"]] == r for r in first)
@@ -146,7 +139,7 @@ def test_rolling_back_deltacommits_deletes_only_their_log_files(mor_run, tmp_pat
 
     code, out, err = laketide("rollback", str(copy), last, "--json")
     assert code == 0, err
-    assert rows(hudi_read(copy), "id", DATA_COLUMNS) == _model_after(2)
+    assert rows(hudi_read(copy), "id", DATA_COLUMNS) == expected_after(BATCHES[:2])
     # the middle deltacommit wrote logs on slices whose base instant is the first one; rolling it back
     # (forced, as it is completed and not the newest) removes exactly those files
     code, out, err = laketide("rollback", str(copy), middle, "--force", "--json")
@@ -156,7 +149,7 @@ def test_rolling_back_deltacommits_deletes_only_their_log_files(mor_run, tmp_pat
     logs_after = {lf.path for s in table.file_system_view().latest_slices() for lf in s.log_files}
     assert {p for p in deleted if ".log." in p} == logs_of[middle] and not logs_after
     assert not any(path.endswith(".parquet") and first in path for path in deleted)
-    assert rows(hudi_read(copy), "id", DATA_COLUMNS) == _model_after(1) == rows(table.snapshot(), "id", DATA_COLUMNS)
+    assert rows(hudi_read(copy), "id", DATA_COLUMNS) == expected_after(BATCHES[:1]) == rows(table.snapshot(), "id", DATA_COLUMNS)
 
 
 def test_late_updates_and_deletes_lose_to_newer_stored_rows(spark, tmp_path):
@@ -187,13 +180,6 @@ def _land_batches(root, batches):
         land(root, f"b{n:03d}.json", lines, 1_700_000_000 + n)
 
 
-def _model_of(batches) -> list[dict]:
-    model = Model()
-    for lines in batches:
-        model.apply(lines)
-    return model.expected()
-
-
 @pytest.mark.parametrize("mode", ["inline", "async"])
 def test_compaction_in_the_job_keeps_every_read_equal_to_the_model(spark, tmp_path, mode):
     from test_cli import laketide
@@ -209,10 +195,10 @@ def test_compaction_in_the_job_keeps_every_read_equal_to_the_model(spark, tmp_pa
     # every slice is compacted: base files at the last compaction, no logs left on them
     slices = table.file_system_view().latest_slices()
     assert {s.base_instant for s in slices} == {compactions[-1].timestamp} and not any(s.log_files for s in slices)
-    assert rows(table.read_optimized(), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES)
+    assert rows(table.read_optimized(), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES)
     deltas = [i for i in writes if i.action == "deltacommit"]
     for n, instant in enumerate(deltas, start=1):
-        expected = _model_of(COMPACTING_BATCHES[:n])
+        expected = expected_after(COMPACTING_BATCHES[:n])
         assert rows(hudi_read(path, as_of=instant.timestamp), "id", DATA_COLUMNS) == expected, instant
         assert rows(table.snapshot(instant.timestamp), "id", DATA_COLUMNS) == expected, instant
     # incremental reads across compactions: a compaction adds no change of its own
@@ -228,7 +214,7 @@ def test_compaction_in_the_job_keeps_every_read_equal_to_the_model(spark, tmp_pa
     assert code == 0, err
     view = Table.open(str(path)).file_system_view()
     assert all(len(g.base_files) == 1 and not g.log_files for g in view.groups.values())
-    assert rows(hudi_read(path), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES)
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES)
 
 
 def test_compact_command_and_writes_during_a_pending_compaction(spark, tmp_path):
@@ -250,7 +236,7 @@ def test_compact_command_and_writes_during_a_pending_compaction(spark, tmp_path)
     table = Table.open(str(path))
     late = [lf for s in table.file_system_view().latest_slices() for lf in s.log_files if lf.name not in planned]
     assert late and all(lf.base_instant < scheduled for lf in late)
-    assert rows(hudi_read(path), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES[:5]) == rows(table.snapshot(), "id", DATA_COLUMNS)
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES[:5]) == rows(table.snapshot(), "id", DATA_COLUMNS)
 
     code, out, err = laketide("compact", str(path), "--run", "--json")
     assert code == 0, err
@@ -262,7 +248,7 @@ def test_compact_command_and_writes_during_a_pending_compaction(spark, tmp_path)
     assert {s.base_instant for s in slices} == {scheduled} and len(carried) == len(late)
     assert all(lf.base_instant == scheduled for lf in carried)
     assert sorted(table.io.read_bytes(lf.path) for lf in carried) == sorted(table.io.read_bytes(lf.path) for lf in late)
-    assert rows(hudi_read(path), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES[:5]) == rows(table.snapshot(), "id", DATA_COLUMNS)
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES[:5]) == rows(table.snapshot(), "id", DATA_COLUMNS)
 
     code, out, err = laketide("compact", str(Table.open(str(tmp_path / "table")).uri), "--run")
     assert code == 0 and "no pending compaction" in out
@@ -288,11 +274,11 @@ def test_a_kill_during_compaction_then_recovery(tmp_path):
             # killed with the base files written: the compaction is pending, and readers still see the logs
             pending = Table.open(str(path)).timeline.pending()
             assert [i.action for i in pending] == ["compaction"]
-            assert rows(hudi_read(path), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES[:3])
+            assert rows(hudi_read(path), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES[:3])
     table = Table.open(str(path))
     timeline = table.timeline
     assert timeline.pending() == []
-    assert rows(hudi_read(path), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES) == rows(table.snapshot(), "id", DATA_COLUMNS)
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES) == rows(table.snapshot(), "id", DATA_COLUMNS)
     deltas = [c for c in timeline.completed_writes() if c.action == "deltacommit"]
     assert sorted(int(timeline.commit_metadata(c).extra_metadata["laketide.batch.id"]) for c in deltas) == list(range(len(COMPACTING_BATCHES)))
     assert len([c for c in timeline.completed_writes() if c.action == "commit"]) >= 2
@@ -352,4 +338,4 @@ def test_archival_takes_a_compaction_plan_with_its_commit(spark, tmp_path):
     assert plans and {i.timestamp for i in plans} <= {i.timestamp for i in archived if i.action == "commit"}
     names = [e.name for e in table.io.list_dir(table.config.timeline_dir) if not e.is_dir]
     assert not any(name.split(".")[0] in {i.timestamp for i in plans} for name in names)
-    assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == _model_of(COMPACTING_BATCHES)
+    assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES)

@@ -8,13 +8,11 @@ whatever the size of the file group.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from laketide.table.commit import NULL_COMMIT, WriteStat
 from laketide.table.files import BaseFile, write_token
@@ -29,10 +27,8 @@ from laketide.table.schema import (
     RECORD_KEY,
     with_meta_schema,
 )
-from laketide.table.encoding import SORTED_MARKER
+from laketide.table.slice_reader import key_ordered_batches
 from laketide.writer.base_file import BaseFileWriter
-
-READ_BATCH_ROWS = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -51,24 +47,6 @@ class _Counts:
     deletes: int = 0
     late: int = 0  # incoming records older than the stored row, which event-time ordering keeps
     seqno: int = 0
-
-
-def _old_batches(io: FileIO, base: BaseFile) -> Iterator[pa.Table]:
-    """The rows of the current base file in key order, a batch at a time.
-
-    Files laketide wrote are sorted, and stream. A file another writer wrote
-    carries no order guarantee; it is read whole and sorted once, after which
-    the file group is ours and streams from then on.
-    """
-    with io.open_input(base.path) as f:
-        pf = pq.ParquetFile(f)
-        meta = pf.schema_arrow.metadata or {}
-        if meta.get(SORTED_MARKER.encode()) == RECORD_KEY.encode():
-            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS):
-                yield pa.Table.from_batches([batch])
-            return
-        table = pf.read()
-    yield table.sort_by(RECORD_KEY)
 
 
 def conform(rows: pa.Table, schema: pa.Schema, meta: dict[str, pa.Array]) -> pa.Table:
@@ -191,7 +169,7 @@ class BucketWriter:
             keys = np.asarray(incoming[RECORD_KEY].to_pylist(), dtype=object)
             pos = 0
             if self.target.current is not None:
-                for old in _old_batches(self.io, self.target.current):
+                for old in key_ordered_batches(self.io, self.target.current.path):
                     if old.num_rows == 0:
                         continue
                     last = old[RECORD_KEY][-1].as_py()

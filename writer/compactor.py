@@ -40,7 +40,6 @@ from laketide.table.compaction import (
 from laketide.table.files import BaseFile, write_token
 from laketide.table.instant import COMMIT, COMPACTION, Instant, State
 from laketide.table.markers import CREATE, WriteMarkers
-from laketide.table.properties import EVENT_TIME
 from laketide.table.schema import FILE_NAME, RECORD_KEY, avro_schema_json, with_meta_schema
 from laketide.table.slice_reader import MergeRule, merge_slice_batches
 from laketide.table.timeline import Timeline
@@ -84,7 +83,7 @@ class Compactor:
         coordinator = self.coordinator
         coordinator.hold()
         timeline = self.table.timeline
-        busy = set(groups_under_compaction(timeline))
+        busy = groups_under_compaction(timeline)
         due = slices_to_compact(self._view(timeline).latest_slices(), self.settings.delta_commits, self.settings.max_log_bytes, busy)
         if not due:
             return None
@@ -109,8 +108,7 @@ class Compactor:
             coordinator.timeline_writer.write(inflight, plan.to_bytes())
         timeline = self.table.timeline
         schema = self.table.schema(timeline)
-        config = self.table.config
-        rule = MergeRule(config.ordering_field if config.merge_mode == EVENT_TIME else None)
+        rule = self.table.merge_rule
         visible = self._view(timeline).visibility()
         markers = WriteMarkers(io, instant.timestamp)
         stats, records = [], 0

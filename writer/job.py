@@ -17,12 +17,12 @@ from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.savepoints import Savepoints
 from laketide.coordinator.services import TableServices
-from laketide.writer.compactor import Compactor
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table
 from laketide.table.properties import PROPERTIES_FILE
 from laketide.table.view_sync import ViewSync
+from laketide.writer.compactor import Compactor
 from laketide.writer.pipeline import MicroBatchWriter
 from laketide.writer.preflight import table_config_for
 from laketide.writer.session import spark_session
