@@ -80,6 +80,8 @@ class BatchOut(BaseModel):
     files: int
     seconds: float
     skipped: bool
+    # wall seconds per step (read, quarantine, plan, write, commit, services) and Python task seconds per Spark stage
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
 
 
 class IndexCoverage(BaseModel):

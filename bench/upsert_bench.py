@@ -130,6 +130,12 @@ class Result:
     verified: bool = False
     # per upsert batch: bytes its commit wrote / bytes of the batch's own parquet file (laketide)
     write_amplification: list[float] = field(default_factory=list)
+    # per upsert batch: wall seconds per step and Python task seconds per Spark stage (laketide)
+    stage_seconds: list[dict[str, float]] = field(default_factory=list)
+
+    def median_stages(self) -> dict[str, float]:
+        names = dict.fromkeys(name for batch in self.stage_seconds for name in batch)
+        return {name: round(statistics.median(batch.get(name, 0.0) for batch in self.stage_seconds), 2) for name in names}
 
     def summary(self, batch_rows: int) -> dict:
         secs = sorted(self.batch_seconds)
@@ -207,6 +213,7 @@ def run_laketide(workdir: Path, landing: Path, expected: pa.Table, parallelism: 
         writer = run(config)
     reports = [r for r in writer.status.recent if not r.skipped]
     result = Result(f"laketide {name}", reports[0].seconds, [r.seconds for r in reports[1:]], peak_rss_mb=rss.peak / 2**20)
+    result.stage_seconds = [r.stage_seconds for r in reports[1:]]
     from laketide.table import Table
 
     slices = Table.open(str(table_path)).file_system_view().latest_slices()
@@ -310,7 +317,18 @@ def main() -> None:
         for row in rows[:-1]
     }
     flat = {f"{engine} median": r["median_batch_seconds"] for engine, r in ratios.items()}
-    report(rows, "laketide / delta-rs", flat, args.out, {"workload": vars(args), "results": rows, "ratio_laketide_to_delta": ratios})
+    stages = {lake.engine: {"median": lake.median_stages(), "per_batch": lake.stage_seconds} for lake in lakes}
+    print_stages(stages)
+    payload = {"workload": vars(args), "results": rows, "ratio_laketide_to_delta": ratios, "stage_seconds": stages}
+    report(rows, "laketide / delta-rs", flat, args.out, payload)
+
+
+def print_stages(stages: dict[str, dict]) -> None:
+    """Median seconds per step of an upsert micro-batch; ``*_tasks`` are Python seconds summed over a stage's tasks."""
+    names = list(dict.fromkeys(name for engine in stages.values() for name in engine["median"]))
+    print("median seconds per step: " + " | ".join(f"{n:>13}" for n in names))
+    for engine, timings in stages.items():
+        print(f"{engine:<24} " + " | ".join(f"{timings['median'].get(n, 0.0):>13.2f}" for n in names))
 
 if __name__ == "__main__":
     main()

@@ -37,6 +37,7 @@ from laketide.writer import stages
 from laketide.writer.log_writer import LogTarget
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, RAW, REASON, SHARD, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
+from laketide.writer.stage_clock import StageClock
 from laketide.writer.sources import batch_files, copy_aside, read_files, unreadable_files
 
 log = logging.getLogger("laketide.job")
@@ -60,6 +61,8 @@ class BatchReport:
     seconds: float = 0.0
     skipped: bool = False
     empty: bool = False
+    # wall seconds of each step of the micro-batch, and the summed task seconds of its Spark stages
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
     def line(self) -> str:
         if self.empty:
@@ -67,10 +70,11 @@ class BatchReport:
         if self.skipped:
             return f"micro-batch {self.batch_id}: already committed, skipped"
         replaced = f" replaced={self.replaced}" if self.replaced else ""
+        steps = " ".join(f"{name}={seconds:.2f}" for name, seconds in self.stage_seconds.items())
         return (
             f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "
             f"updates={self.updates} deletes={self.deletes} late={self.late} quarantined={self.quarantined} files={self.files}"
-            f"{replaced} seconds={self.seconds:.2f}"
+            f"{replaced} seconds={self.seconds:.2f} ({steps})"
         )
 
 
@@ -173,6 +177,7 @@ class MicroBatchWriter:
         else:
             self.action = DELTA_COMMIT if self.merge_on_read else COMMIT
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
+        self.clock = StageClock(spark.sparkContext)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self.batch_lock:
@@ -183,10 +188,12 @@ class MicroBatchWriter:
 
     def process(self, df: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
+        self.clock.start()
         self.status.current_batch = batch_id
         if self.coordinator.is_committed(batch_id):
             return BatchReport(batch_id, None, skipped=True)
         prepared, data_fields, records, bad_files = self._read(df, batch_id)
+        self.clock.lap("read")
         try:
             if records == 0:
                 # no instant for an empty micro-batch: an idle stream must not fill the timeline
@@ -208,6 +215,7 @@ class MicroBatchWriter:
         finally:
             _release(prepared)
         report.seconds = time.monotonic() - started
+        report.stage_seconds = self.clock.report()
         self.metrics.micro_batches.labels("committed").inc()
         self.metrics.records.inc(report.records)
         self.metrics.quarantined.inc(report.quarantined)
@@ -317,7 +325,7 @@ class MicroBatchWriter:
             for b in batches:
                 yield from prepare(pa.Table.from_batches([b]), spec, arrival).to_batches()
 
-        return self._distributed(df.mapInArrow(prepare_task, prepared_struct)), data_fields
+        return self._distributed(df.mapInArrow(self.clock.timed("prepare", prepare_task), prepared_struct)), data_fields
 
     def _distributed(self, prepared: DataFrame) -> DataFrame:
         """Prepared rows shuffled the way the operation's first writing stage reads them, so the
@@ -372,7 +380,9 @@ class MicroBatchWriter:
         self, prepared: DataFrame, data_fields: list[StructField], records: int, bad_files: dict[str, str], batch_id: int, instant: str
     ) -> BatchReport:
         quarantined = self._quarantine(prepared, bad_files, batch_id, instant)
+        self.clock.lap("quarantine")
         plan, foreign = self._plan(instant, to_arrow_schema(StructType(data_fields), timezone="UTC"))
+        self.clock.lap("plan")
         good = prepared.filter(F.col(REASON).isNull())
         replaced: dict[str, list[str]] = {}
         if self.operation == "delete_partition":
@@ -381,15 +391,18 @@ class MicroBatchWriter:
             statuses = self._bulk_insert(good, plan)
         else:
             statuses = self._assign_and_write(good, plan, data_fields)
+        self.clock.lap("write")
         self._on_step("written", batch_id)
         stats = [stages.stat_of(row) for row in statuses]
         written = [(r["partition"], r["file_id"]) for r in statuses]
         self.index.write_coverage(instant, written, uncovered=foreign.touched, uncover_all=foreign.everything)
         extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata()}
         self.coordinator.commit(instant, stats, extra, action=self.action, operation=OPERATION_TYPES[self.operation], replaced_file_ids=replaced)
+        self.clock.lap("commit")
         self._on_step("committed", batch_id)
         self._compact_index()
         self._after_commit()
+        self.clock.lap("services")
         return BatchReport(
             batch_id,
             instant,
@@ -424,7 +437,7 @@ class MicroBatchWriter:
     def _bulk_insert(self, good: DataFrame, plan: stages.BatchPlan) -> list[dict]:
         """One stage over the rows as ``_distributed`` left them: each task writes new file groups."""
         status_struct = from_arrow_schema(stages.STATUS_SCHEMA)
-        return [row.asDict() for row in good.drop(REASON, RAW, SHARD).mapInArrow(_in_task_attempt(stages.bulk_insert, plan), status_struct).collect()]
+        return [row.asDict() for row in good.drop(REASON, RAW, SHARD).mapInArrow(self.clock.timed("write", _in_task_attempt(stages.bulk_insert, plan)), status_struct).collect()]
 
     def _assign_and_write(self, good: DataFrame, plan: stages.BatchPlan, data_fields: list[StructField]) -> list[dict]:
         routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string()), (EXISTED, pa.bool_())]
@@ -439,8 +452,9 @@ class MicroBatchWriter:
 
         write = self.config.write
         # rows are already shuffled by shard (``_distributed``)
-        assigned = good.mapInArrow(assign_task, assigned_struct)
-        written = assigned.repartition(write.parallelism, PARTITION, FILE_ID).mapInArrow(_in_task_attempt(stages.write, plan), status_struct)
+        assigned = good.mapInArrow(self.clock.timed("assign", assign_task), assigned_struct)
+        writing = self.clock.timed("write", _in_task_attempt(stages.write, plan))
+        written = assigned.repartition(write.parallelism, PARTITION, FILE_ID).mapInArrow(writing, status_struct)
         return [row.asDict() for row in written.collect()]
 
     def _compact_index(self) -> None:
