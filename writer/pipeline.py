@@ -37,6 +37,7 @@ from laketide.writer import stages
 from laketide.writer.log_writer import LogTarget
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, RAW, REASON, SHARD, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
+from laketide.writer.routing import balanced_slots, hash_routes, routed
 from laketide.writer.stage_clock import StageClock
 from laketide.writer.sources import batch_files, copy_aside, read_files, unreadable_files
 
@@ -109,15 +110,19 @@ def _in_task_attempt(stage: Callable, plan: stages.BatchPlan) -> Callable:
     return run
 
 
-def _materialize(prepared: DataFrame) -> DataFrame:
-    """The micro-batch's prepared rows, computed once and kept on the executors for the stages that read them.
+def _materialize(prepared: DataFrame) -> tuple[DataFrame, tuple[int, int]]:
+    """The micro-batch's prepared rows, computed once and kept on the executors for the stages
+    that read them, with the counts of rows and of rows to quarantine.
 
     A local checkpoint keeps Spark's rows as they are; the columnar cache of
     ``persist`` encodes them first, which measured about twice as slow here.
+    It is lazy, so the job that counts is the one that computes and keeps the rows.
     Its blocks cannot be recomputed: losing an executor fails the micro-batch,
     which is rolled back, and the restarted query replays it.
     """
-    return prepared.localCheckpoint(eager=True)
+    kept = prepared.localCheckpoint(eager=False)
+    counts = kept.agg(F.count(F.lit(1)), F.count(REASON)).first()
+    return kept, (counts[0], counts[1])
 
 
 def _release(prepared: DataFrame) -> None:
@@ -178,6 +183,9 @@ class MicroBatchWriter:
             self.action = DELTA_COMMIT if self.merge_on_read else COMMIT
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
         self.clock = StageClock(spark.sparkContext)
+        if self.operation != "bulk_insert":
+            self.shard_routes = hash_routes(spark, index.shards)
+            self.write_routes = hash_routes(spark, config.write.parallelism)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self.batch_lock:
@@ -192,7 +200,7 @@ class MicroBatchWriter:
         self.status.current_batch = batch_id
         if self.coordinator.is_committed(batch_id):
             return BatchReport(batch_id, None, skipped=True)
-        prepared, data_fields, records, bad_files = self._read(df, batch_id)
+        prepared, data_fields, (records, bad_rows), bad_files = self._read(df, batch_id)
         self.clock.lap("read")
         try:
             if records == 0:
@@ -203,7 +211,7 @@ class MicroBatchWriter:
                 return BatchReport(batch_id, None, skipped=True)
             self._on_step("begun", batch_id)
             try:
-                report = self._write(prepared, data_fields, records, bad_files, batch_id, instant)
+                report = self._write(prepared, data_fields, records, bad_rows, bad_files, batch_id, instant)
             except LeaseLost:
                 log.error("micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back", batch_id, instant)
                 raise
@@ -278,6 +286,8 @@ class MicroBatchWriter:
             ordering_field=settings.ordering_field if settings.merge_mode == EVENT_TIME else None,
             target_file_size=write.target_file_size,
             log_targets=self._log_targets(view, slices) if self.merge_on_read else None,
+            write_slots=balanced_slots({s.file_id: s.size for s in slices}, write.parallelism),
+            write_tasks=write.parallelism,
         )
         return plan, foreign
 
@@ -295,8 +305,10 @@ class MicroBatchWriter:
             targets[(s.partition, s.file_id)] = LogTarget(s.partition, s.file_id, s.base_instant, s.base_file.name if s.base_file else None, version, paths)
         return targets
 
-    def _quarantine(self, prepared: DataFrame, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
+    def _quarantine(self, prepared: DataFrame, bad_rows: int, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
         """Rows with their reason, and whole landing files that could not be read, copied aside."""
+        if not bad_rows and not bad_files:
+            return 0
         rows = prepared.filter(F.col(REASON).isNotNull()).select(F.col(REASON).alias("reason"), F.col(RAW).alias("raw"))
         if bad_files:
             files = self.spark.createDataFrame(
@@ -336,19 +348,20 @@ class MicroBatchWriter:
         as Hudi's PARTITION_SORT bulk insert does, with no sampling pass over the rows.
         """
         if self.operation != "bulk_insert":
-            return prepared.repartition(self.index.shards, SHARD)
+            return prepared.repartition(self.index.shards, routed(F.col(SHARD), self.shard_routes))
         global_keys = self.index.global_keys
         order = stages.bulk_sort_keys(self.table.config.ordering_field, global_keys)
         columns = [RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]
         spread = prepared.repartition(self.config.write.parallelism, *columns)
         return spread.sortWithinPartitions(*[F.col(c).asc() if d == "ascending" else F.col(c).desc() for c, d in order])
 
-    def _read(self, df: DataFrame, batch_id: int) -> tuple[DataFrame, list[StructField], int, dict[str, str]]:
-        """The prepared rows of the micro-batch (shuffled and materialized once), their count, and the landing files set aside."""
+    def _read(self, df: DataFrame, batch_id: int) -> tuple[DataFrame, list[StructField], tuple[int, int], dict[str, str]]:
+        """The prepared rows of the micro-batch (shuffled and materialized once), the counts of
+        records and of rows to quarantine, and the landing files set aside."""
         prepared, data_fields = self._prepared(df)
         try:
-            prepared = _materialize(prepared)
-            return prepared, data_fields, prepared.count(), {}
+            prepared, counts = _materialize(prepared)
+            return prepared, data_fields, counts, {}
         except Exception as failure:
             if self.config.source.format == "generator":
                 raise
@@ -356,8 +369,8 @@ class MicroBatchWriter:
             self.coordinator.lease.check()
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
         prepared, data_fields = self._prepared(readable)
-        prepared = _materialize(prepared)
-        return prepared, data_fields, prepared.count() + len(bad), bad
+        prepared, (records, bad_rows) = _materialize(prepared)
+        return prepared, data_fields, (records + len(bad), bad_rows), bad
 
     def _without_unreadable_files(self, df: DataFrame, batch_id: int, failure: Exception) -> tuple[DataFrame, dict[str, str]]:
         """The micro-batch read again file by file, leaving out the files Spark cannot read.
@@ -377,9 +390,9 @@ class MicroBatchWriter:
         return (readable if readable is not None else self.spark.createDataFrame([], df.schema)), bad
 
     def _write(
-        self, prepared: DataFrame, data_fields: list[StructField], records: int, bad_files: dict[str, str], batch_id: int, instant: str
+        self, prepared: DataFrame, data_fields: list[StructField], records: int, bad_rows: int, bad_files: dict[str, str], batch_id: int, instant: str
     ) -> BatchReport:
-        quarantined = self._quarantine(prepared, bad_files, batch_id, instant)
+        quarantined = self._quarantine(prepared, bad_rows, bad_files, batch_id, instant)
         self.clock.lap("quarantine")
         plan, foreign = self._plan(instant, to_arrow_schema(StructType(data_fields), timezone="UTC"))
         self.clock.lap("plan")
@@ -440,7 +453,7 @@ class MicroBatchWriter:
         return [row.asDict() for row in good.drop(REASON, RAW, SHARD).mapInArrow(self.clock.timed("write", _in_task_attempt(stages.bulk_insert, plan)), status_struct).collect()]
 
     def _assign_and_write(self, good: DataFrame, plan: stages.BatchPlan, data_fields: list[StructField]) -> list[dict]:
-        routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string()), (EXISTED, pa.bool_())]
+        routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string()), (EXISTED, pa.bool_()), (stages.WRITE_SLOT, pa.int32())]
         if self.index.global_keys and IS_DELETED not in {f.name for f in data_fields}:
             routing.append((IS_DELETED, pa.bool_()))  # the deletes of moved records' old copies
         assigned_struct = StructType(data_fields + list(from_arrow_schema(pa.schema(routing)).fields))
@@ -454,7 +467,8 @@ class MicroBatchWriter:
         # rows are already shuffled by shard (``_distributed``)
         assigned = good.mapInArrow(self.clock.timed("assign", assign_task), assigned_struct)
         writing = self.clock.timed("write", _in_task_attempt(stages.write, plan))
-        written = assigned.repartition(write.parallelism, PARTITION, FILE_ID).mapInArrow(writing, status_struct)
+        by_slot = assigned.repartition(write.parallelism, routed(F.col(stages.WRITE_SLOT), self.write_routes))
+        written = by_slot.mapInArrow(writing, status_struct)
         return [row.asDict() for row in written.collect()]
 
     def _compact_index(self) -> None:

@@ -38,6 +38,8 @@ STATUS_SCHEMA = pa.schema(
 )
 # delta part numbers: 0 for the assign stage, 1 + task id for keys the write stage indexes
 _WRITE_PART_BASE = 1
+# the write task a record's file group goes to (``writer.routing``)
+WRITE_SLOT = "_lt_write_slot"
 
 
 @dataclass
@@ -56,6 +58,9 @@ class BatchPlan:
     target_file_size: int = 128 * 2**20  # where a bulk insert starts a new file group
     # merge-on-read: where each existing file group's log file goes (None for copy-on-write)
     log_targets: dict[tuple[str, str], LogTarget] | None = None
+    # the write task of each existing file group, by file id; a new group goes to its shard's
+    write_slots: dict[str, int] | None = None
+    write_tasks: int = 1
 
 
 def _status(stat: WriteStat, newly_covered: bool = False, late: int = 0) -> dict:
@@ -110,7 +115,20 @@ def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Sc
         if IS_DELETED in out_schema.names and IS_DELETED not in assigned.column_names:
             assigned = assigned.append_column(IS_DELETED, pa.array([False] * assigned.num_rows))
         index.write_delta(int(shard), plan.instant, entries, part=0)
+        if WRITE_SLOT in out_schema.names:
+            assigned = assigned.append_column(WRITE_SLOT, record_write_slots(plan, assigned[FILE_ID].combine_chunks(), int(shard)))
         yield from assigned.select(out_schema.names).cast(out_schema).to_batches()
+
+
+def record_write_slots(plan: BatchPlan, file_ids: pa.Array, shard: int) -> pa.Array:
+    """The write task of each record, by its file group: the driver's choice for existing groups,
+    the shard's own slot for the groups it opens."""
+    slots = plan.write_slots or {}
+    own = shard % plan.write_tasks
+    if not slots:
+        return pa.array(np.full(len(file_ids), own, np.int32))
+    known = pc.index_in(file_ids, value_set=pa.array(list(slots), pa.string()))
+    return pc.fill_null(pa.array(list(slots.values()), pa.int32()).take(known), own)
 
 
 def _index_whole_group(plan: BatchPlan, io: FileIO, paths: list[str], partition: str, file_id: str, task: int) -> None:
@@ -138,6 +156,8 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
         return
     io = FileIO.for_uri(plan.table_uri)
     markers = WriteMarkers(io, plan.instant)
+    if WRITE_SLOT in rows.column_names:
+        rows = rows.drop_columns([WRITE_SLOT])
     rows = rows.sort_by([(PARTITION, "ascending"), (FILE_ID, "ascending"), (RECORD_KEY, "ascending")])
     partitions = rows[PARTITION].to_numpy(zero_copy_only=False)
     file_ids = rows[FILE_ID].to_numpy(zero_copy_only=False)
