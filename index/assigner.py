@@ -129,6 +129,27 @@ def first_of_each_key(ordered: pa.Table, global_keys: bool) -> np.ndarray:
     return first
 
 
+class _GroupTable:
+    """File groups by code: the shard run's own codes first, then the groups one micro-batch adds."""
+
+    def __init__(self, known: list[tuple[str, str]]):
+        self.pairs = list(known)
+        self._codes = {g: i for i, g in enumerate(self.pairs)}
+
+    def code(self, group: tuple[str, str]) -> int:
+        if group not in self._codes:
+            self._codes[group] = len(self.pairs)
+            self.pairs.append(group)
+        return self._codes[group]
+
+    def columns(self, codes: np.ndarray) -> tuple[pa.Array, pa.Array]:
+        """(partition, file id) columns of the groups with these codes."""
+        partitions = pa.array([p for p, _ in self.pairs], pa.string())
+        file_ids = pa.array([f for _, f in self.pairs], pa.string())
+        at = pa.array(codes, pa.int32())
+        return partitions.take(at), file_ids.take(at)
+
+
 class BucketAssigner:
     def __init__(
         self,
@@ -194,60 +215,71 @@ class BucketAssigner:
         rows = dedupe(rows, plan.ordering_field, plan.global_keys)
         n = rows.num_rows
         hashes = index_keys(rows[PARTITION], rows[RECORD_KEY], plan.global_keys)
-        partitions = rows[PARTITION].to_pylist()
-        deleted = pc.fill_null(rows[IS_DELETED], False).to_pylist() if IS_DELETED in rows.column_names else [False] * n
-        # where each key is stored now: (partition, file id), or None for a key the table does not have
-        located: list[tuple[str, str] | None] = [None] * n
-        new_entry = np.zeros(n, dtype=bool)
+        partitions = rows[PARTITION].combine_chunks().dictionary_encode()
+        deleted = pc.fill_null(rows[IS_DELETED], False).to_numpy(zero_copy_only=False) if IS_DELETED in rows.column_names else np.zeros(n, bool)
+        groups = _GroupTable(self.run.groups)
+        # the code (in ``groups``) of the file group each key is stored in now, -1 for a key the table does not have
+        located = np.full(n, -1, np.int32)
+        # keys found in the blooms of uncovered groups, and inserts, get index entries
+        new_entry = np.zeros(n, bool)
         if plan.lookup:
-            self._locate(rows, hashes, partitions, located, new_entry)
-        moves = {i: located[i] for i in self._moves(rows, partitions, deleted, located)} if plan.global_keys else {}
-        for i in moves:
-            located[i], new_entry[i] = None, True
+            located, new_entry = self._locate(rows, hashes, partitions, groups)
+        moves: dict[int, tuple[str, str]] = {}
+        if plan.global_keys:
+            pairs = [groups.pairs[c] if c >= 0 else None for c in located]
+            moves = {i: pairs[i] for i in self._moves(rows, partitions.to_pylist(), deleted.tolist(), pairs)}
+            located[list(moves)] = -1
+            new_entry[list(moves)] = True
+        existed = located >= 0
 
-        file_ids = [loc[1] if loc else None for loc in located]
-        out_partitions = [loc[0] if loc else p for loc, p in zip(located, partitions)]
-        by_partition: dict[str, list[int]] = {}
-        for i in range(n):
-            if file_ids[i] is None and not deleted[i]:
-                by_partition.setdefault(partitions[i], []).append(i)
-        for partition, inserts in by_partition.items():
-            for i, fid in zip(inserts, self._pack(partition, len(inserts))):
-                file_ids[i], new_entry[i] = fid, True
+        # inserts, by partition: small groups this shard owns first, then new groups
+        codes = located.copy()
+        inserting = ~existed & ~deleted
+        partition_codes = partitions.indices.to_numpy(zero_copy_only=False)
+        for k, partition in enumerate(partitions.dictionary.to_pylist()):
+            at = np.nonzero(inserting & (partition_codes == k))[0]
+            start = 0
+            for file_id, take in self._pack(partition, len(at)):
+                codes[at[start : start + take]] = groups.code((partition, file_id))
+                start += take
+        new_entry |= inserting
 
         # deletes of keys the table never had have nowhere to go and nothing to do
-        keep = np.array([fid is not None for fid in file_ids], dtype=bool)
-        assigned = rows.set_column(rows.schema.get_field_index(PARTITION), PARTITION, pa.array(out_partitions, pa.string()))
-        assigned = assigned.append_column(FILE_ID, pa.array(file_ids, pa.string()))
-        assigned = assigned.append_column(EXISTED, pa.array([loc is not None for loc in located], pa.bool_())).filter(pa.array(keep))
+        keep = codes >= 0
+        out_partitions, file_ids = groups.columns(codes[keep])
+        assigned = rows.filter(pa.array(keep))
+        assigned = assigned.set_column(assigned.schema.get_field_index(PARTITION), PARTITION, out_partitions)
+        assigned = assigned.append_column(FILE_ID, file_ids).append_column(EXISTED, pa.array(existed[keep]))
         if moves:
             assigned = pa.concat_tables([assigned, self._old_copies(rows, moves)], promote_options="default")
         chosen = np.nonzero(new_entry)[0]
-        entries = index_entries(hashes[chosen], [out_partitions[i] for i in chosen], [file_ids[i] for i in chosen])
+        entries = index_entries(hashes[chosen], *groups.columns(codes[chosen]))
         return assigned.drop_columns([c for c in (ARRIVAL_FILE, ARRIVAL) if c in assigned.column_names]), entries
 
-    def _locate(self, rows: pa.Table, hashes: np.ndarray, partitions: list[str], located: list, new_entry: np.ndarray) -> None:
-        """Fill ``located`` from the state index, then from the uncovered groups' blooms (found keys get index entries)."""
+    def _locate(self, rows: pa.Table, hashes: np.ndarray, partitions: pa.DictionaryArray, groups: _GroupTable) -> tuple[np.ndarray, np.ndarray]:
+        """The code of each key's file group, from the state index, then from the uncovered groups'
+        blooms; and which keys were found the second way."""
         codes = self.run.lookup(hashes)
+        probed = np.zeros(len(codes), bool)
         if self.plan.live is not None and len(self.run.groups):
             stale = np.array([g not in self.plan.live for g in self.run.groups], dtype=bool)
             codes = np.where((codes >= 0) & stale[np.maximum(codes, 0)], -1, codes)
-        for i in np.nonzero(codes >= 0)[0]:
-            located[i] = self.run.groups[codes[i]]
-        unknown = [i for i in range(len(located)) if located[i] is None]
+        unknown = np.nonzero(codes < 0)[0]
+        if not len(unknown) or not self.plan.uncovered:
+            return codes, probed
         if self.plan.global_keys:
-            every_group = [g for groups in self.plan.uncovered.values() for g in groups]
-            searches = [(every_group, unknown)] if every_group and unknown else []
+            every_group = [g for found in self.plan.uncovered.values() for g in found]
+            searches = [(every_group, unknown)]
         else:
-            by_partition: dict[str, list[int]] = {}
-            for i in unknown:
-                by_partition.setdefault(partitions[i], []).append(i)
-            searches = [(self.plan.uncovered[p], idx) for p, idx in by_partition.items() if p in self.plan.uncovered]
-        for groups, idx in searches:
+            partition_codes = partitions.indices.to_numpy(zero_copy_only=False)[unknown]
+            names = partitions.dictionary.to_pylist()
+            searches = [(self.plan.uncovered[names[k]], unknown[partition_codes == k]) for k in np.unique(partition_codes) if names[k] in self.plan.uncovered]
+        for candidates, idx in searches:
             keys = rows[RECORD_KEY].take(pa.array(idx)).combine_chunks()
-            for i, group in zip(idx, self._probe_uncovered(groups, keys)):
+            for i, group in zip(idx, self._probe_uncovered(candidates, keys)):
                 if group is not None:
-                    located[i], new_entry[i] = (group.partition, group.file_id), True
+                    codes[i], probed[i] = groups.code((group.partition, group.file_id)), True
+        return codes, probed
 
     def _moves(self, rows: pa.Table, partitions: list[str], deleted: list[bool], located: list) -> list[int]:
         """Rows (not deletes) stored under another partition that move to their new one.
@@ -285,19 +317,20 @@ class BucketAssigner:
         old = old.append_column(FILE_ID, pa.array([f for _, f in moves.values()], pa.string()))
         return old.append_column(EXISTED, pa.array([True] * n))
 
-    def _pack(self, partition: str, count: int) -> Iterable[str]:
-        """File ids for ``count`` inserts: small groups this shard owns first, then new groups."""
+    def _pack(self, partition: str, count: int) -> Iterable[tuple[str, int]]:
+        """(file id, how many) for ``count`` inserts: small groups this shard owns first, then new groups."""
         for group in self.plan.small_groups.get(self.shard, []):
             if group.partition != partition:
                 continue
             take = min(count, group.capacity)
-            yield from [group.file_id] * take
+            if take:
+                yield group.file_id, take
             count -= take
             if count == 0:
                 return
         n = 0
         while count > 0:
             take = min(count, self.plan.new_group_records)
-            yield from [new_file_id(self.plan, self.shard, partition, n)] * take
+            yield new_file_id(self.plan, self.shard, partition, n), take
             count -= take
             n += 1
