@@ -12,11 +12,12 @@ import pytest
 from laketide.coordinator import Coordinator, LocalLease, RollbackRefused
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_MAX_KEY, FOOTER_MIN_KEY, BloomFilter
 from laketide.table import Table
+from laketide.table.commit import SCHEMA_KEY
 from laketide.table.instant import State
-from laketide.table.schema import COMMIT_SEQNO, COMMIT_TIME, IS_DELETED, META_COLUMNS, RECORD_KEY
+from laketide.table.schema import COMMIT_SEQNO, COMMIT_TIME, IS_DELETED, META_COLUMNS, RECORD_KEY, avro_schema_json, data_schema
 
 from conftest import hudi_read, rows
-from localwrite import upsert
+from localwrite import upsert, write_file_groups
 
 SCHEMA = pa.schema(
     [
@@ -157,6 +158,33 @@ def test_base_files_carry_hudi_footer_and_sorted_keys(table, coordinator):
     assert b"ARROW:schema" not in footer
     assert set(data[COMMIT_TIME].to_pylist()) == {instant}
     assert stat.num_inserts == 5 and stat.num_writes == 5 and stat.prev_commit == "null"
+
+
+def _footer_and_keys(table: Table) -> tuple[dict, list[str]]:
+    (stat,) = table.timeline.commit_metadata(table.timeline.completed_writes()[-1]).write_stats()
+    with table.io.open_input(stat.path) as f:
+        pf = pq.ParquetFile(f)
+        return pf.metadata.metadata, pf.read(columns=[RECORD_KEY])[RECORD_KEY].to_pylist()
+
+
+def test_a_merge_carries_the_bloom_filter_over_and_adds_the_inserted_keys(table, coordinator):
+    upsert(table, coordinator, 1, [record(i, "us", 1) for i in range(1, 6)], SCHEMA)
+    old_bloom = BloomFilter.from_footer(_footer_and_keys(table)[0])
+    (group,) = table.file_system_view().latest_slices()
+    instant = coordinator.begin(2)
+    batch = [record(2, "us", 2), record(3, "us", 2, deleted=True), record(10, "us", 2), record(11, "us", 2)]
+    stats = write_file_groups(table, instant, pa.Table.from_pylist(batch, schema=SCHEMA), SCHEMA, insert_into={group.partition: group.file_id})
+    coordinator.commit(instant, stats, {SCHEMA_KEY: avro_schema_json(data_schema(SCHEMA), table.name)})
+    footer, keys = _footer_and_keys(table)
+    bloom = BloomFilter.from_footer(footer)
+    assert keys == ["1", "10", "11", "2", "4", "5"]
+    assert all(bloom.might_contain(k) for k in keys)
+    # not rebuilt from the file's keys: the deleted key stays in the filter, which is the old one plus the inserts
+    assert bloom.might_contain("3")
+    old_bloom.add_many(pa.array(["10", "11"]))
+    assert bloom.serialize() == old_bloom.serialize()
+    assert footer[FOOTER_MIN_KEY.encode()] == b"1" and footer[FOOTER_MAX_KEY.encode()] == b"5"
+
 
 
 def test_copied_rows_keep_commit_time_and_seqno(table, coordinator):

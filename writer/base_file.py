@@ -30,6 +30,36 @@ class BaseFileResult:
     max_key: str | None
 
 
+@dataclass(frozen=True)
+class FileLayout:
+    """What a merge carries over from the base file it replaces.
+
+    Its bloom filter: a filter may keep the keys of deleted rows (they only
+    add false positives, which are confirmed against the file's keys), so the
+    new file's filter is the old one plus the inserted keys, not a rebuild
+    from every key. And the columns it dictionary-encodes, so that a file
+    group keeps its encodings without sampling its rows again; only from files
+    laketide wrote, since another writer may have tried a dictionary and
+    fallen back to plain, which the column's encodings do not tell apart.
+    """
+
+    bloom: BloomFilter | None
+    dictionary: list[str] | None
+
+    @classmethod
+    def of(cls, io: FileIO, path: str, bloom_kind: str) -> FileLayout:
+        with io.open_input(path) as f:
+            meta = pq.read_metadata(f)
+        bloom = BloomFilter.from_footer(meta.metadata)
+        top_level = {f.name for f in meta.schema.to_arrow_schema() if not pa.types.is_nested(f.type)}
+        dictionary = None
+        if meta.num_row_groups and SORTED_MARKER.encode() in (meta.metadata or {}):
+            group = meta.row_group(0)
+            columns = (group.column(i) for i in range(group.num_columns))
+            dictionary = [c.path_in_schema for c in columns if c.path_in_schema in top_level and any("DICTIONARY" in e for e in c.encodings)]
+        return cls(bloom if bloom is not None and bloom.kind == bloom_kind else None, dictionary)
+
+
 class BaseFileWriter:
     """Streams sorted record batches into one parquet base file.
 
@@ -47,12 +77,18 @@ class BaseFileWriter:
         bloom_kind: str = "DYNAMIC_V0",
         row_group_rows: int = 128 * 1024,
         row_group_bytes: int = 64 * 2**20,
+        carried: FileLayout | None = None,
     ):
+        """``carried`` is what a merge takes over from the base file it replaces: its
+        bloom filter, to which ``write`` then adds only the ``inserted`` keys it is given,
+        and its dictionary-encoded columns."""
         self.io = io
         self.path = path
         self.schema = schema
         self.avro_schema = avro_schema
-        self.bloom = BloomFilter.empty(bloom_kind)
+        self.bloom = carried.bloom if carried and carried.bloom else BloomFilter.empty(bloom_kind)
+        self.incremental_bloom = bool(carried and carried.bloom)
+        self._dictionary = [c for c in carried.dictionary if c in schema.names] if carried and carried.dictionary is not None else None
         self.row_group_rows = row_group_rows
         self.row_group_bytes = row_group_bytes
         self.num_rows = 0
@@ -65,14 +101,18 @@ class BaseFileWriter:
         self._sink = io.open_output(path)
         self._writer: pq.ParquetWriter | None = None  # opened at the first row group, whose values choose the encodings
 
-    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+    def write(self, batch: pa.RecordBatch | pa.Table, inserted: pa.Array | pa.ChunkedArray | None = None) -> None:
+        """Append rows sorted by key; with a carried bloom filter, ``inserted`` are the keys it does not hold yet."""
         if batch.num_rows == 0:
             return
         keys = batch.column(RECORD_KEY)
         first, last = keys[0].as_py(), keys[-1].as_py()
         if self.max_key is not None and first < self.max_key:
             raise ValueError(f"rows of {self.path} must arrive sorted by record key ({first!r} after {self.max_key!r})")
-        self.bloom.add_many(keys)
+        if not self.incremental_bloom:
+            self.bloom.add_many(keys)
+        elif inserted is not None and len(inserted):
+            self.bloom.add_many(inserted)
         self.min_key = first if self.min_key is None else self.min_key
         self.max_key = last
         self.num_rows += batch.num_rows
@@ -102,7 +142,8 @@ class BaseFileWriter:
     def _parquet(self, first: pa.Table) -> pq.ParquetWriter:
         if self._writer is None:
             self._writer = pq.ParquetWriter(
-                self._sink, self.schema, compression="snappy", store_schema=False, use_dictionary=dictionary_columns(first)
+                self._sink, self.schema, compression="snappy", store_schema=False,
+                use_dictionary=self._dictionary if self._dictionary is not None else dictionary_columns(first),
             )
         return self._writer
 

@@ -28,7 +28,7 @@ from laketide.table.schema import (
     with_meta_schema,
 )
 from laketide.table.slice_reader import key_ordered_batches
-from laketide.writer.base_file import BaseFileWriter
+from laketide.writer.base_file import BaseFileWriter, FileLayout
 
 
 @dataclass(frozen=True)
@@ -145,10 +145,11 @@ class BucketWriter:
         self.counts.late += pc.sum(late).as_py() or 0
         return incoming.filter(pc.invert(late))
 
-    def _merge_chunk(self, old: pa.Table, incoming: pa.Table) -> pa.Table:
+    def _merge_chunk(self, old: pa.Table, incoming: pa.Table) -> tuple[pa.Table, pa.ChunkedArray | None]:
+        """The merged rows sorted by key, and the keys it inserts."""
         incoming = self._drop_late(old, incoming)
         if incoming.num_rows == 0:
-            return self._keep_old(old)
+            return self._keep_old(old), None
         in_keys = incoming[RECORD_KEY]
         replaced = pc.is_in(old[RECORD_KEY], value_set=in_keys)
         kept = old.filter(pc.invert(replaced))
@@ -156,34 +157,36 @@ class BucketWriter:
         deleted = incoming[IS_DELETED] if IS_DELETED in incoming.column_names else pa.array([False] * incoming.num_rows)
         deleted = pc.fill_null(deleted, False)
         upserts = incoming.filter(pc.invert(deleted))
+        inserting = pc.and_(pc.invert(deleted), pc.invert(existed))
         self.counts.deletes += pc.sum(pc.and_(deleted, existed)).as_py() or 0
         self.counts.updates += pc.sum(pc.and_(pc.invert(deleted), existed)).as_py() or 0
-        self.counts.inserts += pc.sum(pc.and_(pc.invert(deleted), pc.invert(existed))).as_py() or 0
+        self.counts.inserts += pc.sum(inserting).as_py() or 0
         merged = pa.concat_tables([self._keep_old(kept), self._stamp(upserts)])
-        return merged.sort_by(RECORD_KEY)
+        return merged.sort_by(RECORD_KEY), in_keys.filter(inserting)
 
     def write(self, incoming: pa.Table) -> WriteStat:
         """Merge ``incoming`` (one row per key, sorted by ``_hoodie_record_key``) into a new base file."""
-        self.start()
+        current = self.target.current
+        self.start(FileLayout.of(self.io, current.path, self.bloom_kind) if current is not None else None)
         try:
-            keys = np.asarray(incoming[RECORD_KEY].to_pylist(), dtype=object)
+            keys = incoming[RECORD_KEY]
             pos = 0
-            if self.target.current is not None:
-                for old in key_ordered_batches(self.io, self.target.current.path):
+            if current is not None:
+                for old in key_ordered_batches(self.io, current.path):
                     if old.num_rows == 0:
                         continue
-                    last = old[RECORD_KEY][-1].as_py()
-                    end = int(np.searchsorted(keys, last, side="right")) if len(keys) else 0
-                    self._file.write(self._merge_chunk(old, incoming.slice(pos, end - pos)))
+                    # incoming keys up to the last key of this batch of stored rows merge with it
+                    end = pos + (pc.sum(pc.less_equal(keys.slice(pos), old[RECORD_KEY][-1])).as_py() or 0)
+                    self._file.write(*self._merge_chunk(old, incoming.slice(pos, end - pos)))
                     pos = end
-            self._file.write(self._merge_chunk(self.schema.empty_table(), incoming.slice(pos)))
+            self._file.write(*self._merge_chunk(self.schema.empty_table(), incoming.slice(pos)))
         except BaseException:
             self._file.abort()
             raise
         return self.finish()
 
-    def start(self) -> None:
-        self._file = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, self.bloom_kind)
+    def start(self, carried: FileLayout | None = None) -> None:
+        self._file = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, self.bloom_kind, carried=carried)
 
     def append_inserts(self, rows: pa.Table) -> None:
         """Write new records into a new file group, as they come (bulk insert): sorted by key, nothing to merge."""
