@@ -6,8 +6,12 @@ key of the same batch. Both engines get the same parquet files, both results
 are checked against the expected final state, and the ratios are reported
 because this machine is shared and absolute times drift.
 
-    python bench/upsert_bench.py                      # N=1,000,000 K=10 B=100,000, 50% updates
-    python bench/upsert_bench.py --rows 100000 --batches 3 --batch-rows 10000
+A second setting runs the same batches on a table of ``--large-rows`` (10M by
+default), to show how each engine's per-batch cost grows with the table. Its
+initial load lands as files of ``--load-file-rows``, one laketide micro-batch each.
+
+    python bench/upsert_bench.py                      # N=1,000,000 and 10,000,000, K=10 B=100,000, 50% updates
+    python bench/upsert_bench.py --rows 100000 --batches 3 --batch-rows 10000 --large-rows 0
 """
 
 from __future__ import annotations
@@ -190,7 +194,7 @@ def laketide_config(table_path: Path, checkpoint: Path, landing: Path, paralleli
     )
 
 
-def _write_amplification(table_path: Path, landing: Path) -> list[float]:
+def _write_amplification(table_path: Path, landing: Path, load_files: int) -> list[float]:
     """For each upsert micro-batch: the bytes its commit wrote over the size of its landing file."""
     from laketide.table import Table
 
@@ -198,10 +202,24 @@ def _write_amplification(table_path: Path, landing: Path) -> list[float]:
     writes = [i for i in timeline.completed_writes() if not timeline.commit_metadata(i).compacted]
     sizes = [f.stat().st_size for f in sorted(landing.glob("batch-*.parquet"))]
     written = [sum(s.total_write_bytes for s in timeline.commit_metadata(i).write_stats()) for i in writes]
-    return [round(w / size, 2) for w, size in zip(written[1:], sizes[1:])]
+    return [round(w / size, 2) for w, size in zip(written[load_files:], sizes[load_files:])]
 
 
-def run_laketide(workdir: Path, landing: Path, expected: pa.Table, parallelism: int, table_type: str = "COPY_ON_WRITE") -> Result:
+def land(landing: Path, batches: list[pa.Table], load_file_rows: int) -> int:
+    """Write the workload as landing files in arrival order: the initial load split into files of
+    ``load_file_rows``, then one file per upsert batch. Returns the number of load files."""
+    load = batches[0]
+    parts = [load.slice(start, load_file_rows) for start in range(0, load.num_rows, load_file_rows)]
+    for n, part in enumerate(parts + batches[1:]):
+        path = landing / f"batch-{n:04d}.parquet"
+        pq.write_table(part, path)
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+    return len(parts)
+
+
+def run_laketide(
+    workdir: Path, landing: Path, expected: pa.Table, parallelism: int, table_type: str = "COPY_ON_WRITE", load_files: int = 1
+) -> Result:
     from hudi import HudiTableBuilder
 
     from laketide.writer.job import run
@@ -209,16 +227,18 @@ def run_laketide(workdir: Path, landing: Path, expected: pa.Table, parallelism: 
     name = "cow" if table_type == "COPY_ON_WRITE" else "mor"
     table_path = workdir / f"laketide-{name}"
     config = laketide_config(table_path, workdir / f"checkpoint-{name}", landing, parallelism, (f"table.type={table_type}",))
+    reports = []
     with PeakRss() as rss:
-        writer = run(config)
-    reports = [r for r in writer.status.recent if not r.skipped]
-    result = Result(f"laketide {name}", reports[0].seconds, [r.seconds for r in reports[1:]], peak_rss_mb=rss.peak / 2**20)
-    result.stage_seconds = [r.stage_seconds for r in reports[1:]]
+        run(config, on_ready=lambda job: job.writer.observers.append(reports.append))
+    reports = [r for r in reports if not r.skipped]
+    load, upserts = reports[:load_files], reports[load_files:]
+    result = Result(f"laketide {name}", sum(r.seconds for r in load), [r.seconds for r in upserts], peak_rss_mb=rss.peak / 2**20)
+    result.stage_seconds = [r.stage_seconds for r in upserts]
     from laketide.table import Table
 
     slices = Table.open(str(table_path)).file_system_view().latest_slices()
     result.files, result.bytes = len(slices), sum(s.size for s in slices)
-    result.write_amplification = _write_amplification(table_path, landing)
+    result.write_amplification = _write_amplification(table_path, landing, load_files)
     hudi_rows = pa.Table.from_batches(HudiTableBuilder.from_base_uri(str(table_path)).build().read())
     result.verified = _matches(hudi_rows, expected)
     return result
@@ -255,52 +275,47 @@ def run_delta(workdir: Path, batches: list[pa.Table], expected: pa.Table) -> Res
 # -- main -------------------------------------------------------------------
 
 
-def report(rows: list[dict], ratio_title: str, ratios: dict, out: str, payload: dict, width: int = 22) -> None:
-    """Print the results table and the ratios, write ``payload`` as JSON, and fail when a result is not verified."""
+def print_table(rows: list[dict], ratio_title: str, ratios: dict, width: int = 22) -> None:
     columns = list(rows[0])
     first = max(len(str(r[columns[0]])) for r in rows)
     print(" | ".join(f"{c:>{width}}" if i else f"{c:<{first}}" for i, c in enumerate(columns)))
     for r in rows:
         print(" | ".join(f"{str(r[c]):>{width}}" if i else f"{r[c]:<{first}}" for i, c in enumerate(columns)))
     print(f"{ratio_title}: " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
+
+
+def write_results(out: str, payload: dict, verified: bool) -> None:
+    """Write ``payload`` as JSON, and fail when a result is not verified."""
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(payload, indent=2))
-    if not all(r["verified"] for r in rows):
+    if not verified:
         print("verification FAILED", file=sys.stderr)
         sys.exit(1)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="laketide vs delta-rs upsert benchmark")
-    parser.add_argument("--rows", type=int, default=1_000_000, help="initial load N")
-    parser.add_argument("--batches", type=int, default=10, help="upsert batches K")
-    parser.add_argument("--batch-rows", type=int, default=100_000, help="rows per batch B")
-    parser.add_argument("--update-share", type=float, default=0.5)
-    parser.add_argument("--skew", choices=["uniform", "zipf"], default="uniform")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--parallelism", type=int, default=4)
-    parser.add_argument("--table-types", default="COPY_ON_WRITE,MERGE_ON_READ", help="laketide table types to run, comma-separated")
-    parser.add_argument("--out", default="bench/results/upsert_bench.json")
-    args = parser.parse_args()
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+def report(rows: list[dict], ratio_title: str, ratios: dict, out: str, payload: dict, width: int = 22) -> None:
+    """Print the results table and the ratios, write ``payload`` as JSON, and fail when a result is not verified."""
+    print_table(rows, ratio_title, ratios, width)
+    write_results(out, payload, all(r["verified"] for r in rows))
 
-    batches = make_workload(args.rows, args.batches, args.batch_rows, args.update_share, args.skew, args.seed)
+
+def run_setting(args: argparse.Namespace, initial_rows: int) -> dict:
+    """The workload on a table of ``initial_rows``: every engine on the same landing files, checked, printed."""
+    batches = make_workload(initial_rows, args.batches, args.batch_rows, args.update_share, args.skew, args.seed)
     expected = expected_state(batches)
     workdir = Path(tempfile.mkdtemp(prefix="laketide-bench-"))
     try:
         landing = workdir / "landing"
         landing.mkdir()
-        for n, batch in enumerate(batches):
-            path = landing / f"batch-{n:04d}.parquet"
-            pq.write_table(batch, path)
-            os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
-        print(f"workload: N={args.rows:,} K={args.batches} B={args.batch_rows:,} updates={args.update_share:.0%} {args.skew}; "
+        load_files = land(landing, batches, args.load_file_rows)
+        print(f"workload: N={initial_rows:,} K={args.batches} B={args.batch_rows:,} updates={args.update_share:.0%} {args.skew}; "
               f"final rows {expected.num_rows:,}", flush=True)
         delta = run_delta(workdir, batches, expected)
         print(f"delta-rs done: median {statistics.median(delta.batch_seconds):.2f}s per batch", flush=True)
+        del batches
         lakes = []
         for table_type in args.table_types.split(","):
-            lakes.append(run_laketide(workdir, landing, expected, args.parallelism, table_type.strip().upper()))
+            lakes.append(run_laketide(workdir, landing, expected, args.parallelism, table_type.strip().upper(), load_files))
             print(f"{lakes[-1].engine} done: median {statistics.median(lakes[-1].batch_seconds):.2f}s per batch", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -316,11 +331,36 @@ def main() -> None:
         }
         for row in rows[:-1]
     }
-    flat = {f"{engine} median": r["median_batch_seconds"] for engine, r in ratios.items()}
     stages = {lake.engine: {"median": lake.median_stages(), "per_batch": lake.stage_seconds} for lake in lakes}
     print_stages(stages)
-    payload = {"workload": vars(args), "results": rows, "ratio_laketide_to_delta": ratios, "stage_seconds": stages}
-    report(rows, "laketide / delta-rs", flat, args.out, payload)
+    print_table(rows, "laketide / delta-rs", {f"{engine} median": r["median_batch_seconds"] for engine, r in ratios.items()})
+    return {"initial_rows": initial_rows, "results": rows, "ratio_laketide_to_delta": ratios, "stage_seconds": stages}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="laketide vs delta-rs upsert benchmark")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="initial load N")
+    parser.add_argument("--large-rows", type=int, default=10_000_000, help="initial load of the second setting (0: none)")
+    parser.add_argument("--load-file-rows", type=int, default=1_000_000, help="rows per landing file of an initial load")
+    parser.add_argument("--batches", type=int, default=10, help="upsert batches K")
+    parser.add_argument("--batch-rows", type=int, default=100_000, help="rows per batch B")
+    parser.add_argument("--update-share", type=float, default=0.5)
+    parser.add_argument("--skew", choices=["uniform", "zipf"], default="uniform")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--parallelism", type=int, default=4)
+    parser.add_argument("--table-types", default="COPY_ON_WRITE,MERGE_ON_READ", help="laketide table types to run, comma-separated")
+    parser.add_argument("--out", default="bench/results/upsert_bench.json")
+    args = parser.parse_args()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+    settings = [run_setting(args, n) for n in [args.rows] + ([args.large_rows] if args.large_rows else [])]
+    payload = {"workload": vars(args), "settings": settings}
+    if len(settings) == 2:
+        medians = [{r["engine"]: r["median_batch_seconds"] for r in setting["results"]} for setting in settings]
+        growth = {engine: round(medians[1][engine] / medians[0][engine], 2) for engine in medians[0]}
+        payload["median_growth_large_over_base"] = growth
+        print(f"median batch seconds, {args.large_rows:,}-row table / {args.rows:,}-row table: " + ", ".join(f"{e} {g}" for e, g in growth.items()))
+    write_results(args.out, payload, all(r["verified"] for setting in settings for r in setting["results"]))
 
 
 def print_stages(stages: dict[str, dict]) -> None:
@@ -329,6 +369,7 @@ def print_stages(stages: dict[str, dict]) -> None:
     print("median seconds per step: " + " | ".join(f"{n:>13}" for n in names))
     for engine, timings in stages.items():
         print(f"{engine:<24} " + " | ".join(f"{timings['median'].get(n, 0.0):>13.2f}" for n in names))
+
 
 if __name__ == "__main__":
     main()
