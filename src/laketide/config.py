@@ -205,6 +205,17 @@ class CompactionSection(_Section):
     mode: Literal["async", "inline", "off"] = "async"
 
 
+class MirrorSection(_Section):
+    """A Delta Lake log beside the Hudi timeline (``table.delta_mirror``), for Delta readers.
+
+    ``log_retention_versions`` bounds the log: once a checkpoint is that many
+    versions old, the commit files and checkpoints before it are deleted.
+    """
+
+    delta: bool = False
+    log_retention_versions: int = Field(1000, ge=10)
+
+
 class SparkSection(_Section):
     master: str = "local[2]"
     app_name: str = "laketide"
@@ -221,6 +232,7 @@ class JobConfig(_Section):
     clean: CleanSection = Field(default_factory=CleanSection)
     archive: ArchiveSection = Field(default_factory=ArchiveSection)
     compaction: CompactionSection = Field(default_factory=CompactionSection)
+    mirror: MirrorSection = Field(default_factory=MirrorSection)
     spark: SparkSection = Field(default_factory=SparkSection)
 
 

@@ -1,0 +1,105 @@
+"""The Delta mirror, read by delta-rs (and Polars through it) against hudi-rs at every version."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from laketide.coordinator.cleaner import Cleaner
+from laketide.coordinator.savepoints import Savepoints
+from laketide.table import Table
+from laketide.table.clean import Retention
+from laketide.table.delta_log import LAST_CHECKPOINT, DeltaLog
+from laketide.table.delta_mirror import DeltaMirror
+
+from conftest import rows
+from localwrite import upsert
+from test_clean import SCHEMA, history, state
+
+COLUMNS = ["id", "v", "region"]
+
+
+def delta_rows(uri: str, version: int | None = None) -> list[dict]:
+    return rows(DeltaTable(uri, version=version).to_pyarrow_table(), "id", COLUMNS)
+
+
+def test_every_version_reads_as_hudi_did_through_clean_rollback_and_restore(tmp_path):
+    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=4)
+    mirror = DeltaMirror(table)
+    expected = {}  # delta version -> hudi-rs rows when it was published
+
+    def publish(count: int) -> None:
+        versions = mirror.catch_up()
+        assert len(versions) == count
+        expected[versions[-1]] = state(table.uri)
+        assert delta_rows(table.uri) == expected[versions[-1]]
+
+    # the backlog of four commits becomes four versions, each the table as of its commit
+    assert mirror.catch_up() == [0, 1, 2, 3]
+    expected.update({v: reads[t] for v, t in enumerate(instants)})
+    Savepoints(coordinator).create(instants[1])
+    instants.append(upsert(table, coordinator, 4, [{"id": i, "v": 4, "region": ("us", "eu")[i % 2]} for i in range(3)], SCHEMA))
+    publish(1)
+    Cleaner(coordinator, Retention(commits=1)).clean()
+    publish(1)  # a clean changes no live file: its version is a commitInfo alone
+    clean_version = max(expected)
+    assert [a for a in DeltaLog(table.io).read_version(clean_version) if "add" in a or "remove" in a] == []
+    coordinator.rollback(instants[-1], force=True)
+    publish(1)  # the compensating version puts back what the rolled-back commit replaced
+    assert state(table.uri) == reads[instants[3]]
+    instants.append(upsert(table, coordinator, 5, [{"id": 1, "v": 5, "region": "eu"}, {"id": 40, "v": 5, "region": "us"}], SCHEMA))
+    publish(1)
+    Savepoints(coordinator).restore(instants[1])
+    publish(1)
+    assert state(table.uri) == reads[instants[1]]
+    for n in (6, 7):
+        instants.append(upsert(table, coordinator, n, [{"id": 2, "v": n, "region": "us"}], SCHEMA))
+        publish(1)
+    lease.release()
+
+    # time travel to every version whose files are still there: the cleaner, a rollback and a restore delete
+    # files, and with them the older versions that name them, as for Hudi's own time travel
+    readable = [v for v in expected if all(table.io.exists(u.split(table.uri.rstrip("/") + "/", 1)[1]) for u in DeltaTable(table.uri, version=v).file_uris())]
+    assert {1, max(expected) - 1, max(expected)} <= set(readable), "the savepoint's version and those after the restore"
+    for version in readable:
+        assert delta_rows(table.uri, version) == expected[version], f"delta version {version}"
+    latest = max(expected)
+    assert latest >= 10 and table.io.exists(LAST_CHECKPOINT), "a checkpoint every 10 versions"
+    assert json.loads(table.io.read_text(LAST_CHECKPOINT))["version"] == 10
+    polars_rows = pl.read_delta(table.uri).select(COLUMNS).sort("id").to_dicts()
+    assert polars_rows == expected[latest]
+    info = DeltaTable(table.uri).history(1)[0]
+    assert info["laketide"]["hudiAction"] == "commit" and info["laketide"]["hudiInstant"] == instants[-1]
+
+
+def test_a_restarted_mirror_catches_up_from_its_checkpoint(tmp_path):
+    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=12)
+    assert DeltaMirror(table).catch_up() == list(range(12))
+    for n in (12, 13):
+        instants.append(upsert(table, coordinator, n, [{"id": n, "v": n, "region": "us"}], SCHEMA))
+        reads[instants[-1]] = state(table.uri)
+    # a new process: the state comes from the checkpoint at version 10 and the two commits after it
+    assert DeltaMirror(Table.open(table.uri)).catch_up() == [12, 13]
+    assert delta_rows(table.uri, 12) == reads[instants[12]] and delta_rows(table.uri) == reads[instants[13]]
+    lease.release()
+
+
+def test_schema_stats_and_partition_values(tmp_path):
+    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=1)
+    DeltaMirror(table).catch_up()
+    dt = DeltaTable(table.uri)
+    assert dt.metadata().partition_columns == ["region"]
+    fields = {f.name: f.type.type for f in dt.schema().fields}
+    assert fields["_hoodie_record_key"] == "string" and fields["id"] == "long" and fields["v"] == "long"
+    adds = dt.get_add_actions(flatten=True)
+    adds = pa.table(adds) if not isinstance(adds, pa.Table) else adds
+    by_region = {r["partition.region"]: r for r in adds.to_pylist()}
+    assert set(by_region) == {"us", "eu"}
+    for region, add in by_region.items():
+        ids = [i for i in range(6) if ("us", "eu")[i % 2] == region]
+        assert add["num_records"] == len(ids)
+        assert add["min.id"] == min(ids) and add["max.id"] == max(ids) and add["null_count.id"] == 0
+    lease.release()
