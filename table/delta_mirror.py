@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from laketide.table.delta_log import (
     CHECKPOINT_INTERVAL,
+    LOG_DIR,
     DeltaLog,
     LogState,
     delta_schema,
@@ -80,6 +81,11 @@ def _timeline_at(timeline: Timeline, done: set[str]) -> Timeline:
         for i in timeline.instants
     ]
     return Timeline(timeline.io, timeline.config, instants)
+
+
+def has_mirror(io) -> bool:
+    """A table with a Delta log keeps it current: every writer and operation catches it up."""
+    return io.exists(LOG_DIR)
 
 
 class DeltaMirror:

@@ -103,3 +103,40 @@ def test_schema_stats_and_partition_values(tmp_path):
         assert add["num_records"] == len(ids)
         assert add["min.id"] == min(ids) and add["max.id"] == max(ids) and add["null_count.id"] == 0
     lease.release()
+
+
+def test_the_job_mirrors_merge_on_read_as_its_read_optimized_view(spark, tmp_path):
+    from streaming import DATA_COLUMNS, expected_after, job_config
+    from test_merge_on_read import COMPACTING_BATCHES, _land_batches
+
+    from laketide.table.delta_mirror import completed_actions
+    from laketide.writer.job import run
+
+    _land_batches(tmp_path, COMPACTING_BATCHES)
+    run(job_config(tmp_path, table__type="MERGE_ON_READ", compaction__delta_commits="2", compaction__mode="inline", mirror__delta="true"))
+    table = Table.open(str(tmp_path / "table"))
+    actions = completed_actions(table)
+    versions = DeltaLog(table.io).versions()
+    assert versions == list(range(len(actions))), "one version per completed deltacommit, compaction and clean"
+    dt = DeltaTable(table.uri)
+    assert [h["laketide"]["hudiInstant"] for h in reversed(dt.history())] == [a.instant.timestamp for a in actions]
+    # deltacommits add no base file unless they insert: the mirror is the read-optimized view, which the last compaction made whole
+    mirrored = rows(dt.to_pyarrow_table(), "id", DATA_COLUMNS)
+    assert mirrored == rows(table.read_optimized(), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES)
+
+
+def test_mirror_command_backfills_and_operations_keep_it_current(tmp_path):
+    from test_cli import laketide
+
+    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=3)
+    lease.release()
+    code, out, err = laketide("mirror", table.uri, "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"written": [0, 1, 2], "latest_version": 2}
+    assert delta_rows(table.uri) == reads[instants[-1]]
+    code, out, err = laketide("rollback", table.uri, instants[-1], "--json")
+    assert code == 0, err
+    assert DeltaLog(table.io).versions() == [0, 1, 2, 3], "the rollback's compensating version"
+    assert delta_rows(table.uri) == reads[instants[1]] == state(table.uri)
+    code, out, _ = laketide("mirror", table.uri, "--json")
+    assert code == 0 and json.loads(out)["written"] == []

@@ -20,6 +20,7 @@ from laketide.coordinator.services import TableServices
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table
+from laketide.table.delta_mirror import DeltaMirror, has_mirror
 from laketide.table.properties import PROPERTIES_FILE
 from laketide.table.view_sync import ViewSync
 from laketide.writer.compactor import Compactor
@@ -84,6 +85,7 @@ class RunningJob:
     index: StateIndex
     stop_requested: threading.Event
     services: TableServices
+    mirror: DeltaMirror | None = None
 
     def stop(self) -> None:
         """Ask the query to stop after the micro-batch in progress."""
@@ -105,17 +107,33 @@ class RunningJob:
         }
 
     def between_batches(self, action: Callable[[], T]) -> T:
+        """Run an operator's change between micro-batches; the Delta mirror then shows it."""
         with self.writer.batch_lock:
-            return action()
+            result = action()
+            if self.mirror is not None:
+                self.mirror.catch_up()
+            return result
 
 
-def table_services(config: JobConfig, coordinator: Coordinator, index: StateIndex, views: ViewSync, compactor: Compactor | None = None) -> TableServices:
-    """Compaction (merge-on-read, when async), cleaning, then archival (when enabled), after each commit, on the job's synced view."""
+def mirror_for(config: JobConfig, table: Table) -> DeltaMirror | None:
+    """The Delta mirror, when configured or when the table already has one (it must not go stale)."""
+    if config.mirror.delta or has_mirror(table.io):
+        return DeltaMirror(table, config.mirror.log_retention_versions)
+    return None
+
+
+def table_services(
+    config: JobConfig, coordinator: Coordinator, index: StateIndex, views: ViewSync, compactor: Compactor | None = None, mirror: DeltaMirror | None = None
+) -> TableServices:
+    """Compaction (merge-on-read, when async), cleaning, then archival (when enabled), after each commit, on the job's
+    synced view; last the Delta mirror, which publishes what they and the commit completed."""
     services: list = [("compact", compactor.run)] if compactor is not None and config.compaction.mode == "async" else []
     services.append(("clean", Cleaner(coordinator, config.clean.retention(), index.obsolete_runs, views.view).clean))
     if config.archive.enabled:
         archiver = Archiver(coordinator, config.archive.min_commits, config.archive.max_commits, index.instants, views.view)
         services.append(("archive", archiver.archive))
+    if mirror is not None:
+        services.append(("mirror", mirror.catch_up))
     return TableServices(services, background=config.clean.async_)
 
 
@@ -169,7 +187,8 @@ def run(
         Savepoints(coordinator).resume_restore()
         views = ViewSync(table)
         compactor = compactor_for(config, table, coordinator, views, on_step)
-        services = table_services(config, coordinator, index, views, compactor)
+        mirror = mirror_for(config, table)
+        services = table_services(config, coordinator, index, views, compactor, mirror)
         writer = MicroBatchWriter(
             spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=_after_commit(config, compactor, services), views=views
         )
@@ -178,7 +197,7 @@ def run(
         # a compaction the previous run left pending is finished now, not only after the next commit
         services.after_commit()
         if on_ready is not None:
-            on_ready(RunningJob(config, table, coordinator, writer, index, stop_requested, services))
+            on_ready(RunningJob(config, table, coordinator, writer, index, stop_requested, services, mirror))
         stream = (
             read_stream(spark, config.source)
             .writeStream.queryName(config.stream.query_name)
@@ -204,6 +223,10 @@ def run(
             if lost.is_set() or "LeaseLost" in str(failure):
                 raise LeaseLost(f"the lease of {table.uri} was lost; the job stopped writing, and nothing uncommitted stays visible") from None
             raise
+        services.wait()
+        if mirror is not None:
+            # a commit that came while the last services round ran started none
+            mirror.catch_up()
         return writer
     finally:
         if services is not None:

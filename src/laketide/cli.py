@@ -234,7 +234,9 @@ class _Change:
             try:
                 coordinator = Coordinator(self.table, lease_, "laketide-ops", instant_side_files=_side_files(self.table))
                 Savepoints(coordinator).resume_restore()
-                return local(coordinator)
+                result = local(coordinator)
+                _catch_up_mirror(self.table)
+                return result
             except InstantNotFound as exc:
                 raise _fail(f"no instant {exc.args[0]} on the timeline of {self.table.uri}", NOT_FOUND, self.as_json) from None
             except (RollbackRefused, SavepointRefused) as exc:
@@ -415,6 +417,8 @@ def clean(
     with _holding_lease(t, zookeeper, zookeeper_root, as_json, "the job cleans the table itself (clean.async)", acquire=not dry_run) as lease_:
         cleaner = Cleaner(Coordinator(t, lease_, "laketide-ops"), settings.retention(), StateIndex(t.io, 1).obsolete_runs)
         result = _with_progress(lambda progress: cleaner.clean(dry_run=dry_run, progress=progress), "cleaning", dry_run or as_json)
+        if not dry_run:
+            _catch_up_mirror(t)
     data = result.__dict__
     verb = "would delete" if dry_run else (f"cleaned with {result.clean_instant}, deleted" if result.clean_instant else "nothing to clean; deleted")
     _emit(data, as_json, f"{t.uri}: {verb} {len(result.files)} files (reads from {result.earliest_to_retain or 'every commit'} on are kept)\n" + "\n".join(f"  {f}" for f in result.files))
@@ -443,6 +447,7 @@ def compact(
         compactor = Compactor(Coordinator(t, lease_, "laketide-ops"), CompactionSection(delta_commits=delta_commits, max_log_bytes=max_log_bytes, mode="off"))
         scheduled = compactor.schedule() if schedule or not run_ else None
         results = _with_progress(compactor.run, "compacting", as_json) if run_ or not schedule else []
+        _catch_up_mirror(t)
     data = {"scheduled": scheduled, "compacted": [r.__dict__ for r in results]}
     parts = [f"scheduled compaction {scheduled}"] if scheduled else (["no slice is due for compaction"] if schedule or not run_ else [])
     parts += [f"compacted {r.instant}: {r.file_groups} file groups, {r.records} records in {r.seconds:.1f}s" for r in results]
@@ -474,6 +479,37 @@ def metadata_drop(
     else:
         where = f", moved to {result.backup}" if result.backup else (", deleted" if result.removed else "")
         _emit(data, as_json, f"{t.uri}: metadata table disabled (partitions {', '.join(result.partitions) or 'none'}){where}")
+
+
+def _catch_up_mirror(table) -> list[int]:
+    """A table with a Delta mirror shows an operator's change there too (under the lease the change took)."""
+    from laketide.table.delta_mirror import DeltaMirror, has_mirror
+
+    return DeltaMirror(table).catch_up() if has_mirror(table.io) else []
+
+
+@app.command()
+def mirror(
+    table: Annotated[str, typer.Argument()],
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+    as_json: JsonOpt = False,
+) -> None:
+    """Write or catch up the table's Delta Lake log (_delta_log/), for Delta readers; from then on every writer keeps it current.
+
+    A new mirror starts at the active timeline's first completed action: its first version is the table as of then.
+    Never run Delta's VACUUM on the mirror: Hudi's cleaner is the only deleter, and VACUUM would delete file
+    versions that Hudi time travel still reads.
+    """
+    from laketide.table.delta_log import DeltaLog
+    from laketide.table.delta_mirror import DeltaMirror
+
+    t = _open(table, as_json)
+    with _holding_lease(t, zookeeper, zookeeper_root, as_json, "the job keeps its mirror current itself (mirror.delta)"):
+        versions = _with_progress(lambda progress: DeltaMirror(t).catch_up(), "mirroring", as_json)
+    latest = DeltaLog(t.io).versions()
+    data = {"written": versions, "latest_version": latest[-1] if latest else None}
+    _emit(data, as_json, f"{t.uri}: {len(versions)} Delta versions written; the Delta log is at version {data['latest_version']}")
 
 
 def _with_progress(action, what: str, quiet: bool):
