@@ -9,7 +9,6 @@ so a table looks the same through this view as through theirs.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from laketide.table.files import PARTITION_METADATA, RESERVED_TOP_DIRS, BaseFile, LogFile, parse_data_file
@@ -62,6 +61,19 @@ def list_data_files(io: FileIO) -> tuple[list[BaseFile], list[LogFile]]:
     return bases, logs
 
 
+@dataclass(frozen=True)
+class Visibility:
+    """Whether an instant's writes count in a read as of ``as_of``: a plain value, so that a
+    read planned on the driver carries it to the tasks that read the slices."""
+
+    visible: frozenset[str]
+    earliest: str | None  # the active timeline's start: older instants were archived, so committed
+    as_of: str | None
+
+    def __call__(self, instant_time: str) -> bool:
+        return FileSystemView._committed(instant_time, self.visible, self.earliest, self.as_of)
+
+
 class FileSystemView:
     def __init__(self, timeline: Timeline, base_files: list[BaseFile], log_files: list[LogFile]):
         self.timeline = timeline
@@ -85,10 +97,10 @@ class FileSystemView:
             writes = [i for i in writes if i.timestamp <= as_of]
         return {i.timestamp for i in writes}, self.timeline.start
 
-    def visibility(self, as_of: str | None = None) -> Callable[[str], bool]:
+    def visibility(self, as_of: str | None = None) -> Visibility:
         """Whether an instant's writes count in a read as of ``as_of``."""
         visible, earliest = self._visible_instants(as_of)
-        return lambda instant_time: self._committed(instant_time, visible, earliest, as_of)
+        return Visibility(frozenset(visible), earliest, as_of)
 
     def is_committed(self, instant_time: str, as_of: str | None = None) -> bool:
         visible, earliest = self._visible_instants(as_of)
