@@ -15,7 +15,7 @@ from laketide.table.clean import Retention
 from laketide.table.delta_log import LAST_CHECKPOINT, DeltaLog
 from laketide.table.delta_mirror import DeltaMirror
 
-from conftest import rows
+from conftest import hudi_read, rows
 from localwrite import upsert
 from test_clean import SCHEMA, history, state
 
@@ -140,3 +140,19 @@ def test_mirror_command_backfills_and_operations_keep_it_current(tmp_path):
     assert delta_rows(table.uri) == reads[instants[1]] == state(table.uri)
     code, out, _ = laketide("mirror", table.uri, "--json")
     assert code == 0 and json.loads(out)["written"] == []
+
+
+def test_a_schema_change_is_a_metadata_action(tmp_path):
+    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=2)
+    mirror = DeltaMirror(table)
+    mirror.catch_up()
+    wider = pa.schema(list(SCHEMA) + [pa.field("note", pa.string())])
+    upsert(table, coordinator, 2, [{"id": 1, "v": 2, "region": "eu", "note": "added"}], wider)
+    (version,) = mirror.catch_up()
+    lease.release()
+    actions = DeltaLog(table.io).read_version(version)
+    (meta,) = [a["metaData"] for a in actions if "metaData" in a]
+    assert [f["name"] for f in json.loads(meta["schemaString"])["fields"]][-1] == "note"
+    assert DeltaLog(table.io).read_version(0)[1]["metaData"]["id"] == meta["id"], "the same table, a new schema"
+    columns = ["id", "v", "region", "note"]
+    assert rows(DeltaTable(table.uri).to_pyarrow_table(), "id", columns) == rows(hudi_read(table.uri), "id", columns)
