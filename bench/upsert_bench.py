@@ -12,6 +12,7 @@ initial load lands as files of ``--load-file-rows``, one laketide micro-batch ea
 
     python bench/upsert_bench.py                      # N=1,000,000 and 10,000,000, K=10 B=100,000, 50% updates
     python bench/upsert_bench.py --rows 100000 --batches 3 --batch-rows 10000 --large-rows 0
+    python bench/upsert_bench.py --shape wide --large-rows 0      # 15 columns in 10 partitions
 """
 
 from __future__ import annotations
@@ -33,30 +34,59 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string())])
-DDL = "id BIGINT, name STRING, amount DOUBLE, ts BIGINT, region STRING"
-REGIONS = 4
+_DDL_TYPES = {pa.int64(): "BIGINT", pa.int32(): "INT", pa.float64(): "DOUBLE", pa.string(): "STRING", pa.bool_(): "BOOLEAN",
+              pa.timestamp("us", tz="UTC"): "TIMESTAMP", pa.date32(): "DATE"}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A workload's columns: every shape is keyed by ``id``, partitioned by ``region`` and ordered by ``ts``."""
+
+    name: str
+    schema: pa.Schema
+    regions: int
+
+    @property
+    def ddl(self) -> str:
+        return ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in self.schema)
+
+    def rows(self, ids: np.ndarray, ts: np.ndarray) -> pa.Table:
+        columns = {
+            "id": ids,
+            "name": pa.array(np.char.add("name-", ts.astype(str))),
+            "amount": np.round(ids * 0.37 + ts * 0.001, 3),
+            "ts": ts,
+            "region": pa.array(np.char.add("r", (ids % self.regions).astype(str))),
+            "qty": ((ids + ts) % 1000).astype(np.int32),
+            "price": np.round((ts % 10_000) * 0.25, 2),
+            "category": pa.array(np.char.add("category-", (ids % 20).astype(str))),
+            "status": pa.array(np.array(["new", "paid", "shipped", "returned", "closed"])[ts % 5]),
+            "note": pa.array(np.char.add(np.char.add("note for ", ids.astype(str)), np.char.add(" at ", ts.astype(str)))),
+            "flag": (ts % 3) == 0,
+            "score": np.round(np.sin(ids + ts), 6),
+            "created": pa.array((1_700_000_000_000_000 + ts * 1_000_000).astype(np.int64), pa.timestamp("us", tz="UTC")),
+            "day": pa.array((19_700 + ts % 365).astype(np.int32), pa.date32()),
+            "code": (ids % 7919).astype(np.int32),
+        }
+        return pa.table({f.name: columns[f.name] for f in self.schema}, schema=self.schema)
+
+
+_NARROW = [("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string())]
+_WIDE_EXTRA = [("qty", pa.int32()), ("price", pa.float64()), ("category", pa.string()), ("status", pa.string()), ("note", pa.string()),
+               ("flag", pa.bool_()), ("score", pa.float64()), ("created", pa.timestamp("us", tz="UTC")), ("day", pa.date32()), ("code", pa.int32())]
+SHAPES = {
+    "narrow": Shape("narrow", pa.schema(_NARROW), 4),  # 5 columns, 4 partitions
+    "wide": Shape("wide", pa.schema(_NARROW + _WIDE_EXTRA), 10),  # 15 columns, 10 partitions
+}
+NARROW = SHAPES["narrow"]
 
 
 # -- workload ---------------------------------------------------------------
 
 
-def _rows(ids: np.ndarray, ts: np.ndarray) -> pa.Table:
-    return pa.table(
-        {
-            "id": ids,
-            "name": pa.array(np.char.add("name-", ts.astype(str))),
-            "amount": np.round(ids * 0.37 + ts * 0.001, 3),
-            "ts": ts,
-            "region": pa.array(np.char.add("r", (ids % REGIONS).astype(str))),
-        },
-        schema=SCHEMA,
-    )
-
-
-def make_workload(n: int, k: int, b: int, update_share: float, skew: str, seed: int) -> list[pa.Table]:
+def make_workload(n: int, k: int, b: int, update_share: float, skew: str, seed: int, shape: Shape = NARROW) -> list[pa.Table]:
     rng = np.random.default_rng(seed)
-    batches = [_rows(np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64))]
+    batches = [shape.rows(np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64))]
     next_id, next_ts = n, n
     for _ in range(k):
         updates = int(b * update_share)
@@ -72,7 +102,7 @@ def make_workload(n: int, k: int, b: int, update_share: float, skew: str, seed: 
         ids[dups] = ids[rng.integers(0, b, size=int(dups.sum()))]
         ts = np.arange(next_ts, next_ts + b, dtype=np.int64)
         next_ts += b
-        batches.append(_rows(ids, ts))
+        batches.append(shape.rows(ids, ts))
     return batches
 
 
@@ -160,14 +190,15 @@ class Result:
 
 
 def _matches(got: pa.Table, expected: pa.Table) -> bool:
-    got = got.select(SCHEMA.names).cast(SCHEMA).sort_by("id")
-    return got.num_rows == expected.num_rows and got.equals(expected.select(SCHEMA.names))
+    schema = expected.schema
+    got = got.select(schema.names).cast(schema).sort_by("id")
+    return got.num_rows == expected.num_rows and got.equals(expected)
 
 
 # -- engines ----------------------------------------------------------------
 
 
-def laketide_config(table_path: Path, checkpoint: Path, landing: Path, parallelism: int, extra: tuple[str, ...] = ()):
+def laketide_config(table_path: Path, checkpoint: Path, landing: Path, parallelism: int, extra: tuple[str, ...] = (), shape: Shape = NARROW):
     """The job's settings for the workload: keyed by id, partitioned by region, event-time on ts."""
     from laketide.config import load_config
 
@@ -180,7 +211,7 @@ def laketide_config(table_path: Path, checkpoint: Path, landing: Path, paralleli
             "table.ordering_field=ts",
             "source.format=parquet",
             f"source.path={landing}",
-            f"source.schema={DDL}",
+            f"source.schema={shape.ddl}",
             "source.max_files_per_trigger=1",
             f"stream.checkpoint={checkpoint}",
             "stream.trigger=available-now",
@@ -218,7 +249,7 @@ def land(landing: Path, batches: list[pa.Table], load_file_rows: int) -> int:
 
 
 def run_laketide(
-    workdir: Path, landing: Path, expected: pa.Table, parallelism: int, table_type: str = "COPY_ON_WRITE", load_files: int = 1
+    workdir: Path, landing: Path, expected: pa.Table, parallelism: int, table_type: str = "COPY_ON_WRITE", load_files: int = 1, shape: Shape = NARROW
 ) -> Result:
     from hudi import HudiTableBuilder
 
@@ -226,7 +257,7 @@ def run_laketide(
 
     name = "cow" if table_type == "COPY_ON_WRITE" else "mor"
     table_path = workdir / f"laketide-{name}"
-    config = laketide_config(table_path, workdir / f"checkpoint-{name}", landing, parallelism, (f"table.type={table_type}",))
+    config = laketide_config(table_path, workdir / f"checkpoint-{name}", landing, parallelism, (f"table.type={table_type}",), shape)
     reports = []
     with PeakRss() as rss:
         run(config, on_ready=lambda job: job.writer.observers.append(reports.append))
@@ -301,21 +332,23 @@ def report(rows: list[dict], ratio_title: str, ratios: dict, out: str, payload: 
 
 def run_setting(args: argparse.Namespace, initial_rows: int) -> dict:
     """The workload on a table of ``initial_rows``: every engine on the same landing files, checked, printed."""
-    batches = make_workload(initial_rows, args.batches, args.batch_rows, args.update_share, args.skew, args.seed)
+    shape = SHAPES[args.shape]
+    batches = make_workload(initial_rows, args.batches, args.batch_rows, args.update_share, args.skew, args.seed, shape)
     expected = expected_state(batches)
     workdir = Path(tempfile.mkdtemp(prefix="laketide-bench-"))
     try:
         landing = workdir / "landing"
         landing.mkdir()
         load_files = land(landing, batches, args.load_file_rows)
-        print(f"workload: N={initial_rows:,} K={args.batches} B={args.batch_rows:,} updates={args.update_share:.0%} {args.skew}; "
+        print(f"workload: N={initial_rows:,} K={args.batches} B={args.batch_rows:,} updates={args.update_share:.0%} {args.skew}, "
+              f"{len(shape.schema)} columns in {shape.regions} partitions; "
               f"final rows {expected.num_rows:,}", flush=True)
         delta = run_delta(workdir, batches, expected)
         print(f"delta-rs done: median {statistics.median(delta.batch_seconds):.2f}s per batch", flush=True)
         del batches
         lakes = []
         for table_type in args.table_types.split(","):
-            lakes.append(run_laketide(workdir, landing, expected, args.parallelism, table_type.strip().upper(), load_files))
+            lakes.append(run_laketide(workdir, landing, expected, args.parallelism, table_type.strip().upper(), load_files, shape))
             print(f"{lakes[-1].engine} done: median {statistics.median(lakes[-1].batch_seconds):.2f}s per batch", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -346,6 +379,7 @@ def main() -> None:
     parser.add_argument("--batch-rows", type=int, default=100_000, help="rows per batch B")
     parser.add_argument("--update-share", type=float, default=0.5)
     parser.add_argument("--skew", choices=["uniform", "zipf"], default="uniform")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="narrow", help="narrow: 5 columns, 4 partitions; wide: 15 columns, 10 partitions")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--parallelism", type=int, default=4)
     parser.add_argument("--table-types", default="COPY_ON_WRITE,MERGE_ON_READ", help="laketide table types to run, comma-separated")
