@@ -26,6 +26,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -91,8 +92,11 @@ def has_mirror(io) -> bool:
 class DeltaMirror:
     """Appends the Delta versions the Hudi timeline is ahead by; one run at a time per process."""
 
-    def __init__(self, table, log_retention_versions: int = 1000):
+    def __init__(self, table, log_retention_versions: int = 1000, data_files: Callable[[], tuple[list, list]] | None = None):
+        """``data_files`` gives the table's base and log files (a job passes its synced view's, so
+        that a micro-batch's version costs no listing of the table); by default the table is listed."""
         self.table = table
+        self._data_files = data_files or (lambda: list_data_files(table.io))
         self.log = DeltaLog(table.io)
         self.log_retention_versions = log_retention_versions
         self._lock = threading.Lock()
@@ -102,24 +106,32 @@ class DeltaMirror:
     def catch_up(self) -> list[int]:
         """Publish a version for each completed action not mirrored yet; returns the versions written."""
         with self._lock:
-            state = self._state if self._state is not None else self.log.state()
-            actions = completed_actions(self.table)
-            last = _last_published(state)
-            pending = [a for a in actions if a.key > last]
-            if not pending:
-                self._state = state
-                return []
-            timeline = self.table.timeline
-            bases, logs = list_data_files(self.table.io)
-            done = {a.instant.timestamp for a in actions if a.key <= last and a.instant.is_write}
-            written = []
-            for action in pending:
-                if action.instant.is_write:
-                    done.add(action.instant.timestamp)
-                view = FileSystemView(_timeline_at(timeline, done), bases, logs)
-                written.append(self._publish(state, action, view))
+            try:
+                return self._catch_up()
+            except BaseException:
+                # the log on storage is the truth: read it again next time
+                self._state = None
+                raise
+
+    def _catch_up(self) -> list[int]:
+        state = self._state if self._state is not None else self.log.state()
+        actions = completed_actions(self.table)
+        last = _last_published(state)
+        pending = [a for a in actions if a.key > last]
+        if not pending:
             self._state = state
-            return written
+            return []
+        timeline = self.table.timeline
+        bases, logs = self._data_files()
+        done = {a.instant.timestamp for a in actions if a.key <= last and a.instant.is_write}
+        written = []
+        for action in pending:
+            if action.instant.is_write:
+                done.add(action.instant.timestamp)
+            view = FileSystemView(_timeline_at(timeline, done), bases, logs)
+            written.append(self._publish(state, action, view))
+        self._state = state
+        return written
 
     def _publish(self, state: LogState, action: CompletedAction, view: FileSystemView) -> int:
         version = state.version + 1

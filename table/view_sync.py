@@ -46,12 +46,17 @@ class ViewSync:
     def view(self, timeline: Timeline | None = None) -> FileSystemView:
         """The view as of ``timeline`` (default: the timeline on storage now)."""
         timeline = timeline or self.table.timeline
+        return FileSystemView(timeline, *self.files(timeline))
+
+    def files(self, timeline: Timeline | None = None) -> tuple[list[BaseFile], list[LogFile]]:
+        """The base and log files of the completed instants of ``timeline`` (default: the timeline on storage now)."""
+        timeline = timeline or self.table.timeline
         with self._lock:
             if self.listings == 0:
                 self._list(timeline)
             else:
                 self._apply_new(timeline)
-            return FileSystemView(timeline, *self._split())
+            return self._split()
 
     def _list(self, timeline: Timeline) -> None:
         bases, logs = list_data_files(self.table.io)

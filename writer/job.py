@@ -115,10 +115,11 @@ class RunningJob:
             return result
 
 
-def mirror_for(config: JobConfig, table: Table) -> DeltaMirror | None:
-    """The Delta mirror, when configured or when the table already has one (it must not go stale)."""
+def mirror_for(config: JobConfig, table: Table, views: ViewSync) -> DeltaMirror | None:
+    """The Delta mirror, when configured or when the table already has one (it must not go stale);
+    it takes the table's files from the job's synced view rather than listing the table."""
     if config.mirror.delta or has_mirror(table.io):
-        return DeltaMirror(table, config.mirror.log_retention_versions)
+        return DeltaMirror(table, config.mirror.log_retention_versions, views.files)
     return None
 
 
@@ -187,7 +188,7 @@ def run(
         Savepoints(coordinator).resume_restore()
         views = ViewSync(table)
         compactor = compactor_for(config, table, coordinator, views, on_step)
-        mirror = mirror_for(config, table)
+        mirror = mirror_for(config, table, views)
         services = table_services(config, coordinator, index, views, compactor, mirror)
         writer = MicroBatchWriter(
             spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=_after_commit(config, compactor, services), views=views
