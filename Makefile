@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test demo bench clean wheel
+.PHONY: install system-deps test test-spark42 demo bench clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,13 @@ system-deps:
 test: install system-deps
 	$(PY) -m pytest
 
+# the suite on PySpark 4.2.0, the line `laketide[delta]` installs (delta-spark 4.4 requires pyspark <= 4.2.0)
+test-spark42: system-deps
+	$(PYTHON) -m venv .venv42
+	.venv42/bin/python -m pip install -q --upgrade pip
+	.venv42/bin/python -m pip install -q 'pyspark==4.2.0' -e '.[test]'
+	.venv42/bin/python -m pytest
+
 demo: install system-deps
 	rm -rf demo
 	$(VENV)/bin/laketide run --conf source.generator.batches=5 --conf source.generator.rows_per_batch=20000
@@ -31,4 +38,4 @@ wheel: install
 	$(PY) -m pip wheel -q --no-deps -w dist .
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info demo
+	rm -rf $(VENV) .venv42 build dist *.egg-info demo

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from laketide.writer.routing import balanced_slots, hash_routes, routed
+from laketide.writer.routing import balanced_slots, hash_routes, routed, spark_int_hash
+
+
+def test_our_int_hash_is_sparks(spark):
+    values = [0, 1, -1, 42, 2**31 - 1, -(2**31), 123456789, -987654321]
+    got = spark.createDataFrame([(v,) for v in values], "v INT").select(F.hash("v").alias("h")).collect()
+    assert [r.h for r in got] == [spark_int_hash(v) for v in values]
 
 
 def test_routing_by_route_value_sends_each_slot_to_its_own_task(spark):
     for tasks in (1, 4, 7):
-        routes = hash_routes(spark, tasks)
+        routes = hash_routes(tasks)
         slots = spark.range(tasks * 50).select((F.col("id") % tasks).cast("int").alias("slot"))
         placed = slots.repartition(tasks, routed(F.col("slot"), routes)).select("slot", F.spark_partition_id().alias("task")).distinct().collect()
         assert sorted((r.slot, r.task) for r in placed) == [(t, t) for t in range(tasks)]

@@ -184,8 +184,8 @@ class MicroBatchWriter:
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
         self.clock = StageClock(spark.sparkContext)
         if self.operation != "bulk_insert":
-            self.shard_routes = hash_routes(spark, index.shards)
-            self.write_routes = hash_routes(spark, config.write.parallelism)
+            self.shard_routes = hash_routes(index.shards)
+            self.write_routes = hash_routes(config.write.parallelism)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self.batch_lock:

@@ -11,20 +11,35 @@ from __future__ import annotations
 
 import heapq
 
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 
-def hash_routes(spark: SparkSession, tasks: int) -> tuple[int, ...]:
-    """For each of ``tasks`` shuffle partitions, an int that Spark's hash partitioning sends there."""
+_MASK = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _MASK
+
+
+def spark_int_hash(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an int (``Murmur3_x86_32.hashInt``, seed 42): what its hash partitioning computes."""
+    k1 = _rotl((value & _MASK) * 0xCC9E2D51 & _MASK, 15) * 0x1B873593 & _MASK
+    h1 = (_rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & _MASK
+    h1 ^= 4  # the length in bytes
+    h1 = ((h1 ^ (h1 >> 16)) * 0x85EBCA6B) & _MASK
+    h1 = ((h1 ^ (h1 >> 13)) * 0xC2B2AE35) & _MASK
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def hash_routes(tasks: int) -> tuple[int, ...]:
+    """For each of ``tasks`` shuffle partitions, an int that Spark's hash partitioning (``pmod(hash(v), tasks)``) sends there."""
     routes: dict[int, int] = {}
-    candidates = 0
+    value = 0
     while len(routes) < tasks:
-        start, candidates = candidates, max(64, candidates * 2) * tasks
-        values = spark.range(start, candidates).select(F.col("id").cast("int").alias("value"))
-        # the expression HashPartitioning evaluates: pmod(murmur3 hash with seed 42, tasks)
-        for row in values.select("value", F.pmod(F.hash("value"), F.lit(tasks)).alias("task")).collect():
-            routes.setdefault(row.task, row.value)
+        routes.setdefault(spark_int_hash(value) % tasks, value)
+        value += 1
     return tuple(routes[task] for task in range(tasks))
 
 
