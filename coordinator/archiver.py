@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 
 from laketide.coordinator.lifecycle import Coordinator
 from laketide.table.archive import ArchivedTimeline, archived_entry
-from laketide.table import avro_models
-from laketide.table.clean import failed_writes
+from laketide.table.clean import failed_writes, retained_by_last_clean
 from laketide.table.instant import CLEAN, COMMIT, COMPACTION, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, Instant, State
 from laketide.table.markers import marked_instants
 from laketide.table.rollback import RollbackMetadata
@@ -105,13 +104,6 @@ class Archiver:
         held |= {t for t in self._index_instants() if t not in known and start is not None and t >= start}
         return held
 
-    def _clean_limit(self, timeline: Timeline) -> str | None:
-        """The earliest commit the latest clean retains: reads from it on need its instants."""
-        cleans = timeline.filter({State.COMPLETED}, [CLEAN])
-        if not cleans:
-            return None
-        return avro_models.read_container(timeline.read_bytes(cleans[-1])).get("earliestCommitToRetain") or None
-
     def plan(self, timeline: Timeline | None = None) -> list[Instant]:
         """The completed instants the next archival moves, oldest first."""
         timeline = timeline or self.table.timeline
@@ -120,7 +112,7 @@ class Archiver:
             len(timeline.filter({State.COMPLETED}, [a])) <= self.max_commits for a in (CLEAN, ROLLBACK)
         ):
             return []
-        commits = commits_to_archive(timeline, self.min_commits, self.max_commits, self._holds(timeline), self._clean_limit(timeline))
+        commits = commits_to_archive(timeline, self.min_commits, self.max_commits, self._holds(timeline), retained_by_last_clean(timeline))
         marked = set(marked_instants(self.table.io))
         # a rollback is how the sweep knows its target failed; it stays while the target's markers do
         kept = {rb.timestamp for rb in timeline.filter({State.COMPLETED}, [ROLLBACK]) if self._target_of(timeline, rb) in marked}

@@ -24,7 +24,7 @@ from enum import Enum
 
 from laketide.table import avro_models
 from laketide.table.files import absolute_path, table_relative
-from laketide.table.instant import COMMIT, REPLACE_COMMIT, Instant, State, instant_to_datetime
+from laketide.table.instant import CLEAN, COMMIT, REPLACE_COMMIT, Instant, State, instant_to_datetime
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
 
@@ -130,6 +130,14 @@ def cleaned_files(data: bytes, base_uri: str) -> list[str]:
     record = avro_models.read_container(data, "HoodieCleanMetadata")
     partitions = (record.get("partitionMetadata") or {}).values()
     return [table_relative(name, pm["partitionPath"], base_uri) for pm in partitions for name in pm.get("successDeleteFiles") or []]
+
+
+def retained_by_last_clean(timeline: Timeline) -> str | None:
+    """The earliest commit the latest completed clean retains: reads as of older instants may miss file versions it deleted."""
+    cleans = timeline.filter({State.COMPLETED}, [CLEAN])
+    if not cleans:
+        return None
+    return avro_models.read_container(timeline.read_bytes(cleans[-1])).get("earliestCommitToRetain") or None
 
 
 def earliest_commit_to_retain(timeline: Timeline, retention: Retention, now: datetime | None = None) -> Instant | None:

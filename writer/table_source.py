@@ -32,8 +32,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
 
 from laketide.table import Table
-from laketide.table.clean import CleanerPlan
-from laketide.table.instant import CLEAN, State, parse_instant_time
+from laketide.table.clean import retained_by_last_clean
+from laketide.table.instant import parse_instant_time
 from laketide.table.io import FileIO
 from laketide.table.reader import commits_in_window, read_slices
 from laketide.table.schema import COMMIT_TIME, with_meta_schema
@@ -102,26 +102,17 @@ class SplitEnumerator:
         """The end of the next window after ``start``: at most ``max_instants`` commits, none past ``target``.
         A first window (no ``start``) reads the whole table, so it ends no earlier than the cleaner's
         earliest retained commit, whose files are all still there."""
-        retained = self._earliest_retained() if start is None else None
+        retained = retained_by_last_clean(self.table.timeline) if start is None else None
         commits = [c for c in self.readable_commits(start) if (target is None or c <= target) and (retained is None or c >= retained)]
         if not commits:
             return start
         return commits[min(len(commits), max_instants) - 1] if max_instants else commits[-1]
 
-    def _earliest_retained(self) -> str | None:
-        """The cleaner's earliest retained commit: reads as of an older instant may miss cleaned file versions."""
-        timeline = self.table.timeline
-        cleans = timeline.filter({State.COMPLETED}, [CLEAN])
-        if not cleans:
-            return None
-        plan = CleanerPlan.from_bytes(timeline.read_bytes(cleans[-1].with_state(State.REQUESTED)), self.table.uri)
-        return plan.earliest_to_retain
-
     def _check_window(self, start: str | None, end: str, full_scan_when_cleaned: bool) -> str | None:
         """``start``, or None (the whole table as of ``end``) when the commits after it were archived and the
         full scan is allowed. Reading as of ``end`` needs its file versions, which the cleaner keeps from its
         earliest retained commit on."""
-        retained = self._earliest_retained()
+        retained = retained_by_last_clean(self.table.timeline)
         if retained is not None and end < retained:
             raise StartCleaned(
                 f"{self.table.uri} no longer holds the files of the table as of {end}: the cleaner kept commits from {retained} on. "
