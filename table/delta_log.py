@@ -19,7 +19,6 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
-from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -117,19 +116,23 @@ def _stat_value(value, dtype: pa.DataType, upper: bool):
         return text + ("Z" if dtype.tz else "")
     if isinstance(value, date):
         return value.isoformat()
-    if isinstance(value, Decimal):
-        return None
     return None
 
 
-def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> dict:
-    """numRecords, and minValues / maxValues / nullCount of the top-level primitive columns, from a parquet footer."""
+def column_statistics(metadata: pq.FileMetaData) -> dict[str, list]:
+    """Each column's parquet statistics, one per row group, by its path in the schema."""
     by_name: dict[str, list] = {}
     for g in range(metadata.num_row_groups):
         group = metadata.row_group(g)
         for c in range(group.num_columns):
             column = group.column(c)
             by_name.setdefault(column.path_in_schema, []).append(column.statistics)
+    return by_name
+
+
+def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> dict:
+    """numRecords, and minValues / maxValues / nullCount of the top-level primitive columns, from a parquet footer."""
+    by_name = column_statistics(metadata)
     mins, maxes, nulls = {}, {}, {}
     for f in schema:
         if pa.types.is_nested(f.type) or f.name not in by_name:
@@ -144,6 +147,27 @@ def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> dict:
         if low is not None and high is not None:
             mins[f.name], maxes[f.name] = low, high
     return {"numRecords": metadata.num_rows, "minValues": mins, "maxValues": maxes, "nullCount": nulls}
+
+
+def partition_value(metadata: pq.FileMetaData, column: str) -> str | None:
+    """A file's value of a partition column, as Delta serializes partition values (null when the value is null)."""
+    values = set()
+    for stats in column_statistics(metadata).get(column, []):
+        if stats is not None and stats.has_min_max:
+            values |= {stats.min, stats.max}
+    if not values:
+        return None
+    if len(values) > 1:
+        raise ValueError(f"a base file holds more than one value of partition column {column!r}: {sorted(map(str, values))}")
+    value = values.pop()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        # with a time zone, ISO 8601 in UTC; without, Delta's plain form
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if value.tzinfo else value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
 
 
 # -- actions ------------------------------------------------------------------

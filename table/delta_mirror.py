@@ -28,7 +28,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -41,6 +40,7 @@ from laketide.table.delta_log import (
     delta_schema,
     file_stats,
     new_metadata,
+    partition_value,
     protocol_for,
     relative_uri,
 )
@@ -101,7 +101,6 @@ class DeltaMirror:
         self.log_retention_versions = log_retention_versions
         self._lock = threading.Lock()
         self._state: LogState | None = None
-        self._stats_schema: pa.Schema | None = None
 
     def catch_up(self) -> list[int]:
         """Publish a version for each completed action not mirrored yet; returns the versions written."""
@@ -135,10 +134,12 @@ class DeltaMirror:
 
     def _publish(self, state: LogState, action: CompletedAction, view: FileSystemView) -> int:
         version = state.version + 1
-        actions = self._table_actions(state, view, action)
+        schema = self.table.schema(view.timeline)
+        schema = with_meta_schema(schema) if schema is not None else None
+        actions = self._table_actions(state, schema, action)
         metadata = next((a["metaData"] for a in actions if "metaData" in a), state.metadata)
         partition_columns = metadata["partitionColumns"] if metadata else []
-        actions += self._file_actions(state, view, partition_columns, action.completed_ns // 1_000_000)
+        actions += self._file_actions(state, view, schema, partition_columns, action.completed_ns // 1_000_000)
         actions.append({"commitInfo": _commit_info(action)})
         self.log.write_version(version, actions)
         state.apply(version, actions)
@@ -148,14 +149,13 @@ class DeltaMirror:
             self._expire(version)
         return version
 
-    def _table_actions(self, state: LogState, view: FileSystemView, action: CompletedAction) -> list[dict]:
-        """protocol and metaData: in the first version, and again when the schema or the partitioning changed."""
-        schema = self.table.schema(view.timeline)
+    def _table_actions(self, state: LogState, schema: pa.Schema | None, action: CompletedAction) -> list[dict]:
+        """protocol and metaData: in the first version, and again when the schema (meta columns included)
+        or the partitioning changed."""
         if schema is None:
             return []
-        delta = delta_schema(with_meta_schema(schema))
+        delta = delta_schema(schema)
         partition_columns = [f for f in self.table.config.partition_fields if f in schema.names and not pa.types.is_nested(schema.field(f).type)]
-        self._stats_schema = with_meta_schema(schema)
         meta = state.metadata
         if meta is not None and json.loads(meta["schemaString"]) == delta and meta["partitionColumns"] == partition_columns:
             return []
@@ -170,7 +170,9 @@ class DeltaMirror:
     def _live_files(self, view: FileSystemView) -> dict[str, object]:
         return {relative_uri(s.base_file.path): s.base_file for s in view.latest_slices() if s.base_file is not None}
 
-    def _file_actions(self, state: LogState, view: FileSystemView, partition_columns: list[str], completed_ms: int) -> list[dict]:
+    def _file_actions(
+        self, state: LogState, view: FileSystemView, schema: pa.Schema | None, partition_columns: list[str], completed_ms: int
+    ) -> list[dict]:
         live = self._live_files(view)
         now = int(time.time() * 1000)
         actions = [
@@ -181,18 +183,18 @@ class DeltaMirror:
         ]
         for path, base in sorted(live.items()):
             if path not in state.files:
-                actions.append({"add": self._add(path, base, partition_columns, completed_ms)})
+                actions.append({"add": self._add(path, base, schema, partition_columns, completed_ms)})
         return actions
 
-    def _add(self, path: str, base, partition_columns: list[str], written_ms: int) -> dict:
+    def _add(self, path: str, base, schema: pa.Schema | None, partition_columns: list[str], written_ms: int) -> dict:
         """The add action of a base file; its modification time is when the action that wrote it completed."""
         io = self.table.io
         with io.open_input(base.path) as f:
             metadata = pq.read_metadata(f)
-        stats = file_stats(metadata, self._stats_schema) if self._stats_schema is not None else {"numRecords": metadata.num_rows}
+        stats = file_stats(metadata, schema) if schema is not None else {"numRecords": metadata.num_rows}
         return {
             "path": path,
-            "partitionValues": {c: _partition_value(metadata, c) for c in partition_columns},
+            "partitionValues": {c: partition_value(metadata, c) for c in partition_columns},
             "size": io.size(base.path),
             "modificationTime": written_ms,
             "dataChange": True,
@@ -226,27 +228,3 @@ def _commit_info(action: CompletedAction) -> dict:
         "isBlindAppend": False,
         "laketide": {"hudiInstant": instant.timestamp, "hudiAction": instant.action, "hudiCompletedNs": str(action.completed_ns)},
     }
-
-
-def _partition_value(metadata: pq.FileMetaData, column: str) -> str | None:
-    """A file's value of a partition column, as Delta serializes partition values (null when the value is null)."""
-    values = set()
-    for g in range(metadata.num_row_groups):
-        group = metadata.row_group(g)
-        for c in range(group.num_columns):
-            chunk = group.column(c)
-            if chunk.path_in_schema == column and chunk.statistics is not None and chunk.statistics.has_min_max:
-                values |= {chunk.statistics.min, chunk.statistics.max}
-    if not values:
-        return None
-    if len(values) > 1:
-        raise ValueError(f"a base file holds more than one value of partition column {column!r}: {sorted(map(str, values))}")
-    value = values.pop()
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, datetime):
-        # with a time zone, ISO 8601 in UTC; without, Delta's plain form
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if value.tzinfo else value.strftime("%Y-%m-%d %H:%M:%S.%f")
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return str(value)
