@@ -216,6 +216,8 @@ class BucketAssigner:
         n = rows.num_rows
         hashes = index_keys(rows[PARTITION], rows[RECORD_KEY], plan.global_keys)
         partitions = rows[PARTITION].combine_chunks().dictionary_encode()
+        # each row's partition as a code into ``names``
+        partition_codes, names = partitions.indices.to_numpy(zero_copy_only=False), partitions.dictionary.to_pylist()
         deleted = pc.fill_null(rows[IS_DELETED], False).to_numpy(zero_copy_only=False) if IS_DELETED in rows.column_names else np.zeros(n, bool)
         groups = _GroupTable(self.run.groups)
         # the code (in ``groups``) of the file group each key is stored in now, -1 for a key the table does not have
@@ -223,7 +225,7 @@ class BucketAssigner:
         # keys found in the blooms of uncovered groups, and inserts, get index entries
         new_entry = np.zeros(n, bool)
         if plan.lookup:
-            located, new_entry = self._locate(rows, hashes, partitions, groups)
+            located, new_entry = self._locate(rows, hashes, partition_codes, names, groups)
         moves: dict[int, tuple[str, str]] = {}
         if plan.global_keys:
             pairs = [groups.pairs[c] if c >= 0 else None for c in located]
@@ -235,8 +237,7 @@ class BucketAssigner:
         # inserts, by partition: small groups this shard owns first, then new groups
         codes = located.copy()
         inserting = ~existed & ~deleted
-        partition_codes = partitions.indices.to_numpy(zero_copy_only=False)
-        for k, partition in enumerate(partitions.dictionary.to_pylist()):
+        for k, partition in enumerate(names):
             at = np.nonzero(inserting & (partition_codes == k))[0]
             start = 0
             for file_id, take in self._pack(partition, len(at)):
@@ -256,7 +257,9 @@ class BucketAssigner:
         entries = index_entries(hashes[chosen], *groups.columns(codes[chosen]))
         return assigned.drop_columns([c for c in (ARRIVAL_FILE, ARRIVAL) if c in assigned.column_names]), entries
 
-    def _locate(self, rows: pa.Table, hashes: np.ndarray, partitions: pa.DictionaryArray, groups: _GroupTable) -> tuple[np.ndarray, np.ndarray]:
+    def _locate(
+        self, rows: pa.Table, hashes: np.ndarray, partition_codes: np.ndarray, names: list[str], groups: _GroupTable
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The code of each key's file group, from the state index, then from the uncovered groups'
         blooms; and which keys were found the second way."""
         codes = self.run.lookup(hashes)
@@ -271,9 +274,8 @@ class BucketAssigner:
             every_group = [g for found in self.plan.uncovered.values() for g in found]
             searches = [(every_group, unknown)]
         else:
-            partition_codes = partitions.indices.to_numpy(zero_copy_only=False)[unknown]
-            names = partitions.dictionary.to_pylist()
-            searches = [(self.plan.uncovered[names[k]], unknown[partition_codes == k]) for k in np.unique(partition_codes) if names[k] in self.plan.uncovered]
+            unknown_codes = partition_codes[unknown]
+            searches = [(self.plan.uncovered[names[k]], unknown[unknown_codes == k]) for k in np.unique(unknown_codes) if names[k] in self.plan.uncovered]
         for candidates, idx in searches:
             keys = rows[RECORD_KEY].take(pa.array(idx)).combine_chunks()
             for i, group in zip(idx, self._probe_uncovered(candidates, keys)):
