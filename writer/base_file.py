@@ -86,8 +86,8 @@ class BaseFileWriter:
         self.path = path
         self.schema = schema
         self.avro_schema = avro_schema
-        self.bloom = carried.bloom if carried and carried.bloom else BloomFilter.empty(bloom_kind)
-        self.incremental_bloom = bool(carried and carried.bloom)
+        self.incremental_bloom = carried is not None and carried.bloom is not None
+        self.bloom = carried.bloom if self.incremental_bloom else BloomFilter.empty(bloom_kind)
         self._dictionary = [c for c in carried.dictionary if c in schema.names] if carried and carried.dictionary is not None else None
         self.row_group_rows = row_group_rows
         self.row_group_bytes = row_group_bytes
