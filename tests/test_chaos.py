@@ -36,17 +36,13 @@ def _drain_and_check(root, zookeeper, feeder: Feeder, session_timeout: float):
     return result
 
 
-# kills of the whole process tree per test run; bench/chaos.py runs the long version (--cycles 20)
-CYCLES = 4
-
-
 def test_sigkill_at_random_times_while_files_land(zookeeper, tmp_path):
     rng = random.Random(SEED)
     feeder = Feeder(tmp_path, SEED, interval=(1.0, 4.0))
     feeder.start()
     kills = 0
     try:
-        for cycle in range(CYCLES):
+        for cycle in range(5):
             job = Job(_args(tmp_path, zookeeper, 3), tmp_path / "job.log").start()
             deadline = time.monotonic() + rng.uniform(10, 24)
             while time.monotonic() < deadline and job.running():
@@ -56,7 +52,7 @@ def test_sigkill_at_random_times_while_files_land(zookeeper, tmp_path):
             kills += 1
     finally:
         feeder.stopped.set()
-    assert kills == CYCLES
+    assert kills == 5
     assert completed_count(tmp_path) > 0, "the job committed nothing between kills"
     _drain_and_check(tmp_path, zookeeper, feeder, 3)
 
