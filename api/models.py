@@ -82,6 +82,8 @@ class BatchOut(BaseModel):
     skipped: bool
     # wall seconds per step (read, quarantine, plan, write, commit, services) and Python task seconds per Spark stage
     stage_seconds: dict[str, float] = Field(default_factory=dict)
+    # "driver" for a micro-batch small enough for the driver to write, "tasks" for Spark's executors
+    ran_on: str = "tasks"
 
 
 class IndexCoverage(BaseModel):

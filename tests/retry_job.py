@@ -29,7 +29,8 @@ def main() -> None:
         files = [e.path for e in table.io.walk() if e.name.endswith(".parquet") and instant in e.name and not e.path.startswith(".hoodie")]
         seen[instant] = {"marked": sorted(WriteMarkers(table.io, instant).data_paths()), "files": sorted(files)}
 
-    run(job_config(root, spark__master="local[2,4]", write__operation=operation), on_step)
+    # Spark tasks, not the driver, so that Spark retries the failed one
+    run(job_config(root, spark__master="local[2,4]", write__operation=operation, write__driver_batch_bytes=0), on_step)
     out.write_text(json.dumps(seen))
 
 

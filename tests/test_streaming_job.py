@@ -11,11 +11,13 @@ from laketide.writer.job import run
 from conftest import hudi_read, rows
 from streaming import BAD_ROWS, BATCHES, DATA_COLUMNS, expected_after, job_config, land_all
 
-@pytest.fixture(scope="module")
-def job_run(spark, tmp_path_factory):
+# the driver writes these small micro-batches itself by default; with no driver budget, Spark's tasks do
+@pytest.fixture(scope="module", params=["driver", "tasks"])
+def job_run(spark, tmp_path_factory, request):
     root = tmp_path_factory.mktemp("stream")
     land_all(root)
-    writer = run(job_config(root))
+    writer = run(job_config(root, **({} if request.param == "driver" else {"write__driver_batch_bytes": 0})))
+    assert {r.ran_on for r in writer.status.recent} == {request.param}
     return root, writer
 
 

@@ -1,14 +1,17 @@
 """One micro-batch, end to end: begin, validate, assign, write, commit.
 
 ``MicroBatchWriter`` is the ``foreachBatch`` function of the streaming query.
-It runs on the driver; the work on records happens in two Spark stages
-(``writer.stages``), and only one small write status per file comes back.
+It runs on the driver and decides; the work on records is done by the stage
+functions (``writer.stages``), in Spark tasks for a large micro-batch
+(``writer.spark_batch``) or in the driver's threads for a small one
+(``writer.driver_batch``), and only one small write status per file comes back.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +19,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
@@ -31,18 +33,23 @@ from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSlice, FileSystemView
 from laketide.table.view_sync import ViewSync
+from laketide.table.io import FileIO
 from laketide.table.properties import EVENT_TIME
 from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json, evolve, with_meta_schema
 from laketide.writer import stages
 from laketide.writer.log_writer import LogTarget
 from laketide.writer.preflight import complex_key_encoding
-from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, RAW, REASON, SHARD, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
-from laketide.writer.routing import balanced_slots, hash_routes, routed
+from laketide.writer.driver_batch import DriverBatch
+from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
+from laketide.writer.routing import balanced_slots
+from laketide.writer.spark_batch import Shuffles, SparkBatch
 from laketide.writer.stage_clock import StageClock
 from laketide.writer.sources import batch_files, copy_aside, read_files, unreadable_files
 
 log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024
+# what a generated row weighs in a landing file, for ``write.driver_batch_bytes``
+GENERATED_ROW_BYTES = 64
 # write.operation -> Hudi's WriteOperationType, recorded in every commit
 OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete_partition": "DELETE_PARTITION"}
 
@@ -64,6 +71,8 @@ class BatchReport:
     empty: bool = False
     # wall seconds of each step of the micro-batch, and the summed task seconds of its Spark stages
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # who ran the stages: "driver" (a small micro-batch) or "tasks" (Spark's executors)
+    ran_on: str = "tasks"
 
     def line(self) -> str:
         if self.empty:
@@ -75,7 +84,7 @@ class BatchReport:
         return (
             f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "
             f"updates={self.updates} deletes={self.deletes} late={self.late} quarantined={self.quarantined} files={self.files}"
-            f"{replaced} seconds={self.seconds:.2f} ({steps})"
+            f"{replaced} seconds={self.seconds:.2f} on {self.ran_on} ({steps})"
         )
 
 
@@ -96,38 +105,9 @@ def _record_size(timeline: Timeline) -> int:
     return max(64, sum(s.file_size_in_bytes for s in stats) // total) if total else DEFAULT_RECORD_SIZE
 
 
-def _in_task_attempt(stage: Callable, plan: stages.BatchPlan) -> Callable:
-    """A ``mapInArrow`` function running a writing stage with the task's partition and this attempt's write token."""
-
-    def run(batches):
-        from pyspark import TaskContext
-
-        from laketide.table.files import write_token
-
-        task = TaskContext.get()
-        yield from stage(plan, batches, task.partitionId(), write_token(task.partitionId(), task.stageId(), task.taskAttemptId()))
-
-    return run
-
-
-def _materialize(prepared: DataFrame) -> tuple[DataFrame, tuple[int, int]]:
-    """The micro-batch's prepared rows, computed once and kept on the executors for the stages
-    that read them, with the counts of rows and of rows to quarantine.
-
-    A local checkpoint keeps Spark's rows as they are; the columnar cache of
-    ``persist`` encodes them first, which measured about twice as slow here.
-    It is lazy, so the job that counts is the one that computes and keeps the rows.
-    Its blocks cannot be recomputed: losing an executor fails the micro-batch,
-    which is rolled back, and the restarted query replays it.
-    """
-    kept = prepared.localCheckpoint(eager=False)
-    counts = kept.agg(F.count(F.lit(1)), F.count(REASON)).first()
-    return kept, (counts[0], counts[1])
-
-
-def _release(prepared: DataFrame) -> None:
-    """Free the blocks of a materialized micro-batch now, rather than when the JVM collects it."""
-    prepared._jdf.queryExecution().analyzed().rdd().unpersist(False)
+def _data_fields(df: DataFrame) -> list[StructField]:
+    """The micro-batch's record columns, without the columns a source adds to every row."""
+    return [f for f in df.schema.fields if f.name != CORRUPT and f.name not in SOURCE_COLUMNS]
 
 
 class MicroBatchWriter:
@@ -183,9 +163,9 @@ class MicroBatchWriter:
             self.action = DELTA_COMMIT if self.merge_on_read else COMMIT
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
         self.clock = StageClock(spark.sparkContext)
-        if self.operation != "bulk_insert":
-            self.shard_routes = hash_routes(index.shards)
-            self.write_routes = hash_routes(config.write.parallelism)
+        # threads of a micro-batch the driver writes: the driver's cores, or fewer tasks
+        self.driver_threads = min(config.write.parallelism, os.cpu_count() or 1)
+        self.shuffles = Shuffles(index.shards, config.write.parallelism, self.operation == "bulk_insert", index.global_keys, settings.ordering_field)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self.batch_lock:
@@ -200,10 +180,10 @@ class MicroBatchWriter:
         self.status.current_batch = batch_id
         if self.coordinator.is_committed(batch_id):
             return BatchReport(batch_id, None, skipped=True)
-        prepared, data_fields, (records, bad_rows), bad_files = self._read(df, batch_id)
+        batch, data_fields, bad_files = self._read(df, batch_id)
         self.clock.lap("read")
         try:
-            if records == 0:
+            if batch.records + len(bad_files) == 0:
                 # no instant for an empty micro-batch: an idle stream must not fill the timeline
                 return BatchReport(batch_id, None, skipped=True, empty=True)
             instant = self.coordinator.begin(batch_id, self.action, OPERATION_TYPES[self.operation])
@@ -211,7 +191,7 @@ class MicroBatchWriter:
                 return BatchReport(batch_id, None, skipped=True)
             self._on_step("begun", batch_id)
             try:
-                report = self._write(prepared, data_fields, records, bad_rows, bad_files, batch_id, instant)
+                report = self._write(batch, data_fields, bad_files, batch_id, instant)
             except LeaseLost:
                 log.error("micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back", batch_id, instant)
                 raise
@@ -221,9 +201,10 @@ class MicroBatchWriter:
                 self.coordinator.rollback(instant, force=True)
                 raise
         finally:
-            _release(prepared)
+            batch.release()
         report.seconds = time.monotonic() - started
         report.stage_seconds = self.clock.report()
+        report.ran_on = "driver" if isinstance(batch, DriverBatch) else "tasks"
         self.metrics.micro_batches.labels("committed").inc()
         self.metrics.records.inc(report.records)
         self.metrics.quarantined.inc(report.quarantined)
@@ -305,29 +286,21 @@ class MicroBatchWriter:
             targets[(s.partition, s.file_id)] = LogTarget(s.partition, s.file_id, s.base_instant, s.base_file.name if s.base_file else None, version, paths)
         return targets
 
-    def _quarantine(self, prepared: DataFrame, bad_rows: int, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
+    def _quarantine(self, batch: SparkBatch | DriverBatch, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
         """Rows with their reason, and whole landing files that could not be read, copied aside."""
-        if not bad_rows and not bad_files:
+        if not batch.bad_rows and not bad_files:
             return 0
-        rows = prepared.filter(F.col(REASON).isNotNull()).select(F.col(REASON).alias("reason"), F.col(RAW).alias("raw"))
-        if bad_files:
-            files = self.spark.createDataFrame(
-                [(f"unreadable landing file: {why}", path) for path, why in sorted(bad_files.items())], "reason STRING, raw STRING"
-            )
-            rows = rows.unionByName(files)
-        bad = rows.select(F.lit(instant).alias("instant"), "reason", "raw", F.current_timestamp().alias("quarantined_at"))
-        count = bad.count()
-        if count:
-            target = f"{self.quarantine_path}/writer={self.coordinator.writer_id}/batch_id={batch_id}"
-            # overwrite: a replayed batch quarantines the same rows once
-            bad.coalesce(1).write.mode("overwrite").parquet(target)
-            copy_aside(bad_files, f"{target}/_files")
-            log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, count - len(bad_files), len(bad_files), target)
+        target = f"{self.quarantine_path}/writer={self.coordinator.writer_id}/batch_id={batch_id}"
+        count = batch.bad_rows + len(bad_files)
+        # overwrite: a replayed batch quarantines the same rows once
+        batch.write_quarantine(instant, [(f"unreadable landing file: {why}", path) for path, why in sorted(bad_files.items())], target)
+        copy_aside(bad_files, f"{target}/_files")
+        log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, count - len(bad_files), len(bad_files), target)
         return count
 
-    def _prepared(self, df: DataFrame) -> tuple[DataFrame, list[StructField]]:
+    def _prepared(self, df: DataFrame) -> SparkBatch:
         spec = self.spec
-        data_fields = [f for f in df.schema.fields if f.name != CORRUPT and f.name not in SOURCE_COLUMNS]
+        data_fields = _data_fields(df)
         prepared_struct = StructType(data_fields + list(from_arrow_schema(pa.schema(PREPARED_FIELDS)).fields))
 
         def prepare_task(batches):
@@ -337,40 +310,57 @@ class MicroBatchWriter:
             for b in batches:
                 yield from prepare(pa.Table.from_batches([b]), spec, arrival).to_batches()
 
-        return self._distributed(df.mapInArrow(self.clock.timed("prepare", prepare_task), prepared_struct)), data_fields
+        prepared = df.mapInArrow(self.clock.timed("prepare", prepare_task), prepared_struct)
+        return SparkBatch(self.shuffles.distributed(prepared), self.shuffles, self.clock)
 
-    def _distributed(self, prepared: DataFrame) -> DataFrame:
-        """Prepared rows shuffled the way the operation's first writing stage reads them, so the
-        shuffle runs in the same pass as reading and preparing, before the rows are materialized.
+    def _read(self, df: DataFrame, batch_id: int) -> tuple[SparkBatch | DriverBatch, list[StructField], dict[str, str]]:
+        """The prepared rows of the micro-batch, the columns of its records, and the landing files set aside.
 
-        An upsert or insert assigns by index shard. A bulk insert writes each task's rows sorted
-        by ``bulk_sort_keys``: hashed by partition and key (by key alone under a global index),
-        as Hudi's PARTITION_SORT bulk insert does, with no sampling pass over the rows.
+        A micro-batch that fits the driver is collected and prepared there; any other is
+        shuffled and materialized once on the executors. When Spark cannot read the
+        micro-batch, its files are read one by one and the unreadable ones set aside.
         """
-        if self.operation != "bulk_insert":
-            return prepared.repartition(self.index.shards, routed(F.col(SHARD), self.shard_routes))
-        global_keys = self.index.global_keys
-        order = stages.bulk_sort_keys(self.table.config.ordering_field, global_keys)
-        columns = [RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]
-        spread = prepared.repartition(self.config.write.parallelism, *columns)
-        return spread.sortWithinPartitions(*[F.col(c).asc() if d == "ascending" else F.col(c).desc() for c, d in order])
-
-    def _read(self, df: DataFrame, batch_id: int) -> tuple[DataFrame, list[StructField], tuple[int, int], dict[str, str]]:
-        """The prepared rows of the micro-batch (shuffled and materialized once), the counts of
-        records and of rows to quarantine, and the landing files set aside."""
-        prepared, data_fields = self._prepared(df)
+        data_fields = _data_fields(df)
+        if self._fits_driver(batch_id):
+            batch = self._collect(df, batch_id)
+            if batch is not None:
+                return batch, data_fields, {}
         try:
-            prepared, counts = _materialize(prepared)
-            return prepared, data_fields, counts, {}
+            return self._prepared(df), data_fields, {}
         except Exception as failure:
             if self.config.source.format == "generator":
                 raise
             # a failure because the job is being stopped is not about the files
             self.coordinator.lease.check()
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
-        prepared, data_fields = self._prepared(readable)
-        prepared, (records, bad_rows) = _materialize(prepared)
-        return prepared, data_fields, (records + len(bad), bad_rows), bad
+        return self._prepared(readable), data_fields, bad
+
+    def _fits_driver(self, batch_id: int) -> bool:
+        """Whether the micro-batch's input is at most ``write.driver_batch_bytes``."""
+        limit = self.config.write.driver_batch_bytes
+        source = self.config.source
+        if not limit:
+            return False
+        if source.format == "generator":
+            return source.generator.rows_per_batch * GENERATED_ROW_BYTES <= limit
+        try:
+            files = batch_files(self.config.stream.checkpoint, batch_id)
+            return sum(FileIO.for_uri(path).size("") for path in files) <= limit
+        except Exception:
+            log.warning("micro-batch %s: the size of its landing files is unknown, so Spark's stages write it", batch_id, exc_info=True)
+            return False
+
+    def _collect(self, df: DataFrame, batch_id: int) -> DriverBatch | None:
+        """The micro-batch as one Arrow table in the driver, prepared; ``None`` when Spark cannot read it."""
+        try:
+            landed = df.toArrow()
+        except Exception:
+            if self.config.source.format == "generator":
+                raise
+            self.coordinator.lease.check()
+            log.warning("micro-batch %s could not be collected; Spark's stages read it file by file", batch_id)
+            return None
+        return DriverBatch.prepare(landed, self.spec, self.driver_threads, self.clock.timed)
 
     def _without_unreadable_files(self, df: DataFrame, batch_id: int, failure: Exception) -> tuple[DataFrame, dict[str, str]]:
         """The micro-batch read again file by file, leaving out the files Spark cannot read.
@@ -389,21 +379,18 @@ class MicroBatchWriter:
         readable = read_files(self.spark, self.config.source, good)
         return (readable if readable is not None else self.spark.createDataFrame([], df.schema)), bad
 
-    def _write(
-        self, prepared: DataFrame, data_fields: list[StructField], records: int, bad_rows: int, bad_files: dict[str, str], batch_id: int, instant: str
-    ) -> BatchReport:
-        quarantined = self._quarantine(prepared, bad_rows, bad_files, batch_id, instant)
+    def _write(self, batch: SparkBatch | DriverBatch, data_fields: list[StructField], bad_files: dict[str, str], batch_id: int, instant: str) -> BatchReport:
+        quarantined = self._quarantine(batch, bad_files, batch_id, instant)
         self.clock.lap("quarantine")
         plan, foreign = self._plan(instant, to_arrow_schema(StructType(data_fields), timezone="UTC"))
         self.clock.lap("plan")
-        good = prepared.filter(F.col(REASON).isNull())
         replaced: dict[str, list[str]] = {}
         if self.operation == "delete_partition":
-            statuses, replaced = [], self._file_groups_to_replace(good, plan)
+            statuses, replaced = [], self._file_groups_to_replace(batch, plan)
         elif self.operation == "bulk_insert":
-            statuses = self._bulk_insert(good, plan)
+            statuses = batch.bulk_insert(plan)
         else:
-            statuses = self._assign_and_write(good, plan, data_fields)
+            statuses = batch.assign_and_write(plan, *self._assigned_schema(data_fields))
         self.clock.lap("write")
         self._on_step("written", batch_id)
         stats = [stages.stat_of(row) for row in statuses]
@@ -419,7 +406,7 @@ class MicroBatchWriter:
         return BatchReport(
             batch_id,
             instant,
-            records=records,
+            records=batch.records + len(bad_files),
             quarantined=quarantined,
             inserts=sum(s.num_inserts for s in stats),
             updates=sum(s.num_update_writes for s in stats),
@@ -429,7 +416,7 @@ class MicroBatchWriter:
             replaced=sum(len(ids) for ids in replaced.values()),
         )
 
-    def _file_groups_to_replace(self, good: DataFrame, plan: stages.BatchPlan) -> dict[str, list[str]]:
+    def _file_groups_to_replace(self, batch: SparkBatch | DriverBatch, plan: stages.BatchPlan) -> dict[str, list[str]]:
         """delete_partition: every file group of the partitions to delete, by partition.
 
         Those named by ``write.partitions_to_delete`` (glob patterns over the
@@ -438,7 +425,7 @@ class MicroBatchWriter:
         """
         patterns = self.config.write.partitions_to_delete
         if patterns is None:
-            partitions = sorted(r[0] for r in good.select(PARTITION).distinct().collect())
+            partitions = batch.partitions()
         else:
             table_partitions = sorted({p for p, _ in plan.current})
             partitions = [p for p in table_partitions if any(fnmatch.fnmatchcase(p, pattern) for pattern in patterns)]
@@ -447,29 +434,13 @@ class MicroBatchWriter:
         log.info("instant %s: deleting partitions %s (%d file groups)", plan.instant, sorted(replaced) or "none", sum(map(len, replaced.values())))
         return replaced
 
-    def _bulk_insert(self, good: DataFrame, plan: stages.BatchPlan) -> list[dict]:
-        """One stage over the rows as ``_distributed`` left them: each task writes new file groups."""
-        status_struct = from_arrow_schema(stages.STATUS_SCHEMA)
-        return [row.asDict() for row in good.drop(REASON, RAW, SHARD).mapInArrow(self.clock.timed("write", _in_task_attempt(stages.bulk_insert, plan)), status_struct).collect()]
-
-    def _assign_and_write(self, good: DataFrame, plan: stages.BatchPlan, data_fields: list[StructField]) -> list[dict]:
+    def _assigned_schema(self, data_fields: list[StructField]) -> tuple[StructType, pa.Schema]:
+        """The columns the assign stage hands the write stage, as Spark and as Arrow types."""
         routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string()), (EXISTED, pa.bool_()), (stages.WRITE_SLOT, pa.int32())]
         if self.index.global_keys and IS_DELETED not in {f.name for f in data_fields}:
             routing.append((IS_DELETED, pa.bool_()))  # the deletes of moved records' old copies
-        assigned_struct = StructType(data_fields + list(from_arrow_schema(pa.schema(routing)).fields))
-        assigned_arrow = to_arrow_schema(assigned_struct, timezone=self.timezone)
-        status_struct = from_arrow_schema(stages.STATUS_SCHEMA)
-
-        def assign_task(batches):
-            yield from stages.assign(plan, batches, assigned_arrow)
-
-        write = self.config.write
-        # rows are already shuffled by shard (``_distributed``)
-        assigned = good.mapInArrow(self.clock.timed("assign", assign_task), assigned_struct)
-        writing = self.clock.timed("write", _in_task_attempt(stages.write, plan))
-        by_slot = assigned.repartition(write.parallelism, routed(F.col(stages.WRITE_SLOT), self.write_routes))
-        written = by_slot.mapInArrow(writing, status_struct)
-        return [row.asDict() for row in written.collect()]
+        struct = StructType(data_fields + list(from_arrow_schema(pa.schema(routing)).fields))
+        return struct, to_arrow_schema(struct, timezone=self.timezone)
 
     def _compact_index(self) -> None:
         timeline = self.table.timeline

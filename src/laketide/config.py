@@ -127,6 +127,9 @@ class WriteSection(_Section):
     bloom_type: Literal["DYNAMIC_V0", "SIMPLE"] = "DYNAMIC_V0"
     quarantine_path: str | None = None
     index_compaction_deltas: int = Field(16, gt=0)
+    # a micro-batch whose landing files total at most this is written by the driver in threads,
+    # without Spark stages (``writer.driver_batch``); 0 sends every micro-batch through Spark's tasks
+    driver_batch_bytes: Annotated[int, BeforeValidator(parse_size), Field(ge=0)] = 64 * 2**20
 
     @model_validator(mode="after")
     def _small_below_target(self) -> WriteSection:
