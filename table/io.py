@@ -70,6 +70,9 @@ class FileIO:
     def size(self, rel: str) -> int:
         return self.fs.get_file_info(self.full_path(rel)).size
 
+    def entry(self, rel: str) -> FileEntry:
+        return self._entry(self.fs.get_file_info(self.full_path(rel)))
+
     def read_bytes(self, rel: str) -> bytes:
         with self.fs.open_input_stream(self.full_path(rel)) as f:
             return f.read()

@@ -44,7 +44,7 @@ from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, SOURCE_COLUMNS, Ar
 from laketide.writer.routing import balanced_slots
 from laketide.writer.spark_batch import Shuffles, SparkBatch
 from laketide.writer.stage_clock import StageClock
-from laketide.writer.sources import batch_files, copy_aside, read_files, unreadable_files
+from laketide.writer.sources import batch_files, copy_aside, read_files, read_landed_parquet, unreadable_files
 
 log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024
@@ -321,10 +321,9 @@ class MicroBatchWriter:
         micro-batch, its files are read one by one and the unreadable ones set aside.
         """
         data_fields = _data_fields(df)
-        if self._fits_driver(batch_id):
-            batch = self._collect(df, batch_id)
-            if batch is not None:
-                return batch, data_fields, {}
+        batch = self._collect(df, batch_id, data_fields)
+        if batch is not None:
+            return batch, data_fields, {}
         try:
             return self._prepared(df), data_fields, {}
         except Exception as failure:
@@ -335,31 +334,43 @@ class MicroBatchWriter:
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
         return self._prepared(readable), data_fields, bad
 
-    def _fits_driver(self, batch_id: int) -> bool:
-        """Whether the micro-batch's input is at most ``write.driver_batch_bytes``."""
-        limit = self.config.write.driver_batch_bytes
-        source = self.config.source
-        if not limit:
-            return False
-        if source.format == "generator":
-            return source.generator.rows_per_batch * GENERATED_ROW_BYTES <= limit
+    def _landing_files(self, batch_id: int) -> list[str] | None:
+        """The micro-batch's landing files if they total at most ``write.driver_batch_bytes``."""
         try:
             files = batch_files(self.config.stream.checkpoint, batch_id)
-            return sum(FileIO.for_uri(path).size("") for path in files) <= limit
+            size = sum(FileIO.for_uri(path).size("") for path in files)
         except Exception:
-            log.warning("micro-batch %s: the size of its landing files is unknown, so Spark's stages write it", batch_id, exc_info=True)
-            return False
-
-    def _collect(self, df: DataFrame, batch_id: int) -> DriverBatch | None:
-        """The micro-batch as one Arrow table in the driver, prepared; ``None`` when Spark cannot read it."""
-        try:
-            landed = df.toArrow()
-        except Exception:
-            if self.config.source.format == "generator":
-                raise
-            self.coordinator.lease.check()
-            log.warning("micro-batch %s could not be collected; Spark's stages read it file by file", batch_id)
+            log.warning("micro-batch %s: the size of its landing files is unknown, so Spark's tasks write it", batch_id, exc_info=True)
             return None
+        return files if size <= self.config.write.driver_batch_bytes else None
+
+    def _collect(self, df: DataFrame, batch_id: int, data_fields: list[StructField]) -> DriverBatch | None:
+        """The micro-batch as one Arrow table in the driver, prepared; ``None`` when it is too large for
+        the driver (``write.driver_batch_bytes``) or Spark cannot read it.
+
+        Parquet landing files of exactly the declared types are read straight from storage; any
+        other input is collected from Spark, which reads it under its own rules.
+        """
+        source = self.config.source
+        if not self.config.write.driver_batch_bytes:
+            return None
+        if source.format == "generator":
+            if source.generator.rows_per_batch * GENERATED_ROW_BYTES > self.config.write.driver_batch_bytes:
+                return None
+            landed = df.toArrow()
+        else:
+            files = self._landing_files(batch_id)
+            if files is None:
+                return None
+            declared = to_arrow_schema(StructType(data_fields), timezone=self.timezone)
+            landed = read_landed_parquet(files, declared) if source.format == "parquet" else None
+            if landed is None:
+                try:
+                    landed = df.toArrow()
+                except Exception:
+                    self.coordinator.lease.check()
+                    log.warning("micro-batch %s could not be collected; Spark's tasks read it file by file", batch_id)
+                    return None
         return DriverBatch.prepare(landed, self.spec, self.driver_threads, self.clock.timed)
 
     def _without_unreadable_files(self, df: DataFrame, batch_id: int, failure: Exception) -> tuple[DataFrame, dict[str, str]]:

@@ -17,7 +17,9 @@ import re
 import urllib.parse
 from dataclasses import asdict
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -109,6 +111,50 @@ def read_file(spark: SparkSession, source: SourceSection, path: str) -> DataFram
     df = with_origin(_configure(spark.read, spark, source, schema).load(path))
     columns = [f.name for f in declared.fields] + ([CORRUPT] if source.format in ("json", "csv") else [])
     return df.select(*columns, SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)
+
+
+def _same_type(found: pa.DataType, declared: pa.DataType) -> bool:
+    """Whether a parquet column reads as the declared type, a UTC timestamp being the same instant in any zone."""
+    if pa.types.is_timestamp(found) and pa.types.is_timestamp(declared):
+        return found.unit == declared.unit and (found.tz is None) == (declared.tz is None)
+    return found == declared
+
+
+def _read_as_declared(path: str, declared: pa.Schema) -> pa.Table | None:
+    fileio = FileIO.for_uri(path)
+    with fileio.open_input("") as f:
+        parquet = pq.ParquetFile(f)
+        found = parquet.schema_arrow
+        if not all(found.get_field_index(field.name) >= 0 and _same_type(found.field(field.name).type, field.type) for field in declared):
+            return None
+        rows = parquet.read(columns=declared.names).cast(declared)
+    mtime = pa.scalar(fileio.entry("").mtime_ns // 1000, pa.timestamp("us", tz="UTC"))
+    n = rows.num_rows
+    return (
+        rows.append_column(SOURCE_FILE, pa.array([path] * n, pa.string()))
+        .append_column(SOURCE_MTIME, pa.array([mtime] * n))
+        .append_column(SOURCE_BLOCK, pa.array(np.zeros(n, np.int64)))
+    )
+
+
+def read_landed_parquet(paths: list[str], declared: pa.Schema) -> pa.Table | None:
+    """Parquet landing files read straight into Arrow, as Spark reads them under the declared
+    schema, with the columns of their origin (file, modification time, block).
+
+    Only when every file holds every declared column under exactly its type: then there is
+    nothing to convert and nothing to decide. Otherwise ``None``, and Spark reads them, with
+    its rules for missing columns, other types and unreadable files.
+    """
+    tables = []
+    try:
+        for path in paths:
+            rows = _read_as_declared(path, declared)
+            if rows is None:
+                return None
+            tables.append(rows)
+    except (OSError, pa.ArrowException):
+        return None  # Spark reads it again and tells which file is unreadable
+    return pa.concat_tables(tables) if tables else None
 
 
 def _log_entries(fileio: FileIO, name: str) -> list[dict]:
