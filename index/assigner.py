@@ -120,12 +120,13 @@ def dedupe(rows: pa.Table, ordering_field: str | None, global_keys: bool = False
 
 def first_of_each_key(ordered: pa.Table, global_keys: bool) -> np.ndarray:
     """Where each run of one (partition, key), or of one key when keys are global, starts in rows sorted by them."""
-    keys = ordered[RECORD_KEY].to_numpy(zero_copy_only=False)
-    first = np.ones(len(keys), dtype=bool)
-    first[1:] = keys[1:] != keys[:-1]
-    if not global_keys:
-        parts = ordered[PARTITION].to_numpy(zero_copy_only=False)
-        first[1:] |= parts[1:] != parts[:-1]
+    n = ordered.num_rows
+    first = np.ones(n, dtype=bool)
+    if n < 2:
+        return first
+    columns = [RECORD_KEY] if global_keys else [RECORD_KEY, PARTITION]
+    changed = [pc.not_equal(c.slice(1), c.slice(0, n - 1)) for c in (ordered[name].combine_chunks() for name in columns)]
+    first[1:] = (changed[0] if len(changed) == 1 else pc.or_(*changed)).to_numpy(zero_copy_only=False)
     return first
 
 
@@ -311,13 +312,13 @@ class BucketAssigner:
         old = rows.take(pa.array(list(moves)))
         n = old.num_rows
         old = old.set_column(old.schema.get_field_index(PARTITION), PARTITION, pa.array([p for p, _ in moves.values()], pa.string()))
-        flag = pa.array([True] * n)
+        flag = pa.repeat(pa.scalar(True), n)
         if IS_DELETED in old.column_names:
             old = old.set_column(old.schema.get_field_index(IS_DELETED), old.schema.field(IS_DELETED), flag.cast(old.schema.field(IS_DELETED).type))
         else:
             old = old.append_column(IS_DELETED, flag)
         old = old.append_column(FILE_ID, pa.array([f for _, f in moves.values()], pa.string()))
-        return old.append_column(EXISTED, pa.array([True] * n))
+        return old.append_column(EXISTED, pa.repeat(pa.scalar(True), n))
 
     def _pack(self, partition: str, count: int) -> Iterable[tuple[str, int]]:
         """(file id, how many) for ``count`` inserts: small groups this shard owns first, then new groups."""

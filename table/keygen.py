@@ -122,7 +122,7 @@ def record_keys(rows: pa.Table, fields: Sequence[str], complex_key: bool = False
     if len(fields) == 1 and not complex_key:
         keys = value_text(rows[fields[0]])
         return _withheld(keys, pc.fill_null(pc.equal(keys, ""), True), f"record key field '{fields[0]}' is null or empty")
-    parts, blank_mask = [], pa.array([True] * n)
+    parts, blank_mask = [], pa.repeat(pa.scalar(True), n)
     for i, field in enumerate(fields):
         text = value_text(rows[field])
         is_null = pc.is_null(text)
@@ -166,7 +166,7 @@ def partition_paths(
     """
     n = rows.num_rows
     if not fields:
-        return pa.array([""] * n, pa.string()), pa.nulls(n, pa.string())
+        return pa.repeat(pa.scalar("", pa.string()), n), pa.nulls(n, pa.string())
     parts, checks = [], []
     for i, field in enumerate(fields):
         text = value_text(rows[field])

@@ -70,11 +70,11 @@ def stamp_meta_columns(
     n = rows.num_rows
     seqnos = pc.binary_join_element_wise(f"{instant_time}_{task_partition}_", pc.cast(pa.array(np.arange(first_seqno, first_seqno + n)), pa.string()), "")
     meta = {
-        COMMIT_TIME: pa.array([instant_time] * n, pa.string()),
+        COMMIT_TIME: pa.repeat(pa.scalar(instant_time, pa.string()), n),
         COMMIT_SEQNO: seqnos,
         RECORD_KEY: rows[RECORD_KEY],
-        PARTITION_PATH: pa.array([partition] * n, pa.string()),
-        FILE_NAME: pa.array([file_name] * n, pa.string()),
+        PARTITION_PATH: pa.repeat(pa.scalar(partition, pa.string()), n),
+        FILE_NAME: pa.repeat(pa.scalar(file_name, pa.string()), n),
     }
     return conform(rows, schema, meta), first_seqno + n
 
@@ -122,7 +122,7 @@ class BucketWriter:
         return stamped
 
     def _conform(self, rows: pa.Table, meta: dict) -> pa.Table:
-        return conform(rows, self.schema, {FILE_NAME: pa.array([self.new_file.name] * rows.num_rows, pa.string()), **meta})
+        return conform(rows, self.schema, {FILE_NAME: pa.repeat(pa.scalar(self.new_file.name, pa.string()), rows.num_rows), **meta})
 
     def _keep_old(self, rows: pa.Table) -> pa.Table:
         """Rows copied from the old slice keep their commit time and sequence number."""
@@ -154,7 +154,7 @@ class BucketWriter:
         replaced = pc.is_in(old[RECORD_KEY], value_set=in_keys)
         kept = old.filter(pc.invert(replaced))
         existed = pc.is_in(in_keys, value_set=old[RECORD_KEY])
-        deleted = incoming[IS_DELETED] if IS_DELETED in incoming.column_names else pa.array([False] * incoming.num_rows)
+        deleted = incoming[IS_DELETED] if IS_DELETED in incoming.column_names else pa.repeat(pa.scalar(False), incoming.num_rows)
         deleted = pc.fill_null(deleted, False)
         upserts = incoming.filter(pc.invert(deleted))
         inserting = pc.and_(pc.invert(deleted), pc.invert(existed))

@@ -164,7 +164,7 @@ class Compactor:
         try:
             # key ranges come in order; within one, kept base rows and log records are sorted together
             for rows in merge_slice_batches(io, op.file_slice(), visible, rule):
-                writer.write(conform(rows.sort_by(RECORD_KEY), full, {FILE_NAME: pa.array([new_file.name] * rows.num_rows, pa.string())}))
+                writer.write(conform(rows.sort_by(RECORD_KEY), full, {FILE_NAME: pa.repeat(pa.scalar(new_file.name, pa.string()), rows.num_rows)}))
             result = writer.close()
         except BaseException:
             writer.abort()

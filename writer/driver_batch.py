@@ -69,7 +69,7 @@ class DriverBatch:
         raws = pa.concat_arrays([bad[RAW].combine_chunks(), pa.array([r for _, r in more], pa.string())])
         now = pa.scalar(datetime.now(timezone.utc), pa.timestamp("us", tz="UTC"))
         n = len(reasons)
-        table = pa.table({"instant": pa.array([instant] * n, pa.string()), "reason": reasons, "raw": raws, "quarantined_at": pa.array([now] * n)})
+        table = pa.table({"instant": pa.repeat(pa.scalar(instant, pa.string()), n), "reason": reasons, "raw": raws, "quarantined_at": pa.repeat(now, n)})
         io = FileIO.for_uri(target)
         io.delete_dir("")
         with io.open_output("part-00000.snappy.parquet") as f:

@@ -61,7 +61,7 @@ class LogWriter:
 
     def write(self, incoming: pa.Table, existed: pa.Array) -> WriteStat:
         """Append ``incoming`` (one row per key); ``existed`` tells which keys the group already holds."""
-        deleted = pc.fill_null(incoming[IS_DELETED], False) if IS_DELETED in incoming.column_names else pa.array([False] * incoming.num_rows)
+        deleted = pc.fill_null(incoming[IS_DELETED], False) if IS_DELETED in incoming.column_names else pa.repeat(pa.scalar(False), incoming.num_rows)
         upserts, deletes = incoming.filter(pc.invert(deleted)), incoming.filter(deleted)
         header = {Header.INSTANT_TIME: self.instant_time, Header.SCHEMA: self.avro_schema}
         blocks = []

@@ -70,24 +70,35 @@ class ArrivalCounter:
         n = rows.num_rows
         if SOURCE_FILE not in rows.column_names:
             start, self.next_row = self.next_row, self.next_row + n
-            return pa.array([""] * n, pa.string()), pa.array(np.arange(start, start + n, dtype=np.int64))
-        mtime = pc.cast(pc.cast(rows[SOURCE_MTIME], pa.timestamp("us")), pa.int64())
-        block = rows[SOURCE_BLOCK]
-        files = pc.binary_join_element_wise(
-            pc.utf8_lpad(pc.cast(mtime, pa.string()), 20, "0"), rows[SOURCE_FILE], pc.utf8_lpad(pc.cast(block, pa.string()), 20, "0"), "\x00"
-        ).combine_chunks()
-        lines = np.empty(n, dtype=np.int64)
-        encoded = files.dictionary_encode()
-        codes = encoded.indices.to_numpy()
-        for code, name in enumerate(encoded.dictionary.to_pylist()):
-            at = np.nonzero(codes == code)[0]
-            start = self._seen.get(name, 0)
-            lines[at] = np.arange(start, start + len(at))
-            self._seen[name] = start + len(at)
-        return files, pa.array(lines)
+            return pa.repeat(pa.scalar("", pa.string()), n), pa.array(np.arange(start, start + n, dtype=np.int64))
+        mtimes = pc.cast(pc.cast(rows[SOURCE_MTIME], pa.timestamp("us")), pa.int64()).to_numpy()
+        blocks = rows[SOURCE_BLOCK].to_numpy()
+        paths = rows[SOURCE_FILE].combine_chunks().dictionary_encode()
+        # a micro-batch has few blocks: each block's name is built once, and rows take it by code
+        path_names = paths.dictionary.to_pylist()
+        mtime_values, mtime_codes = np.unique(mtimes, return_inverse=True)
+        block_values, block_codes = np.unique(blocks, return_inverse=True)
+        origin = (mtime_codes.astype(np.int64) * len(path_names) + paths.indices.to_numpy()) * len(block_values) + block_codes
+        origins, codes = np.unique(origin, return_inverse=True)
+        names = []
+        for code in origins.tolist():
+            rest, block = divmod(code, len(block_values))
+            mtime, path = divmod(rest, len(path_names))
+            names.append(f"{int(mtime_values[mtime]):020d}\x00{path_names[path]}\x00{int(block_values[block]):020d}")
+        counts = np.bincount(codes, minlength=len(names))
+        starts = np.cumsum(counts) - counts
+        by_block = np.argsort(codes, kind="stable")
+        line_in_batch = np.empty(n, np.int64)
+        line_in_batch[by_block] = np.arange(n) - np.repeat(starts, counts)
+        seen = np.array([self._seen.get(name, 0) for name in names], np.int64)
+        for name, total in zip(names, (seen + counts).tolist()):
+            self._seen[name] = total
+        return pa.array(names, pa.string()).take(pa.array(codes)), pa.array(seen[codes] + line_in_batch)
 
 
 def _raw(rows: pa.Table, bad: np.ndarray) -> pa.Array:
+    if not bad.any():
+        return pa.nulls(rows.num_rows, pa.string())
     corrupt = rows[CORRUPT].to_pylist() if CORRUPT in rows.column_names else None
     records = rows.drop_columns([c for c in (CORRUPT, *SOURCE_COLUMNS) if c in rows.column_names])
     out: list[str | None] = [None] * rows.num_rows

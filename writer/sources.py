@@ -131,8 +131,8 @@ def _read_as_declared(path: str, declared: pa.Schema) -> pa.Table | None:
     mtime = pa.scalar(fileio.entry("").mtime_ns // 1000, pa.timestamp("us", tz="UTC"))
     n = rows.num_rows
     return (
-        rows.append_column(SOURCE_FILE, pa.array([path] * n, pa.string()))
-        .append_column(SOURCE_MTIME, pa.array([mtime] * n))
+        rows.append_column(SOURCE_FILE, pa.repeat(pa.scalar(path, pa.string()), n))
+        .append_column(SOURCE_MTIME, pa.repeat(mtime, n))
         .append_column(SOURCE_BLOCK, pa.array(np.zeros(n, np.int64)))
     )
 

@@ -113,7 +113,7 @@ def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Sc
         assigner = BucketAssigner(int(shard), plan.assign, run, _read_keys(io), _read_footer(io), _read_columns(io))
         assigned, entries = assigner.assign(part)
         if IS_DELETED in out_schema.names and IS_DELETED not in assigned.column_names:
-            assigned = assigned.append_column(IS_DELETED, pa.array([False] * assigned.num_rows))
+            assigned = assigned.append_column(IS_DELETED, pa.repeat(pa.scalar(False), assigned.num_rows))
         index.write_delta(int(shard), plan.instant, entries, part=0)
         if WRITE_SLOT in out_schema.names:
             assigned = assigned.append_column(WRITE_SLOT, record_write_slots(plan, assigned[FILE_ID].combine_chunks(), int(shard)))
