@@ -92,7 +92,7 @@ class BloomFilter:
 
     def add_many(self, keys) -> None:
         positions = bit_positions(keys, self.num_hashes, self.vector_size)
-        n = len(positions)
+        n = positions.shape[1]
         if self.kind == "SIMPLE":
             self.rows[0][positions.ravel()] = True
         else:
@@ -100,7 +100,7 @@ class BloomFilter:
             for row in np.unique(rows):
                 while len(self.rows) <= row:
                     self.rows.append(np.zeros(self.vector_size, dtype=bool))
-                self.rows[row][positions[rows == row].ravel()] = True
+                self.rows[row][positions[:, rows == row].ravel()] = True
         self.count += n
 
     def add(self, key: str) -> None:
@@ -108,9 +108,9 @@ class BloomFilter:
 
     def might_contain_many(self, keys) -> np.ndarray:
         positions = bit_positions(keys, self.num_hashes, self.vector_size)
-        found = np.zeros(len(positions), dtype=bool)
+        found = np.zeros(positions.shape[1], dtype=bool)
         for row in self.rows:
-            found |= row[positions].all(axis=1)
+            found |= row[positions].all(axis=0)
         return found
 
     def might_contain(self, key: str) -> bool:

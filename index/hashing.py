@@ -61,17 +61,24 @@ class _FixedLengthKeys:
 
     def hash(self, seeds: np.ndarray) -> np.ndarray:
         """MurmurHash2 of every key, one seed per key."""
-        h = seeds ^ np.uint32(self.length)
+        h = seeds.astype(np.uint32, copy=True)
+        self.hash_into(h, np.empty_like(h))
+        return h
+
+    def hash_into(self, h: np.ndarray, scratch: np.ndarray) -> None:
+        """Turn ``h``, one seed per key, into the keys' MurmurHash2, in place (``scratch`` is as large)."""
+        h ^= np.uint32(self.length)
         for k in self.mixed:
-            h = h * _M
+            h *= _M
             h ^= k
         if self.tail is not None:
-            h = h ^ self.tail
+            h ^= self.tail
             h *= _M
-        h = h ^ (h >> np.uint32(13))
+        np.right_shift(h, np.uint32(13), out=scratch)
+        h ^= scratch
         h *= _M
-        h ^= h >> np.uint32(15)
-        return h
+        np.right_shift(h, np.uint32(15), out=scratch)
+        h ^= scratch
 
 
 def _by_length(keys):
@@ -117,21 +124,34 @@ def hash64(keys) -> np.ndarray:
     return out
 
 
+# keys hashed at a time: the arrays of one round stay in the CPU's cache
+_CHUNK = 65536
+
+
 def bit_positions(keys, num_hashes: int, vector_size: int) -> np.ndarray:
-    """The ``(len(keys), num_hashes)`` bit indexes Hadoop's ``HashFunction`` yields.
+    """The ``(num_hashes, len(keys))`` bit indexes Hadoop's ``HashFunction`` yields: row ``i`` is round ``i``.
 
     Round ``i`` hashes the key with the previous round's hash as seed (0 first);
-    the bit is ``abs(h % vector_size)`` with Java's signed remainder.
+    the bit is ``abs(h % vector_size)`` with Java's signed remainder, which is
+    the key's magnitude as a signed int modulo the size.
     """
-    n = len(keys)
-    out = np.empty((n, num_hashes), dtype=np.int64)
+    out = np.empty((num_hashes, len(keys)), dtype=np.uint32)
+    size = np.uint32(vector_size)
     with np.errstate(over="ignore"):
         for rows, block in _by_length(keys):
-            fixed = _FixedLengthKeys(block)
-            rounds = np.empty((len(rows), num_hashes), dtype=np.uint32)
-            h = np.zeros(len(rows), dtype=np.uint32)
-            for i in range(num_hashes):
-                h = fixed.hash(h)
-                rounds[:, i] = h
-            out[rows] = np.abs(np.fmod(rounds.view(np.int32).astype(np.int64), vector_size))
+            for start in range(0, len(rows), _CHUNK):
+                fixed = _FixedLengthKeys(block[start : start + _CHUNK])
+                m = min(_CHUNK, len(rows) - start)
+                h, scratch = np.zeros(m, np.uint32), np.empty(m, np.uint32)
+                rounds = np.empty((num_hashes, m), dtype=np.uint32)
+                for i in range(num_hashes):
+                    fixed.hash_into(h, scratch)
+                    # |h| as a signed int; abs(MIN_VALUE) wraps to itself, which read unsigned is 2^31
+                    magnitude = rounds[i]
+                    np.abs(h.view(np.int32), out=magnitude.view(np.int32))
+                    # the remainder by way of a division by the constant size, which numpy does without dividing
+                    np.floor_divide(magnitude, size, out=scratch)
+                    scratch *= size
+                    magnitude -= scratch
+                out[:, rows[start : start + m]] = rounds
     return out
