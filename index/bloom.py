@@ -79,16 +79,33 @@ class BloomFilter:
     def _max_rows(self) -> int:
         return max(1, math.ceil(self.max_entries / self.row_capacity))
 
-    def _row_of(self, index: np.ndarray) -> np.ndarray:
-        """Row that the key added ``index``-th lands in, following Hudi's dynamic filter.
+    def _row_slices(self, first: int, n: int) -> list[tuple[int, slice]]:
+        """The row of each of ``n`` keys added from the ``first``-th on, following Hudi's dynamic
+        filter, as (row, slice of those keys) pairs.
 
         Rows fill ``row_capacity`` keys each until ``max_rows`` exist. The key
         that finds them all full goes to row 0, and the keys after it cycle
-        through the rows from row 0.
+        through the rows from row 0: every ``max_rows``-th key to the same row.
         """
-        full = self._max_rows * self.row_capacity
-        cycled = np.mod(index - full - 1, self._max_rows)
-        return np.where(index < full, index // self.row_capacity, np.where(index == full, 0, cycled))
+        rows, capacity = self._max_rows, self.row_capacity
+        full = rows * capacity
+        end = first + n
+        slices = []
+        for row in range(rows):
+            lo, hi = max(first, row * capacity), min(end, (row + 1) * capacity)
+            if lo < hi:
+                slices.append((row, slice(lo - first, hi - first)))
+        if first <= full < end:
+            slices.append((0, slice(full - first, full - first + 1)))
+        cycle_start = max(first, full + 1)
+        for offset in range(rows):
+            # the key ``full + 1 + offset`` goes to row ``offset % rows``, and every ``rows``-th after it too
+            start = full + 1 + offset
+            if start < cycle_start:
+                start += -(-(cycle_start - start) // rows) * rows
+            if start < end:
+                slices.append((offset % rows, slice(start - first, end - first, rows)))
+        return slices
 
     def add_many(self, keys) -> None:
         positions = bit_positions(keys, self.num_hashes, self.vector_size)
@@ -96,11 +113,10 @@ class BloomFilter:
         if self.kind == "SIMPLE":
             self.rows[0][positions.ravel()] = True
         else:
-            rows = self._row_of(np.arange(self.count, self.count + n, dtype=np.int64))
-            for row in np.unique(rows):
+            for row, keys_in_row in self._row_slices(self.count, n):
                 while len(self.rows) <= row:
                     self.rows.append(np.zeros(self.vector_size, dtype=bool))
-                self.rows[row][positions[:, rows == row].ravel()] = True
+                self.rows[row][positions[:, keys_in_row].ravel()] = True
         self.count += n
 
     def add(self, key: str) -> None:

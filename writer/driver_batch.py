@@ -121,8 +121,12 @@ class DriverBatch:
             slot_of = balanced_slots(dict(zip(names, np.bincount(codes, minlength=len(names)).tolist())), self.threads)
             slots = np.array([slot_of[name] for name in names] or [0], np.int64)[codes]
         order = stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)
-        parts = [(slot, part.sort_by(order)) for slot, part in _split(good, slots)]
-        return _statuses(self._in_pool("write", lambda slot, batches: stages.bulk_insert(plan, batches, slot, write_token(slot)), parts))
+
+        def insert_sorted(slot: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            rows = pa.Table.from_batches(list(batches), good.schema).sort_by(order)
+            yield from stages.bulk_insert(plan, iter(rows.to_batches()), slot, write_token(slot))
+
+        return _statuses(self._in_pool("write", insert_sorted, _split(good, slots)))
 
 
 def _statuses(batches: list[pa.RecordBatch]) -> list[dict]:
