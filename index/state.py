@@ -147,7 +147,9 @@ class ShardRun:
         return np.where(found, self.codes[pos], -1).astype(np.int32)
 
     def to_table(self) -> pa.Table:
-        return index_entries(self.hashes, [self.groups[c][0] for c in self.codes], [self.groups[c][1] for c in self.codes])
+        at = pa.array(self.codes, pa.int32())
+        partitions = pa.array([p for p, _ in self.groups], pa.string()).take(at)
+        return index_entries(self.hashes, partitions, pa.array([f for _, f in self.groups], pa.string()).take(at))
 
 
 @dataclass(frozen=True)

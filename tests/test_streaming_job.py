@@ -38,9 +38,12 @@ def test_each_file_was_one_micro_batch_with_progress(job_run):
     # where each micro-batch's time went: driver steps, and the Python seconds of the Spark stages' tasks
     for r in reports:
         assert {"read", "plan", "write", "commit"} <= set(r.stage_seconds)
-        assert r.stage_seconds["prepare_tasks"] > 0 and r.stage_seconds["assign_tasks"] > 0 and r.stage_seconds["write_tasks"] > 0
+        assert r.stage_seconds["prepare_tasks"] > 0 and r.stage_seconds["write_tasks"] > 0
         assert sum(v for k, v in r.stage_seconds.items() if not k.endswith("_tasks")) <= r.seconds + 0.01
     assert "write_tasks=" in reports[0].line()
+    # the first micro-batch loads an empty table: nothing to look up, so no assign stage (written as a bulk insert)
+    assert "assign_tasks" not in reports[0].stage_seconds
+    assert all(r.stage_seconds["assign_tasks"] > 0 for r in reports[1:])
 
 
 def test_bad_rows_are_quarantined_with_reasons(job_run):

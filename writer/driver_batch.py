@@ -28,7 +28,7 @@ from laketide.table.files import write_token
 from laketide.table.io import FileIO
 from laketide.table.schema import RECORD_KEY
 from laketide.writer import stages
-from laketide.writer.prepare import RAW, REASON, SHARD, ArrivalCounter, PrepareSpec, prepare
+from laketide.writer.prepare import RAW, REASON, SHARD, PrepareSpec, batch_arrival, prepare_in_order
 from laketide.writer.routing import balanced_slots
 
 # wraps a stage function so that its seconds are charged to a stage of the clock
@@ -46,12 +46,16 @@ class DriverBatch:
 
     @classmethod
     def prepare(cls, landed: pa.Table, spec: PrepareSpec, threads: int, timed: Timed) -> DriverBatch:
-        def prepare_all(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
-            for rows in batches:
-                yield prepare(rows, spec, ArrivalCounter(0))
+        """Rows prepared in as many slices as threads, once their arrival order is known."""
+        arrival_file, arrival_row = batch_arrival(landed)
+        step = max(1, -(-landed.num_rows // max(1, threads)))
+        slices = [(start, landed.slice(start, step)) for start in range(0, landed.num_rows, step)] or [(0, landed)]
 
-        (prepared,) = timed("prepare", prepare_all)(iter([landed]))
-        return cls(prepared, threads, timed)
+        def prepare_slice(start: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
+            rows = pa.Table.from_batches(list(batches), landed.schema)
+            yield prepare_in_order(rows, spec, arrival_file.slice(start, rows.num_rows), arrival_row.slice(start, rows.num_rows))
+
+        return cls(pa.concat_tables(_in_pool(threads, timed, "prepare", prepare_slice, slices)), threads, timed)
 
     @property
     def records(self) -> int:
@@ -85,27 +89,16 @@ class DriverBatch:
     def partitions(self) -> list[str]:
         return sorted(pc.unique(self.good()[PARTITION]).to_pylist())
 
-    def _in_pool(self, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, pa.Table]]) -> list[pa.RecordBatch]:
-        """``run_part(slot, batches)`` over each (slot, rows) in the pool, its seconds charged to ``stage``; what they yield, in slot order."""
-
-        def run(item: tuple[int, pa.Table]) -> list[pa.RecordBatch]:
-            slot, part = item
-            timed = self._timed(stage, lambda batches: run_part(slot, batches))
-            return list(timed(iter(part.to_batches())))
-
-        with ThreadPoolExecutor(max(1, min(self.threads, len(parts)))) as pool:
-            return [batch for batches in pool.map(run, parts) for batch in batches]
-
     def assign_and_write(self, plan: stages.BatchPlan, assigned_struct: StructType, assigned_schema: pa.Schema) -> list[dict]:
         """The assign stage per index shard, then the write stage per write slot (``assigned_struct``,
         Spark's form of ``assigned_schema``, is what executors need)."""
         good = self.good()
-        assigned = self._in_pool("assign", lambda shard, batches: stages.assign(plan, batches, assigned_schema), _split(good, good[SHARD].to_numpy()))
+        assigned = _in_pool(self.threads, self._timed, "assign", lambda shard, batches: stages.assign(plan, batches, assigned_schema), _split(good, good[SHARD].to_numpy()))
         if not assigned:
             return []
         rows = pa.Table.from_batches(assigned, assigned_schema)
         by_slot = _split(rows, rows[stages.WRITE_SLOT].to_numpy())
-        return _statuses(self._in_pool("write", lambda slot, batches: stages.write(plan, batches, slot, write_token(slot)), by_slot))
+        return _statuses(_in_pool(self.threads, self._timed, "write", lambda slot, batches: stages.write(plan, batches, slot, write_token(slot)), by_slot))
 
     def bulk_insert(self, plan: stages.BatchPlan) -> list[dict]:
         """Each partition's rows to one thread (partitions balanced over the threads by rows), sorted
@@ -126,7 +119,19 @@ class DriverBatch:
             rows = pa.Table.from_batches(list(batches), good.schema).sort_by(order)
             yield from stages.bulk_insert(plan, iter(rows.to_batches()), slot, write_token(slot))
 
-        return _statuses(self._in_pool("write", insert_sorted, _split(good, slots)))
+        return _statuses(_in_pool(self.threads, self._timed, "write", insert_sorted, _split(good, slots)))
+
+
+def _in_pool(threads: int, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, pa.Table]]) -> list:
+    """``run_part(slot, batches)`` over each (slot, rows) in a pool of ``threads``, its seconds charged
+    to ``stage``; what they yield, in slot order."""
+
+    def run(item: tuple[int, pa.Table]) -> list:
+        slot, part = item
+        return list(timed(stage, lambda batches: run_part(slot, batches))(iter(part.to_batches())))
+
+    with ThreadPoolExecutor(max(1, min(threads, len(parts)))) as pool:
+        return [out for outs in pool.map(run, parts) for out in outs]
 
 
 def _statuses(batches: list[pa.RecordBatch]) -> list[dict]:

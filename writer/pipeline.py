@@ -219,7 +219,8 @@ class MicroBatchWriter:
     def _plan(self, instant: str, incoming: pa.Schema) -> tuple[stages.BatchPlan, ForeignWrites]:
         timeline = self.table.timeline
         view = self.views.view(timeline)
-        slices = [s for s in view.latest_slices() if s.base_file is not None]
+        latest = view.latest_slices()
+        slices = [s for s in latest if s.base_file is not None]
         current = {(s.partition, s.file_id): s.base_file.name for s in slices}
         live = {(s.partition, s.file_id): s.base_file.path for s in slices}
         committed = {i.timestamp for i in timeline.completed_writes()}
@@ -269,6 +270,7 @@ class MicroBatchWriter:
             log_targets=self._log_targets(view, slices) if self.merge_on_read else None,
             write_slots=balanced_slots({s.file_id: s.size for s in slices}, write.parallelism),
             write_tasks=write.parallelism,
+            table_empty=not latest,
         )
         return plan, foreign
 
@@ -398,7 +400,8 @@ class MicroBatchWriter:
         replaced: dict[str, list[str]] = {}
         if self.operation == "delete_partition":
             statuses, replaced = [], self._file_groups_to_replace(batch, plan)
-        elif self.operation == "bulk_insert":
+        elif self.operation == "bulk_insert" or (self.operation == "upsert" and plan.table_empty):
+            # an upsert into an empty table has no key to look up or merge: it is written as a bulk insert
             statuses = batch.bulk_insert(plan)
         else:
             statuses = batch.assign_and_write(plan, *self._assigned_schema(data_fields))

@@ -71,29 +71,51 @@ class ArrivalCounter:
         if SOURCE_FILE not in rows.column_names:
             start, self.next_row = self.next_row, self.next_row + n
             return pa.repeat(pa.scalar("", pa.string()), n), pa.array(np.arange(start, start + n, dtype=np.int64))
-        mtimes = pc.cast(pc.cast(rows[SOURCE_MTIME], pa.timestamp("us")), pa.int64()).to_numpy()
-        blocks = rows[SOURCE_BLOCK].to_numpy()
-        paths = rows[SOURCE_FILE].combine_chunks().dictionary_encode()
-        # a micro-batch has few blocks: each block's name is built once, and rows take it by code
-        path_names = paths.dictionary.to_pylist()
-        mtime_values, mtime_codes = np.unique(mtimes, return_inverse=True)
-        block_values, block_codes = np.unique(blocks, return_inverse=True)
-        origin = (mtime_codes.astype(np.int64) * len(path_names) + paths.indices.to_numpy()) * len(block_values) + block_codes
-        origins, codes = np.unique(origin, return_inverse=True)
-        names = []
-        for code in origins.tolist():
-            rest, block = divmod(code, len(block_values))
-            mtime, path = divmod(rest, len(path_names))
-            names.append(f"{int(mtime_values[mtime]):020d}\x00{path_names[path]}\x00{int(block_values[block]):020d}")
-        counts = np.bincount(codes, minlength=len(names))
-        starts = np.cumsum(counts) - counts
-        by_block = np.argsort(codes, kind="stable")
-        line_in_batch = np.empty(n, np.int64)
-        line_in_batch[by_block] = np.arange(n) - np.repeat(starts, counts)
+        names, codes, lines = _landing_blocks(rows)
         seen = np.array([self._seen.get(name, 0) for name in names], np.int64)
-        for name, total in zip(names, (seen + counts).tolist()):
+        for name, total in zip(names, (seen + np.bincount(codes, minlength=len(names))).tolist()):
             self._seen[name] = total
-        return pa.array(names, pa.string()).take(pa.array(codes)), pa.array(seen[codes] + line_in_batch)
+        return pa.array(names, pa.string()).take(pa.array(codes)), pa.array(seen[codes] + lines)
+
+
+def batch_arrival(rows: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """The arrival order of a whole micro-batch held in one place: an empty arrival file, and one
+    number per row that orders rows as (landing block, line) does, without a block name per row."""
+    n = rows.num_rows
+    if SOURCE_FILE not in rows.column_names:
+        return pa.repeat(pa.scalar("", pa.string()), n), pa.array(np.arange(n, dtype=np.int64))
+    names, codes, lines = _landing_blocks(rows)
+    rank = np.empty(len(names), np.int64)
+    rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
+    return pa.repeat(pa.scalar("", pa.string()), n), pa.array((rank[codes] << 40) + lines)
+
+
+def _landing_blocks(rows: pa.Table) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The name of each landing block the rows came from (modification time, file, block start,
+    which sort in arrival order), each row's block as a code into them, and its line in its block."""
+    n = rows.num_rows
+    parts = [
+        pc.cast(pc.cast(rows[SOURCE_MTIME], pa.timestamp("us")), pa.int64()).combine_chunks().dictionary_encode(),
+        rows[SOURCE_FILE].combine_chunks().dictionary_encode(),
+        rows[SOURCE_BLOCK].combine_chunks().dictionary_encode(),
+    ]
+    mtimes, paths, blocks = (part.dictionary.to_pylist() for part in parts)
+    # a micro-batch has few blocks: each block's name is built once, and rows take it by code
+    origin = (parts[0].indices.to_numpy().astype(np.int64) * len(paths) + parts[1].indices.to_numpy()) * len(blocks) + parts[2].indices.to_numpy()
+    encoded = pa.array(origin).dictionary_encode()
+    codes = encoded.indices.to_numpy().astype(np.int64)
+    names = []
+    for code in encoded.dictionary.to_pylist():
+        rest, block = divmod(code, len(blocks))
+        mtime, path = divmod(rest, len(paths))
+        names.append(f"{mtimes[mtime]:020d}\x00{paths[path]}\x00{blocks[block]:020d}")
+    if len(names) <= 1:
+        return names, codes, np.arange(n, dtype=np.int64)
+    counts = np.bincount(codes, minlength=len(names))
+    by_block = np.argsort(codes, kind="stable")
+    lines = np.empty(n, np.int64)
+    lines[by_block] = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+    return names, codes, lines
 
 
 def _raw(rows: pa.Table, bad: np.ndarray) -> pa.Array:
@@ -133,6 +155,11 @@ def _corrupt_reasons(rows: pa.Table, source_format: str) -> tuple[pa.Array, pa.A
 
 
 def prepare(rows: pa.Table, spec: PrepareSpec, arrival: ArrivalCounter) -> pa.Table:
+    return prepare_in_order(rows, spec, *arrival.order(rows))
+
+
+def prepare_in_order(rows: pa.Table, spec: PrepareSpec, arrival_file: pa.Array, arrival_row: pa.Array) -> pa.Table:
+    """``prepare`` of rows whose arrival order is known: row by row, so any slice of rows prepares on its own."""
     n = rows.num_rows
     keys, key_reason = record_keys(rows, spec.record_key, spec.complex_key)
     partitions, partition_reason = partition_paths(rows, spec.partition_by, spec.hive_style, spec.urlencode)
@@ -149,7 +176,6 @@ def prepare(rows: pa.Table, spec: PrepareSpec, arrival: ArrivalCounter) -> pa.Ta
     safe_keys = pc.fill_null(keys, "")
     safe_partitions = pc.fill_null(partitions, "")
     hashes = index_keys(safe_partitions, safe_keys, spec.global_keys)
-    arrival_file, arrival_row = arrival.order(rows)
     data = rows.drop_columns([c for c in (CORRUPT, *SOURCE_COLUMNS) if c in rows.column_names])
     columns = [
         safe_keys,

@@ -131,7 +131,8 @@ def _read_as_declared(path: str, declared: pa.Schema) -> pa.Table | None:
     mtime = pa.scalar(fileio.entry("").mtime_ns // 1000, pa.timestamp("us", tz="UTC"))
     n = rows.num_rows
     return (
-        rows.append_column(SOURCE_FILE, pa.repeat(pa.scalar(path, pa.string()), n))
+        # one value per file: dictionary-encoded, so that the rows share it
+        rows.append_column(SOURCE_FILE, pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([path], pa.string())))
         .append_column(SOURCE_MTIME, pa.repeat(mtime, n))
         .append_column(SOURCE_BLOCK, pa.array(np.zeros(n, np.int64)))
     )

@@ -61,6 +61,9 @@ class Shuffles:
         """
         if not self.bulk:
             return prepared.repartition(len(self.shard_routes), routed(F.col(SHARD), self.shard_routes))
+        return self.bulk_layout(prepared)
+
+    def bulk_layout(self, prepared: DataFrame) -> DataFrame:
         order = stages.bulk_sort_keys(self.ordering_field, self.global_keys)
         columns = [RECORD_KEY] if self.global_keys else [PARTITION, RECORD_KEY]
         spread = prepared.repartition(self.write_tasks, *columns)
@@ -108,9 +111,11 @@ class SparkBatch:
         return [row.asDict() for row in by_slot.mapInArrow(writing, from_arrow_schema(stages.STATUS_SCHEMA)).collect()]
 
     def bulk_insert(self, plan: stages.BatchPlan) -> list[dict]:
-        """One stage over the rows as ``Shuffles.distributed`` left them: each task writes new file groups."""
+        """One stage over the rows laid out for a bulk insert: each task writes new file groups.
+        Rows shuffled by shard (an upsert that loads an empty table) are laid out again first."""
         writing = self.clock.timed("write", _in_task_attempt(stages.bulk_insert, plan))
-        rows = self._good().drop(REASON, RAW, SHARD)
+        rows = self._good() if self.shuffles.bulk else self.shuffles.bulk_layout(self._good())
+        rows = rows.drop(REASON, RAW, SHARD)
         return [row.asDict() for row in rows.mapInArrow(writing, from_arrow_schema(stages.STATUS_SCHEMA)).collect()]
 
     def release(self) -> None:

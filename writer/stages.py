@@ -61,11 +61,16 @@ class BatchPlan:
     # the write task of each existing file group, by file id; a new group goes to its shard's
     write_slots: dict[str, int] | None = None
     write_tasks: int = 1
+    table_empty: bool = False  # the table had no file slice when the plan was made
 
 
 def _status(stat: WriteStat, newly_covered: bool = False, late: int = 0) -> dict:
     """One row of ``STATUS_SCHEMA``: what a task wrote into one file group."""
     return {"stat": stat.model_dump_json(by_alias=True), "partition": stat.partition_path, "file_id": stat.file_id, "newly_covered": newly_covered, "late": late}
+
+
+def _repeated(value: str, n: int) -> pa.Array:
+    return pa.repeat(pa.scalar(value, pa.string()), n)
 
 
 def _concat(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
@@ -135,18 +140,18 @@ def _index_whole_group(plan: BatchPlan, io: FileIO, paths: list[str], partition:
     """Add every key of a file group the index did not cover, so it is covered from now on."""
     read = _read_keys(io)
     keys = pc.unique(pa.concat_arrays([read(p) for p in paths]))
-    _write_entries(plan, io, keys, [partition] * len(keys), [file_id] * len(keys), task)
+    _write_entries(plan, io, keys, _repeated(partition, len(keys)), _repeated(file_id, len(keys)), task)
 
 
-def _write_entries(plan: BatchPlan, io: FileIO, keys: pa.Array, partitions: list[str], file_ids: list[str], task: int) -> None:
+def _write_entries(plan: BatchPlan, io: FileIO, keys: pa.Array, partitions: pa.Array, file_ids: pa.Array, task: int) -> None:
     """Index entries a write task adds, one delta run per shard."""
-    hashes = index_keys(pa.array(partitions, pa.string()), keys, plan.index.global_keys)
+    hashes = index_keys(partitions, keys, plan.index.global_keys)
     shards = shard_of(hashes, plan.index.shards)
     index = StateIndex(io, plan.index.shards)
-    partitions, file_ids = np.asarray(partitions, dtype=object), np.asarray(file_ids, dtype=object)
     for shard in np.unique(shards):
         mine = shards == shard
-        index.write_delta(int(shard), plan.instant, index_entries(hashes[mine], partitions[mine], file_ids[mine]), part=_WRITE_PART_BASE + task)
+        at = pa.array(mine)
+        index.write_delta(int(shard), plan.instant, index_entries(hashes[mine], partitions.filter(at), file_ids.filter(at)), part=_WRITE_PART_BASE + task)
 
 
 def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None) -> Iterator[pa.RecordBatch]:
@@ -226,9 +231,10 @@ class _BulkFiles:
         self.opened = 0
         self.seqno = 0
         self.statuses: list[dict] = []
+        # the keys written, and their partition and file group: index entries at the end
         self.keys: list[pa.Array] = []
-        self.partitions: list[str] = []
-        self.file_ids: list[str] = []
+        self.partitions: list[pa.Array] = []
+        self.file_ids: list[pa.Array] = []
 
     def _new_writer(self, partition: str) -> BucketWriter:
         # deterministic, so a retried task writes the same file groups
@@ -256,8 +262,8 @@ class _BulkFiles:
             writer.append_inserts(part)
             self.seqno = writer.counts.seqno
             self.keys.append(part[RECORD_KEY].combine_chunks())
-            self.partitions += [partition] * part.num_rows
-            self.file_ids += [writer.target.file_id] * part.num_rows
+            self.partitions.append(_repeated(partition, part.num_rows))
+            self.file_ids.append(_repeated(writer.target.file_id, part.num_rows))
             if self._room(writer) <= 0:
                 self._close(partition)
             rows = rows.slice(part.num_rows)
@@ -281,7 +287,7 @@ class _BulkFiles:
         for partition in list(self.open):
             self._close(partition)
         if self.keys:
-            _write_entries(self.plan, self.io, pa.concat_arrays(self.keys), self.partitions, self.file_ids, self.task)
+            _write_entries(self.plan, self.io, *(pa.concat_arrays(columns) for columns in (self.keys, self.partitions, self.file_ids)), self.task)
         return self.statuses
 
     def abort(self) -> None:
