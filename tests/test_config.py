@@ -76,3 +76,11 @@ def test_example_job_config_in_deploy_is_valid():
 
     config = load_config(Path(__file__).resolve().parents[1] / "deploy" / "job.example.toml")
     assert config.coordinator.lease == "zookeeper" and config.coordinator.api_port == 8470
+
+
+def test_driver_batch_bytes_takes_sizes_and_zero_but_not_negatives():
+    assert load_config(overrides=REQUIRED).write.driver_batch_bytes == 64 * 2**20
+    assert load_config(overrides=[*REQUIRED, "write.driver_batch_bytes=16MiB"]).write.driver_batch_bytes == 16 * 2**20
+    assert load_config(overrides=[*REQUIRED, "write.driver_batch_bytes=0"]).write.driver_batch_bytes == 0
+    with pytest.raises(ConfigError, match="driver_batch_bytes"):
+        load_config(overrides=[*REQUIRED, "write.driver_batch_bytes=-1"])

@@ -142,3 +142,47 @@ def test_an_empty_micro_batch_makes_no_instant(spark, tmp_path):
     assert [r.records for r in writer.status.recent] == [2, 1]
     assert len(Table.open(str(tmp_path / "table")).timeline) == 2, "two commits and nothing else"
     assert sorted((r["id"], r["ts"]) for r in hudi_read(tmp_path / "table").to_pylist()) == [(1, 2), (2, 1)]
+
+
+def test_parquet_read_by_the_driver_equals_sparks_read_or_is_left_to_spark(spark, tmp_path):
+    """A driver-written micro-batch reads parquet landing files itself only when Spark would read the same values."""
+    from decimal import Decimal
+    from datetime import date, datetime, timezone
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from laketide.writer.prepare import SOURCE_COLUMNS
+    from laketide.writer.sources import read_landed_parquet
+
+    ddl = "id BIGINT, name STRING, amount DOUBLE, price DECIMAL(10,2), seen TIMESTAMP, day DATE, ok BOOLEAN, tags ARRAY<STRING>"
+    schema = spark.createDataFrame([], ddl).schema
+    declared = to_arrow_schema(schema, timezone=spark.conf.get("spark.sql.session.timeZone"))
+    rows = {
+        "id": [1, 2, None],
+        "name": ["a", None, "ünï"],
+        "amount": [1.5, None, -0.0],
+        "price": [Decimal("1.25"), None, Decimal("-3.10")],
+        "seen": [datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc), None, datetime(1969, 12, 31, 23, 59, 59, tzinfo=timezone.utc)],
+        "day": [date(2026, 1, 2), None, date(1900, 1, 1)],
+        "ok": [True, None, False],
+        "tags": [["x", "y"], None, []],
+    }
+    written = pa.table(rows, schema=pa.schema([f.with_type(f.type if not pa.types.is_timestamp(f.type) else pa.timestamp("us", tz="UTC")) for f in declared]))
+    for n in range(2):
+        pq.write_table(written, tmp_path / f"{n}.parquet")
+    paths = [f"file://{tmp_path / f'{n}.parquet'}" for n in range(2)]
+
+    ours = read_landed_parquet(paths, declared)
+    if ours is None:
+        pytest.fail("exactly the declared types: the driver reads the files itself")
+    theirs = spark.read.schema(schema).parquet(*paths).toArrow()
+    assert ours.drop_columns(list(SOURCE_COLUMNS)).to_pylist() == theirs.to_pylist()
+    assert ours.column(list(SOURCE_COLUMNS)[0]).to_pylist() == [paths[0]] * 3 + [paths[1]] * 3
+
+    # a column of another type (as the mistyped-file test lands), or a missing one: Spark decides
+    pq.write_table(written.set_column(0, "id", written["id"].cast(pa.int32())), tmp_path / "narrow.parquet")
+    pq.write_table(written.drop_columns(["ok"]), tmp_path / "missing.parquet")
+    pq.write_table(written, tmp_path / "broken.parquet")
+    (tmp_path / "broken.parquet").write_bytes((tmp_path / "broken.parquet").read_bytes()[:100])
+    for name in ("narrow", "missing", "broken"):
+        assert read_landed_parquet([paths[0], f"file://{tmp_path / name}.parquet"], declared) is None, name
