@@ -46,6 +46,7 @@ def test_rollback_through_the_running_jobs_api(spark, tmp_path):
         writer = httpx.get(f"{api}/v1/writer").json()
         assert writer["running"] and writer["writer_id"] == job.coordinator.writer_id
         assert [b["batch_id"] for b in writer["recent"]] == [0, 1]
+        assert [b["ran_on"] for b in writer["recent"]] == ["driver", "driver"], "small micro-batches are written by the driver"
         assert writer["index"]["file_groups"] == writer["index"]["covered_file_groups"] > 0
         lease = httpx.get(f"{api}/v1/lease").json()
         assert lease["held"] and lease["holder"]["api_address"] == api and lease["holder"]["pid"] > 0
