@@ -151,8 +151,12 @@ def test_parquet_read_by_the_driver_equals_sparks_read_or_is_left_to_spark(spark
 
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    from laketide.table.io import FileIO
     from laketide.writer.prepare import SOURCE_COLUMNS
     from laketide.writer.sources import read_landed_parquet
+
+    def landed(*paths: str) -> dict:
+        return {path: FileIO.for_uri(path).entry("") for path in paths}
 
     ddl = "id BIGINT, name STRING, amount DOUBLE, price DECIMAL(10,2), seen TIMESTAMP, day DATE, ok BOOLEAN, tags ARRAY<STRING>"
     schema = spark.createDataFrame([], ddl).schema
@@ -172,7 +176,7 @@ def test_parquet_read_by_the_driver_equals_sparks_read_or_is_left_to_spark(spark
         pq.write_table(written, tmp_path / f"{n}.parquet")
     paths = [f"file://{tmp_path / f'{n}.parquet'}" for n in range(2)]
 
-    ours = read_landed_parquet(paths, declared)
+    ours = read_landed_parquet(landed(*paths), declared)
     if ours is None:
         pytest.fail("exactly the declared types: the driver reads the files itself")
     theirs = spark.read.schema(schema).parquet(*paths).toArrow()
@@ -185,4 +189,4 @@ def test_parquet_read_by_the_driver_equals_sparks_read_or_is_left_to_spark(spark
     pq.write_table(written, tmp_path / "broken.parquet")
     (tmp_path / "broken.parquet").write_bytes((tmp_path / "broken.parquet").read_bytes()[:100])
     for name in ("narrow", "missing", "broken"):
-        assert read_landed_parquet([paths[0], f"file://{tmp_path / name}.parquet"], declared) is None, name
+        assert read_landed_parquet(landed(paths[0], f"file://{tmp_path / name}.parquet"), declared) is None, name

@@ -33,7 +33,7 @@ from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSlice, FileSystemView
 from laketide.table.view_sync import ViewSync
-from laketide.table.io import FileIO
+from laketide.table.io import FileEntry, FileIO
 from laketide.table.properties import EVENT_TIME
 from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json, evolve, with_meta_schema
 from laketide.writer import stages
@@ -293,12 +293,11 @@ class MicroBatchWriter:
         if not batch.bad_rows and not bad_files:
             return 0
         target = f"{self.quarantine_path}/writer={self.coordinator.writer_id}/batch_id={batch_id}"
-        count = batch.bad_rows + len(bad_files)
         # overwrite: a replayed batch quarantines the same rows once
         batch.write_quarantine(instant, [(f"unreadable landing file: {why}", path) for path, why in sorted(bad_files.items())], target)
         copy_aside(bad_files, f"{target}/_files")
-        log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, count - len(bad_files), len(bad_files), target)
-        return count
+        log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, batch.bad_rows, len(bad_files), target)
+        return batch.bad_rows + len(bad_files)
 
     def _prepared(self, df: DataFrame) -> SparkBatch:
         spec = self.spec
@@ -336,15 +335,15 @@ class MicroBatchWriter:
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
         return self._prepared(readable), data_fields, bad
 
-    def _landing_files(self, batch_id: int) -> list[str] | None:
-        """The micro-batch's landing files if they total at most ``write.driver_batch_bytes``."""
+    def _landing_files(self, batch_id: int) -> dict[str, FileEntry] | None:
+        """The micro-batch's landing files (size and modification time, by path) if they total at
+        most ``write.driver_batch_bytes``."""
         try:
-            files = batch_files(self.config.stream.checkpoint, batch_id)
-            size = sum(FileIO.for_uri(path).size("") for path in files)
+            files = {path: FileIO.for_uri(path).entry("") for path in batch_files(self.config.stream.checkpoint, batch_id)}
         except Exception:
             log.warning("micro-batch %s: the size of its landing files is unknown, so Spark's tasks write it", batch_id, exc_info=True)
             return None
-        return files if size <= self.config.write.driver_batch_bytes else None
+        return files if sum(f.size for f in files.values()) <= self.config.write.driver_batch_bytes else None
 
     def _collect(self, df: DataFrame, batch_id: int, data_fields: list[StructField]) -> DriverBatch | None:
         """The micro-batch as one Arrow table in the driver, prepared; ``None`` when it is too large for
@@ -364,8 +363,9 @@ class MicroBatchWriter:
             files = self._landing_files(batch_id)
             if files is None:
                 return None
-            declared = to_arrow_schema(StructType(data_fields), timezone=self.timezone)
-            landed = read_landed_parquet(files, declared) if source.format == "parquet" else None
+            landed = None
+            if source.format == "parquet":
+                landed = read_landed_parquet(files, to_arrow_schema(StructType(data_fields), timezone=self.timezone))
             if landed is None:
                 try:
                     landed = df.toArrow()

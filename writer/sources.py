@@ -27,7 +27,7 @@ from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StringType, StructField, StructType
 
 from laketide.config import SourceSection
-from laketide.table.io import FileIO
+from laketide.table.io import FileEntry, FileIO
 from laketide.writer.generator import ARROW_SCHEMA as GENERATOR_SCHEMA, NAME as GENERATOR, GeneratorDataSource, GeneratorSpec
 from laketide.writer.prepare import CORRUPT, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
 
@@ -120,15 +120,14 @@ def _same_type(found: pa.DataType, declared: pa.DataType) -> bool:
     return found == declared
 
 
-def _read_as_declared(path: str, declared: pa.Schema) -> pa.Table | None:
-    fileio = FileIO.for_uri(path)
-    with fileio.open_input("") as f:
+def _read_as_declared(path: str, entry: FileEntry, declared: pa.Schema) -> pa.Table | None:
+    with FileIO.for_uri(path).open_input("") as f:
         parquet = pq.ParquetFile(f)
         found = parquet.schema_arrow
         if not all(found.get_field_index(field.name) >= 0 and _same_type(found.field(field.name).type, field.type) for field in declared):
             return None
         rows = parquet.read(columns=declared.names).cast(declared)
-    mtime = pa.scalar(fileio.entry("").mtime_ns // 1000, pa.timestamp("us", tz="UTC"))
+    mtime = pa.scalar(entry.mtime_ns // 1000, pa.timestamp("us", tz="UTC"))
     n = rows.num_rows
     return (
         # one value per file: dictionary-encoded, so that the rows share it
@@ -138,9 +137,9 @@ def _read_as_declared(path: str, declared: pa.Schema) -> pa.Table | None:
     )
 
 
-def read_landed_parquet(paths: list[str], declared: pa.Schema) -> pa.Table | None:
-    """Parquet landing files read straight into Arrow, as Spark reads them under the declared
-    schema, with the columns of their origin (file, modification time, block).
+def read_landed_parquet(files: dict[str, FileEntry], declared: pa.Schema) -> pa.Table | None:
+    """Parquet landing files (their entries, by path) read straight into Arrow, as Spark reads them
+    under the declared schema, with the columns of their origin (file, modification time, block).
 
     Only when every file holds every declared column under exactly its type: then there is
     nothing to convert and nothing to decide. Otherwise ``None``, and Spark reads them, with
@@ -148,8 +147,8 @@ def read_landed_parquet(paths: list[str], declared: pa.Schema) -> pa.Table | Non
     """
     tables = []
     try:
-        for path in paths:
-            rows = _read_as_declared(path, declared)
+        for path, entry in files.items():
+            rows = _read_as_declared(path, entry, declared)
             if rows is None:
                 return None
             tables.append(rows)
