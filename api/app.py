@@ -187,7 +187,7 @@ def create_app(
         request: Annotated[RollbackRequest, Body()] = RollbackRequest(),
     ) -> RollbackOut:
         result = _change(lambda coordinator: coordinator.rollback(instant, request.force, request.dry_run))
-        return RollbackOut(**result.__dict__)
+        return RollbackOut(**{**result.__dict__, "rows": result.rows or None})
 
     @app.get("/v1/savepoints", response_model=list[SavepointOut], tags=["savepoints"])
     def list_savepoints() -> list[SavepointOut]:

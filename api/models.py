@@ -109,7 +109,15 @@ class LeaseOut(BaseModel):
 
 class RollbackRequest(BaseModel):
     dry_run: bool = False
-    force: bool = Field(False, description="needed to roll back a completed instant that is not the newest")
+    force: bool = Field(
+        False, description="needed to roll back a completed instant that is not the newest; never allows a rollback that would lose rows (409)"
+    )
+
+
+class RowChanges(BaseModel):
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
 
 
 class RollbackOut(BaseModel):
@@ -119,6 +127,7 @@ class RollbackOut(BaseModel):
     files: list[str]
     was_completed: bool
     dry_run: bool
+    rows: RowChanges | None = Field(None, description="the rows the rolled-back write changed, which go back to what they were; null for a write that never completed")
 
 
 class SavepointRequest(BaseModel):

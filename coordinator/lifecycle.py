@@ -20,22 +20,19 @@ from laketide.coordinator.fence import COMMITTED, CommitFence
 from laketide.coordinator.lease import Lease, LeaseLost
 from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.retry import RetryPolicy
+from laketide.coordinator.rollback_guard import RollbackRefused, refuse_loss
+from laketide.coordinator.sweep import Sweeper
 from laketide.table.commit import BATCH_ID_KEY, BATCHES_KEY, EPOCH_KEY, WRITER_ID_KEY, CommitMetadata, WriteStat, requested_replace
+from laketide.table.compaction import pending_compactions
 from laketide.table.instant import COMMIT, COMPACTION, REPLACE_COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, InstantClock, State, validate_instant_time
 from laketide.table.io import InstantFileExists
 from laketide.table.logfile import CorruptLog, first_block_instant
-from laketide.table.markers import WriteMarkers, marked_instants
+from laketide.table.markers import WriteMarkers
 from laketide.table.rollback import RollbackMetadata, RollbackPlan
 from laketide.table.table import Table
 from laketide.table.timeline import InstantNotFound, Timeline, TimelineWriter
 
 log = logging.getLogger(__name__)
-# A marker whose data file is not there yet may belong to a stale task that is about to write it.
-MARKER_GRACE_SECONDS = 3600
-
-
-class RollbackRefused(RuntimeError):
-    """Rolling back this instant needs ``force`` (it is completed and not the newest)."""
 
 
 @dataclass
@@ -46,6 +43,8 @@ class RollbackResult:
     files: list[str] = field(default_factory=list)
     was_completed: bool = False
     dry_run: bool = False
+    # the rows the rolled-back write had changed, which go back to what they were (its commit's totals)
+    rows: dict[str, int] = field(default_factory=dict)
 
 
 class Coordinator:
@@ -72,7 +71,15 @@ class Coordinator:
         self.metrics = metrics or Metrics()
         self.fence = CommitFence(table.io)
         self._fenced_epoch: int | None = None
-        self._rolled_back: dict[str, str] = {}
+        self.sweeper = Sweeper(self)
+
+    def is_own_pending(self, instant_time: str) -> bool:
+        """Whether this coordinator began ``instant_time`` and has not finished it."""
+        return instant_time in self._inflight
+
+    def side_files(self, instant_time: str) -> list[str]:
+        """What ``instant_time`` wrote besides data files (index deltas)."""
+        return self._side_files(instant_time)
 
     def hold(self) -> None:
         """Raise ``LeaseLost`` unless this writer holds the lease and has fenced the table with its epoch."""
@@ -244,14 +251,26 @@ class Coordinator:
             found[RollbackMetadata.from_bytes(timeline.read_bytes(rb)).target] = rb
         return found
 
-    def plan_rollback(self, instant_time: str, force: bool = False, timeline: Timeline | None = None) -> RollbackPlan:
-        """What rolling back ``instant_time`` would delete; raises if it may not be rolled back."""
+    def _rollback_target(self, instant_time: str, timeline: Timeline) -> Instant:
+        """The write (or pending compaction) ``instant_time`` names."""
+        found = timeline.find(instant_time)
+        targets = [i for i in found if i.action in WRITE_ACTIONS] or [i for i in found if i.action == COMPACTION and not i.is_completed]
+        if not targets:
+            raise InstantNotFound(f"{instant_time} is not a commit, deltacommit, replacecommit or pending compaction")
+        return targets[0]
+
+    def plan_rollback(self, instant_time: str, force: bool = False, timeline: Timeline | None = None, restoring: bool = False) -> RollbackPlan:
+        """What rolling back ``instant_time`` would delete; raises ``RollbackRefused`` if it may not be rolled back.
+
+        ``force`` allows a completed instant that is not the newest; nothing allows one
+        whose rollback would lose rows that are not its own (``rollback_guard``), but a
+        restore (``restoring``) checks the state it returns to as a whole instead.
+        """
         validate_instant_time(instant_time)
         timeline = timeline or self.table.timeline
-        targets = [i for i in timeline.find(instant_time) if i.action in WRITE_ACTIONS]
-        if not targets:
-            raise InstantNotFound(f"{instant_time} is not a commit, deltacommit or replacecommit")
-        target = targets[0]
+        target = self._rollback_target(instant_time, timeline)
+        view = self.table.file_system_view(timeline)
+        files = self._files_of(instant_time, timeline, view)
         if target.is_completed:
             newest = timeline.latest_completed_write()
             if newest is not None and newest.timestamp != instant_time and not force:
@@ -259,13 +278,19 @@ class Coordinator:
                     f"{instant_time} is completed and not the newest completed instant ({newest.timestamp}); "
                     "rolling it back needs force"
                 )
-        return RollbackPlan(instant_time, target.action, tuple(self._files_of(instant_time, timeline)))
+            if not restoring:
+                refuse_loss(self.table.io, view, instant_time, set(files))
+        return RollbackPlan(instant_time, target.action, tuple(files))
 
-    def _files_of(self, instant_time: str, timeline: Timeline) -> list[str]:
-        """Every file an instant wrote: data files by name and by marker, and its index runs."""
+    def _files_of(self, instant_time: str, timeline: Timeline, view=None) -> list[str]:
+        """Every file an instant wrote: data files by name, by its write statuses and by marker, and its index runs."""
         io = self.table.io
-        view = self.table.file_system_view(timeline)
+        view = view or self.table.file_system_view(timeline)
         named = view.uncommitted_files(instant_time) + [p for p in view.log_files_before(instant_time) if self._created_by(p, instant_time)]
+        if timeline.is_completed_write(instant_time):
+            # a compaction's carried-over logs hold other instants' blocks: its write statuses name them
+            stats = timeline.commit_metadata(timeline.find(instant_time)[0]).write_stats()
+            named += [s.path for s in stats if s.path and io.exists(s.path)]
         marked = [p for p in WriteMarkers(io, instant_time).data_paths() if io.exists(p)]
         return sorted(set(named) | set(marked) | set(self._side_files(instant_time)))
 
@@ -280,7 +305,12 @@ class Coordinator:
             return False
 
     def rollback(
-        self, instant_time: str, force: bool = False, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
+        self,
+        instant_time: str,
+        force: bool = False,
+        dry_run: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+        restoring: bool = False,
     ) -> RollbackResult:
         """Roll back one instant: delete its files, record a rollback instant, drop its timeline files.
 
@@ -304,10 +334,10 @@ class Coordinator:
             if not dry_run:
                 self.timeline_writer.delete_all_states(instant_time, meta.target_action)
             return RollbackResult(instant_time, meta.target_action, done.timestamp, meta.deleted, dry_run=dry_run)
-        plan = self.plan_rollback(instant_time, force, timeline)
+        plan = self.plan_rollback(instant_time, force, timeline, restoring)
         if dry_run:
             was_completed = timeline.is_completed_write(instant_time)
-            return RollbackResult(instant_time, plan.target_action, None, list(plan.files), was_completed, dry_run=True)
+            return RollbackResult(instant_time, plan.target_action, None, list(plan.files), was_completed, True, _rows(timeline, instant_time))
         rollback_time = self.clock.next(after=timeline.last_timestamp)
         requested = Instant(rollback_time, ROLLBACK, State.REQUESTED)
         self.retry.run(lambda: self.timeline_writer.write(requested, plan.to_bytes(self.table.uri)), f"plan rollback {rollback_time}")
@@ -321,6 +351,13 @@ class Coordinator:
         self.lease.check()
         writer.write(Instant(rollback_time, ROLLBACK, State.INFLIGHT))
         was_completed = timeline.is_completed_write(plan.target)
+        rows = _rows(timeline, plan.target)
+        if plan.target_action == COMMIT:
+            # A completed compaction's plan goes first, while its commit still hides it: once the commit is
+            # gone, a plan left behind would read as a pending compaction, and run again (Hudi's rollback
+            # deletes the requested and inflight files of what it rolls back too).
+            writer.delete(Instant(plan.target, COMPACTION, State.INFLIGHT))
+            writer.delete(Instant(plan.target, COMPACTION, State.REQUESTED))
         # Un-completing the instant first hides its files from readers before any is deleted.
         writer.delete(Instant(plan.target, plan.target_action, State.COMPLETED))
         files = sorted(set(plan.files) | set(self._files_of(plan.target, timeline)))
@@ -337,7 +374,7 @@ class Coordinator:
         self._finished(plan.target)
         log.info("rolled back %s with %s (%d files deleted)", plan.target, rollback_time, len(files))
         self.metrics.rollbacks.inc()
-        return RollbackResult(plan.target, plan.target_action, rollback_time, files, was_completed)
+        return RollbackResult(plan.target, plan.target_action, rollback_time, files, was_completed, rows=rows)
 
     def _settle(self, instant_time: str, timeline: Timeline) -> bool:
         """Claim a pending write for rollback; ``True`` when its writer had decided to commit, and it is now completed."""
@@ -361,6 +398,8 @@ class Coordinator:
         timeline = self.table.timeline
         targets = set(self._pending_rollbacks(timeline))
         targets |= {i.timestamp for i in timeline.pending(WRITE_ACTIONS)}
+        # a compaction whose rollback completed but whose plan files a crash left must not run again
+        targets |= {c.timestamp for c in pending_compactions(timeline)} & set(self._completed_rollbacks(timeline))
         for instant_time in sorted(targets):
             if self._settle(instant_time, timeline):
                 continue
@@ -368,72 +407,14 @@ class Coordinator:
         self.sweep()
         return results
 
-    # -- sweeping ---------------------------------------------------------
-
-    def _epoch_of(self, instant: Instant, timeline: Timeline) -> int | None:
-        try:
-            extra = CommitMetadata.from_bytes(timeline.read_bytes(instant.with_state(State.INFLIGHT))).extra_metadata
-        except (OSError, ValueError):
-            return None
-        return int(extra[EPOCH_KEY]) if EPOCH_KEY in extra else None
-
-    def _rolled_back_targets(self, timeline: Timeline) -> set[str]:
-        rollbacks = timeline.filter({State.COMPLETED}, [ROLLBACK])
-        active = {rb.timestamp for rb in rollbacks}
-        self._rolled_back = {ts: target for ts, target in self._rolled_back.items() if ts in active}
-        for rb in rollbacks:
-            if rb.timestamp not in self._rolled_back:  # completed rollbacks never change
-                self._rolled_back[rb.timestamp] = RollbackMetadata.from_bytes(timeline.read_bytes(rb)).target
-        return set(self._rolled_back.values())
-
     def sweep(self, now: float | None = None) -> list[str]:
-        """Delete what writes that never complete leave behind; returns the data files deleted.
+        """Delete what writes that never complete leave behind (see ``coordinator.sweep``)."""
+        return Sweeper(self).sweep(now)
 
-        A stale writer (one that lost its lease while paused) may go on
-        writing after its instant was rolled back; its tasks mark each file
-        first. Its pending instants of an older epoch are rolled back (the
-        fence keeps them from completing), the late files of rolled-back
-        instants are deleted by their markers, and the markers and outcomes of
-        finished instants are removed. The cost follows what is left over, not
-        the table: one listing of ``.hoodie/.temp`` and of the outcomes.
-        """
-        io = self.table.io
-        now = time.time() if now is None else now
-        timeline = self.table.timeline
-        epoch = self.lease.epoch
-        for instant in timeline.pending(WRITE_ACTIONS):
-            older = self._epoch_of(instant, timeline)
-            if instant.timestamp not in self._inflight and older is not None and older < epoch:
-                log.warning("rolling back %s, left pending by the writer of epoch %s", instant.timestamp, older)
-                self.rollback(instant.timestamp, force=True)
-                timeline = self.table.timeline
-        pending = {i.timestamp for i in timeline.pending()}
-        completed = {i.timestamp for i in timeline.filter({State.COMPLETED})}
-        rolled_back = self._rolled_back_targets(timeline)
-        earliest = timeline.start
-        deleted = []
-        for instant_time in marked_instants(io):
-            if instant_time in pending:
-                continue
-            markers = WriteMarkers(io, instant_time)
-            failed = instant_time not in completed and (instant_time in rolled_back or (earliest is not None and instant_time >= earliest))
-            if not failed:
-                markers.delete_all()
-                continue
-            waiting = False
-            for marker in markers.markers():
-                if io.delete(marker.data_path):
-                    deleted.append(marker.data_path)
-                elif now - marker.mtime_ns / 1e9 < MARKER_GRACE_SECONDS:
-                    waiting = True
-                    continue
-                io.delete(marker.path)
-            deleted += [p for p in self._side_files(instant_time) if io.delete(p)]
-            if not waiting:
-                markers.delete_all()
-        for instant_time in self.fence.decided():
-            if instant_time not in pending:
-                self.fence.forget(instant_time)
-        if deleted:
-            log.warning("swept %d files written late by writers of rolled-back instants: %s", len(deleted), deleted[:5])
-        return deleted
+
+def _rows(timeline: Timeline, instant_time: str) -> dict[str, int]:
+    """The rows a completed write changed: what rolling it back takes back."""
+    if not timeline.is_completed_write(instant_time):
+        return {}
+    totals = timeline.commit_metadata(timeline.find(instant_time)[0]).totals()
+    return {k: totals[k] for k in ("inserts", "updates", "deletes")}

@@ -20,6 +20,9 @@ class Metrics:
             buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
             registry=r,
         )
+        self.service_failures = Counter(
+            "laketide_table_service_failures", "table service runs that failed after a commit (the commit stands)", ["service"], registry=r
+        )
         self.lease_held = Gauge("laketide_lease_held", "1 while this process holds the table's lease", registry=r)
         self.lease_epoch = Gauge("laketide_lease_epoch", "epoch of the lease this process holds", registry=r)
 

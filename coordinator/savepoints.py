@@ -1,8 +1,11 @@
 """Savepoints and restore under the lease, as Hudi's savepoint and restore actions.
 
 A savepoint pins one completed commit: cleaning keeps the files a read as of
-it needs, and archival stops before it. A restore rolls back every write
-after a savepoint, newest first, so the table reads as it did then.
+it needs (each slice's base file and log files), and archival stops before
+it. A restore rolls back every write after a savepoint, newest first, pending
+compactions included, so the table reads as it did then. It first checks
+that every file of that state is still there, and refuses, naming what is
+missing, rather than return part of the table.
 
 Each step can be repeated. A savepoint interrupted before its completed file
 is finished by creating it again; a deletion interrupted half way by deleting
@@ -19,9 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from laketide.coordinator.lifecycle import Coordinator
+from laketide.table.compaction import pending_compactions
 from laketide.table.instant import RESTORE, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, Instant, State
 from laketide.table.rollback import RollbackMetadata
-from laketide.table.savepoint import RestoreMetadata, RestorePlan, SavepointMetadata, savepoints
+from laketide.table.savepoint import RestoreMetadata, RestorePlan, SavepointMetadata, held_files, lookup_window_start, savepoints
+from laketide.table.slice_history import replay, replay_steps
 from laketide.table.timeline import InstantNotFound, Timeline
 
 log = logging.getLogger(__name__)
@@ -29,6 +34,11 @@ log = logging.getLogger(__name__)
 
 class SavepointRefused(ValueError):
     pass
+
+
+def _listed(names: list[str], limit: int = 10) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 @dataclass
@@ -56,11 +66,18 @@ class Savepoints:
         done = Instant(target, SAVEPOINT, State.COMPLETED)
         if coordinator.timeline_writer.exists(done):
             return SavepointMetadata.from_bytes(target, timeline.read_bytes(done))
-        missing = self._cleaned_files(timeline, target)
+        window = lookup_window_start(timeline)
+        if window is not None and target < window:
+            raise SavepointRefused(
+                f"{target} cannot be savepointed: it is before {window}, the oldest commit the last clean kept, "
+                f"so cleaning may have deleted files a read of it needs; savepoint {window} or a newer commit"
+            )
+        view = self.table.file_system_view(timeline)
+        files = held_files(self.table.io, view.latest_slices(as_of=target), target)
+        on_storage = _on_storage(view)
+        missing = sorted((replay(timeline, target).files() | set(files)) - on_storage)
         if missing:
-            raise SavepointRefused(f"{target} cannot be savepointed: cleaning already deleted files a read of it needs ({missing[:3]})")
-        slices = self.table.file_system_view(timeline).latest_slices(as_of=target)
-        files = tuple(sorted(s.base_file.path for s in slices if s.base_file is not None))
+            raise SavepointRefused(f"{target} cannot be savepointed: files a read of it needs are gone ({_listed(missing, 3)})")
         metadata = SavepointMetadata(target, user or getpass.getuser(), int(time.time() * 1000), comment, files)
         writer = coordinator.timeline_writer
         coordinator.retry.run(lambda: writer.write(done.with_state(State.INFLIGHT)), f"savepoint {target}")
@@ -79,20 +96,6 @@ class Savepoints:
             timeline.find(instant)  # InstantNotFound when it is not on the timeline at all
             raise SavepointRefused(f"{instant} is not a completed write; only completed writes can be savepointed")
         return instant
-
-    def _cleaned_files(self, timeline: Timeline, target: str) -> list[str]:
-        """Files a read as of ``target`` needs that are gone: per file group, the newest one its commits up to ``target`` wrote."""
-        newest: dict[tuple[str, str], str] = {}
-        for write in timeline.completed_writes():
-            if write.timestamp > target:
-                break
-            meta = timeline.commit_metadata(write)
-            for partition, file_id in meta.replaced_file_ids():
-                newest.pop((partition, file_id), None)
-            for stat in meta.write_stats():
-                if stat.path:
-                    newest[(stat.partition_path or "", stat.file_id)] = stat.path
-        return sorted(p for p in newest.values() if not self.table.io.exists(p))
 
     def delete(self, instant: str) -> None:
         """Drop a savepoint: its completed file, then its inflight one (Hudi's order)."""
@@ -119,9 +122,21 @@ class Savepoints:
             if plan.savepoint != savepoint:
                 raise SavepointRefused(f"a restore to {plan.savepoint} is pending ({restore_time}); finish it first")
             return self._execute(restore_time, plan, progress)
-        if not coordinator.timeline_writer.exists(Instant(savepoint, SAVEPOINT, State.COMPLETED)):
+        saved = next((sp for sp in savepoints(timeline) if sp.instant == savepoint), None)
+        if saved is None:
             raise InstantNotFound(savepoint)
-        after = sorted({(i.timestamp, i.action) for i in timeline if i.action in WRITE_ACTIONS and i.timestamp > savepoint}, reverse=True)
+        later = [sp.instant for sp in savepoints(timeline) if sp.instant > savepoint]
+        if later:
+            raise SavepointRefused(
+                f"savepoint {_listed(later)} is newer than {savepoint}, and restoring would roll back the commit it holds; "
+                f"delete it first (laketide savepoint delete TABLE {later[0]})"
+            )
+        self._check_whole(timeline, saved)
+        # pending compactions after the savepoint go too: their plans may name logs of writes rolled back here
+        after = sorted(
+            {(i.timestamp, i.action) for i in [*timeline.filter(actions=WRITE_ACTIONS), *pending_compactions(timeline)] if i.timestamp > savepoint},
+            reverse=True,
+        )
         if not after:
             return RestoreResult(savepoint, None)
         plan = RestorePlan(savepoint, tuple(after))
@@ -129,6 +144,38 @@ class Savepoints:
         requested = Instant(restore_time, RESTORE, State.REQUESTED)
         coordinator.retry.run(lambda: coordinator.timeline_writer.write(requested, plan.to_bytes()), f"plan restore {restore_time}")
         return self._execute(restore_time, plan, progress)
+
+    def _check_whole(self, timeline: Timeline, saved: SavepointMetadata) -> None:
+        """Refuse a restore that would return part of the table: every file of the savepointed state must exist.
+
+        That state is the files the savepoint lists, and the slices the commits up
+        to it wrote by their metadata (savepoints written before they listed log
+        files name base files only). Nothing is changed when a file is missing.
+        """
+        on_storage = _on_storage(self.table.file_system_view(timeline))
+        missing = sorted((set(saved.files) | replay(timeline, saved.instant).files()) - on_storage)
+        if not missing:
+            return
+        raise SavepointRefused(
+            f"restoring to {saved.instant} would return part of the table: {len(missing)} files of that state are gone "
+            f"({_listed(missing)}), deleted by a clean or by hand. Nothing was changed. {self._nearest_whole(timeline, saved.instant, on_storage)}"
+        )
+
+    def _nearest_whole(self, timeline: Timeline, savepoint: str, on_storage: set[str]) -> str:
+        """Where the table can go back to without loss instead: a whole savepoint, or the oldest whole write after this one."""
+        whole = []
+        for sp in reversed(savepoints(timeline)):
+            if sp.instant != savepoint and not (set(sp.files) | replay(timeline, sp.instant).files()) - on_storage:
+                whole.append(sp.instant)
+        if whole:
+            return f"Savepoint {whole[0]} can be restored without loss."
+        for write, history in replay_steps(timeline):
+            if write.timestamp > savepoint and not history.files() - on_storage:
+                return (
+                    f"The oldest state after it that can be restored without loss is {write.timestamp}: "
+                    f"savepoint it (laketide savepoint create TABLE {write.timestamp}), then restore to it."
+                )
+        return "No older state of the table is whole."
 
     def resume_restore(self) -> RestoreResult | None:
         """Finish a restore a crash interrupted; ``None`` when there is none."""
@@ -150,7 +197,9 @@ class Savepoints:
         writer.write(Instant(restore_time, RESTORE, State.INFLIGHT))
         for done, (target, _) in enumerate(plan.instants, 1):
             if any(i.timestamp == target for i in self.table.timeline):
-                coordinator.rollback(target, force=True)
+                # checked as a whole before the plan was written: the savepointed state is whole, though a
+                # state on the way there (a compaction rolled back before the one it replaced) may not be
+                coordinator.rollback(target, force=True, restoring=True)
             if progress is not None:
                 progress(done, len(plan.instants))
         rollbacks = self._rollbacks_of(restore_time, plan)
@@ -179,3 +228,7 @@ class Savepoints:
                 if target in targets:
                     found[target] = (rb.timestamp, body)
         return found
+
+
+def _on_storage(view) -> set[str]:
+    return {f.path for group in view.groups.values() for f in [*group.base_files, *group.log_files]}

@@ -1,50 +1,104 @@
-"""Table services after commits: cleaning, then archival, under the writer's lease.
+"""Table services after commits: compaction, cleaning, archival and the mirror, under the writer's lease.
 
 They run in a background thread, one round at a time, or inline when
 ``background`` is off. A background round never blocks a micro-batch; a
 commit that comes while one runs starts none (the running one, or the next,
 catches up). Each service is crash-safe through its own steps, so a round cut
 short is finished by the next.
+
+A completed instant stands whatever a service after it does. A failure is
+logged with the instant, counted, and the service runs again after the next
+micro-batch; only after ``limit`` failures in a row of one service does the
+job stop (``ServiceFailures``), and then with the commits in place.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from laketide.coordinator.lease import LeaseLost
+from laketide.coordinator.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 
+class TableServiceFailed(RuntimeError):
+    """A table service failed too many times in a row; every commit before it stands."""
+
+
+class ServiceFailures:
+    """Failures in a row of each table service.
+
+    Shared by the micro-batch thread (inline services) and the table-services
+    thread, so the counts and ``fatal`` are guarded by ``_lock``.
+    """
+
+    def __init__(self, limit: int = 5, metrics: Metrics | None = None):
+        self.limit = limit
+        self.metrics = metrics or Metrics()
+        self._lock = threading.Lock()
+        self._in_a_row: dict[str, int] = defaultdict(int)
+        self.fatal: TableServiceFailed | None = None
+
+    def run(self, name: str, action: Callable[[], object], instant: str | None = None) -> bool:
+        """Run one service; ``False`` when it failed (logged and counted). ``LeaseLost`` is not a service failure."""
+        try:
+            action()
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            with self._lock:
+                self._in_a_row[name] += 1
+                count = self._in_a_row[name]
+                if count >= self.limit and self.fatal is None:
+                    self.fatal = TableServiceFailed(
+                        f"table service '{name}' failed {count} times in a row (last, after {instant or 'start'}: {exc}); "
+                        "every commit stands. Fix the cause shown in the log and start the job again: the service runs again at start "
+                        f"(services.max_consecutive_failures = {self.limit})"
+                    )
+            self.metrics.service_failures.labels(name).inc()
+            log.exception("%s after %s failed (%d in a row); the commit stands, and %s runs again after the next micro-batch", name, instant or "start", count, name)
+            return False
+        with self._lock:
+            self._in_a_row[name] = 0
+        return True
+
+    def raise_if_fatal(self) -> None:
+        with self._lock:
+            fatal = self.fatal
+        if fatal is not None:
+            raise fatal
+
+
 class TableServices:
-    def __init__(self, services: Sequence[tuple[str, Callable[[], object]]], background: bool = True):
+    def __init__(self, services: Sequence[tuple[str, Callable[[], object]]], background: bool = True, failures: ServiceFailures | None = None):
         """``services`` are (name, run) pairs, run in order after each commit."""
         self.services = list(services)
         self.background = background
+        self.failures = failures or ServiceFailures()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def after_commit(self) -> None:
+    def after_commit(self, instant: str | None = None) -> None:
         if not self.background:
-            self._run()
+            self._run(instant)
             return
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
-            self._thread = threading.Thread(target=self._run, name="laketide-table-services", daemon=True)
+            self._thread = threading.Thread(target=self._run, args=(instant,), name="laketide-table-services", daemon=True)
             self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, instant: str | None) -> None:
         for name, run in self.services:
             try:
-                run()
+                if not self.failures.run(name, run, instant):
+                    return  # the next round starts this one again, and it finishes what this one began
             except LeaseLost as exc:
                 log.warning("%s stopped: %s", name, exc)
-                return
-            except Exception:
-                log.exception("%s failed; the next commit starts it again, and it finishes what this one began", name)
                 return
 
     def wait(self, timeout: float = 300.0) -> None:

@@ -1,9 +1,11 @@
 """Savepoint and restore metadata, in the Avro form Hudi keeps on its timeline.
 
 A savepoint of commit ``T`` is ``T.savepoint.inflight`` then ``T.savepoint``,
-holding a ``HoodieSavepointMetadata``: the latest base file names of every
-partition as of ``T`` (``hudi-common/src/main/avro/HoodieSavePointMetadata.avsc``).
-Cleaning keeps those files, and archival stops before the first savepoint.
+holding a ``HoodieSavepointMetadata``: per partition, the files of every file
+slice a read as of ``T`` sees, its base file and its log files
+(``hudi-common/src/main/avro/HoodieSavePointMetadata.avsc``; Hudi's
+``SavepointActionExecutor`` lists ``getLatestFileSlicesBeforeOrOn`` the same
+way). Cleaning keeps those files, and archival stops before the first savepoint.
 
 A restore to savepoint ``T`` is ``R.restore.requested`` (``HoodieRestorePlan``:
 the instants after ``T``, newest first), ``R.restore.inflight``, then
@@ -18,8 +20,12 @@ import posixpath
 from dataclasses import dataclass, field
 
 from laketide.table import avro_models
-from laketide.table.instant import SAVEPOINT, State
+from laketide.table.clean import CleanerPlan, retained_by_last_clean
+from laketide.table.instant import CLEAN, SAVEPOINT, State
+from laketide.table.io import FileIO
+from laketide.table.logfile import CorruptLog, first_block_instant
 from laketide.table.timeline import Timeline
+from laketide.table.view import FileSlice
 
 RESTORE_PLAN_VERSION = 2  # HoodieRestorePlan.version: plans name the instants with their actions
 
@@ -54,6 +60,42 @@ class SavepointMetadata:
 def savepoints(timeline: Timeline) -> list[SavepointMetadata]:
     """The completed savepoints of a table, oldest first."""
     return [SavepointMetadata.from_bytes(i.timestamp, timeline.read_bytes(i)) for i in timeline.filter({State.COMPLETED}, [SAVEPOINT])]
+
+
+def held_files(io: FileIO, slices: list[FileSlice], as_of: str) -> tuple[str, ...]:
+    """What a savepoint of ``as_of`` holds: each slice's base file and the log files written up to ``as_of``.
+
+    A log file's name carries its slice's base instant, not the instant that
+    wrote it, so the first block's header tells: logs written after ``as_of``
+    (and copies a compaction carried over of them) belong to writes a restore
+    rolls back, not to the savepointed state.
+    """
+    files = []
+    for fs in slices:
+        if fs.base_file is not None:
+            files.append(fs.base_file.path)
+        for log in fs.log_files:
+            try:
+                with io.open_input(log.path) as f:
+                    written = first_block_instant(f)
+            except (CorruptLog, FileNotFoundError):
+                written = None
+            if written is None or written <= as_of:
+                files.append(log.path)
+    return tuple(sorted(files))
+
+
+def lookup_window_start(timeline: Timeline) -> str | None:
+    """The oldest commit whose files the last clean (completed or pending) promised to keep.
+
+    Hudi's ``SavepointActionExecutor`` refuses to savepoint a commit before it:
+    cleaning may already have deleted files a read of that commit needs.
+    """
+    cleans = timeline.filter(actions=[CLEAN])
+    if cleans and not cleans[-1].is_completed:
+        requested = cleans[-1].with_state(State.REQUESTED)
+        return CleanerPlan.from_bytes(timeline.read_bytes(requested), timeline.io.full_path("")).earliest_to_retain
+    return retained_by_last_clean(timeline)
 
 
 def savepointed_files(timeline: Timeline) -> frozenset[str]:

@@ -15,7 +15,7 @@ from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.savepoints import SavepointRefused, Savepoints
 from laketide.table import Table, avro_models
-from laketide.table.clean import Retention
+from laketide.table.clean import CleanPolicy, Retention
 from laketide.table.instant import RESTORE, ROLLBACK, SAVEPOINT, State
 from laketide.table.savepoint import savepointed_files
 from laketide.table.timeline import InstantNotFound
@@ -81,8 +81,12 @@ def test_refusals(tmp_path):
         Savepoints(coordinator).delete(instants[1])
     coordinator.rollback(pending, force=True)
     Cleaner(coordinator, Retention(commits=1)).clean()
-    with pytest.raises(SavepointRefused, match="cleaning already deleted"):
+    with pytest.raises(SavepointRefused, match="is before .*, the oldest commit the last clean kept"):
         Savepoints(coordinator).create(instants[0])
+    # a policy without a retained commit: the files themselves are checked
+    Cleaner(coordinator, Retention(CleanPolicy.KEEP_LATEST_FILE_VERSIONS, file_versions=1)).clean()
+    with pytest.raises(SavepointRefused, match="files a read of it needs are gone"):
+        Savepoints(coordinator).create(instants[-2])
     lease.release()
 
 

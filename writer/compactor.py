@@ -9,7 +9,9 @@ the planned slices meanwhile; the last step, between two micro-batches
 (``finish_lock``), copies those logs onto the new slice and completes the
 instant as a ``commit``, so no reader ever misses an update. A compaction cut
 short is executed again from its plan (files of the earlier attempt are
-deleted by their markers at commit), so recovery finishes it.
+deleted by their markers at commit), so recovery finishes it. A plan whose
+input files are gone (a restore or a rollback took them) is never run: it is
+rolled back, with a warning that names it.
 """
 
 from __future__ import annotations
@@ -95,9 +97,26 @@ class Compactor:
         return instant
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> list[CompactionResult]:
-        """Execute every pending compaction, oldest first."""
+        """Execute every pending compaction whose inputs are all there, oldest first; roll back the others."""
         timeline = self.table.timeline
-        return [self._execute(instant, compaction_plan(timeline, instant), progress) for instant in pending_compactions(timeline)]
+        results = []
+        for instant in pending_compactions(timeline):
+            plan = compaction_plan(timeline, instant)
+            missing = self._missing_inputs(plan)
+            if missing:
+                log.warning(
+                    "compaction %s cannot run: %d of the files it compacts are gone (%s); rolling it back",
+                    instant.timestamp, len(missing), ", ".join(missing[:3]),
+                )
+                self.coordinator.rollback(instant.timestamp)
+                continue
+            results.append(self._execute(instant, plan, progress))
+        return results
+
+    def _missing_inputs(self, plan: CompactionPlan) -> list[str]:
+        io = self.table.io
+        inputs = [f.path for op in plan.operations for fs in [op.file_slice()] for f in [*([fs.base_file] if fs.base_file else []), *fs.log_files]]
+        return [path for path in inputs if not io.exists(path)]
 
     def _execute(self, instant: Instant, plan: CompactionPlan, progress: Callable[[int, int], None] | None) -> CompactionResult:
         coordinator, io = self.coordinator, self.table.io

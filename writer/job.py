@@ -16,7 +16,7 @@ from laketide.coordinator import Coordinator, Lease, LeaseLost, LocalLease
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.savepoints import Savepoints
-from laketide.coordinator.services import TableServices
+from laketide.coordinator.services import ServiceFailures, TableServiceFailed, TableServices
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table
@@ -25,7 +25,7 @@ from laketide.table.properties import PROPERTIES_FILE
 from laketide.table.view_sync import ViewSync
 from laketide.writer.compactor import Compactor
 from laketide.writer.pipeline import MicroBatchWriter
-from laketide.writer.preflight import table_config_for
+from laketide.writer.preflight import check_quarantine_path, table_config_for
 from laketide.writer.session import spark_session
 from laketide.writer.sources import read_stream, source_schema
 
@@ -135,7 +135,8 @@ def table_services(
         services.append(("archive", archiver.archive))
     if mirror is not None:
         services.append(("mirror", mirror.catch_up))
-    return TableServices(services, background=config.clean.async_)
+    failures = ServiceFailures(config.services.max_consecutive_failures, coordinator.metrics)
+    return TableServices(services, background=config.clean.async_, failures=failures)
 
 
 def compactor_for(
@@ -147,16 +148,16 @@ def compactor_for(
     return Compactor(coordinator, config.compaction, config.write.bloom_type, views.view, steps)
 
 
-def _after_commit(config: JobConfig, compactor: Compactor | None, services: TableServices) -> Callable[[], None]:
+def _after_commit(config: JobConfig, compactor: Compactor | None, services: TableServices) -> Callable[[str], None]:
     """After each commit, in the micro-batch thread: schedule a due compaction (no deltacommit is in
-    flight then, so the plan holds every log of its slices), run it when inline, then the table services."""
+    flight then, so the plan holds every log of its slices), run it when inline, then the table services.
+    A failure of any of them is counted, never rolls back the commit (``ServiceFailures``)."""
 
-    def after() -> None:
-        if compactor is not None:
-            compactor.schedule()
-            if config.compaction.mode == "inline":
-                compactor.run()
-        services.after_commit()
+    def after(instant: str) -> None:
+        failures = services.failures
+        if compactor is not None and failures.run("schedule compaction", compactor.schedule, instant) and config.compaction.mode == "inline":
+            failures.run("compact", compactor.run, instant)
+        services.after_commit(instant)
 
     return after
 
@@ -173,6 +174,7 @@ def run(
     """
     spark = spark_session(config.spark)
     spark.sparkContext.setLogLevel("WARN")
+    check_quarantine_path(quarantine_path(config))
     table = open_table(config, source_schema(spark, config.source))
     writer_id = writer_id_for(config.stream.checkpoint)
     lost, stop_requested = threading.Event(), threading.Event()
@@ -191,7 +193,8 @@ def run(
         mirror = mirror_for(config, table, views)
         services = table_services(config, coordinator, index, views, compactor, mirror)
         writer = MicroBatchWriter(
-            spark, config, table, coordinator, index, quarantine_path(config), on_step, after_commit=_after_commit(config, compactor, services), views=views
+            spark, config, table, coordinator, index, quarantine_path(config), on_step,
+            after_commit=_after_commit(config, compactor, services), views=views, failures=services.failures,
         )
         if compactor is not None:
             compactor.finish_lock = writer.batch_lock
@@ -215,14 +218,21 @@ def run(
                 if lost.is_set():
                     query.stop()
                     raise LeaseLost(f"the lease of {table.uri} was lost; the job stopped writing")
+                if services.failures.fatal is not None:
+                    query.stop()
+                    services.failures.raise_if_fatal()
                 if stop_requested.is_set():
                     query.stop()
         except KeyboardInterrupt:
             log.info("stopping the query")
             query.stop()
+        except TableServiceFailed:
+            raise
         except Exception as failure:
             if lost.is_set() or "LeaseLost" in str(failure):
                 raise LeaseLost(f"the lease of {table.uri} was lost; the job stopped writing, and nothing uncommitted stays visible") from None
+            # a service that failed too often stops the query from inside a micro-batch, after its commit
+            services.failures.raise_if_fatal()
             raise
         services.wait()
         if mirror is not None:

@@ -24,6 +24,7 @@ from pyspark.sql.types import StructField, StructType
 
 from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, LeaseLost
+from laketide.coordinator.services import ServiceFailures
 from laketide.index.assigner import EXISTED, FILE_ID, PARTITION, AssignPlan, SmallFileGroup, UncoveredGroup
 from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
@@ -120,13 +121,15 @@ class MicroBatchWriter:
         index: StateIndex,
         quarantine_path: str,
         on_step: Callable[[str, int], None] | None = None,
-        after_commit: Callable[[], None] | None = None,
+        after_commit: Callable[[str], None] | None = None,
         views: ViewSync | None = None,
+        failures: ServiceFailures | None = None,
     ):
         """``on_step(point, batch_id)`` is called at each step ("begun", "written", "committed");
-        crash tests use it to kill the process at an exact point. ``after_commit`` runs the
-        table services (cleaning) once a micro-batch is committed. ``views`` is the file-system
-        view kept between micro-batches (shared with the table services)."""
+        crash tests use it to kill the process at an exact point. ``after_commit(instant)`` runs the
+        table services once a micro-batch is committed; ``failures`` counts what they fail (a
+        commit stands whatever they do). ``views`` is the file-system view kept between
+        micro-batches (shared with the table services)."""
         self.spark = spark
         self.config = config
         self.table = table
@@ -141,7 +144,8 @@ class MicroBatchWriter:
         self.batch_lock = threading.RLock()
         self.metrics = coordinator.metrics
         self._on_step = on_step or (lambda point, batch_id: None)
-        self._after_commit = after_commit or (lambda: None)
+        self._after_commit = after_commit or (lambda instant: None)
+        self.failures = failures or ServiceFailures(config.services.max_consecutive_failures, coordinator.metrics)
         settings = table.config
         self.spec = PrepareSpec(
             tuple(settings.record_key_fields),
@@ -168,11 +172,15 @@ class MicroBatchWriter:
         self.shuffles = Shuffles(index.shards, config.write.parallelism, self.operation == "bulk_insert", index.global_keys, settings.ordering_field)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        # a service that failed too often in the background stops the job before it writes more
+        self.failures.raise_if_fatal()
         with self.batch_lock:
             report = self.process(df, batch_id)
         log.info(report.line())
         for observer in self.observers:
             observer(report)
+        # after the report: the micro-batch is committed, and stays so when the job stops here
+        self.failures.raise_if_fatal()
 
     def process(self, df: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
@@ -202,6 +210,8 @@ class MicroBatchWriter:
                 raise
         finally:
             batch.release()
+        # the instant is completed: what runs after it may fail, but never undoes it
+        self._services(instant)
         report.seconds = time.monotonic() - started
         report.stage_seconds = self.clock.report()
         report.ran_on = "driver" if isinstance(batch, DriverBatch) else "tasks"
@@ -414,9 +424,6 @@ class MicroBatchWriter:
         self.coordinator.commit(instant, stats, extra, action=self.action, operation=OPERATION_TYPES[self.operation], replaced_file_ids=replaced)
         self.clock.lap("commit")
         self._on_step("committed", batch_id)
-        self._compact_index()
-        self._after_commit()
-        self.clock.lap("services")
         return BatchReport(
             batch_id,
             instant,
@@ -455,6 +462,12 @@ class MicroBatchWriter:
             routing.append((IS_DELETED, pa.bool_()))  # the deletes of moved records' old copies
         struct = StructType(data_fields + list(from_arrow_schema(pa.schema(routing)).fields))
         return struct, to_arrow_schema(struct, timezone=self.timezone)
+
+    def _services(self, instant: str) -> None:
+        """Index upkeep and the table services after a commit; each failure is counted, none rolls the commit back."""
+        self.failures.run("index compaction", self._compact_index, instant)
+        self._after_commit(instant)
+        self.clock.lap("services")
 
     def _compact_index(self) -> None:
         timeline = self.table.timeline

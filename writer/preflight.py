@@ -9,11 +9,14 @@ checkpoint and the lease untouched.
 from __future__ import annotations
 
 import logging
+import uuid
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from laketide.config import TableSection
+from laketide.table.io import FileIO
 from laketide.table.metadata_table import metadata_partitions
 from laketide.table.properties import EVENT_TIME, MERGE_STRATEGY_ID, TableConfig, default_merge_mode
 from laketide.table.schema import IS_DELETED, META_COLUMNS, RECORD_KEY, SchemaError, check_avro_names, evolve, storage_schema
@@ -31,6 +34,29 @@ SUPPORTED_KEY_GENERATORS = {
 
 class JobRefused(ValueError):
     """The job cannot write this table with this configuration; nothing was written."""
+
+
+def check_quarantine_path(path: str) -> None:
+    """``write.quarantine_path`` must be a directory the job can create and write in.
+
+    Found at start rather than at the first bad row, mid-batch: the probe file
+    written and deleted here is the only thing a refused job leaves (with the
+    directory, when it had to create it).
+    """
+    try:
+        io = FileIO.for_uri(path)
+        if io.fs.get_file_info(io.base_path).type == pafs.FileType.File:
+            raise JobRefused(f"write.quarantine_path = {path!r} is a file, not a directory; point it at a directory (it is created if missing)")
+        probe = f".laketide-write-check-{uuid.uuid4().hex}"
+        io.write_bytes(probe, b"")
+        io.delete(probe)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, JobRefused):
+            raise
+        raise JobRefused(
+            f"write.quarantine_path = {path!r} cannot be written ({exc}); rows that cannot be written go there, so the job "
+            "needs it: point it at a writable directory, or fix its permissions or mount"
+        ) from None
 
 
 def check_writable(table: TableConfig, uri: str) -> None:

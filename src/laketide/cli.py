@@ -278,7 +278,7 @@ def rollback(
     table: Annotated[str, typer.Argument()],
     instant: Annotated[str, typer.Argument()],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be deleted, change nothing")] = False,
-    force: Annotated[bool, typer.Option("--force", help="allow a completed instant that is not the newest")] = False,
+    force: Annotated[bool, typer.Option("--force", help="allow a completed instant that is not the newest (never a rollback that loses rows)")] = False,
     api: ApiOpt = None,
     token: TokenOpt = None,
     zookeeper: ZkOpt = None,
@@ -295,7 +295,10 @@ def rollback(
         lambda coordinator: _local_rollback(coordinator, instant, force, dry_run, as_json).__dict__,
     )
     verb = "would delete" if data["dry_run"] else f"rolled back with {data['rollback_instant']}, deleted"
-    _emit(data, as_json, f"{data['instant']} ({data['action']}): {verb} {len(data['files'])} files\n" + "\n".join(f"  {f}" for f in data["files"]))
+    rows = data.get("rows") or {}
+    taken = f"; {'would take' if data['dry_run'] else 'took'} back {rows['inserts']} inserts, {rows['updates']} updates and {rows['deletes']} deletes" if rows else ""
+    files = "\n".join(f"  {f}" for f in data["files"])
+    _emit(data, as_json, f"{data['instant']} ({data['action']}): {verb} {len(data['files'])} files{taken}\n{files}")
 
 
 savepoint_app = typer.Typer(help="Savepoints: commits that cleaning keeps readable and restore can return to.", no_args_is_help=True)

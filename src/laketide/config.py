@@ -208,6 +208,18 @@ class CompactionSection(_Section):
     mode: Literal["async", "inline", "off"] = "async"
 
 
+class ServicesSection(_Section):
+    """Table services after a commit (index compaction, compaction, clean, archival, mirror).
+
+    A commit stands whatever a service after it does: a failed service is
+    logged with the instant, counted in ``laketide_table_service_failures``
+    and run again after the next micro-batch. After ``max_consecutive_failures``
+    failures in a row of one service the job stops with an error naming it.
+    """
+
+    max_consecutive_failures: int = Field(5, ge=1)
+
+
 class MirrorSection(_Section):
     """A Delta Lake log beside the Hudi timeline (``table.delta_mirror``), for Delta readers.
 
@@ -236,6 +248,7 @@ class JobConfig(_Section):
     archive: ArchiveSection = Field(default_factory=ArchiveSection)
     compaction: CompactionSection = Field(default_factory=CompactionSection)
     mirror: MirrorSection = Field(default_factory=MirrorSection)
+    services: ServicesSection = Field(default_factory=ServicesSection)
     spark: SparkSection = Field(default_factory=SparkSection)
 
 

@@ -1,0 +1,106 @@
+"""What a rollback may never do: lose rows that are not the rolled-back instant's own.
+
+Rolling back instant ``T`` deletes ``T``'s files. Each file group whose
+newest slice ``T`` started falls back to the slice before it, and log files
+that later writes put on slices ``T`` started lose the base instant that
+makes them visible. So a rollback of a completed instant is refused when:
+
+- a savepoint holds ``T``: its own instant, or files of ``T`` that it lists
+  (Hudi's ``BaseRollbackActionExecutor.validateSavepointRollbacks`` refuses
+  the first; the second would break the savepoint's restore);
+- later writes put log files on the slices ``T`` started;
+- a slice a file group falls back to is not whole: a clean deleted it (as
+  with a compaction whose replaced slices were cleaned).
+
+``force`` never overrides these. A restore checks the state it returns to as
+a whole before it starts, so its rollbacks skip the checks of each step.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+
+from laketide.table.commit import NULL_COMMIT, CommitMetadata
+from laketide.table.files import BaseFile, instant_of_file, parse_data_file
+from laketide.table.io import FileIO
+from laketide.table.logfile import CorruptLog, first_block_instant
+from laketide.table.savepoint import savepoints
+from laketide.table.slice_history import replay
+from laketide.table.timeline import Timeline
+from laketide.table.view import FileSystemView
+
+
+class RollbackRefused(RuntimeError):
+    """This rollback is not allowed: it needs ``force``, or it would lose rows (then nothing overrides it)."""
+
+
+class DataLossRefused(RollbackRefused):
+    """Rolling back would leave rows unreadable that are not the instant's own."""
+
+
+def _listed(names: Iterable[str], limit: int = 5) -> str:
+    names = sorted(names)
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def refuse_loss(io: FileIO, view: FileSystemView, target: str, files: set[str]) -> None:
+    """Raise ``DataLossRefused`` when rolling back the completed write ``target`` (deleting ``files``) loses rows."""
+    timeline = view.timeline
+    _savepoint_holds(timeline, target, files)
+    _dependent_logs(io, view, target, files)
+    _fallback_slices(view, target, timeline.commit_metadata(timeline.find(target)[0]))
+
+
+def _savepoint_holds(timeline: Timeline, target: str, files: set[str]) -> None:
+    for sp in savepoints(timeline):
+        if sp.instant == target or files & set(sp.files):
+            raise DataLossRefused(
+                f"savepoint {sp.instant} holds {target}: rolling it back would break the savepoint. "
+                f"Delete the savepoint first (laketide savepoint delete TABLE {sp.instant}) if you mean to roll {target} back"
+            )
+
+
+def _dependent_logs(io: FileIO, view: FileSystemView, target: str, files: set[str]) -> None:
+    others = [lf.path for group in view.groups.values() for lf in group.log_files if lf.base_instant == target and lf.path not in files]
+    writers = set()
+    for path in others:
+        try:
+            with io.open_input(path) as f:
+                writers.add(first_block_instant(f))
+        except (CorruptLog, FileNotFoundError):
+            continue
+    visible = sorted(w for w in writers if w is not None and view.timeline.is_completed_write(w))
+    if visible:
+        raise DataLossRefused(
+            f"{_listed(visible)} wrote log files on the file slices {target} started; rolling back {target} alone would hide "
+            f"their rows. Roll those back first, newest first, or restore a savepoint (laketide savepoint list TABLE)"
+        )
+
+
+def _fallback_slices(view: FileSystemView, target: str, metadata: CommitMetadata) -> None:
+    """Every file group whose newest slice ``target`` started must fall back to a whole slice."""
+    timeline = view.timeline
+    on_storage = {f.path for group in view.groups.values() for f in [*group.base_files, *group.log_files]}
+    before = replay(timeline, target, inclusive=False)
+    for partition, stats in metadata.partition_to_write_stats.items():
+        for stat in stats:
+            written = parse_data_file(posixpath.dirname(stat.path), posixpath.basename(stat.path)) if stat.path else None
+            key = (partition, stat.file_id)
+            group = view.groups.get(key)
+            if not isinstance(written, BaseFile) or group is None or stat.prev_commit in (NULL_COMMIT, "", None):
+                continue
+            if any(b.instant_time > target and timeline.is_completed_write(b.instant_time) for b in group.base_files):
+                continue  # a later write started a newer slice: this group does not fall back
+            prior = before.slices.get(key)
+            if prior is not None:
+                missing = sorted(prior.files - on_storage)
+            else:  # the slice's writes were archived: the listing is all there is
+                present = any(instant_of_file(f.name) == stat.prev_commit for f in [*group.base_files, *group.log_files])
+                missing = [] if present else [f"the slice of {stat.prev_commit}"]
+            if missing:
+                raise DataLossRefused(
+                    f"rolling back {target} would return file group {stat.file_id} in '{partition}' to its slice of {stat.prev_commit}, "
+                    f"whose files are gone ({_listed(missing)}; a clean deleted them), so the rows {target} rewrote there would be lost. "
+                    "Restore a savepoint instead (laketide savepoint list TABLE)"
+                )

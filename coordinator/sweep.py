@@ -1,0 +1,97 @@
+"""Sweeping: what writes that never complete leave behind.
+
+A stale writer (one that lost its lease while paused) may go on writing
+after its instant was rolled back; its tasks mark each file first. The sweep
+rolls back its pending instants of an older epoch (the fence keeps them from
+completing), deletes the late files of rolled-back instants by their
+markers, and removes the markers and outcomes of finished instants. The
+cost follows what is left over, not the table: one listing of
+``.hoodie/.temp`` and of the outcomes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from laketide.table.commit import EPOCH_KEY, CommitMetadata
+from laketide.table.instant import ROLLBACK, WRITE_ACTIONS, Instant, State
+from laketide.table.markers import WriteMarkers, marked_instants
+from laketide.table.rollback import RollbackMetadata
+from laketide.table.timeline import Timeline
+
+if TYPE_CHECKING:
+    from laketide.coordinator.lifecycle import Coordinator
+
+log = logging.getLogger(__name__)
+# A marker whose data file is not there yet may belong to a stale task that is about to write it.
+MARKER_GRACE_SECONDS = 3600
+
+
+class Sweeper:
+    """The sweep of one coordinator; it keeps which instants completed rollbacks targeted, read once each."""
+
+    def __init__(self, coordinator: Coordinator):
+        self.coordinator = coordinator
+        self._rolled_back: dict[str, str] = {}  # rollback instant -> its target
+
+    def _epoch_of(self, instant: Instant, timeline: Timeline) -> int | None:
+        try:
+            extra = CommitMetadata.from_bytes(timeline.read_bytes(instant.with_state(State.INFLIGHT))).extra_metadata
+        except (OSError, ValueError):
+            return None
+        return int(extra[EPOCH_KEY]) if EPOCH_KEY in extra else None
+
+    def _rolled_back_targets(self, timeline: Timeline) -> set[str]:
+        rollbacks = timeline.filter({State.COMPLETED}, [ROLLBACK])
+        active = {rb.timestamp for rb in rollbacks}
+        self._rolled_back = {ts: target for ts, target in self._rolled_back.items() if ts in active}
+        for rb in rollbacks:
+            if rb.timestamp not in self._rolled_back:  # completed rollbacks never change
+                self._rolled_back[rb.timestamp] = RollbackMetadata.from_bytes(timeline.read_bytes(rb)).target
+        return set(self._rolled_back.values())
+
+    def sweep(self, now: float | None = None) -> list[str]:
+        """Returns the data files deleted."""
+        coordinator = self.coordinator
+        io = coordinator.table.io
+        now = time.time() if now is None else now
+        timeline = coordinator.table.timeline
+        epoch = coordinator.lease.epoch
+        for instant in timeline.pending(WRITE_ACTIONS):
+            older = self._epoch_of(instant, timeline)
+            if not coordinator.is_own_pending(instant.timestamp) and older is not None and older < epoch:
+                log.warning("rolling back %s, left pending by the writer of epoch %s", instant.timestamp, older)
+                coordinator.rollback(instant.timestamp, force=True)
+                timeline = coordinator.table.timeline
+        pending = {i.timestamp for i in timeline.pending()}
+        completed = {i.timestamp for i in timeline.filter({State.COMPLETED})}
+        rolled_back = self._rolled_back_targets(timeline)
+        earliest = timeline.start
+        deleted = []
+        for instant_time in marked_instants(io):
+            if instant_time in pending:
+                continue
+            markers = WriteMarkers(io, instant_time)
+            failed = instant_time not in completed and (instant_time in rolled_back or (earliest is not None and instant_time >= earliest))
+            if not failed:
+                markers.delete_all()
+                continue
+            waiting = False
+            for marker in markers.markers():
+                if io.delete(marker.data_path):
+                    deleted.append(marker.data_path)
+                elif now - marker.mtime_ns / 1e9 < MARKER_GRACE_SECONDS:
+                    waiting = True
+                    continue
+                io.delete(marker.path)
+            deleted += [p for p in coordinator.side_files(instant_time) if io.delete(p)]
+            if not waiting:
+                markers.delete_all()
+        for instant_time in coordinator.fence.decided():
+            if instant_time not in pending:
+                coordinator.fence.forget(instant_time)
+        if deleted:
+            log.warning("swept %d files written late by writers of rolled-back instants: %s", len(deleted), deleted[:5])
+        return deleted
