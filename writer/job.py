@@ -172,9 +172,9 @@ def run(
     ``on_ready`` gets the running job once the lease is held and the table
     recovered, before the first micro-batch (the service starts its API there).
     """
+    check_quarantine_path(quarantine_path(config))
     spark = spark_session(config.spark)
     spark.sparkContext.setLogLevel("WARN")
-    check_quarantine_path(quarantine_path(config))
     table = open_table(config, source_schema(spark, config.source))
     writer_id = writer_id_for(config.stream.checkpoint)
     lost, stop_requested = threading.Event(), threading.Event()

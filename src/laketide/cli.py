@@ -124,6 +124,7 @@ def run(
         raise _fail(str(exc), USAGE) from None
     _logging()
     from laketide.coordinator import LeaseError, LeaseLost
+    from laketide.coordinator.services import TableServiceFailed
     from laketide.service import run_service
     from laketide.writer.preflight import JobRefused
 
@@ -135,7 +136,7 @@ def run(
         raise _fail(str(exc), LEASE_LOST) from None
     except LeaseError as exc:
         raise _fail(str(exc), REFUSED) from None
-    except (ValueError, NotImplementedError) as exc:
+    except (ValueError, NotImplementedError, TableServiceFailed) as exc:
         raise _fail(str(exc), FAILED) from None
     reports = [r for r in writer.status.recent if not r.skipped]
     path = Path(job_config.table.path).resolve()
