@@ -13,7 +13,9 @@ import httpx
 import pytest
 
 from laketide.table import Table
-from laketide.table.instant import Instant
+from laketide.table.instant import SAVEPOINT, Instant, State
+from laketide.table.savepoint import SavepointMetadata
+from laketide.table.timeline import TimelineWriter
 
 from chaoslib import free_port
 from hudi_avsc import RECORD_OF, java_decode
@@ -32,17 +34,17 @@ def completed(t: OpsTable, action: str, after: str) -> list[str]:
     return [i["instant"] for i in t.timeline() if i["action"] == action and i["state"] == "COMPLETED" and i["instant"] > after]
 
 
-def assert_every_timeline_file_decodes_in_java(spark, path) -> int:
-    """Each Avro file on the timeline, resolved by Java's Avro against Hudi's schema for its record."""
+def assert_every_timeline_file_decodes_in_java(spark, path) -> set[str]:
+    """Each Avro file on the timeline, resolved by Java's Avro against Hudi's schema for its record; the records read."""
     table = Table.open(str(path))
-    decoded = 0
+    decoded = set()
     for entry in table.io.list_dir(".hoodie"):
         instant = None if entry.is_dir else Instant.parse_file_name(entry.name)
         record = RECORD_OF.get((instant.action, instant.state.value)) if instant else None
         data = table.io.read_bytes(entry.path) if record else b""
         if data.startswith(b"Obj\x01"):
             assert java_decode(spark, data, record), entry.name
-            decoded += 1
+            decoded.add(record)
     return decoded
 
 
@@ -88,11 +90,14 @@ def test_restore_returns_every_savepointed_row_and_the_job_goes_on(spark, tmp_pa
         t.run()
         t.assert_matches(what=f"a micro-batch after the restore to {savepoint}")
 
+    decoded = assert_every_timeline_file_decodes_in_java(spark, t.path)
     newest = t.newest_write()
     compaction = mor and newest == t.newest_write("commit")
     t.cli("rollback", path, newest)  # the newest write: cleaning kept the state before it
     t.assert_matches(t.model.expected() if compaction else before, what="after a rollback of the newest write")
-    assert assert_every_timeline_file_decodes_in_java(spark, t.path) >= 4
+    kinds = {"HoodieCleanerPlan", "HoodieCleanMetadata", "HoodieSavepointMetadata", "HoodieRestorePlan", "HoodieRestoreMetadata", "HoodieRollbackPlan", "HoodieRollbackMetadata"}
+    decoded |= assert_every_timeline_file_decodes_in_java(spark, t.path)
+    assert decoded >= kinds | ({"HoodieCompactionPlan"} if mor else set())
 
 
 def _mor_with_a_cleaned_slice_under_a_compaction(tmp_path) -> tuple[OpsTable, str, str]:
@@ -200,3 +205,49 @@ def test_a_quarantine_path_that_cannot_be_written_is_refused_at_start(tmp_path):
         assert f"write.quarantine_path = '{target}' {why}" in refused.stderr, refused.stderr
     assert not t.path.exists(), "nothing was written"
     assert os.listdir(tmp_path / "landing")
+
+
+def test_a_restore_to_a_savepoint_whose_files_are_gone_refuses_and_names_them(tmp_path):
+    """Savepoints written before they held log files name base files only, so a clean could take their logs."""
+    t = OpsTable(tmp_path, {**KEEP_ONE, "table.type": "MERGE_ON_READ", "compaction.mode": "off", "clean.async": "false"})
+    path = str(t.path)
+    t.land([changes(0), changes(1)])
+    t.run()
+    legacy = t.newest_write()
+    table = Table.open(path)
+    bases = tuple(s.base_file.path for s in table.file_system_view().latest_slices(as_of=legacy) if s.base_file)
+    writer = TimelineWriter(table.io, table.config)
+    writer.write(Instant(legacy, SAVEPOINT, State.INFLIGHT))
+    writer.write(Instant(legacy, SAVEPOINT, State.COMPLETED), SavepointMetadata(legacy, "ops", 0, "base files only", bases).to_bytes())
+    t.cli("compact", path, "--delta-commits", "1")
+    compaction = t.newest_write("commit")
+    t.land([changes(2)])
+    t.run()  # its clean keeps one commit: the slices under the compaction go, all but the savepointed base files
+    before = t.timeline()
+    refused = t.cli("restore", path, legacy, expect_code=REFUSED)
+    assert "would return part of the table" in refused.stderr and ".log." in refused.stderr and "Nothing was changed" in refused.stderr
+    assert f"The oldest state after it that can be restored without loss is {compaction}" in refused.stderr
+    assert t.timeline() == before
+    t.assert_matches(what="after the refused restore")
+
+
+def test_a_pending_compaction_whose_inputs_are_gone_is_rolled_back_not_run(tmp_path):
+    t = OpsTable(tmp_path, {**KEEP_ONE, "table.type": "MERGE_ON_READ", "compaction.mode": "off", "clean.async": "false"})
+    path = str(t.path)
+    t.land([changes(0)])
+    t.run()
+    before = t.model.expected()
+    t.land([changes(1)])
+    t.run()
+    newest = t.newest_write()
+    t.cli("compact", path, "--schedule", "--delta-commits", "1")
+    (planned,) = [i["instant"] for i in t.timeline() if i["action"] == "compaction"]
+    t.cli("rollback", path, newest)  # takes log files the plan names
+    ran = t.cli("compact", path, "--run")
+    assert f"compaction {planned} cannot run" in ran.stderr and "rolling it back" in ran.stderr
+    assert not [i for i in t.timeline() if i["state"] != "COMPLETED"]
+    t.assert_matches(before, what="after the rollback and the compaction that could not run")
+    t.model.rows = {r["id"]: dict(r) for r in before}
+    t.land([changes(2)])
+    t.run(**{"compaction.mode": "inline", "compaction.delta_commits": "1"})
+    t.assert_matches(what="the job goes on and compacts")
