@@ -1,7 +1,8 @@
 """Coordination: the instant lifecycle of a table and the lease that makes one writer its owner."""
 
 from laketide.coordinator.lease import Lease, LeaseError, LeaseHeld, LeaseHolder, LeaseLost, LocalLease, ZooKeeperLease
-from laketide.coordinator.lifecycle import Coordinator, RollbackRefused, RollbackResult
+from laketide.coordinator.lifecycle import Coordinator
+from laketide.coordinator.rollback import RollbackRefused, RollbackResult
 from laketide.coordinator.retry import RetryPolicy
 
 __all__ = [

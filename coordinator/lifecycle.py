@@ -11,40 +11,25 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from laketide.coordinator.fence import COMMITTED, CommitFence
 from laketide.coordinator.lease import Lease, LeaseLost
 from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.retry import RetryPolicy
-from laketide.coordinator.rollback_guard import RollbackRefused, refuse_loss
+from laketide.coordinator.rollback import RollbackResult, Rollbacks
 from laketide.coordinator.sweep import Sweeper
 from laketide.table.commit import BATCH_ID_KEY, BATCHES_KEY, EPOCH_KEY, WRITER_ID_KEY, CommitMetadata, WriteStat, requested_replace
 from laketide.table.compaction import pending_compactions
-from laketide.table.instant import COMMIT, COMPACTION, REPLACE_COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, InstantClock, State, validate_instant_time
+from laketide.table.instant import COMMIT, COMPACTION, REPLACE_COMMIT, WRITE_ACTIONS, Instant, InstantClock, State
 from laketide.table.io import InstantFileExists
-from laketide.table.logfile import CorruptLog, first_block_instant
 from laketide.table.markers import WriteMarkers
-from laketide.table.rollback import RollbackMetadata, RollbackPlan
+from laketide.table.rollback import RollbackPlan
 from laketide.table.table import Table
-from laketide.table.timeline import InstantNotFound, Timeline, TimelineWriter
+from laketide.table.timeline import Timeline, TimelineWriter
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RollbackResult:
-    instant: str
-    action: str
-    rollback_instant: str | None
-    files: list[str] = field(default_factory=list)
-    was_completed: bool = False
-    dry_run: bool = False
-    # the rows the rolled-back write had changed, which go back to what they were (its commit's totals)
-    rows: dict[str, int] = field(default_factory=dict)
 
 
 class Coordinator:
@@ -72,6 +57,7 @@ class Coordinator:
         self.fence = CommitFence(table.io)
         self._fenced_epoch: int | None = None
         self.sweeper = Sweeper(self)
+        self.rollbacks = Rollbacks(self)
 
     def is_own_pending(self, instant_time: str) -> bool:
         """Whether this coordinator began ``instant_time`` and has not finished it."""
@@ -201,7 +187,7 @@ class Coordinator:
 
         instant = self.retry.run(decide_and_complete, f"commit {instant_time}")
         self._inflight.pop(instant_time, None)
-        self._finished(instant_time)
+        self.finished(instant_time)
         self.metrics.commits.inc()
         log.info("committed %s (%d files)", instant_time, len(metadata.write_stats()))
         try:
@@ -229,80 +215,16 @@ class Coordinator:
         if extra:
             log.info("%s: deleted %d files of task attempts that did not win: %s", instant_time, len(extra), extra[:5])
 
-    def _finished(self, instant_time: str) -> None:
+    def finished(self, instant_time: str) -> None:
         """An instant is completed or rolled back: its outcome and markers are no longer needed."""
         self.fence.forget(instant_time)
         WriteMarkers(self.table.io, instant_time).delete_all()
 
     # -- rollback ---------------------------------------------------------
 
-    def _pending_rollbacks(self, timeline: Timeline) -> dict[str, tuple[Instant, RollbackPlan]]:
-        """Rollbacks begun but not completed, by the instant they roll back."""
-        found = {}
-        for rb in timeline.pending([ROLLBACK]):
-            requested = rb.with_state(State.REQUESTED)
-            plan = RollbackPlan.from_bytes(timeline.read_bytes(requested), self.table.uri)
-            found[plan.target] = (rb, plan)
-        return found
-
-    def _completed_rollbacks(self, timeline: Timeline) -> dict[str, Instant]:
-        found = {}
-        for rb in timeline.filter({State.COMPLETED}, [ROLLBACK]):
-            found[RollbackMetadata.from_bytes(timeline.read_bytes(rb)).target] = rb
-        return found
-
-    def _rollback_target(self, instant_time: str, timeline: Timeline) -> Instant:
-        """The write (or pending compaction) ``instant_time`` names."""
-        found = timeline.find(instant_time)
-        targets = [i for i in found if i.action in WRITE_ACTIONS] or [i for i in found if i.action == COMPACTION and not i.is_completed]
-        if not targets:
-            raise InstantNotFound(f"{instant_time} is not a commit, deltacommit, replacecommit or pending compaction")
-        return targets[0]
-
     def plan_rollback(self, instant_time: str, force: bool = False, timeline: Timeline | None = None, restoring: bool = False) -> RollbackPlan:
-        """What rolling back ``instant_time`` would delete; raises ``RollbackRefused`` if it may not be rolled back.
-
-        ``force`` allows a completed instant that is not the newest; nothing allows one
-        whose rollback would lose rows that are not its own (``rollback_guard``), but a
-        restore (``restoring``) checks the state it returns to as a whole instead.
-        """
-        validate_instant_time(instant_time)
-        timeline = timeline or self.table.timeline
-        target = self._rollback_target(instant_time, timeline)
-        view = self.table.file_system_view(timeline)
-        files = self._files_of(instant_time, timeline, view)
-        if target.is_completed:
-            newest = timeline.latest_completed_write()
-            if newest is not None and newest.timestamp != instant_time and not force:
-                raise RollbackRefused(
-                    f"{instant_time} is completed and not the newest completed instant ({newest.timestamp}); "
-                    "rolling it back needs force"
-                )
-            if not restoring:
-                refuse_loss(self.table.io, view, instant_time, set(files))
-        return RollbackPlan(instant_time, target.action, tuple(files))
-
-    def _files_of(self, instant_time: str, timeline: Timeline, view=None) -> list[str]:
-        """Every file an instant wrote: data files by name, by its write statuses and by marker, and its index runs."""
-        io = self.table.io
-        view = view or self.table.file_system_view(timeline)
-        named = view.uncommitted_files(instant_time) + [p for p in view.log_files_before(instant_time) if self._created_by(p, instant_time)]
-        if timeline.is_completed_write(instant_time):
-            # a compaction's carried-over logs hold other instants' blocks: its write statuses name them
-            stats = timeline.commit_metadata(timeline.find(instant_time)[0]).write_stats()
-            named += [s.path for s in stats if s.path and io.exists(s.path)]
-        marked = [p for p in WriteMarkers(io, instant_time).data_paths() if io.exists(p)]
-        return sorted(set(named) | set(marked) | set(self._side_files(instant_time)))
-
-    def _created_by(self, log_path: str, instant_time: str) -> bool:
-        """Whether a log file holds blocks of ``instant_time`` from its start: the instant created it, and
-        deleting it removes nothing else. (Blocks another writer appended to an older log file are left:
-        with the instant gone from the timeline, readers skip them.)"""
-        try:
-            with self.table.io.open_input(log_path) as f:
-                return first_block_instant(f) == instant_time
-        except (CorruptLog, FileNotFoundError):
-            return False
+        """What rolling back ``instant_time`` would delete; raises ``RollbackRefused`` if it may not be rolled back."""
+        return self.rollbacks.plan(instant_time, force, timeline, restoring)
 
     def rollback(
         self,
@@ -312,71 +234,10 @@ class Coordinator:
         progress: Callable[[int, int], None] | None = None,
         restoring: bool = False,
     ) -> RollbackResult:
-        """Roll back one instant: delete its files, record a rollback instant, drop its timeline files.
+        """Roll back one instant (see ``coordinator.rollback``); safe to repeat after a crash at any step."""
+        return self.rollbacks.rollback(instant_time, force, dry_run, progress, restoring)
 
-        Every step can be repeated: a rollback interrupted at any point is
-        finished by calling ``rollback`` (or ``recover``) again.
-        """
-        if not dry_run:
-            self.lease.check()
-            self._ensure_fenced()
-        timeline = self.table.timeline
-        if not dry_run and self._settle(instant_time, timeline):
-            timeline = self.table.timeline
-        pending = self._pending_rollbacks(timeline)
-        if instant_time in pending:
-            rb, plan = pending[instant_time]
-            return self._execute(rb.timestamp, plan, timeline, progress)
-        done = self._completed_rollbacks(timeline).get(instant_time)
-        if done is not None:
-            # Rolled back already; at most the target's timeline files are left to remove.
-            meta = RollbackMetadata.from_bytes(timeline.read_bytes(done), self.table.uri)
-            if not dry_run:
-                self.timeline_writer.delete_all_states(instant_time, meta.target_action)
-            return RollbackResult(instant_time, meta.target_action, done.timestamp, meta.deleted, dry_run=dry_run)
-        plan = self.plan_rollback(instant_time, force, timeline, restoring)
-        if dry_run:
-            was_completed = timeline.is_completed_write(instant_time)
-            return RollbackResult(instant_time, plan.target_action, None, list(plan.files), was_completed, True, _rows(timeline, instant_time))
-        rollback_time = self.clock.next(after=timeline.last_timestamp)
-        requested = Instant(rollback_time, ROLLBACK, State.REQUESTED)
-        self.retry.run(lambda: self.timeline_writer.write(requested, plan.to_bytes(self.table.uri)), f"plan rollback {rollback_time}")
-        return self._execute(rollback_time, plan, timeline, progress)
-
-    def _execute(
-        self, rollback_time: str, plan: RollbackPlan, timeline: Timeline, progress: Callable[[int, int], None] | None = None
-    ) -> RollbackResult:
-        started = time.monotonic()
-        writer = self.timeline_writer
-        self.lease.check()
-        writer.write(Instant(rollback_time, ROLLBACK, State.INFLIGHT))
-        was_completed = timeline.is_completed_write(plan.target)
-        rows = _rows(timeline, plan.target)
-        if plan.target_action == COMMIT:
-            # A completed compaction's plan goes first, while its commit still hides it: once the commit is
-            # gone, a plan left behind would read as a pending compaction, and run again (Hudi's rollback
-            # deletes the requested and inflight files of what it rolls back too).
-            writer.delete(Instant(plan.target, COMPACTION, State.INFLIGHT))
-            writer.delete(Instant(plan.target, COMPACTION, State.REQUESTED))
-        # Un-completing the instant first hides its files from readers before any is deleted.
-        writer.delete(Instant(plan.target, plan.target_action, State.COMPLETED))
-        files = sorted(set(plan.files) | set(self._files_of(plan.target, timeline)))
-        for done, path in enumerate(files, 1):
-            self.table.io.delete(path)
-            if progress is not None:
-                progress(done, len(files))
-        elapsed = int((time.monotonic() - started) * 1000)
-        metadata = RollbackMetadata(rollback_time, plan.target, plan.target_action, files, elapsed)
-        completed = Instant(rollback_time, ROLLBACK, State.COMPLETED)
-        self.lease.check()
-        self.retry.run(lambda: writer.write(completed, metadata.to_bytes(self.table.uri)), f"complete rollback {rollback_time}")
-        writer.delete_all_states(plan.target, plan.target_action)
-        self._finished(plan.target)
-        log.info("rolled back %s with %s (%d files deleted)", plan.target, rollback_time, len(files))
-        self.metrics.rollbacks.inc()
-        return RollbackResult(plan.target, plan.target_action, rollback_time, files, was_completed, rows=rows)
-
-    def _settle(self, instant_time: str, timeline: Timeline) -> bool:
+    def settle(self, instant_time: str, timeline: Timeline) -> bool:
         """Claim a pending write for rollback; ``True`` when its writer had decided to commit, and it is now completed."""
         pending = [i for i in timeline.pending(WRITE_ACTIONS) if i.timestamp == instant_time]
         if not pending:
@@ -386,7 +247,7 @@ class Coordinator:
             return False
         completed = Instant(instant_time, pending[0].action, State.COMPLETED)
         self.retry.run(lambda: self.write_completed(completed, decided.metadata), f"complete {instant_time}")
-        self._finished(instant_time)
+        self.finished(instant_time)
         log.warning("%s was decided by the writer of epoch %s before it stopped; completed it", instant_time, decided.epoch)
         return True
 
@@ -396,12 +257,12 @@ class Coordinator:
         self._ensure_fenced()
         results = []
         timeline = self.table.timeline
-        targets = set(self._pending_rollbacks(timeline))
+        targets = set(self.rollbacks.pending(timeline))
         targets |= {i.timestamp for i in timeline.pending(WRITE_ACTIONS)}
         # a compaction whose rollback completed but whose plan files a crash left must not run again
-        targets |= {c.timestamp for c in pending_compactions(timeline)} & set(self._completed_rollbacks(timeline))
+        targets |= {c.timestamp for c in pending_compactions(timeline)} & set(self.rollbacks.completed(timeline))
         for instant_time in sorted(targets):
-            if self._settle(instant_time, timeline):
+            if self.settle(instant_time, timeline):
                 continue
             results.append(self.rollback(instant_time, force=True))
         self.sweep()
@@ -409,12 +270,5 @@ class Coordinator:
 
     def sweep(self, now: float | None = None) -> list[str]:
         """Delete what writes that never complete leave behind (see ``coordinator.sweep``)."""
-        return Sweeper(self).sweep(now)
+        return self.sweeper.sweep(now)
 
-
-def _rows(timeline: Timeline, instant_time: str) -> dict[str, int]:
-    """The rows a completed write changed: what rolling it back takes back."""
-    if not timeline.is_completed_write(instant_time):
-        return {}
-    totals = timeline.commit_metadata(timeline.find(instant_time)[0]).totals()
-    return {k: totals[k] for k in ("inserts", "updates", "deletes")}
