@@ -191,7 +191,9 @@ class Rollbacks:
         coordinator.lease.check()
         coordinator.retry.run(lambda: writer.write(completed, metadata.to_bytes(self.table.uri)), f"complete rollback {rollback_time}")
         writer.delete_all_states(plan.target, plan.target_action)
-        coordinator.finished(plan.target)
+        # The markers stay: a task of the target's writer, paused between a marker and its data file, may
+        # write that file after this rollback, and the sweep finds it only by its marker.
+        coordinator.fence.forget(plan.target)
         log.info("rolled back %s with %s (%d files deleted)", plan.target, rollback_time, len(files))
         coordinator.metrics.rollbacks.inc()
         return RollbackResult(plan.target, plan.target_action, rollback_time, files, was_completed, rows=rows)

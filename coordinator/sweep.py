@@ -4,9 +4,14 @@ A stale writer (one that lost its lease while paused) may go on writing
 after its instant was rolled back; its tasks mark each file first. The sweep
 rolls back its pending instants of an older epoch (the fence keeps them from
 completing), deletes the late files of rolled-back instants by their
-markers, and removes the markers and outcomes of finished instants. The
-cost follows what is left over, not the table: one listing of
-``.hoodie/.temp`` and of the outcomes.
+markers, and removes the markers and outcomes of finished instants.
+
+A rollback keeps its target's markers, since a task paused between a marker
+and its data file writes the file later; each sweep deletes the files that
+such markers name until ``MARKER_GRACE_SECONDS`` after the marker was
+written, and then the marker. The cost follows what is left over, not the
+table: one listing of ``.hoodie/.temp`` and of the outcomes, and one delete
+per marker of an instant that did not complete, written in the last hour.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from laketide.table.commit import EPOCH_KEY, CommitMetadata
 from laketide.table.instant import ROLLBACK, WRITE_ACTIONS, Instant, State
-from laketide.table.markers import WriteMarkers, marked_instants
+from laketide.table.markers import APPEND, WriteMarkers, marked_instants
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.timeline import Timeline
 
@@ -80,12 +85,12 @@ class Sweeper:
                 continue
             waiting = False
             for marker in markers.markers():
-                if io.delete(marker.data_path):
+                if marker.io_type != APPEND and io.delete(marker.data_path):
                     deleted.append(marker.data_path)
-                elif now - marker.mtime_ns / 1e9 < MARKER_GRACE_SECONDS:
-                    waiting = True
-                    continue
-                io.delete(marker.path)
+                if now - marker.mtime_ns / 1e9 < MARKER_GRACE_SECONDS:
+                    waiting = True  # its writer may still be writing, or write the file again
+                else:
+                    io.delete(marker.path)
             deleted += [p for p in coordinator.side_files(instant_time) if io.delete(p)]
             if not waiting:
                 markers.delete_all()

@@ -9,7 +9,9 @@ failed instant, including files a stale writer wrote after it was rolled back.
 
 from __future__ import annotations
 
+import os
 import posixpath
+import time
 from dataclasses import dataclass
 
 from laketide.table.io import FileIO
@@ -17,6 +19,10 @@ from laketide.table.io import FileIO
 TEMP_DIR = ".hoodie/.temp"
 MARKER_EXTENSION = ".marker."
 CREATE, MERGE, APPEND = "CREATE", "MERGE", "APPEND"
+# A test hook, off unless set: a folder in which an ``armed`` file makes the next marker's writer stop
+# between its marker and its data file until ``release`` appears. Timing luck cannot reproduce that
+# interleaving; the chaos tests need it.
+FREEZE_AFTER_MARKER_ENV = "LAKETIDE_TEST_FREEZE_AFTER_MARKER"
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class WriteMarkers:
         """Mark ``data_path`` (relative to the table) as about to be written by this instant."""
         path = posixpath.join(self.dir, f"{data_path}{MARKER_EXTENSION}{io_type}")
         self.io.write_bytes(path, b"")
+        _freeze_point(data_path)
         return path
 
     def markers(self) -> list[Marker]:
@@ -61,3 +68,18 @@ class WriteMarkers:
 def marked_instants(io: FileIO) -> list[str]:
     """Instants with a marker folder: in flight, or left by a write that did not finish cleanly."""
     return sorted(e.name for e in io.list_dir(TEMP_DIR) if e.is_dir)
+
+
+def _freeze_point(data_path: str) -> None:
+    folder = os.environ.get(FREEZE_AFTER_MARKER_ENV)
+    if not folder:
+        return
+    try:
+        os.rename(os.path.join(folder, "armed"), os.path.join(folder, "freezing"))  # only one writer freezes
+    except FileNotFoundError:
+        return
+    with open(os.path.join(folder, "freezing"), "w") as f:
+        f.write(data_path)
+    os.rename(os.path.join(folder, "freezing"), os.path.join(folder, "frozen"))
+    while not os.path.exists(os.path.join(folder, "release")):
+        time.sleep(0.02)

@@ -133,7 +133,8 @@ class Feeder(threading.Thread):
 
     def stop(self) -> None:
         self.stopped.set()
-        self.join()
+        if self.ident is not None:  # a feeder that lands files only when told is never started
+            self.join()
 
     def expected(self) -> list[dict]:
         model = Model()

@@ -16,6 +16,7 @@ import time
 from chaoslib import Feeder, Job, completed_count, has_inflight, job_args, leftover_data_files, verdict, wait_until
 from laketide.table import Table
 from laketide.table.commit import EPOCH_KEY
+from laketide.table.markers import FREEZE_AFTER_MARKER_ENV
 
 SEED = int(os.environ.get("LAKETIDE_CHAOS_SEED", "20261123"))
 EXIT_LEASE_LOST = 5
@@ -87,6 +88,51 @@ def test_a_frozen_holder_is_taken_over_and_cannot_commit_when_it_wakes(zookeeper
         assert second.wait(120) == 0, second.log_tail()
     finally:
         feeder.stopped.set()
+        for job in (first, second):
+            if job is not None and job.running():
+                job.signal(signal.SIGCONT)
+                job.kill()
+    _drain_and_check(tmp_path, zookeeper, feeder, 3)
+
+
+def test_a_file_written_after_its_instant_was_rolled_back_is_swept(zookeeper, tmp_path):
+    """The interleaving timing rarely gives: a task stops between its marker and its data file, a new
+    holder rolls the instant back and commits, then the task writes its file. The next commit sweeps it."""
+    freeze = tmp_path / "freeze"
+    freeze.mkdir()
+    (freeze / "armed").touch()
+    feeder = Feeder(tmp_path, SEED + 3)
+    for _ in range(3):
+        feeder.land_one()
+    first = Job(_args(tmp_path, zookeeper, 3), tmp_path / "first.log")
+    first.env = {**first.env, FREEZE_AFTER_MARKER_ENV: str(freeze)}
+    first.start()
+    second = None
+    try:
+        wait_until(lambda: (freeze / "frozen").exists(), 120, "the first job's writer to stop after a marker")
+        late_file = tmp_path / "table" / (freeze / "frozen").read_text()
+        instant = late_file.name.rsplit("_", 1)[1].split(".")[0]
+        assert not late_file.exists()
+        first.signal(signal.SIGSTOP)
+
+        second = Job(_args(tmp_path, zookeeper, 3), tmp_path / "second.log").start()
+        wait_until(lambda: completed_count(tmp_path) >= 1, 120, "the new holder's commit")
+        rolled_back = Table.open(str(tmp_path / "table")).timeline
+        assert instant not in {i.timestamp for i in rolled_back}, "the new holder rolled the frozen instant back"
+
+        (freeze / "release").touch()
+        first.signal(signal.SIGCONT)
+        assert first.wait(120) == EXIT_LEASE_LOST, first.log_tail()
+        assert late_file.exists(), "the released task wrote its file after the rollback"
+
+        before = completed_count(tmp_path)
+        feeder.land_one()
+        wait_until(lambda: completed_count(tmp_path) > before, 120, "the next commit")
+        assert not late_file.exists(), "the next commit swept the late file"
+        assert leftover_data_files(Table.open(str(tmp_path / "table"))) == []
+        second.signal(signal.SIGINT)
+        assert second.wait(120) == 0, second.log_tail()
+    finally:
         for job in (first, second):
             if job is not None and job.running():
                 job.signal(signal.SIGCONT)

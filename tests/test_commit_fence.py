@@ -166,9 +166,12 @@ def test_files_a_stale_writer_writes_after_the_rollback_are_swept_at_the_next_co
 
     table.io.write_bytes(pending.path, b"even later")
     assert successor.sweep() == [pending.path]
+    table.io.write_bytes(late.path, b"the same file, written again by a retried task")
+    assert successor.sweep() == [late.path], "markers outlive their files for the grace period"
     old = time.time() - 2 * 3600
-    slow = WriteMarkers(table.io, instant).create(BaseFile("region=eu", "slower-0", "9-9-9", instant).path, CREATE)
-    os.utime(table.io.full_path(slow), (old, old))
+    WriteMarkers(table.io, instant).create(BaseFile("region=eu", "slower-0", "9-9-9", instant).path, CREATE)
+    for marker in WriteMarkers(table.io, instant).markers():
+        os.utime(table.io.full_path(marker.path), (old, old))
     successor.sweep()
     assert instant not in marked_instants(table.io)
     assert {r["id"] for r in state(table.uri)} == {0, 1, 2, 3, 10, 11}
