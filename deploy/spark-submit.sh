@@ -1,22 +1,38 @@
 #!/usr/bin/env bash
 # Launch the laketide streaming job with spark-submit.
 #
-#   deploy/spark-submit.sh --config job.toml [--conf section.key=value ...]
+#   deploy/spark-submit.sh [--master URL] --config job.toml [--conf section.key=value ...]
 #
-# MASTER picks the cluster manager (default local[2]); SPARK_SUBMIT the spark-submit binary
-# (default: the one that ships with the pyspark wheel in .venv); SPARK_SUBMIT_ARGS adds options,
-# e.g. "--deploy-mode cluster --num-executors 4 --executor-memory 4g".
-# The laketide wheel travels to the executors with --py-files; its dependencies (pyarrow, numpy,
-# pydantic, fastavro, typer) must be installed on every node, or shipped as an archive (see README).
+# The master is --master, else MASTER, else local[2]. SPARK_SUBMIT picks the spark-submit binary
+# (default: the one that ships with the pyspark wheel in the venv); SPARK_SUBMIT_ARGS adds options,
+# e.g. "--deploy-mode client --executor-memory 4g --conf spark.driver.host=10.0.0.5". What is passed
+# to spark-submit is the session's; laketide's own Spark defaults fill only what is left unset.
+# laketide travels to the executors as a .zip in --py-files (Spark puts .zip, .egg and .jar py-files on
+# the workers' path, never a .whl), so the nodes need only its dependencies (see README, Deploying).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${VENV:-$repo/.venv}"
 python="$venv/bin/python"
+master="${MASTER:-local[2]}"
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --master) master="$2"; shift 2 ;;
+    --master=*) master="${1#--master=}"; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
 "$python" -m pip wheel -q --no-deps -w "$repo/dist" "$repo"
 wheel="$(ls -t "$repo"/dist/laketide-*.whl | head -n 1)"
+# A wheel is a zip archive with the packages at its root: as .zip it is importable from the workers' path.
+package="${wheel%.whl}.zip"
+cp "$wheel" "$package"
 submit="${SPARK_SUBMIT:-$venv/bin/spark-submit}"
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$python}"
-export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$python}"
+case "$master" in
+  local*) export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}" ;;  # one machine: stay on loopback
+esac
 # shellcheck disable=SC2086
-exec "$submit" --master "${MASTER:-local[2]}" --name laketide --py-files "$wheel" ${SPARK_SUBMIT_ARGS:-} \
-  "$repo/deploy/laketide_main.py" run "$@"
+exec "$submit" --master "$master" --name laketide --py-files "$package" ${SPARK_SUBMIT_ARGS:-} \
+  "$repo/deploy/laketide_main.py" run "${args[@]}"

@@ -1,34 +1,88 @@
-"""The Spark session of a job: reuse the one ``spark-submit`` made, or build a local one."""
+"""The Spark session of a job: the one ``spark-submit`` made, or a local one built from ``[spark]``.
+
+Under ``spark-submit`` what the user passed there (master, driver host and bind address, shuffle
+partitions, UI, ...) is the session's: laketide's own settings fill only what is missing. The
+loopback driver address and the disabled UI are defaults for a job on one machine only; on a
+cluster, executors must reach the driver at the host it advertises.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from laketide.config import SparkSection
+
+log = logging.getLogger(__name__)
+
+# spark-submit starts the JVM first and hands its gateway to the Python driver through these.
+SUBMITTED_ENV = "PYSPARK_GATEWAY_PORT"
+
+# What every laketide session wants, wherever it runs (Arrow for the Python stages; Spark's own
+# temporary checkpoints deleted on exit).
+WANTED = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+    "spark.ui.showConsoleProgress": "false",
+}
+# A job on a local master: no UI port to collide with, few shuffle partitions, everything on loopback.
+LOCAL = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
 
 
 def spark_session(config: SparkSection) -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
-        return active
-    # Local workers must run the same interpreter (and so see the same packages) as the driver.
+        session = active
+    elif SUBMITTED_ENV in os.environ:
+        session = _submitted(config)
+    else:
+        session = _built(config)
+    conf = session.sparkContext.getConf()
+    log.info(
+        "Spark %s: master %s, driver %s:%s, %s shuffle partitions, UI %s",
+        session.version, conf.get("spark.master"), conf.get("spark.driver.host"), conf.get("spark.driver.port"),
+        session.conf.get("spark.sql.shuffle.partitions"), session.sparkContext.uiWebUrl or "off",
+    )
+    return session
+
+
+def _submitted(config: SparkSection) -> SparkSession:
+    """The session spark-submit prepared; ``[spark]`` adds only what it left unset."""
+    SparkContext._ensure_initialized()
+    submitted = SparkConf()  # loads what spark-submit passed (the driver JVM's spark.* properties)
+    if "master" in config.model_fields_set and config.master != submitted.get("spark.master"):
+        log.warning("spark.master = %r from spark-submit wins over [spark] master = %r", submitted.get("spark.master"), config.master)
+    builder = SparkSession.builder
+    if not submitted.contains("spark.app.name"):
+        builder = builder.appName(config.app_name)
+    on_one_machine = (submitted.get("spark.master") or "").startswith("local")
+    for key, value in {**WANTED, **(LOCAL if on_one_machine else {}), **config.conf}.items():
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
+        elif key in config.conf and submitted.get(key) != value:
+            log.warning("%s = %r from spark-submit wins over [spark.conf] %r", key, submitted.get(key), value)
+    return builder.getOrCreate()
+
+
+def _built(config: SparkSection) -> SparkSession:
+    """``laketide run``: a session from ``[spark]``, with the one-machine defaults for a local master."""
+    # Workers must run the same interpreter (and so see the same packages) as the driver, unless told otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    on_one_machine = config.master.startswith("local")
+    if on_one_machine:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(config.app_name)
     if "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "") and config.master:
         builder = builder.master(config.master)
-    defaults = {
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
-    }
-    for key, value in {**defaults, **config.conf}.items():
+    for key, value in {**WANTED, **(LOCAL if on_one_machine else {}), **config.conf}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -559,7 +559,7 @@ def serve(
 
 
 def main() -> None:
-    app()
+    app(prog_name="laketide")  # the same name under ``python -m laketide`` and spark-submit
 
 
 if __name__ == "__main__":

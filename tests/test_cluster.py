@@ -1,0 +1,174 @@
+"""The cluster route: a Spark standalone master and worker on loopback, from the pyspark wheel.
+
+The job goes through ``deploy/spark-submit.sh`` on Spark's tasks, with executors whose Python does
+not have laketide installed: laketide reaches them only as the ``.zip`` in ``--py-files``. The master's
+JSON must list the application, the executors must be told the driver host the user passed, and a
+setting passed to spark-submit (shuffle partitions) must reach the session. The table is then read
+through hudi-rs and through ``spark.read.format("laketide")`` on the same executors.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pyspark
+import pytest
+
+from chaoslib import free_port, job_args, wait_until
+from conftest import hudi_read, rows
+from streaming import BATCHES, DATA_COLUMNS, expected_after, land_all
+
+REPO = Path(__file__).resolve().parents[1]
+SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+VENV = Path(sys.executable).parents[1]
+DRIVER_HOST = "localhost"  # not the loopback address laketide's own defaults would give
+
+
+class StandaloneCluster:
+    """One master and one worker, each a process of this test, stopped by it."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.port, self.ui_port, self.worker_ui_port = free_port(), free_port(), free_port()
+        self.procs: list[subprocess.Popen] = []
+
+    @property
+    def url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def _start(self, name: str, *args: str) -> None:
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(SPARK_CLASS.parents[1]), "SPARK_NO_DAEMONIZE": "1"}
+        log = open(self.root / f"{name}.log", "w")
+        self.procs.append(subprocess.Popen([str(SPARK_CLASS), *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        log.close()
+
+    def start(self) -> StandaloneCluster:
+        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui_port))
+        wait_until(self._master_up, 90, "the Spark master")
+        work = self.root / "work"
+        work.mkdir()
+        self._start(
+            "worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port", str(self.worker_ui_port),
+            "--cores", "2", "--memory", "2G", "--work-dir", str(work), self.url,
+        )
+        wait_until(lambda: self.state().get("aliveworkers", 0) >= 1, 90, "a worker registered with the master")
+        return self
+
+    def _master_up(self) -> bool:
+        try:
+            self.state()
+            return True
+        except httpx.HTTPError:
+            return False
+
+    def state(self) -> dict:
+        return httpx.get(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5).json()
+
+    def executor_logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in (self.root / "work").rglob("stderr"))
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    started = StandaloneCluster(tmp_path).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _executor_python(root: Path) -> tuple[Path, Path]:
+    """A Python for the executors with laketide's dependencies but not laketide, behind a wrapper that
+    records each start, so the test sees which interpreter Spark's tasks ran."""
+    venv = root / "executor-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    deps = next((VENV / "lib").glob("python3*/site-packages"))
+    (site / "laketide_dependencies.pth").write_text(f"{deps}\n")  # a plain path: the editable finder there is not loaded
+    found = subprocess.run([str(venv / "bin" / "python"), "-c", "import laketide"], capture_output=True, text=True)
+    assert found.returncode != 0, "the executors' Python must not have laketide"
+    starts = root / "executor-python.starts"
+    wrapper = root / "executor-python"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {starts}\nexec {venv / "bin" / "python"} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper, starts
+
+
+def test_the_job_runs_on_a_standalone_cluster_through_spark_submit(cluster, tmp_path):
+    land_all(tmp_path)
+    executor_python, starts = _executor_python(tmp_path)
+    conf = job_args(tmp_path, extra=["write.driver_batch_bytes=0"])[2:]  # Spark's tasks write every micro-batch
+    env = {
+        **os.environ,
+        "VENV": str(VENV),
+        "PYSPARK_PYTHON": str(executor_python),
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_SUBMIT_ARGS": f"--conf spark.driver.host={DRIVER_HOST} --conf spark.sql.shuffle.partitions=3 "
+        "--executor-memory 1g --total-executor-cores 2",
+    }
+    env.pop("SPARK_LOCAL_IP", None)
+    result = subprocess.run(
+        ["bash", str(REPO / "deploy" / "spark-submit.sh"), "--master", cluster.url, *conf], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(BATCHES)
+    assert "on tasks" in result.stdout
+    assert f"master {cluster.url}, driver {DRIVER_HOST}:" in result.stdout and "3 shuffle partitions" in result.stdout, result.stdout[-3000:]
+
+    apps = cluster.state()["completedapps"] + cluster.state()["activeapps"]
+    assert [a["name"] for a in apps] == ["laketide"], "the application ran on the standalone master"
+    assert f"CoarseGrainedScheduler@{DRIVER_HOST}:" in cluster.executor_logs(), "executors were told the driver host the user set"
+    assert "pyspark.daemon" in starts.read_text(), "Spark's tasks ran on the executors' Python"
+
+    # the table read back on the same executors, through laketide's Spark source
+    starts.write_text("")
+    out = tmp_path / "read.parquet"
+    read = subprocess.run(
+        [str(VENV / "bin" / "spark-submit"), "--master", cluster.url, "--py-files", str(_package()),
+         "--conf", f"spark.driver.host={DRIVER_HOST}", "--executor-memory", "1g",
+         str(REPO / "tests" / "cluster_read.py"), str(tmp_path / "table"), str(out)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert read.returncode == 0, read.stderr[-4000:]
+    assert rows(pq.read_table(out), "id", DATA_COLUMNS) == expected_after(BATCHES)
+    assert "pyspark.daemon" in starts.read_text(), "the source's read tasks ran on the executors' Python"
+
+
+def _package() -> Path:
+    return max((REPO / "dist").glob("laketide-*.zip"), key=lambda p: p.stat().st_mtime)
+
+
+def test_python_m_laketide_runs_the_job_from_an_installed_wheel(tmp_path):
+    """The wheel's own entry point: ``python -m laketide run``, in a venv that has the wheel and nothing of the checkout."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(REPO)], check=True)
+    wheel = next((tmp_path / "dist").glob("laketide-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    deps = next((VENV / "lib").glob("python3*/site-packages"))
+    (site / "laketide_dependencies.pth").write_text(f"{deps}\n")
+    python = venv / "bin" / "python"
+    where = subprocess.run([str(python), "-c", "import laketide; print(laketide.__file__)"], capture_output=True, text=True, check=True)
+    assert where.stdout.startswith(str(site)), where.stdout
+    land_all(tmp_path)
+    conf = job_args(tmp_path)[2:]
+    result = subprocess.run([str(python), "-m", "laketide", "run", *conf], env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(BATCHES)
