@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from laketide.coordinator.lease import LeaseLost
 from laketide.coordinator.metrics import Metrics
+from laketide.table.damage import TableDamaged
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,13 @@ class ServiceFailures:
         self.metrics = metrics or Metrics()
         self._lock = threading.Lock()
         self._in_a_row: dict[str, int] = defaultdict(int)
-        self.fatal: TableServiceFailed | None = None
+        self.fatal: TableServiceFailed | TableDamaged | None = None
+
+    def stop_with(self, damage: TableDamaged) -> None:
+        """A damaged table stops the job at once: retrying cannot mend a file, and nothing more may be written."""
+        with self._lock:
+            if self.fatal is None or not isinstance(self.fatal, TableDamaged):
+                self.fatal = damage
 
     def run(self, name: str, action: Callable[[], object], instant: str | None = None) -> bool:
         """Run one service; ``False`` when it failed (logged and counted). ``LeaseLost`` is not a service failure."""
@@ -49,6 +56,11 @@ class ServiceFailures:
             action()
         except LeaseLost:
             raise
+        except TableDamaged as damage:
+            self.metrics.service_failures.labels(name).inc()
+            log.error("%s after %s found a damaged table; the job stops and writes nothing more: %s", name, instant or "start", damage)
+            self.stop_with(damage)
+            return False
         except Exception as exc:
             with self._lock:
                 self._in_a_row[name] += 1

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from laketide.table.io import FileIO
-from laketide.table.properties import PROPERTIES_FILE, format_properties, parse_properties
+from laketide.table.properties_file import modify, read_properties
 
 METADATA_DIR = ".hoodie/metadata"
 PARTITIONS = "hoodie.table.metadata.partitions"
@@ -45,11 +45,9 @@ class DropResult:
 
 def drop(io: FileIO, backup_instant: str | None = None) -> DropResult:
     """Disable and delete the metadata table; ``backup_instant`` moves it aside instead of deleting it."""
-    props = parse_properties(io.read_text(PROPERTIES_FILE))
-    partitions = metadata_partitions(props)
+    partitions = metadata_partitions(read_properties(io))
     if partitions:
-        props[PARTITIONS] = props[PARTITIONS_INFLIGHT] = ""
-        io.write_atomic(PROPERTIES_FILE, format_properties(props).encode(), overwrite=True)
+        modify(io, lambda props: {**props, PARTITIONS: "", PARTITIONS_INFLIGHT: ""})
     if not io.exists(METADATA_DIR):
         return DropResult(partitions, False)
     if backup_instant is not None:

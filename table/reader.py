@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from laketide.table.damage import reading_data_file
 from laketide.table.instant import Instant
 from laketide.table.io import FileIO
 from laketide.table.schema import COMMIT_TIME, META_COLUMNS
@@ -17,7 +18,7 @@ from laketide.table.view import FileSlice, FileSystemView
 
 
 def read_base_file(io: FileIO, path: str, columns: list[str] | None = None) -> pa.Table:
-    with io.open_input(path) as f:
+    with reading_data_file(io, path), io.open_input(path) as f:
         return pq.read_table(f, columns=columns)
 
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from laketide.table.damage import reading_data_file
 from laketide.table.encoding import SORTED_MARKER
 from laketide.table.io import FileIO
 from laketide.table.logfile import BlockType, CorruptLog, Header, LogBlock, data_block_rows, deleted_records, read_blocks
@@ -163,7 +164,7 @@ def key_ordered_batches(io: FileIO, path: str, batch_rows: int = MERGE_BATCH_ROW
     another writer wrote carries no order guarantee; it is read whole and
     sorted once. An empty file yields one empty batch of its schema.
     """
-    with io.open_input(path) as f:
+    with reading_data_file(io, path), io.open_input(path) as f:
         parquet = pq.ParquetFile(f)
         meta = parquet.schema_arrow.metadata or {}
         if meta.get(SORTED_MARKER.encode()) != RECORD_KEY.encode():

@@ -11,16 +11,14 @@ from laketide.table import reader
 from laketide.table.commit import SCHEMA_KEY
 from laketide.table.instant import parse_instant_time
 from laketide.table.io import FileIO
-from laketide.table.properties import EVENT_TIME, PROPERTIES_FILE, TableConfig, default_merge_mode, format_properties, parse_properties
+from laketide.table.properties import EVENT_TIME, PROPERTIES_FILE, TableConfig, default_merge_mode, format_properties
+from laketide.table.properties_file import TableNotFound, has_timeline, read_properties
 from laketide.table.schema import avro_schema_json, data_schema, schema_from_avro
 from laketide.table.slice_reader import MergeRule
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
 
-
-class TableNotFound(FileNotFoundError):
-    pass
-
+__all__ = ["Table", "TableNotFound"]
 
 class Table:
     def __init__(self, io: FileIO, config: TableConfig):
@@ -31,9 +29,7 @@ class Table:
     @classmethod
     def open(cls, path: str, io: FileIO | None = None) -> Table:
         io = io or FileIO.for_uri(path)
-        if not io.exists(PROPERTIES_FILE):
-            raise TableNotFound(f"no Hudi table at {io.full_path('')}: {PROPERTIES_FILE} is missing")
-        return cls(io, TableConfig.from_properties(parse_properties(io.read_text(PROPERTIES_FILE))))
+        return cls(io, TableConfig.from_properties(read_properties(io)))
 
     @classmethod
     def create(
@@ -62,7 +58,7 @@ class Table:
     @classmethod
     def create_from_config(cls, path: str, config: TableConfig, schema: pa.Schema | None = None, io: FileIO | None = None) -> Table:
         io = io or FileIO.for_uri(path)
-        if io.exists(PROPERTIES_FILE):
+        if io.exists(PROPERTIES_FILE) or has_timeline(io):
             raise FileExistsError(f"a Hudi table already exists at {io.full_path('')}")
         if schema is not None:
             config = config.model_copy(update={"create_schema": avro_schema_json(data_schema(schema), config.name)})

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from functools import cached_property
 
 from laketide.table.commit import CommitMetadata
+from laketide.table.damage import reading_timeline_file
 from laketide.table.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State
 from laketide.table.io import FileIO
 from laketide.table.properties import TableConfig
@@ -116,11 +117,14 @@ class Timeline:
 
     def commit_metadata(self, instant: Instant) -> CommitMetadata:
         """The metadata of a completed write (cached: completed instants never change)."""
-        if not instant.is_completed:
-            return CommitMetadata.from_bytes(self.read_bytes(instant))
-        if instant.timestamp not in self._details:
-            self._details[instant.timestamp] = CommitMetadata.from_bytes(self.read_bytes(instant))
-        return self._details[instant.timestamp]
+        if instant.is_completed and instant.timestamp in self._details:
+            return self._details[instant.timestamp]
+        path = self.instant_path(instant)
+        with reading_timeline_file(self.io.full_path(path)):
+            metadata = CommitMetadata.from_bytes(self.io.read_bytes(path))
+        if instant.is_completed:
+            self._details[instant.timestamp] = metadata
+        return metadata
 
 
 class TimelineWriter:

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, FOOTER_MAX_KEY, FOOTER_MIN_KEY, BloomFilter
+from laketide.table.damage import reading_data_file
 from laketide.table.encoding import SORTED_MARKER, dictionary_columns
 from laketide.table.files import PARTITION_METADATA, partition_metadata
 from laketide.table.io import FileIO
@@ -48,7 +49,7 @@ class FileLayout:
 
     @classmethod
     def of(cls, io: FileIO, path: str, bloom_kind: str) -> FileLayout:
-        with io.open_input(path) as f:
+        with reading_data_file(io, path), io.open_input(path) as f:
             meta = pq.read_metadata(f)
         bloom = BloomFilter.from_footer(meta.metadata)
         top_level = {f.name for f in meta.schema.to_arrow_schema() if not pa.types.is_nested(f.type)}

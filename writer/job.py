@@ -15,13 +15,12 @@ from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, Lease, LeaseLost, LocalLease
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
+from laketide.coordinator.lease import ZooKeeperLease
 from laketide.coordinator.savepoints import Savepoints
 from laketide.coordinator.services import ServiceFailures, TableServiceFailed, TableServices
-from laketide.coordinator.lease import ZooKeeperLease
 from laketide.index.state import StateIndex
-from laketide.table import FileIO, Table
+from laketide.table import FileIO, Table, TableNotFound, properties_file
 from laketide.table.delta_mirror import DeltaMirror, has_mirror
-from laketide.table.properties import PROPERTIES_FILE
 from laketide.table.view_sync import ViewSync
 from laketide.writer.compactor import Compactor
 from laketide.writer.pipeline import MicroBatchWriter
@@ -47,7 +46,11 @@ def writer_id_for(checkpoint: str) -> str:
 def open_table(config: JobConfig, source: pa.Schema) -> Table:
     """Open the table (or create it) once every check has passed; a refused job writes nothing."""
     io = FileIO.for_uri(config.table.path)
-    existing = Table.open(config.table.path, io) if io.exists(PROPERTIES_FILE) else None
+    properties_file.recover(io)
+    try:
+        existing = Table.open(config.table.path, io)
+    except TableNotFound:
+        existing = None
     current = existing.schema() if existing is not None else None
     settled = table_config_for(config.table, existing.config if existing else None, current, source, io.full_path(""))
     return existing or Table.create_from_config(config.table.path, settled, io=io)

@@ -30,6 +30,7 @@ from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
+from laketide.table.damage import TableDamaged
 from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSlice, FileSystemView
@@ -203,9 +204,16 @@ class MicroBatchWriter:
             except LeaseLost:
                 log.error("micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back", batch_id, instant)
                 raise
-            except BaseException:
-                log.exception("micro-batch %s (instant %s) failed; rolling it back", batch_id, instant)
+            except BaseException as failure:
                 self.metrics.micro_batches.labels("failed").inc()
+                damage = failure if isinstance(failure, TableDamaged) else TableDamaged.from_text(str(failure))
+                if damage is not None:
+                    # no rollback either: nothing is written once the table is found damaged; the next
+                    # start rolls the instant back, after the operator has dealt with the file
+                    log.error("micro-batch %s (instant %s) stopped: %s", batch_id, instant, damage)
+                    self.failures.stop_with(damage)
+                    raise damage from None
+                log.exception("micro-batch %s (instant %s) failed; rolling it back", batch_id, instant)
                 self.coordinator.rollback(instant, force=True)
                 raise
         finally:

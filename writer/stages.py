@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from laketide.index.assigner import ARRIVAL, ARRIVAL_FILE, EXISTED, FILE_ID, PARTITION, AssignPlan, BucketAssigner, first_of_each_key
 from laketide.index.state import IndexSnapshot, StateIndex, index_entries, index_keys, shard_of
 from laketide.table.commit import WriteStat
+from laketide.table.damage import reading_data_file
 from laketide.table.files import BaseFile, LogFile, parse_data_file, write_token
 from laketide.table.io import FileIO
 from laketide.table.markers import CREATE, MERGE, WriteMarkers
@@ -82,7 +83,7 @@ def _read_keys(io: FileIO) -> Callable[[str], pa.Array]:
     def read(path: str) -> pa.Array:
         if isinstance(parse_data_file(*posixpath.split(path)), LogFile):
             return log_file_keys(io, path)
-        with io.open_input(path) as f:
+        with reading_data_file(io, path), io.open_input(path) as f:
             return pq.read_table(f, columns=[RECORD_KEY])[RECORD_KEY].combine_chunks()
 
     return read
@@ -90,7 +91,7 @@ def _read_keys(io: FileIO) -> Callable[[str], pa.Array]:
 
 def _read_columns(io: FileIO) -> Callable[[str, list[str]], pa.Table]:
     def read(path: str, columns: list[str]) -> pa.Table:
-        with io.open_input(path) as f:
+        with reading_data_file(io, path), io.open_input(path) as f:
             return pq.read_table(f, columns=columns)
 
     return read
@@ -98,7 +99,7 @@ def _read_columns(io: FileIO) -> Callable[[str, list[str]], pa.Table]:
 
 def _read_footer(io: FileIO) -> Callable[[str], dict]:
     def read(path: str) -> dict:
-        with io.open_input(path) as f:
+        with reading_data_file(io, path), io.open_input(path) as f:
             return pq.read_metadata(f).metadata or {}
 
     return read
