@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from laketide.coordinator.lease import LeaseHolder
 from laketide.table.instant import KNOWN_ACTIONS
+from laketide.writer.report import BatchReport
 
 Action = Enum("Action", {a.upper(): a for a in sorted(KNOWN_ACTIONS)}, type=str)
 
@@ -69,23 +70,6 @@ class FileGroupOut(BaseModel):
     records: int
 
 
-class BatchOut(BaseModel):
-    batch_id: int
-    instant: str | None
-    records: int
-    inserts: int
-    updates: int
-    deletes: int
-    quarantined: int
-    files: int
-    seconds: float
-    skipped: bool
-    # wall seconds per step (read, quarantine, plan, write, commit, services) and Python task seconds per Spark stage
-    stage_seconds: dict[str, float] = Field(default_factory=dict)
-    # "driver" for a micro-batch small enough for the driver to write, "tasks" for Spark's executors
-    ran_on: str = "tasks"
-
-
 class IndexCoverage(BaseModel):
     shards: int
     file_groups: int
@@ -97,7 +81,8 @@ class WriterOut(BaseModel):
     writer_id: str | None = None
     current_batch: int | None = None
     last_instant: str | None = None
-    recent: list[BatchOut] = Field(default_factory=list)
+    # the last micro-batches, newest last: every field of the log line, and whether an instant was rolled back since
+    recent: list[BatchReport] = Field(default_factory=list)
     quarantined_total: int = 0
     index: IndexCoverage | None = None
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from laketide.coordinator.rollback_guard import RollbackRefused, refuse_loss
+from laketide.coordinator.sweep import written_by
 from laketide.table.instant import COMMIT, COMPACTION, ROLLBACK, WRITE_ACTIONS, Instant, State, validate_instant_time
-from laketide.table.logfile import CorruptLog, first_block_instant
 from laketide.table.markers import WriteMarkers
 from laketide.table.rollback import RollbackMetadata, RollbackPlan
 from laketide.table.timeline import InstantNotFound, Timeline
@@ -117,11 +117,7 @@ class Rollbacks:
         """Whether a log file holds blocks of ``instant_time`` from its start: the instant created it, and
         deleting it removes nothing else. (Blocks another writer appended to an older log file are left:
         with the instant gone from the timeline, readers skip them.)"""
-        try:
-            with self.table.io.open_input(log_path) as f:
-                return first_block_instant(f) == instant_time
-        except (CorruptLog, FileNotFoundError):
-            return False
+        return written_by(self.table.io, log_path, instant_time)
 
     def rollback(
         self,

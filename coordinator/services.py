@@ -113,6 +113,12 @@ class TableServices:
                 log.warning("%s stopped: %s", name, exc)
                 return
 
+    def finish(self) -> None:
+        """One last round in this thread, after the running one: what the last commit scheduled (a
+        compaction, a clean) is done before the job exits, not left for the next start."""
+        self.wait()
+        self._run(None)
+
     def wait(self, timeout: float = 300.0) -> None:
         """Wait for a running round (before the lease is released, so it is not released under it)."""
         thread = self._thread

@@ -17,10 +17,14 @@ per marker of an instant that did not complete, written in the last hour.
 from __future__ import annotations
 
 import logging
+import posixpath
 import time
 from typing import TYPE_CHECKING
 
 from laketide.table.commit import EPOCH_KEY, CommitMetadata
+from laketide.table.files import LogFile, parse_data_file
+from laketide.table.io import FileIO
+from laketide.table.logfile import CorruptLog, first_block_instant
 from laketide.table.instant import ROLLBACK, WRITE_ACTIONS, Instant, State
 from laketide.table.markers import APPEND, WriteMarkers, marked_instants
 from laketide.table.rollback import RollbackMetadata
@@ -32,6 +36,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # A marker whose data file is not there yet may belong to a stale task that is about to write it.
 MARKER_GRACE_SECONDS = 3600
+
+
+def written_by(io: FileIO, data_path: str, instant_time: str) -> bool:
+    """Whether the file at ``data_path`` holds what ``instant_time`` wrote. A base file's name says so; a log
+    file's name gives only its slice and version, which a later instant reuses once the rolled-back file
+    is gone, so its first block says (Hudi's ``HoodieLogFile`` names carry no writing instant either)."""
+    data_file = parse_data_file(*posixpath.split(data_path))
+    if not isinstance(data_file, LogFile):
+        return True
+    try:
+        with io.open_input(data_path) as f:
+            return first_block_instant(f) == instant_time
+    except FileNotFoundError:
+        return False
+    except CorruptLog:
+        return False  # cut short before its first header: whose it is cannot be told, so it stays
 
 
 class Sweeper:
@@ -85,7 +105,7 @@ class Sweeper:
                 continue
             waiting = False
             for marker in markers.markers():
-                if marker.io_type != APPEND and io.delete(marker.data_path):
+                if marker.io_type != APPEND and written_by(io, marker.data_path, instant_time) and io.delete(marker.data_path):
                     deleted.append(marker.data_path)
                 if now - marker.mtime_ns / 1e9 < MARKER_GRACE_SECONDS:
                     waiting = True  # its writer may still be writing, or write the file again

@@ -179,13 +179,14 @@ def parquet_data_block(rows: pa.Table, header: dict[int, str]) -> LogBlock:
     return LogBlock(BlockType.PARQUET_DATA_BLOCK, header, sink.getvalue())
 
 
-def data_block_rows(block: LogBlock) -> pa.Table:
-    """The records of a data block (Parquet or Avro) as an Arrow table."""
+def data_block_rows(block: LogBlock, columns: list[str] | None = None) -> pa.Table:
+    """The records of a data block (Parquet or Avro) as an Arrow table, or only ``columns`` of them."""
     if block.block_type == BlockType.PARQUET_DATA_BLOCK:
-        return pq.read_table(io.BytesIO(block.content))
+        return pq.read_table(io.BytesIO(block.content), columns=columns)
     if block.block_type == BlockType.AVRO_DATA_BLOCK:
         schema = block.header[Header.SCHEMA]
-        return pa.Table.from_pylist(avro_records(block), schema=storage_schema(schema_from_avro(schema)))
+        rows = pa.Table.from_pylist(avro_records(block), schema=storage_schema(schema_from_avro(schema)))
+        return rows.select([c for c in columns if c in rows.column_names]) if columns else rows
     raise CorruptLog(f"block type {block.block_type} is not a data block laketide reads")
 
 

@@ -143,11 +143,11 @@ class _LogOp:
         return _LogOp(part, None) if self.upserts is not None else _LogOp(None, part)
 
 
-def _log_ops(io: FileIO, fs: FileSlice, visible: Callable[[str], bool]) -> list[_LogOp]:
+def _log_ops(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], columns: list[str] | None = None) -> list[_LogOp]:
     ops = []
     for block in log_blocks(io, fs, visible):
         if block.block_type in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
-            ops.append(_LogOp(upserts=data_block_rows(block)))
+            ops.append(_LogOp(upserts=data_block_rows(block, columns)))
         elif block.block_type == BlockType.DELETE_BLOCK:
             deletes = deleted_records(block)
             keys = pa.array([k for k, _, _ in deletes], pa.string())
@@ -157,7 +157,7 @@ def _log_ops(io: FileIO, fs: FileSlice, visible: Callable[[str], bool]) -> list[
     return ops
 
 
-def key_ordered_batches(io: FileIO, path: str, batch_rows: int = MERGE_BATCH_ROWS) -> Iterator[pa.Table]:
+def key_ordered_batches(io: FileIO, path: str, batch_rows: int = MERGE_BATCH_ROWS, columns: list[str] | None = None) -> Iterator[pa.Table]:
     """The rows of a base file in key order, a batch at a time.
 
     Files laketide wrote are sorted (``SORTED_MARKER``), and stream. A file
@@ -167,35 +167,43 @@ def key_ordered_batches(io: FileIO, path: str, batch_rows: int = MERGE_BATCH_ROW
     with reading_data_file(io, path), io.open_input(path) as f:
         parquet = pq.ParquetFile(f)
         meta = parquet.schema_arrow.metadata or {}
+        if columns is not None:
+            columns = [c for c in columns if c in parquet.schema_arrow.names]
         if meta.get(SORTED_MARKER.encode()) != RECORD_KEY.encode():
-            yield parquet.read().sort_by(RECORD_KEY)
+            yield parquet.read(columns=columns).sort_by(RECORD_KEY)
             return
         empty = True
-        for batch in parquet.iter_batches(batch_size=batch_rows):
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
             empty = False
             yield pa.Table.from_batches([batch])
         if empty:
-            yield parquet.schema_arrow.empty_table()
+            schema = parquet.schema_arrow
+            yield (schema if columns is None else pa.schema([schema.field(c) for c in columns])).empty_table()
 
 
-def _base_batches(io: FileIO, fs: FileSlice, batch_rows: int) -> Iterator[pa.Table]:
+def _base_batches(io: FileIO, fs: FileSlice, batch_rows: int, columns: list[str] | None = None) -> Iterator[pa.Table]:
     if fs.base_file is None:
         return iter([pa.table({RECORD_KEY: pa.array([], pa.string())})])
-    return key_ordered_batches(io, fs.base_file.path, batch_rows)
+    return key_ordered_batches(io, fs.base_file.path, batch_rows, columns)
 
 
 def merge_slice_batches(
-    io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, batch_rows: int = MERGE_BATCH_ROWS
+    io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, batch_rows: int = MERGE_BATCH_ROWS,
+    columns: list[str] | None = None,
 ) -> Iterator[pa.Table]:
     """The records of one file slice, a key range at a time: memory holds the slice's logs and one base batch.
 
     Each batch of the key-sorted base file takes the log records and deletes of
     its key range, applied block by block as for the whole slice; the last one
-    takes every key above it.
+    takes every key above it. ``columns`` (the key and the ordering field among
+    them) reads only those.
     """
-    ops = _log_ops(io, fs, visible)
+    return _merged(io, fs, _log_ops(io, fs, visible, columns), rule, batch_rows, columns)
+
+
+def _merged(io: FileIO, fs: FileSlice, ops: list[_LogOp], rule: MergeRule, batch_rows: int, columns: list[str] | None) -> Iterator[pa.Table]:
     lower: str | None = None
-    batches = _base_batches(io, fs, batch_rows)
+    batches = _base_batches(io, fs, batch_rows, columns)
     current = next(batches)
     for following in batches:
         upper = current[RECORD_KEY][-1].as_py() if current.num_rows else lower
@@ -211,6 +219,50 @@ def _apply(current: pa.Table, ops: list[_LogOp], rule: MergeRule) -> pa.Table:
         elif op.deletes is not None:
             current = _delete(current, op.deletes, rule)
     return current
+
+
+def stored_ordering(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, lowest: pa.Scalar) -> pa.Table | None:
+    """The key and ordering value of every row the slice stores, or ``None`` when no stored row can be newer
+    than ``lowest``: the base file's footer statistics and the logs' records bound them, so a stream whose
+    events arrive in order reads no row of the base file."""
+    field = rule.ordering_field
+    columns = [RECORD_KEY, field]
+    ops = _log_ops(io, fs, visible, columns)
+    bounds = [op.upserts[field] for op in ops if op.upserts is not None and field in op.upserts.column_names]
+    if fs.base_file is None and not bounds:
+        return None  # nothing stored
+    if fs.base_file is not None:
+        base_max = _footer_max(io, fs.base_file.path, field)
+        if base_max is None:
+            return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns)), promote_options="permissive")
+        bounds.append(base_max)
+    try:
+        newest = pc.max(pa.chunked_array([b.cast(lowest.type) for b in bounds], lowest.type)) if bounds else None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        newest = None  # values that do not compare: read them
+    if newest is not None and (not newest.is_valid or not pc.greater(newest, lowest).as_py()):
+        return None
+    return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns)), promote_options="permissive")
+
+
+def _footer_max(io: FileIO, path: str, field: str) -> pa.Array | None:
+    """The row groups' maximum of ``field`` from a parquet footer; ``None`` where a row group has no statistics."""
+    with reading_data_file(io, path), io.open_input(path) as f:
+        meta = pq.read_metadata(f)
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    if field not in names:
+        return None
+    at = names.index(field)
+    maxima = []
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(at).statistics
+        if stats is None or not stats.has_min_max:
+            return None
+        maxima.append(stats.max)
+    try:
+        return pa.array(maxima, meta.schema.to_arrow_schema().field(field).type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
 
 
 def merge_slice(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule) -> pa.Table:

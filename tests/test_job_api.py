@@ -59,6 +59,9 @@ def test_rollback_through_the_running_jobs_api(spark, tmp_path):
         assert answer.json()["was_completed"] and answer.json()["instant"] == newest
         assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after([first])
         assert httpx.post(f"{api}/v1/instants/{newest}/rollback", json={}).status_code == 401
+        recent = httpx.get(f"{api}/v1/writer").json()["recent"]
+        assert [(b["instant"], b["rolled_back"]) for b in recent] == [(recent[0]["instant"], False), (newest, True)]
+        assert {"late", "replaced", "empty", "stage_seconds", "ran_on"} <= set(recent[0]), "every field of the batch report"
 
         # a savepoint and a restore through the CLI, which finds the job's API through the lease
         env = {**os.environ, TOKEN_ENV: TOKEN}

@@ -21,9 +21,11 @@ from laketide.coordinator.services import ServiceFailures, TableServiceFailed, T
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table, TableNotFound, properties_file
 from laketide.table.delta_mirror import DeltaMirror, has_mirror
+from laketide.table.instant import COMPACTION
 from laketide.table.view_sync import ViewSync
 from laketide.writer.compactor import Compactor
 from laketide.writer.pipeline import MicroBatchWriter
+from laketide.writer.report import BatchReport
 from laketide.writer.preflight import check_quarantine_path, table_config_for
 from laketide.writer.session import spark_session
 from laketide.writer.sources import read_stream, source_schema
@@ -97,14 +99,15 @@ class RunningJob:
     def status(self) -> dict:
         status = self.writer.status
         timeline = self.table.timeline
-        snapshot = self.index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.start)
+        completed = {i.timestamp for i in timeline.completed_writes()}
+        snapshot = self.index.snapshot(completed, timeline.start)
         groups = {(s.partition, s.file_id) for s in self.writer.views.view(timeline).latest_slices()}
         return {
             "running": True,
             "writer_id": self.coordinator.writer_id,
             "current_batch": status.current_batch,
             "last_instant": status.last_instant,
-            "recent": [asdict(r) for r in status.recent],
+            "recent": [{**asdict(r), "rolled_back": _rolled_back(r, completed, timeline.start)} for r in status.recent],
             "quarantined_total": status.quarantined_total,
             "index": {"shards": self.index.shards, "file_groups": len(groups), "covered_file_groups": len(groups & snapshot.covered)},
         }
@@ -116,6 +119,20 @@ class RunningJob:
             if self.mirror is not None:
                 self.mirror.catch_up()
             return result
+
+
+def _log_pending(table: Table) -> None:
+    pending = [i.timestamp for i in table.timeline.pending([COMPACTION])]
+    if pending:
+        log.info("compactions %s are pending; the next start of the job (or laketide compact --run) runs them", ", ".join(pending))
+
+
+def _rolled_back(report: BatchReport, completed: set[str], timeline_start: str | None) -> bool:
+    """A committed micro-batch whose instant left the timeline, other than by archival (older than its start)."""
+    instant = report.instant
+    if instant is None or report.skipped or instant in completed:
+        return False
+    return timeline_start is not None and instant >= timeline_start
 
 
 def mirror_for(config: JobConfig, table: Table, views: ViewSync) -> DeltaMirror | None:
@@ -237,10 +254,16 @@ def run(
             # a service that failed too often stops the query from inside a micro-batch, after its commit
             services.failures.raise_if_fatal()
             raise
-        services.wait()
+        if config.stream.trigger == "available-now" and not stop_requested.is_set():
+            # a run that ends by itself leaves nothing pending that its last commit scheduled
+            services.finish()
+            services.failures.raise_if_fatal()
+        else:
+            services.wait()
         if mirror is not None:
             # a commit that came while the last services round ran started none
             mirror.catch_up()
+        _log_pending(table)
         return writer
     finally:
         if services is not None:

@@ -9,16 +9,20 @@ never meets a torn one on a committed file.
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from laketide.index.assigner import EXISTED
 from laketide.table.commit import WriteStat
-from laketide.table.files import LogFile
+from laketide.table.files import BaseFile, LogFile
 from laketide.table.io import FileIO
 from laketide.table.logfile import Header, delete_block, parquet_data_block
 from laketide.table.schema import IS_DELETED, RECORD_KEY
+from laketide.table.slice_reader import MergeRule, stored_ordering
+from laketide.table.view import FileSlice
 from laketide.writer.bucket_writer import stamp_meta_columns
 
 
@@ -32,6 +36,11 @@ class LogTarget:
     base_file: str | None  # the slice's base file name
     version: int
     slice_paths: tuple[str, ...] = ()  # the slice's base and log files, whose keys index a group the index did not cover
+
+    def file_slice(self) -> FileSlice:
+        base = BaseFile.parse(self.partition, self.base_file) if self.base_file else None
+        logs = [LogFile.parse(self.partition, posixpath.basename(p)) for p in self.slice_paths if posixpath.basename(p).startswith(".")]
+        return FileSlice(self.partition, self.file_id, self.base_instant, base, sorted(logs, key=lambda lf: (lf.version, lf.write_token)))
 
 
 class LogWriter:
@@ -58,6 +67,33 @@ class LogWriter:
         self.ordering_field = ordering_field
         self.seqno = first_seqno
         self.log_file = LogFile(target.partition, target.file_id, target.base_instant, target.version, token)
+
+    def drop_late(self, incoming: pa.Table) -> tuple[pa.Table, int]:
+        """Incoming records (upserts and deletes) older than the row the slice stores, and how many.
+
+        Every reader's merge would keep the stored row anyway (event-time ordering); dropping them here
+        counts them as copy-on-write counts them, and keeps them out of the log. Only the key and
+        ordering columns of the slice are read, and only when a stored row can be newer than an
+        incoming one (``stored_ordering``).
+        """
+        field = self.ordering_field
+        if field is None or not incoming.num_rows or field not in incoming.column_names:
+            return incoming, 0
+        existed = pc.fill_null(incoming[EXISTED], False) if EXISTED in incoming.column_names else None
+        kind = self.schema.field(field).type
+        values = incoming[field].cast(kind)
+        candidates = values.filter(existed) if existed is not None else values
+        lowest = pc.min(candidates)
+        if not lowest.is_valid:
+            return incoming, 0
+        visible = lambda instant: instant < self.instant_time  # noqa: E731  (one writer: every earlier log block is committed)
+        stored = stored_ordering(self.io, self.target.file_slice(), visible, MergeRule(field), lowest)
+        if stored is None or not stored.num_rows:
+            return incoming, 0
+        at = pc.index_in(incoming[RECORD_KEY], value_set=stored[RECORD_KEY])
+        late = pc.fill_null(pc.greater(stored[field].cast(kind).take(at), values), False)
+        count = pc.sum(late).as_py() or 0
+        return (incoming.filter(pc.invert(late)), count) if count else (incoming, 0)
 
     def write(self, incoming: pa.Table, existed: pa.Array) -> WriteStat:
         """Append ``incoming`` (one row per key); ``existed`` tells which keys the group already holds."""

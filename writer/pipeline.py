@@ -15,7 +15,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -42,11 +41,12 @@ from laketide.writer import stages
 from laketide.writer.log_writer import LogTarget
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.driver_batch import DriverBatch
+from laketide.writer.report import BatchReport, WriterStatus
 from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
 from laketide.writer.routing import balanced_slots
 from laketide.writer.spark_batch import Shuffles, SparkBatch
 from laketide.writer.stage_clock import StageClock
-from laketide.writer.sources import batch_files, copy_aside, read_files, read_landed_parquet, unreadable_files
+from laketide.writer.sources import batch_files, copy_aside, decoded_bytes, read_files, read_landed_parquet, unreadable_files
 
 log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024
@@ -54,50 +54,6 @@ DEFAULT_RECORD_SIZE = 1024
 GENERATED_ROW_BYTES = 64
 # write.operation -> Hudi's WriteOperationType, recorded in every commit
 OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete_partition": "DELETE_PARTITION"}
-
-
-@dataclass
-class BatchReport:
-    batch_id: int
-    instant: str | None
-    records: int = 0
-    quarantined: int = 0
-    inserts: int = 0
-    updates: int = 0
-    deletes: int = 0
-    files: int = 0
-    late: int = 0
-    replaced: int = 0  # file groups a delete_partition replaced
-    seconds: float = 0.0
-    skipped: bool = False
-    empty: bool = False
-    # wall seconds of each step of the micro-batch, and the summed task seconds of its Spark stages
-    stage_seconds: dict[str, float] = field(default_factory=dict)
-    # who ran the stages: "driver" (a small micro-batch) or "tasks" (Spark's executors)
-    ran_on: str = "tasks"
-
-    def line(self) -> str:
-        if self.empty:
-            return f"micro-batch {self.batch_id}: empty, no instant"
-        if self.skipped:
-            return f"micro-batch {self.batch_id}: already committed, skipped"
-        replaced = f" replaced={self.replaced}" if self.replaced else ""
-        steps = " ".join(f"{name}={seconds:.2f}" for name, seconds in self.stage_seconds.items())
-        return (
-            f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "
-            f"updates={self.updates} deletes={self.deletes} late={self.late} quarantined={self.quarantined} files={self.files}"
-            f"{replaced} seconds={self.seconds:.2f} on {self.ran_on} ({steps})"
-        )
-
-
-@dataclass
-class WriterStatus:
-    """What the running job tells the outside world (the API serves it)."""
-
-    current_batch: int | None = None
-    last_instant: str | None = None
-    recent: list[BatchReport] = field(default_factory=list)
-    quarantined_total: int = 0
 
 
 def _record_size(timeline: Timeline) -> int:
@@ -354,14 +310,16 @@ class MicroBatchWriter:
         return self._prepared(readable), data_fields, bad
 
     def _landing_files(self, batch_id: int) -> dict[str, FileEntry] | None:
-        """The micro-batch's landing files (size and modification time, by path) if they total at
-        most ``write.driver_batch_bytes``."""
+        """The micro-batch's landing files (size and modification time, by path) if, decoded, they total
+        at most ``write.driver_batch_bytes`` (``decoded_bytes``: parquet by its footers' uncompressed sizes)."""
+        source_format = self.config.source.format
         try:
             files = {path: FileIO.for_uri(path).entry("") for path in batch_files(self.config.stream.checkpoint, batch_id)}
+            decoded = sum(decoded_bytes(path, entry, source_format) for path, entry in files.items())
         except Exception:
             log.warning("micro-batch %s: the size of its landing files is unknown, so Spark's tasks write it", batch_id, exc_info=True)
             return None
-        return files if sum(f.size for f in files.values()) <= self.config.write.driver_batch_bytes else None
+        return files if decoded <= self.config.write.driver_batch_bytes else None
 
     def _collect(self, df: DataFrame, batch_id: int, data_fields: list[StructField]) -> DriverBatch | None:
         """The micro-batch as one Arrow table in the driver, prepared; ``None`` when it is too large for
@@ -425,7 +383,7 @@ class MicroBatchWriter:
             statuses = batch.assign_and_write(plan, *self._assigned_schema(data_fields))
         self.clock.lap("write")
         self._on_step("written", batch_id)
-        stats = [stages.stat_of(row) for row in statuses]
+        stats = [stat for stat in map(stages.stat_of, statuses) if stat is not None]
         written = [(r["partition"], r["file_id"]) for r in statuses]
         self.index.write_coverage(instant, written, uncovered=foreign.touched, uncover_all=foreign.everything)
         extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata()}

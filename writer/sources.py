@@ -137,6 +137,20 @@ def _read_as_declared(path: str, entry: FileEntry, declared: pa.Schema) -> pa.Ta
     )
 
 
+def decoded_bytes(path: str, entry: FileEntry, source_format: str) -> int:
+    """What a landing file weighs once read into memory: a parquet file its footer's uncompressed size
+    (its row groups' ``total_byte_size``), a JSON or CSV file its text (Arrow holds its values in no more).
+    A parquet footer that cannot be read counts as too heavy, so Spark's tasks meet (and quarantine) the file."""
+    if source_format != "parquet":
+        return entry.size
+    try:
+        with FileIO.for_uri(path).open_input("") as f:
+            meta = pq.read_metadata(f)
+    except (OSError, pa.ArrowException):
+        return 1 << 62
+    return max(entry.size, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)))
+
+
 def read_landed_parquet(files: dict[str, FileEntry], declared: pa.Schema) -> pa.Table | None:
     """Parquet landing files (their entries, by path) read straight into Arrow, as Spark reads them
     under the declared schema, with the columns of their origin (file, modification time, block).

@@ -65,9 +65,10 @@ class BatchPlan:
     table_empty: bool = False  # the table had no file slice when the plan was made
 
 
-def _status(stat: WriteStat, newly_covered: bool = False, late: int = 0) -> dict:
-    """One row of ``STATUS_SCHEMA``: what a task wrote into one file group."""
-    return {"stat": stat.model_dump_json(by_alias=True), "partition": stat.partition_path, "file_id": stat.file_id, "newly_covered": newly_covered, "late": late}
+def _status(stat: WriteStat | None, newly_covered: bool = False, late: int = 0, group: tuple[str, str] | None = None) -> dict:
+    """One row of ``STATUS_SCHEMA``: what a task wrote into one file group (no stat: every record was late)."""
+    partition, file_id = group if stat is None else (stat.partition_path, stat.file_id)
+    return {"stat": stat.model_dump_json(by_alias=True) if stat else "", "partition": partition, "file_id": file_id, "newly_covered": newly_covered, "late": late}
 
 
 def _repeated(value: str, n: int) -> pa.Array:
@@ -181,9 +182,15 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
                 io, log_target, plan.instant, task, with_meta_schema(plan.table_schema), plan.avro_schema,
                 token or write_token(task), plan.ordering_field, first_seqno=seqno,
             )
-            markers.create(writer.log_file.path, CREATE)
-            stat = writer.write(incoming, incoming[EXISTED])
-            seqno, late, written = writer.seqno, 0, [*log_target.slice_paths, stat.path]
+            incoming, late = writer.drop_late(incoming)
+            written = list(log_target.slice_paths)
+            if incoming.num_rows:
+                markers.create(writer.log_file.path, CREATE)
+                stat = writer.write(incoming, incoming[EXISTED])
+                written.append(stat.path)
+            else:
+                stat = None  # every record was late: no log file, only the count
+            seqno = writer.seqno
         else:
             current = plan.current.get((partition, file_id))
             base = BaseFile.parse(partition, current) if current else None
@@ -197,7 +204,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
         newly_covered = (partition, file_id) in plan.uncovered
         if newly_covered:
             _index_whole_group(plan, io, written, partition, file_id, task)
-        statuses.append(_status(stat, newly_covered, late))
+        statuses.append(_status(stat, newly_covered, late, (partition, file_id)))
     yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
 
 
@@ -326,5 +333,5 @@ def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, t
         yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
 
 
-def stat_of(row: dict) -> WriteStat:
-    return WriteStat.model_validate_json(row["stat"])
+def stat_of(row: dict) -> WriteStat | None:
+    return WriteStat.model_validate_json(row["stat"]) if row["stat"] else None

@@ -1,0 +1,55 @@
+"""What a micro-batch did, and what the running writer tells the outside world (the log line, the API).
+
+Plain data with no Spark in it: the REST API serves these as they are, so a field added here shows
+everywhere at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class BatchReport:
+    batch_id: int
+    instant: str | None
+    records: int = 0
+    quarantined: int = 0
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    files: int = 0
+    late: int = 0
+    replaced: int = 0  # file groups a delete_partition replaced
+    seconds: float = 0.0
+    skipped: bool = False
+    empty: bool = False
+    # wall seconds of each step of the micro-batch, and the summed task seconds of its Spark stages
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    # who ran the stages: "driver" (a small micro-batch) or "tasks" (Spark's executors)
+    ran_on: str = "tasks"
+    # its instant was rolled back after it committed (by an operator, or a restore); set when the status is read
+    rolled_back: bool = False
+
+    def line(self) -> str:
+        if self.empty:
+            return f"micro-batch {self.batch_id}: empty, no instant"
+        if self.skipped:
+            return f"micro-batch {self.batch_id}: already committed, skipped"
+        replaced = f" replaced={self.replaced}" if self.replaced else ""
+        steps = " ".join(f"{name}={seconds:.2f}" for name, seconds in self.stage_seconds.items())
+        return (
+            f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "
+            f"updates={self.updates} deletes={self.deletes} late={self.late} quarantined={self.quarantined} files={self.files}"
+            f"{replaced} seconds={self.seconds:.2f} on {self.ran_on} ({steps})"
+        )
+
+
+@dataclass
+class WriterStatus:
+    """What the running job tells the outside world (the API serves it)."""
+
+    current_batch: int | None = None
+    last_instant: str | None = None
+    recent: list[BatchReport] = field(default_factory=list)
+    quarantined_total: int = 0
