@@ -94,7 +94,8 @@ def _land(root: Path, fmt: str, initial: int, batch_bytes: int) -> tuple[int, in
 
 
 def _peak_rss(args: list[str], env: dict) -> tuple[int, str]:
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # stdout is not read: it goes nowhere, so a full pipe can never stop the job
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = 0
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)

@@ -40,6 +40,7 @@ class DriverBatch:
 
     def __init__(self, prepared: pa.Table, threads: int, timed: Timed):
         self.rows = prepared
+        self._records = prepared.num_rows
         self.threads = max(1, threads)
         self._timed = timed
         self._bad = pc.is_valid(prepared[REASON]).to_numpy(zero_copy_only=False) if prepared.num_rows else np.zeros(0, bool)
@@ -59,7 +60,7 @@ class DriverBatch:
 
     @property
     def records(self) -> int:
-        return self.rows.num_rows
+        return self._records
 
     @property
     def bad_rows(self) -> int:
@@ -92,34 +93,48 @@ class DriverBatch:
     def assign_and_write(self, plan: stages.BatchPlan, assigned_struct: StructType, assigned_schema: pa.Schema) -> list[dict]:
         """The assign stage per index shard, then the write stage per write slot (``assigned_struct``,
         Spark's form of ``assigned_schema``, is what executors need)."""
-        good = self.good()
-        assigned = _in_pool(self.threads, self._timed, "assign", lambda shard, batches: stages.assign(plan, batches, assigned_schema), _split(good, good[SHARD].to_numpy()))
+        # Each step lets go of the rows before it, so the driver holds about two copies of the batch
+        # at a time, not one per step (``write.driver_batch_bytes`` is sized on that).
+        by_shard = self._take_good(lambda good: _split(good, good[SHARD].to_numpy()))
+        assigned = _in_pool(self.threads, self._timed, "assign", lambda shard, batches: stages.assign(plan, batches, assigned_schema), by_shard)
+        del by_shard
         if not assigned:
             return []
         rows = pa.Table.from_batches(assigned, assigned_schema)
+        del assigned
         by_slot = _split(rows, rows[stages.WRITE_SLOT].to_numpy())
+        del rows
         return _statuses(_in_pool(self.threads, self._timed, "write", lambda slot, batches: stages.write(plan, batches, slot, write_token(slot)), by_slot))
+
+    def _take_good(self, split: Callable[[pa.Table], list[tuple[int, pa.Table]]]) -> list[tuple[int, pa.Table]]:
+        """The good rows split into parts, after which the batch no longer holds them."""
+        parts = split(self.good())
+        self.release()
+        return parts
 
     def bulk_insert(self, plan: stages.BatchPlan) -> list[dict]:
         """Each partition's rows to one thread (partitions balanced over the threads by rows), sorted
         by ``bulk_sort_keys``; under a global index by key hash, since duplicates are found by key alone."""
-        good = self.good().drop_columns([SHARD])
         global_keys = plan.index.global_keys
-        if global_keys:
-            slots = (index_keys(good[PARTITION], good[RECORD_KEY], True) % np.uint64(self.threads)).astype(np.int64)
-        else:
-            partitions = good[PARTITION].combine_chunks().dictionary_encode()
-            names = partitions.dictionary.to_pylist()
-            codes = partitions.indices.to_numpy(zero_copy_only=False)
-            slot_of = balanced_slots(dict(zip(names, np.bincount(codes, minlength=len(names)).tolist())), self.threads)
-            slots = np.array([slot_of[name] for name in names] or [0], np.int64)[codes]
+        by_slot = self._take_good(lambda good: _split(good.drop_columns([SHARD]), self._bulk_slots(good, global_keys)))
+        schema = by_slot[0][1].schema if by_slot else None
         order = stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)
 
         def insert_sorted(slot: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            rows = pa.Table.from_batches(list(batches), good.schema).sort_by(order)
+            rows = pa.Table.from_batches(list(batches), schema).sort_by(order)
             yield from stages.bulk_insert(plan, iter(rows.to_batches()), slot, write_token(slot))
 
-        return _statuses(_in_pool(self.threads, self._timed, "write", insert_sorted, _split(good, slots)))
+        return _statuses(_in_pool(self.threads, self._timed, "write", insert_sorted, by_slot))
+
+    def _bulk_slots(self, good: pa.Table, global_keys: bool) -> np.ndarray:
+        """The thread of each row of a bulk insert: its partition's, partitions balanced by rows; by key hash under a global index."""
+        if global_keys:
+            return (index_keys(good[PARTITION], good[RECORD_KEY], True) % np.uint64(self.threads)).astype(np.int64)
+        partitions = good[PARTITION].combine_chunks().dictionary_encode()
+        names = partitions.dictionary.to_pylist()
+        codes = partitions.indices.to_numpy(zero_copy_only=False)
+        slot_of = balanced_slots(dict(zip(names, np.bincount(codes, minlength=len(names)).tolist())), self.threads)
+        return np.array([slot_of[name] for name in names] or [0], np.int64)[codes]
 
 
 def _in_pool(threads: int, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, pa.Table]]) -> list:
