@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test test-spark42 demo bench clean wheel
+.PHONY: install system-deps test test-spark42 demo bench bench-memory clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ demo: install system-deps
 bench: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/upsert_bench.py
+
+bench-memory: install system-deps
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/driver_memory.py
 
 wheel: install
 	$(PY) -m pip wheel -q --no-deps -w dist .
