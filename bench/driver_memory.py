@@ -133,7 +133,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting-mib", type=int, default=64)
     parser.add_argument("--initial-rows", type=int, default=200_000)
-    parser.add_argument("--formats", nargs="+", default=["parquet", "json", "csv"])
+    parser.add_argument("--formats", nargs="+", default=["parquet", "json"], choices=["parquet", "json", "csv"])
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "driver_memory.json"))
     opts = parser.parse_args()
     setting = opts.setting_mib * 2**20
