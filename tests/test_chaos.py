@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import time
 
@@ -117,6 +118,9 @@ def test_a_file_written_after_its_instant_was_rolled_back_is_swept(zookeeper, tm
 
         second = Job(_args(tmp_path, zookeeper, 3), tmp_path / "second.log").start()
         wait_until(lambda: completed_count(tmp_path) >= 1, 120, "the new holder's commit")
+        # and the sweep right after that commit: released before it ends, the late file would be swept
+        # there, before this test looks for it (the micro-batch's line is logged once its commit's sweep is done)
+        wait_until(lambda: re.search(r"micro-batch \d+: instant=", (tmp_path / "second.log").read_text()), 120, "the new holder's first micro-batch")
         rolled_back = Table.open(str(tmp_path / "table")).timeline
         assert instant not in {i.timestamp for i in rolled_back}, "the new holder rolled the frozen instant back"
 
