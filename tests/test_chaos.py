@@ -45,8 +45,12 @@ def test_sigkill_at_random_times_while_files_land(zookeeper, tmp_path):
     kills = 0
     try:
         for cycle in range(5):
-            job = Job(_args(tmp_path, zookeeper, 3), tmp_path / "job.log").start()
-            deadline = time.monotonic() + rng.uniform(10, 24)
+            log = tmp_path / f"job-{cycle}.log"
+            job = Job(_args(tmp_path, zookeeper, 3), log).start()
+            # the kill window opens once the job holds the lease: on a busy machine, starting Spark alone
+            # can take a whole window measured from the process start, and nothing would ever commit
+            wait_until(lambda: not job.running() or "lease of " in log.read_text(), 180, "the job to take the lease")
+            deadline = time.monotonic() + rng.uniform(3, 14)
             while time.monotonic() < deadline and job.running():
                 time.sleep(0.1)
             assert job.running(), f"cycle {cycle}: the job stopped by itself\n{job.log_tail()}"
