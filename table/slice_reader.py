@@ -229,20 +229,22 @@ def stored_ordering(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], r
     columns = [RECORD_KEY, field]
     ops = _log_ops(io, fs, visible, columns)
     bounds = [op.upserts[field] for op in ops if op.upserts is not None and field in op.upserts.column_names]
-    if fs.base_file is None and not bounds:
-        return None  # nothing stored
     if fs.base_file is not None:
-        base_max = _footer_max(io, fs.base_file.path, field)
-        if base_max is None:
-            return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns)), promote_options="permissive")
-        bounds.append(base_max)
-    try:
-        newest = pc.max(pa.chunked_array([b.cast(lowest.type) for b in bounds], lowest.type)) if bounds else None
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        newest = None  # values that do not compare: read them
-    if newest is not None and (not newest.is_valid or not pc.greater(newest, lowest).as_py()):
+        bounds.append(_footer_max(io, fs.base_file.path, field))  # None: no statistics, so its rows are read
+    elif not bounds:
+        return None  # nothing stored
+    if None not in bounds and not _may_exceed(bounds, lowest):
         return None
     return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns)), promote_options="permissive")
+
+
+def _may_exceed(bounds: list[pa.Array], lowest: pa.Scalar) -> bool:
+    """Whether any value of ``bounds`` is above ``lowest``; values that do not compare may be."""
+    try:
+        newest = pc.max(pa.chunked_array([b.cast(lowest.type) for b in bounds], lowest.type))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return True
+    return newest.is_valid and pc.greater(newest, lowest).as_py()
 
 
 def _footer_max(io: FileIO, path: str, field: str) -> pa.Array | None:
