@@ -1,51 +1,38 @@
-"""The coordinator's REST API: inspect instants, file groups, the writer and its lease; roll back.
+"""The coordinator's REST API: inspect instants, file groups, partitions, the writer and its lease; change the table.
 
-The same app runs inside the streaming job (``JobHandle`` given: rollbacks run
-between micro-batches) and standalone with ``laketide serve`` for a table whose
-job is down (a rollback first takes the lease, and is refused while a job holds it).
+The same app runs inside the streaming job (``JobHandle`` given: changes run on the job's coordinator,
+between micro-batches) and standalone with ``laketide serve`` for a table whose job is down (a change
+first takes the lease, and is refused while a job holds it). Reads go through ``table.inspect`` and
+changes through ``Operations``: the routes only parse, call and answer. Errors answer from one table
+(``api/errors.py``).
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
-from typing import Annotated, Any, Protocol, TypeVar
+from typing import Annotated, Protocol, TypeVar
 
-import pyarrow.parquet as pq
-from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import APIRouter, Body, Depends, FastAPI, Header, Path, Query, Request
+from fastapi.responses import Response
 
-from laketide.api.models import (
-    Action,
-    ErrorOut,
-    FileGroupOut,
-    FileWrite,
-    Health,
-    InstantDetail,
-    InstantPage,
-    InstantSummary,
-    LeaseOut,
-    RestoreOut,
-    RestoreRequest,
-    RollbackOut,
-    RollbackRequest,
-    SavepointOut,
-    SavepointRequest,
-    Totals,
-    WriterOut,
-)
-from laketide.coordinator import Coordinator, Lease, LeaseError, LeaseHeld, RollbackRefused
+from laketide.api import errors
+from laketide.api.models import INSTANT_PATTERN, Action, ErrorOut, Health, LeaseOut, RestoreRequest, RollbackRequest, SavepointRequest
+from laketide.coordinator import Coordinator, Lease, LeaseHolder
 from laketide.coordinator.metrics import Metrics
-from laketide.coordinator.savepoints import SavepointRefused, Savepoints
+from laketide.coordinator.rollback import RollbackResult
+from laketide.coordinator.savepoints import RestoreResult
 from laketide.table import Table
-from laketide.table.instant import ROLLBACK, WRITE_ACTIONS, Instant, State, instant_to_datetime
-from laketide.table.rollback import RollbackMetadata
-from laketide.table.savepoint import savepoints
-from laketide.table.timeline import InstantNotFound
+from laketide.table.errors import ErrorKind, LaketideError
+from laketide.table.inspect import FileGroupInfo, InstantDetail, InstantPage, PartitionInfo
+from laketide.table.instant import State
+from laketide.table.savepoint import SavepointMetadata
+from laketide.writer.operations import Operations
+from laketide.writer.report import WriterView
 
 T = TypeVar("T")
-INSTANT_PATTERN = r"^\d{17}$"
-OPS_WRITER_ID = "laketide-ops"
+ERRORS = {status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 500, 503)}
+InstantPath = Annotated[str, Path(pattern=INSTANT_PATTERN)]
 
 
 class JobHandle(Protocol):
@@ -53,21 +40,149 @@ class JobHandle(Protocol):
 
     coordinator: Coordinator
 
-    def status(self) -> dict: ...
+    def status(self) -> WriterView: ...
 
-    def between_batches(self, action: Callable[[], T]) -> T: ...
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, detail: str, holder_api: str | None = None):
-        self.status, self.detail, self.holder_api = status, detail, holder_api
+    @property
+    def operations(self) -> Operations: ...
 
 
-ERRORS = {code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 503)}
+class ApiContext:
+    """What every route works on: the table, and where its changes run. Built once per app; holds no
+    per-request state, so the server's worker threads share it freely."""
+
+    def __init__(self, table: Table, token: str | None, job: JobHandle | None, lease_factory: Callable[[], Lease] | None, metrics: Metrics):
+        self.uri, self.io = table.uri, table.io
+        self.token = token
+        self.job = job
+        self.lease_factory = lease_factory
+        self.metrics = metrics
+
+    def table(self) -> Table:
+        """The table as it is now (each request reads the newest timeline)."""
+        return Table.open(self.uri, self.io)
+
+    def change(self, action: Callable[[Operations], T]) -> T:
+        """Run a change under the lease: the job's, between micro-batches, or a lease taken for it."""
+        if self.job is not None:
+            return action(self.job.operations)
+        if self.lease_factory is None:
+            raise LaketideError("this server has no lease configured, so it cannot change the table", kind=ErrorKind.UNAVAILABLE)
+        with Operations.under_lease(self.table(), self.lease_factory(), metrics=self.metrics) as operations:
+            return action(operations)
+
+    def holder(self) -> LeaseHolder | None:
+        if self.job is not None:
+            return self.job.coordinator.lease.current_holder()
+        if self.lease_factory is None:
+            return None
+        probe = self.lease_factory()
+        try:
+            return probe.current_holder()
+        finally:
+            probe.release()
+
+    def require_token(self, authorization: str | None) -> None:
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise LaketideError("this call changes the table: send 'Authorization: Bearer <token>'", kind=ErrorKind.UNAUTHENTICATED)
+        if self.token is None:
+            raise LaketideError(
+                "no API token is configured on this server (coordinator.api_token or LAKETIDE_API_TOKEN), so changes are refused",
+                kind=ErrorKind.FORBIDDEN,
+            )
+        if not hmac.compare_digest(authorization[7:].strip().encode(), self.token.encode()):
+            raise LaketideError("the bearer token is not valid for this server", kind=ErrorKind.FORBIDDEN)
 
 
-def _summary(instant: Instant) -> InstantSummary:
-    return InstantSummary(instant=instant.timestamp, action=instant.action, state=instant.state.value, completion_time=instant.completion_time)
+def _context(request: Request) -> ApiContext:
+    return request.app.state.context
+
+
+Ctx = Annotated[ApiContext, Depends(_context)]
+
+
+def _token(ctx: Ctx, authorization: Annotated[str | None, Header()] = None) -> None:
+    ctx.require_token(authorization)
+
+
+router = APIRouter(responses=ERRORS)
+changes = APIRouter(responses=ERRORS, dependencies=[Depends(_token)])
+
+
+@router.get("/healthz", response_model=Health, tags=["service"])
+def healthz(ctx: Ctx) -> Health:
+    return Health(table=ctx.uri)
+
+
+@router.get("/metrics", tags=["service"], response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+def prometheus(ctx: Ctx) -> Response:
+    lease = ctx.job.coordinator.lease if ctx.job else None
+    ctx.metrics.lease_held.set(1 if lease is not None and lease.holder is not None else 0)
+    if lease is not None and lease.holder is not None:
+        ctx.metrics.lease_epoch.set(lease.holder.epoch)
+    return Response(ctx.metrics.exposition(), media_type="text/plain; version=0.0.4")
+
+
+@router.get("/v1/instants", response_model=InstantPage, tags=["instants"])
+def list_instants(
+    ctx: Ctx,
+    state: Annotated[State | None, Query(description="REQUESTED, INFLIGHT or COMPLETED")] = None,
+    action: Annotated[Action | None, Query(description="commit, deltacommit, replacecommit, rollback, ...")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    before: Annotated[str | None, Query(pattern=INSTANT_PATTERN, description="only instants older than this one")] = None,
+) -> InstantPage:
+    return ctx.table().inspect.instants([state] if state else None, [action.value] if action else None, before, limit)
+
+
+@router.get("/v1/instants/{instant}", response_model=InstantDetail, tags=["instants"])
+def show_instant(ctx: Ctx, instant: InstantPath) -> InstantDetail:
+    return ctx.table().inspect.instant(instant)
+
+
+@router.get("/v1/file-groups", response_model=list[FileGroupInfo], tags=["table"])
+def file_groups(ctx: Ctx, partition: Annotated[str | None, Query(max_length=1024)] = None) -> list[FileGroupInfo]:
+    return ctx.table().inspect.file_groups(partition)
+
+
+@router.get("/v1/partitions", response_model=list[PartitionInfo], tags=["table"])
+def partitions(ctx: Ctx) -> list[PartitionInfo]:
+    return ctx.table().inspect.partitions()
+
+
+@router.get("/v1/writer", response_model=WriterView, tags=["writer"])
+def writer(ctx: Ctx) -> WriterView:
+    return WriterView.model_validate(ctx.job.status()) if ctx.job else WriterView(running=False)
+
+
+@router.get("/v1/lease", response_model=LeaseOut, tags=["writer"])
+def lease(ctx: Ctx) -> LeaseOut:
+    holder = ctx.holder()
+    return LeaseOut(held=holder is not None, holder=holder)
+
+
+@router.get("/v1/savepoints", response_model=list[SavepointMetadata], tags=["savepoints"])
+def list_savepoints(ctx: Ctx) -> list[SavepointMetadata]:
+    return ctx.table().inspect.savepoints()
+
+
+@changes.post("/v1/instants/{instant}/rollback", response_model=RollbackResult, tags=["instants"])
+def rollback(ctx: Ctx, instant: InstantPath, request: Annotated[RollbackRequest, Body()] = RollbackRequest()) -> RollbackResult:
+    return ctx.change(lambda operations: operations.rollback(instant, request.force, request.dry_run))
+
+
+@changes.post("/v1/savepoints", response_model=SavepointMetadata, tags=["savepoints"])
+def create_savepoint(ctx: Ctx, request: Annotated[SavepointRequest, Body()] = SavepointRequest()) -> SavepointMetadata:
+    return ctx.change(lambda operations: operations.create_savepoint(request.instant, request.user, request.comment))
+
+
+@changes.delete("/v1/savepoints/{instant}", status_code=204, tags=["savepoints"])
+def delete_savepoint(ctx: Ctx, instant: InstantPath) -> Response:
+    ctx.change(lambda operations: operations.delete_savepoint(instant))
+    return Response(status_code=204)
+
+
+@changes.post("/v1/restore", response_model=RestoreResult, tags=["savepoints"])
+def restore(ctx: Ctx, request: Annotated[RestoreRequest, Body()]) -> RestoreResult:
+    return ctx.change(lambda operations: operations.restore(request.savepoint))
 
 
 def create_app(
@@ -75,204 +190,15 @@ def create_app(
     token: str | None,
     job: JobHandle | None = None,
     lease_factory: Callable[[], Lease] | None = None,
-    instant_side_files: Callable[[str], list[str]] | None = None,
     metrics: Metrics | None = None,
 ) -> FastAPI:
-    metrics = metrics or (job.coordinator.metrics if job else Metrics())
     app = FastAPI(
         title="laketide coordinator",
         version="1",
-        description=f"Instants, file groups, writer and lease of the Hudi table at {table.uri}.",
+        description=f"Instants, file groups, partitions, writer and lease of the Hudi table at {table.uri}.",
     )
-
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        body = {"detail": exc.detail}
-        if exc.holder_api is not None:
-            body["holder_api"] = exc.holder_api
-        return JSONResponse(status_code=exc.status, content=body)
-
-    def require_token(authorization: Annotated[str | None, Header()] = None) -> None:
-        if not authorization or not authorization.lower().startswith("bearer "):
-            raise ApiError(401, "this call changes the table: send 'Authorization: Bearer <token>'")
-        if token is None:
-            raise ApiError(403, "no API token is configured on this server (coordinator.api_token or LAKETIDE_API_TOKEN), so changes are refused")
-        if not hmac.compare_digest(authorization[7:].strip().encode(), token.encode()):
-            raise ApiError(403, "the bearer token is not valid for this server")
-
-    def fresh_table() -> Table:
-        return Table.open(table.uri, table.io)
-
-    @app.get("/healthz", response_model=Health, tags=["service"])
-    def healthz() -> Health:
-        return Health(table=table.uri)
-
-    @app.get("/metrics", tags=["service"], response_class=Response, responses={200: {"content": {"text/plain": {}}}})
-    def prometheus() -> Response:
-        lease = job.coordinator.lease if job else None
-        metrics.lease_held.set(1 if lease is not None and lease.holder is not None else 0)
-        if lease is not None and lease.holder is not None:
-            metrics.lease_epoch.set(lease.holder.epoch)
-        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4")
-
-    @app.get("/v1/instants", response_model=InstantPage, responses=ERRORS, tags=["instants"])
-    def list_instants(
-        state: Annotated[State | None, Query(description="REQUESTED, INFLIGHT or COMPLETED")] = None,
-        action: Annotated[Action | None, Query(description="commit, deltacommit, replacecommit, rollback, ...")] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-        before: Annotated[str | None, Query(pattern=INSTANT_PATTERN, description="only instants older than this one")] = None,
-    ) -> InstantPage:
-        instants = fresh_table().timeline.filter({state} if state else None, [action.value] if action else None)
-        newest_first = [i for i in reversed(instants) if before is None or i.timestamp < before]
-        page = newest_first[:limit]
-        more = len(newest_first) > limit
-        return InstantPage(items=[_summary(i) for i in page], next_before=page[-1].timestamp if more and page else None)
-
-    @app.get("/v1/instants/{instant}", response_model=InstantDetail, responses=ERRORS, tags=["instants"])
-    def show_instant(instant: Annotated[str, Path(pattern=INSTANT_PATTERN)]) -> InstantDetail:
-        return instant_detail(fresh_table(), instant)
-
-    @app.get("/v1/file-groups", response_model=list[FileGroupOut], responses=ERRORS, tags=["table"])
-    def file_groups(partition: Annotated[str | None, Query(max_length=1024)] = None) -> list[FileGroupOut]:
-        current = fresh_table()
-        out = []
-        for s in current.file_system_view().latest_slices(partition=partition):
-            records = 0
-            if s.base_file is not None:
-                with current.io.open_input(s.base_file.path) as f:
-                    records = pq.read_metadata(f).num_rows
-            out.append(
-                FileGroupOut(
-                    partition=s.partition,
-                    file_id=s.file_id,
-                    base_instant=s.base_instant,
-                    base_file=s.base_file.name if s.base_file else None,
-                    size_bytes=s.size,
-                    records=records,
-                )
-            )
-        return out
-
-    @app.get("/v1/writer", response_model=WriterOut, tags=["writer"])
-    def writer() -> WriterOut:
-        return WriterOut.model_validate(job.status()) if job else WriterOut(running=False)
-
-    @app.get("/v1/lease", response_model=LeaseOut, responses=ERRORS, tags=["writer"])
-    def lease() -> LeaseOut:
-        holder = _current_holder()
-        return LeaseOut(held=holder is not None, holder=holder)
-
-    def _current_holder():
-        if job is not None:
-            return job.coordinator.lease.current_holder()
-        if lease_factory is None:
-            return None
-        probe = lease_factory()
-        try:
-            return probe.current_holder()
-        except LeaseError as exc:
-            raise ApiError(503, str(exc)) from None
-        finally:
-            probe.release()
-
-    @app.post(
-        "/v1/instants/{instant}/rollback",
-        response_model=RollbackOut,
-        responses=ERRORS,
-        tags=["instants"],
-        dependencies=[Depends(require_token)],
-    )
-    def rollback(
-        instant: Annotated[str, Path(pattern=INSTANT_PATTERN)],
-        request: Annotated[RollbackRequest, Body()] = RollbackRequest(),
-    ) -> RollbackOut:
-        result = _change(lambda coordinator: coordinator.rollback(instant, request.force, request.dry_run))
-        return RollbackOut(**{**result.__dict__, "rows": result.rows or None})
-
-    @app.get("/v1/savepoints", response_model=list[SavepointOut], tags=["savepoints"])
-    def list_savepoints() -> list[SavepointOut]:
-        return [SavepointOut(**sp.__dict__) for sp in savepoints(fresh_table().timeline)]
-
-    @app.post("/v1/savepoints", response_model=SavepointOut, responses=ERRORS, tags=["savepoints"], dependencies=[Depends(require_token)])
-    def create_savepoint(request: Annotated[SavepointRequest, Body()] = SavepointRequest()) -> SavepointOut:
-        saved = _change(lambda coordinator: Savepoints(coordinator).create(request.instant, request.user, request.comment))
-        return SavepointOut(**saved.__dict__)
-
-    @app.delete("/v1/savepoints/{instant}", status_code=204, responses=ERRORS, tags=["savepoints"], dependencies=[Depends(require_token)])
-    def delete_savepoint(instant: Annotated[str, Path(pattern=INSTANT_PATTERN)]) -> Response:
-        _change(lambda coordinator: Savepoints(coordinator).delete(instant))
-        return Response(status_code=204)
-
-    @app.post("/v1/restore", response_model=RestoreOut, responses=ERRORS, tags=["savepoints"], dependencies=[Depends(require_token)])
-    def restore(request: Annotated[RestoreRequest, Body()]) -> RestoreOut:
-        return RestoreOut(**_change(lambda coordinator: Savepoints(coordinator).restore(request.savepoint)).__dict__)
-
-    def _change(action: Callable[[Coordinator], T]) -> T:
-        """Run a change under the lease: the job's, between micro-batches, or a lease taken for it."""
-        if job is not None:
-            return _guarded(lambda: job.between_batches(lambda: action(job.coordinator)))
-        if lease_factory is None:
-            raise ApiError(503, "this server has no lease configured, so it cannot change the table")
-        lease = lease_factory()
-        try:
-            try:
-                lease.acquire(timeout=0)
-            except LeaseHeld as held:
-                api = held.holder.api_address if held.holder else None
-                raise ApiError(409, f"{held}; ask the running job instead", holder_api=api) from None
-            except LeaseError as exc:
-                raise ApiError(503, str(exc)) from None
-            coordinator = Coordinator(fresh_table(), lease, OPS_WRITER_ID, instant_side_files=instant_side_files, metrics=metrics)
-            Savepoints(coordinator).resume_restore()
-            return _guarded(lambda: action(coordinator))
-        finally:
-            lease.release()
-
+    app.state.context = ApiContext(table, token, job, lease_factory, metrics or (job.coordinator.metrics if job else Metrics()))
+    errors.install(app)
+    app.include_router(router)
+    app.include_router(changes)
     return app
-
-
-def _guarded(action: Callable[[], Any]) -> Any:
-    try:
-        return action()
-    except InstantNotFound as exc:
-        raise ApiError(404, f"no instant {exc.args[0]} on the timeline") from None
-    except (RollbackRefused, SavepointRefused) as exc:
-        raise ApiError(409, str(exc)) from None
-    except ValueError as exc:
-        raise ApiError(400, str(exc)) from None
-
-
-def instant_detail(table: Table, timestamp: str) -> InstantDetail:
-    timeline = table.timeline
-    try:
-        found = timeline.find(timestamp)
-    except InstantNotFound:
-        raise ApiError(404, f"no instant {timestamp} on the timeline") from None
-    except ValueError as exc:
-        raise ApiError(400, str(exc)) from None
-    instant = next((i for i in found if i.action in WRITE_ACTIONS), found[0])
-    detail = InstantDetail(**_summary(instant).model_dump(), requested_at=instant_to_datetime(timestamp).isoformat())
-    if instant.action in WRITE_ACTIONS:
-        meta = timeline.commit_metadata(instant)
-        detail.operation = meta.operation_type
-        detail.extra_metadata = {k: v for k, v in meta.extra_metadata.items() if k != "schema"}
-        detail.totals = Totals(**meta.totals())
-        detail.files = [
-            FileWrite(
-                partition=partition,
-                file_id=s.file_id,
-                path=s.path,
-                prev_commit=s.prev_commit,
-                records=s.num_writes,
-                inserts=s.num_inserts,
-                updates=s.num_update_writes,
-                deletes=s.num_deletes,
-                bytes=s.total_write_bytes,
-            )
-            for partition, stats in meta.partition_to_write_stats.items()
-            for s in stats
-        ]
-    elif instant.action == ROLLBACK and instant.is_completed:
-        meta = RollbackMetadata.from_bytes(timeline.read_bytes(instant), timeline.io.full_path(""))
-        detail.rolled_back, detail.deleted_files = meta.target, meta.deleted
-    return detail

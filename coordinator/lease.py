@@ -20,6 +20,8 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 
+from laketide.table.errors import ErrorKind, LaketideError
+
 log = logging.getLogger(__name__)
 
 
@@ -36,21 +38,27 @@ class LeaseHolder(BaseModel):
         return f"{self.job_id or 'a writer'} on {self.host} (pid {self.pid}, epoch {self.epoch}{api}, since {self.acquired_at})"
 
 
-class LeaseError(RuntimeError):
-    pass
+class LeaseError(LaketideError, RuntimeError):
+    """The lease cannot be taken or kept: its store (ZooKeeper, the lock file) cannot be reached or answered wrongly."""
+
+    kind = ErrorKind.UNAVAILABLE
 
 
 class LeaseHeld(LeaseError):
     """Another writer holds the lease."""
 
-    def __init__(self, table: str, holder: LeaseHolder | None):
+    kind = ErrorKind.CONFLICT
+
+    def __init__(self, table: str, holder: LeaseHolder | None, way_out: str | None = None):
         self.holder = holder
         who = holder.describe() if holder else "another writer"
-        super().__init__(f"table {table} is held by {who}")
+        super().__init__(f"table {table} is held by {who}" + (f"; {way_out}" if way_out else ""))
 
 
 class LeaseLost(LeaseError):
     """This writer no longer holds the lease and must not commit."""
+
+    kind = ErrorKind.LEASE_LOST
 
 
 class Lease(ABC):

@@ -37,6 +37,15 @@ __all__ = ["RollbackRefused", "RollbackResult", "Rollbacks"]
 
 
 @dataclass
+class RowChanges:
+    """The rows a completed write changed; rolling it back takes them back."""
+
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+
+
+@dataclass
 class RollbackResult:
     instant: str
     action: str
@@ -44,8 +53,9 @@ class RollbackResult:
     files: list[str] = field(default_factory=list)
     was_completed: bool = False
     dry_run: bool = False
-    # the rows the rolled-back write had changed, which go back to what they were (its commit's totals)
-    rows: dict[str, int] = field(default_factory=dict)
+    # the rows the rolled-back write had changed, which go back to what they were (its commit's totals);
+    # None for a write that never completed
+    rows: RowChanges | None = None
 
 
 class Rollbacks:
@@ -75,7 +85,7 @@ class Rollbacks:
         found = timeline.find(instant_time)
         targets = [i for i in found if i.action in WRITE_ACTIONS] or [i for i in found if i.action == COMPACTION and not i.is_completed]
         if not targets:
-            raise InstantNotFound(f"{instant_time} is not a commit, deltacommit, replacecommit or pending compaction")
+            raise InstantNotFound(instant_time, f"{instant_time} is not a commit, deltacommit, replacecommit or pending compaction")
         return targets[0]
 
     def plan(self, instant_time: str, force: bool = False, timeline: Timeline | None = None, restoring: bool = False) -> RollbackPlan:
@@ -195,9 +205,9 @@ class Rollbacks:
         return RollbackResult(plan.target, plan.target_action, rollback_time, files, was_completed, rows=rows)
 
 
-def _rows(timeline: Timeline, instant_time: str) -> dict[str, int]:
+def _rows(timeline: Timeline, instant_time: str) -> RowChanges | None:
     """The rows a completed write changed: what rolling it back takes back."""
     if not timeline.is_completed_write(instant_time):
-        return {}
+        return None
     totals = timeline.commit_metadata(timeline.find(instant_time)[0]).totals()
-    return {k: totals[k] for k in ("inserts", "updates", "deletes")}
+    return RowChanges(inserts=totals["inserts"], updates=totals["updates"], deletes=totals["deletes"])

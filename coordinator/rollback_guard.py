@@ -21,6 +21,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable
 
+from laketide.table.errors import Refused
 from laketide.table.commit import NULL_COMMIT, CommitMetadata
 from laketide.table.files import BaseFile, instant_of_file, parse_data_file
 from laketide.table.io import FileIO
@@ -31,7 +32,7 @@ from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
 
 
-class RollbackRefused(RuntimeError):
+class RollbackRefused(Refused, RuntimeError):
     """This rollback is not allowed: it needs ``force``, or it would lose rows (then nothing overrides it)."""
 
 

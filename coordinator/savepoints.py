@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from laketide.table.errors import Refused
 from laketide.coordinator.lifecycle import Coordinator
 from laketide.table.compaction import pending_compactions
 from laketide.table.instant import RESTORE, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, Instant, State
@@ -32,7 +33,7 @@ from laketide.table.timeline import InstantNotFound, Timeline
 log = logging.getLogger(__name__)
 
 
-class SavepointRefused(ValueError):
+class SavepointRefused(Refused, ValueError):
     pass
 
 
@@ -104,7 +105,7 @@ class Savepoints:
         writer = coordinator.timeline_writer
         done = Instant(instant, SAVEPOINT, State.COMPLETED)
         if not (writer.exists(done) or writer.exists(done.with_state(State.INFLIGHT))):
-            raise InstantNotFound(instant)
+            raise InstantNotFound(instant, f"no savepoint {instant} on {self.table.uri}")
         writer.delete(done)
         writer.delete(done.with_state(State.INFLIGHT))
         log.info("deleted savepoint %s", instant)
@@ -124,7 +125,7 @@ class Savepoints:
             return self._execute(restore_time, plan, progress)
         saved = next((sp for sp in savepoints(timeline) if sp.instant == savepoint), None)
         if saved is None:
-            raise InstantNotFound(savepoint)
+            raise InstantNotFound(savepoint, f"no savepoint {savepoint} on {self.table.uri}")
         later = [sp.instant for sp in savepoints(timeline) if sp.instant > savepoint]
         if later:
             raise SavepointRefused(

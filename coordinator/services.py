@@ -19,6 +19,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+from laketide.table.errors import LaketideError
 from laketide.coordinator.lease import LeaseLost
 from laketide.coordinator.metrics import Metrics
 from laketide.table.damage import TableDamaged
@@ -26,7 +27,7 @@ from laketide.table.damage import TableDamaged
 log = logging.getLogger(__name__)
 
 
-class TableServiceFailed(RuntimeError):
+class TableServiceFailed(LaketideError, RuntimeError):
     """A table service failed too many times in a row; every commit before it stands."""
 
 

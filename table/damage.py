@@ -17,13 +17,14 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
+from laketide.table.errors import LaketideError
 from laketide.table.files import BaseFile, parse_data_file
 from laketide.table.io import FileIO
 
 _IN_TEXT = re.compile(r"TableDamaged: (?P<path>\S+) is damaged: (?P<problem>.+?)\. Way out: (?P<way_out>[^\n]+)")
 
 
-class TableDamaged(ValueError):
+class TableDamaged(LaketideError, ValueError):
     """A file of the table is missing, cut short or unreadable."""
 
     def __init__(self, path: str, problem: str, way_out: str):

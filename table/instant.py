@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 
+from laketide.table.errors import Invalid
+
 COMMIT = "commit"
 DELTA_COMMIT = "deltacommit"
 REPLACE_COMMIT = "replacecommit"
@@ -102,8 +104,11 @@ def _format_ms(ms: int) -> str:
 
 def validate_instant_time(ts: str) -> str:
     if not INSTANT_TIME.match(ts):
-        raise ValueError(f"instant time must be 17 digits yyyyMMddHHmmssSSS, got {ts!r}")
-    instant_to_datetime(ts)
+        raise Invalid(f"instant time must be 17 digits yyyyMMddHHmmssSSS, got {ts!r}")
+    try:
+        instant_to_datetime(ts)
+    except ValueError:
+        raise Invalid(f"instant time {ts!r} is not a date and time (yyyyMMddHHmmssSSS)") from None
     return ts
 
 
@@ -135,7 +140,7 @@ def parse_instant_time(value: str | int | datetime) -> str:
         return parse_instant_time(datetime.fromisoformat(text.replace("Z", "+00:00")))
     except ValueError:
         pass
-    raise ValueError(
+    raise Invalid(
         f"{value!r} is not a point in time; use an instant (yyyyMMddHHmmssSSS or yyyyMMddHHmmss), "
         "'yyyy-MM-dd HH:mm:ss[.SSS]', 'yyyy-MM-dd', ISO 8601 with an offset, or epoch seconds or milliseconds"
     )

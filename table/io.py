@@ -7,6 +7,8 @@ Paths handed to a ``FileIO`` are relative to the table's base path.
 
 from __future__ import annotations
 
+from laketide.table.errors import Conflict, Invalid
+
 import os
 import posixpath
 import urllib.parse
@@ -17,11 +19,11 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 
 
-class InstantFileExists(FileExistsError):
+class InstantFileExists(Conflict, FileExistsError):
     """A completed timeline file is never overwritten."""
 
 
-class NoExclusiveCreate(NotImplementedError):
+class NoExclusiveCreate(Invalid, NotImplementedError):
     """The store offers no atomic create-if-absent through this FileIO."""
 
 

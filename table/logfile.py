@@ -31,6 +31,7 @@ import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from laketide.table.errors import LaketideError
 from laketide.table import avro_models
 from laketide.table.encoding import dictionary_columns
 from laketide.table.schema import schema_from_avro, storage_schema
@@ -63,7 +64,7 @@ class Header(IntEnum):
     COMPACTED_BLOCK_TIMES = 4
 
 
-class CorruptLog(ValueError):
+class CorruptLog(LaketideError, ValueError):
     pass
 
 

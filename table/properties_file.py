@@ -12,6 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import pyarrow.fs as pafs
+
+from laketide.table.errors import NotFound
 from laketide.table.damage import TableDamaged
 from laketide.table.io import FileIO
 from laketide.table.properties import (
@@ -27,7 +30,7 @@ BACKUP_FILE = ".hoodie/hoodie.properties.backup"
 CHECKSUM = "hoodie.table.checksum"
 
 
-class TableNotFound(FileNotFoundError):
+class TableNotFound(NotFound, FileNotFoundError):
     pass
 
 
@@ -43,9 +46,13 @@ def _valid(props: dict[str, str]) -> bool:
 def _read(io: FileIO, path: str) -> dict[str, str] | None:
     try:
         props = parse_properties(io.read_text(path))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the path is a file, not a table's folder
         return None
     return props if _valid(props) else None
+
+
+def _is_file(io: FileIO) -> bool:
+    return io.fs.get_file_info(io.full_path("")).type == pafs.FileType.File
 
 
 def has_timeline(io: FileIO) -> bool:
@@ -60,6 +67,8 @@ def read_properties(io: FileIO) -> dict[str, str]:
         props = _read(io, path)
         if props is not None:
             return props
+    if _is_file(io):
+        raise TableNotFound(f"no Hudi table at {io.full_path('')}: it is a file, not a table's folder (unpack an archive first)")
     if has_timeline(io) or io.exists(PROPERTIES_FILE):
         raise TableDamaged(
             io.full_path(PROPERTIES_FILE),

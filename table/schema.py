@@ -10,6 +10,8 @@ and the parquet files store exactly the Arrow types that schema maps back to
 
 from __future__ import annotations
 
+from laketide.table.errors import LaketideError
+
 import json
 import re
 
@@ -27,7 +29,7 @@ META_SCHEMA = pa.schema([pa.field(c, pa.string()) for c in META_COLUMNS])
 AVRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class SchemaError(ValueError):
+class SchemaError(LaketideError, ValueError):
     """A schema laketide cannot store, or a change to the table's schema it cannot make."""
 
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from laketide.table.errors import UnsupportedTableError
 from laketide.table.damage import reading_data_file
 from laketide.table.encoding import SORTED_MARKER
 from laketide.table.io import FileIO
@@ -35,10 +36,6 @@ log = logging.getLogger("laketide.table")
 NATURAL_ORDER = 0
 ORDERING = "_lt_ordering"
 MERGE_BATCH_ROWS = 64 * 1024
-
-
-class UnsupportedTableError(NotImplementedError):
-    """The table uses a feature laketide cannot read yet; nothing was read."""
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,6 +18,9 @@ from laketide.table.schema import avro_schema_json, data_schema, schema_from_avr
 from laketide.table.slice_reader import MergeRule
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
+
+if TYPE_CHECKING:
+    from laketide.table.inspect import InspectTable
 
 __all__ = ["Table", "TableNotFound"]
 
@@ -73,6 +77,13 @@ class Table:
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def inspect(self) -> InspectTable:
+        """Typed views of the instants, file groups, partitions and savepoints (``table/inspect.py``)."""
+        from laketide.table.inspect import InspectTable
+
+        return InspectTable(self)
 
     @property
     def timeline(self) -> Timeline:

@@ -13,13 +13,22 @@ from functools import cached_property
 
 from laketide.table.commit import CommitMetadata
 from laketide.table.damage import reading_timeline_file
+from laketide.table.errors import NotFound, UnsupportedTableError
 from laketide.table.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State
 from laketide.table.io import FileIO
 from laketide.table.properties import TableConfig
 
 
-class InstantNotFound(KeyError):
-    pass
+class InstantNotFound(NotFound, KeyError):
+    """No such instant (or savepoint) on the timeline; ``instant`` names it."""
+
+    def __init__(self, instant: str, detail: str | None = None):
+        super().__init__(instant)
+        self.instant = instant
+        self.detail = detail or f"no instant {instant} on the timeline"
+
+    def __str__(self) -> str:  # KeyError's would be the repr of the key
+        return self.detail
 
 
 class Timeline:
@@ -132,7 +141,7 @@ class TimelineWriter:
 
     def __init__(self, io: FileIO, config: TableConfig):
         if config.version >= 8:
-            raise NotImplementedError(
+            raise UnsupportedTableError(
                 f"writing table version {config.version} is not supported yet; laketide writes version 6 tables"
             )
         self.io = io

@@ -41,6 +41,7 @@ def test_api_conforms_to_its_schema(api_schema):
             "GET /v1/instants",
             "GET /v1/instants/{instant}",
             "GET /v1/file-groups",
+            "GET /v1/partitions",
             "GET /v1/writer",
             "GET /v1/lease",
             "POST /v1/instants/{instant}/rollback",

@@ -13,6 +13,8 @@ import pytest
 
 from laketide.api.app import create_app
 from laketide.api.server import ApiServer
+from laketide.index.state import StateIndex
+from laketide.writer.operations import Operations
 from laketide.coordinator import Coordinator, LocalLease
 
 from chaoslib import free_port
@@ -97,6 +99,10 @@ class _Job:
     def status(self):
         return {"running": True, "writer_id": "w"}
 
+    @property
+    def operations(self):
+        return Operations(self.coordinator, StateIndex(self.coordinator.table.io, 1), between_batches=self.between_batches)
+
     def between_batches(self, action):
         with self.lock:
             return action()
@@ -131,4 +137,4 @@ def test_unreachable_zookeeper_stops_the_job_at_start(tmp_path):
         "--conf", "coordinator.lease=zookeeper",
         "--conf", f"coordinator.zookeeper=127.0.0.1:{free_port()}",
     )
-    assert code == 4 and "cannot reach ZooKeeper" in err and "never falls back" in err
+    assert code == 6 and "cannot reach ZooKeeper" in err and "never falls back" in err

@@ -6,12 +6,12 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import pyarrow as pa
 
-from laketide.config import JobConfig
+from laketide.config import ConfigError, JobConfig
 from laketide.coordinator import Coordinator, Lease, LeaseLost, LocalLease
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
@@ -25,7 +25,8 @@ from laketide.table.instant import COMPACTION
 from laketide.table.view_sync import ViewSync
 from laketide.writer.compactor import Compactor
 from laketide.writer.pipeline import MicroBatchWriter
-from laketide.writer.report import BatchReport
+from laketide.writer.operations import Operations
+from laketide.writer.report import BatchReport, IndexCoverage, WriterView
 from laketide.writer.preflight import check_quarantine_path, table_config_for
 from laketide.writer.session import spark_session
 from laketide.writer.sources import read_stream, source_schema
@@ -62,7 +63,7 @@ def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | 
     coordinator = config.coordinator
     if coordinator.lease == "local":
         if not table.io.is_local:
-            raise ValueError(f"coordinator.lease = 'local' needs a table on the local file system; {table.uri} is not. Use 'zookeeper'.")
+            raise ConfigError(f"coordinator.lease = 'local' needs a table on the local file system; {table.uri} is not. Use 'zookeeper'.")
         return LocalLease.for_table(table.uri, job_id=job_id, api_address=api_address)
     return ZooKeeperLease(
         coordinator.zookeeper,
@@ -96,29 +97,31 @@ class RunningJob:
         """Ask the query to stop after the micro-batch in progress."""
         self.stop_requested.set()
 
-    def status(self) -> dict:
+    def status(self) -> WriterView:
         status = self.writer.status
         timeline = self.table.timeline
         completed = {i.timestamp for i in timeline.completed_writes()}
         snapshot = self.index.snapshot(completed, timeline.start)
         groups = {(s.partition, s.file_id) for s in self.writer.views.view(timeline).latest_slices()}
-        return {
-            "running": True,
-            "writer_id": self.coordinator.writer_id,
-            "current_batch": status.current_batch,
-            "last_instant": status.last_instant,
-            "recent": [{**asdict(r), "rolled_back": _rolled_back(r, completed, timeline.start)} for r in status.recent],
-            "quarantined_total": status.quarantined_total,
-            "index": {"shards": self.index.shards, "file_groups": len(groups), "covered_file_groups": len(groups & snapshot.covered)},
-        }
+        return WriterView(
+            running=True,
+            writer_id=self.coordinator.writer_id,
+            current_batch=status.current_batch,
+            last_instant=status.last_instant,
+            recent=[replace(r, rolled_back=_rolled_back(r, completed, timeline.start)) for r in status.recent],
+            quarantined_total=status.quarantined_total,
+            index=IndexCoverage(shards=self.index.shards, file_groups=len(groups), covered_file_groups=len(groups & snapshot.covered)),
+        )
+
+    @property
+    def operations(self) -> Operations:
+        """An operator's changes, on the job's coordinator, each between micro-batches; the Delta mirror then shows it."""
+        return Operations(self.coordinator, self.index, self.mirror, self.between_batches)
 
     def between_batches(self, action: Callable[[], T]) -> T:
-        """Run an operator's change between micro-batches; the Delta mirror then shows it."""
+        """Run ``action`` while no micro-batch runs (under the writer's batch lock)."""
         with self.writer.batch_lock:
-            result = action()
-            if self.mirror is not None:
-                self.mirror.catch_up()
-            return result
+            return action()
 
 
 def _log_pending(table: Table) -> None:

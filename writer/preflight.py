@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from laketide.table.errors import Invalid
 from laketide.config import TableSection
 from laketide.table.io import FileIO
 from laketide.table.metadata_table import metadata_partitions
@@ -32,7 +33,7 @@ SUPPORTED_KEY_GENERATORS = {
 }
 
 
-class JobRefused(ValueError):
+class JobRefused(Invalid):
     """The job cannot write this table with this configuration; nothing was written."""
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, Field
+
 
 @dataclass
 class BatchReport:
@@ -53,3 +55,22 @@ class WriterStatus:
     last_instant: str | None = None
     recent: list[BatchReport] = field(default_factory=list)
     quarantined_total: int = 0
+
+
+class IndexCoverage(BaseModel):
+    shards: int
+    file_groups: int
+    covered_file_groups: int
+
+
+class WriterView(BaseModel):
+    """The running writer, as ``GET /v1/writer`` answers it."""
+
+    running: bool
+    writer_id: str | None = None
+    current_batch: int | None = None
+    last_instant: str | None = None
+    # the last micro-batches, newest last: every field of the log line, and whether an instant was rolled back since
+    recent: list[BatchReport] = Field(default_factory=list)
+    quarantined_total: int = 0
+    index: IndexCoverage | None = None

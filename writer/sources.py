@@ -26,7 +26,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StringType, StructField, StructType
 
-from laketide.config import SourceSection
+from laketide.config import ConfigError, SourceSection
 from laketide.table.io import FileEntry, FileIO
 from laketide.writer.generator import ARROW_SCHEMA as GENERATOR_SCHEMA, NAME as GENERATOR, GeneratorDataSource, GeneratorSpec
 from laketide.writer.prepare import CORRUPT, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
@@ -42,7 +42,7 @@ def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
     try:
         parsed = spark.createDataFrame([], source.schema_ddl).schema
     except Exception as exc:  # Spark's parse error names the position in the DDL
-        raise ValueError(f"source.schema is not valid Spark DDL: {str(exc).splitlines()[0]}") from None
+        raise ConfigError(f"source.schema is not valid Spark DDL: {str(exc).splitlines()[0]}") from None
     return parsed
 
 

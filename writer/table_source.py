@@ -31,6 +31,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
 
+from laketide.table.errors import Invalid
 from laketide.table import Table
 from laketide.table.clean import retained_by_last_clean
 from laketide.table.instant import parse_instant_time
@@ -45,7 +46,7 @@ EARLIEST = "earliest"
 LATEST = "latest"
 
 
-class StartCleaned(ValueError):
+class StartCleaned(Invalid):
     """The window starts before the commits the table still holds."""
 
 
@@ -238,13 +239,13 @@ class LaketideDataSource(DataSource):
     def _path(self) -> str:
         path = self.options.get("path")
         if not path:
-            raise ValueError('format("laketide") needs the table path: .load("/path/to/table")')
+            raise Invalid('format("laketide") needs the table path: .load("/path/to/table")')
         return path
 
     def _arrow_schema(self) -> pa.Schema:
         schema = Table.open(self._path()).schema()
         if schema is None:
-            raise ValueError(f"{self._path()} has no committed schema yet: nothing to read")
+            raise Invalid(f"{self._path()} has no committed schema yet: nothing to read")
         return with_meta_schema(schema)
 
     def schema(self):

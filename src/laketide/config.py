@@ -7,6 +7,8 @@ and what is allowed.
 
 from __future__ import annotations
 
+from laketide.table.errors import Invalid
+
 import re
 import tomllib
 from pathlib import Path
@@ -262,7 +264,7 @@ class JobConfig(_Section):
         return self
 
 
-class ConfigError(ValueError):
+class ConfigError(Invalid):
     """A configuration the job cannot start with; the message names the key."""
 
 

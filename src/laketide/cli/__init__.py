@@ -1,0 +1,106 @@
+"""The ``laketide`` command line: run the job, serve the API, inspect a table and change it.
+
+Reads go through ``table.inspect`` (``cli/inspect.py``), changes through ``Operations``
+(``cli/changes.py``, ``cli/services.py``), and every answer through ``cli/output.py``.
+
+Exit codes (``cli.output.EXIT_CODES``): 0 done, 1 failed, 2 bad usage or configuration, 3 not found,
+4 refused (a guarantee, a held lease, a rejected token), 5 the running job lost its lease (its supervisor
+restarts it: the new run takes a new epoch and recovers), 6 a server it needs cannot be reached (try again).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from laketide.cli.options import ZkOpt, ZkRootOpt, lease_for, open_table
+from laketide.cli.output import Output, answers
+from laketide.service import TOKEN_ENV
+from laketide.table.errors import ErrorKind, LaketideError
+
+app = typer.Typer(help="laketide: a streaming upsert writer for Apache Hudi tables.", no_args_is_help=True)
+savepoint_app = typer.Typer(help="Savepoints: commits that cleaning keeps readable and restore can return to.", no_args_is_help=True)
+app.add_typer(savepoint_app, name="savepoint")
+metadata_app = typer.Typer(help="Hudi's metadata table, which laketide does not keep up to date.", no_args_is_help=True)
+app.add_typer(metadata_app, name="metadata")
+
+# Embedded defaults: the generator source into ./demo/table, so `laketide run` works with no config at all.
+DEFAULTS = {
+    "table": {"path": "./demo/table", "name": "demo", "record_key": ["id"], "partition_by": ["region"], "ordering_field": "ts"},
+    "stream": {"checkpoint": "./demo/checkpoint", "trigger": "available-now"},
+}
+
+
+@app.callback()
+def _root() -> None:
+    """laketide: a streaming upsert writer for Apache Hudi tables."""
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for noisy in ("py4j", "pyspark", "kazoo"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@app.command()
+@answers
+def run(
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="TOML job config; without it, the embedded demo defaults")] = None,
+    conf: Annotated[Optional[list[str]], typer.Option("--conf", help="override one key: section.key=value (repeatable)")] = None,
+) -> None:
+    """Run the streaming upsert job (builds its Spark session, or joins the one spark-submit made)."""
+    from laketide.config import load_config
+
+    job_config = load_config(config, conf or [], base=None if config else DEFAULTS)
+    _logging()
+    from laketide.service import run_service
+
+    try:
+        writer = run_service(job_config)
+    except LaketideError:
+        raise
+    except (ValueError, NotImplementedError) as exc:
+        raise Output().fail(str(exc), ErrorKind.FAILED) from None  # a library's error, e.g. Spark's, named as it came
+    reports = [r for r in writer.status.recent if not r.skipped]
+    path = Path(job_config.table.path).resolve()
+    typer.echo(f"\n{len(reports)} micro-batches committed to {path}. Read the table with:")
+    typer.echo(f"  hudi:     python -c \"from hudi import HudiTableBuilder; import pyarrow as pa; "
+               f"print(pa.Table.from_batches(HudiTableBuilder.from_base_uri('{path}').build().read()).num_rows)\"")
+    typer.echo(f"  laketide: python -c \"from laketide.table import Table; print(Table.open('{path}').snapshot().num_rows)\"")
+
+
+@app.command()
+@answers
+def serve(
+    table: Annotated[str, typer.Option("--table", help="table path or URI")],
+    port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port")] = 8470,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    token: Annotated[Optional[str], typer.Option(help=f"bearer token for changes (default: ${TOKEN_ENV})")] = None,
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+) -> None:
+    """Serve the coordinator API for a table whose job is down."""
+    import uvicorn
+
+    from laketide.api.app import create_app
+
+    _logging()
+    t = open_table(table)
+    application = create_app(t, token or os.environ.get(TOKEN_ENV), lease_factory=lambda: lease_for(t, zookeeper, zookeeper_root, job_id="laketide-serve"))
+    uvicorn.run(application, host=host, port=port, log_level="info")
+
+
+# the other commands live beside this module; importing them registers them on ``app``, after these two
+from laketide.cli import changes, inspect, services  # noqa: E402,F401
+
+
+def main() -> None:
+    app(prog_name="laketide")  # the same name under ``python -m laketide`` and spark-submit
+
+
+if __name__ == "__main__":
+    main()

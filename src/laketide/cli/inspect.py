@@ -1,0 +1,92 @@
+"""Commands that read a table: timeline, show, file-groups, partitions, savepoint list, lease (``table.inspect``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from laketide.cli import app, savepoint_app
+from laketide.cli.options import JsonOpt, TableArg, ZkOpt, ZkRootOpt, current_holder, open_table
+from laketide.cli.output import Output, answers
+from laketide.table.errors import Invalid
+
+
+@app.command()
+@answers
+def timeline(
+    table: TableArg,
+    state: Annotated[Optional[str], typer.Option(help="REQUESTED, INFLIGHT or COMPLETED")] = None,
+    action: Annotated[Optional[str], typer.Option(help="commit, deltacommit, replacecommit, rollback, ...")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="newest N instants")] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """List instants, newest first."""
+    from laketide.table.instant import State
+
+    t = open_table(table)
+    try:
+        states = [State(state.upper())] if state else None
+    except ValueError:
+        raise Invalid(f"--state must be REQUESTED, INFLIGHT or COMPLETED, not {state!r}") from None
+    page = t.inspect.instants(states, [action] if action else None, limit=limit)
+    Output(as_json).rows(page.items, ["instant", "action", "state"], f"timeline of {t.uri}", "no instants")
+
+
+@app.command()
+@answers
+def show(table: TableArg, instant: Annotated[str, typer.Argument()], as_json: JsonOpt = False) -> None:
+    """Show one instant: state, metadata, totals and files."""
+    detail = open_table(table).inspect.instant(instant)
+
+    def text() -> str:
+        totals = detail.totals
+        return (
+            f"{detail.instant} {detail.action} {detail.state} operation={detail.operation}\n"
+            f"files={totals.files} records={totals.writes} inserts={totals.inserts} updates={totals.updates} "
+            f"deletes={totals.deletes} bytes={totals.bytes}\n"
+            + "\n".join(f"  {f.path} ({f.records} records)" for f in detail.files)
+            + (f"rolled back {detail.rolled_back}: " + ", ".join(detail.deleted_files) if detail.rolled_back else "")
+        )
+
+    Output(as_json).result(detail, text)
+
+
+@app.command("file-groups")
+@answers
+def file_groups(
+    table: TableArg,
+    partition: Annotated[Optional[str], typer.Option(help="one partition's groups only")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The latest slice of every file group: base file, log files, size and rows."""
+    t = open_table(table)
+    groups = t.inspect.file_groups(partition)
+    columns = ["partition", "file_id", "base_instant", "log_files", "records", "size_bytes"]
+    Output(as_json).rows(groups, columns, f"file groups of {t.uri}", "no file groups")
+
+
+@app.command()
+@answers
+def partitions(table: TableArg, as_json: JsonOpt = False) -> None:
+    """Each partition's file groups, rows and bytes."""
+    t = open_table(table)
+    Output(as_json).rows(t.inspect.partitions(), ["partition", "file_groups", "records", "size_bytes"], f"partitions of {t.uri}", "no partitions")
+
+
+@savepoint_app.command("list")
+@answers
+def savepoint_list(table: TableArg, as_json: JsonOpt = False) -> None:
+    """The table's savepoints, oldest first."""
+    found = open_table(table).inspect.savepoints()
+    text = "\n".join(f"{sp.instant}  by {sp.user}  {len(sp.files)} files  {sp.comment}" for sp in found) or "no savepoints"
+    Output(as_json).result(found, text)
+
+
+@app.command()
+@answers
+def lease(table: TableArg, zookeeper: ZkOpt = None, zookeeper_root: ZkRootOpt = "/laketide", as_json: JsonOpt = False) -> None:
+    """Who holds the table's lease."""
+    holder = current_holder(open_table(table), zookeeper, zookeeper_root)
+    data = {"held": holder is not None, "holder": holder}
+    Output(as_json).result(data, f"held by {holder.describe()}" if holder else "nobody holds the lease")

@@ -1,0 +1,143 @@
+"""Every change an operator makes to a table, in one place: rollback, savepoints, restore, clean, compact,
+the Delta mirror and Hudi's metadata table.
+
+The CLI, ``laketide serve`` and the running job's API all act through ``Operations``:
+- ``Operations.under_lease`` takes the table's lease for one command (refused while a job holds it),
+  finishes a restore a crash cut short, and builds the one coordinator the change runs on;
+- a running job lends its own coordinator and runs each change between micro-batches (``RunningJob.operations``).
+
+After each change, the table's Delta mirror (where it has one) shows it, whichever way the change came.
+It sits in ``writer/`` rather than ``coordinator/`` because compaction writes base files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from laketide.config import CompactionSection
+from laketide.coordinator import Coordinator, Lease, LeaseHeld
+from laketide.coordinator.cleaner import Cleaner, CleanResult
+from laketide.coordinator.metrics import Metrics
+from laketide.coordinator.rollback import RollbackResult
+from laketide.coordinator.savepoints import RestoreResult, Savepoints
+from laketide.index.state import StateIndex
+from laketide.table import Table, metadata_table
+from laketide.table.clean import Retention
+from laketide.table.delta_log import DeltaLog
+from laketide.table.delta_mirror import DeltaMirror, has_mirror
+from laketide.table.errors import Invalid
+from laketide.table.instant import InstantClock
+from laketide.table.savepoint import SavepointMetadata
+from laketide.writer.compactor import CompactionResult, Compactor
+
+T = TypeVar("T")
+Progress = Callable[[int, int], None] | None
+OPS_WRITER_ID = "laketide-ops"
+
+
+@dataclass
+class CompactOutcome:
+    scheduled: str | None = None
+    compacted: list[CompactionResult] = field(default_factory=list)
+
+
+@dataclass
+class MirrorOutcome:
+    written: list[int]
+    latest_version: int | None
+
+
+class Operations:
+    """The changes an operator can make, on one coordinator that holds the table's lease."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        index: StateIndex,
+        mirror: DeltaMirror | None = None,
+        between_batches: Callable[[Callable[[], T]], T] | None = None,
+    ):
+        """``between_batches(action)`` runs a change where it cannot race a micro-batch (the job's batch lock)."""
+        self.coordinator = coordinator
+        self.table = coordinator.table
+        self.index = index
+        self.mirror = mirror
+        self._between = between_batches or (lambda action: action())
+
+    @classmethod
+    @contextmanager
+    def under_lease(
+        cls, table: Table, lease: Lease, when_held: str = "ask the running job instead", take: bool = True, metrics: Metrics | None = None
+    ) -> Iterator[Operations]:
+        """Take ``lease`` for one command (``take=False``: a dry run, which changes nothing) and release it after.
+
+        A lease a job holds raises ``LeaseHeld`` (a Conflict) with ``when_held`` as the way out."""
+        try:
+            if take:
+                try:
+                    lease.acquire(timeout=0)
+                except LeaseHeld as held:
+                    raise LeaseHeld(table.uri, held.holder, when_held) from None
+            table = Table.open(table.uri, table.io)  # what the table is once the lease is ours
+            index = StateIndex(table.io, 1)
+            coordinator = Coordinator(table, lease, OPS_WRITER_ID, instant_side_files=index.instant_files, metrics=metrics)
+            if take:
+                Savepoints(coordinator).resume_restore()
+            yield cls(coordinator, index, DeltaMirror(table) if has_mirror(table.io) else None)
+        finally:
+            lease.release()
+
+    def _change(self, action: Callable[[], T], changes: bool = True) -> T:
+        def then_mirror() -> T:
+            result = action()
+            if changes and self.mirror is not None:
+                self.mirror.catch_up()
+            return result
+
+        return self._between(then_mirror)
+
+    def rollback(self, instant: str, force: bool = False, dry_run: bool = False, progress: Progress = None) -> RollbackResult:
+        """Roll back one instant (``Coordinator.rollback``): refused where it would lose rows, whatever ``force`` says."""
+        return self._change(lambda: self.coordinator.rollback(instant, force=force, dry_run=dry_run, progress=progress), changes=not dry_run)
+
+    def create_savepoint(self, instant: str | None = None, user: str | None = None, comment: str = "") -> SavepointMetadata:
+        return self._change(lambda: Savepoints(self.coordinator).create(instant, user, comment))
+
+    def delete_savepoint(self, instant: str) -> None:
+        self._change(lambda: Savepoints(self.coordinator).delete(instant))
+
+    def restore(self, savepoint: str, progress: Progress = None) -> RestoreResult:
+        return self._change(lambda: Savepoints(self.coordinator).restore(savepoint, progress))
+
+    def clean(self, retention: Retention, dry_run: bool = False, progress: Progress = None) -> CleanResult:
+        cleaner = Cleaner(self.coordinator, retention, self.index.obsolete_runs)
+        return self._change(lambda: cleaner.clean(dry_run=dry_run, progress=progress), changes=not dry_run)
+
+    def compact(self, settings: CompactionSection, schedule: bool = True, run: bool = True, progress: Progress = None) -> CompactOutcome:
+        """Schedule a compaction of the slices past ``settings``' thresholds, run the pending ones, or both."""
+        if self.table.config.table_type != "MERGE_ON_READ":
+            raise Invalid(f"{self.table.uri} is a {self.table.config.table_type} table; only merge-on-read tables have logs to compact")
+        compactor = Compactor(self.coordinator, settings)
+
+        def compact() -> CompactOutcome:
+            outcome = CompactOutcome(scheduled=compactor.schedule() if schedule else None)
+            if run:
+                outcome.compacted = compactor.run(progress)
+            return outcome
+
+        return self._change(compact)
+
+    def catch_up_mirror(self) -> MirrorOutcome:
+        """Write or catch up the Delta log: from then on every writer keeps it current."""
+        mirror = self.mirror or DeltaMirror(self.table)
+        written = self._between(mirror.catch_up)
+        self.mirror = mirror
+        versions = DeltaLog(self.table.io).versions()
+        return MirrorOutcome(written, versions[-1] if versions else None)
+
+    def drop_metadata_table(self, backup: bool = False) -> metadata_table.DropResult:
+        """Disable and delete Hudi's metadata table (``backup``: move it aside instead), as Hudi does when it is disabled."""
+        return self._between(lambda: metadata_table.drop(self.table.io, InstantClock().next() if backup else None))
