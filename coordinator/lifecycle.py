@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
@@ -33,6 +34,15 @@ log = logging.getLogger(__name__)
 
 
 class Coordinator:
+    """The timeline of one table for one writer.
+
+    Threads: the micro-batch thread begins and commits; the table-services thread cleans, compacts and
+    archives through ``hold()``, ``clock``, ``retry`` and ``timeline_writer`` (each safe to share); an
+    operator's change from the API runs under the writer's batch lock, so never beside a micro-batch.
+    ``_lock`` guards what this object keeps between calls: the fenced epoch and the maps of inflight
+    instants and committed batches.
+    """
+
     def __init__(
         self,
         table: Table,
@@ -56,12 +66,18 @@ class Coordinator:
         self.metrics = metrics or Metrics()
         self.fence = CommitFence(table.io)
         self._fenced_epoch: int | None = None
+        self._lock = threading.RLock()
         self.sweeper = Sweeper(self)
         self.rollbacks = Rollbacks(self)
 
     def is_own_pending(self, instant_time: str) -> bool:
         """Whether this coordinator began ``instant_time`` and has not finished it."""
-        return instant_time in self._inflight
+        with self._lock:
+            return instant_time in self._inflight
+
+    def _began(self, instant_time: str) -> dict[str, str]:
+        with self._lock:
+            return self._inflight.get(instant_time, {})
 
     def side_files(self, instant_time: str) -> list[str]:
         """What ``instant_time`` wrote besides data files (index deltas)."""
@@ -74,6 +90,10 @@ class Coordinator:
 
     def _ensure_fenced(self) -> None:
         """Record this holder's epoch on storage before it acts on the timeline (see ``coordinator.fence``)."""
+        with self._lock:
+            self._fence()
+
+    def _fence(self) -> None:
         if self._fenced_epoch == self.lease.epoch:
             return
         newest = max(self.fence.epochs(), default=0)
@@ -98,10 +118,11 @@ class Coordinator:
         writes = timeline.completed_writes()
         # archived commits drop out of the cache, so it stays as long as the active timeline
         active = {i.timestamp for i in writes}
-        self._batch_of = {ts: b for ts, b in self._batch_of.items() if ts in active}
-        for instant in writes:
-            for writer, batch in self._batches_of(instant, timeline).items():
-                newest[writer] = max(newest.get(writer, -1), batch)
+        with self._lock:
+            self._batch_of = {ts: b for ts, b in self._batch_of.items() if ts in active}
+            for instant in writes:
+                for writer, batch in self._batches_of(instant, timeline).items():
+                    newest[writer] = max(newest.get(writer, -1), batch)
         return newest
 
     def _batches_of(self, instant: Instant, timeline: Timeline) -> dict[str, int]:
@@ -144,7 +165,8 @@ class Coordinator:
         body = CommitMetadata(extra_metadata=extra, operation_type=operation).to_json_bytes()
         inflight = requested.with_state(State.INFLIGHT)
         self.retry.run(lambda: self.timeline_writer.write(inflight, body), f"mark {instant_time} inflight")
-        self._inflight[instant_time] = extra
+        with self._lock:
+            self._inflight[instant_time] = extra
         return instant_time
 
     def commit(
@@ -168,7 +190,7 @@ class Coordinator:
             partitions[stat.partition_path or ""].append(stat)
         metadata = CommitMetadata(
             partition_to_write_stats=dict(partitions),
-            extra_metadata={**self._inflight.get(instant_time, {}), **(extra or {})},
+            extra_metadata={**self._began(instant_time), **(extra or {})},
             operation_type=operation,
             partition_to_replace_file_ids=replaced_file_ids or {},
             compacted=pending_action == COMPACTION,
@@ -186,7 +208,8 @@ class Coordinator:
             return self.write_completed(completed, body)
 
         instant = self.retry.run(decide_and_complete, f"commit {instant_time}")
-        self._inflight.pop(instant_time, None)
+        with self._lock:
+            self._inflight.pop(instant_time, None)
         self.finished(instant_time)
         self.metrics.commits.inc()
         log.info("committed %s (%d files)", instant_time, len(metadata.write_stats()))

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from laketide.index.hashing import hash64
+from laketide.index.shard_cache import SHARDS
 from laketide.table.io import FileIO
 
 log = logging.getLogger(__name__)
@@ -46,11 +47,6 @@ _COVERAGE = re.compile(r"^coverage_(\d{17})\.json$")
 RUN_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", pa.string()), ("file_id", pa.string())])
 
 FileGroupId = tuple[str, str]
-
-# Executors keep the shards they loaded for the next micro-batch: per (table, shard), the run files
-# merged so far and the result, which the next micro-batch extends with its new delta runs.
-_SHARD_CACHE: dict[tuple[str, int], tuple[tuple[str, ...], ShardRun]] = {}
-_SHARD_CACHE_SIZE = 64
 
 
 def index_keys(partitions: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray, global_keys: bool = False) -> np.ndarray:
@@ -243,7 +239,7 @@ class StateIndex:
         return IndexSnapshot(self.shards, runs, frozenset(covered), as_of, tuple(coverage_files), self.global_keys)
 
     def load_shard(self, snapshot: IndexSnapshot, shard: int) -> ShardRun:
-        """The merged runs of one shard, cached in this process: run files never change once written.
+        """The merged runs of one shard, cached in this process (``shard_cache.SHARDS``): run files never change once written.
 
         When the cached runs are the start of the snapshot's (the common case:
         the same base, and the deltas of the instants committed since), only
@@ -251,16 +247,14 @@ class StateIndex:
         """
         paths = snapshot.runs.get(shard, ())
         key = (self.io.base_path, shard)
-        cached_paths, cached = _SHARD_CACHE.pop(key, ((), None))
+        cached_paths, cached = SHARDS.get(key) or ((), None)
         if cached is not None and cached_paths == paths:
-            run = cached
-        elif cached is not None and cached_paths and paths[: len(cached_paths)] == cached_paths:
+            return cached
+        if cached is not None and cached_paths and paths[: len(cached_paths)] == cached_paths:
             run = cached.extended(self._read_run(p) for p in paths[len(cached_paths) :])
         else:
             run = ShardRun.merge(self._read_run(p) for p in paths)
-        _SHARD_CACHE[key] = (paths, run)  # re-inserted last: the least recently used goes first
-        while len(_SHARD_CACHE) > _SHARD_CACHE_SIZE:
-            _SHARD_CACHE.pop(next(iter(_SHARD_CACHE)))
+        SHARDS.put(key, paths, run)
         return run
 
     def _read_run(self, path: str) -> ShardRun:

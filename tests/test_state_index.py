@@ -136,3 +136,49 @@ def test_coverage_files_are_folded_into_one(tmp_path):
     assert after.coverage_files == (folded,) and after.covered == snap.covered
     assert ("p", "pending") not in after.covered
     assert index.instant_files("20260101000000009")  # left for its rollback
+
+
+def test_the_shard_cache_holds_under_many_threads_past_its_capacity(tmp_path):
+    """Eight threads load 96 shards (the cache keeps 64) in shuffled orders while deltas commit: every
+    lookup finds its key, nothing raises, and the cache never grows past its capacity."""
+    import random
+    import threading
+
+    from laketide.index.shard_cache import SHARDS
+
+    index = StateIndex.open(FileIO.for_uri(str(tmp_path)), 96)
+    keys = [f"k{i}" for i in range(3000)]
+    write_all(index, "20260101000000001", entries(keys, "p", "fg1"))
+    committed = {"20260101000000001"}
+    snapshots = [index.snapshot(set(committed))]
+    for n in range(2, 5):
+        ts = f"2026010100000000{n}"
+        write_all(index, ts, entries([f"n{n}-{i}" for i in range(300)], "p", f"fg{n}"))
+        committed.add(ts)
+        snapshots.append(index.snapshot(set(committed)))
+    hashes = index_keys(pa.array(["p"] * len(keys)), pa.array(keys))
+    shard_of_key = shard_of(hashes, index.shards)
+    failures: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def hammer(seed: int) -> None:
+        rng = random.Random(seed)
+        start.wait()
+        try:
+            for _ in range(600):
+                snapshot = rng.choice(snapshots)
+                i = rng.randrange(len(keys))
+                run = index.load_shard(snapshot, int(shard_of_key[i]))
+                code = run.lookup(np.array([hashes[i]], np.uint64))[0]
+                assert run.groups[code] == ("p", "fg1")
+                assert len(SHARDS) <= SHARDS.capacity
+        except BaseException as exc:  # collected: an assertion in a thread would go unseen
+            failures.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(seed,)) for seed in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:3]
+    assert len(SHARDS) == SHARDS.capacity

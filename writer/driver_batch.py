@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql.types import StructType
 
 from laketide.index.assigner import PARTITION
 from laketide.index.state import index_keys
@@ -35,28 +34,53 @@ from laketide.writer.routing import balanced_slots
 Timed = Callable[[str, Callable[[Iterator], Iterator]], Callable[[Iterator], Iterator]]
 
 
+class DriverPool:
+    """The driver's worker threads: one pool per writer, made once and used by every driver-written
+    micro-batch (a pool per stage call would start and join its threads each time).
+
+    Only the micro-batch thread submits work, one stage at a time; the workers share nothing but
+    the rows they are handed and the stage clock (``timed``), which is thread-safe."""
+
+    def __init__(self, threads: int):
+        self.threads = max(1, threads)
+        self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="laketide-driver")
+
+    def run(self, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, pa.Table]]) -> list:
+        """``run_part(slot, batches)`` over each (slot, rows), its seconds charged to ``stage``; what they yield, in slot order."""
+
+        def run(item: tuple[int, pa.Table]) -> list:
+            slot, part = item
+            return list(timed(stage, lambda batches: run_part(slot, batches))(iter(part.to_batches())))
+
+        return [out for outs in self._executor.map(run, parts) for out in outs]
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
 class DriverBatch:
     """The prepared rows of one micro-batch, held by the driver."""
 
-    def __init__(self, prepared: pa.Table, threads: int, timed: Timed):
+    def __init__(self, prepared: pa.Table, pool: DriverPool, timed: Timed):
         self.rows = prepared
         self._records = prepared.num_rows
-        self.threads = max(1, threads)
+        self.pool = pool
+        self.threads = pool.threads
         self._timed = timed
         self._bad = pc.is_valid(prepared[REASON]).to_numpy(zero_copy_only=False) if prepared.num_rows else np.zeros(0, bool)
 
     @classmethod
-    def prepare(cls, landed: pa.Table, spec: PrepareSpec, threads: int, timed: Timed) -> DriverBatch:
+    def prepare(cls, landed: pa.Table, spec: PrepareSpec, pool: DriverPool, timed: Timed) -> DriverBatch:
         """Rows prepared in as many slices as threads, once their arrival order is known."""
         arrival_file, arrival_row = batch_arrival(landed)
-        step = max(1, -(-landed.num_rows // max(1, threads)))
+        step = max(1, -(-landed.num_rows // pool.threads))
         slices = [(start, landed.slice(start, step)) for start in range(0, landed.num_rows, step)] or [(0, landed)]
 
         def prepare_slice(start: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
             rows = pa.Table.from_batches(list(batches), landed.schema)
             yield prepare_in_order(rows, spec, arrival_file.slice(start, rows.num_rows), arrival_row.slice(start, rows.num_rows))
 
-        return cls(pa.concat_tables(_in_pool(threads, timed, "prepare", prepare_slice, slices)), threads, timed)
+        return cls(pa.concat_tables(pool.run(timed, "prepare", prepare_slice, slices)), pool, timed)
 
     @property
     def records(self) -> int:
@@ -90,13 +114,12 @@ class DriverBatch:
     def partitions(self) -> list[str]:
         return sorted(pc.unique(self.good()[PARTITION]).to_pylist())
 
-    def assign_and_write(self, plan: stages.BatchPlan, assigned_struct: StructType, assigned_schema: pa.Schema) -> list[dict]:
-        """The assign stage per index shard, then the write stage per write slot (``assigned_struct``,
-        Spark's form of ``assigned_schema``, is what executors need)."""
+    def assign_and_write(self, plan: stages.BatchPlan, assigned_schema: pa.Schema) -> list[dict]:
+        """The assign stage per index shard, then the write stage per write slot."""
         # Each step lets go of the rows before it, so the driver holds about two copies of the batch
         # at a time, not one per step (``write.driver_batch_bytes`` is sized on that).
         by_shard = self._take_good(lambda good: _split(good, good[SHARD].to_numpy()))
-        assigned = _in_pool(self.threads, self._timed, "assign", lambda shard, batches: stages.assign(plan, batches, assigned_schema), by_shard)
+        assigned = self.pool.run(self._timed, "assign", lambda shard, batches: stages.assign(plan, batches, assigned_schema), by_shard)
         del by_shard
         if not assigned:
             return []
@@ -104,7 +127,7 @@ class DriverBatch:
         del assigned
         by_slot = _split(rows, rows[stages.WRITE_SLOT].to_numpy())
         del rows
-        return _statuses(_in_pool(self.threads, self._timed, "write", lambda slot, batches: stages.write(plan, batches, slot, write_token(slot)), by_slot))
+        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: stages.write(plan, batches, slot, write_token(slot)), by_slot))
 
     def _take_good(self, split: Callable[[pa.Table], list[tuple[int, pa.Table]]]) -> list[tuple[int, pa.Table]]:
         """The good rows split into parts, after which the batch no longer holds them."""
@@ -124,7 +147,7 @@ class DriverBatch:
             rows = pa.Table.from_batches(list(batches), schema).sort_by(order)
             yield from stages.bulk_insert(plan, iter(rows.to_batches()), slot, write_token(slot))
 
-        return _statuses(_in_pool(self.threads, self._timed, "write", insert_sorted, by_slot))
+        return _statuses(self.pool.run(self._timed, "write", insert_sorted, by_slot))
 
     def _bulk_slots(self, good: pa.Table, global_keys: bool) -> np.ndarray:
         """The thread of each row of a bulk insert: its partition's, partitions balanced by rows; by key hash under a global index."""
@@ -135,18 +158,6 @@ class DriverBatch:
         codes = partitions.indices.to_numpy(zero_copy_only=False)
         slot_of = balanced_slots(dict(zip(names, np.bincount(codes, minlength=len(names)).tolist())), self.threads)
         return np.array([slot_of[name] for name in names] or [0], np.int64)[codes]
-
-
-def _in_pool(threads: int, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, pa.Table]]) -> list:
-    """``run_part(slot, batches)`` over each (slot, rows) in a pool of ``threads``, its seconds charged
-    to ``stage``; what they yield, in slot order."""
-
-    def run(item: tuple[int, pa.Table]) -> list:
-        slot, part = item
-        return list(timed(stage, lambda batches: run_part(slot, batches))(iter(part.to_batches())))
-
-    with ThreadPoolExecutor(max(1, min(threads, len(parts)))) as pool:
-        return [out for outs in pool.map(run, parts) for out in outs]
 
 
 def _statuses(batches: list[pa.RecordBatch]) -> list[dict]:

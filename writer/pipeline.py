@@ -40,7 +40,7 @@ from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json, evol
 from laketide.writer import stages
 from laketide.writer.log_writer import LogTarget
 from laketide.writer.preflight import complex_key_encoding
-from laketide.writer.driver_batch import DriverBatch
+from laketide.writer.driver_batch import DriverBatch, DriverPool
 from laketide.writer.report import BatchReport, WriterStatus
 from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
 from laketide.writer.routing import balanced_slots
@@ -125,7 +125,7 @@ class MicroBatchWriter:
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
         self.clock = StageClock(spark.sparkContext)
         # threads of a micro-batch the driver writes: the driver's cores, or fewer tasks
-        self.driver_threads = min(config.write.parallelism, os.cpu_count() or 1)
+        self.driver_pool = DriverPool(min(config.write.parallelism, os.cpu_count() or 1))
         self.shuffles = Shuffles(index.shards, config.write.parallelism, self.operation == "bulk_insert", index.global_keys, settings.ordering_field)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -349,7 +349,7 @@ class MicroBatchWriter:
                     self.coordinator.lease.check()
                     log.warning("micro-batch %s could not be collected; Spark's tasks read it file by file", batch_id)
                     return None
-        return DriverBatch.prepare(landed, self.spec, self.driver_threads, self.clock.timed)
+        return DriverBatch.prepare(landed, self.spec, self.driver_pool, self.clock.timed)
 
     def _without_unreadable_files(self, df: DataFrame, batch_id: int, failure: Exception) -> tuple[DataFrame, dict[str, str]]:
         """The micro-batch read again file by file, leaving out the files Spark cannot read.
@@ -380,7 +380,7 @@ class MicroBatchWriter:
             # an upsert into an empty table has no key to look up or merge: it is written as a bulk insert
             statuses = batch.bulk_insert(plan)
         else:
-            statuses = batch.assign_and_write(plan, *self._assigned_schema(data_fields))
+            statuses = batch.assign_and_write(plan, self._assigned_schema(data_fields))
         self.clock.lap("write")
         self._on_step("written", batch_id)
         stats = [stat for stat in map(stages.stat_of, statuses) if stat is not None]
@@ -421,13 +421,13 @@ class MicroBatchWriter:
         log.info("instant %s: deleting partitions %s (%d file groups)", plan.instant, sorted(replaced) or "none", sum(map(len, replaced.values())))
         return replaced
 
-    def _assigned_schema(self, data_fields: list[StructField]) -> tuple[StructType, pa.Schema]:
-        """The columns the assign stage hands the write stage, as Spark and as Arrow types."""
+    def _assigned_schema(self, data_fields: list[StructField]) -> pa.Schema:
+        """The columns the assign stage hands the write stage."""
         routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string()), (EXISTED, pa.bool_()), (stages.WRITE_SLOT, pa.int32())]
         if self.index.global_keys and IS_DELETED not in {f.name for f in data_fields}:
             routing.append((IS_DELETED, pa.bool_()))  # the deletes of moved records' old copies
         struct = StructType(data_fields + list(from_arrow_schema(pa.schema(routing)).fields))
-        return struct, to_arrow_schema(struct, timezone=self.timezone)
+        return to_arrow_schema(struct, timezone=self.timezone)
 
     def _services(self, instant: str) -> None:
         """Index upkeep and the table services after a commit; each failure is counted, none rolls the commit back."""

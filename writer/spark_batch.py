@@ -14,7 +14,6 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructType
 
 from laketide.index.assigner import PARTITION
 from laketide.table.schema import RECORD_KEY
@@ -100,7 +99,9 @@ class SparkBatch:
     def partitions(self) -> list[str]:
         return sorted(r[0] for r in self._good().select(PARTITION).distinct().collect())
 
-    def assign_and_write(self, plan: stages.BatchPlan, assigned_struct: StructType, assigned_arrow: pa.Schema) -> list[dict]:
+    def assign_and_write(self, plan: stages.BatchPlan, assigned_arrow: pa.Schema) -> list[dict]:
+        assigned_struct = from_arrow_schema(assigned_arrow)
+
         def assign_task(batches):
             yield from stages.assign(plan, batches, assigned_arrow)
 
