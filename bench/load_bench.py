@@ -43,7 +43,7 @@ def _config(workdir: Path, name: str, landing: Path, operation: str, parallelism
 def laketide_load(workdir: Path, name: str, landing: Path, operation: str, parallelism: int) -> dict:
     """Load the landing folder's first file with ``operation``; returns the micro-batch's figures."""
     from laketide.table import Table
-    from laketide.writer.job import run
+    from laketide.spark.job import run
 
     with PeakRss() as rss:
         writer = run(_config(workdir, name, landing, operation, parallelism))

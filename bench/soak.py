@@ -101,7 +101,7 @@ def sample_table(path: Path) -> dict:
 
 
 def batch_rows(spec, n: int) -> pa.Table:
-    from laketide.writer.generator import generate
+    from laketide.spark.generator import generate
 
     return pa.Table.from_batches([generate(spec, n * spec.rows_per_batch, (n + 1) * spec.rows_per_batch)])
 
@@ -138,7 +138,7 @@ def _same(got: pa.Table, expected: pa.Table) -> bool:
 def run_laketide(args, workdir: Path, soak: Soak) -> Path:
     from laketide.cli import DEFAULTS
     from laketide.config import load_config
-    from laketide.writer.job import run
+    from laketide.spark.job import run
 
     table_path = workdir / "laketide"
     config = load_config(
@@ -233,7 +233,7 @@ def main() -> None:
     from hudi import HudiTableBuilder
 
     from laketide.table import Table
-    from laketide.writer.generator import GeneratorSpec
+    from laketide.spark.generator import GeneratorSpec
 
     spec = GeneratorSpec(rows_per_batch=args.rows, batches=args.batches, key_space=args.key_space)
     soak = Soak()

@@ -254,7 +254,7 @@ def run_laketide(
 ) -> Result:
     from hudi import HudiTableBuilder
 
-    from laketide.writer.job import run
+    from laketide.spark.job import run
 
     name = "cow" if table_type == "COPY_ON_WRITE" else "mor"
     table_path = workdir / f"laketide-{name}"

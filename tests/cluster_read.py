@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from pyspark.sql import SparkSession
 
-from laketide.writer.table_source import LaketideDataSource
+from laketide.spark.table_source import LaketideDataSource
 
 if __name__ == "__main__":
     table, out = sys.argv[1], sys.argv[2]

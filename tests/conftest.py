@@ -81,7 +81,7 @@ def rows(table: pa.Table, key: str, columns: list[str] | None = None) -> list[di
 def spark():
     """One local Spark session for the whole test session."""
     from laketide.config import SparkSection
-    from laketide.writer.session import spark_session
+    from laketide.spark.session import spark_session
 
     session = spark_session(SparkSection(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
     session.sparkContext.setLogLevel("ERROR")

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from laketide.table import Table  # noqa: E402
 from laketide.table.markers import WriteMarkers  # noqa: E402
-from laketide.writer.job import run  # noqa: E402
+from laketide.spark.job import run  # noqa: E402
 from streaming import job_config  # noqa: E402
 
 

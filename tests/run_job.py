@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from laketide.writer.job import run  # noqa: E402
+from laketide.spark.job import run  # noqa: E402
 from streaming import job_config  # noqa: E402
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -111,3 +113,19 @@ def test_standalone_rollback_restores_the_previous_state(server, written):
     rb = httpx.get(f"{url}/{done['rollback_instant']}").json()
     assert rb["action"] == "rollback" and rb["rolled_back"] == instants[2]
     assert httpx.post(f"{url}/20000101000000000/rollback", json={}, headers=AUTH).status_code == 404
+
+
+def test_a_corrupt_commit_answers_500_naming_the_file_and_the_cli_exits_1(server, written):
+    """A damaged table is the server's side: 500 with what is wrong and the way out, never a 400."""
+    from test_cli import laketide
+
+    table, instants, _, _ = written
+    commit = f".hoodie/{instants[-1]}.commit"
+    table.io.write_atomic(commit, b"{not json", overwrite=True)
+    answer = httpx.get(f"{server.address}/v1/instants/{instants[-1]}")
+    assert answer.status_code == 500, answer.text
+    body = answer.json()
+    assert body["kind"] == "failed" and instants[-1] in body["detail"] and "Way out" in body["detail"]
+    code, out, _ = laketide("show", table.uri, instants[-1], "--json")
+    assert code == 1 and json.loads(out)["kind"] == "failed"
+    assert httpx.get(f"{server.address}/v1/instants/20000101000000000").json()["kind"] == "not_found"

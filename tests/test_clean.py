@@ -186,7 +186,7 @@ def test_nothing_to_clean_on_a_young_table(tmp_path, commits):
 def test_the_job_cleans_after_its_commits(spark, tmp_path, background):
     from laketide.cli import DEFAULTS
     from laketide.config import load_config
-    from laketide.writer.job import run
+    from laketide.spark.job import run
 
     config = load_config(
         base=DEFAULTS,

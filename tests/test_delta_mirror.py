@@ -110,7 +110,7 @@ def test_the_job_mirrors_merge_on_read_as_its_read_optimized_view(spark, tmp_pat
     from test_merge_on_read import COMPACTING_BATCHES, _land_batches
 
     from laketide.table.delta_mirror import completed_actions
-    from laketide.writer.job import run
+    from laketide.spark.job import run
 
     _land_batches(tmp_path, COMPACTING_BATCHES)
     run(job_config(tmp_path, table__type="MERGE_ON_READ", compaction__delta_commits="2", compaction__mode="inline", mirror__delta="true"))

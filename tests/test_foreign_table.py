@@ -13,7 +13,7 @@ from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, FOOTER_MAX_KEY
 from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.table.schema import RECORD_KEY
-from laketide.writer.job import run
+from laketide.spark.job import run
 
 from conftest import hudi_read
 from streaming import land

@@ -13,7 +13,7 @@ from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
 from laketide.table.instant import REPLACE_COMMIT
 from laketide.table.schema import avro_schema_json
-from laketide.writer.job import run
+from laketide.spark.job import run
 
 from conftest import hudi_read, rows
 from localwrite import upsert, write_file_groups

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from laketide.cli import DEFAULTS
 from laketide.config import load_config
-from laketide.writer.generator import GeneratorSpec, generate
-from laketide.writer.job import run
+from laketide.spark.generator import GeneratorSpec, generate
+from laketide.spark.job import run
 
 from conftest import hudi_read
 

@@ -11,7 +11,7 @@ import pytest
 
 from laketide.config import load_config
 from laketide.table import Table
-from laketide.writer.job import run
+from laketide.spark.job import run
 
 from conftest import hudi_read
 from streaming import job_config, land, row
@@ -153,7 +153,7 @@ def test_parquet_read_by_the_driver_equals_sparks_read_or_is_left_to_spark(spark
 
     from laketide.table.io import FileIO
     from laketide.writer.prepare import SOURCE_COLUMNS
-    from laketide.writer.sources import read_landed_parquet
+    from laketide.writer.landing import read_landed_parquet
 
     def landed(*paths: str) -> dict:
         return {path: FileIO.for_uri(path).entry("") for path in paths}

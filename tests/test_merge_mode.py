@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from laketide.table import Table
-from laketide.writer.job import run
+from laketide.spark.job import run
 
 from conftest import hudi_read
 from streaming import job_config, land, row

@@ -16,7 +16,7 @@ from laketide.table.slice_reader import MergeRule, merge_slice
 from laketide.table.view import FileSlice
 from laketide.table.files import BaseFile, LogFile
 from laketide.table.schema import RECORD_KEY, storage_schema, schema_from_avro
-from laketide.writer.job import run
+from laketide.spark.job import run
 
 from conftest import MOR_FIXTURE, REPO, hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, expected_after, job_config, land, land_all, row

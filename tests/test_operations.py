@@ -12,7 +12,7 @@ from laketide.index.state import StateIndex
 from laketide.table import Table, avro_models
 from laketide.table.instant import REPLACE_COMMIT, State
 from laketide.table.schema import COMMIT_SEQNO, PARTITION_PATH, RECORD_KEY
-from laketide.writer.job import run
+from laketide.spark.job import run
 
 from conftest import hudi_read, rows
 from streaming import DATA_COLUMNS, Model, job_config, land, row

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from laketide.config import load_config
-from laketide.writer.job import run
+from laketide.spark.job import run
 from laketide.writer.preflight import JobRefused
 
 from streaming import land, row

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from laketide.writer.routing import balanced_slots, hash_routes, routed, spark_int_hash
+from laketide.spark.routing import hash_routes, routed, spark_int_hash
+from laketide.writer.slots import balanced_slots
 
 
 def test_our_int_hash_is_sparks(spark):

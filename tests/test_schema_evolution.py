@@ -10,7 +10,7 @@ import pytest
 
 from laketide.config import load_config
 from laketide.table import Table
-from laketide.writer.job import run
+from laketide.spark.job import run
 from laketide.writer.preflight import JobRefused
 
 from conftest import hudi_read

@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from laketide.writer.job import run
+from laketide.spark.job import run
 
 from conftest import hudi_read, rows
 from streaming import BAD_ROWS, BATCHES, DATA_COLUMNS, expected_after, job_config, land_all

@@ -7,8 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from laketide.table import Table
-from laketide.writer.job import run
-from laketide.writer.table_source import LaketideDataSource
+from laketide.spark.job import run
+from laketide.spark.table_source import LaketideDataSource
 
 from conftest import hudi_read, rows
 from localwrite import upsert

@@ -19,7 +19,7 @@ import pytest
 
 from laketide.config import load_config
 from laketide.table import Table
-from laketide.writer.job import run
+from laketide.spark.job import run
 
 from conftest import hudi_read
 

@@ -28,7 +28,7 @@ from laketide.table.io import FileIO
 from laketide.table.schema import RECORD_KEY
 from laketide.writer import stages
 from laketide.writer.prepare import RAW, REASON, SHARD, PrepareSpec, batch_arrival, prepare_in_order
-from laketide.writer.routing import balanced_slots
+from laketide.writer.slots import balanced_slots
 
 # wraps a stage function so that its seconds are charged to a stage of the clock
 Timed = Callable[[str, Callable[[Iterator], Iterator]], Callable[[Iterator], Iterator]]
@@ -60,6 +60,8 @@ class DriverPool:
 
 class DriverBatch:
     """The prepared rows of one micro-batch, held by the driver."""
+
+    ran_on = "driver"
 
     def __init__(self, prepared: pa.Table, pool: DriverPool, timed: Timed):
         self.rows = prepared

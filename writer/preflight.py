@@ -146,12 +146,12 @@ def settled_config(job: TableSection, existing: TableConfig | None, uri: str) ->
 
 
 def spark_type(dtype: pa.DataType) -> str:
-    """The Spark SQL name of an Arrow type, as users write it in source.schema."""
-    from pyspark.sql.pandas.types import from_arrow_type
-
+    """The Spark SQL name of an Arrow type, as users write it in source.schema (Arrow's own name without Spark)."""
     try:
+        from pyspark.sql.pandas.types import from_arrow_type
+
         return from_arrow_type(dtype).simpleString()
-    except (TypeError, NotImplementedError):
+    except (ImportError, TypeError, NotImplementedError):
         return str(dtype)
 
 

@@ -14,7 +14,7 @@ log = logging.getLogger("laketide.job")
 
 def run_service(config: JobConfig, on_ready: Callable | None = None, on_step: Callable[[str, int], None] | None = None):
     """Run the job; when ``coordinator.api_port`` is set, serve the API while it runs and name it in the lease."""
-    from laketide.writer.job import run
+    from laketide.spark.job import run
 
     servers = []
 

@@ -19,8 +19,8 @@ from laketide.index.assigner import PARTITION
 from laketide.table.schema import RECORD_KEY
 from laketide.writer import stages
 from laketide.writer.prepare import RAW, REASON, SHARD
-from laketide.writer.routing import hash_routes, routed
-from laketide.writer.stage_clock import StageClock
+from laketide.spark.routing import hash_routes, routed
+from laketide.spark.stage_clock import StageClock
 
 
 def _in_task_attempt(stage: Callable, plan: stages.BatchPlan) -> Callable:
@@ -71,6 +71,8 @@ class Shuffles:
 
 class SparkBatch:
     """The prepared rows of one micro-batch, computed once and kept on the executors for the stages that read them."""
+
+    ran_on = "tasks"
 
     def __init__(self, prepared: DataFrame, shuffles: Shuffles, clock: StageClock):
         """A local checkpoint keeps Spark's rows as they are; the columnar cache of ``persist``

@@ -1,10 +1,14 @@
-"""The streaming job: open the table, take the lease, recover, and run the query."""
+"""What a running writer is made of, with Spark or without: the table opened or created, the lease,
+the coordinator after recovery, the index, the synced view, the table services and the mirror.
+
+``start`` assembles them around a ``BatchWriter`` (the Spark job passes its ``MicroBatchWriter``; the
+Python write API the plain one), and ``finish`` leaves nothing pending that the last commit scheduled.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -12,38 +16,27 @@ from typing import TypeVar
 import pyarrow as pa
 
 from laketide.config import ConfigError, JobConfig
-from laketide.coordinator import Coordinator, Lease, LeaseLost, LocalLease
+from laketide.coordinator import Coordinator, Lease, LocalLease
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.coordinator.savepoints import Savepoints
-from laketide.coordinator.services import ServiceFailures, TableServiceFailed, TableServices
+from laketide.coordinator.services import ServiceFailures, TableServices
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table, TableNotFound, properties_file
 from laketide.table.delta_mirror import DeltaMirror, has_mirror
 from laketide.table.instant import COMPACTION
 from laketide.table.view_sync import ViewSync
+from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.compactor import Compactor
-from laketide.writer.pipeline import MicroBatchWriter
 from laketide.writer.operations import Operations
+from laketide.writer.preflight import table_config_for
 from laketide.writer.report import BatchReport, IndexCoverage, WriterView
-from laketide.writer.preflight import check_quarantine_path, table_config_for
-from laketide.writer.session import spark_session
-from laketide.writer.sources import read_stream, source_schema
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")
-WRITER_ID_FILE = "laketide-writer-id"
-
-
-def writer_id_for(checkpoint: str) -> str:
-    """The writer id lives in the checkpoint: a new checkpoint is a new writer with its own batch ids."""
-    io = FileIO.for_uri(checkpoint)
-    if io.exists(WRITER_ID_FILE):
-        return io.read_text(WRITER_ID_FILE).strip()
-    writer_id = uuid.uuid4().hex
-    io.write_atomic(WRITER_ID_FILE, writer_id.encode(), overwrite=False)
-    return writer_id
+# builds the writer of micro-batches from (config, table, coordinator, index, quarantine path) and hooks
+WriterFactory = Callable[..., BatchWriter]
 
 
 def open_table(config: JobConfig, source: pa.Schema) -> Table:
@@ -87,7 +80,7 @@ class RunningJob:
     config: JobConfig
     table: Table
     coordinator: Coordinator
-    writer: MicroBatchWriter
+    writer: BatchWriter
     index: StateIndex
     stop_requested: threading.Event
     services: TableServices
@@ -185,90 +178,40 @@ def _after_commit(config: JobConfig, compactor: Compactor | None, services: Tabl
     return after
 
 
-def run(
-    config: JobConfig,
-    on_step: Callable[[str, int], None] | None = None,
-    on_ready: Callable[[RunningJob], None] | None = None,
-) -> MicroBatchWriter:
-    """Run the job until its trigger ends it (available-now) or it is stopped.
+def start(
+    config: JobConfig, table: Table, lease: Lease, writer_id: str, factory: WriterFactory = BatchWriter, on_step: Callable[[str, int], None] | None = None
+) -> RunningJob:
+    """Everything a writer needs, under ``lease`` (held): what a previous holder left is recovered first,
+    a restore cut short is finished, and a compaction left pending is run."""
+    index = StateIndex.open(table.io, config.write.index_shards, config.index.global_)
+    coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
+    for result in coordinator.recover():
+        log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
+    Savepoints(coordinator).resume_restore()
+    views = ViewSync(table)
+    compactor = compactor_for(config, table, coordinator, views, on_step)
+    mirror = mirror_for(config, table, views)
+    services = table_services(config, coordinator, index, views, compactor, mirror)
+    writer = factory(
+        config=config, table=table, coordinator=coordinator, index=index, quarantine_path=quarantine_path(config),
+        on_step=on_step, after_commit=_after_commit(config, compactor, services), views=views, failures=services.failures,
+    )
+    if compactor is not None:
+        compactor.finish_lock = writer.batch_lock
+    # a compaction the previous run left pending is finished now, not only after the next commit
+    services.after_commit()
+    return RunningJob(config, table, coordinator, writer, index, threading.Event(), services, mirror)
 
-    ``on_ready`` gets the running job once the lease is held and the table
-    recovered, before the first micro-batch (the service starts its API there).
-    """
-    check_quarantine_path(quarantine_path(config))
-    spark = spark_session(config.spark)
-    spark.sparkContext.setLogLevel("WARN")
-    table = open_table(config, source_schema(spark, config.source))
-    writer_id = writer_id_for(config.stream.checkpoint)
-    lost, stop_requested = threading.Event(), threading.Event()
-    lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set)
-    holder = lease.acquire(config.coordinator.lease_wait)
-    log.info("lease of %s taken: %s", table.uri, holder.describe())
-    services = None
-    try:
-        index = StateIndex.open(table.io, config.write.index_shards, config.index.global_)
-        coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
-        for result in coordinator.recover():
-            log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
-        Savepoints(coordinator).resume_restore()
-        views = ViewSync(table)
-        compactor = compactor_for(config, table, coordinator, views, on_step)
-        mirror = mirror_for(config, table, views)
-        services = table_services(config, coordinator, index, views, compactor, mirror)
-        writer = MicroBatchWriter(
-            spark, config, table, coordinator, index, quarantine_path(config), on_step,
-            after_commit=_after_commit(config, compactor, services), views=views, failures=services.failures,
-        )
-        if compactor is not None:
-            compactor.finish_lock = writer.batch_lock
-        # a compaction the previous run left pending is finished now, not only after the next commit
-        services.after_commit()
-        if on_ready is not None:
-            on_ready(RunningJob(config, table, coordinator, writer, index, stop_requested, services, mirror))
-        stream = (
-            read_stream(spark, config.source)
-            .writeStream.queryName(config.stream.query_name)
-            .option("checkpointLocation", config.stream.checkpoint)
-            .foreachBatch(writer)
-        )
-        if config.stream.trigger == "available-now":
-            stream = stream.trigger(availableNow=True)
-        else:
-            stream = stream.trigger(processingTime=config.stream.trigger)
-        query = stream.start()
-        try:
-            while not query.awaitTermination(1):
-                if lost.is_set():
-                    query.stop()
-                    raise LeaseLost(f"the lease of {table.uri} was lost; the job stopped writing")
-                if services.failures.fatal is not None:
-                    query.stop()
-                    services.failures.raise_if_fatal()
-                if stop_requested.is_set():
-                    query.stop()
-        except KeyboardInterrupt:
-            log.info("stopping the query")
-            query.stop()
-        except TableServiceFailed:
-            raise
-        except Exception as failure:
-            if lost.is_set() or "LeaseLost" in str(failure):
-                raise LeaseLost(f"the lease of {table.uri} was lost; the job stopped writing, and nothing uncommitted stays visible") from None
-            # a service that failed too often stops the query from inside a micro-batch, after its commit
-            services.failures.raise_if_fatal()
-            raise
-        if config.stream.trigger == "available-now" and not stop_requested.is_set():
-            # a run that ends by itself leaves nothing pending that its last commit scheduled
-            services.finish()
-            services.failures.raise_if_fatal()
-        else:
-            services.wait()
-        if mirror is not None:
-            # a commit that came while the last services round ran started none
-            mirror.catch_up()
-        _log_pending(table)
-        return writer
-    finally:
-        if services is not None:
-            services.wait()
-        lease.release()
+
+def finish(job: RunningJob, ended_by_itself: bool) -> None:
+    """After the last micro-batch: a run that ended by itself runs what its last commit scheduled;
+    a stopped one only waits for the services round in flight. Then the mirror catches up."""
+    if ended_by_itself:
+        job.services.finish()
+        job.services.failures.raise_if_fatal()
+    else:
+        job.services.wait()
+    if job.mirror is not None:
+        # a commit that came while the last services round ran started none
+        job.mirror.catch_up()
+    _log_pending(job.table)

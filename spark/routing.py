@@ -9,8 +9,6 @@ tasks, a value that Spark's own hash sends there; repartitioning by
 
 from __future__ import annotations
 
-import heapq
-
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -46,14 +44,3 @@ def hash_routes(tasks: int) -> tuple[int, ...]:
 def routed(slot: Column, routes: tuple[int, ...]) -> Column:
     """The value to hash-partition by so that a row goes to task ``slot``."""
     return F.element_at(F.array(*[F.lit(r) for r in routes]), slot + 1)
-
-
-def balanced_slots(sizes: dict[str, int], tasks: int) -> dict[str, int]:
-    """Each file group's write task: the largest groups first, each to the least loaded task."""
-    loads = [(0, task) for task in range(tasks)]
-    slots = {}
-    for file_id, size in sorted(sizes.items(), key=lambda item: (-item[1], item[0])):
-        load, task = heapq.heappop(loads)
-        slots[file_id] = task
-        heapq.heappush(loads, (load + max(size, 1), task))
-    return slots

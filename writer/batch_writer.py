@@ -1,10 +1,10 @@
-"""One micro-batch, end to end: begin, validate, assign, write, commit.
+"""One micro-batch into the table, whoever read it: begin, quarantine, plan, write, commit, table services, report.
 
-``MicroBatchWriter`` is the ``foreachBatch`` function of the streaming query.
-It runs on the driver and decides; the work on records is done by the stage
-functions (``writer.stages``), in Spark tasks for a large micro-batch
-(``writer.spark_batch``) or in the driver's threads for a small one
-(``writer.driver_batch``), and only one small write status per file comes back.
+``BatchWriter`` is Spark-free. The Spark adapter (``spark/pipeline.py``) reads each micro-batch of the stream
+into a ``MicroBatch`` (``DriverBatch`` in the driver's threads, or ``SparkBatch`` on the executors) and hands
+it here; the Python write API (``writer/write_api.py``) hands it a ``DriverBatch`` of an Arrow table. The work
+on records is done by the stage functions (``writer.stages``), and only one small write status per file
+comes back to decide the commit.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.types import StructField, StructType
 
 from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, LeaseLost
@@ -31,52 +30,83 @@ from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
 from laketide.table.damage import TableDamaged
 from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
+from laketide.table.properties import EVENT_TIME
+from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json, evolve, with_meta_schema
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSlice, FileSystemView
 from laketide.table.view_sync import ViewSync
-from laketide.table.io import FileEntry, FileIO
-from laketide.table.properties import EVENT_TIME
-from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json, evolve, with_meta_schema
 from laketide.writer import stages
+from laketide.writer.clock import StepClock
+from laketide.writer.driver_batch import DriverPool
+from laketide.writer.landing import copy_aside
 from laketide.writer.log_writer import LogTarget
+from laketide.writer.prepare import PrepareSpec
 from laketide.writer.preflight import complex_key_encoding
-from laketide.writer.driver_batch import DriverBatch, DriverPool
 from laketide.writer.report import BatchReport, WriterStatus
-from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, SOURCE_COLUMNS, ArrivalCounter, PrepareSpec, prepare
-from laketide.writer.routing import balanced_slots
-from laketide.writer.spark_batch import Shuffles, SparkBatch
-from laketide.writer.stage_clock import StageClock
-from laketide.writer.sources import batch_files, copy_aside, decoded_bytes, read_files, read_landed_parquet, unreadable_files
+from laketide.writer.slots import balanced_slots
 
 log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024
-# what a generated row weighs in a landing file, for ``write.driver_batch_bytes``
-GENERATED_ROW_BYTES = 64
 # write.operation -> Hudi's WriteOperationType, recorded in every commit
 OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete_partition": "DELETE_PARTITION"}
 
 
+class MicroBatch(Protocol):
+    """The prepared rows of one micro-batch, wherever they are held; ``ran_on`` names who runs its stages."""
+
+    ran_on: str
+
+    @property
+    def records(self) -> int: ...
+
+    @property
+    def bad_rows(self) -> int: ...
+
+    def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str) -> None: ...
+
+    def partitions(self) -> list[str]: ...
+
+    def assign_and_write(self, plan: stages.BatchPlan, assigned_schema: pa.Schema) -> list[dict]: ...
+
+    def bulk_insert(self, plan: stages.BatchPlan) -> list[dict]: ...
+
+    def release(self) -> None: ...
+
+
+@dataclass
+class LoadedBatch:
+    """A micro-batch as read: its rows, the columns of its records, and the landing files set aside."""
+
+    batch: MicroBatch
+    incoming: pa.Schema  # the records' columns, timestamps in UTC: what the table's schema evolves by
+    data_schema: pa.Schema  # the same columns as the batch's rows hold them
+    bad_files: dict[str, str] = field(default_factory=dict)
+
+
 def _record_size(timeline: Timeline) -> int:
+    """Bytes per record in the table's recent base files (Hudi's average record size estimate)."""
     writes = timeline.completed_writes()[-5:]
     stats = [s for i in writes for s in timeline.commit_metadata(i).write_stats() if s.num_writes]
     total = sum(s.num_writes for s in stats)
     return max(64, sum(s.file_size_in_bytes for s in stats) // total) if total else DEFAULT_RECORD_SIZE
 
 
-def _data_fields(df: DataFrame) -> list[StructField]:
-    """The micro-batch's record columns, without the columns a source adds to every row."""
-    return [f for f in df.schema.fields if f.name != CORRUPT and f.name not in SOURCE_COLUMNS]
+class BatchWriter:
+    """Writes micro-batches into one table as instants, for one writer (its coordinator and lease).
 
+    Threads: ``run`` holds no lock itself; callers run it under ``batch_lock``, which an operator's change
+    also takes (``RunningJob.between_batches``), so the two never interleave. ``status`` is written by the
+    micro-batch thread and read by the API's.
+    """
 
-class MicroBatchWriter:
     def __init__(
         self,
-        spark: SparkSession,
         config: JobConfig,
         table: Table,
         coordinator: Coordinator,
         index: StateIndex,
         quarantine_path: str,
+        clock: StepClock | None = None,
         on_step: Callable[[str, int], None] | None = None,
         after_commit: Callable[[str], None] | None = None,
         views: ViewSync | None = None,
@@ -87,7 +117,6 @@ class MicroBatchWriter:
         table services once a micro-batch is committed; ``failures`` counts what they fail (a
         commit stands whatever they do). ``views`` is the file-system view kept between
         micro-batches (shared with the table services)."""
-        self.spark = spark
         self.config = config
         self.table = table
         self.coordinator = coordinator
@@ -122,30 +151,19 @@ class MicroBatchWriter:
             self.action = REPLACE_COMMIT
         else:
             self.action = DELTA_COMMIT if self.merge_on_read else COMMIT
-        self.timezone = spark.conf.get("spark.sql.session.timeZone")
-        self.clock = StageClock(spark.sparkContext)
+        self.clock = clock or StepClock()
         # threads of a micro-batch the driver writes: the driver's cores, or fewer tasks
         self.driver_pool = DriverPool(min(config.write.parallelism, os.cpu_count() or 1))
-        self.shuffles = Shuffles(index.shards, config.write.parallelism, self.operation == "bulk_insert", index.global_keys, settings.ordering_field)
 
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        # a service that failed too often in the background stops the job before it writes more
-        self.failures.raise_if_fatal()
-        with self.batch_lock:
-            report = self.process(df, batch_id)
-        log.info(report.line())
-        for observer in self.observers:
-            observer(report)
-        # after the report: the micro-batch is committed, and stays so when the job stops here
-        self.failures.raise_if_fatal()
-
-    def process(self, df: DataFrame, batch_id: int) -> BatchReport:
+    def run(self, batch_id: int, load: Callable[[], LoadedBatch]) -> BatchReport:
+        """Write micro-batch ``batch_id``, read by ``load`` unless the batch is already committed (a replay)."""
         started = time.monotonic()
         self.clock.start()
         self.status.current_batch = batch_id
         if self.coordinator.is_committed(batch_id):
             return BatchReport(batch_id, None, skipped=True)
-        batch, data_fields, bad_files = self._read(df, batch_id)
+        loaded = load()
+        batch, bad_files = loaded.batch, loaded.bad_files
         self.clock.lap("read")
         try:
             if batch.records + len(bad_files) == 0:
@@ -156,7 +174,7 @@ class MicroBatchWriter:
                 return BatchReport(batch_id, None, skipped=True)
             self._on_step("begun", batch_id)
             try:
-                report = self._write(batch, data_fields, bad_files, batch_id, instant)
+                report = self._write(loaded, batch_id, instant)
             except LeaseLost:
                 log.error("micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back", batch_id, instant)
                 raise
@@ -178,7 +196,7 @@ class MicroBatchWriter:
         self._services(instant)
         report.seconds = time.monotonic() - started
         report.stage_seconds = self.clock.report()
-        report.ran_on = "driver" if isinstance(batch, DriverBatch) else "tasks"
+        report.ran_on = batch.ran_on
         self.metrics.micro_batches.labels("committed").inc()
         self.metrics.records.inc(report.records)
         self.metrics.quarantined.inc(report.quarantined)
@@ -187,6 +205,17 @@ class MicroBatchWriter:
         self.status.quarantined_total += report.quarantined
         self.status.recent = (self.status.recent + [report])[-20:]
         return report
+
+    def announce(self, report: BatchReport) -> None:
+        """Log a micro-batch's line and tell the observers; then stop if a table service failed too often."""
+        log.info(report.line())
+        for observer in self.observers:
+            observer(report)
+        # after the report: the micro-batch is committed, and stays so when the job stops here
+        self.failures.raise_if_fatal()
+
+    def close(self) -> None:
+        self.driver_pool.shutdown()
 
     # -- the stages ---------------------------------------------------------
 
@@ -262,7 +291,7 @@ class MicroBatchWriter:
             targets[(s.partition, s.file_id)] = LogTarget(s.partition, s.file_id, s.base_instant, s.base_file.name if s.base_file else None, version, paths)
         return targets
 
-    def _quarantine(self, batch: SparkBatch | DriverBatch, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
+    def _quarantine(self, batch: MicroBatch, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
         """Rows with their reason, and whole landing files that could not be read, copied aside."""
         if not batch.bad_rows and not bad_files:
             return 0
@@ -273,105 +302,11 @@ class MicroBatchWriter:
         log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, batch.bad_rows, len(bad_files), target)
         return batch.bad_rows + len(bad_files)
 
-    def _prepared(self, df: DataFrame) -> SparkBatch:
-        spec = self.spec
-        data_fields = _data_fields(df)
-        prepared_struct = StructType(data_fields + list(from_arrow_schema(pa.schema(PREPARED_FIELDS)).fields))
-
-        def prepare_task(batches):
-            from pyspark import TaskContext
-
-            arrival = ArrivalCounter(TaskContext.get().partitionId() << 40)
-            for b in batches:
-                yield from prepare(pa.Table.from_batches([b]), spec, arrival).to_batches()
-
-        prepared = df.mapInArrow(self.clock.timed("prepare", prepare_task), prepared_struct)
-        return SparkBatch(self.shuffles.distributed(prepared), self.shuffles, self.clock)
-
-    def _read(self, df: DataFrame, batch_id: int) -> tuple[SparkBatch | DriverBatch, list[StructField], dict[str, str]]:
-        """The prepared rows of the micro-batch, the columns of its records, and the landing files set aside.
-
-        A micro-batch that fits the driver is collected and prepared there; any other is
-        shuffled and materialized once on the executors. When Spark cannot read the
-        micro-batch, its files are read one by one and the unreadable ones set aside.
-        """
-        data_fields = _data_fields(df)
-        batch = self._collect(df, batch_id, data_fields)
-        if batch is not None:
-            return batch, data_fields, {}
-        try:
-            return self._prepared(df), data_fields, {}
-        except Exception as failure:
-            if self.config.source.format == "generator":
-                raise
-            # a failure because the job is being stopped is not about the files
-            self.coordinator.lease.check()
-            readable, bad = self._without_unreadable_files(df, batch_id, failure)
-        return self._prepared(readable), data_fields, bad
-
-    def _landing_files(self, batch_id: int) -> dict[str, FileEntry] | None:
-        """The micro-batch's landing files (size and modification time, by path) if, decoded, they total
-        at most ``write.driver_batch_bytes`` (``decoded_bytes``: parquet by its footers' uncompressed sizes)."""
-        source_format = self.config.source.format
-        try:
-            files = {path: FileIO.for_uri(path).entry("") for path in batch_files(self.config.stream.checkpoint, batch_id)}
-            decoded = sum(decoded_bytes(path, entry, source_format) for path, entry in files.items())
-        except Exception:
-            log.warning("micro-batch %s: the size of its landing files is unknown, so Spark's tasks write it", batch_id, exc_info=True)
-            return None
-        return files if decoded <= self.config.write.driver_batch_bytes else None
-
-    def _collect(self, df: DataFrame, batch_id: int, data_fields: list[StructField]) -> DriverBatch | None:
-        """The micro-batch as one Arrow table in the driver, prepared; ``None`` when it is too large for
-        the driver (``write.driver_batch_bytes``) or Spark cannot read it.
-
-        Parquet landing files of exactly the declared types are read straight from storage; any
-        other input is collected from Spark, which reads it under its own rules.
-        """
-        source = self.config.source
-        if not self.config.write.driver_batch_bytes:
-            return None
-        if source.format == "generator":
-            if source.generator.rows_per_batch * GENERATED_ROW_BYTES > self.config.write.driver_batch_bytes:
-                return None
-            landed = df.toArrow()
-        else:
-            files = self._landing_files(batch_id)
-            if files is None:
-                return None
-            landed = None
-            if source.format == "parquet":
-                landed = read_landed_parquet(files, to_arrow_schema(StructType(data_fields), timezone=self.timezone))
-            if landed is None:
-                try:
-                    landed = df.toArrow()
-                except Exception:
-                    self.coordinator.lease.check()
-                    log.warning("micro-batch %s could not be collected; Spark's tasks read it file by file", batch_id)
-                    return None
-        return DriverBatch.prepare(landed, self.spec, self.driver_pool, self.clock.timed)
-
-    def _without_unreadable_files(self, df: DataFrame, batch_id: int, failure: Exception) -> tuple[DataFrame, dict[str, str]]:
-        """The micro-batch read again file by file, leaving out the files Spark cannot read.
-
-        Files that read fine on their own (a CSV header in another order) are
-        kept; a failure that has nothing to do with the files fails again.
-        """
-        try:
-            files = batch_files(self.config.stream.checkpoint, batch_id)
-            good, bad = unreadable_files(self.spark, self.config.source, files)
-        except Exception:
-            log.exception("could not tell which landing files of micro-batch %s are unreadable", batch_id)
-            raise failure from None
-        if bad:
-            log.warning("landing files Spark cannot read under source.schema: %s", bad)
-        readable = read_files(self.spark, self.config.source, good)
-        return (readable if readable is not None else self.spark.createDataFrame([], df.schema)), bad
-
-    def _write(self, batch: SparkBatch | DriverBatch, data_fields: list[StructField], bad_files: dict[str, str], batch_id: int, instant: str) -> BatchReport:
+    def _write(self, loaded: LoadedBatch, batch_id: int, instant: str) -> BatchReport:
+        batch, bad_files = loaded.batch, loaded.bad_files
         quarantined = self._quarantine(batch, bad_files, batch_id, instant)
         self.clock.lap("quarantine")
-        plan, foreign = self._plan(instant, to_arrow_schema(StructType(data_fields), timezone="UTC"))
+        plan, foreign = self._plan(instant, loaded.incoming)
         self.clock.lap("plan")
         replaced: dict[str, list[str]] = {}
         if self.operation == "delete_partition":
@@ -380,7 +315,7 @@ class MicroBatchWriter:
             # an upsert into an empty table has no key to look up or merge: it is written as a bulk insert
             statuses = batch.bulk_insert(plan)
         else:
-            statuses = batch.assign_and_write(plan, self._assigned_schema(data_fields))
+            statuses = batch.assign_and_write(plan, self._assigned_schema(loaded.data_schema))
         self.clock.lap("write")
         self._on_step("written", batch_id)
         stats = [stat for stat in map(stages.stat_of, statuses) if stat is not None]
@@ -403,7 +338,7 @@ class MicroBatchWriter:
             replaced=sum(len(ids) for ids in replaced.values()),
         )
 
-    def _file_groups_to_replace(self, batch: SparkBatch | DriverBatch, plan: stages.BatchPlan) -> dict[str, list[str]]:
+    def _file_groups_to_replace(self, batch: MicroBatch, plan: stages.BatchPlan) -> dict[str, list[str]]:
         """delete_partition: every file group of the partitions to delete, by partition.
 
         Those named by ``write.partitions_to_delete`` (glob patterns over the
@@ -421,13 +356,12 @@ class MicroBatchWriter:
         log.info("instant %s: deleting partitions %s (%d file groups)", plan.instant, sorted(replaced) or "none", sum(map(len, replaced.values())))
         return replaced
 
-    def _assigned_schema(self, data_fields: list[StructField]) -> pa.Schema:
-        """The columns the assign stage hands the write stage."""
+    def _assigned_schema(self, data_schema: pa.Schema) -> pa.Schema:
+        """The columns the assign stage hands the write stage: the records', then where each goes."""
         routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string()), (EXISTED, pa.bool_()), (stages.WRITE_SLOT, pa.int32())]
-        if self.index.global_keys and IS_DELETED not in {f.name for f in data_fields}:
+        if self.index.global_keys and IS_DELETED not in data_schema.names:
             routing.append((IS_DELETED, pa.bool_()))  # the deletes of moved records' old copies
-        struct = StructType(data_fields + list(from_arrow_schema(pa.schema(routing)).fields))
-        return to_arrow_schema(struct, timezone=self.timezone)
+        return pa.schema(list(data_schema) + [pa.field(name, dtype) for name, dtype in routing])
 
     def _services(self, instant: str) -> None:
         """Index upkeep and the table services after a commit; each failure is counted, none rolls the commit back."""

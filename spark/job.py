@@ -1,0 +1,125 @@
+"""The streaming job: open the table, take the lease, recover, and run the query.
+
+Threads of the job's process, and what each may touch (each shared object's docstring names its guard):
+- the stream thread (Spark's ``foreachBatch``) runs ``MicroBatchWriter`` under the writer's ``batch_lock``:
+  the coordinator, the index, the synced view, the driver's pool;
+- the driver's worker pool (``DriverPool``, one per writer) runs the stage functions of a micro-batch the
+  driver writes, on rows it is handed; the stage clock and the shard cache (``index.shard_cache``) are
+  guarded by locks;
+- the table-services thread (``TableServices``) runs one service at a time: clean, compaction, archival
+  and the mirror, through the coordinator (``Coordinator._lock``), ``ServiceFailures._lock``, the view
+  sync's lock and the mirror's; a compaction's last step takes ``batch_lock``;
+- the API's threads (uvicorn) read the table afresh for every request, and make changes through
+  ``RunningJob.operations``, under ``batch_lock``;
+- kazoo's listener (ZooKeeper lease) only flips the lease's state and sets the ``lost`` event;
+- the main thread (here) waits for the query, and stops it when the lease is lost, a service failed too
+  often, or a stop was asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+
+from laketide.config import JobConfig
+from laketide.coordinator import LeaseLost
+from laketide.coordinator.services import TableServiceFailed
+from laketide.spark.pipeline import MicroBatchWriter
+from laketide.spark.session import spark_session
+from laketide.spark.sources import read_stream, source_schema
+from laketide.table import FileIO
+from laketide.writer.batch_writer import BatchWriter
+from laketide.writer.preflight import check_quarantine_path
+from laketide.writer.running import RunningJob, finish, make_lease, open_table, quarantine_path, start
+
+log = logging.getLogger("laketide.job")
+WRITER_ID_FILE = "laketide-writer-id"
+
+
+def writer_id_for(checkpoint: str) -> str:
+    """The writer id lives in the checkpoint: a new checkpoint is a new writer with its own batch ids."""
+    io = FileIO.for_uri(checkpoint)
+    if io.exists(WRITER_ID_FILE):
+        return io.read_text(WRITER_ID_FILE).strip()
+    writer_id = uuid.uuid4().hex
+    io.write_atomic(WRITER_ID_FILE, writer_id.encode(), overwrite=False)
+    return writer_id
+
+
+def run(
+    config: JobConfig,
+    on_step: Callable[[str, int], None] | None = None,
+    on_ready: Callable[[RunningJob], None] | None = None,
+) -> BatchWriter:
+    """Run the job until its trigger ends it (available-now) or it is stopped.
+
+    ``on_ready`` gets the running job once the lease is held and the table
+    recovered, before the first micro-batch (the service starts its API there).
+    """
+    check_quarantine_path(quarantine_path(config))
+    spark = spark_session(config.spark)
+    spark.sparkContext.setLogLevel("WARN")
+    table = open_table(config, source_schema(spark, config.source))
+    writer_id = writer_id_for(config.stream.checkpoint)
+    lost = threading.Event()
+    lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set)
+    holder = lease.acquire(config.coordinator.lease_wait)
+    log.info("lease of %s taken: %s", table.uri, holder.describe())
+    job = None
+    try:
+        job = start(config, table, lease, writer_id, lambda **parts: MicroBatchWriter(spark, **parts), on_step)
+        if on_ready is not None:
+            on_ready(job)
+        query = _start_query(spark, config, job.writer)
+        stopped = _await(query, job, lost)
+        finish(job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)
+        return job.writer
+    finally:
+        if job is not None:
+            job.services.wait()
+            job.writer.close()
+        lease.release()
+
+
+def _start_query(spark, config: JobConfig, writer: MicroBatchWriter):
+    stream = (
+        read_stream(spark, config.source)
+        .writeStream.queryName(config.stream.query_name)
+        .option("checkpointLocation", config.stream.checkpoint)
+        .foreachBatch(writer)
+    )
+    if config.stream.trigger == "available-now":
+        stream = stream.trigger(availableNow=True)
+    else:
+        stream = stream.trigger(processingTime=config.stream.trigger)
+    return stream.start()
+
+
+def _await(query, job: RunningJob, lost: threading.Event) -> bool:
+    """Wait for the query to end; ``True`` when it was stopped (by a stop request or Ctrl-C) rather than ending by itself."""
+    uri, failures = job.table.uri, job.services.failures
+    try:
+        while not query.awaitTermination(1):
+            if lost.is_set():
+                query.stop()
+                raise LeaseLost(f"the lease of {uri} was lost; the job stopped writing")
+            if failures.fatal is not None:
+                query.stop()
+                failures.raise_if_fatal()
+            if job.stop_requested.is_set():
+                query.stop()
+    except KeyboardInterrupt:
+        log.info("stopping the query")
+        query.stop()
+        return True
+    except TableServiceFailed:
+        raise
+    except Exception as failure:
+        if lost.is_set() or "LeaseLost" in str(failure):
+            raise LeaseLost(f"the lease of {uri} was lost; the job stopped writing, and nothing uncommitted stays visible") from None
+        # a service that failed too often stops the query from inside a micro-batch, after its commit
+        failures.raise_if_fatal()
+        raise
+    return job.stop_requested.is_set()

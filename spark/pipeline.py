@@ -1,0 +1,154 @@
+"""The streaming query's ``foreachBatch``: read each micro-batch, then write it through the Spark-free core.
+
+``MicroBatchWriter`` runs on the driver. It reads a micro-batch that fits the driver
+(``write.driver_batch_bytes``) into a ``DriverBatch``, and any other into a ``SparkBatch``, whose
+stages run in Spark's tasks; ``writer.batch_writer.BatchWriter`` then begins, writes and commits
+it the same way for both.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructField, StructType
+
+from laketide.config import JobConfig
+from laketide.coordinator import Coordinator
+from laketide.index.state import StateIndex
+from laketide.spark.sources import read_files, unreadable_files
+from laketide.spark.spark_batch import Shuffles, SparkBatch
+from laketide.spark.stage_clock import StageClock
+from laketide.table import Table
+from laketide.table.io import FileEntry, FileIO
+from laketide.writer.batch_writer import BatchWriter, LoadedBatch
+from laketide.writer.driver_batch import DriverBatch
+from laketide.writer.landing import batch_files, decoded_bytes, read_landed_parquet
+from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, SOURCE_COLUMNS, ArrivalCounter, prepare
+
+log = logging.getLogger("laketide.job")
+# what a generated row weighs in a landing file, for ``write.driver_batch_bytes``
+GENERATED_ROW_BYTES = 64
+
+
+def _data_fields(df: DataFrame) -> list[StructField]:
+    """The micro-batch's record columns, without the columns a source adds to every row."""
+    return [f for f in df.schema.fields if f.name != CORRUPT and f.name not in SOURCE_COLUMNS]
+
+
+class MicroBatchWriter(BatchWriter):
+    """The ``foreachBatch`` function of the streaming query."""
+
+    def __init__(self, spark: SparkSession, config: JobConfig, table: Table, coordinator: Coordinator, index: StateIndex, quarantine_path: str, **hooks):
+        """``hooks``: ``on_step``, ``after_commit``, ``views`` and ``failures``, as ``BatchWriter`` takes them."""
+        super().__init__(config, table, coordinator, index, quarantine_path, StageClock(spark.sparkContext), **hooks)
+        self.spark = spark
+        self.timezone = spark.conf.get("spark.sql.session.timeZone")
+        self.shuffles = Shuffles(index.shards, config.write.parallelism, self.operation == "bulk_insert", index.global_keys, table.config.ordering_field)
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        # a service that failed too often in the background stops the job before it writes more
+        self.failures.raise_if_fatal()
+        with self.batch_lock:
+            report = self.run(batch_id, lambda: self._read(df, batch_id))
+        self.announce(report)
+
+    def _prepared(self, df: DataFrame) -> SparkBatch:
+        spec = self.spec
+        data_fields = _data_fields(df)
+        prepared_struct = StructType(data_fields + list(from_arrow_schema(pa.schema(PREPARED_FIELDS)).fields))
+
+        def prepare_task(batches):
+            from pyspark import TaskContext
+
+            arrival = ArrivalCounter(TaskContext.get().partitionId() << 40)
+            for b in batches:
+                yield from prepare(pa.Table.from_batches([b]), spec, arrival).to_batches()
+
+        prepared = df.mapInArrow(self.clock.timed("prepare", prepare_task), prepared_struct)
+        return SparkBatch(self.shuffles.distributed(prepared), self.shuffles, self.clock)
+
+    def _read(self, df: DataFrame, batch_id: int) -> LoadedBatch:
+        """The prepared rows of the micro-batch, the columns of its records, and the landing files set aside.
+
+        A micro-batch that fits the driver is collected and prepared there; any other is
+        shuffled and materialized once on the executors. When Spark cannot read the
+        micro-batch, its files are read one by one and the unreadable ones set aside.
+        """
+        data_fields = _data_fields(df)
+        records = StructType(data_fields)
+        incoming, data_schema = to_arrow_schema(records, timezone="UTC"), to_arrow_schema(records, timezone=self.timezone)
+        batch = self._collect(df, batch_id, data_schema)
+        if batch is not None:
+            return LoadedBatch(batch, incoming, data_schema)
+        try:
+            return LoadedBatch(self._prepared(df), incoming, data_schema)
+        except Exception as failure:
+            if self.config.source.format == "generator":
+                raise
+            # a failure because the job is being stopped is not about the files
+            self.coordinator.lease.check()
+            readable, bad = self._without_unreadable_files(df, batch_id, failure)
+        return LoadedBatch(self._prepared(readable), incoming, data_schema, bad)
+
+    def _landing_files(self, batch_id: int) -> dict[str, FileEntry] | None:
+        """The micro-batch's landing files (size and modification time, by path) if, decoded, they total
+        at most ``write.driver_batch_bytes`` (``decoded_bytes``: parquet by its footers' uncompressed sizes)."""
+        source_format = self.config.source.format
+        try:
+            files = {path: FileIO.for_uri(path).entry("") for path in batch_files(self.config.stream.checkpoint, batch_id)}
+            decoded = sum(decoded_bytes(path, entry, source_format) for path, entry in files.items())
+        except Exception:
+            log.warning("micro-batch %s: the size of its landing files is unknown, so Spark's tasks write it", batch_id, exc_info=True)
+            return None
+        return files if decoded <= self.config.write.driver_batch_bytes else None
+
+    def _collect(self, df: DataFrame, batch_id: int, data_schema: pa.Schema) -> DriverBatch | None:
+        """The micro-batch as one Arrow table in the driver, prepared; ``None`` when it is too large for
+        the driver (``write.driver_batch_bytes``) or Spark cannot read it.
+
+        Parquet landing files of exactly the declared types are read straight from storage; any
+        other input is collected from Spark, which reads it under its own rules.
+        """
+        source = self.config.source
+        if not self.config.write.driver_batch_bytes:
+            return None
+        if source.format == "generator":
+            if source.generator.rows_per_batch * GENERATED_ROW_BYTES > self.config.write.driver_batch_bytes:
+                return None
+            landed = df.toArrow()
+        else:
+            files = self._landing_files(batch_id)
+            if files is None:
+                return None
+            landed = None
+            if source.format == "parquet":
+                landed = read_landed_parquet(files, data_schema)
+            if landed is None:
+                try:
+                    landed = df.toArrow()
+                except Exception:
+                    self.coordinator.lease.check()
+                    log.warning("micro-batch %s could not be collected; Spark's tasks read it file by file", batch_id)
+                    return None
+        return DriverBatch.prepare(landed, self.spec, self.driver_pool, self.clock.timed)
+
+    def _without_unreadable_files(self, df: DataFrame, batch_id: int, failure: Exception) -> tuple[DataFrame, dict[str, str]]:
+        """The micro-batch read again file by file, leaving out the files Spark cannot read.
+
+        Files that read fine on their own (a CSV header in another order) are
+        kept; a failure that has nothing to do with the files fails again.
+        """
+        try:
+            files = batch_files(self.config.stream.checkpoint, batch_id)
+            good, bad = unreadable_files(self.spark, self.config.source, files)
+        except Exception:
+            log.exception("could not tell which landing files of micro-batch %s are unreadable", batch_id)
+            raise failure from None
+        if bad:
+            log.warning("landing files Spark cannot read under source.schema: %s", bad)
+        readable = read_files(self.spark, self.config.source, good)
+        return (readable if readable is not None else self.spark.createDataFrame([], df.schema)), bad
+

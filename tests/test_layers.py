@@ -1,0 +1,48 @@
+"""The layers design.md declares: pyspark is imported only in ``spark/``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SPARK_FREE = ["table", "index", "coordinator", "writer", "api"]
+
+BLOCK_PYSPARK = """
+import importlib, pkgutil, sys
+
+class NoPyspark:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyspark" or name.startswith("pyspark."):
+            raise ImportError(f"pyspark is blocked here, but {{name}} was imported")
+        return None
+
+sys.meta_path.insert(0, NoPyspark())
+import laketide
+modules = ["laketide", "laketide.cli", "laketide.config", "laketide.service"]
+for package in {packages}:
+    pkg = importlib.import_module(f"laketide.{{package}}")
+    modules += [f"laketide.{{package}}.{{m.name}}" for m in pkgutil.iter_modules(pkg.__path__)]
+for name in modules:
+    importlib.import_module(name)
+print(len(modules))
+"""
+
+
+def test_everything_outside_spark_imports_without_pyspark():
+    """Every module of the Spark-free core, the API, the CLI and the config imports with pyspark blocked."""
+    done = subprocess.run([sys.executable, "-c", BLOCK_PYSPARK.format(packages=SPARK_FREE)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.strip()) > 40
+
+
+def test_the_laketide_write_api_runs_without_pyspark(tmp_path):
+    """Not only importing: ``laketide.write`` writes a table with pyspark blocked."""
+    script = BLOCK_PYSPARK.format(packages=[]) + f"""
+import pyarrow as pa
+report = laketide.write({str(tmp_path / "t")!r}, pa.table({{"id": [1, 2], "v": ["a", "b"]}}), record_key="id")
+assert report.inserts == 2, report
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]

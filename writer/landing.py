@@ -1,0 +1,114 @@
+"""Landing files read without Spark: which files a micro-batch holds (the Spark checkpoint's file log),
+what they weigh once decoded, parquet read straight into Arrow, and copies set aside for quarantine."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import urllib.parse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from laketide.table.io import FileEntry, FileIO
+from laketide.writer.prepare import SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
+
+
+def _same_type(found: pa.DataType, declared: pa.DataType) -> bool:
+    """Whether a parquet column reads as the declared type, a UTC timestamp being the same instant in any zone."""
+    if pa.types.is_timestamp(found) and pa.types.is_timestamp(declared):
+        return found.unit == declared.unit and (found.tz is None) == (declared.tz is None)
+    return found == declared
+
+
+def _read_as_declared(path: str, entry: FileEntry, declared: pa.Schema) -> pa.Table | None:
+    with FileIO.for_uri(path).open_input("") as f:
+        parquet = pq.ParquetFile(f)
+        found = parquet.schema_arrow
+        if not all(found.get_field_index(field.name) >= 0 and _same_type(found.field(field.name).type, field.type) for field in declared):
+            return None
+        rows = parquet.read(columns=declared.names).cast(declared)
+    mtime = pa.scalar(entry.mtime_ns // 1000, pa.timestamp("us", tz="UTC"))
+    n = rows.num_rows
+    return (
+        # one value per file: dictionary-encoded, so that the rows share it
+        rows.append_column(SOURCE_FILE, pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([path], pa.string())))
+        .append_column(SOURCE_MTIME, pa.repeat(mtime, n))
+        .append_column(SOURCE_BLOCK, pa.array(np.zeros(n, np.int64)))
+    )
+
+
+def decoded_bytes(path: str, entry: FileEntry, source_format: str) -> int:
+    """What a landing file weighs once read into memory: a parquet file its footer's uncompressed size
+    (its row groups' ``total_byte_size``), a JSON or CSV file its text (Arrow holds its values in no more).
+    A parquet footer that cannot be read counts as too heavy, so Spark's tasks meet (and quarantine) the file."""
+    if source_format != "parquet":
+        return entry.size
+    try:
+        with FileIO.for_uri(path).open_input("") as f:
+            meta = pq.read_metadata(f)
+    except (OSError, pa.ArrowException):
+        return 1 << 62
+    return max(entry.size, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)))
+
+
+def read_landed_parquet(files: dict[str, FileEntry], declared: pa.Schema) -> pa.Table | None:
+    """Parquet landing files (their entries, by path) read straight into Arrow, as Spark reads them
+    under the declared schema, with the columns of their origin (file, modification time, block).
+
+    Only when every file holds every declared column under exactly its type: then there is
+    nothing to convert and nothing to decide. Otherwise ``None``, and Spark reads them, with
+    its rules for missing columns, other types and unreadable files.
+    """
+    tables = []
+    try:
+        for path, entry in files.items():
+            rows = _read_as_declared(path, entry, declared)
+            if rows is None:
+                return None
+            tables.append(rows)
+    except (OSError, pa.ArrowException):
+        return None  # Spark reads it again and tells which file is unreadable
+    return pa.concat_tables(tables) if tables else None
+
+
+def _log_entries(fileio: FileIO, name: str) -> list[dict]:
+    lines = fileio.read_text(name).splitlines()[1:]  # the first line is the log's version, "v1"
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _log_offset(fileio: FileIO, batch_id: int) -> int:
+    if batch_id < 0 or not fileio.exists(f"offsets/{batch_id}"):
+        return -1
+    return int(json.loads(fileio.read_text(f"offsets/{batch_id}").splitlines()[-1])["logOffset"])
+
+
+def batch_files(checkpoint: str, batch_id: int) -> list[str]:
+    """The landing files of one micro-batch, from the file source's log in the Spark checkpoint.
+
+    ``foreachBatch`` gets an already planned batch, so reading only its file
+    column still decodes every column; the log names the files without reading them.
+    """
+    fileio = FileIO.for_uri(checkpoint)
+    first, last = _log_offset(fileio, batch_id - 1) + 1, _log_offset(fileio, batch_id)
+    logged = {e.name for e in fileio.list_dir("sources/0") if not e.name.startswith(".")}
+    entries: list[dict] = []
+    read_compacts: set[str] = set()
+    for n in range(first, last + 1):
+        if str(n) in logged:
+            entries += _log_entries(fileio, f"sources/0/{n}")
+            continue
+        compacts = sorted((int(k.split(".")[0]), k) for k in logged if k.endswith(".compact") and int(k.split(".")[0]) >= n)
+        if compacts and compacts[0][1] not in read_compacts:
+            read_compacts.add(compacts[0][1])
+            entries += _log_entries(fileio, f"sources/0/{compacts[0][1]}")
+    return sorted({e["path"] for e in entries if first <= e["batchId"] <= last})
+
+
+def copy_aside(files: dict[str, str] | list[str], target: str) -> None:
+    """Copy landing files into ``target`` (the originals stay, so a replayed batch reads them again)."""
+    out = FileIO.for_uri(target)
+    for path in files:
+        name = posixpath.basename(urllib.parse.unquote(path))
+        out.write_atomic(name, FileIO.for_uri(path).read_bytes(""), overwrite=True)

@@ -1,0 +1,110 @@
+"""``laketide.write``: upsert a table from Python, without Spark, as delta-rs's ``write_deltalake`` does.
+
+One call is one instant, written the way the streaming job writes a micro-batch the driver holds: the
+same state index and bloom filters find each key's file group, the same markers, fence and lease guard
+the commit, and the same table services (cleaning, compaction, archival, the Delta mirror) run after
+it. A later streaming job on the table finds these keys through the index, so its changes update them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from laketide.config import ConfigError, JobConfig
+from laketide.table.errors import Invalid
+from laketide.writer.batch_writer import BatchWriter, LoadedBatch
+from laketide.writer.driver_batch import DriverBatch
+from laketide.writer.preflight import check_quarantine_path
+from laketide.writer.report import BatchReport
+from laketide.writer.running import finish, make_lease, open_table, quarantine_path, start
+
+log = logging.getLogger("laketide.write")
+WRITER_ID = "laketide-write"
+
+
+def write(
+    table_uri: str,
+    data: Any,
+    *,
+    operation: Literal["upsert", "insert", "bulk_insert"] = "upsert",
+    record_key: str | list[str] | None = None,
+    partition_by: str | list[str] | None = None,
+    ordering_field: str | None = None,
+    table_type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] | None = None,
+    name: str | None = None,
+    settings: dict[str, Any] | None = None,
+    writer_id: str = WRITER_ID,
+) -> BatchReport:
+    """Write ``data`` (a pyarrow Table or RecordBatchReader, a Polars or pandas DataFrame) into the Hudi
+    table at ``table_uri`` as one instant, creating the table on first write.
+
+    ``record_key``, ``partition_by``, ``ordering_field``, ``table_type`` and ``name`` describe a new table;
+    an existing table's own settings win, and a job setting that disagrees is refused. ``settings`` takes
+    any other section of the job's configuration, as in the TOML file (``{"write": {...}, "coordinator":
+    {"lease": "zookeeper", ...}, "clean": {...}}``). ``writer_id`` names the writer in each commit; writes
+    under one id are numbered one after another.
+
+    Takes the table's lease (waiting ``coordinator.lease_wait`` seconds for a job that holds it) and
+    returns what the write did (``BatchReport``: inserts, updates, deletes, late and quarantined rows).
+    Raises a ``LaketideError``: ``Invalid`` for bad settings or data, ``Conflict`` when the lease stays held.
+    """
+    rows = _arrow(data)
+    config = _config(table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings)
+    check_quarantine_path(quarantine_path(config))
+    table = open_table(config, rows.schema)
+    lease = make_lease(config, table, job_id=f"{writer_id}-api")
+    lease.acquire(config.coordinator.lease_wait)
+    job = None
+    try:
+        job = start(config, table, lease, writer_id, BatchWriter)
+        batch_id = job.coordinator.committed_batches().get(writer_id, -1) + 1
+        writer = job.writer
+        with writer.batch_lock:
+            report = writer.run(batch_id, lambda: LoadedBatch(DriverBatch.prepare(rows, writer.spec, writer.driver_pool, writer.clock.timed), _in_utc(rows.schema), rows.schema))
+        writer.announce(report)
+        finish(job, ended_by_itself=True)
+        return report
+    finally:
+        if job is not None:
+            job.services.wait()
+            job.writer.close()
+        lease.release()
+
+
+def _config(table_uri: str, operation: str, record_key, partition_by, ordering_field, table_type, name, settings: dict | None) -> JobConfig:
+    sections = dict(settings or {})
+    table = {"path": table_uri, **sections.pop("table", {})}
+    for key, value in (("record_key", record_key), ("partition_by", partition_by), ("ordering_field", ordering_field), ("type", table_type), ("name", name)):
+        if value is not None:
+            table[key] = [value] if key in ("record_key", "partition_by") and isinstance(value, str) else value
+    if "record_key" not in table:
+        raise Invalid("laketide.write needs record_key: the column (or columns) that identify a record")
+    sections["write"] = {**sections.get("write", {}), "operation": operation}
+    try:
+        return JobConfig.model_validate({"table": table, **sections})
+    except ValueError as exc:
+        raise ConfigError(f"laketide.write settings: {exc}") from None
+
+
+def _arrow(data: Any) -> pa.Table:
+    """The rows as one Arrow table: Arrow as it is, Polars through ``to_arrow``, pandas without its index."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if hasattr(data, "to_arrow"):  # Polars, DuckDB relations
+        return data.to_arrow()
+    if type(data).__module__.startswith("pandas"):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    raise Invalid(f"laketide.write takes a pyarrow Table or RecordBatchReader, a Polars or a pandas DataFrame, not {type(data).__name__}")
+
+
+def _in_utc(schema: pa.Schema) -> pa.Schema:
+    """The schema the table's evolves by: a timestamp with a zone is an instant, kept in UTC as Spark keeps it."""
+    fields = [f.with_type(pa.timestamp(f.type.unit, tz="UTC")) if pa.types.is_timestamp(f.type) and f.type.tz else f for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
