@@ -14,6 +14,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from laketide.config import ConfigError, JobConfig
+from laketide.table import Table, TableNotFound
 from laketide.table.errors import Invalid
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
@@ -81,12 +82,26 @@ def _config(table_uri: str, operation: str, record_key, partition_by, ordering_f
         if value is not None:
             table[key] = [value] if key in ("record_key", "partition_by") and isinstance(value, str) else value
     if "record_key" not in table:
-        raise Invalid("laketide.write needs record_key: the column (or columns) that identify a record")
+        table = {**_settings_of_existing(table_uri), **table}
     sections["write"] = {**sections.get("write", {}), "operation": operation}
     try:
         return JobConfig.model_validate({"table": table, **sections})
     except ValueError as exc:
         raise ConfigError(f"laketide.write settings: {exc}") from None
+
+
+def _settings_of_existing(table_uri: str) -> dict[str, Any]:
+    """An existing table's own settings, so that writing to it needs none; a new table needs its record key."""
+    try:
+        existing = Table.open(table_uri).config
+    except TableNotFound:
+        raise Invalid(f"no table at {table_uri} yet: laketide.write needs record_key (the column or columns that identify a record) to create it") from None
+    return {
+        "record_key": existing.record_key_fields,
+        "partition_by": existing.partition_fields,
+        "ordering_field": existing.ordering_field,
+        "name": existing.name,
+    }
 
 
 def _arrow(data: Any) -> pa.Table:
