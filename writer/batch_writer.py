@@ -16,37 +16,33 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import pyarrow as pa
 
 from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, LeaseLost
 from laketide.coordinator.services import ServiceFailures
-from laketide.index.assigner import EXISTED, FILE_ID, PARTITION, AssignPlan, SmallFileGroup, UncoveredGroup
+from laketide.index.assigner import EXISTED, FILE_ID, PARTITION
 from laketide.index.state import StateIndex
-from laketide.index.sync import ForeignWrites, foreign_writes
+from laketide.index.sync import ForeignWrites
 from laketide.table import Table
-from laketide.table.commit import SCHEMA_KEY
+from laketide.table.commit import SCHEMA_KEY, WriteStat
 from laketide.table.damage import TableDamaged
 from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
-from laketide.table.properties import EVENT_TIME
-from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json, evolve, with_meta_schema
-from laketide.table.timeline import Timeline
-from laketide.table.view import FileSlice, FileSystemView
+from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json
 from laketide.table.view_sync import ViewSync
 from laketide.writer import stages
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.landing import copy_aside
-from laketide.writer.log_writer import LogTarget
 from laketide.writer.prepare import PrepareSpec
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.report import BatchReport, WriterStatus
-from laketide.writer.slots import balanced_slots
+from laketide.writer.planning import plan_instant
 
 log = logging.getLogger("laketide.job")
-DEFAULT_RECORD_SIZE = 1024
+T = TypeVar("T")
 # write.operation -> Hudi's WriteOperationType, recorded in every commit
 OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete_partition": "DELETE_PARTITION"}
 
@@ -83,12 +79,18 @@ class LoadedBatch:
     bad_files: dict[str, str] = field(default_factory=dict)
 
 
-def _record_size(timeline: Timeline) -> int:
-    """Bytes per record in the table's recent base files (Hudi's average record size estimate)."""
-    writes = timeline.completed_writes()[-5:]
-    stats = [s for i in writes for s in timeline.commit_metadata(i).write_stats() if s.num_writes]
-    total = sum(s.num_writes for s in stats)
-    return max(64, sum(s.file_size_in_bytes for s in stats) // total) if total else DEFAULT_RECORD_SIZE
+@dataclass
+class StagedWrite:
+    """An instant whose files are written and marked, not yet committed (``BatchWriter.commit_staged``)."""
+
+    batch_id: int
+    instant: str
+    report: BatchReport
+    stats: list[WriteStat]
+    extra: dict[str, str]
+    replaced: dict[str, list[str]]
+    written: list[tuple[str, str]]  # (partition, file id) of every file group written
+    foreign: ForeignWrites
 
 
 class BatchWriter:
@@ -163,48 +165,67 @@ class BatchWriter:
         if self.coordinator.is_committed(batch_id):
             return BatchReport(batch_id, None, skipped=True)
         loaded = load()
-        batch, bad_files = loaded.batch, loaded.bad_files
         self.clock.lap("read")
         try:
-            if batch.records + len(bad_files) == 0:
+            if loaded.batch.records + len(loaded.bad_files) == 0:
                 # no instant for an empty micro-batch: an idle stream must not fill the timeline
                 return BatchReport(batch_id, None, skipped=True, empty=True)
-            instant = self.coordinator.begin(batch_id, self.action, OPERATION_TYPES[self.operation])
-            if instant is None:
+            staged = self.stage(batch_id, loaded)
+            if staged is None:
                 return BatchReport(batch_id, None, skipped=True)
-            self._on_step("begun", batch_id)
-            try:
-                report = self._write(loaded, batch_id, instant)
-            except LeaseLost:
-                log.error("micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back", batch_id, instant)
-                raise
-            except BaseException as failure:
-                self.metrics.micro_batches.labels("failed").inc()
-                damage = failure if isinstance(failure, TableDamaged) else TableDamaged.from_text(str(failure))
-                if damage is not None:
-                    # no rollback either: nothing is written once the table is found damaged; the next
-                    # start rolls the instant back, after the operator has dealt with the file
-                    log.error("micro-batch %s (instant %s) stopped: %s", batch_id, instant, damage)
-                    self.failures.stop_with(damage)
-                    raise damage from None
-                log.exception("micro-batch %s (instant %s) failed; rolling it back", batch_id, instant)
-                self.coordinator.rollback(instant, force=True)
-                raise
+            report = self.commit_staged(staged)
         finally:
-            batch.release()
+            loaded.batch.release()
         # the instant is completed: what runs after it may fail, but never undoes it
-        self._services(instant)
+        self._services(staged.instant)
         report.seconds = time.monotonic() - started
         report.stage_seconds = self.clock.report()
-        report.ran_on = batch.ran_on
+        report.ran_on = loaded.batch.ran_on
+        self._count(report)
+        return report
+
+    def stage(self, batch_id: int, loaded: LoadedBatch) -> StagedWrite | None:
+        """Begin an instant and write its files, marked, without completing it; ``None`` when the batch is
+        committed already. ``commit_staged`` completes it; an instant left staged is what a writer that
+        died before its commit leaves, and the next holder of the lease rolls it back."""
+        instant = self.coordinator.begin(batch_id, self.action, OPERATION_TYPES[self.operation])
+        if instant is None:
+            return None
+        self._on_step("begun", batch_id)
+        return self._guarded(batch_id, instant, lambda: self._write(loaded, batch_id, instant))
+
+    def commit_staged(self, staged: StagedWrite) -> BatchReport:
+        """Complete a staged instant, while the lease holds: its index coverage, then its commit."""
+        self._guarded(staged.batch_id, staged.instant, lambda: self._commit(staged))
+        return staged.report
+
+    def _guarded(self, batch_id: int, instant: str, action: Callable[[], T]) -> T:
+        """``action`` on a begun instant: a failure rolls the instant back, except where nothing more may be
+        written (a lost lease, a damaged table), which leaves it to the next start."""
+        try:
+            return action()
+        except LeaseLost:
+            log.error("micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back", batch_id, instant)
+            raise
+        except BaseException as failure:
+            self.metrics.micro_batches.labels("failed").inc()
+            damage = failure if isinstance(failure, TableDamaged) else TableDamaged.from_text(str(failure))
+            if damage is not None:
+                log.error("micro-batch %s (instant %s) stopped: %s", batch_id, instant, damage)
+                self.failures.stop_with(damage)
+                raise damage from None
+            log.exception("micro-batch %s (instant %s) failed; rolling it back", batch_id, instant)
+            self.coordinator.rollback(instant, force=True)
+            raise
+
+    def _count(self, report: BatchReport) -> None:
         self.metrics.micro_batches.labels("committed").inc()
         self.metrics.records.inc(report.records)
         self.metrics.quarantined.inc(report.quarantined)
         self.metrics.commit_seconds.observe(report.seconds)
-        self.status.last_instant = instant
+        self.status.last_instant = report.instant
         self.status.quarantined_total += report.quarantined
         self.status.recent = (self.status.recent + [report])[-20:]
-        return report
 
     def announce(self, report: BatchReport) -> None:
         """Log a micro-batch's line and tell the observers; then stop if a table service failed too often."""
@@ -220,76 +241,7 @@ class BatchWriter:
     # -- the stages ---------------------------------------------------------
 
     def _plan(self, instant: str, incoming: pa.Schema) -> tuple[stages.BatchPlan, ForeignWrites]:
-        timeline = self.table.timeline
-        view = self.views.view(timeline)
-        latest = view.latest_slices()
-        slices = [s for s in latest if s.base_file is not None]
-        current = {(s.partition, s.file_id): s.base_file.name for s in slices}
-        live = {(s.partition, s.file_id): s.base_file.path for s in slices}
-        committed = {i.timestamp for i in timeline.completed_writes()}
-        snapshot = self.index.snapshot(committed, timeline.start)
-        foreign = foreign_writes(timeline)
-        if foreign.everything or foreign.touched:
-            log.info("instant %s: %s changed by other writers; their keys are probed again", instant, "every file group" if foreign.everything else f"{len(foreign.touched)} file groups")
-        still_covered = set() if foreign.everything else snapshot.covered - foreign.touched
-        uncovered = frozenset(set(current) - still_covered)
-        write = self.config.write
-        record_size = _record_size(timeline)
-        settings = self.table.config
-        assign = AssignPlan(
-            instant,
-            self.index.shards,
-            settings.ordering_field,
-            max(1, write.target_file_size // record_size),
-            live=live,
-            lookup=self.operation != "insert",
-            global_keys=self.index.global_keys,
-            event_time=settings.merge_mode == EVENT_TIME and settings.ordering_field is not None,
-        )
-        for s in slices:
-            key = (s.partition, s.file_id)
-            if key in uncovered:
-                logs = tuple(lf.path for lf in s.log_files)
-                assign.uncovered.setdefault(s.partition, []).append(UncoveredGroup(s.partition, s.file_id, s.base_file.path, logs))
-            elif s.size < write.small_file_limit:
-                capacity = (write.target_file_size - s.size) // record_size
-                if capacity > 0:
-                    assign.small_groups.setdefault(assign.owner_of(s.file_id), []).append(SmallFileGroup(s.partition, s.file_id, capacity))
-        # checked at start; a schema another writer changed since then is checked again here
-        schema = evolve(self.table.schema(timeline), incoming)
-        plan = stages.BatchPlan(
-            table_uri=self.table.uri,
-            instant=instant,
-            assign=assign,
-            index=snapshot,
-            current=current,
-            uncovered=uncovered,
-            table_schema=schema,
-            avro_schema=avro_schema_json(with_meta_schema(schema), self.table.name),
-            bloom_type=write.bloom_type,
-            partition_depth=len(settings.partition_fields),
-            ordering_field=settings.ordering_field if settings.merge_mode == EVENT_TIME else None,
-            target_file_size=write.target_file_size,
-            log_targets=self._log_targets(view, slices) if self.merge_on_read else None,
-            write_slots=balanced_slots({s.file_id: s.size for s in slices}, write.parallelism),
-            write_tasks=write.parallelism,
-            table_empty=not latest,
-        )
-        return plan, foreign
-
-    @staticmethod
-    def _log_targets(view: FileSystemView, slices: list[FileSlice]) -> dict[tuple[str, str], LogTarget]:
-        """Merge-on-read: each live file group's next log file, on its latest committed slice.
-
-        Also while a compaction of the group is pending: its commit carries such logs over
-        to the slice it starts (``writer.compactor``), so every reader sees them throughout.
-        """
-        targets = {}
-        for s in slices:
-            version = view.next_log_version(s.partition, s.file_id, s.base_instant)
-            paths = ((s.base_file.path,) if s.base_file else ()) + tuple(lf.path for lf in s.log_files)
-            targets[(s.partition, s.file_id)] = LogTarget(s.partition, s.file_id, s.base_instant, s.base_file.name if s.base_file else None, version, paths)
-        return targets
+        return plan_instant(self.table, self.views, self.index, self.config.write, instant, incoming)
 
     def _quarantine(self, batch: MicroBatch, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
         """Rows with their reason, and whole landing files that could not be read, copied aside."""
@@ -302,7 +254,7 @@ class BatchWriter:
         log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, batch.bad_rows, len(bad_files), target)
         return batch.bad_rows + len(bad_files)
 
-    def _write(self, loaded: LoadedBatch, batch_id: int, instant: str) -> BatchReport:
+    def _write(self, loaded: LoadedBatch, batch_id: int, instant: str) -> StagedWrite:
         batch, bad_files = loaded.batch, loaded.bad_files
         quarantined = self._quarantine(batch, bad_files, batch_id, instant)
         self.clock.lap("quarantine")
@@ -319,13 +271,7 @@ class BatchWriter:
         self.clock.lap("write")
         self._on_step("written", batch_id)
         stats = [stat for stat in map(stages.stat_of, statuses) if stat is not None]
-        written = [(r["partition"], r["file_id"]) for r in statuses]
-        self.index.write_coverage(instant, written, uncovered=foreign.touched, uncover_all=foreign.everything)
-        extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata()}
-        self.coordinator.commit(instant, stats, extra, action=self.action, operation=OPERATION_TYPES[self.operation], replaced_file_ids=replaced)
-        self.clock.lap("commit")
-        self._on_step("committed", batch_id)
-        return BatchReport(
+        report = BatchReport(
             batch_id,
             instant,
             records=batch.records + len(bad_files),
@@ -337,6 +283,16 @@ class BatchWriter:
             late=sum(r["late"] for r in statuses),
             replaced=sum(len(ids) for ids in replaced.values()),
         )
+        extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata()}
+        return StagedWrite(batch_id, instant, report, stats, extra, replaced, [(r["partition"], r["file_id"]) for r in statuses], foreign)
+
+    def _commit(self, staged: StagedWrite) -> None:
+        foreign = staged.foreign
+        self.index.write_coverage(staged.instant, staged.written, uncovered=foreign.touched, uncover_all=foreign.everything)
+        operation = OPERATION_TYPES[self.operation]
+        self.coordinator.commit(staged.instant, staged.stats, staged.extra, action=self.action, operation=operation, replaced_file_ids=staged.replaced)
+        self.clock.lap("commit")
+        self._on_step("committed", staged.batch_id)
 
     def _file_groups_to_replace(self, batch: MicroBatch, plan: stages.BatchPlan) -> dict[str, list[str]]:
         """delete_partition: every file group of the partitions to delete, by partition.

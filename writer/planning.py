@@ -1,0 +1,110 @@
+"""Planning one instant: what the stages need to know before any record moves.
+
+Read from the table's timeline and the job's synced view, once per instant, on the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+
+from laketide.config import WriteSection
+from laketide.index.assigner import AssignPlan, SmallFileGroup, UncoveredGroup
+from laketide.index.state import StateIndex
+from laketide.index.sync import ForeignWrites, foreign_writes
+from laketide.table import Table
+from laketide.table.properties import EVENT_TIME
+from laketide.table.schema import avro_schema_json, evolve, with_meta_schema
+from laketide.table.timeline import Timeline
+from laketide.table.view import FileSlice, FileSystemView
+from laketide.table.view_sync import ViewSync
+from laketide.writer import stages
+from laketide.writer.log_writer import LogTarget
+from laketide.writer.slots import balanced_slots
+
+log = logging.getLogger("laketide.job")
+DEFAULT_RECORD_SIZE = 1024
+
+
+def _record_size(timeline: Timeline) -> int:
+    """Bytes per record in the table's recent base files (Hudi's average record size estimate)."""
+    writes = timeline.completed_writes()[-5:]
+    stats = [s for i in writes for s in timeline.commit_metadata(i).write_stats() if s.num_writes]
+    total = sum(s.num_writes for s in stats)
+    return max(64, sum(s.file_size_in_bytes for s in stats) // total) if total else DEFAULT_RECORD_SIZE
+
+
+def plan_instant(table: Table, views: ViewSync, index: StateIndex, write: WriteSection, instant: str, incoming: pa.Schema) -> tuple[stages.BatchPlan, ForeignWrites]:
+    """What the stages of one instant need: where each key may live (the index snapshot, the groups it
+    does not cover, the small groups with room), the schema, the write slots and, on merge-on-read, each
+    group's next log file. Other writers' commits since the last instant uncover the groups they touched."""
+    timeline = table.timeline
+    view = views.view(timeline)
+    latest = view.latest_slices()
+    slices = [s for s in latest if s.base_file is not None]
+    current = {(s.partition, s.file_id): s.base_file.name for s in slices}
+    live = {(s.partition, s.file_id): s.base_file.path for s in slices}
+    committed = {i.timestamp for i in timeline.completed_writes()}
+    snapshot = index.snapshot(committed, timeline.start)
+    foreign = foreign_writes(timeline)
+    if foreign.everything or foreign.touched:
+        log.info("instant %s: %s changed by other writers; their keys are probed again", instant, "every file group" if foreign.everything else f"{len(foreign.touched)} file groups")
+    still_covered = set() if foreign.everything else snapshot.covered - foreign.touched
+    uncovered = frozenset(set(current) - still_covered)
+    record_size = _record_size(timeline)
+    settings = table.config
+    assign = AssignPlan(
+        instant,
+        index.shards,
+        settings.ordering_field,
+        max(1, write.target_file_size // record_size),
+        live=live,
+        lookup=write.operation != "insert",
+        global_keys=index.global_keys,
+        event_time=settings.merge_mode == EVENT_TIME and settings.ordering_field is not None,
+    )
+    for s in slices:
+        key = (s.partition, s.file_id)
+        if key in uncovered:
+            logs = tuple(lf.path for lf in s.log_files)
+            assign.uncovered.setdefault(s.partition, []).append(UncoveredGroup(s.partition, s.file_id, s.base_file.path, logs))
+        elif s.size < write.small_file_limit:
+            capacity = (write.target_file_size - s.size) // record_size
+            if capacity > 0:
+                assign.small_groups.setdefault(assign.owner_of(s.file_id), []).append(SmallFileGroup(s.partition, s.file_id, capacity))
+    # checked at start; a schema another writer changed since then is checked again here
+    schema = evolve(table.schema(timeline), incoming)
+    plan = stages.BatchPlan(
+        table_uri=table.uri,
+        instant=instant,
+        assign=assign,
+        index=snapshot,
+        current=current,
+        uncovered=uncovered,
+        table_schema=schema,
+        avro_schema=avro_schema_json(with_meta_schema(schema), table.name),
+        bloom_type=write.bloom_type,
+        partition_depth=len(settings.partition_fields),
+        ordering_field=settings.ordering_field if settings.merge_mode == EVENT_TIME else None,
+        target_file_size=write.target_file_size,
+        log_targets=_log_targets(view, slices) if settings.table_type == "MERGE_ON_READ" else None,
+        write_slots=balanced_slots({s.file_id: s.size for s in slices}, write.parallelism),
+        write_tasks=write.parallelism,
+        table_empty=not latest,
+    )
+    return plan, foreign
+
+
+def _log_targets(view: FileSystemView, slices: list[FileSlice]) -> dict[tuple[str, str], LogTarget]:
+    """Merge-on-read: each live file group's next log file, on its latest committed slice.
+
+    Also while a compaction of the group is pending: its commit carries such logs over
+    to the slice it starts (``writer.compactor``), so every reader sees them throughout.
+    """
+    targets = {}
+    for s in slices:
+        version = view.next_log_version(s.partition, s.file_id, s.base_instant)
+        paths = ((s.base_file.path,) if s.base_file else ()) + tuple(lf.path for lf in s.log_files)
+        targets[(s.partition, s.file_id)] = LogTarget(s.partition, s.file_id, s.base_instant, s.base_file.name if s.base_file else None, version, paths)
+    return targets
