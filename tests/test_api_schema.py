@@ -10,7 +10,7 @@ from laketide.api.app import create_app
 from laketide.api.server import ApiServer
 from laketide.coordinator import LocalLease
 
-from localwrite import history
+from writes import history
 
 
 @pytest.fixture(scope="module")

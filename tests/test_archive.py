@@ -18,7 +18,7 @@ from laketide.table.files import BaseFile
 from laketide.table.instant import CLEAN, COMMIT, Instant, State
 from laketide.table.logfile import Header, avro_data_block, avro_payloads, avro_records, read_blocks
 
-from localwrite import upsert
+from writes import upsert
 from conftest import FIXTURES
 from test_clean import SCHEMA, history, state
 from test_rollback_crash import CrashingFileIO, SimulatedCrash

@@ -19,7 +19,7 @@ from laketide.coordinator import Coordinator, LocalLease
 
 from chaoslib import free_port
 from conftest import hudi_read, rows
-from localwrite import history
+from writes import history
 
 CLI = str(Path(sys.executable).with_name("laketide"))
 

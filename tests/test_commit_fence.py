@@ -24,7 +24,7 @@ from laketide.table.markers import CREATE, TEMP_DIR, WriteMarkers, marked_instan
 from laketide.table.schema import avro_schema_json, data_schema
 
 from conftest import hudi_read, rows
-from localwrite import upsert, write_file_groups
+from writes import stage, upsert
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 
@@ -62,14 +62,10 @@ def state(path) -> list[dict]:
     return rows(hudi_read(path), "id", ["id", "v", "region"])
 
 
-def begin_and_write(table, coordinator, batch_id, recs, mark=True):
-    """A micro-batch written but not committed; its files are marked first, as tasks do."""
-    instant = coordinator.begin(batch_id)
-    stats = write_file_groups(table, instant, pa.Table.from_pylist(recs, schema=SCHEMA), SCHEMA)
-    if mark:
-        for s in stats:
-            WriteMarkers(table.io, instant).create(s.path, CREATE)
-    return instant, stats
+def begin_and_write(table, coordinator, batch_id, recs):
+    """A micro-batch written, its files marked, not committed."""
+    staged = stage(table, coordinator, batch_id, recs, SCHEMA)
+    return staged.instant, staged.stats
 
 
 def commit(table, coordinator, instant, stats):

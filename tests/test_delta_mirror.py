@@ -16,7 +16,7 @@ from laketide.table.delta_log import LAST_CHECKPOINT, DeltaLog
 from laketide.table.delta_mirror import DeltaMirror
 
 from conftest import hudi_read, rows
-from localwrite import upsert
+from writes import upsert
 from test_clean import SCHEMA, history, state
 
 COLUMNS = ["id", "v", "region"]

@@ -16,7 +16,7 @@ from laketide.table.schema import avro_schema_json
 from laketide.spark.job import run
 
 from conftest import hudi_read, rows
-from localwrite import upsert, write_file_groups
+from foreign_writer import foreign_upsert, write_file_groups
 from streaming import DATA_COLUMNS, Model, job_config, land, row
 from test_clean import SCHEMA
 
@@ -96,14 +96,14 @@ def test_foreign_writes_from_the_timeline(tmp_path):
     lease.acquire()
     coordinator = Coordinator(table, lease, "w")
     assert foreign_writes(table.timeline) == ForeignWrites((), frozenset())
-    first = upsert(table, coordinator, 0, [{"id": 1, "v": 1, "region": "eu"}], SCHEMA)
+    first = foreign_upsert(table, coordinator, 0, [{"id": 1, "v": 1, "region": "eu"}], SCHEMA)
     # only writes that keep no index: nothing tells what they changed, so every group is uncovered
     found = foreign_writes(table.timeline)
     assert found.everything and found.seen == (first,)
     # an index-keeping commit accounts for them; a later foreign write is found with the groups it touched
     instant = coordinator.begin(1)
     coordinator.commit(instant, [], found.commit_metadata())
-    later = upsert(table, coordinator, 2, [{"id": 2, "v": 1, "region": "us"}], SCHEMA)
+    later = foreign_upsert(table, coordinator, 2, [{"id": 2, "v": 1, "region": "us"}], SCHEMA)
     found = foreign_writes(Table.open(table.uri).timeline)
     assert not found.everything and found.seen == (first, later)
     assert {p for p, _ in found.touched} == {"us"}

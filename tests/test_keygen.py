@@ -104,7 +104,7 @@ def test_a_one_field_complex_key_table_keeps_the_encoding_its_data_has(tmp_path,
     from laketide.table.properties import TableConfig
     from laketide.writer.preflight import complex_key_encoding
 
-    from localwrite import upsert
+    from writes import upsert
 
     table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region", "day"], "v")
     assert table.config.complex_key, "two partition fields make it ComplexKeyGenerator"

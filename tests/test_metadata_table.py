@@ -17,7 +17,7 @@ from laketide.table.properties import PROPERTIES_FILE, format_properties, parse_
 from laketide.writer.preflight import JobRefused, check_writable
 
 from conftest import hudi_read, rows
-from localwrite import upsert
+from writes import upsert
 
 CLI = str(Path(sys.executable).with_name("laketide"))
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])

@@ -13,7 +13,7 @@ from laketide.table.instant import ROLLBACK, State
 from laketide.table.rollback import RollbackMetadata
 
 from conftest import hudi_read, rows
-from localwrite import upsert
+from writes import upsert
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 

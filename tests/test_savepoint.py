@@ -20,7 +20,7 @@ from laketide.table.instant import RESTORE, ROLLBACK, SAVEPOINT, State
 from laketide.table.savepoint import savepointed_files
 from laketide.table.timeline import InstantNotFound
 
-from localwrite import upsert
+from writes import upsert
 from test_archive import java_container_read
 from test_clean import SCHEMA, base_files, history, state
 from test_rollback_crash import CrashingFileIO, SimulatedCrash

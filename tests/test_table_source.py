@@ -11,7 +11,7 @@ from laketide.spark.job import run
 from laketide.spark.table_source import LaketideDataSource
 
 from conftest import hudi_read, rows
-from localwrite import upsert
+from writes import upsert
 from streaming import DATA_COLUMNS, job_config, land_all
 from test_clean import SCHEMA, history
 

@@ -12,7 +12,7 @@ from laketide.table.clean import CleanPolicy, Retention
 from laketide.table.files import table_relative
 from laketide.table.view_sync import ViewSync
 
-from localwrite import upsert
+from writes import upsert
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 

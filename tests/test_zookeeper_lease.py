@@ -14,7 +14,7 @@ from laketide.table import Table
 
 from chaoslib import free_port
 from conftest import hudi_read, rows
-from localwrite import upsert, write_file_groups
+from writes import stage, upsert
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 
@@ -55,8 +55,8 @@ def test_second_writer_waits_then_takes_over_with_higher_epoch(zookeeper, tmp_pa
     assert second.current_holder().job_id == "job-a"
 
     # the first writer gets an instant in flight, with files written
-    instant = a.begin(2)
-    stats = write_file_groups(table, instant, pa.Table.from_pylist([{"id": 9, "v": 2, "region": "eu"}], SCHEMA), SCHEMA)
+    staged = stage(table, a, 2, [{"id": 9, "v": 2, "region": "eu"}], SCHEMA)
+    instant, stats = staged.instant, staged.stats
     assert table.file_system_view().uncommitted_files(instant)
 
     expire_session(first, zookeeper)

@@ -1,7 +1,10 @@
-"""Writing a table without Spark, for tests of the format and the lifecycle.
+"""A stand-in for Hudi's other writers, whose layouts laketide never writes itself: clustering (every key
+into a new file group, under a replacecommit) and small-file inserts into a group chosen by the test.
 
-Routing is the simplest correct one: a key already in the table goes back to
-its file group; new keys of a partition go to one new file group per commit.
+Like those writers it keeps no laketide state index: tests of how laketide meets their commits
+(``index.sync``) write them with this. Every other test writes through the product (``writes.py``).
+A key already in the table goes back to its file group; new keys of a partition go to one new file
+group per commit.
 """
 
 from __future__ import annotations
@@ -9,9 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from laketide.coordinator import Coordinator, LocalLease
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
 from laketide.table.files import new_file_id
@@ -20,7 +21,6 @@ from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
 from laketide.table.keygen import partition_paths, record_keys
 
-from conftest import hudi_read, rows
 
 
 def write_file_groups(
@@ -57,39 +57,9 @@ def write_file_groups(
     return stats
 
 
-def upsert(table: Table, coordinator: Coordinator, batch_id: int, records: list[dict], schema: pa.Schema, commit: bool = True):
-    """One micro-batch through begin, bucket writes and commit. Returns the instant, or None on replay."""
+def foreign_upsert(table: Table, coordinator, batch_id: int, records: list[dict], schema: pa.Schema) -> str:
+    """One commit as such a writer makes it: its files and its commit, and no index."""
     instant = coordinator.begin(batch_id)
-    if instant is None:
-        return None
-    data = pa.Table.from_pylist(records, schema=schema)
-    stats = write_file_groups(table, instant, data, schema)
-    if commit:
-        coordinator.commit(instant, stats, {SCHEMA_KEY: avro_schema_json(data_schema(schema), table.name)})
+    stats = write_file_groups(table, instant, pa.Table.from_pylist(records, schema=schema), schema)
+    coordinator.commit(instant, stats, {SCHEMA_KEY: avro_schema_json(data_schema(schema), table.name)})
     return instant
-
-
-def key_set(table: pa.Table, column: str = RECORD_KEY) -> list:
-    return sorted(pc.unique(table[column]).to_pylist()) if table.num_rows else []
-
-
-HISTORY_SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
-
-
-def history(path, width: int):
-    """Three commits of ``width`` rows each (keys overlap), then a dangling instant; the lease free again.
-
-    Returns (table, instants, hudi-rs rows after each commit, dangling instant).
-    """
-    table = Table.create(str(path), "t", ["id"], ["region"], "v")
-    lease = LocalLease.for_table(table.uri, job_id="writer")
-    lease.acquire()
-    coordinator = Coordinator(table, lease, "w")
-    instants, states = [], []
-    for n in range(3):
-        records = [{"id": i, "v": n, "region": "us" if i % 2 else "eu"} for i in range(n, n + width)]
-        instants.append(upsert(table, coordinator, n, records, HISTORY_SCHEMA))
-        states.append(rows(hudi_read(table.uri), "id", ["id", "v", "region"]))
-    dangling = upsert(table, coordinator, 9, [{"id": 77, "v": 9, "region": "us"}], HISTORY_SCHEMA, commit=False)
-    lease.release()
-    return table, instants, states, dangling

@@ -1,0 +1,74 @@
+"""Writing test tables through the product: ``BatchWriter``, the core the streaming job and ``laketide.write``
+share (state index, blooms, markers, fence), on a coordinator the test chooses."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from laketide.config import JobConfig
+from laketide.coordinator import Coordinator, LocalLease
+from laketide.index.state import StateIndex
+from laketide.table import Table
+from laketide.writer.batch_writer import BatchWriter, LoadedBatch, StagedWrite
+from laketide.writer.driver_batch import DriverBatch
+from laketide.writer.running import quarantine_path
+
+from conftest import hudi_read, rows
+
+
+def batch_writer(table: Table, coordinator: Coordinator, **write) -> BatchWriter:
+    config = JobConfig.model_validate(
+        {"table": {"path": table.uri, "record_key": table.config.record_key_fields}, "write": {"index_shards": 2, "parallelism": 2, **write}}
+    )
+    index = StateIndex.open(table.io, config.write.index_shards, config.index.global_)
+    return BatchWriter(config, table, coordinator, index, quarantine_path(config))
+
+
+def _loaded(writer: BatchWriter, records: list[dict], schema: pa.Schema) -> LoadedBatch:
+    data = pa.Table.from_pylist(records, schema=schema)
+    return LoadedBatch(DriverBatch.prepare(data, writer.spec, writer.driver_pool, writer.clock.timed), data.schema, data.schema)
+
+
+def stage(table: Table, coordinator: Coordinator, batch_id: int, records: list[dict], schema: pa.Schema, **write) -> StagedWrite | None:
+    """One micro-batch begun and written, its files marked, not committed: as a writer leaves it that dies before its commit."""
+    writer = batch_writer(table, coordinator, **write)
+    try:
+        return writer.stage(batch_id, _loaded(writer, records, schema))
+    finally:
+        writer.close()
+
+
+def upsert(table: Table, coordinator: Coordinator, batch_id: int, records: list[dict], schema: pa.Schema, commit: bool = True, **write) -> str | None:
+    """One micro-batch through begin, the stages and commit (``write``: settings of the write section). Returns
+    the instant, or None on replay."""
+    if not commit:
+        staged = stage(table, coordinator, batch_id, records, schema, **write)
+        return staged.instant if staged else None
+    writer = batch_writer(table, coordinator, **write)
+    try:
+        report = writer.run(batch_id, lambda: _loaded(writer, records, schema))
+    finally:
+        writer.close()
+    return report.instant
+
+
+HISTORY_SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
+
+
+def history(path, width: int):
+    """Three commits of ``width`` rows each (keys overlap), then a dangling instant; the lease free again.
+
+    Returns (table, instants, hudi-rs rows after each commit, dangling instant).
+    """
+    table = Table.create(str(path), "t", ["id"], ["region"], "v")
+    lease = LocalLease.for_table(table.uri, job_id="writer")
+    lease.acquire()
+    coordinator = Coordinator(table, lease, "w")
+    instants, states = [], []
+    for n in range(3):
+        records = [{"id": i, "v": n, "region": "us" if i % 2 else "eu"} for i in range(n, n + width)]
+        instants.append(upsert(table, coordinator, n, records, HISTORY_SCHEMA))
+        states.append(rows(hudi_read(table.uri), "id", ["id", "v", "region"]))
+    dangling = upsert(table, coordinator, 9, [{"id": 77, "v": 9, "region": "us"}], HISTORY_SCHEMA, commit=False)
+    lease.release()
+    return table, instants, states, dangling
