@@ -24,10 +24,21 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from laketide.coordinator.actions import TimelineAction
 from laketide.coordinator.lifecycle import Coordinator
 from laketide.table.archive import ArchivedTimeline, archived_entry
 from laketide.table.clean import failed_writes, retained_by_last_clean
-from laketide.table.instant import CLEAN, COMMIT, COMPACTION, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, Instant, State
+from laketide.table.errors import Invalid
+from laketide.table.instant import (
+    CLEAN,
+    COMMIT,
+    COMPACTION,
+    ROLLBACK,
+    SAVEPOINT,
+    WRITE_ACTIONS,
+    Instant,
+    State,
+)
 from laketide.table.markers import marked_instants
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.timeline import Timeline
@@ -85,9 +96,10 @@ class Archiver:
         """``index_instants`` gives the instant times of the state index's delta runs (``StateIndex.instants``);
         ``view`` the file-system view of a timeline (the job passes its synced view)."""
         if not 0 < min_commits < max_commits:
-            raise ValueError(f"archive needs 0 < min_commits < max_commits; got {min_commits} and {max_commits}")
+            raise Invalid(f"archive needs 0 < min_commits < max_commits; got {min_commits} and {max_commits}")
         self.coordinator = coordinator
         self.table = coordinator.table
+        self.steps = TimelineAction(coordinator, "archive")  # archival only removes timeline files
         self.min_commits = min_commits
         self.max_commits = max_commits
         self.archived = ArchivedTimeline(self.table.io, self.table.config.archive_dir)
@@ -151,9 +163,7 @@ class Archiver:
 
     def _delete(self, files: list[Instant]) -> None:
         """Requested and inflight files first, then completed ones oldest first: no moment shows a gap or a false pending write."""
-        writer = self.coordinator.timeline_writer
-        for instant in [i for i in files if not i.is_completed] + [i for i in files if i.is_completed]:
-            writer.delete(instant)
+        self.steps.remove(*[i for i in files if not i.is_completed], *[i for i in files if i.is_completed])
 
     def _timeline_files(self, timeline: Timeline, chosen: list[Instant]) -> list[Instant]:
         """Every timeline file (requested, inflight, completed) of the chosen instants that is on storage."""

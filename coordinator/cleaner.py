@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from laketide.coordinator.actions import TimelineAction
 from laketide.coordinator.lifecycle import Coordinator
 from laketide.table.clean import CleanerPlan, CleanMetadata, Retention, plan_clean
-from laketide.table.instant import CLEAN, Instant, State
+from laketide.table.instant import CLEAN, State
 from laketide.table.savepoint import savepointed_files
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
@@ -45,6 +46,7 @@ class Cleaner:
         self.retention = retention
         self._obsolete_side_files = obsolete_side_files or (lambda: [])
         self._view = view or self.table.file_system_view
+        self.steps = TimelineAction(coordinator, CLEAN)
 
     def plan(self) -> CleanerPlan:
         return self._plan(self.table.timeline)
@@ -68,10 +70,8 @@ class Cleaner:
         side = [p for p in self._obsolete_side_files() if self.table.io.delete(p)]
         if plan.is_empty():
             return CleanResult(None, plan.earliest_to_retain, side)
-        clean_time = coordinator.clock.next(after=timeline.last_timestamp)
-        requested = Instant(clean_time, CLEAN, State.REQUESTED)
-        body = plan.to_bytes(self.table.io.full_path(""))
-        coordinator.retry.run(lambda: coordinator.timeline_writer.write(requested, body), f"plan clean {clean_time}")
+        clean_time = self.steps.new_time(timeline)
+        self.steps.request(clean_time, plan.to_bytes(self.table.io.full_path("")))
         deleted = self._execute(clean_time, plan, progress)
         return CleanResult(clean_time, plan.earliest_to_retain, deleted + side)
 
@@ -79,14 +79,12 @@ class Cleaner:
         coordinator, io = self.coordinator, self.table.io
         started = time.monotonic()
         coordinator.hold()
-        writer = coordinator.timeline_writer
-        writer.write(Instant(clean_time, CLEAN, State.INFLIGHT), plan.to_bytes(io.full_path("")))
+        self.steps.start(clean_time, plan.to_bytes(io.full_path("")))
         for done, path in enumerate(plan.files, 1):
             io.delete(path)
             if progress is not None:
                 progress(done, len(plan.files))
         metadata = CleanMetadata(clean_time, plan, list(plan.files), [], int((time.monotonic() - started) * 1000))
-        completed = Instant(clean_time, CLEAN, State.COMPLETED)
-        coordinator.retry.run(lambda: coordinator.write_completed(completed, metadata.to_bytes()), f"complete clean {clean_time}")
+        self.steps.complete(clean_time, metadata.to_bytes())
         log.info("cleaned with %s: %d files deleted, reads from %s on kept", clean_time, len(plan.files), plan.earliest_to_retain)
         return list(plan.files)

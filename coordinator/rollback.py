@@ -21,9 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from laketide.coordinator.actions import TimelineAction
 from laketide.coordinator.rollback_guard import RollbackRefused, refuse_loss
 from laketide.coordinator.sweep import written_by
-from laketide.table.instant import COMMIT, COMPACTION, ROLLBACK, WRITE_ACTIONS, Instant, State, validate_instant_time
+from laketide.table.instant import (
+    COMMIT,
+    COMPACTION,
+    ROLLBACK,
+    WRITE_ACTIONS,
+    Instant,
+    State,
+    validate_instant_time,
+)
 from laketide.table.markers import WriteMarkers
 from laketide.table.rollback import RollbackMetadata, RollbackPlan
 from laketide.table.timeline import InstantNotFound, Timeline
@@ -64,6 +73,7 @@ class Rollbacks:
     def __init__(self, coordinator: Coordinator):
         self.coordinator = coordinator
         self.table = coordinator.table
+        self.steps = TimelineAction(coordinator, ROLLBACK)
 
     def pending(self, timeline: Timeline) -> dict[str, tuple[Instant, RollbackPlan]]:
         """Rollbacks begun but not completed, by the instant they roll back."""
@@ -157,35 +167,32 @@ class Rollbacks:
             # Rolled back already; at most the target's timeline files are left to remove.
             meta = RollbackMetadata.from_bytes(timeline.read_bytes(done), self.table.uri)
             if not dry_run:
-                self.coordinator.timeline_writer.delete_all_states(instant_time, meta.target_action)
+                self.steps.remove_all_states(instant_time, meta.target_action)
             return RollbackResult(instant_time, meta.target_action, done.timestamp, meta.deleted, dry_run=dry_run)
         plan = self.plan(instant_time, force, timeline, restoring)
         if dry_run:
             was_completed = timeline.is_completed_write(instant_time)
             return RollbackResult(instant_time, plan.target_action, None, list(plan.files), was_completed, True, _rows(timeline, instant_time))
-        rollback_time = coordinator.clock.next(after=timeline.last_timestamp)
-        requested = Instant(rollback_time, ROLLBACK, State.REQUESTED)
-        coordinator.retry.run(lambda: self.coordinator.timeline_writer.write(requested, plan.to_bytes(self.table.uri)), f"plan rollback {rollback_time}")
+        rollback_time = self.steps.new_time(timeline)
+        self.steps.request(rollback_time, plan.to_bytes(self.table.uri))
         return self._execute(rollback_time, plan, timeline, progress)
 
     def _execute(
         self, rollback_time: str, plan: RollbackPlan, timeline: Timeline, progress: Callable[[int, int], None] | None = None
     ) -> RollbackResult:
         started = time.monotonic()
-        coordinator = self.coordinator
-        writer = coordinator.timeline_writer
+        coordinator, steps = self.coordinator, self.steps
         coordinator.lease.check()
-        writer.write(Instant(rollback_time, ROLLBACK, State.INFLIGHT))
+        steps.start(rollback_time)
         was_completed = timeline.is_completed_write(plan.target)
         rows = _rows(timeline, plan.target)
         if plan.target_action == COMMIT:
             # A completed compaction's plan goes first, while its commit still hides it: once the commit is
             # gone, a plan left behind would read as a pending compaction, and run again (Hudi's rollback
             # deletes the requested and inflight files of what it rolls back too).
-            writer.delete(Instant(plan.target, COMPACTION, State.INFLIGHT))
-            writer.delete(Instant(plan.target, COMPACTION, State.REQUESTED))
+            steps.remove(Instant(plan.target, COMPACTION, State.INFLIGHT), Instant(plan.target, COMPACTION, State.REQUESTED))
         # Un-completing the instant first hides its files from readers before any is deleted.
-        writer.delete(Instant(plan.target, plan.target_action, State.COMPLETED))
+        steps.remove(Instant(plan.target, plan.target_action, State.COMPLETED))
         files = sorted(set(plan.files) | set(self._files_of(plan.target, timeline)))
         for done, path in enumerate(files, 1):
             self.table.io.delete(path)
@@ -193,10 +200,9 @@ class Rollbacks:
                 progress(done, len(files))
         elapsed = int((time.monotonic() - started) * 1000)
         metadata = RollbackMetadata(rollback_time, plan.target, plan.target_action, files, elapsed)
-        completed = Instant(rollback_time, ROLLBACK, State.COMPLETED)
         coordinator.lease.check()
-        coordinator.retry.run(lambda: writer.write(completed, metadata.to_bytes(self.table.uri)), f"complete rollback {rollback_time}")
-        writer.delete_all_states(plan.target, plan.target_action)
+        steps.complete(rollback_time, metadata.to_bytes(self.table.uri))
+        steps.remove_all_states(plan.target, plan.target_action)
         # The markers stay: a task of the target's writer, paused between a marker and its data file, may
         # write that file after this rollback, and the sweep finds it only by its marker.
         coordinator.fence.forget(plan.target)

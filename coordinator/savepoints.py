@@ -21,12 +21,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from laketide.table.errors import Refused
+from laketide.coordinator.actions import TimelineAction
 from laketide.coordinator.lifecycle import Coordinator
 from laketide.table.compaction import pending_compactions
-from laketide.table.instant import RESTORE, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, Instant, State
+from laketide.table.errors import Refused
+from laketide.table.instant import (
+    RESTORE,
+    ROLLBACK,
+    SAVEPOINT,
+    WRITE_ACTIONS,
+    Instant,
+    State,
+)
 from laketide.table.rollback import RollbackMetadata
-from laketide.table.savepoint import RestoreMetadata, RestorePlan, SavepointMetadata, held_files, lookup_window_start, savepoints
+from laketide.table.savepoint import (
+    RestoreMetadata,
+    RestorePlan,
+    SavepointMetadata,
+    held_files,
+    lookup_window_start,
+    savepoints,
+)
 from laketide.table.slice_history import replay, replay_steps
 from laketide.table.timeline import InstantNotFound, Timeline
 
@@ -54,6 +69,8 @@ class Savepoints:
     def __init__(self, coordinator: Coordinator):
         self.coordinator = coordinator
         self.table = coordinator.table
+        self.savepoint_steps = TimelineAction(coordinator, SAVEPOINT)
+        self.restore_steps = TimelineAction(coordinator, RESTORE)
 
     def list(self) -> list[SavepointMetadata]:
         return savepoints(self.table.timeline)
@@ -65,7 +82,7 @@ class Savepoints:
         timeline = self.table.timeline
         target = self._completed_write(timeline, instant)
         done = Instant(target, SAVEPOINT, State.COMPLETED)
-        if coordinator.timeline_writer.exists(done):
+        if self.savepoint_steps.exists(target, State.COMPLETED):
             return SavepointMetadata.from_bytes(target, timeline.read_bytes(done))
         window = lookup_window_start(timeline)
         if window is not None and target < window:
@@ -80,10 +97,9 @@ class Savepoints:
         if missing:
             raise SavepointRefused(f"{target} cannot be savepointed: files a read of it needs are gone ({_listed(missing, 3)})")
         metadata = SavepointMetadata(target, user or getpass.getuser(), int(time.time() * 1000), comment, files)
-        writer = coordinator.timeline_writer
-        coordinator.retry.run(lambda: writer.write(done.with_state(State.INFLIGHT)), f"savepoint {target}")
+        self.savepoint_steps.start(target)
         coordinator.hold()
-        coordinator.retry.run(lambda: coordinator.write_completed(done, metadata.to_bytes()), f"complete savepoint {target}")
+        self.savepoint_steps.complete(target, metadata.to_bytes())
         log.info("savepointed %s (%d files held)", target, len(files))
         return metadata
 
@@ -100,14 +116,12 @@ class Savepoints:
 
     def delete(self, instant: str) -> None:
         """Drop a savepoint: its completed file, then its inflight one (Hudi's order)."""
-        coordinator = self.coordinator
-        coordinator.hold()
-        writer = coordinator.timeline_writer
-        done = Instant(instant, SAVEPOINT, State.COMPLETED)
-        if not (writer.exists(done) or writer.exists(done.with_state(State.INFLIGHT))):
+        self.coordinator.hold()
+        steps = self.savepoint_steps
+        if not (steps.exists(instant, State.COMPLETED) or steps.exists(instant, State.INFLIGHT)):
             raise InstantNotFound(instant, f"no savepoint {instant} on {self.table.uri}")
-        writer.delete(done)
-        writer.delete(done.with_state(State.INFLIGHT))
+        done = Instant(instant, SAVEPOINT, State.COMPLETED)
+        steps.remove(done, done.with_state(State.INFLIGHT))
         log.info("deleted savepoint %s", instant)
 
     # -- restore ----------------------------------------------------------
@@ -141,9 +155,8 @@ class Savepoints:
         if not after:
             return RestoreResult(savepoint, None)
         plan = RestorePlan(savepoint, tuple(after))
-        restore_time = coordinator.clock.next(after=timeline.last_timestamp)
-        requested = Instant(restore_time, RESTORE, State.REQUESTED)
-        coordinator.retry.run(lambda: coordinator.timeline_writer.write(requested, plan.to_bytes()), f"plan restore {restore_time}")
+        restore_time = self.restore_steps.new_time(timeline)
+        self.restore_steps.request(restore_time, plan.to_bytes())
         return self._execute(restore_time, plan, progress)
 
     def _check_whole(self, timeline: Timeline, saved: SavepointMetadata) -> None:
@@ -194,8 +207,7 @@ class Savepoints:
     def _execute(self, restore_time: str, plan: RestorePlan, progress: Callable[[int, int], None] | None) -> RestoreResult:
         coordinator = self.coordinator
         started = time.monotonic()
-        writer = coordinator.timeline_writer
-        writer.write(Instant(restore_time, RESTORE, State.INFLIGHT))
+        self.restore_steps.start(restore_time)
         for done, (target, _) in enumerate(plan.instants, 1):
             if any(i.timestamp == target for i in self.table.timeline):
                 # checked as a whole before the plan was written: the savepointed state is whole, though a
@@ -206,13 +218,11 @@ class Savepoints:
         rollbacks = self._rollbacks_of(restore_time, plan)
         metadata = RestoreMetadata(restore_time, plan, {t: body for t, (_, body) in rollbacks.items()}, int((time.monotonic() - started) * 1000))
         coordinator.hold()
-        completed = Instant(restore_time, RESTORE, State.COMPLETED)
-        coordinator.retry.run(lambda: coordinator.write_completed(completed, metadata.to_bytes()), f"complete restore {restore_time}")
+        self.restore_steps.complete(restore_time, metadata.to_bytes())
         # the restore's metadata holds its rollbacks, so their own instants go, as Hudi's finishRestore removes them;
         # pending states first, so a crash part way leaves a completed rollback, never a pending one
         for rollback_time, _ in rollbacks.values():
-            for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
-                writer.delete(Instant(rollback_time, ROLLBACK, state))
+            self.restore_steps.remove(*(Instant(rollback_time, ROLLBACK, state) for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED)))
         files = sum(len(RollbackMetadata.from_bytes(body).deleted) for _, body in rollbacks.values())
         log.info("restored to savepoint %s with %s: %d instants rolled back, %d files deleted", plan.savepoint, restore_time, len(plan.instants), files)
         return RestoreResult(plan.savepoint, restore_time, [t for t, _ in plan.instants], files)

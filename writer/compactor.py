@@ -24,9 +24,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import pyarrow as pa
-
-from laketide.config import CompactionSection
 from laketide.coordinator import Coordinator
+from laketide.coordinator.actions import TimelineAction
 from laketide.table.commit import BATCHES_KEY, NULL_COMMIT, WriteStat
 from laketide.table.compaction import (
     CompactionOperation,
@@ -40,14 +39,21 @@ from laketide.table.compaction import (
     slices_to_compact,
 )
 from laketide.table.files import BaseFile, write_token
-from laketide.table.instant import COMMIT, COMPACTION, Instant, State
+from laketide.table.instant import COMMIT, COMPACTION, Instant
 from laketide.table.markers import CREATE, WriteMarkers
-from laketide.table.schema import FILE_NAME, RECORD_KEY, avro_schema_json, with_meta_schema
+from laketide.table.schema import (
+    FILE_NAME,
+    RECORD_KEY,
+    avro_schema_json,
+    with_meta_schema,
+)
 from laketide.table.slice_reader import MergeRule, merge_slice_batches
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
 from laketide.writer.base_file import BaseFileWriter
 from laketide.writer.bucket_writer import conform
+
+from laketide.config import CompactionSection
 
 log = logging.getLogger("laketide.compaction")
 
@@ -76,6 +82,7 @@ class Compactor:
         self.table = coordinator.table
         self.settings = settings
         self.bloom_type = bloom_type
+        self.steps = TimelineAction(coordinator, COMPACTION)
         self._view = view or self.table.file_system_view
         # held by the job while a micro-batch runs; the last step of a compaction takes it
         self.finish_lock: AbstractContextManager = nullcontext()
@@ -90,9 +97,8 @@ class Compactor:
         if not due:
             return None
         plan = plan_for(due)
-        instant = coordinator.clock.next(after=timeline.last_timestamp)
-        requested = Instant(instant, COMPACTION, State.REQUESTED)
-        coordinator.retry.run(lambda: coordinator.timeline_writer.write(requested, plan.to_bytes()), f"schedule compaction {instant}")
+        instant = self.steps.new_time(timeline)
+        self.steps.request(instant, plan.to_bytes())
         log.info("compaction %s scheduled: %d file groups", instant, len(plan.operations))
         return instant
 
@@ -122,9 +128,7 @@ class Compactor:
         coordinator, io = self.coordinator, self.table.io
         coordinator.hold()
         started = time.monotonic()
-        inflight = Instant(instant.timestamp, COMPACTION, State.INFLIGHT)
-        if not coordinator.timeline_writer.exists(inflight):
-            coordinator.timeline_writer.write(inflight, plan.to_bytes())
+        self.steps.start(instant.timestamp, plan.to_bytes(), once=True)
         timeline = self.table.timeline
         schema = self.table.schema(timeline)
         rule = self.table.merge_rule
