@@ -27,18 +27,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from laketide.index.bloom import BloomFilter, KeyRange
+from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EXISTED, FILE_ID, PARTITION
 from laketide.index.state import ShardRun, index_entries, index_keys
 from laketide.table.schema import IS_DELETED, RECORD_KEY
 
-PARTITION = "_lt_partition"
-FILE_ID = "_lt_file_id"
-# Arrival order of a row within its micro-batch: its landing file (and block), then its line.
-ARRIVAL_FILE = "_lt_arrival_file"
-ARRIVAL = "_lt_arrival"
-# Whether the table held the record's key before this micro-batch (an update or a delete, not an insert).
-EXISTED = "_lt_existed"
 _FILE_ID_NAMESPACE = uuid.UUID("6f0c3a4e-7c1d-4b8e-9a5f-2d1e0b7c9a11")
 
 

@@ -33,7 +33,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
-
 from laketide.index.hashing import hash64
 from laketide.index.shard_cache import SHARDS
 from laketide.table.io import FileIO

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 NAME = "laketide_generator"
 SCHEMA_DDL = "id BIGINT, name STRING, amount DOUBLE, ts BIGINT, region STRING, _hoodie_is_deleted BOOLEAN"

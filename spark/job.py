@@ -23,7 +23,6 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from laketide.config import JobConfig
 from laketide.coordinator import LeaseLost
 from laketide.coordinator.services import TableServiceFailed
 from laketide.spark.pipeline import MicroBatchWriter
@@ -32,7 +31,16 @@ from laketide.spark.sources import read_stream, source_schema
 from laketide.table import FileIO
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.preflight import check_quarantine_path
-from laketide.writer.running import RunningJob, finish, make_lease, open_table, quarantine_path, start
+from laketide.writer.running import (
+    RunningJob,
+    finish,
+    make_lease,
+    open_table,
+    quarantine_path,
+    start,
+)
+
+from laketide.config import JobConfig
 
 log = logging.getLogger("laketide.job")
 WRITER_ID_FILE = "laketide-writer-id"

@@ -11,12 +11,8 @@ from __future__ import annotations
 import logging
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.types import StructField, StructType
-
-from laketide.config import JobConfig
 from laketide.coordinator import Coordinator
+from laketide.index.columns import CORRUPT, PREPARED_FIELDS, SOURCE_COLUMNS
 from laketide.index.state import StateIndex
 from laketide.spark.sources import read_files, unreadable_files
 from laketide.spark.spark_batch import Shuffles, SparkBatch
@@ -26,7 +22,12 @@ from laketide.table.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.landing import batch_files, decoded_bytes, read_landed_parquet
-from laketide.writer.prepare import CORRUPT, PREPARED_FIELDS, SOURCE_COLUMNS, ArrivalCounter, prepare
+from laketide.writer.prepare import ArrivalCounter, prepare
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructField, StructType
+
+from laketide.config import JobConfig
 
 log = logging.getLogger("laketide.job")
 # what a generated row weighs in a landing file, for ``write.driver_batch_bytes``

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-
 _MASK = 0xFFFFFFFF
 
 

@@ -15,6 +15,11 @@ import re
 from dataclasses import asdict
 
 import pyarrow as pa
+from laketide.index.columns import CORRUPT, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
+from laketide.spark.generator import ARROW_SCHEMA as GENERATOR_SCHEMA
+from laketide.spark.generator import NAME as GENERATOR
+from laketide.spark.generator import GeneratorDataSource, GeneratorSpec
+from laketide.table.io import FileIO
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -22,9 +27,6 @@ from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StringType, StructField, StructType
 
 from laketide.config import ConfigError, SourceSection
-from laketide.table.io import FileIO
-from laketide.spark.generator import ARROW_SCHEMA as GENERATOR_SCHEMA, NAME as GENERATOR, GeneratorDataSource, GeneratorSpec
-from laketide.writer.prepare import CORRUPT, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
 
 # CSV as people write it (RFC 4180): a doubled quote inside a quoted field, newlines inside quotes,
 # and a header naming the columns, which Spark checks against the schema instead of ignoring it.

@@ -11,25 +11,22 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pyarrow as pa
+from laketide.index.columns import PARTITION, RAW, REASON, SHARD, WRITE_SLOT
+from laketide.spark.routing import hash_routes, routed
+from laketide.spark.stage_clock import StageClock
+from laketide.table.schema import RECORD_KEY
+from laketide.writer import quarantine, stages
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-
-from laketide.index.assigner import PARTITION
-from laketide.table.schema import RECORD_KEY
-from laketide.writer import stages
-from laketide.writer.prepare import RAW, REASON, SHARD
-from laketide.spark.routing import hash_routes, routed
-from laketide.spark.stage_clock import StageClock
 
 
 def _in_task_attempt(stage: Callable, plan: stages.BatchPlan) -> Callable:
     """A ``mapInArrow`` function running a writing stage with the task's partition and this attempt's write token."""
 
     def run(batches):
-        from pyspark import TaskContext
-
         from laketide.table.files import write_token
+        from pyspark import TaskContext
 
         task = TaskContext.get()
         yield from stage(plan, batches, task.partitionId(), write_token(task.partitionId(), task.stageId(), task.taskAttemptId()))
@@ -87,13 +84,26 @@ class SparkBatch:
         self.records, self.bad_rows = counts[0], counts[1]
 
     def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str) -> None:
-        """The rows that go to quarantine, with ``more`` (reason, raw) rows, as one parquet file
-        under ``target``, replacing what an earlier attempt of the micro-batch wrote there."""
+        """The rows that go to quarantine, with ``more`` (reason, raw) rows, written by one task as one
+        parquet file under ``target``, in the schema the driver path writes (``writer.quarantine``)."""
         rows = self.rows.filter(F.col(REASON).isNotNull()).select(F.col(REASON).alias("reason"), F.col(RAW).alias("raw"))
         if more:
             rows = rows.unionByName(self.rows.sparkSession.createDataFrame(more, "reason STRING, raw STRING"))
-        bad = rows.select(F.lit(instant).alias("instant"), "reason", "raw", F.current_timestamp().alias("quarantined_at"))
-        bad.coalesce(1).write.mode("overwrite").parquet(target)
+        quarantine.clear(target)
+
+        def write(batches):
+            from pyspark import TaskContext
+
+            bad = [b for b in batches if b.num_rows]
+            if not bad:
+                return
+            bad = pa.Table.from_batches(bad)
+            reasons, raws = (bad[c].combine_chunks().cast(pa.string()) for c in ("reason", "raw"))
+            table = quarantine.quarantine_rows(instant, reasons, raws)
+            quarantine.write_part(target, table, TaskContext.get().partitionId())
+            yield pa.RecordBatch.from_pydict({"rows": [table.num_rows]})
+
+        rows.coalesce(1).mapInArrow(write, "rows LONG").collect()
 
     def _good(self) -> DataFrame:
         return self.rows.filter(F.col(REASON).isNull())
@@ -101,7 +111,7 @@ class SparkBatch:
     def partitions(self) -> list[str]:
         return sorted(r[0] for r in self._good().select(PARTITION).distinct().collect())
 
-    def assign_and_write(self, plan: stages.BatchPlan, assigned_arrow: pa.Schema) -> list[dict]:
+    def assign_and_write(self, plan: stages.BatchPlan, assigned_arrow: pa.Schema) -> list[stages.WriteStatus]:
         assigned_struct = from_arrow_schema(assigned_arrow)
 
         def assign_task(batches):
@@ -110,17 +120,22 @@ class SparkBatch:
         # rows are already shuffled by shard (``Shuffles.distributed``)
         assigned = self._good().mapInArrow(self.clock.timed("assign", assign_task), assigned_struct)
         writing = self.clock.timed("write", _in_task_attempt(stages.write, plan))
-        by_slot = assigned.repartition(self.shuffles.write_tasks, routed(F.col(stages.WRITE_SLOT), self.shuffles.write_routes))
-        return [row.asDict() for row in by_slot.mapInArrow(writing, from_arrow_schema(stages.STATUS_SCHEMA)).collect()]
+        by_slot = assigned.repartition(self.shuffles.write_tasks, routed(F.col(WRITE_SLOT), self.shuffles.write_routes))
+        return _statuses(by_slot.mapInArrow(writing, from_arrow_schema(stages.STATUS_SCHEMA)))
 
-    def bulk_insert(self, plan: stages.BatchPlan) -> list[dict]:
+    def bulk_insert(self, plan: stages.BatchPlan) -> list[stages.WriteStatus]:
         """One stage over the rows laid out for a bulk insert: each task writes new file groups.
         Rows shuffled by shard (an upsert that loads an empty table) are laid out again first."""
         writing = self.clock.timed("write", _in_task_attempt(stages.bulk_insert, plan))
         rows = self._good() if self.shuffles.bulk else self.shuffles.bulk_layout(self._good())
         rows = rows.drop(REASON, RAW, SHARD)
-        return [row.asDict() for row in rows.mapInArrow(writing, from_arrow_schema(stages.STATUS_SCHEMA)).collect()]
+        return _statuses(rows.mapInArrow(writing, from_arrow_schema(stages.STATUS_SCHEMA)))
 
     def release(self) -> None:
         """Free the blocks of the micro-batch now, rather than when the JVM collects it."""
         self.rows._jdf.queryExecution().analyzed().rdd().unpersist(False)
+
+
+def _statuses(written: DataFrame) -> list[stages.WriteStatus]:
+    """The write statuses the tasks answered: one small row per file group comes back to the driver."""
+    return [stages.WriteStatus.from_row(row.asDict()) for row in written.collect()]

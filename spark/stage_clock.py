@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from pyspark import SparkContext
-
 from laketide.writer.clock import StepClock, time_stage
+from pyspark import SparkContext
 
 TASK_STAGES = ("prepare", "assign", "write")
 

@@ -27,19 +27,28 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
-
-from laketide.table.errors import Invalid
 from laketide.table import Table
 from laketide.table.clean import retained_by_last_clean
+from laketide.table.errors import Invalid
 from laketide.table.instant import parse_instant_time
 from laketide.table.io import FileIO
 from laketide.table.reader import commits_in_window, read_slices
 from laketide.table.schema import COMMIT_TIME, with_meta_schema
 from laketide.table.slice_reader import MergeRule
 from laketide.table.view import FileSlice, Visibility
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+)
 
 NAME = "laketide"
 EARLIEST = "earliest"

@@ -3,11 +3,23 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from laketide.index.assigner import ARRIVAL, FILE_ID, PARTITION, AssignPlan, BucketAssigner, SmallFileGroup, UncoveredGroup, dedupe, new_file_id
+from laketide.index.assigner import (
+    AssignPlan,
+    BucketAssigner,
+    SmallFileGroup,
+    UncoveredGroup,
+    dedupe,
+    new_file_id,
+)
+from laketide.index.columns import ARRIVAL, FILE_ID, PARTITION
 from laketide.index.state import ShardRun, index_keys
 from laketide.table import FileIO
-from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json, with_meta_schema
+from laketide.table.schema import (
+    IS_DELETED,
+    RECORD_KEY,
+    avro_schema_json,
+    with_meta_schema,
+)
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
 
 

@@ -8,13 +8,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import hudi_read
+from laketide.spark.job import run
+from laketide.table import Table
+from streaming import job_config, land, row
 
 from laketide.config import load_config
-from laketide.table import Table
-from laketide.spark.job import run
-
-from conftest import hudi_read
-from streaming import job_config, land, row
 
 HOSTILE = ["..", ".", "tab\there", "nul\x00byte", "a/b", "#hash", "100%", "x" * 300, ".hidden", "_under", "plain", "ünï/cödé"]
 
@@ -146,14 +145,13 @@ def test_an_empty_micro_batch_makes_no_instant(spark, tmp_path):
 
 def test_parquet_read_by_the_driver_equals_sparks_read_or_is_left_to_spark(spark, tmp_path):
     """A driver-written micro-batch reads parquet landing files itself only when Spark would read the same values."""
-    from decimal import Decimal
     from datetime import date, datetime, timezone
+    from decimal import Decimal
 
-    from pyspark.sql.pandas.types import to_arrow_schema
-
+    from laketide.index.columns import SOURCE_COLUMNS
     from laketide.table.io import FileIO
-    from laketide.writer.prepare import SOURCE_COLUMNS
     from laketide.writer.landing import read_landed_parquet
+    from pyspark.sql.pandas.types import to_arrow_schema
 
     def landed(*paths: str) -> dict:
         return {path: FileIO.for_uri(path).entry("") for path in paths}

@@ -12,14 +12,18 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, FOOTER_MAX_KEY, FOOTER_MIN_KEY, BloomFilter
+from laketide.index.bloom import (
+    FOOTER_BLOOM,
+    FOOTER_BLOOM_TYPE,
+    FOOTER_MAX_KEY,
+    FOOTER_MIN_KEY,
+    BloomFilter,
+)
 from laketide.table.damage import reading_data_file
 from laketide.table.encoding import SORTED_MARKER, dictionary_columns
 from laketide.table.files import PARTITION_METADATA, partition_metadata
 from laketide.table.io import FileIO
 from laketide.table.schema import RECORD_KEY
-
 
 
 @dataclass(frozen=True)

@@ -19,27 +19,27 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 import pyarrow as pa
-
-from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, LeaseLost
 from laketide.coordinator.services import ServiceFailures
-from laketide.index.assigner import EXISTED, FILE_ID, PARTITION
+from laketide.index.columns import assigned_schema
 from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY, WriteStat
 from laketide.table.damage import TableDamaged
 from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
-from laketide.table.schema import IS_DELETED, RECORD_KEY, avro_schema_json
+from laketide.table.schema import avro_schema_json
 from laketide.table.view_sync import ViewSync
 from laketide.writer import stages
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.landing import copy_aside
-from laketide.writer.prepare import PrepareSpec
-from laketide.writer.preflight import complex_key_encoding
-from laketide.writer.report import BatchReport, WriterStatus
 from laketide.writer.planning import plan_instant
+from laketide.writer.preflight import complex_key_encoding
+from laketide.writer.prepare import PrepareSpec
+from laketide.writer.report import BatchReport, WriterStatus
+
+from laketide.config import JobConfig
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")
@@ -62,9 +62,9 @@ class MicroBatch(Protocol):
 
     def partitions(self) -> list[str]: ...
 
-    def assign_and_write(self, plan: stages.BatchPlan, assigned_schema: pa.Schema) -> list[dict]: ...
+    def assign_and_write(self, plan: stages.BatchPlan, assigned_schema: pa.Schema) -> list[stages.WriteStatus]: ...
 
-    def bulk_insert(self, plan: stages.BatchPlan) -> list[dict]: ...
+    def bulk_insert(self, plan: stages.BatchPlan) -> list[stages.WriteStatus]: ...
 
     def release(self) -> None: ...
 
@@ -267,10 +267,10 @@ class BatchWriter:
             # an upsert into an empty table has no key to look up or merge: it is written as a bulk insert
             statuses = batch.bulk_insert(plan)
         else:
-            statuses = batch.assign_and_write(plan, self._assigned_schema(loaded.data_schema))
+            statuses = batch.assign_and_write(plan, assigned_schema(loaded.data_schema, self.index.global_keys))
         self.clock.lap("write")
         self._on_step("written", batch_id)
-        stats = [stat for stat in map(stages.stat_of, statuses) if stat is not None]
+        stats = [status.stat for status in statuses if status.stat is not None]
         report = BatchReport(
             batch_id,
             instant,
@@ -280,11 +280,11 @@ class BatchWriter:
             updates=sum(s.num_update_writes for s in stats),
             deletes=sum(s.num_deletes for s in stats),
             files=len(stats),
-            late=sum(r["late"] for r in statuses),
+            late=sum(status.late for status in statuses),
             replaced=sum(len(ids) for ids in replaced.values()),
         )
         extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata()}
-        return StagedWrite(batch_id, instant, report, stats, extra, replaced, [(r["partition"], r["file_id"]) for r in statuses], foreign)
+        return StagedWrite(batch_id, instant, report, stats, extra, replaced, [(status.partition, status.file_id) for status in statuses], foreign)
 
     def _commit(self, staged: StagedWrite) -> None:
         foreign = staged.foreign
@@ -311,13 +311,6 @@ class BatchWriter:
         replaced = {p: ids for p, ids in replaced.items() if ids}
         log.info("instant %s: deleting partitions %s (%d file groups)", plan.instant, sorted(replaced) or "none", sum(map(len, replaced.values())))
         return replaced
-
-    def _assigned_schema(self, data_schema: pa.Schema) -> pa.Schema:
-        """The columns the assign stage hands the write stage: the records', then where each goes."""
-        routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string()), (EXISTED, pa.bool_()), (stages.WRITE_SLOT, pa.int32())]
-        if self.index.global_keys and IS_DELETED not in data_schema.names:
-            routing.append((IS_DELETED, pa.bool_()))  # the deletes of moved records' old copies
-        return pa.schema(list(data_schema) + [pa.field(name, dtype) for name, dtype in routing])
 
     def _services(self, instant: str) -> None:
         """Index upkeep and the table services after a commit; each failure is counted, none rolls the commit back."""

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from laketide.table.commit import NULL_COMMIT, WriteStat
 from laketide.table.files import BaseFile, write_token
 from laketide.table.io import FileIO

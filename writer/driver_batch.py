@@ -14,20 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
-from laketide.index.assigner import PARTITION
+from laketide.index.columns import PARTITION, RAW, REASON, SHARD, WRITE_SLOT
 from laketide.index.state import index_keys
 from laketide.table.files import write_token
-from laketide.table.io import FileIO
 from laketide.table.schema import RECORD_KEY
-from laketide.writer import stages
-from laketide.writer.prepare import RAW, REASON, SHARD, PrepareSpec, batch_arrival, prepare_in_order
+from laketide.writer import quarantine, stages
+from laketide.writer.prepare import PrepareSpec, batch_arrival, prepare_in_order
 from laketide.writer.slots import balanced_slots
 
 # wraps a stage function so that its seconds are charged to a stage of the clock
@@ -93,18 +89,12 @@ class DriverBatch:
         return int(self._bad.sum())
 
     def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str) -> None:
-        """The rows that go to quarantine, with ``more`` (reason, raw) rows, as Spark's writer leaves
-        them: one parquet file under ``target``, replacing what an earlier attempt of the micro-batch wrote there."""
+        """The rows that go to quarantine, with ``more`` (reason, raw) rows, as one parquet file under ``target``."""
         bad = self.rows.filter(pa.array(self._bad))
         reasons = pa.concat_arrays([bad[REASON].combine_chunks(), pa.array([r for r, _ in more], pa.string())])
         raws = pa.concat_arrays([bad[RAW].combine_chunks(), pa.array([r for _, r in more], pa.string())])
-        now = pa.scalar(datetime.now(timezone.utc), pa.timestamp("us", tz="UTC"))
-        n = len(reasons)
-        table = pa.table({"instant": pa.repeat(pa.scalar(instant, pa.string()), n), "reason": reasons, "raw": raws, "quarantined_at": pa.repeat(now, n)})
-        io = FileIO.for_uri(target)
-        io.delete_dir("")
-        with io.open_output("part-00000.snappy.parquet") as f:
-            pq.write_table(table, f)
+        quarantine.clear(target)
+        quarantine.write_part(target, quarantine.quarantine_rows(instant, reasons, raws))
 
     def good(self) -> pa.Table:
         good = self.rows.filter(pa.array(~self._bad)) if self.bad_rows else self.rows
@@ -116,7 +106,7 @@ class DriverBatch:
     def partitions(self) -> list[str]:
         return sorted(pc.unique(self.good()[PARTITION]).to_pylist())
 
-    def assign_and_write(self, plan: stages.BatchPlan, assigned_schema: pa.Schema) -> list[dict]:
+    def assign_and_write(self, plan: stages.BatchPlan, assigned_schema: pa.Schema) -> list[stages.WriteStatus]:
         """The assign stage per index shard, then the write stage per write slot."""
         # Each step lets go of the rows before it, so the driver holds about two copies of the batch
         # at a time, not one per step (``write.driver_batch_bytes`` is sized on that).
@@ -127,7 +117,7 @@ class DriverBatch:
             return []
         rows = pa.Table.from_batches(assigned, assigned_schema)
         del assigned
-        by_slot = _split(rows, rows[stages.WRITE_SLOT].to_numpy())
+        by_slot = _split(rows, rows[WRITE_SLOT].to_numpy())
         del rows
         return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: stages.write(plan, batches, slot, write_token(slot)), by_slot))
 
@@ -137,7 +127,7 @@ class DriverBatch:
         self.release()
         return parts
 
-    def bulk_insert(self, plan: stages.BatchPlan) -> list[dict]:
+    def bulk_insert(self, plan: stages.BatchPlan) -> list[stages.WriteStatus]:
         """Each partition's rows to one thread (partitions balanced over the threads by rows), sorted
         by ``bulk_sort_keys``; under a global index by key hash, since duplicates are found by key alone."""
         global_keys = plan.index.global_keys
@@ -162,8 +152,9 @@ class DriverBatch:
         return np.array([slot_of[name] for name in names] or [0], np.int64)[codes]
 
 
-def _statuses(batches: list[pa.RecordBatch]) -> list[dict]:
-    return pa.Table.from_batches(batches, stages.STATUS_SCHEMA).to_pylist() if batches else []
+def _statuses(batches: list[pa.RecordBatch]) -> list[stages.WriteStatus]:
+    rows = pa.Table.from_batches(batches, stages.STATUS_SCHEMA).to_pylist() if batches else []
+    return [stages.WriteStatus.from_row(row) for row in rows]
 
 
 def _split(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, pa.Table]]:

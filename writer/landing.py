@@ -10,9 +10,8 @@ import urllib.parse
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
+from laketide.index.columns import SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
 from laketide.table.io import FileEntry, FileIO
-from laketide.writer.prepare import SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
 
 
 def _same_type(found: pa.DataType, declared: pa.DataType) -> bool:

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from laketide.index.assigner import EXISTED
+from laketide.index.columns import EXISTED
 from laketide.table.commit import WriteStat
 from laketide.table.files import BaseFile, LogFile
 from laketide.table.io import FileIO

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from laketide.config import CompactionSection
 from laketide.coordinator import Coordinator, Lease, LeaseHeld
 from laketide.coordinator.cleaner import Cleaner, CleanResult
 from laketide.coordinator.metrics import Metrics
@@ -32,6 +31,8 @@ from laketide.table.errors import Invalid
 from laketide.table.instant import InstantClock
 from laketide.table.savepoint import SavepointMetadata
 from laketide.writer.compactor import CompactionResult, Compactor
+
+from laketide.config import CompactionSection
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None] | None

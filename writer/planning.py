@@ -8,8 +8,6 @@ from __future__ import annotations
 import logging
 
 import pyarrow as pa
-
-from laketide.config import WriteSection
 from laketide.index.assigner import AssignPlan, SmallFileGroup, UncoveredGroup
 from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
@@ -22,6 +20,8 @@ from laketide.table.view_sync import ViewSync
 from laketide.writer import stages
 from laketide.writer.log_writer import LogTarget
 from laketide.writer.slots import balanced_slots
+
+from laketide.config import WriteSection
 
 log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024

@@ -14,15 +14,28 @@ import uuid
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-
 from laketide.table.errors import Invalid
-from laketide.config import TableSection
 from laketide.table.io import FileIO
 from laketide.table.metadata_table import metadata_partitions
-from laketide.table.properties import EVENT_TIME, MERGE_STRATEGY_ID, TableConfig, default_merge_mode
-from laketide.table.schema import IS_DELETED, META_COLUMNS, RECORD_KEY, SchemaError, check_avro_names, evolve, storage_schema
+from laketide.table.properties import (
+    EVENT_TIME,
+    MERGE_STRATEGY_ID,
+    TableConfig,
+    default_merge_mode,
+)
+from laketide.table.schema import (
+    IS_DELETED,
+    META_COLUMNS,
+    RECORD_KEY,
+    SchemaError,
+    check_avro_names,
+    evolve,
+    storage_schema,
+)
 from laketide.table.table import Table
 from laketide.table.view import FileSystemView
+
+from laketide.config import TableSection
 
 log = logging.getLogger(__name__)
 

@@ -13,32 +13,16 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from laketide.index.assigner import ARRIVAL, ARRIVAL_FILE, PARTITION
+from laketide.index.columns import (
+    CORRUPT,
+    PREPARED_FIELDS,
+    SOURCE_BLOCK,
+    SOURCE_COLUMNS,
+    SOURCE_FILE,
+    SOURCE_MTIME,
+)
 from laketide.index.state import index_keys, shard_of
 from laketide.table.keygen import first_reason, partition_paths, record_keys
-from laketide.table.schema import RECORD_KEY
-
-SHARD = "_lt_shard"
-REASON = "_lt_reason"
-RAW = "_lt_raw"
-# The column Spark's JSON and CSV readers fill with the text of a malformed record.
-CORRUPT = "_corrupt_record"
-# Where a row of a landing file came from (Spark's _metadata); they order rows by arrival.
-SOURCE_FILE = "_lt_source_file"
-SOURCE_MTIME = "_lt_source_mtime"
-SOURCE_BLOCK = "_lt_source_block"
-SOURCE_COLUMNS = (SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)
-
-PREPARED_FIELDS = [
-    pa.field(RECORD_KEY, pa.string()),
-    pa.field(PARTITION, pa.string()),
-    pa.field(SHARD, pa.int32()),
-    pa.field(ARRIVAL_FILE, pa.string()),
-    pa.field(ARRIVAL, pa.int64()),
-    pa.field(REASON, pa.string()),
-    pa.field(RAW, pa.string()),
-]
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,6 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import pyarrow as pa
-
-from laketide.config import ConfigError, JobConfig
 from laketide.coordinator import Coordinator, Lease, LocalLease
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
@@ -32,6 +30,8 @@ from laketide.writer.compactor import Compactor
 from laketide.writer.operations import Operations
 from laketide.writer.preflight import table_config_for
 from laketide.writer.report import BatchReport, IndexCoverage, WriterView
+
+from laketide.config import ConfigError, JobConfig
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")

@@ -19,9 +19,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from laketide.index.assigner import ARRIVAL, ARRIVAL_FILE, EXISTED, FILE_ID, PARTITION, AssignPlan, BucketAssigner, first_of_each_key
-from laketide.index.state import IndexSnapshot, StateIndex, index_entries, index_keys, shard_of
+from laketide.index.assigner import AssignPlan, BucketAssigner, first_of_each_key
+from laketide.index.columns import (
+    ARRIVAL,
+    ARRIVAL_FILE,
+    EXISTED,
+    FILE_ID,
+    PARTITION,
+    RAW,
+    REASON,
+    SHARD,
+    WRITE_SLOT,
+)
+from laketide.index.state import (
+    IndexSnapshot,
+    StateIndex,
+    index_entries,
+    index_keys,
+    shard_of,
+)
 from laketide.table.commit import WriteStat
 from laketide.table.damage import reading_data_file
 from laketide.table.files import BaseFile, LogFile, parse_data_file, write_token
@@ -32,15 +48,34 @@ from laketide.table.slice_reader import log_file_keys
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
 from laketide.writer.log_writer import LogTarget, LogWriter
-from laketide.writer.prepare import RAW, REASON, SHARD
 
-STATUS_SCHEMA = pa.schema(
-    [("stat", pa.string()), ("partition", pa.string()), ("file_id", pa.string()), ("newly_covered", pa.bool_()), ("late", pa.int64())]
-)
+# a write status as it travels from a task: its write stat as Hudi's JSON, then the file group and late records
+STATUS_SCHEMA = pa.schema([("stat", pa.string()), ("partition", pa.string()), ("file_id", pa.string()), ("late", pa.int64())])
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    """What one write task wrote into one file group; ``stat`` is None when every record it got was late."""
+
+    partition: str
+    file_id: str
+    stat: WriteStat | None
+    late: int = 0
+
+    @classmethod
+    def of(cls, stat: WriteStat | None, late: int = 0, group: tuple[str, str] | None = None) -> WriteStatus:
+        partition, file_id = group if stat is None else (stat.partition_path, stat.file_id)
+        return cls(partition, file_id, stat, late)
+
+    def to_row(self) -> dict:
+        return {"stat": self.stat.model_dump_json(by_alias=True) if self.stat else "", "partition": self.partition, "file_id": self.file_id, "late": self.late}
+
+    @classmethod
+    def from_row(cls, row: dict) -> WriteStatus:
+        stat = WriteStat.model_validate_json(row["stat"]) if row["stat"] else None
+        return cls(row["partition"], row["file_id"], stat, row["late"])
 # delta part numbers: 0 for the assign stage, 1 + task id for keys the write stage indexes
 _WRITE_PART_BASE = 1
-# the write task a record's file group goes to (``writer.routing``)
-WRITE_SLOT = "_lt_write_slot"
 
 
 @dataclass
@@ -63,12 +98,6 @@ class BatchPlan:
     write_slots: dict[str, int] | None = None
     write_tasks: int = 1
     table_empty: bool = False  # the table had no file slice when the plan was made
-
-
-def _status(stat: WriteStat | None, newly_covered: bool = False, late: int = 0, group: tuple[str, str] | None = None) -> dict:
-    """One row of ``STATUS_SCHEMA``: what a task wrote into one file group (no stat: every record was late)."""
-    partition, file_id = group if stat is None else (stat.partition_path, stat.file_id)
-    return {"stat": stat.model_dump_json(by_alias=True) if stat else "", "partition": partition, "file_id": file_id, "newly_covered": newly_covered, "late": late}
 
 
 def _repeated(value: str, n: int) -> pa.Array:
@@ -201,10 +230,9 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
             markers.create(bucket.new_file.path, MERGE if base else CREATE)
             stat = bucket.write(incoming)
             seqno, late, written = bucket.counts.seqno, bucket.counts.late, [stat.path]
-        newly_covered = (partition, file_id) in plan.uncovered
-        if newly_covered:
+        if (partition, file_id) in plan.uncovered:
             _index_whole_group(plan, io, written, partition, file_id, task)
-        statuses.append(_status(stat, newly_covered, late, (partition, file_id)))
+        statuses.append(WriteStatus.of(stat, late, (partition, file_id)).to_row())
     yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
 
 
@@ -289,7 +317,7 @@ class _BulkFiles:
     def _close(self, partition: str) -> None:
         writer = self.open.pop(partition)
         stat = writer.finish()
-        self.statuses.append(_status(stat))
+        self.statuses.append(WriteStatus.of(stat).to_row())
 
     def finish(self) -> list[dict]:
         for partition in list(self.open):
@@ -331,7 +359,3 @@ def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, t
         raise
     if statuses:
         yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
-
-
-def stat_of(row: dict) -> WriteStat | None:
-    return WriteStat.model_validate_json(row["stat"]) if row["stat"] else None

@@ -12,15 +12,21 @@ import logging
 from typing import Any, Literal
 
 import pyarrow as pa
-
-from laketide.config import ConfigError, JobConfig
 from laketide.table import Table, TableNotFound
 from laketide.table.errors import Invalid
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.preflight import check_quarantine_path
 from laketide.writer.report import BatchReport
-from laketide.writer.running import finish, make_lease, open_table, quarantine_path, start
+from laketide.writer.running import (
+    finish,
+    make_lease,
+    open_table,
+    quarantine_path,
+    start,
+)
+
+from laketide.config import ConfigError, JobConfig
 
 log = logging.getLogger("laketide.write")
 WRITER_ID = "laketide-write"

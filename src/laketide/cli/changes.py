@@ -13,7 +13,17 @@ import typer
 from pydantic_core import to_jsonable_python
 
 from laketide.cli import app, savepoint_app
-from laketide.cli.options import ApiOpt, JsonOpt, TableArg, TokenOpt, ZkOpt, ZkRootOpt, current_holder, lease_for, open_table
+from laketide.cli.options import (
+    ApiOpt,
+    JsonOpt,
+    TableArg,
+    TokenOpt,
+    ZkOpt,
+    ZkRootOpt,
+    current_holder,
+    lease_for,
+    open_table,
+)
 from laketide.cli.output import Output, answers
 from laketide.service import TOKEN_ENV
 from laketide.table.errors import ErrorKind, LaketideError

@@ -7,7 +7,14 @@ from typing import Annotated, Optional
 import typer
 
 from laketide.cli import app, savepoint_app
-from laketide.cli.options import JsonOpt, TableArg, ZkOpt, ZkRootOpt, current_holder, open_table
+from laketide.cli.options import (
+    JsonOpt,
+    TableArg,
+    ZkOpt,
+    ZkRootOpt,
+    current_holder,
+    open_table,
+)
 from laketide.cli.output import Output, answers
 from laketide.table.errors import Invalid
 

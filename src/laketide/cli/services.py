@@ -12,7 +12,14 @@ from typing import Annotated
 import typer
 
 from laketide.cli import app, metadata_app
-from laketide.cli.options import JsonOpt, TableArg, ZkOpt, ZkRootOpt, lease_for, open_table
+from laketide.cli.options import (
+    JsonOpt,
+    TableArg,
+    ZkOpt,
+    ZkRootOpt,
+    lease_for,
+    open_table,
+)
 from laketide.cli.output import Output, answers
 from laketide.table.errors import Invalid
 

@@ -1,0 +1,58 @@
+"""The columns laketide adds to a record on its way from source to commit, and the schemas it passes through.
+
+1. **Landed**: the source's columns, plus where each row came from, as Spark's file source tells
+   (``SOURCE_FILE``, ``SOURCE_MTIME``, ``SOURCE_BLOCK``) and, for JSON and CSV, the text of a row Spark
+   could not parse (``CORRUPT``). Rows from Arrow (``laketide.write``) carry none: their order is their arrival.
+2. **Prepared** (``PREPARED_FIELDS`` after the record's columns): its key, partition path, index shard,
+   arrival order, and for a bad row the reason it goes to quarantine and its raw text.
+3. **Assigned** (``assigned_schema``): the record's columns with its key and partition, the file group it
+   goes to, whether the table held its key before (an update or a delete, not an insert), and the write
+   task of that file group.
+
+A write task then answers one write status per file group it wrote (``writer.stages.WriteStatus``).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from laketide.table.schema import IS_DELETED, RECORD_KEY
+
+# -- landed
+CORRUPT = "_corrupt_record"  # the column Spark's JSON and CSV readers fill with a malformed record's text
+SOURCE_FILE = "_lt_source_file"
+SOURCE_MTIME = "_lt_source_mtime"
+SOURCE_BLOCK = "_lt_source_block"
+SOURCE_COLUMNS = (SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)
+
+# -- prepared
+PARTITION = "_lt_partition"
+SHARD = "_lt_shard"
+# arrival order of a row within its micro-batch: its landing file (and block), then its line
+ARRIVAL_FILE = "_lt_arrival_file"
+ARRIVAL = "_lt_arrival"
+REASON = "_lt_reason"  # why a bad row goes to quarantine; null for a good one
+RAW = "_lt_raw"  # a bad row's text, as it came
+
+PREPARED_FIELDS = [
+    pa.field(RECORD_KEY, pa.string()),
+    pa.field(PARTITION, pa.string()),
+    pa.field(SHARD, pa.int32()),
+    pa.field(ARRIVAL_FILE, pa.string()),
+    pa.field(ARRIVAL, pa.int64()),
+    pa.field(REASON, pa.string()),
+    pa.field(RAW, pa.string()),
+]
+
+# -- assigned
+FILE_ID = "_lt_file_id"
+EXISTED = "_lt_existed"  # the table held the key before this micro-batch
+WRITE_SLOT = "_lt_write_slot"  # the write task of the record's file group (``writer.slots``)
+
+
+def assigned_schema(records: pa.Schema, global_keys: bool) -> pa.Schema:
+    """What the assign stage hands the write stage: the records' columns, then where each goes. Under a
+    global index a record that moved partition leaves a delete of its old copy, hence ``IS_DELETED``."""
+    routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string()), (EXISTED, pa.bool_()), (WRITE_SLOT, pa.int32())]
+    if global_keys and IS_DELETED not in records.names:
+        routing.append((IS_DELETED, pa.bool_()))
+    return pa.schema(list(records) + [pa.field(name, dtype) for name, dtype in routing])
