@@ -25,7 +25,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from upsert_bench import PeakRss, laketide_config, _matches, dedupe, expected_state, make_workload, report
+from measure import PeakRss
+from upsert_bench import laketide_config, _matches, dedupe, expected_state, make_workload, report
 
 
 def _land(landing: Path, batches: list[pa.Table]) -> None:

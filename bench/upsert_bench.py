@@ -24,15 +24,15 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from measure import PeakRss
 
 _DDL_TYPES = {pa.int64(): "BIGINT", pa.int32(): "INT", pa.float64(): "DOUBLE", pa.string(): "STRING", pa.bool_(): "BOOLEAN",
               pa.timestamp("us", tz="UTC"): "TIMESTAMP", pa.date32(): "DATE"}
@@ -121,37 +121,6 @@ def expected_state(batches: list[pa.Table]) -> pa.Table:
 
 
 # -- measuring --------------------------------------------------------------
-
-
-class PeakRss:
-    """Samples the RSS of this process and its children (Spark's JVM and Python workers)."""
-
-    def __init__(self, interval: float = 0.2):
-        self.interval, self.peak, self._stop = interval, 0, threading.Event()
-
-    def _sample(self) -> int:
-        me = psutil.Process()
-        total = me.memory_info().rss
-        for child in me.children(recursive=True):
-            try:
-                total += child.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
-
-    def __enter__(self):
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
-            time.sleep(self.interval)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 @dataclass
