@@ -18,9 +18,8 @@ from abc import ABC, abstractmethod
 from datetime import datetime, timezone
 from urllib.parse import quote
 
-from pydantic import BaseModel, Field
-
 from laketide.table.errors import ErrorKind, LaketideError
+from pydantic import BaseModel, Field
 
 log = logging.getLogger(__name__)
 

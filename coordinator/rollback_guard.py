@@ -21,8 +21,8 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable
 
-from laketide.table.errors import Refused
 from laketide.table.commit import NULL_COMMIT, CommitMetadata
+from laketide.table.errors import Refused
 from laketide.table.files import BaseFile, instant_of_file, parse_data_file
 from laketide.table.io import FileIO
 from laketide.table.logfile import CorruptLog, first_block_instant

@@ -19,10 +19,10 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from laketide.table.errors import LaketideError
 from laketide.coordinator.lease import LeaseLost
 from laketide.coordinator.metrics import Metrics
 from laketide.table.damage import TableDamaged
+from laketide.table.errors import LaketideError
 
 log = logging.getLogger(__name__)
 

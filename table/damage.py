@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pyarrow as pa
-
 from laketide.table.errors import LaketideError
 from laketide.table.files import BaseFile, parse_data_file
 from laketide.table.io import FileIO

@@ -7,8 +7,6 @@ Paths handed to a ``FileIO`` are relative to the table's base path.
 
 from __future__ import annotations
 
-from laketide.table.errors import Conflict, Invalid
-
 import os
 import posixpath
 import urllib.parse
@@ -17,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
+from laketide.table.errors import Conflict, Invalid
 
 
 class InstantFileExists(Conflict, FileExistsError):

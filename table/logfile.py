@@ -30,10 +30,9 @@ from enum import IntEnum
 import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from laketide.table.errors import LaketideError
 from laketide.table import avro_models
 from laketide.table.encoding import dictionary_columns
+from laketide.table.errors import LaketideError
 from laketide.table.schema import schema_from_avro, storage_schema
 
 MAGIC = b"#HUDI#"

@@ -13,9 +13,8 @@ import logging
 from collections.abc import Callable
 
 import pyarrow.fs as pafs
-
-from laketide.table.errors import NotFound
 from laketide.table.damage import TableDamaged
+from laketide.table.errors import NotFound
 from laketide.table.io import FileIO
 from laketide.table.properties import (
     PROPERTIES_FILE,

@@ -10,12 +10,11 @@ and the parquet files store exactly the Arrow types that schema maps back to
 
 from __future__ import annotations
 
-from laketide.table.errors import LaketideError
-
 import json
 import re
 
 import pyarrow as pa
+from laketide.table.errors import LaketideError
 
 COMMIT_TIME = "_hoodie_commit_time"
 COMMIT_SEQNO = "_hoodie_commit_seqno"

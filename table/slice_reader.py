@@ -22,12 +22,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from laketide.table.errors import UnsupportedTableError
 from laketide.table.damage import reading_data_file
 from laketide.table.encoding import SORTED_MARKER
+from laketide.table.errors import UnsupportedTableError
 from laketide.table.io import FileIO
-from laketide.table.logfile import BlockType, CorruptLog, Header, LogBlock, data_block_rows, deleted_records, read_blocks
+from laketide.table.logfile import (
+    BlockType,
+    CorruptLog,
+    Header,
+    LogBlock,
+    data_block_rows,
+    deleted_records,
+    read_blocks,
+)
 from laketide.table.schema import RECORD_KEY
 from laketide.table.view import FileSlice
 
