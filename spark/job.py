@@ -46,9 +46,9 @@ log = logging.getLogger("laketide.job")
 WRITER_ID_FILE = "laketide-writer-id"
 
 
-def writer_id_for(checkpoint: str) -> str:
+def writer_id_for(checkpoint: str, options: dict[str, str] | None = None) -> str:
     """The writer id lives in the checkpoint: a new checkpoint is a new writer with its own batch ids."""
-    io = FileIO.for_uri(checkpoint)
+    io = FileIO.for_uri(checkpoint, options)
     if io.exists(WRITER_ID_FILE):
         return io.read_text(WRITER_ID_FILE).strip()
     writer_id = uuid.uuid4().hex
@@ -66,11 +66,11 @@ def run(
     ``on_ready`` gets the running job once the lease is held and the table
     recovered, before the first micro-batch (the service starts its API there).
     """
-    check_quarantine_path(quarantine_path(config))
+    check_quarantine_path(quarantine_path(config), config.storage.options)
     spark = spark_session(config.spark)
     spark.sparkContext.setLogLevel("WARN")
     table = open_table(config, source_schema(spark, config.source))
-    writer_id = writer_id_for(config.stream.checkpoint)
+    writer_id = writer_id_for(config.stream.checkpoint, config.storage.options)
     lost = threading.Event()
     lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set)
     holder = lease.acquire(config.coordinator.lease_wait)

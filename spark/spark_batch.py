@@ -83,13 +83,13 @@ class SparkBatch:
         counts = self.rows.agg(F.count(F.lit(1)), F.count(REASON)).first()
         self.records, self.bad_rows = counts[0], counts[1]
 
-    def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str) -> None:
+    def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str, options: dict[str, str]) -> None:
         """The rows that go to quarantine, with ``more`` (reason, raw) rows, written by one task as one
         parquet file under ``target``, in the schema the driver path writes (``writer.quarantine``)."""
         rows = self.rows.filter(F.col(REASON).isNotNull()).select(F.col(REASON).alias("reason"), F.col(RAW).alias("raw"))
         if more:
             rows = rows.unionByName(self.rows.sparkSession.createDataFrame(more, "reason STRING, raw STRING"))
-        quarantine.clear(target)
+        quarantine.clear(target, options)
 
         def write(batches):
             from pyspark import TaskContext
@@ -100,7 +100,7 @@ class SparkBatch:
             bad = pa.Table.from_batches(bad)
             reasons, raws = (bad[c].combine_chunks().cast(pa.string()) for c in ("reason", "raw"))
             table = quarantine.quarantine_rows(instant, reasons, raws)
-            quarantine.write_part(target, table, TaskContext.get().partitionId())
+            quarantine.write_part(target, table, TaskContext.get().partitionId(), options)
             yield pa.RecordBatch.from_pydict({"rows": [table.num_rows]})
 
         rows.coalesce(1).mapInArrow(write, "rows LONG").collect()

@@ -1,8 +1,8 @@
 """FileIO: the one seam between laketide and storage.
 
-Everything that touches a table's files goes through ``FileIO`` so that local
-paths, HDFS and S3 behave alike (they are all ``pyarrow.fs`` file systems).
-Paths handed to a ``FileIO`` are relative to the table's base path.
+Everything that touches a table's files goes through ``FileIO``, chosen by the URI's scheme (as
+pyiceberg chooses its FileIO): local paths and HDFS through ``pyarrow.fs``, object stores (S3, GCS,
+Azure Blob) through ``object_io``. Paths handed to a ``FileIO`` are relative to the table's base path.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 from laketide.table.errors import Conflict, Invalid
+
+
+# schemes served by object_store (``object_io``); ``s3a`` is Hadoop's name for S3
+OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "az", "abfs", "abfss", "azure"})
 
 
 class InstantFileExists(Conflict, FileExistsError):
@@ -39,13 +43,23 @@ class FileEntry:
 
 
 class FileIO:
+    # what ``for_uri`` needs, beside the path, to open this storage again (in a Spark task, say)
+    options: dict[str, str] = {}
+
     def __init__(self, fs: pafs.FileSystem, base_path: str):
         self.fs = fs
         self.base_path = base_path.rstrip("/")
 
     @classmethod
-    def for_uri(cls, uri: str) -> FileIO:
-        """A FileIO rooted at ``uri``: a local path, or a URI pyarrow understands (s3://, hdfs://)."""
+    def for_uri(cls, uri: str, options: dict[str, str] | None = None) -> FileIO:
+        """A FileIO rooted at ``uri``, chosen by its scheme: a local path; an object store (``s3://``, ``gs://``,
+        ``az://``, ``abfs://``) through ``object_io`` with ``options`` (object_store's keys); else a URI
+        pyarrow understands (``hdfs://``)."""
+        scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+        if scheme in OBJECT_STORE_SCHEMES:
+            from laketide.table.object_io import ObjectStoreFileIO
+
+            return ObjectStoreFileIO(uri, options)
         if uri.startswith("file:"):
             # Hadoop writes local files as file:/path or file:///path, percent-encoded
             uri = urllib.parse.unquote(urllib.parse.urlparse(uri).path)
@@ -67,6 +81,9 @@ class FileIO:
 
     def exists(self, rel: str) -> bool:
         return self.fs.get_file_info(self.full_path(rel)).type != pafs.FileType.NotFound
+
+    def is_file(self, rel: str) -> bool:
+        return self.fs.get_file_info(self.full_path(rel)).type == pafs.FileType.File
 
     def size(self, rel: str) -> int:
         return self.fs.get_file_info(self.full_path(rel)).size

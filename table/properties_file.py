@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import pyarrow.fs as pafs
 from laketide.table.damage import TableDamaged
 from laketide.table.errors import NotFound
 from laketide.table.io import FileIO
@@ -51,7 +50,7 @@ def _read(io: FileIO, path: str) -> dict[str, str] | None:
 
 
 def _is_file(io: FileIO) -> bool:
-    return io.fs.get_file_info(io.full_path("")).type == pafs.FileType.File
+    return io.is_file("")
 
 
 def has_timeline(io: FileIO) -> bool:

@@ -58,7 +58,7 @@ class MicroBatch(Protocol):
     @property
     def bad_rows(self) -> int: ...
 
-    def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str) -> None: ...
+    def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str, options: dict[str, str]) -> None: ...
 
     def partitions(self) -> list[str]: ...
 
@@ -249,8 +249,9 @@ class BatchWriter:
             return 0
         target = f"{self.quarantine_path}/writer={self.coordinator.writer_id}/batch_id={batch_id}"
         # overwrite: a replayed batch quarantines the same rows once
-        batch.write_quarantine(instant, [(f"unreadable landing file: {why}", path) for path, why in sorted(bad_files.items())], target)
-        copy_aside(bad_files, f"{target}/_files")
+        options = self.config.storage.options
+        batch.write_quarantine(instant, [(f"unreadable landing file: {why}", path) for path, why in sorted(bad_files.items())], target, options)
+        copy_aside(bad_files, f"{target}/_files", options)
         log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, batch.bad_rows, len(bad_files), target)
         return batch.bad_rows + len(bad_files)
 

@@ -88,13 +88,13 @@ class DriverBatch:
     def bad_rows(self) -> int:
         return int(self._bad.sum())
 
-    def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str) -> None:
+    def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str, options: dict[str, str]) -> None:
         """The rows that go to quarantine, with ``more`` (reason, raw) rows, as one parquet file under ``target``."""
         bad = self.rows.filter(pa.array(self._bad))
         reasons = pa.concat_arrays([bad[REASON].combine_chunks(), pa.array([r for r, _ in more], pa.string())])
         raws = pa.concat_arrays([bad[RAW].combine_chunks(), pa.array([r for _, r in more], pa.string())])
-        quarantine.clear(target)
-        quarantine.write_part(target, quarantine.quarantine_rows(instant, reasons, raws))
+        quarantine.clear(target, options)
+        quarantine.write_part(target, quarantine.quarantine_rows(instant, reasons, raws), options=options)
 
     def good(self) -> pa.Table:
         good = self.rows.filter(pa.array(~self._bad)) if self.bad_rows else self.rows

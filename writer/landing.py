@@ -83,13 +83,13 @@ def _log_offset(fileio: FileIO, batch_id: int) -> int:
     return int(json.loads(fileio.read_text(f"offsets/{batch_id}").splitlines()[-1])["logOffset"])
 
 
-def batch_files(checkpoint: str, batch_id: int) -> list[str]:
+def batch_files(checkpoint: str, batch_id: int, options: dict[str, str] | None = None) -> list[str]:
     """The landing files of one micro-batch, from the file source's log in the Spark checkpoint.
 
     ``foreachBatch`` gets an already planned batch, so reading only its file
     column still decodes every column; the log names the files without reading them.
     """
-    fileio = FileIO.for_uri(checkpoint)
+    fileio = FileIO.for_uri(checkpoint, options)
     first, last = _log_offset(fileio, batch_id - 1) + 1, _log_offset(fileio, batch_id)
     logged = {e.name for e in fileio.list_dir("sources/0") if not e.name.startswith(".")}
     entries: list[dict] = []
@@ -105,9 +105,9 @@ def batch_files(checkpoint: str, batch_id: int) -> list[str]:
     return sorted({e["path"] for e in entries if first <= e["batchId"] <= last})
 
 
-def copy_aside(files: dict[str, str] | list[str], target: str) -> None:
+def copy_aside(files: dict[str, str] | list[str], target: str, options: dict[str, str] | None = None) -> None:
     """Copy landing files into ``target`` (the originals stay, so a replayed batch reads them again)."""
-    out = FileIO.for_uri(target)
+    out = FileIO.for_uri(target, options)
     for path in files:
         name = posixpath.basename(urllib.parse.unquote(path))
-        out.write_atomic(name, FileIO.for_uri(path).read_bytes(""), overwrite=True)
+        out.write_atomic(name, FileIO.for_uri(path, options).read_bytes(""), overwrite=True)

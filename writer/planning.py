@@ -92,6 +92,7 @@ def plan_instant(table: Table, views: ViewSync, index: StateIndex, write: WriteS
         write_slots=balanced_slots({s.file_id: s.size for s in slices}, write.parallelism),
         write_tasks=write.parallelism,
         table_empty=not latest,
+        storage_options=table.io.options,
     )
     return plan, foreign
 

@@ -12,7 +12,6 @@ import logging
 import uuid
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from laketide.table.errors import Invalid
 from laketide.table.io import FileIO
@@ -50,7 +49,7 @@ class JobRefused(Invalid):
     """The job cannot write this table with this configuration; nothing was written."""
 
 
-def check_quarantine_path(path: str) -> None:
+def check_quarantine_path(path: str, options: dict[str, str] | None = None) -> None:
     """``write.quarantine_path`` must be a directory the job can create and write in.
 
     Found at start rather than at the first bad row, mid-batch: the probe file
@@ -58,8 +57,8 @@ def check_quarantine_path(path: str) -> None:
     directory, when it had to create it).
     """
     try:
-        io = FileIO.for_uri(path)
-        if io.fs.get_file_info(io.base_path).type == pafs.FileType.File:
+        io = FileIO.for_uri(path, options)
+        if io.is_file(""):
             raise JobRefused(f"write.quarantine_path = {path!r} is a file, not a directory; point it at a directory (it is created if missing)")
         probe = f".laketide-write-check-{uuid.uuid4().hex}"
         io.write_bytes(probe, b"")

@@ -25,11 +25,11 @@ def quarantine_rows(instant: str, reasons: pa.Array, raws: pa.Array) -> pa.Table
     return pa.table([pa.repeat(pa.scalar(instant, pa.string()), n), reasons, raws, pa.repeat(now, n)], schema=QUARANTINE_SCHEMA)
 
 
-def clear(target: str) -> None:
+def clear(target: str, options: dict[str, str] | None = None) -> None:
     """Remove what an earlier attempt of the micro-batch wrote under ``target``."""
-    FileIO.for_uri(target).delete_dir("")
+    FileIO.for_uri(target, options).delete_dir("")
 
 
-def write_part(target: str, rows: pa.Table, part: int = 0) -> None:
-    with FileIO.for_uri(target).open_output(f"part-{part:05d}.snappy.parquet") as f:
+def write_part(target: str, rows: pa.Table, part: int = 0, options: dict[str, str] | None = None) -> None:
+    with FileIO.for_uri(target, options).open_output(f"part-{part:05d}.snappy.parquet") as f:
         pq.write_table(rows, f, compression="snappy")

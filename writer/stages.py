@@ -13,7 +13,7 @@ from __future__ import annotations
 import posixpath
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -98,6 +98,11 @@ class BatchPlan:
     write_slots: dict[str, int] | None = None
     write_tasks: int = 1
     table_empty: bool = False  # the table had no file slice when the plan was made
+    # how a task reaches the table's storage (object_store's keys; empty for a local or HDFS table)
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    def table_io(self) -> FileIO:
+        return FileIO.for_uri(self.table_uri, self.storage_options)
 
 
 def _repeated(value: str, n: int) -> pa.Array:
@@ -139,7 +144,7 @@ def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Sc
     rows = _concat(batches)
     if rows is None:
         return
-    io = FileIO.for_uri(plan.table_uri)
+    io = plan.table_io()
     index = StateIndex(io, plan.index.shards)
     rows = rows.drop_columns([c for c in (REASON, RAW) if c in rows.column_names])
     shards = rows[SHARD].to_numpy()
@@ -190,7 +195,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
     rows = _concat(batches)
     if rows is None:
         return
-    io = FileIO.for_uri(plan.table_uri)
+    io = plan.table_io()
     markers = WriteMarkers(io, plan.instant)
     if WRITE_SLOT in rows.column_names:
         rows = rows.drop_columns([WRITE_SLOT])
@@ -338,7 +343,7 @@ def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, t
     writes nothing), straight into new file groups, with no index lookup and no
     merge; every key gets an index entry.
     """
-    io = FileIO.for_uri(plan.table_uri)
+    io = plan.table_io()
     files = _BulkFiles(plan, io, task, token)
     global_keys = plan.index.global_keys
     previous: tuple[str, str] | None = None

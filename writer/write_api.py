@@ -12,7 +12,7 @@ import logging
 from typing import Any, Literal
 
 import pyarrow as pa
-from laketide.table import Table, TableNotFound
+from laketide.table import FileIO, Table, TableNotFound
 from laketide.table.errors import Invalid
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
@@ -60,7 +60,7 @@ def write(
     """
     rows = _arrow(data)
     config = _config(table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings)
-    check_quarantine_path(quarantine_path(config))
+    check_quarantine_path(quarantine_path(config), config.storage.options)
     table = open_table(config, rows.schema)
     lease = make_lease(config, table, job_id=f"{writer_id}-api")
     lease.acquire(config.coordinator.lease_wait)
@@ -88,7 +88,7 @@ def _config(table_uri: str, operation: str, record_key, partition_by, ordering_f
         if value is not None:
             table[key] = [value] if key in ("record_key", "partition_by") and isinstance(value, str) else value
     if "record_key" not in table:
-        table = {**_settings_of_existing(table_uri), **table}
+        table = {**_settings_of_existing(table_uri, sections.get("storage", {}).get("options")), **table}
     sections["write"] = {**sections.get("write", {}), "operation": operation}
     try:
         return JobConfig.model_validate({"table": table, **sections})
@@ -96,10 +96,10 @@ def _config(table_uri: str, operation: str, record_key, partition_by, ordering_f
         raise ConfigError(f"laketide.write settings: {exc}") from None
 
 
-def _settings_of_existing(table_uri: str) -> dict[str, Any]:
+def _settings_of_existing(table_uri: str, options: dict[str, str] | None) -> dict[str, Any]:
     """An existing table's own settings, so that writing to it needs none; a new table needs its record key."""
     try:
-        existing = Table.open(table_uri).config
+        existing = Table.open(table_uri, FileIO.for_uri(table_uri, options)).config
     except TableNotFound:
         raise Invalid(f"no table at {table_uri} yet: laketide.write needs record_key (the column or columns that identify a record) to create it") from None
     return {

@@ -241,6 +241,18 @@ class MirrorSection(_Section):
     log_retention_versions: int = Field(1000, ge=10)
 
 
+class StorageSection(_Section):
+    """How to reach an object store (``s3://``, ``gs://``, ``az://``, ``abfs://``) that holds the table.
+
+    ``options`` are object_store's keys, which hudi-rs and delta-rs take too: ``aws_endpoint_url``,
+    ``aws_region``, ``aws_access_key_id``, ``aws_secret_access_key``, ``azure_storage_account_name``,
+    ``azure_storage_account_key``, ``google_service_account``, ..., and ``allow_http`` for an ``http://``
+    endpoint. What is not given comes from the environment (``AWS_*``, ``AZURE_*``, ``GOOGLE_*``).
+    """
+
+    options: dict[str, str] = Field(default_factory=dict)
+
+
 class SparkSection(_Section):
     master: str = "local[2]"
     app_name: str = "laketide"
@@ -260,7 +272,7 @@ class JobConfig(_Section):
     mirror: MirrorSection = Field(default_factory=MirrorSection)
     services: ServicesSection = Field(default_factory=ServicesSection)
     spark: SparkSection = Field(default_factory=SparkSection)
-
+    storage: StorageSection = Field(default_factory=StorageSection)
 
     @model_validator(mode="after")
     def _archive_keeps_the_clean_window(self) -> JobConfig:
