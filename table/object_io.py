@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import obstore
 import pyarrow as pa
-from obstore.exceptions import AlreadyExistsError, NotFoundError
+from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 from obstore.store import from_url
 
 from laketide.table.io import FileEntry, FileIO, InstantFileExists
@@ -128,6 +128,28 @@ class ObjectStoreFileIO(FileIO):
             return True
         except AlreadyExistsError:
             return False
+
+    def read_versioned(self, rel: str) -> tuple[bytes, str] | None:
+        """The object and its ETag, or ``None`` when there is none."""
+        try:
+            got = obstore.get(self.store, self._key(rel))
+        except (NotFoundError, FileNotFoundError):
+            return None
+        return bytes(got.bytes()), got.meta["e_tag"]
+
+    def create_versioned(self, rel: str, data: bytes) -> str | None:
+        """Create the object unless it exists: its ETag, or ``None`` when another was there."""
+        try:
+            return obstore.put(self.store, self._key(rel), data, mode="create")["e_tag"]
+        except AlreadyExistsError:
+            return None
+
+    def replace_versioned(self, rel: str, data: bytes, e_tag: str) -> str | None:
+        """Replace the object if it is still the version ``e_tag`` names: the new ETag, or ``None`` when it changed."""
+        try:
+            return obstore.put(self.store, self._key(rel), data, mode={"e_tag": e_tag})["e_tag"]
+        except (PreconditionError, NotFoundError, FileNotFoundError):
+            return None
 
     def delete(self, rel: str) -> bool:
         """Delete an object; ``False`` when it was already gone (a HEAD first: a DELETE succeeds either way)."""

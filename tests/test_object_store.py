@@ -71,10 +71,11 @@ def _expected(batches: list[list[dict]]) -> list[dict]:
     return [{c: line.get(c) for c in DATA_COLUMNS} for _, line in sorted(newest.items()) if not line.get("_hoodie_is_deleted")]
 
 
-@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
-def test_laketide_write_to_s3_reads_back_as_the_model(s3, zookeeper, table_type):
-    uri = f"s3://lake/orders-{table_type.lower()}"
-    settings = {"storage": {"options": s3}, "coordinator": {"lease": "zookeeper", "zookeeper": zookeeper}, "write": {"index_shards": 2}}
+@pytest.mark.parametrize("table_type, lease", [("COPY_ON_WRITE", "storage"), ("MERGE_ON_READ", "storage"), ("COPY_ON_WRITE", "zookeeper")])
+def test_laketide_write_to_s3_reads_back_as_the_model(s3, request, table_type, lease):
+    uri = f"s3://lake/orders-{table_type.lower()}-{lease}"
+    coordinator = {"lease": lease, "zookeeper": request.getfixturevalue("zookeeper")} if lease == "zookeeper" else {"lease": "storage"}
+    settings = {"storage": {"options": s3}, "coordinator": coordinator, "write": {"index_shards": 2}}
     batches = [
         [row(i, 1) for i in range(1, 41)],
         [row(i, 2) for i in range(30, 51)] + [row(3, 2, deleted=True)],
@@ -89,3 +90,29 @@ def test_laketide_write_to_s3_reads_back_as_the_model(s3, zookeeper, table_type)
     table = Table.open(uri, FileIO.for_uri(uri, s3))
     assert rows(table.snapshot(), "id", DATA_COLUMNS) == _expected(batches)
     assert table.config.table_type == table_type and not table.timeline.pending()
+
+
+def test_the_storage_lease_waits_names_the_holder_and_is_taken_over_once_expired(s3):
+    from laketide.coordinator import LeaseHeld, LeaseLost
+    from laketide.coordinator.storage_lease import StorageLease
+
+    io = FileIO.for_uri("s3://lake/leased", s3)
+    lost = []
+    first = StorageLease(io, job_id="job-a", ttl=3, on_lost=lambda: lost.append(True))
+    assert first.acquire().epoch == 1
+    second = StorageLease(FileIO.for_uri("s3://lake/leased", s3), job_id="job-b", ttl=3)
+    with pytest.raises(LeaseHeld, match="job-a"):
+        second.acquire(timeout=4)  # longer than the ttl: the heartbeat keeps the first holding
+    assert second.current_holder().job_id == "job-a"
+
+    first._stop.set()  # the first holder freezes: no more heartbeats
+    first._heartbeat.join()
+    taken = second.acquire(timeout=10)
+    assert taken.epoch == 2 and taken.job_id == "job-b"
+    with pytest.raises(LeaseLost):
+        first.check()
+    assert lost == [True]
+    second.release()
+    third = StorageLease(io, job_id="job-c", ttl=3)
+    assert third.acquire(timeout=0).epoch == 3, "a released lease is taken at once"
+    third.release()

@@ -19,6 +19,7 @@ from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.coordinator.savepoints import Savepoints
+from laketide.coordinator.storage_lease import StorageLease
 from laketide.coordinator.services import ServiceFailures, TableServices
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table, TableNotFound, properties_file
@@ -54,9 +55,11 @@ def open_table(config: JobConfig, source: pa.Schema) -> Table:
 
 def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | None = None, on_lost=None) -> Lease:
     coordinator = config.coordinator
+    if coordinator.lease == "storage":
+        return StorageLease(table.io, job_id=job_id, api_address=api_address, ttl=coordinator.lease_ttl, on_lost=on_lost)
     if coordinator.lease == "local":
         if not table.io.is_local:
-            raise ConfigError(f"coordinator.lease = 'local' needs a table on the local file system; {table.uri} is not. Use 'zookeeper'.")
+            raise ConfigError(f"coordinator.lease = 'local' needs a table on the local file system; {table.uri} is not. Use 'storage' or 'zookeeper'.")
         return LocalLease.for_table(table.uri, job_id=job_id, api_address=api_address)
     return ZooKeeperLease(
         coordinator.zookeeper,

@@ -165,7 +165,9 @@ class IndexSection(_Section):
 
 
 class CoordinatorSection(_Section):
-    lease: Literal["local", "zookeeper"] = "local"
+    lease: Literal["local", "zookeeper", "storage"] = "local"
+    # the storage lease: how long a holding lasts without a heartbeat (renewed every third of it)
+    lease_ttl: float = Field(30.0, ge=3)
     zookeeper: str = "127.0.0.1:2181"
     zookeeper_root: str = "/laketide"
     zookeeper_session_timeout: float = Field(10.0, gt=0)

@@ -17,11 +17,15 @@ TableArg = Annotated[str, typer.Argument(help="table path or URI")]
 
 
 def lease_for(table, zookeeper: str | None, zookeeper_root: str, job_id: str = "laketide-ops"):
-    """The table's lease where it lives: ZooKeeper when hosts are given, the table's lock file otherwise."""
+    """The table's lease where it lives: ZooKeeper when hosts are given, else the lease object of a table
+    on an object store, else the table's lock file."""
     from laketide.coordinator import LocalLease, ZooKeeperLease
+    from laketide.coordinator.storage_lease import StorageLease
 
     if zookeeper:
         return ZooKeeperLease(zookeeper, zookeeper_root, table.uri, job_id=job_id, connect_timeout=10.0)
+    if not table.io.is_local:
+        return StorageLease(table.io, job_id=job_id)
     return LocalLease.for_table(table.uri, job_id=job_id)
 
 
