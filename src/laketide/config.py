@@ -243,6 +243,13 @@ class MirrorSection(_Section):
     log_retention_versions: int = Field(1000, ge=10)
 
 
+def _option_strings(value: Any) -> Any:
+    """object_store takes every option as a string; ``--conf storage.options.allow_http=true`` gives a boolean."""
+    if not isinstance(value, dict):
+        return value
+    return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+
+
 class StorageSection(_Section):
     """How to reach an object store (``s3://``, ``gs://``, ``az://``, ``abfs://``) that holds the table.
 
@@ -252,7 +259,7 @@ class StorageSection(_Section):
     endpoint. What is not given comes from the environment (``AWS_*``, ``AZURE_*``, ``GOOGLE_*``).
     """
 
-    options: dict[str, str] = Field(default_factory=dict)
+    options: Annotated[dict[str, str], BeforeValidator(_option_strings)] = Field(default_factory=dict)
 
 
 class SparkSection(_Section):
