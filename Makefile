@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test test-spark42 demo bench bench-memory clean wheel
+.PHONY: install system-deps test-servers test test-spark42 demo bench bench-memory clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +16,15 @@ install: $(VENV)/.installed
 system-deps:
 	./deploy/install-system-deps.sh
 
-test: install system-deps
+# servers the tests start that come from npm (Azurite)
+test-servers:
+	./deploy/install-test-servers.sh
+
+test: install system-deps test-servers
 	$(PY) -m pytest
 
 # the suite on PySpark 4.2.0, the line `laketide[delta]` installs (delta-spark 4.4 requires pyspark <= 4.2.0)
-test-spark42: system-deps
+test-spark42: system-deps test-servers
 	$(PYTHON) -m venv .venv42
 	.venv42/bin/python -m pip install -q --upgrade pip
 	.venv42/bin/python -m pip install -q 'pyspark==4.2.0' -e '.[test]'

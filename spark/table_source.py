@@ -23,7 +23,7 @@ Options:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,6 +59,9 @@ class StartCleaned(Invalid):
     """The window starts before the commits the table still holds."""
 
 
+STORAGE_PREFIX = "storage."
+
+
 @dataclass(frozen=True)
 class SliceSplit(InputPartition):
     """One file slice to read: its files as of the window's end, which instants' log blocks count
@@ -69,10 +72,17 @@ class SliceSplit(InputPartition):
     visible: Visibility
     commit_times: tuple[str, ...] | None
     rule: MergeRule
+    storage_options: dict[str, str] = field(default_factory=dict)  # how a task reaches an object store
+
+
+def storage_options(options: dict) -> dict[str, str]:
+    """The reader's ``storage.<key>`` options: object_store's keys for a table on an object store
+    (``.option("storage.aws_region", "eu-west-1")``); what is not given comes from the environment."""
+    return {k[len(STORAGE_PREFIX):]: v for k, v in dict(options).items() if k.lower().startswith(STORAGE_PREFIX)}
 
 
 def read_split(split: SliceSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    rows = read_slices(FileIO.for_uri(split.table_uri), [split.slice], True, split.visible, split.rule)
+    rows = read_slices(FileIO.for_uri(split.table_uri, split.storage_options), [split.slice], True, split.visible, split.rule)
     if rows.num_columns == 0:
         return
     if split.commit_times is not None:
@@ -85,11 +95,11 @@ def read_split(split: SliceSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]
 class SplitEnumerator:
     """The driver's side: which instants a micro-batch covers, and the splits that read them."""
 
-    def __init__(self, uri: str):
-        self.table = Table.open(uri)
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None):
+        self.table = Table.open(uri, FileIO.for_uri(uri, storage_options))
 
     def refresh(self) -> None:
-        self.table = Table.open(self.table.uri)
+        self.table = Table.open(self.table.uri, self.table.io)
 
     def readable_commits(self, start: str | None = None) -> list[str]:
         """Completed writes after ``start``, up to the first write still in flight: a commit that
@@ -144,27 +154,28 @@ class SplitEnumerator:
         start = self._check_window(start, end, full_scan_when_cleaned)
         view = self.table.file_system_view()
         timeline = view.timeline
-        visible, rule, uri = view.visibility(end), self.table.merge_rule, self.table.uri
+        visible, rule, uri, options = view.visibility(end), self.table.merge_rule, self.table.uri, self.table.io.options
         if start is None:
-            return [SliceSplit(uri, s, visible, None, rule) for s in view.latest_slices(end)]
+            return [SliceSplit(uri, s, visible, None, rule, options) for s in view.latest_slices(end)]
         admitted = commits_in_window(timeline, start, end)
         if not admitted:
             return []
         touched = set().union(*(timeline.commit_metadata(i).file_ids() for i in admitted))
         times = tuple(sorted(i.timestamp for i in admitted))
-        return [SliceSplit(uri, s, visible, times, rule) for s in view.latest_slices(end) if (s.partition, s.file_id) in touched]
+        return [SliceSplit(uri, s, visible, times, rule, options) for s in view.latest_slices(end) if (s.partition, s.file_id) in touched]
 
 
 class _Planning:
     """A reader's enumerator lives on the driver: it is left out when Spark ships the reader to its tasks."""
 
     path: str
+    storage_options: dict[str, str] = {}
     _enumerator: SplitEnumerator | None = None
 
     @property
     def enumerator(self) -> SplitEnumerator:
         if self._enumerator is None:
-            self._enumerator = SplitEnumerator(self.path)
+            self._enumerator = SplitEnumerator(self.path, self.storage_options)
         return self._enumerator
 
     def __getstate__(self) -> dict:
@@ -174,6 +185,7 @@ class _Planning:
 class LaketideStreamReader(_Planning, DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, path: str, options: dict, schema: pa.Schema):
         self.path = path
+        self.storage_options = storage_options(options)
         self.schema = schema
         self.start = options.get("start", EARLIEST)
         self.max_instants = int(options["max_instants_per_trigger"]) if options.get("max_instants_per_trigger") else None
@@ -223,6 +235,7 @@ class LaketideStreamReader(_Planning, DataSourceStreamReader, SupportsTriggerAva
 class LaketideBatchReader(_Planning, DataSourceReader):
     def __init__(self, path: str, options: dict, schema: pa.Schema):
         self.path = path
+        self.storage_options = storage_options(options)
         self.schema = schema
         self.options = options
 
@@ -252,7 +265,8 @@ class LaketideDataSource(DataSource):
         return path
 
     def _arrow_schema(self) -> pa.Schema:
-        schema = Table.open(self._path()).schema()
+        path = self._path()
+        schema = Table.open(path, FileIO.for_uri(path, storage_options(self.options))).schema()
         if schema is None:
             raise Invalid(f"{self._path()} has no committed schema yet: nothing to read")
         return with_meta_schema(schema)

@@ -3,6 +3,13 @@ its conditional creates, and tables written there read back by hudi-rs and laket
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -11,6 +18,7 @@ import laketide
 from laketide.table import FileIO, Table
 from laketide.table.io import InstantFileExists
 
+from chaoslib import free_port
 from conftest import rows
 from streaming import DATA_COLUMNS, row
 
@@ -36,7 +44,45 @@ def s3():
     server.stop()
 
 
-def hudi_read_s3(uri: str, options: dict) -> pa.Table:
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # Azurite's well-known account key
+AZURITE = Path(__file__).resolve().parents[1] / ".tools" / "node_modules" / ".bin" / "azurite-blob"
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory):
+    """Azurite's Blob service (from npm, installed by ``make test``) on a free loopback port, with one container."""
+    from azure.storage.blob import BlobServiceClient
+
+    if not AZURITE.exists():
+        pytest.fail(f"{AZURITE} is missing: run deploy/install-test-servers.sh (make test does)")
+    port = free_port()
+    data = tmp_path_factory.mktemp("azurite")
+    server = subprocess.Popen(
+        [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data), "--skipApiVersionCheck", "--silent"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    endpoint = f"http://127.0.0.1:{port}/devstoreaccount1"
+    try:
+        wait_for_port(port)
+        connection = f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+        BlobServiceClient.from_connection_string(connection).create_container("lake")
+        yield {"azure_storage_account_name": "devstoreaccount1", "azure_storage_account_key": AZURITE_KEY, "azure_endpoint": endpoint, "allow_http": "true"}
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def wait_for_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f}s")
+
+
+def hudi_read_store(uri: str, options: dict) -> pa.Table:
     from hudi import HudiTableBuilder
 
     table = HudiTableBuilder.from_base_uri(uri).with_storage_options(options).build()
@@ -86,7 +132,7 @@ def test_laketide_write_to_s3_reads_back_as_the_model(s3, request, table_type, l
         data = pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA)
         report = laketide.write(uri, data, settings=settings, **new_table)
     assert report.late == 1
-    assert rows(hudi_read_s3(uri, s3), "id", DATA_COLUMNS) == _expected(batches)
+    assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == _expected(batches)
     table = Table.open(uri, FileIO.for_uri(uri, s3))
     assert rows(table.snapshot(), "id", DATA_COLUMNS) == _expected(batches)
     assert table.config.table_type == table_type and not table.timeline.pending()
@@ -132,7 +178,7 @@ def test_the_streaming_job_writes_a_table_on_s3(s3, tmp_path, table_type):
     t.run()
     t.land([[row(i, 3) for i in range(1, 50, 4)] + [{"id": None, "ts": 3, "region": "us"}]])
     t.run(**{"write.driver_batch_bytes": "0"})
-    assert rows(hudi_read_s3(uri, s3), "id", DATA_COLUMNS) == t.model.expected()
+    assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == t.model.expected()
     table = Table.open(uri, FileIO.for_uri(uri, s3))
     assert rows(table.snapshot(), "id", DATA_COLUMNS) == t.model.expected()
     assert not table.timeline.pending() and len(table.timeline.completed_writes()) >= 3
@@ -143,3 +189,30 @@ def test_the_streaming_job_writes_a_table_on_s3(s3, tmp_path, table_type):
     assert mirrored == rows(table.read_optimized(), "id", DATA_COLUMNS)
     if table_type == "COPY_ON_WRITE":
         assert mirrored == t.model.expected()
+
+
+def test_spark_reads_a_table_on_s3_through_the_laketide_source(s3, spark):
+    """``spark.read.format("laketide")`` with ``storage.<key>`` options: the driver plans, the tasks read the slices."""
+    uri = "s3://lake/read-by-spark"
+    lines = [row(i, 1) for i in range(1, 21)] + [row(5, 2, deleted=True)]
+    data = pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA)
+    laketide.write(uri, data, record_key="id", partition_by="region", ordering_field="ts", settings={"storage": {"options": s3}, "coordinator": {"lease": "storage"}})
+    reader = spark.read.format("laketide")
+    for key, value in s3.items():
+        reader = reader.option(f"storage.{key}", value)
+    read = reader.load(uri).select(*DATA_COLUMNS).toArrow()
+    assert rows(read, "id", DATA_COLUMNS) == _expected([lines])
+
+
+def test_laketide_write_to_azure_blob_reads_back_as_the_model(azurite):
+    """The same on Azure Blob (Azurite), ``az://``, under the storage lease: conditional creates and ETag updates there too."""
+    io = FileIO.for_uri("az://lake/seam", azurite)
+    assert io.create_exclusive("x", b"1") and not io.create_exclusive("x", b"2")
+    uri = "az://lake/orders"
+    settings = {"storage": {"options": azurite}, "coordinator": {"lease": "storage"}, "write": {"index_shards": 2}}
+    batches = [[row(i, 1) for i in range(1, 31)], [row(i, 2) for i in range(20, 41)] + [row(3, 2, deleted=True), row(25, 1)]]
+    for n, lines in enumerate(batches):
+        new_table = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "table_type": "MERGE_ON_READ"} if n == 0 else {}
+        laketide.write(uri, pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA), settings=settings, **new_table)
+    assert rows(hudi_read_store(uri, azurite), "id", DATA_COLUMNS) == _expected(batches)
+    assert rows(Table.open(uri, FileIO.for_uri(uri, azurite)).snapshot(), "id", DATA_COLUMNS) == _expected(batches)

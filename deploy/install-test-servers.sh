@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the servers the tests start that come from npm: Azurite (Azure Blob), into .tools/.
+# Node.js and npm come from Debian when missing. Safe to run again: it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v npm >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    SUDO="sudo"
+  fi
+  echo "installing from Debian: nodejs npm"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+if [ ! -x .tools/node_modules/.bin/azurite-blob ]; then
+  echo "installing from npm: azurite"
+  npm install --prefix .tools --no-audit --no-fund --silent azurite@3 >/dev/null
+fi
