@@ -197,6 +197,9 @@ def test_spark_reads_a_table_on_s3_through_the_laketide_source(s3, spark):
     lines = [row(i, 1) for i in range(1, 21)] + [row(5, 2, deleted=True)]
     data = pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA)
     laketide.write(uri, data, record_key="id", partition_by="region", ordering_field="ts", settings={"storage": {"options": s3}, "coordinator": {"lease": "storage"}})
+    from laketide.spark.table_source import LaketideDataSource
+
+    spark.dataSource.register(LaketideDataSource)
     reader = spark.read.format("laketide")
     for key, value in s3.items():
         reader = reader.option(f"storage.{key}", value)
