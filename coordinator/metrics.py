@@ -23,6 +23,9 @@ class Metrics:
         self.service_failures = Counter(
             "laketide_table_service_failures", "table service runs that failed after a commit (the commit stands)", ["service"], registry=r
         )
+        self.storage_requests = Counter(
+            "laketide_storage_requests", "requests to an object store during micro-batches, by kind (the driver's process)", ["kind"], registry=r
+        )
         self.lease_held = Gauge("laketide_lease_held", "1 while this process holds the table's lease", registry=r)
         self.lease_epoch = Gauge("laketide_lease_epoch", "epoch of the lease this process holds", registry=r)
 

@@ -219,3 +219,32 @@ def test_laketide_write_to_azure_blob_reads_back_as_the_model(azurite):
         laketide.write(uri, pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA), settings=settings, **new_table)
     assert rows(hudi_read_store(uri, azurite), "id", DATA_COLUMNS) == _expected(batches)
     assert rows(Table.open(uri, FileIO.for_uri(uri, azurite)).snapshot(), "id", DATA_COLUMNS) == _expected(batches)
+
+
+def test_the_requests_of_a_micro_batch_do_not_grow_with_the_history(s3):
+    """One writer, as the job keeps it, writes 14 micro-batches into an S3 table: each reports its requests
+    by kind, and the LIST requests of the last equal those of the fourth, within one, though the table
+    holds three times the instants and files."""
+    from laketide.coordinator import Coordinator
+    from laketide.coordinator.storage_lease import StorageLease
+
+    from writes import _loaded, batch_writer
+
+    uri = "s3://lake/budget"
+    io = FileIO.for_uri(uri, s3)
+    table = Table.create(uri, "budget", ["id"], ["region"], "ts", io=io)
+    lease = StorageLease(io, job_id="budget", ttl=30)
+    lease.acquire()
+    writer = batch_writer(table, Coordinator(table, lease, "budget"))
+    try:
+        reports = []
+        for n in range(14):
+            lines = [{"_hoodie_is_deleted": False, **row(i, n + 1)} for i in range(n * 5, n * 5 + 20)]
+            reports.append(writer.run(n, lambda lines=lines: _loaded(writer, lines, SCHEMA)))
+    finally:
+        writer.close()
+        lease.release()
+    lists = [r.requests.get("LIST", 0) for r in reports]
+    assert all(r.requests.get("PUT", 0) > 0 for r in reports)
+    assert abs(lists[-1] - lists[3]) <= 1, lists
+    assert "requests=" in reports[-1].line()

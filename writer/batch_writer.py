@@ -27,6 +27,7 @@ from laketide.index.sync import ForeignWrites
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY, WriteStat
 from laketide.table.damage import TableDamaged
+from laketide.table.object_io import REQUESTS
 from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
 from laketide.table.schema import avro_schema_json
 from laketide.table.view_sync import ViewSync
@@ -159,7 +160,7 @@ class BatchWriter:
 
     def run(self, batch_id: int, load: Callable[[], LoadedBatch]) -> BatchReport:
         """Write micro-batch ``batch_id``, read by ``load`` unless the batch is already committed (a replay)."""
-        started = time.monotonic()
+        started, requests_before = time.monotonic(), REQUESTS.snapshot()
         self.clock.start()
         self.status.current_batch = batch_id
         if self.coordinator.is_committed(batch_id):
@@ -181,6 +182,7 @@ class BatchWriter:
         report.seconds = time.monotonic() - started
         report.stage_seconds = self.clock.report()
         report.ran_on = loaded.batch.ran_on
+        report.requests = REQUESTS.since(requests_before, REQUESTS.snapshot())
         self._count(report)
         return report
 
@@ -220,6 +222,8 @@ class BatchWriter:
 
     def _count(self, report: BatchReport) -> None:
         self.metrics.micro_batches.labels("committed").inc()
+        for kind, n in report.requests.items():
+            self.metrics.storage_requests.labels(kind).inc(n)
         self.metrics.records.inc(report.records)
         self.metrics.quarantined.inc(report.quarantined)
         self.metrics.commit_seconds.observe(report.seconds)

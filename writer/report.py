@@ -32,6 +32,8 @@ class BatchReport:
     ran_on: str = "tasks"
     # its instant was rolled back after it committed (by an operator, or a restore); set when the status is read
     rolled_back: bool = False
+    # requests to an object store during the micro-batch, by kind (GET, PUT, LIST, DELETE, HEAD), from the driver's process
+    requests: dict[str, int] = field(default_factory=dict)
 
     def line(self) -> str:
         if self.empty:
@@ -39,6 +41,7 @@ class BatchReport:
         if self.skipped:
             return f"micro-batch {self.batch_id}: already committed, skipped"
         replaced = f" replaced={self.replaced}" if self.replaced else ""
+        replaced += " requests=" + ",".join(f"{kind}:{n}" for kind, n in self.requests.items()) if self.requests else ""
         steps = " ".join(f"{name}={seconds:.2f}" for name, seconds in self.stage_seconds.items())
         return (
             f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "
