@@ -168,6 +168,10 @@ class StateIndex:
         self.io = io
         self.shards = shards
         self.global_keys = global_keys
+        # each coverage file read once, not at every snapshot, by (path, (size, mtime)): folding rewrites the
+        # newest one under its name. Threads that share the index (the micro-batch, the services, the API)
+        # may race on it; the loser reads a file again.
+        self._coverage: dict[tuple[str, tuple[int, int]], object] = {}
 
     @classmethod
     def open(cls, io: FileIO, shards: int, global_keys: bool = False) -> StateIndex:
@@ -207,7 +211,7 @@ class StateIndex:
                     if m:
                         runs.setdefault(shard, []).append((m[1], m[2], f.path))
             elif (m := _COVERAGE.match(entry.name)) is not None:
-                coverage.append((m[1], entry.path))
+                coverage.append((m[1], entry.path, (entry.size, entry.mtime_ns)))
         return runs, coverage
 
     def snapshot(self, committed: set[str], earliest: str | None = None) -> IndexSnapshot:
@@ -230,9 +234,12 @@ class StateIndex:
             runs[shard] = tuple(([bases[-1][1]] if bases else []) + [p for _, p in deltas])
         covered: set[FileGroupId] = set()
         coverage_files = []
-        for ts, path in sorted(coverage):
+        known, self._coverage = self._coverage, {}
+        for ts, path, version in sorted(coverage):
             if valid(ts):
-                covered = _apply_coverage(covered, json.loads(self.io.read_text(path)))
+                entry = known[(path, version)] if (path, version) in known else json.loads(self.io.read_text(path))
+                self._coverage[(path, version)] = entry
+                covered = _apply_coverage(covered, entry)
                 coverage_files.append(path)
         as_of = max(committed) if committed else None
         return IndexSnapshot(self.shards, runs, frozenset(covered), as_of, tuple(coverage_files), self.global_keys)
@@ -293,12 +300,12 @@ class StateIndex:
         """
         listing, coverage = self._listing()
         files = [p for runs in listing.values() for kind, ts, p in runs if kind == "delta" and ts == instant]
-        return sorted(files + [p for ts, p in coverage if ts == instant])
+        return sorted(files + [p for ts, p, _ in coverage if ts == instant])
 
     def instants(self) -> set[str]:
         """Instant times of every delta run and coverage file: archival checks none of a failed write is left."""
         listing, coverage = self._listing()
-        return {ts for runs in listing.values() for kind, ts, _ in runs if kind == "delta"} | {ts for ts, _ in coverage}
+        return {ts for runs in listing.values() for kind, ts, _ in runs if kind == "delta"} | {ts for ts, _, _ in coverage}
 
     def obsolete_runs(self) -> list[str]:
         """Runs a newer base already folded in: what a compaction interrupted before its deletes left behind."""
