@@ -248,3 +248,51 @@ def test_the_requests_of_a_micro_batch_do_not_grow_with_the_history(s3):
     assert all(r.requests.get("PUT", 0) > 0 for r in reports)
     assert abs(lists[-1] - lists[3]) <= 1, lists
     assert "requests=" in reports[-1].line()
+
+
+def test_a_frozen_job_on_s3_is_taken_over_and_exits_without_completing_anything(s3, tmp_path):
+    """Two `laketide run` jobs on one S3 table under the storage lease: the second waits and fails naming
+    the first; once the first is frozen (SIGSTOP) past `lease_ttl`, a second takes over and commits; the
+    first, woken, exits with code 5 having completed nothing, and the table equals the model."""
+    from chaoslib import Job, job_args, wait_until
+    from streaming import Model, land
+
+    uri = "s3://lake/takeover"
+    conf = [f"table.path={uri}", "coordinator.lease=storage", "coordinator.lease_ttl=6", *(f"storage.options.{k}={v}" for k, v in s3.items())]
+    model = Model()
+    first_lines = [row(i, 1) for i in range(1, 21)]
+    land(tmp_path, "batch-000.json", first_lines, 1_700_000_000)
+    model.apply(first_lines)
+    first = Job(job_args(tmp_path, trigger="1 second", extra=conf), tmp_path / "first.log").start()
+    holder = f"pid {first.proc.pid}"
+    table = lambda: Table.open(uri, FileIO.for_uri(uri, s3))  # noqa: E731
+    try:
+        wait_until(lambda: _commits(table) >= 1, 180, "the first job's first commit")
+        second = Job(job_args(tmp_path, extra=[*conf, "coordinator.lease_wait=2"]), tmp_path / "second.log").start()
+        assert second.wait(180) == 4 and "is held by" in second.log_tail() and holder in second.log_tail(), second.log_tail()
+        first.signal(signal.SIGSTOP)
+        time.sleep(8)  # past lease_ttl
+        more = [row(i, 2) for i in range(10, 31)]
+        land(tmp_path, "batch-001.json", more, 1_700_000_001)
+        model.apply(more)
+        third = Job(job_args(tmp_path, extra=[*conf, "coordinator.lease_wait=30"]), tmp_path / "third.log").start()
+        assert third.wait(300) == 0, third.log_tail()
+        first.signal(signal.SIGCONT)
+        assert first.wait(120) == 5, first.log_tail()
+    finally:
+        if first.running():
+            first.signal(signal.SIGCONT)
+            first.kill()
+    current = table()
+    assert not current.timeline.pending()
+    assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == model.expected()
+    committed = {i.timestamp for i in current.timeline.completed_writes()}
+    written = [e.path for e in current.io.walk() if e.path.endswith(".parquet") and not e.path.startswith(".hoodie")]
+    assert written and all(path.rsplit("_", 1)[1][:17] in committed for path in written), "no file of an instant that did not complete"
+
+
+def _commits(table) -> int:
+    try:
+        return len(table().timeline.completed_writes())
+    except Exception:
+        return 0
