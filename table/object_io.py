@@ -150,14 +150,18 @@ class ObjectStoreFileIO(FileIO):
         try:
             _call("PUT", obstore.put, self.store, self._key(rel), data, mode="create")
         except AlreadyExistsError:
-            raise InstantFileExists(f"{self.full_path(rel)} already exists and is never overwritten") from None
+            if self.read_bytes(rel) != data:  # the same bytes: an earlier attempt whose response was lost
+                raise InstantFileExists(f"{self.full_path(rel)} already exists and is never overwritten") from None
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create ``rel`` unless it exists; ``True`` when it now holds ``data``. A create whose response was
+        lost is retried by the client and then finds its own object: the same bytes count as this call's
+        (only the one deciding party writes a given outcome, so another's can never be byte-identical)."""
         try:
             _call("PUT", obstore.put, self.store, self._key(rel), data, mode="create")
             return True
         except AlreadyExistsError:
-            return False
+            return self.read_bytes(rel) == data
 
     def read_versioned(self, rel: str) -> tuple[bytes, str] | None:
         """The object and its ETag, or ``None`` when there is none."""

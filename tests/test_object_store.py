@@ -93,6 +93,7 @@ def test_the_storage_seam_creates_once_and_reads_what_it_wrote(s3):
     io = FileIO.for_uri("s3://lake/seam", s3)
     assert io.create_exclusive(".hoodie/.laketide/epochs/1", b"")
     assert not io.create_exclusive(".hoodie/.laketide/epochs/1", b"again"), "the second create is refused by the server"
+    assert io.create_exclusive(".hoodie/.laketide/epochs/1", b""), "a retried create that finds its own bytes succeeded"
     io.write_atomic(".hoodie/1.commit", b"{}")
     with pytest.raises(InstantFileExists):
         io.write_atomic(".hoodie/1.commit", b"{}")
