@@ -95,8 +95,9 @@ def test_the_storage_seam_creates_once_and_reads_what_it_wrote(s3):
     assert not io.create_exclusive(".hoodie/.laketide/epochs/1", b"again"), "the second create is refused by the server"
     assert io.create_exclusive(".hoodie/.laketide/epochs/1", b""), "a retried create that finds its own bytes succeeded"
     io.write_atomic(".hoodie/1.commit", b"{}")
+    io.write_atomic(".hoodie/1.commit", b"{}")  # the same bytes: an earlier attempt that landed
     with pytest.raises(InstantFileExists):
-        io.write_atomic(".hoodie/1.commit", b"{}")
+        io.write_atomic(".hoodie/1.commit", b'{"other": 1}')
     with io.open_output("p/f.parquet") as f:
         pq.write_table(pa.table({"a": [1, 2, 3]}), f)
     with io.open_input("p/f.parquet") as f:
