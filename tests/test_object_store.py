@@ -298,3 +298,31 @@ def _commits(table) -> int:
         return len(table().timeline.completed_writes())
     except Exception:
         return 0
+
+
+def test_writes_ride_out_a_store_that_throttles_and_resets(s3, tmp_path):
+    """Through a proxy that answers 10% of requests with 503 SlowDown and resets 2% of connections, the
+    streaming job (both write paths) and ``laketide.write`` still land every row: the table equals the model."""
+    from faultproxy import FaultProxy
+
+    from opslib import OpsTable
+
+    proxy = FaultProxy(s3["aws_endpoint_url"].removeprefix("http://"), slow_down=0.10, reset=0.02, delay=0.02).start()
+    flaky = {**s3, "aws_endpoint_url": proxy.endpoint}
+    uri = "s3://lake/flaky"
+    try:
+        options = {f"storage.options.{k}": v for k, v in flaky.items()}
+        t = OpsTable(tmp_path, {"table.path": uri, "coordinator.lease": "storage", **options})
+        t.land([[row(i, 1) for i in range(1, 31)], [row(i, 2) for i in range(20, 41)] + [row(3, 2, deleted=True)]])
+        t.run()
+        t.land([[row(i, 3) for i in range(1, 50, 4)]])
+        t.run(**{"write.driver_batch_bytes": "0"})
+        more = [row(i, 4) for i in range(45, 60)]
+        laketide.write(uri, pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in more], SCHEMA), settings={"storage": {"options": flaky}, "coordinator": {"lease": "storage"}})
+        t.model.apply(more)
+    finally:
+        proxy.stop()
+    assert proxy.counts["slow_down"] > 10 and proxy.counts["reset"] > 0, proxy.counts
+    assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == t.model.expected()
+    table = Table.open(uri, FileIO.for_uri(uri, s3))
+    assert not table.timeline.pending()
