@@ -326,3 +326,35 @@ def test_writes_ride_out_a_store_that_throttles_and_resets(s3, tmp_path):
     assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == t.model.expected()
     table = Table.open(uri, FileIO.for_uri(uri, s3))
     assert not table.timeline.pending()
+
+
+def test_kill_9_cycles_on_s3_leave_the_model_exact_and_no_file_of_a_lost_instant(s3, tmp_path):
+    """Five `laketide run` jobs on an S3 table, each killed (SIGKILL, the whole process group) at a random
+    moment once it holds the storage lease; the next one waits out the dead holder's lease, recovers and
+    goes on. A last run drains the landing directory: the table equals the model, nothing is pending,
+    and no data file of an instant that did not complete is left."""
+    import random
+
+    from chaoslib import Job, job_args, leftover_data_files, wait_until
+    from streaming import Model, land
+
+    uri = "s3://lake/killed"
+    conf = [f"table.path={uri}", "coordinator.lease=storage", "coordinator.lease_ttl=3", "coordinator.lease_wait=30"]
+    conf += [f"storage.options.{k}={v}" for k, v in s3.items()]
+    rng, model = random.Random(11), Model()
+    for n in range(8):
+        lines = [row(i, n + 1) for i in range(n * 4, n * 4 + 12)] + ([row(n * 4, n + 1, deleted=True)] if n % 3 == 2 else [])
+        land(tmp_path, f"batch-{n:03d}.json", lines, 1_700_000_000 + n)
+        model.apply(lines)
+    for cycle in range(5):
+        log = tmp_path / f"job-{cycle}.log"
+        job = Job(job_args(tmp_path, trigger="1 second", extra=conf), log).start()
+        wait_until(lambda: not job.running() or "lease of " in log.read_text(), 180, "the job to take the lease")
+        time.sleep(rng.uniform(0.5, 6))
+        assert job.running(), job.log_tail()
+        job.kill()
+    final = Job(job_args(tmp_path, extra=conf), tmp_path / "final.log").start()
+    assert final.wait(300) == 0, final.log_tail()
+    table = Table.open(uri, FileIO.for_uri(uri, s3))
+    assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == model.expected()
+    assert not table.timeline.pending() and leftover_data_files(table) == []
