@@ -69,12 +69,16 @@ def hudi_read(path: Path | str, as_of: str | None = None, start: str | None = No
 
 
 def rows(table: pa.Table, key: str, columns: list[str] | None = None) -> list[dict]:
-    """Rows as dicts sorted by ``key``, for row-by-row comparison."""
+    """Rows as dicts sorted by ``key``, for row-by-row comparison.
+
+    Ties (one key in two partitions of a non-global index) are broken by the whole row, so two reads of the
+    same rows always compare equal whatever order the reader returned them in.
+    """
     if table.num_rows == 0:
         return []
     if columns is not None:
         table = table.select(columns)
-    return sorted(table.to_pylist(), key=lambda r: r[key])
+    return sorted(table.to_pylist(), key=lambda r: (r[key], repr(sorted(r.items()))))
 
 
 @pytest.fixture(scope="session")
