@@ -26,6 +26,9 @@ class Metrics:
         self.storage_requests = Counter(
             "laketide_storage_requests", "requests to an object store during micro-batches, by kind (the driver's process)", ["kind"], registry=r
         )
+        self.storage_retries = Counter(
+            "laketide_storage_retries", "requests to an object store sent again after a throttle (503, 429) or a lost connection, during micro-batches", registry=r
+        )
         self.lease_held = Gauge("laketide_lease_held", "1 while this process holds the table's lease", registry=r)
         self.lease_epoch = Gauge("laketide_lease_epoch", "epoch of the lease this process holds", registry=r)
 

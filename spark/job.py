@@ -66,11 +66,11 @@ def run(
     ``on_ready`` gets the running job once the lease is held and the table
     recovered, before the first micro-batch (the service starts its API there).
     """
-    check_quarantine_path(quarantine_path(config), config.storage.options)
+    check_quarantine_path(quarantine_path(config), config.storage.io_options)
     spark = spark_session(config.spark)
     spark.sparkContext.setLogLevel("WARN")
     table = open_table(config, source_schema(spark, config.source))
-    writer_id = writer_id_for(config.stream.checkpoint, config.storage.options)
+    writer_id = writer_id_for(config.stream.checkpoint, config.storage.io_options)
     lost = threading.Event()
     lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set)
     holder = lease.acquire(config.coordinator.lease_wait)

@@ -99,7 +99,7 @@ class MicroBatchWriter(BatchWriter):
         at most ``write.driver_batch_bytes`` (``decoded_bytes``: parquet by its footers' uncompressed sizes)."""
         source_format = self.config.source.format
         try:
-            options = self.config.storage.options
+            options = self.config.storage.io_options
             files = {path: FileIO.for_uri(path, options).entry("") for path in batch_files(self.config.stream.checkpoint, batch_id, options)}
             decoded = sum(decoded_bytes(path, entry, source_format) for path, entry in files.items())
         except Exception:
@@ -144,7 +144,7 @@ class MicroBatchWriter(BatchWriter):
         kept; a failure that has nothing to do with the files fails again.
         """
         try:
-            files = batch_files(self.config.stream.checkpoint, batch_id, self.config.storage.options)
+            files = batch_files(self.config.stream.checkpoint, batch_id, self.config.storage.io_options)
             good, bad = unreadable_files(self.spark, self.config.source, files)
         except Exception:
             log.exception("could not tell which landing files of micro-batch %s are unreadable", batch_id)

@@ -13,9 +13,9 @@ what is not given comes from the environment, as object_store reads it. ``allow_
 
 from __future__ import annotations
 
+import datetime
 import math
 import posixpath
-import threading
 import urllib.parse
 from collections.abc import Iterator
 
@@ -24,36 +24,13 @@ import pyarrow as pa
 from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 from obstore.store import from_url
 
+from laketide.table.errors import Invalid
 from laketide.table.io import FileEntry, FileIO, InstantFileExists
+from laketide.table.store_requests import RetryPolicy, StoreRequests
 
-class RequestCounts:
-    """The requests this process made to object stores, by kind (GET, PUT, LIST, DELETE, HEAD).
-
-    One per process, as Prometheus counters are: Spark's tasks in this process and the driver's
-    threads add to it at once, so it is guarded by ``_lock``. A micro-batch reports the difference
-    across it (``BatchWriter``): the requests of the driver's process, not those of executors elsewhere.
-    A multipart upload counts its parts and the two requests that open and complete it.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
-
-    def add(self, kind: str, n: int = 1) -> None:
-        with self._lock:
-            self._counts[kind] = self._counts.get(kind, 0) + n
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._counts)
-
-    @staticmethod
-    def since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-        return {kind: after[kind] - before.get(kind, 0) for kind in sorted(after) if after[kind] > before.get(kind, 0)}
-
-
-REQUESTS = RequestCounts()
 CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout", "proxy_url", "user_agent"}
+# laketide's own keys among the options (``storage.max_retries``, ``storage.max_in_flight``), not object_store's
+OWN_KEYS = {"max_retries": 10, "max_in_flight": 32}
 READ_BUFFER = 4 * 2**20
 WRITE_BUFFER = 16 * 2**20
 
@@ -73,13 +50,23 @@ class ObjectStoreFileIO(FileIO):
 
     def __init__(self, uri: str, options: dict[str, str] | None = None):
         root, prefix = _split(uri)
-        options = dict(options or {})
+        self.options = dict(options or {})
+        options = dict(self.options)
+        own = {key: _positive(key, options.pop(key, default)) for key, default in OWN_KEYS.items()}
         client = {k: options.pop(k) for k in list(options) if k in CLIENT_KEYS}
         self.root = root
         self.prefix = prefix
-        self.options = {**options, **client}
-        self.store = from_url(root, config=options or None, client_options=client or None)
         self.base_path = f"{root}/{prefix}" if prefix else root
+        policy = RetryPolicy(max_retries=own["max_retries"])
+        self.requests = StoreRequests(self.base_path, policy, own["max_in_flight"])
+        # retries are laketide's (counted, ``store_requests``) on this store; the parts of a multipart upload
+        # go through a second one, on which object_store retries them itself
+        self.store = from_url(root, config=options or None, client_options=client or None, retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(minutes=5)})
+        self._upload_store = from_url(
+            root, config=options or None, client_options=client or None,
+            retry_config={"max_retries": policy.max_retries, "retry_timeout": datetime.timedelta(minutes=5),
+                          "backoff": {"init_backoff": datetime.timedelta(seconds=policy.base), "max_backoff": datetime.timedelta(seconds=policy.cap), "base": 2}},
+        )
 
     def _key(self, rel: str) -> str:
         return posixpath.join(self.prefix, rel) if rel else self.prefix
@@ -92,33 +79,33 @@ class ObjectStoreFileIO(FileIO):
 
     def exists(self, rel: str) -> bool:
         try:
-            _call("HEAD", obstore.head, self.store, self._key(rel))
+            self.requests.call("HEAD", obstore.head, self.store, self._key(rel))
             return True
         except (NotFoundError, FileNotFoundError):
             return self._is_prefix(rel)
 
     def is_file(self, rel: str) -> bool:
         try:
-            _call("HEAD", obstore.head, self.store, self._key(rel))
+            self.requests.call("HEAD", obstore.head, self.store, self._key(rel))
             return True
         except (NotFoundError, FileNotFoundError):
             return False
 
     def _is_prefix(self, rel: str) -> bool:
         """Object stores have no folders: a "folder" exists while some key lies below it."""
-        listed = _call("LIST", obstore.list_with_delimiter, self.store, self._key(rel).rstrip("/") + "/" if rel or self.prefix else None)
+        listed = self.requests.call("LIST", obstore.list_with_delimiter, self.store, self._key(rel).rstrip("/") + "/" if rel or self.prefix else None)
         return bool(listed["objects"] or listed["common_prefixes"])
 
     def size(self, rel: str) -> int:
         return self.entry(rel).size
 
     def entry(self, rel: str) -> FileEntry:
-        meta = _call("HEAD", obstore.head, self.store, self._key(rel))
+        meta = self.requests.call("HEAD", obstore.head, self.store, self._key(rel))
         return self._entry(meta)
 
     def read_bytes(self, rel: str) -> bytes:
         try:
-            return bytes(_call("GET", obstore.get, self.store, self._key(rel)).bytes())
+            return bytes(self.requests.call("GET", obstore.get, self.store, self._key(rel)).bytes())
         except (NotFoundError, FileNotFoundError):
             raise FileNotFoundError(self.full_path(rel)) from None
 
@@ -126,29 +113,29 @@ class ObjectStoreFileIO(FileIO):
         """A seekable file reading ranges of the object, buffered, as pyarrow's readers want it."""
         key = self._key(rel)
         try:
-            size = _call("HEAD", obstore.head, self.store, key)["size"]
+            size = self.requests.call("HEAD", obstore.head, self.store, key)["size"]
         except (NotFoundError, FileNotFoundError):
             raise FileNotFoundError(self.full_path(rel)) from None
-        return pa.PythonFile(_RangeReader(self.store, key, size), mode="r")
+        return pa.PythonFile(_RangeReader(self, key, size), mode="r")
 
     def open_output(self, rel: str) -> pa.NativeFile:
         """A buffered writer: one PUT for a small file, a multipart upload for a large one; the object
         appears whole when the writer closes, and not at all when it fails."""
-        return pa.PythonFile(_Writer(obstore.open_writer(self.store, self._key(rel), buffer_size=WRITE_BUFFER)), mode="w")
+        return pa.PythonFile(_Writer(self, self._key(rel)), mode="w")
 
     def makedirs(self, rel: str) -> None:
         """Object stores have no folders to make."""
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        _call("PUT", obstore.put, self.store, self._key(rel), data)
+        self.requests.call("PUT", obstore.put, self.store, self._key(rel), data)
 
     def write_atomic(self, rel: str, data: bytes, overwrite: bool = False) -> None:
         """A PUT is atomic; without ``overwrite`` it is conditional, so an existing object is never replaced."""
         if overwrite:
-            _call("PUT", obstore.put, self.store, self._key(rel), data)
+            self.requests.call("PUT", obstore.put, self.store, self._key(rel), data)
             return
         try:
-            _call("PUT", obstore.put, self.store, self._key(rel), data, mode="create")
+            self.requests.call("PUT", obstore.put, self.store, self._key(rel), data, mode="create")
         except AlreadyExistsError:
             if self.read_bytes(rel) != data:  # the same bytes: an earlier attempt whose response was lost
                 raise InstantFileExists(f"{self.full_path(rel)} already exists and is never overwritten") from None
@@ -158,7 +145,7 @@ class ObjectStoreFileIO(FileIO):
         lost is retried by the client and then finds its own object: the same bytes count as this call's
         (only the one deciding party writes a given outcome, so another's can never be byte-identical)."""
         try:
-            _call("PUT", obstore.put, self.store, self._key(rel), data, mode="create")
+            self.requests.call("PUT", obstore.put, self.store, self._key(rel), data, mode="create")
             return True
         except AlreadyExistsError:
             return self.read_bytes(rel) == data
@@ -166,7 +153,7 @@ class ObjectStoreFileIO(FileIO):
     def read_versioned(self, rel: str) -> tuple[bytes, str] | None:
         """The object and its ETag, or ``None`` when there is none."""
         try:
-            got = _call("GET", obstore.get, self.store, self._key(rel))
+            got = self.requests.call("GET", obstore.get, self.store, self._key(rel))
         except (NotFoundError, FileNotFoundError):
             return None
         return bytes(got.bytes()), got.meta["e_tag"]
@@ -174,46 +161,56 @@ class ObjectStoreFileIO(FileIO):
     def create_versioned(self, rel: str, data: bytes) -> str | None:
         """Create the object unless it exists: its ETag, or ``None`` when another was there."""
         try:
-            return _call("PUT", obstore.put, self.store, self._key(rel), data, mode="create")["e_tag"]
+            return self.requests.call("PUT", obstore.put, self.store, self._key(rel), data, mode="create")["e_tag"]
         except AlreadyExistsError:
-            return None
+            return self._own_version(rel, data)
 
     def replace_versioned(self, rel: str, data: bytes, e_tag: str) -> str | None:
         """Replace the object if it is still the version ``e_tag`` names: the new ETag, or ``None`` when it changed."""
         try:
-            return _call("PUT", obstore.put, self.store, self._key(rel), data, mode={"e_tag": e_tag})["e_tag"]
+            return self.requests.call("PUT", obstore.put, self.store, self._key(rel), data, mode={"e_tag": e_tag})["e_tag"]
         except (PreconditionError, NotFoundError, FileNotFoundError):
-            return None
+            return self._own_version(rel, data)
+
+    def _own_version(self, rel: str, data: bytes) -> str | None:
+        """The ETag of ``rel`` if it holds exactly ``data``: a conditional PUT of ours whose response was
+        lost and whose retry then failed its own condition. Callers write bytes no one else writes."""
+        found = self.read_versioned(rel)
+        return found[1] if found is not None and found[0] == data else None
 
     def delete(self, rel: str) -> bool:
         """Delete an object; ``False`` when it was already gone (a HEAD first: a DELETE succeeds either way)."""
         if not self.is_file(rel):
             return False
-        _call("DELETE", obstore.delete, self.store, self._key(rel))
+        self.requests.call("DELETE", obstore.delete, self.store, self._key(rel))
         return True
 
     def move(self, rel: str, to: str) -> None:
         """Copy, then delete: not atomic, so only for what is not on the commit path."""
-        REQUESTS.add("DELETE")
-        _call("PUT", obstore.rename, self.store, self._key(rel), self._key(to))  # a copy, then a delete
+        self.requests.counts.add("DELETE")
+        self.requests.call("PUT", obstore.rename, self.store, self._key(rel), self._key(to))  # a copy, then a delete
 
     def delete_dir(self, rel: str) -> None:
-        keys = [meta["path"] for batch in _pages(self.store, self._key(rel).rstrip("/") + "/") for meta in batch]
+        keys = [meta["path"] for batch in self._pages(self._key(rel).rstrip("/") + "/") for meta in batch]
         for start in range(0, len(keys), 1000):
-            _call("DELETE", obstore.delete, self.store, keys[start : start + 1000])
+            self.requests.call("DELETE", obstore.delete, self.store, keys[start : start + 1000])
 
     def list_dir(self, rel: str = "") -> list[FileEntry]:
         prefix = self._key(rel)
-        listed = _call("LIST", obstore.list_with_delimiter, self.store, prefix.rstrip("/") + "/" if prefix else None)
+        listed = self.requests.call("LIST", obstore.list_with_delimiter, self.store, prefix.rstrip("/") + "/" if prefix else None)
         folders = [FileEntry(self._rel(p.rstrip("/")), 0, True) for p in listed["common_prefixes"]]
         return folders + [self._entry(meta) for meta in listed["objects"]]
 
     def walk(self, rel: str = "") -> Iterator[FileEntry]:
         """Every object below ``rel`` (object stores list keys, so no folder entries)."""
         prefix = self._key(rel)
-        for batch in _pages(self.store, prefix.rstrip("/") + "/" if prefix else None):
+        for batch in self._pages(prefix.rstrip("/") + "/" if prefix else None):
             for meta in batch:
                 yield self._entry(meta)
+
+    def _pages(self, prefix: str | None) -> Iterator[list[dict]]:
+        """A recursive listing in pages of up to 1000 keys, as S3 answers one LIST."""
+        return self.requests.pages(lambda after: obstore.list(self.store, prefix, offset=after, chunk_size=1000))
 
     def _entry(self, meta) -> FileEntry:
         mtime = meta.get("last_modified")
@@ -224,8 +221,8 @@ class _RangeReader:
     """A seekable file over one object, reading ranges of at least ``READ_BUFFER`` bytes (one GET each,
     counted), with the file interface pyarrow's ``PythonFile`` expects."""
 
-    def __init__(self, store, key: str, size: int):
-        self._store, self._key, self._size = store, key, size
+    def __init__(self, io: ObjectStoreFileIO, key: str, size: int):
+        self._io, self._key, self._size = io, key, size
         self._position = 0
         self._buffer, self._buffer_start = b"", 0
         self.closed = False
@@ -237,7 +234,7 @@ class _RangeReader:
         buffered_end = self._buffer_start + len(self._buffer)
         if not (self._buffer_start <= self._position and end <= buffered_end):
             length = max(end - self._position, min(READ_BUFFER, self._size - self._position))
-            self._buffer = _call("GET", obstore.get_range, self._store, self._key, start=self._position, length=length).to_bytes()
+            self._buffer = self._io.requests.call("GET", obstore.get_range, self._io.store, self._key, start=self._position, length=length).to_bytes()
             self._buffer_start = self._position
         data = self._buffer[self._position - self._buffer_start : end - self._buffer_start]
         self._position = end
@@ -263,40 +260,54 @@ class _RangeReader:
 
 
 class _Writer:
-    """obstore's buffered writer with the file interface pyarrow's ``PythonFile`` expects."""
+    """A file that pyarrow's ``PythonFile`` writes: up to ``WRITE_BUFFER`` bytes are held and sent in one
+    PUT (retried and counted as any request); a larger file streams as a multipart upload, whose parts
+    object_store sends ``max_in_flight`` at a time and retries itself."""
 
-    def __init__(self, writer):
-        self._writer = writer
+    def __init__(self, io: ObjectStoreFileIO, key: str):
+        self._io, self._key = io, key
+        self._held: list[bytes] = []
+        self._upload = None
         self._position = 0
         self.closed = False
 
     def write(self, data) -> int:
-        written = self._writer.write(data)
-        self._position += written
-        return written
+        data = bytes(data)
+        self._position += len(data)
+        if self._upload is not None:
+            self._upload.write(data)
+            return len(data)
+        self._held.append(data)
+        if self._position > WRITE_BUFFER:
+            self._upload = obstore.open_writer(self._io._upload_store, self._key, buffer_size=WRITE_BUFFER, max_concurrency=self._io.requests.max_in_flight)
+            for held in self._held:
+                self._upload.write(held)
+            self._held = []
+        return len(data)
 
     def tell(self) -> int:
         return self._position
 
     def flush(self) -> None:
-        self._writer.flush()
+        """Nothing to flush early: the object appears whole at ``close``."""
 
     def close(self) -> None:
-        if not self.closed:
-            self._writer.close()
-            self.closed = True
-            parts = math.ceil(self._position / WRITE_BUFFER)
-            REQUESTS.add("PUT", 1 if parts <= 1 else parts + 2)
+        if self.closed:
+            return
+        self.closed = True
+        if self._upload is None:
+            self._io.requests.call("PUT", obstore.put, self._io.store, self._key, b"".join(self._held))
+            self._held = []
+            return
+        self._upload.close()
+        self._io.requests.counts.add("PUT", math.ceil(self._position / WRITE_BUFFER) + 2)
 
 
-def _call(kind: str, request, *args, **kwargs):
-    """One request to the store, counted by kind."""
-    REQUESTS.add(kind)
-    return request(*args, **kwargs)
-
-
-def _pages(store, prefix: str | None):
-    """A recursive listing, one LIST request per page."""
-    for page in obstore.list(store, prefix):
-        REQUESTS.add("LIST")
-        yield page
+def _positive(key: str, value) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < (0 if key == "max_retries" else 1):
+        raise Invalid(f"storage.{key} = {value!r} is not a valid count; give a whole number ({'0 or more' if key == 'max_retries' else '1 or more'})")
+    return number

@@ -44,10 +44,12 @@ def land(root: Path, name: str, lines: list, mtime: float) -> None:
 
 
 class Model:
-    """The expected table after each micro-batch: dedupe by highest ts, then later line; deletes drop."""
+    """The expected table after each micro-batch: dedupe by highest ts, then later line; deletes drop.
+    With ``event_time``, an incoming row older than the stored one (a late event) changes nothing."""
 
-    def __init__(self):
+    def __init__(self, event_time: bool = False):
         self.rows: dict[int, dict] = {}
+        self.event_time = event_time
 
     def apply(self, lines: list) -> None:
         best: dict[int, tuple[int, int, dict]] = {}
@@ -57,7 +59,9 @@ class Model:
             current = best.get(line["id"])
             if current is None or (line["ts"], pos) > current[:2]:
                 best[line["id"]] = (line["ts"], pos, line)
-        for key, (_, _, line) in best.items():
+        for key, (ts, _, line) in best.items():
+            if self.event_time and key in self.rows and self.rows[key]["ts"] > ts:
+                continue
             if line.get("_hoodie_is_deleted"):
                 self.rows.pop(key, None)
             else:

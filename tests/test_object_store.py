@@ -20,7 +20,7 @@ from laketide.table.io import InstantFileExists
 
 from chaoslib import free_port
 from conftest import rows
-from streaming import DATA_COLUMNS, row
+from streaming import DATA_COLUMNS, Model, land, row
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string()), ("_hoodie_is_deleted", pa.bool_())])
 
@@ -166,10 +166,11 @@ def test_the_storage_lease_waits_names_the_holder_and_is_taken_over_once_expired
     third.release()
 
 
-@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
-def test_the_streaming_job_writes_a_table_on_s3(s3, tmp_path, table_type):
-    """`laketide run` as users run it, the table on the S3 server under the storage lease, with updates,
-    deletes, late events and bad rows; both write paths (the driver's threads, then Spark's tasks)."""
+def test_the_streaming_job_writes_a_merge_on_read_table_on_s3(s3, tmp_path):
+    """`laketide run` as users run it, a merge-on-read table on the S3 server under the storage lease, with
+    updates, deletes, late events and bad rows; both write paths (the driver's threads, then Spark's tasks).
+    Copy-on-write on S3 is the twenty-micro-batch test's."""
+    table_type = "MERGE_ON_READ"
     from opslib import OpsTable
 
     uri = f"s3://lake/job-{table_type.lower()}"
@@ -300,32 +301,87 @@ def _commits(table) -> int:
         return 0
 
 
-def test_writes_ride_out_a_store_that_throttles_and_resets(s3, tmp_path):
-    """Through a proxy that answers 10% of requests with 503 SlowDown and resets 2% of connections, the
-    streaming job (both write paths) and ``laketide.write`` still land every row: the table equals the model."""
+def twenty_batches() -> list[list[dict]]:
+    """20 landing files: inserts and updates, a delete every fourth, a late event (an older ordering value
+    than the table holds) every fifth, and every seventh large enough for Spark's tasks to write it."""
+    batches = []
+    for n in range(20):
+        lines = [row(i, n + 2) for i in range(n * 6, n * 6 + 18)]
+        if n % 4 == 3:
+            lines.append(row(n * 6 - 10, n + 2, deleted=True))
+        if n % 5 == 4:
+            lines.append(row(n * 6 - 3, 1))  # written at n + 1 already; ts 1 is older
+        if n % 7 == 6:
+            lines += [row(i, n + 2) for i in range(1000, 1400)]
+        batches.append(lines)
+    return batches
+
+
+def run_twenty_batches(tmp_path: Path, uri: str, options: dict, table_type: str, metrics: list[str] | None = None) -> Model:
+    """``laketide run`` (available-now, one file per micro-batch, the storage lease, the Delta mirror) over
+    ``twenty_batches``; while it runs, ``metrics`` gets each scrape of its ``/metrics``."""
+    import httpx
+
+    from chaoslib import Job, job_args
+
+    model, port = Model(event_time=True), free_port()
+    for n, lines in enumerate(twenty_batches()):
+        land(tmp_path, f"batch-{n:03d}.json", lines, 1_700_000_000 + n)
+        model.apply(lines)
+    conf = [f"table.path={uri}", f"table.type={table_type}", "coordinator.lease=storage", "mirror.delta=true", "compaction.delta_commits=4", "write.driver_batch_bytes=16000"]
+    conf += [f"storage.options.{k}={v}" for k, v in options.items()]
+    job = Job(job_args(tmp_path, api_port=port, extra=conf), tmp_path / "job.log").start()
+    while metrics is not None and job.running():
+        try:
+            metrics.append(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    assert job.wait(600) == 0, job.log_tail()
+    log = (tmp_path / "job.log").read_text()
+    assert log.count(" on driver (") >= 15 and log.count(" on tasks (") >= 2, "both write paths"
+    return model
+
+
+def assert_every_reader_equals(uri: str, options: dict, model: Model, table_type: str) -> None:
+    """hudi-rs and laketide's reader equal the model; delta-rs reads the mirror as the table's read-optimized view."""
+    from deltalake import DeltaTable
+
+    assert rows(hudi_read_store(uri, options), "id", DATA_COLUMNS) == model.expected()
+    table = Table.open(uri, FileIO.for_uri(uri, options))
+    assert rows(table.snapshot(), "id", DATA_COLUMNS) == model.expected()
+    assert not table.timeline.pending() and len(table.timeline.completed_writes()) >= 20
+    mirrored = rows(DeltaTable(uri, storage_options=options).to_pyarrow_table(), "id", DATA_COLUMNS)
+    assert mirrored == rows(table.read_optimized(), "id", DATA_COLUMNS)
+    if table_type == "COPY_ON_WRITE":
+        assert mirrored == model.expected()
+
+
+def test_twenty_micro_batches_land_through_a_store_that_throttles_and_resets(s3, tmp_path):
+    """Through a proxy that answers 10% of requests with 503 SlowDown, resets 2% of connections and delays
+    some, `laketide run` writes 20 micro-batches (updates, deletes, late events, both write paths) into an
+    S3 table under the storage lease: it completes, every reader equals the model, and its ``/metrics``
+    and log lines count the retries."""
     from faultproxy import FaultProxy
 
-    from opslib import OpsTable
-
     proxy = FaultProxy(s3["aws_endpoint_url"].removeprefix("http://"), slow_down=0.10, reset=0.02, delay=0.02).start()
-    flaky = {**s3, "aws_endpoint_url": proxy.endpoint}
-    uri = "s3://lake/flaky"
+    uri, scrapes = "s3://lake/flaky", []
     try:
-        options = {f"storage.options.{k}": v for k, v in flaky.items()}
-        t = OpsTable(tmp_path, {"table.path": uri, "coordinator.lease": "storage", **options})
-        t.land([[row(i, 1) for i in range(1, 31)], [row(i, 2) for i in range(20, 41)] + [row(3, 2, deleted=True)]])
-        t.run()
-        t.land([[row(i, 3) for i in range(1, 50, 4)]])
-        t.run(**{"write.driver_batch_bytes": "0"})
-        more = [row(i, 4) for i in range(45, 60)]
-        laketide.write(uri, pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in more], SCHEMA), settings={"storage": {"options": flaky}, "coordinator": {"lease": "storage"}})
-        t.model.apply(more)
+        model = run_twenty_batches(tmp_path, uri, {**s3, "aws_endpoint_url": proxy.endpoint}, "COPY_ON_WRITE", scrapes)
     finally:
         proxy.stop()
-    assert proxy.counts["slow_down"] > 10 and proxy.counts["reset"] > 0, proxy.counts
-    assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == t.model.expected()
-    table = Table.open(uri, FileIO.for_uri(uri, s3))
-    assert not table.timeline.pending()
+    assert proxy.counts["slow_down"] > 50 and proxy.counts["reset"] > 5, proxy.counts
+    assert_every_reader_equals(uri, s3, model, "COPY_ON_WRITE")
+    retried = [float(line.split()[-1]) for text in scrapes for line in text.splitlines() if line.startswith("laketide_storage_retries_total ")]
+    assert retried and max(retried) > 0, "retries show in /metrics"
+    assert " retries=" in (tmp_path / "job.log").read_text()
+
+
+def test_twenty_micro_batches_land_on_azure_blob(azurite, tmp_path):
+    """The same 20 micro-batches into a merge-on-read table on Azurite (``az://``), compacted as they go."""
+    uri = "az://lake/twenty"
+    model = run_twenty_batches(tmp_path, uri, azurite, "MERGE_ON_READ")
+    assert_every_reader_equals(uri, azurite, model, "MERGE_ON_READ")
 
 
 def test_kill_9_cycles_on_s3_leave_the_model_exact_and_no_file_of_a_lost_instant(s3, tmp_path):

@@ -27,7 +27,7 @@ from laketide.index.sync import ForeignWrites
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY, WriteStat
 from laketide.table.damage import TableDamaged
-from laketide.table.object_io import REQUESTS
+from laketide.table.store_requests import REQUESTS, RETRY
 from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
 from laketide.table.schema import avro_schema_json
 from laketide.table.view_sync import ViewSync
@@ -183,6 +183,7 @@ class BatchWriter:
         report.stage_seconds = self.clock.report()
         report.ran_on = loaded.batch.ran_on
         report.requests = REQUESTS.since(requests_before, REQUESTS.snapshot())
+        report.retries = report.requests.pop(RETRY, 0)
         self._count(report)
         return report
 
@@ -224,6 +225,7 @@ class BatchWriter:
         self.metrics.micro_batches.labels("committed").inc()
         for kind, n in report.requests.items():
             self.metrics.storage_requests.labels(kind).inc(n)
+        self.metrics.storage_retries.inc(report.retries)
         self.metrics.records.inc(report.records)
         self.metrics.quarantined.inc(report.quarantined)
         self.metrics.commit_seconds.observe(report.seconds)
@@ -253,7 +255,7 @@ class BatchWriter:
             return 0
         target = f"{self.quarantine_path}/writer={self.coordinator.writer_id}/batch_id={batch_id}"
         # overwrite: a replayed batch quarantines the same rows once
-        options = self.config.storage.options
+        options = self.config.storage.io_options
         batch.write_quarantine(instant, [(f"unreadable landing file: {why}", path) for path, why in sorted(bad_files.items())], target, options)
         copy_aside(bad_files, f"{target}/_files", options)
         log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, batch.bad_rows, len(bad_files), target)

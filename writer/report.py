@@ -34,6 +34,8 @@ class BatchReport:
     rolled_back: bool = False
     # requests to an object store during the micro-batch, by kind (GET, PUT, LIST, DELETE, HEAD), from the driver's process
     requests: dict[str, int] = field(default_factory=dict)
+    # of those, the requests sent again after the store throttled or lost them
+    retries: int = 0
 
     def line(self) -> str:
         if self.empty:
@@ -42,6 +44,7 @@ class BatchReport:
             return f"micro-batch {self.batch_id}: already committed, skipped"
         replaced = f" replaced={self.replaced}" if self.replaced else ""
         replaced += " requests=" + ",".join(f"{kind}:{n}" for kind, n in self.requests.items()) if self.requests else ""
+        replaced += f" retries={self.retries}" if self.retries else ""
         steps = " ".join(f"{name}={seconds:.2f}" for name, seconds in self.stage_seconds.items())
         return (
             f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "

@@ -42,7 +42,7 @@ WriterFactory = Callable[..., BatchWriter]
 
 def open_table(config: JobConfig, source: pa.Schema) -> Table:
     """Open the table (or create it) once every check has passed; a refused job writes nothing."""
-    io = FileIO.for_uri(config.table.path, config.storage.options)
+    io = FileIO.for_uri(config.table.path, config.storage.io_options)
     properties_file.recover(io)
     try:
         existing = Table.open(config.table.path, io)

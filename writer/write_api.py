@@ -60,7 +60,7 @@ def write(
     """
     rows = _arrow(data)
     config = _config(table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings)
-    check_quarantine_path(quarantine_path(config), config.storage.options)
+    check_quarantine_path(quarantine_path(config), config.storage.io_options)
     table = open_table(config, rows.schema)
     lease = make_lease(config, table, job_id=f"{writer_id}-api")
     lease.acquire(config.coordinator.lease_wait)

@@ -260,6 +260,15 @@ class StorageSection(_Section):
     """
 
     options: Annotated[dict[str, str], BeforeValidator(_option_strings)] = Field(default_factory=dict)
+    # a request the store throttles or loses is sent again this many times, with backoff and jitter
+    max_retries: int = Field(10, ge=0)
+    # requests to the store open at once, per process (the driver; each executor)
+    max_in_flight: int = Field(32, ge=1)
+
+    @property
+    def io_options(self) -> dict[str, str]:
+        """What ``FileIO.for_uri`` takes: the store's options and laketide's own bounds on its requests."""
+        return {**self.options, "max_retries": str(self.max_retries), "max_in_flight": str(self.max_in_flight)}
 
 
 class SparkSection(_Section):
