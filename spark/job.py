@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 
 from laketide.coordinator import LeaseLost
+from laketide.table.errors import LaketideError
 from laketide.coordinator.services import TableServiceFailed
 from laketide.spark.pipeline import MicroBatchWriter
 from laketide.spark.session import spark_session
@@ -129,5 +130,7 @@ def _await(query, job: RunningJob, lost: threading.Event) -> bool:
             raise LeaseLost(f"the lease of {uri} was lost; the job stopped writing, and nothing uncommitted stays visible") from None
         # a service that failed too often stops the query from inside a micro-batch, after its commit
         failures.raise_if_fatal()
+        if isinstance(job.writer.failure, LaketideError):
+            raise job.writer.failure from None  # as raised, so its kind gives the exit code
         raise
     return job.stop_requested.is_set()

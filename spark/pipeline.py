@@ -47,13 +47,19 @@ class MicroBatchWriter(BatchWriter):
         super().__init__(config, table, coordinator, index, quarantine_path, StageClock(spark.sparkContext), **hooks)
         self.spark = spark
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
+        # the error that failed a micro-batch, as raised here: Spark hands the query's waiter only its text
+        self.failure: BaseException | None = None
         self.shuffles = Shuffles(index.shards, config.write.parallelism, self.operation == "bulk_insert", index.global_keys, table.config.ordering_field)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         # a service that failed too often in the background stops the job before it writes more
         self.failures.raise_if_fatal()
-        with self.batch_lock:
-            report = self.run(batch_id, lambda: self._read(df, batch_id))
+        try:
+            with self.batch_lock:
+                report = self.run(batch_id, lambda: self._read(df, batch_id))
+        except BaseException as failure:
+            self.failure = failure
+            raise
         self.announce(report)
 
     def _prepared(self, df: DataFrame) -> SparkBatch:

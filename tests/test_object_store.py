@@ -384,6 +384,38 @@ def test_twenty_micro_batches_land_on_azure_blob(azurite, tmp_path):
     assert_every_reader_equals(uri, azurite, model, "MERGE_ON_READ")
 
 
+def test_a_store_that_keeps_failing_stops_the_job_and_the_next_run_recovers(s3, tmp_path):
+    """The store answers every request with 503 from the second micro-batch on: past storage.max_retries
+    the job exits 6 naming the store and the way out. Once the store answers again, the next run rolls back
+    what the failed micro-batch left, writes it again, and the table equals the model."""
+    from faultproxy import FaultProxy
+
+    from chaoslib import Job, job_args, wait_until
+
+    proxy = FaultProxy(s3["aws_endpoint_url"].removeprefix("http://")).start()
+    uri, model = "s3://lake/failing", Model(event_time=True)
+    for n in range(3):
+        lines = [row(i, n + 1) for i in range(n * 5, n * 5 + 15)]
+        land(tmp_path, f"batch-{n:03d}.json", lines, 1_700_000_000 + n)
+        model.apply(lines)
+    conf = [f"table.path={uri}", "coordinator.lease=storage", "coordinator.lease_ttl=6", "storage.max_retries=2"]
+    conf += [f"storage.options.{k}={v}" for k, v in {**s3, "aws_endpoint_url": proxy.endpoint}.items()]
+    log = tmp_path / "failing.log"
+    try:
+        job = Job(job_args(tmp_path, trigger="3 seconds", extra=conf), log).start()
+        wait_until(lambda: "micro-batch 0: instant" in log.read_text() or not job.running(), 180, "the first micro-batch")
+        proxy.slow_down = 1.0
+        assert job.wait(300) == 6, job.log_tail()
+        assert "storage.max_retries" in job.log_tail() and proxy.endpoint.removeprefix("http://") in job.log_tail()
+    finally:
+        proxy.stop()
+    final = Job(job_args(tmp_path, extra=[*conf[:-len(s3)], *(f"storage.options.{k}={v}" for k, v in s3.items()), "coordinator.lease_wait=30"]), tmp_path / "final.log").start()
+    assert final.wait(300) == 0, final.log_tail()
+    table = Table.open(uri, FileIO.for_uri(uri, s3))
+    assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == model.expected()
+    assert not table.timeline.pending()
+
+
 def test_kill_9_cycles_on_s3_leave_the_model_exact_and_no_file_of_a_lost_instant(s3, tmp_path):
     """Five `laketide run` jobs on an S3 table, each killed (SIGKILL, the whole process group) at a random
     moment once it holds the storage lease; the next one waits out the dead holder's lease, recovers and

@@ -66,7 +66,7 @@ def run(
     except (ValueError, NotImplementedError) as exc:
         raise Output().fail(str(exc), ErrorKind.FAILED) from None  # a library's error, e.g. Spark's, named as it came
     reports = [r for r in writer.status.recent if not r.skipped]
-    path = Path(job_config.table.path).resolve()
+    path = job_config.table.path if "://" in job_config.table.path else Path(job_config.table.path).resolve()
     typer.echo(f"\n{len(reports)} micro-batches committed to {path}. Read the table with:")
     typer.echo(f"  hudi:     python -c \"from hudi import HudiTableBuilder; import pyarrow as pa; "
                f"print(pa.Table.from_batches(HudiTableBuilder.from_base_uri('{path}').build().read()).num_rows)\"")
