@@ -85,11 +85,14 @@ NARROW = SHAPES["narrow"]
 # -- workload ---------------------------------------------------------------
 
 
-def make_workload(n: int, k: int, b: int, update_share: float, skew: str, seed: int, shape: Shape = NARROW) -> list[pa.Table]:
+def make_workload(
+    n: int, k: int, b: int, update_share: float, skew: str, seed: int, shape: Shape = NARROW, then: tuple[int, int] = (0, 0)
+) -> list[pa.Table]:
+    """The initial load of ``n`` rows, ``k`` batches of ``b`` rows, then ``then[0]`` batches of ``then[1]`` rows."""
     rng = np.random.default_rng(seed)
     batches = [shape.rows(np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64))]
     next_id, next_ts = n, n
-    for _ in range(k):
+    for b in [b] * k + [then[1]] * then[0]:
         updates = int(b * update_share)
         if skew == "zipf":
             picked = (rng.zipf(1.2, size=updates) - 1) % next_id

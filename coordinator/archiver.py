@@ -156,7 +156,7 @@ class Archiver:
     def _finish_interrupted(self) -> None:
         """Delete the timeline files an archival wrote to the archive but had not deleted yet."""
         timeline = self.table.timeline
-        left = [i for i in self.archived.last_block_instants() if self.table.io.exists(timeline.instant_path(i))]
+        left = [i for i in self.archived.last_block_instants() if self.table.io.is_file(timeline.instant_path(i))]
         if left:
             log.info("finishing an interrupted archival: %d timeline files left", len(left))
             self._delete(sorted(left, key=lambda i: (i.timestamp, i.state.rank)))
@@ -171,12 +171,12 @@ class Archiver:
         for instant in chosen:
             for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
                 candidate = Instant(instant.timestamp, instant.action, state)
-                if state is State.COMPLETED or self.table.io.exists(timeline.instant_path(candidate)):
+                if state is State.COMPLETED or self.table.io.is_file(timeline.instant_path(candidate)):
                     out.append(candidate)
             if instant.action == COMMIT:
                 # a compaction completed as this commit: its plan files go with it, or they would read as a pending compaction
                 for state in (State.REQUESTED, State.INFLIGHT):
                     planned = Instant(instant.timestamp, COMPACTION, state)
-                    if self.table.io.exists(timeline.instant_path(planned)):
+                    if self.table.io.is_file(timeline.instant_path(planned)):
                         out.append(planned)
         return out

@@ -129,8 +129,8 @@ class Rollbacks:
         if timeline.is_completed_write(instant_time):
             # a compaction's carried-over logs hold other instants' blocks: its write statuses name them
             stats = timeline.commit_metadata(timeline.find(instant_time)[0]).write_stats()
-            named += [s.path for s in stats if s.path and io.exists(s.path)]
-        marked = [p for p in WriteMarkers(io, instant_time).data_paths() if io.exists(p)]
+            named += [s.path for s in stats if s.path and io.is_file(s.path)]
+        marked = [p for p in WriteMarkers(io, instant_time).data_paths() if io.is_file(p)]
         return sorted(set(named) | set(marked) | set(self.coordinator.side_files(instant_time)))
 
     def _created_by(self, log_path: str, instant_time: str) -> bool:

@@ -182,7 +182,7 @@ class StateIndex:
         """
         meta_path = posixpath.join(INDEX_DIR, "meta.json")
         wanted = _hash_name(global_keys)
-        if io.exists(meta_path):
+        if io.is_file(meta_path):
             meta = json.loads(io.read_text(meta_path))
             if meta.get("hash") != wanted:
                 raise ValueError(

@@ -50,7 +50,7 @@ WRITER_ID_FILE = "laketide-writer-id"
 def writer_id_for(checkpoint: str, options: dict[str, str] | None = None) -> str:
     """The writer id lives in the checkpoint: a new checkpoint is a new writer with its own batch ids."""
     io = FileIO.for_uri(checkpoint, options)
-    if io.exists(WRITER_ID_FILE):
+    if io.is_file(WRITER_ID_FILE):
         return io.read_text(WRITER_ID_FILE).strip()
     writer_id = uuid.uuid4().hex
     io.write_atomic(WRITER_ID_FILE, writer_id.encode(), overwrite=False)

@@ -234,7 +234,7 @@ class DeltaLog:
         return [json.loads(line) for line in self.io.read_text(commit_path(version)).splitlines() if line.strip()]
 
     def _last_checkpoint(self) -> int | None:
-        if not self.io.exists(LAST_CHECKPOINT):
+        if not self.io.is_file(LAST_CHECKPOINT):
             return None
         return int(json.loads(self.io.read_text(LAST_CHECKPOINT))["version"])
 

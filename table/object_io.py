@@ -16,12 +16,13 @@ from __future__ import annotations
 import datetime
 import math
 import posixpath
+import re
 import urllib.parse
 from collections.abc import Iterator
 
 import obstore
 import pyarrow as pa
-from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
+from obstore.exceptions import AlreadyExistsError, GenericError, NotFoundError, NotSupportedError, PreconditionError
 from obstore.store import from_url
 
 from laketide.table.errors import Invalid
@@ -32,6 +33,7 @@ CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_t
 # laketide's own keys among the options (``storage.max_retries``, ``storage.max_in_flight``), not object_store's
 OWN_KEYS = {"max_retries": 10, "max_in_flight": 32}
 READ_BUFFER = 4 * 2**20
+EMPTY_RANGE = re.compile(r"416|non-partial|[Rr]ange [Nn]ot [Ss]atisfiable")
 WRITE_BUFFER = 16 * 2**20
 
 
@@ -59,6 +61,7 @@ class ObjectStoreFileIO(FileIO):
         self.base_path = f"{root}/{prefix}" if prefix else root
         policy = RetryPolicy(max_retries=own["max_retries"])
         self.requests = StoreRequests(self.base_path, policy, own["max_in_flight"])
+        self._suffix_ranges = True  # until the store says it has none (Azure)
         # retries are laketide's (counted, ``store_requests``) on this store; the parts of a multipart upload
         # go through a second one, on which object_store retries them itself
         self.store = from_url(root, config=options or None, client_options=client or None, retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(minutes=5)})
@@ -110,9 +113,22 @@ class ObjectStoreFileIO(FileIO):
             raise FileNotFoundError(self.full_path(rel)) from None
 
     def open_input(self, rel: str) -> pa.NativeFile:
-        """A seekable file reading ranges of the object, buffered, as pyarrow's readers want it."""
+        """A seekable file reading ranges of the object, buffered, as pyarrow's readers want it.
+
+        It opens with one GET of the object's last ``READ_BUFFER`` bytes, which also tells its size: the
+        whole of a small file, and the footer that a parquet reader asks for first. Azure has no such
+        suffix range; there a HEAD gives the size."""
         key = self._key(rel)
         try:
+            if self._suffix_ranges:
+                try:
+                    tail = self.requests.call("GET", obstore.get, self.store, key, options={"range": {"suffix": READ_BUFFER}})
+                    return pa.PythonFile(_RangeReader(self, key, tail.meta["size"], bytes(tail.bytes()), tail.range[0]), mode="r")
+                except NotSupportedError:
+                    self._suffix_ranges = False
+                except GenericError as error:
+                    if not EMPTY_RANGE.search(str(error).split("\n", 1)[0]):
+                        raise  # an empty object has no last bytes: a 416, or a whole (non-partial) answer
             size = self.requests.call("HEAD", obstore.head, self.store, key)["size"]
         except (NotFoundError, FileNotFoundError):
             raise FileNotFoundError(self.full_path(rel)) from None
@@ -221,10 +237,10 @@ class _RangeReader:
     """A seekable file over one object, reading ranges of at least ``READ_BUFFER`` bytes (one GET each,
     counted), with the file interface pyarrow's ``PythonFile`` expects."""
 
-    def __init__(self, io: ObjectStoreFileIO, key: str, size: int):
+    def __init__(self, io: ObjectStoreFileIO, key: str, size: int, buffer: bytes = b"", buffer_start: int = 0):
         self._io, self._key, self._size = io, key, size
         self._position = 0
-        self._buffer, self._buffer_start = b"", 0
+        self._buffer, self._buffer_start = buffer, buffer_start
         self.closed = False
 
     def read(self, size: int = -1) -> bytes:

@@ -67,7 +67,7 @@ def read_properties(io: FileIO) -> dict[str, str]:
             return props
     if _is_file(io):
         raise TableNotFound(f"no Hudi table at {io.full_path('')}: it is a file, not a table's folder (unpack an archive first)")
-    if has_timeline(io) or io.exists(PROPERTIES_FILE):
+    if has_timeline(io) or io.is_file(PROPERTIES_FILE):
         raise TableDamaged(
             io.full_path(PROPERTIES_FILE),
             "it is missing or unreadable, and so is hoodie.properties.backup, while .hoodie holds the table's timeline",
@@ -79,7 +79,7 @@ def read_properties(io: FileIO) -> dict[str, str]:
 
 def recover(io: FileIO) -> None:
     """A writer's first step: put back the file from its backup if a change was cut short, as Hudi's writers do."""
-    if not io.exists(BACKUP_FILE):
+    if not io.is_file(BACKUP_FILE):
         return
     if _read(io, PROPERTIES_FILE) is None:
         backup = _read(io, BACKUP_FILE)

@@ -62,7 +62,7 @@ class Table:
     @classmethod
     def create_from_config(cls, path: str, config: TableConfig, schema: pa.Schema | None = None, io: FileIO | None = None) -> Table:
         io = io or FileIO.for_uri(path)
-        if io.exists(PROPERTIES_FILE) or has_timeline(io):
+        if io.is_file(PROPERTIES_FILE) or has_timeline(io):
             raise FileExistsError(f"a Hudi table already exists at {io.full_path('')}")
         if schema is not None:
             config = config.model_copy(update={"create_schema": avro_schema_json(data_schema(schema), config.name)})

@@ -156,7 +156,7 @@ class TimelineWriter:
         return instant
 
     def exists(self, instant: Instant) -> bool:
-        return self.io.exists(self.path(instant))
+        return self.io.is_file(self.path(instant))
 
     def delete(self, instant: Instant) -> None:
         self.io.delete(self.path(instant))

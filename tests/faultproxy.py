@@ -1,5 +1,6 @@
-"""A small HTTP proxy between the writer and an object-store server that misbehaves on purpose: it
-answers a share of requests with 503 SlowDown, resets a share of connections, and delays some."""
+"""A small HTTP proxy between a client and an object-store server that misbehaves on purpose: it
+answers a share of requests with 503 SlowDown, resets a share of connections, and delays some. With no
+faults it is a request counter: ``requests`` counts what reached it, by kind (``kind_of``)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class FaultProxy:
         self.slow_down, self.reset, self.delay = slow_down, reset, delay
         self.random = random.Random(seed)
         self.counts = {"forwarded": 0, "slow_down": 0, "reset": 0, "delayed": 0}
+        self.requests: dict[str, int] = {}
         self._lock = threading.Lock()  # the handler threads share the random source and the counts
         proxy = self
 
@@ -53,8 +55,13 @@ class FaultProxy:
         self.server.shutdown()
         self.server.server_close()
 
-    def _draw(self) -> str:
+    def snapshot(self) -> dict[str, int]:
         with self._lock:
+            return dict(self.requests)
+
+    def _draw(self, kind: str) -> str:
+        with self._lock:
+            self.requests[kind] = self.requests.get(kind, 0) + 1
             roll = self.random.random()
             fault = "slow_down" if roll < self.slow_down else "reset" if roll < self.slow_down + self.reset else None
             if fault is None and self.random.random() < self.delay:
@@ -65,7 +72,7 @@ class FaultProxy:
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length) if length else b""
-        fault = self._draw()
+        fault = self._draw(kind_of(request.command, request.path))
         if fault == "reset":
             # an abortive close: the client sees its connection reset, not an answer
             request.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -101,3 +108,14 @@ class FaultProxy:
         if request.command != "HEAD":
             request.wfile.write(data)
         upstream.close()
+
+
+def kind_of(method: str, path: str) -> str:
+    """A request's kind as the stores bill it: a GET that lists (S3's ``list-type``, Azure's ``comp=list``)
+    is a LIST, S3's batch delete a DELETE, and the POSTs of a multipart upload PUTs."""
+    query = path.partition("?")[2]
+    if method == "GET" and ("list-type" in query or "comp=list" in query):
+        return "LIST"
+    if method == "POST":
+        return "DELETE" if query.startswith("delete") else "PUT"
+    return method

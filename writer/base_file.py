@@ -185,8 +185,13 @@ class BaseFileWriter:
             self.io.delete(self.path)
 
 
-def ensure_partition_metadata(io: FileIO, partition: str, instant_time: str, depth: int) -> None:
-    """Write ``.hoodie_partition_metadata`` the first time a partition is written."""
+def ensure_partition_metadata(io: FileIO, partition: str, instant_time: str, depth: int, ensured: set[str] | None = None) -> None:
+    """Write ``.hoodie_partition_metadata`` the first time a partition is written. ``ensured`` holds the
+    partitions a task has seen to already: one request per partition, not one per file group."""
+    if ensured is not None and partition in ensured:
+        return
     path = posixpath.join(partition, PARTITION_METADATA) if partition else PARTITION_METADATA
-    if not io.exists(path):
+    if not io.is_file(path):
         io.write_atomic(path, partition_metadata(instant_time, depth), overwrite=True)
+    if ensured is not None:
+        ensured.add(partition)

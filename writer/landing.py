@@ -78,7 +78,7 @@ def _log_entries(fileio: FileIO, name: str) -> list[dict]:
 
 
 def _log_offset(fileio: FileIO, batch_id: int) -> int:
-    if batch_id < 0 or not fileio.exists(f"offsets/{batch_id}"):
+    if batch_id < 0 or not fileio.is_file(f"offsets/{batch_id}"):
         return -1
     return int(json.loads(fileio.read_text(f"offsets/{batch_id}").splitlines()[-1])["logOffset"])
 

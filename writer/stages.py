@@ -206,10 +206,11 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
     ends = np.append(starts[1:], len(partitions))
     statuses = []
     seqno = 0
+    ensured: set[str] = set()
     for start, end in zip(starts, ends):
         partition, file_id = partitions[start], file_ids[start]
         incoming = rows.slice(start, end - start).drop_columns([PARTITION, FILE_ID])
-        ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth)
+        ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth, ensured)
         log_target = plan.log_targets.get((partition, file_id)) if plan.log_targets is not None else None
         if log_target is not None:
             writer = LogWriter(
@@ -268,6 +269,7 @@ class _BulkFiles:
     def __init__(self, plan: BatchPlan, io: FileIO, task: int, token: str | None):
         self.plan, self.io, self.task, self.token = plan, io, task, token
         self.markers = WriteMarkers(io, plan.instant)
+        self.ensured: set[str] = set()  # partitions whose metadata file is known to be there
         self.open: dict[str, BucketWriter] = {}
         self.opened = 0
         self.seqno = 0
@@ -281,7 +283,7 @@ class _BulkFiles:
         # deterministic, so a retried task writes the same file groups
         file_id = f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{self.plan.instant}/bulk/{self.task}/{self.opened}')}-0"
         self.opened += 1
-        ensure_partition_metadata(self.io, partition, self.plan.instant, self.plan.partition_depth)
+        ensure_partition_metadata(self.io, partition, self.plan.instant, self.plan.partition_depth, self.ensured)
         writer = BucketWriter(
             self.io, FileGroupTarget(partition, file_id), self.plan.instant, self.task, self.plan.table_schema, self.plan.avro_schema,
             self.plan.bloom_type, token=self.token,
