@@ -446,3 +446,70 @@ def test_kill_9_cycles_on_s3_leave_the_model_exact_and_no_file_of_a_lost_instant
     table = Table.open(uri, FileIO.for_uri(uri, s3))
     assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == model.expected()
     assert not table.timeline.pending() and leftover_data_files(table) == []
+
+
+def test_every_cli_command_works_on_an_s3_table(s3, tmp_path):
+    """The CLI on a merge-on-read table on the S3 server, its store given with ``--storage-option``:
+    timeline, show, file-groups, partitions, lease, savepoint, rollback, restore, compact, clean, mirror,
+    metadata drop and serve. After each change hudi-rs equals the model; the mirror equals the table's
+    read-optimized view."""
+    import json
+
+    import httpx
+    from deltalake import DeltaTable
+
+    from opslib import CLI, ENV
+
+    uri = "s3://lake/ops"
+    store = [a for k, v in s3.items() for a in ("--storage-option", f"{k}={v}")]
+
+    def cli(*args: str, expect: int = 0) -> str:
+        done = subprocess.run([CLI, *store, *args], capture_output=True, text=True, env=ENV, timeout=300)
+        assert done.returncode == expect, f"laketide {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}"
+        return done.stdout
+
+    batches = [[row(i, n + 1) for i in range(n * 5, n * 5 + 20)] + ([row(n * 5, n + 1, deleted=True)] if n == 2 else []) for n in range(4)]
+    states = []
+    settings = {"storage": {"options": s3}, "coordinator": {"lease": "storage"}, "write": {"index_shards": 2}}
+    for n, lines in enumerate(batches):
+        new = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "table_type": "MERGE_ON_READ"} if n == 0 else {}
+        laketide.write(uri, pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA), settings=settings, **new)
+        states.append(_expected(batches[: n + 1]))
+    read = lambda: rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS)  # noqa: E731
+    writes = [i["instant"] for i in json.loads(cli("timeline", uri, "--json")) if i["state"] == "COMPLETED"]
+    assert len(writes) == 4 and read() == states[-1]
+    assert json.loads(cli("show", uri, writes[0], "--json"))["instant"] == writes[0]
+    assert json.loads(cli("file-groups", uri, "--json")) and json.loads(cli("partitions", uri, "--json"))
+    assert "nobody holds the lease" in cli("lease", uri)
+
+    cli("savepoint", "create", uri, writes[2])  # writes are newest first: the second write
+    cli("rollback", uri, writes[0])
+    assert read() == states[2]
+    cli("restore", uri, writes[2])
+    assert read() == states[1]
+    cli("compact", uri, "--delta-commits", "1")
+    cli("clean", uri, "--retain-commits", "1")
+    assert read() == states[1]
+    cli("mirror", uri)
+    table = Table.open(uri, FileIO.for_uri(uri, s3))
+    assert rows(DeltaTable(uri, storage_options=s3).to_pyarrow_table(), "id", DATA_COLUMNS) == rows(table.read_optimized(), "id", DATA_COLUMNS)
+    cli("metadata", "drop", uri)
+    cli("savepoint", "delete", uri, writes[2])
+
+    port = free_port()
+    server = subprocess.Popen([CLI, *store, "serve", "--table", uri, "--port", str(port)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                instants = httpx.get(f"http://127.0.0.1:{port}/v1/instants", timeout=5).json()["items"]
+                break
+            except httpx.HTTPError:
+                assert server.poll() is None and time.monotonic() < deadline, server.stderr.read() if server.poll() is not None else "no answer"
+                time.sleep(0.3)
+        assert any(i["action"] == "restore" for i in instants)
+    finally:
+        server.terminate()
+        server.wait(30)
+    assert read() == states[1] and not table.timeline.pending()
+    cli("--storage-option", "nonsense", "timeline", uri, expect=2)

@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from laketide.cli.options import ZkOpt, ZkRootOpt, lease_for, open_table
+from laketide.cli.options import STORAGE_OPTIONS, ZkOpt, ZkRootOpt, lease_for, open_table, storage_pairs
 from laketide.cli.output import Output, answers
 from laketide.service import TOKEN_ENV
 from laketide.table.errors import ErrorKind, LaketideError
@@ -36,8 +36,19 @@ DEFAULTS = {
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    storage_option: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--storage-option", "-s", metavar="KEY=VALUE",
+            help="how to reach a table on an object store, in object_store's keys (aws_endpoint_url, aws_region, "
+            "azure_storage_account_name, google_service_account, ...; repeatable); what is not given comes from the "
+            "environment. `laketide run` takes them as --conf storage.options.KEY=VALUE.",
+        ),
+    ] = None,
+) -> None:
     """laketide: a streaming upsert writer for Apache Hudi tables."""
+    STORAGE_OPTIONS.set(storage_pairs(storage_option or []))
 
 
 def _logging() -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Annotated, Optional
 
 import typer
 
 from laketide.service import TOKEN_ENV
 
+# the root's ``--storage-option`` pairs, set once per invocation before its command runs
+STORAGE_OPTIONS: ContextVar[dict[str, str]] = ContextVar("storage_options", default={})
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 ZkOpt = Annotated[Optional[str], typer.Option("--zookeeper", help="ZooKeeper hosts, when the table's lease lives there")]
 ZkRootOpt = Annotated[str, typer.Option("--zookeeper-root", help="ZooKeeper root of laketide's leases")]
@@ -37,7 +40,19 @@ def current_holder(table, zookeeper: str | None, zookeeper_root: str):
         probe.release()
 
 
-def open_table(path: str):
-    from laketide.table import Table
+def storage_pairs(pairs: list[str]) -> dict[str, str]:
+    """``--storage-option KEY=VALUE`` pairs as a dict."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE, e.g. --storage-option aws_region=eu-west-1", param_hint="--storage-option")
+        options[key.strip()] = value
+    return options
 
-    return Table.open(path)
+
+def open_table(path: str):
+    """The table at ``path``, its store reached with the ``--storage-option`` pairs of this invocation."""
+    from laketide.table import FileIO, Table
+
+    return Table.open(path, FileIO.for_uri(path, STORAGE_OPTIONS.get()))
