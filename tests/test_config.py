@@ -76,6 +76,16 @@ def test_example_job_config_in_deploy_is_valid():
 
     config = load_config(Path(__file__).resolve().parents[1] / "deploy" / "job.example.toml")
     assert config.coordinator.lease == "zookeeper" and config.coordinator.api_port == 8470
+    on_s3 = load_config(Path(__file__).resolve().parents[1] / "deploy" / "job.s3.example.toml")
+    assert on_s3.coordinator.lease == "storage" and on_s3.table.path.startswith("s3://")
+    assert on_s3.storage.io_options == {"aws_region": "eu-west-1", "max_retries": "10", "max_in_flight": "32"}
+
+
+def test_storage_bounds_are_checked():
+    with pytest.raises(ConfigError, match="max_in_flight"):
+        load_config(overrides=[*REQUIRED, "storage.max_in_flight=0"])
+    with pytest.raises(ConfigError, match="max_retries"):
+        load_config(overrides=[*REQUIRED, "storage.max_retries=-1"])
 
 
 def test_driver_batch_bytes_takes_sizes_and_zero_but_not_negatives():
