@@ -8,6 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+# the object-store servers' fixtures (s3, azurite), for every module that asks for them
+pytest_plugins = ["stores"]
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("LAKETIDE_FIXTURES", REPO.parent / "shared" / "fixtures"))
 SPARK_TABLES = FIXTURES / "hudi-spark-tables"
