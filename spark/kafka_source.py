@@ -1,0 +1,268 @@
+"""Kafka topics as a Spark source of laketide's: ``spark.readStream.format("laketide-kafka")``.
+
+For clusters without Spark's Kafka connector (``spark-sql-kafka-0-10``), on PySpark's Python data source
+API and confluent-kafka, shaped as the laketide table source is (FLIP-27): the driver enumerates, the
+tasks read. Offsets are Spark's Kafka source's own JSON, ``{"topic": {"partition": next offset}}``, kept
+in the query's checkpoint; each topic-partition's range of a micro-batch is one split, read in a task
+from its start offset up to, not including, its end offset. The rows have the columns of Spark's Kafka
+source (key, value, topic, partition, offset, timestamp, timestampType, headers), so what follows
+reads both alike.
+
+A reader never reads past a split's end offset, and the ends come from the brokers' high watermarks:
+a broker that reports a watermark behind what it holds (Tansu was seen to) only delays records to a
+later micro-batch, it never loses or repeats one.
+
+Data loss, as Spark's ``failOnDataLoss`` names it: a start offset below what the broker still keeps
+(retention passed it), or a partition or topic that is gone, stops the query with an error naming the
+partitions and the offsets lost; with ``fail_on_data_loss = false`` the reader goes on from the earliest
+offset still there and logs, at ERROR, every range it skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from laketide.table.errors import Invalid, LaketideError, Unavailable
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+log = logging.getLogger(__name__)
+NAME = "laketide-kafka"
+CLIENT_PREFIX = "kafka."  # client options passed through to librdkafka, as Spark's Kafka source takes them
+HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
+SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()), ("headers", pa.list_(HEADER)),
+])
+READ_TIMEOUT = 120.0  # seconds a split may wait for the records the broker said it has
+
+
+class KafkaDataLoss(LaketideError):
+    """Offsets a micro-batch needs are gone from the broker (retention, a deleted topic or partition)."""
+
+
+Offsets = dict[str, dict[str, int]]  # topic -> partition (as a string, as in JSON) -> next offset
+
+
+@dataclass(frozen=True)
+class PartitionRange(InputPartition):
+    """One topic-partition's records ``[start, end)``: a split."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    client: tuple[tuple[str, str], ...]
+
+
+class Brokers:
+    """The driver's view of the topics: partitions and watermarks, through one consumer client."""
+
+    def __init__(self, client: dict[str, str]):
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer({**client, "group.id": f"laketide-{uuid.uuid4()}", "enable.auto.commit": False})
+
+    def partitions(self, topics: list[str], pattern: str | None) -> dict[str, list[int]]:
+        try:
+            metadata = self.consumer.list_topics(timeout=30)
+        except Exception as error:
+            raise Unavailable(f"the Kafka brokers did not answer ({error}); check source.kafka.bootstrap_servers") from None
+        found = {name: sorted(t.partitions) for name, t in metadata.topics.items() if t.error is None}
+        if pattern:
+            return {name: parts for name, parts in found.items() if re.fullmatch(pattern, name) and not name.startswith("__")}
+        return {name: found.get(name, []) for name in topics}
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        from confluent_kafka import TopicPartition
+
+        return self.consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30, cached=False)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Options: ``bootstrap_servers``, ``topics`` (comma-separated) or ``topic_pattern``,
+    ``starting_offsets`` (``earliest``, ``latest`` or Spark's JSON), ``max_offsets_per_trigger``,
+    ``fail_on_data_loss``, and ``kafka.<librdkafka option>``."""
+
+    def __init__(self, options: dict):
+        self.client = {"bootstrap.servers": options["bootstrap_servers"]}
+        self.client.update({k[len(CLIENT_PREFIX):]: v for k, v in options.items() if k.startswith(CLIENT_PREFIX)})
+        self.topics = [t.strip() for t in options.get("topics", "").split(",") if t.strip()]
+        self.pattern = options.get("topic_pattern") or None
+        if bool(self.topics) == bool(self.pattern):
+            raise Invalid("give source.kafka.topics or source.kafka.topic_pattern, one of them")
+        self.starting = options.get("starting_offsets", "earliest")
+        self.max_offsets = int(options["max_offsets_per_trigger"]) if options.get("max_offsets_per_trigger") else None
+        self.fail_on_data_loss = options.get("fail_on_data_loss", "true").lower() != "false"
+        self.target: Offsets | None = None
+        self._brokers: Brokers | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_brokers": None}  # the driver's client stays on the driver
+
+    @property
+    def brokers(self) -> Brokers:
+        if self._brokers is None:
+            self._brokers = Brokers(self.client)
+        return self._brokers
+
+    # -- offsets ------------------------------------------------------------
+
+    def _latest(self) -> Offsets:
+        return {topic: {str(p): self.brokers.watermarks(topic, p)[1] for p in parts} for topic, parts in self.brokers.partitions(self.topics, self.pattern).items()}
+
+    def initialOffset(self) -> Offsets:
+        if self.starting == "latest":
+            return self._latest()
+        earliest = {topic: {str(p): self.brokers.watermarks(topic, p)[0] for p in parts} for topic, parts in self.brokers.partitions(self.topics, self.pattern).items()}
+        if self.starting == "earliest":
+            return earliest
+        try:
+            given = json.loads(self.starting)
+        except ValueError:
+            raise Invalid(f"source.kafka.starting_offsets = {self.starting!r} is not 'earliest', 'latest' or JSON such as {{\"orders\": {{\"0\": 42}}}}") from None
+        # -2 is earliest and -1 latest, as in Spark's JSON
+        latest = self._latest()
+        return {t: {p: (earliest[t][p] if o == -2 else latest[t][p] if o == -1 else o) for p, o in parts.items()} for t, parts in given.items()}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self._latest()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_offsets) if self.max_offsets else ReadAllAvailable()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        latest = self.target or self._latest()
+        end = {t: {p: max(o, start.get(t, {}).get(p, 0)) for p, o in parts.items()} for t, parts in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = cap(start, end, limit.max_rows)
+        return end
+
+    def reportLatestOffset(self) -> Offsets:
+        return self._latest()
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[PartitionRange]:
+        ranges = []
+        for topic, parts in end.items():
+            for p, stop in parts.items():
+                begin = start.get(topic, {}).get(p, 0)
+                begin = self._still_there(topic, int(p), begin, stop)
+                if begin < stop:
+                    ranges.append(PartitionRange(topic, int(p), begin, stop, tuple(sorted(self.client.items()))))
+        self._check_gone(start, end)
+        return ranges
+
+    def _still_there(self, topic: str, partition: int, begin: int, stop: int) -> int:
+        low, _ = self.brokers.watermarks(topic, partition)
+        if begin >= low:
+            return begin
+        lost = f"{topic} partition {partition}: offsets {begin} to {min(low, stop) - 1} are gone from the broker (retention or a deleted topic)"
+        if self.fail_on_data_loss:
+            raise KafkaDataLoss(f"{lost}. Nothing was written for them. To go on from the earliest offset still there, "
+                                "set source.kafka.fail_on_data_loss = false and start the job again; the skipped ranges are logged.")
+        log.error("DATA LOSS: %s; going on from offset %d because source.kafka.fail_on_data_loss = false", lost, low)
+        return low
+
+    def _check_gone(self, start: Offsets, end: Offsets) -> None:
+        gone = [f"{t} partition {p}" for t, parts in start.items() for p in parts if p not in end.get(t, {})]
+        if gone and self.fail_on_data_loss:
+            raise KafkaDataLoss(f"{', '.join(gone)} no longer exist on the broker. To go on without them, set "
+                                "source.kafka.fail_on_data_loss = false and start the job again.")
+        for name in gone:
+            log.error("DATA LOSS: %s no longer exists; going on without it", name)
+
+    def read(self, split: PartitionRange) -> Iterator[pa.RecordBatch]:
+        yield from read_range(split)
+
+    def commit(self, end: Offsets) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._brokers is not None:
+            self._brokers.close()
+
+
+def cap(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+    """``end`` brought back so the micro-batch holds at most ``max_rows`` offsets, shared across the
+    partitions in proportion to their backlog, every partition with a backlog getting at least one."""
+    backlog = {(t, p): o - start.get(t, {}).get(p, 0) for t, parts in end.items() for p, o in parts.items()}
+    total = sum(backlog.values())
+    if total <= max_rows:
+        return end
+    capped = {t: dict(parts) for t, parts in end.items()}
+    for (t, p), n in backlog.items():
+        if n > 0:
+            capped[t][p] = start.get(t, {}).get(p, 0) + max(1, n * max_rows // total)
+    return capped
+
+
+def read_range(split: PartitionRange, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
+    """The records of one split, ``[start, end)`` by offset, as Arrow batches in offset order."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({**dict(split.client), "group.id": f"laketide-{uuid.uuid4()}", "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(split.topic, split.partition, split.start)])
+    rows: list[tuple] = []
+    position, deadline = split.start, time.monotonic() + READ_TIMEOUT
+    try:
+        while position < split.end:
+            messages = consumer.consume(min(batch_rows, split.end - position), timeout=1.0)
+            for message in messages:
+                error = message.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if error is not None:
+                    raise Unavailable(f"reading {split.topic} partition {split.partition} at offset {position}: {error}")
+                if message.offset() >= split.end:  # past the split: the next micro-batch's
+                    position = split.end
+                    break
+                rows.append(_row(message))
+                position = message.offset() + 1
+            if messages:
+                deadline = time.monotonic() + READ_TIMEOUT
+            elif time.monotonic() > deadline:
+                raise Unavailable(f"{split.topic} partition {split.partition}: no record at offsets {position} to {split.end - 1} "
+                                  f"within {READ_TIMEOUT:.0f}s, though the broker reported them")
+            if len(rows) >= batch_rows:
+                yield _batch(rows)
+                rows = []
+        if rows:
+            yield _batch(rows)
+    finally:
+        consumer.close()
+
+
+def _row(message) -> tuple:
+    kind, millis = message.timestamp()
+    headers = [{"key": k, "value": v} for k, v in (message.headers() or [])]
+    return (message.key(), message.value(), message.topic(), message.partition(), message.offset(), millis * 1000 if kind else None, kind, headers)
+
+
+def _batch(rows: list[tuple]) -> pa.RecordBatch:
+    columns = list(zip(*rows))
+    return pa.RecordBatch.from_arrays([pa.array(column, field.type) for column, field in zip(columns, SCHEMA)], schema=SCHEMA)
+
+
+class KafkaDataSource(DataSource):
+    """``format("laketide-kafka")``: Kafka records with the columns of Spark's Kafka source."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self):
+        return from_arrow_schema(SCHEMA)
+
+    def streamReader(self, schema) -> KafkaStreamReader:
+        return KafkaStreamReader(dict(self.options))
