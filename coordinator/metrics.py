@@ -29,6 +29,9 @@ class Metrics:
         self.storage_retries = Counter(
             "laketide_storage_retries", "requests to an object store sent again after a throttle (503, 429) or a lost connection, during micro-batches", registry=r
         )
+        self.source_lag = Gauge(
+            "laketide_source_lag", "a Kafka source's lag after the last micro-batch: the newest offset minus the next to read", ["topic", "partition"], registry=r
+        )
         self.lease_held = Gauge("laketide_lease_held", "1 while this process holds the table's lease", registry=r)
         self.lease_epoch = Gauge("laketide_lease_epoch", "epoch of the lease this process holds", registry=r)
 

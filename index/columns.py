@@ -1,8 +1,9 @@
 """The columns laketide adds to a record on its way from source to commit, and the schemas it passes through.
 
 1. **Landed**: the source's columns, plus where each row came from, as Spark's file source tells
-   (``SOURCE_FILE``, ``SOURCE_MTIME``, ``SOURCE_BLOCK``) and, for JSON and CSV, the text of a row Spark
-   could not parse (``CORRUPT``). Rows from Arrow (``laketide.write``) carry none: their order is their arrival.
+   (``SOURCE_FILE``, ``SOURCE_MTIME``, ``SOURCE_BLOCK``; a Kafka record's topic-partition and
+   ``SOURCE_OFFSET``) and, for JSON and CSV, the text of a row Spark could not parse (``CORRUPT``), or
+   a Kafka record's raw form with why it could not become a row (``DECODE_REASON``). Rows from Arrow (``laketide.write``) carry none: their order is their arrival.
 2. **Prepared** (``PREPARED_FIELDS`` after the record's columns): its key, partition path, index shard,
    arrival order, and for a bad row the reason it goes to quarantine and its raw text.
 3. **Assigned** (``assigned_schema``): the record's columns with its key and partition, the file group it
@@ -22,7 +23,13 @@ CORRUPT = "_corrupt_record"  # the column Spark's JSON and CSV readers fill with
 SOURCE_FILE = "_lt_source_file"
 SOURCE_MTIME = "_lt_source_mtime"
 SOURCE_BLOCK = "_lt_source_block"
-SOURCE_COLUMNS = (SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)
+# a Kafka record's offset; its SOURCE_FILE names its topic-partition, and it has no MTIME or BLOCK
+SOURCE_OFFSET = "_lt_source_offset"
+SOURCE_COLUMNS = (SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK, SOURCE_OFFSET)
+# why a record could not become a row (a Kafka value that does not decode, a change event without its key)
+DECODE_REASON = "_lt_decode_reason"
+# what a source adds to its rows, beside the record's own columns
+LANDED_COLUMNS = (CORRUPT, DECODE_REASON, *SOURCE_COLUMNS)
 
 # -- prepared
 PARTITION = "_lt_partition"

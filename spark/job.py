@@ -19,11 +19,13 @@ Threads of the job's process, and what each may touch (each shared object's docs
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable
 
 from laketide.coordinator import LeaseLost
+from laketide.spark.kafka_source import KafkaDataLoss
 from laketide.table.errors import LaketideError
 from laketide.coordinator.services import TableServiceFailed
 from laketide.spark.pipeline import MicroBatchWriter
@@ -43,6 +45,7 @@ from laketide.writer.running import (
 
 from laketide.config import JobConfig
 
+DATA_LOSS = re.compile(r"KafkaDataLoss: ([^\n]+)")
 log = logging.getLogger("laketide.job")
 WRITER_ID_FILE = "laketide-writer-id"
 
@@ -94,7 +97,7 @@ def run(
 
 def _start_query(spark, config: JobConfig, writer: MicroBatchWriter):
     stream = (
-        read_stream(spark, config.source)
+        read_stream(spark, config.source, config.table.record_key)
         .writeStream.queryName(config.stream.query_name)
         .option("checkpointLocation", config.stream.checkpoint)
         .foreachBatch(writer)
@@ -132,5 +135,8 @@ def _await(query, job: RunningJob, lost: threading.Event) -> bool:
         failures.raise_if_fatal()
         if isinstance(job.writer.failure, LaketideError):
             raise job.writer.failure from None  # as raised, so its kind gives the exit code
+        lost = DATA_LOSS.search(str(failure))
+        if lost:  # raised by the Kafka source's planning, which runs in a Python worker of Spark's
+            raise KafkaDataLoss(lost.group(1).strip()) from None
         raise
     return job.stop_requested.is_set()

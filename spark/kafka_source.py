@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from laketide.table.errors import Invalid, LaketideError, Unavailable
+from laketide.table.errors import Invalid, Refused, Unavailable
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -45,8 +45,9 @@ SCHEMA = pa.schema([
 READ_TIMEOUT = 120.0  # seconds a split may wait for the records the broker said it has
 
 
-class KafkaDataLoss(LaketideError):
-    """Offsets a micro-batch needs are gone from the broker (retention, a deleted topic or partition)."""
+class KafkaDataLoss(Refused):
+    """Offsets a micro-batch needs are gone from the broker (retention, a deleted topic or partition):
+    refused, as losing them silently would break exactly-once (exit code 4)."""
 
 
 Offsets = dict[str, dict[str, int]]  # topic -> partition (as a string, as in JSON) -> next offset
@@ -144,10 +145,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         latest = self.target or self._latest()
-        end = {t: {p: max(o, start.get(t, {}).get(p, 0)) for p, o in parts.items()} for t, parts in latest.items()}
+        self._check_behind(start, latest)
+        end = {t: dict(parts) for t, parts in latest.items()}
         if isinstance(limit, ReadMaxRows):
             end = cap(start, end, limit.max_rows)
         return end
+
+    def _check_behind(self, start: Offsets, latest: Offsets) -> None:
+        """A partition whose newest offset is below where the stream stands was deleted and made again."""
+        behind = [(t, p, o, latest[t][p]) for t, parts in start.items() for p, o in parts.items() if t in latest and p in latest[t] and latest[t][p] < o]
+        for topic, partition, at, newest in behind:
+            lost = f"{topic} partition {partition} ends at offset {newest}, before offset {at} where this stream stands (was the topic deleted and created again?)"
+            if self.fail_on_data_loss:
+                raise KafkaDataLoss(f"{lost}. To read it again from its earliest offset, set source.kafka.fail_on_data_loss = false and start the job again.")
+            log.error("DATA LOSS: %s; reading it again from its earliest offset because source.kafka.fail_on_data_loss = false", lost)
 
     def reportLatestOffset(self) -> Offsets:
         return self._latest()
@@ -164,7 +175,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges
 
     def _still_there(self, topic: str, partition: int, begin: int, stop: int) -> int:
-        low, _ = self.brokers.watermarks(topic, partition)
+        low, high = self.brokers.watermarks(topic, partition)
+        if begin > high:  # made again since (``_check_behind`` decided to go on): from its start
+            return low
         if begin >= low:
             return begin
         lost = f"{topic} partition {partition}: offsets {begin} to {min(low, stop) - 1} are gone from the broker (retention or a deleted topic)"
@@ -196,7 +209,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def cap(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
     """``end`` brought back so the micro-batch holds at most ``max_rows`` offsets, shared across the
     partitions in proportion to their backlog, every partition with a backlog getting at least one."""
-    backlog = {(t, p): o - start.get(t, {}).get(p, 0) for t, parts in end.items() for p, o in parts.items()}
+    backlog = {(t, p): max(0, o - start.get(t, {}).get(p, 0)) for t, parts in end.items() for p, o in parts.items()}
     total = sum(backlog.values())
     if total <= max_rows:
         return end

@@ -12,7 +12,7 @@ import logging
 
 import pyarrow as pa
 from laketide.coordinator import Coordinator
-from laketide.index.columns import CORRUPT, PREPARED_FIELDS, SOURCE_COLUMNS
+from laketide.index.columns import LANDED_COLUMNS, PREPARED_FIELDS
 from laketide.index.state import StateIndex
 from laketide.spark.sources import read_files, unreadable_files
 from laketide.spark.spark_batch import Shuffles, SparkBatch
@@ -21,22 +21,25 @@ from laketide.table import Table
 from laketide.table.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
-from laketide.writer.landing import batch_files, decoded_bytes, read_landed_parquet
+from laketide.writer.landing import batch_files, decoded_bytes, kafka_records, read_landed_parquet, source_offsets
 from laketide.writer.prepare import ArrivalCounter, prepare
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from laketide.config import JobConfig
+from laketide.spark.change_feed import kafka_client
 
 log = logging.getLogger("laketide.job")
 # what a generated row weighs in a landing file, for ``write.driver_batch_bytes``
 GENERATED_ROW_BYTES = 64
+# what a Kafka record is taken to weigh once decoded, for the driver-or-tasks choice: a change event's row
+KAFKA_RECORD_BYTES = 1024
 
 
 def _data_fields(df: DataFrame) -> list[StructField]:
     """The micro-batch's record columns, without the columns a source adds to every row."""
-    return [f for f in df.schema.fields if f.name != CORRUPT and f.name not in SOURCE_COLUMNS]
+    return [f for f in df.schema.fields if f.name not in LANDED_COLUMNS]
 
 
 class MicroBatchWriter(BatchWriter):
@@ -49,6 +52,7 @@ class MicroBatchWriter(BatchWriter):
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
         # the error that failed a micro-batch, as raised here: Spark hands the query's waiter only its text
         self.failure: BaseException | None = None
+        self._brokers = None  # a Kafka source's client for the lag, made at the first micro-batch
         self.shuffles = Shuffles(index.shards, config.write.parallelism, self.operation == "bulk_insert", index.global_keys, table.config.ordering_field)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -60,7 +64,31 @@ class MicroBatchWriter(BatchWriter):
         except BaseException as failure:
             self.failure = failure
             raise
+        if self.config.source.format == "kafka" and not report.skipped:
+            report.lag = self._lag(batch_id)
         self.announce(report)
+
+    def _lag(self, batch_id: int) -> dict[str, int]:
+        """Per topic-partition, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.
+        Only for reporting: a failure to ask is logged, and the lag left out."""
+        from laketide.spark.kafka_source import Brokers
+
+        try:
+            end = source_offsets(self.config.stream.checkpoint, batch_id, self.config.storage.io_options) or {}
+            if self._brokers is None:
+                self._brokers = Brokers(kafka_client(self.config.source.kafka))
+            lag = {f"{t}/{p}": max(0, self._brokers.watermarks(t, int(p))[1] - int(o)) for t, parts in end.items() for p, o in parts.items()}
+        except Exception:
+            log.warning("micro-batch %s: the Kafka lag could not be read", batch_id, exc_info=True)
+            return {}
+        for place, n in lag.items():
+            self.metrics.source_lag.labels(*place.rsplit("/", 1)).set(n)
+        return lag
+
+    def close(self) -> None:
+        if self._brokers is not None:
+            self._brokers.close()
+        super().close()
 
     def _prepared(self, df: DataFrame) -> SparkBatch:
         spec = self.spec
@@ -93,7 +121,7 @@ class MicroBatchWriter(BatchWriter):
         try:
             return LoadedBatch(self._prepared(df), incoming, data_schema)
         except Exception as failure:
-            if self.config.source.format == "generator":
+            if self.config.source.format in ("generator", "kafka"):  # no landing files to set aside
                 raise
             # a failure because the job is being stopped is not about the files
             self.coordinator.lease.check()
@@ -127,6 +155,11 @@ class MicroBatchWriter(BatchWriter):
             if source.generator.rows_per_batch * GENERATED_ROW_BYTES > self.config.write.driver_batch_bytes:
                 return None
             landed = df.toArrow()
+        elif source.format == "kafka":
+            records = kafka_records(self.config.stream.checkpoint, batch_id, self.config.storage.io_options)
+            if records is None or records * KAFKA_RECORD_BYTES > self.config.write.driver_batch_bytes:
+                return None
+            landed = df.toArrow()
         else:
             files = self._landing_files(batch_id)
             if files is None:
@@ -157,6 +190,6 @@ class MicroBatchWriter(BatchWriter):
             raise failure from None
         if bad:
             log.warning("landing files Spark cannot read under source.schema: %s", bad)
-        readable = read_files(self.spark, self.config.source, good)
+        readable = read_files(self.spark, self.config.source, good, self.config.table.record_key)
         return (readable if readable is not None else self.spark.createDataFrame([], df.schema)), bad
 

@@ -1,4 +1,4 @@
-"""Streaming sources: a landing directory of JSON, CSV or parquet files, or the generator.
+"""Streaming sources: a landing directory of JSON, CSV or parquet files, Kafka topics, or the generator.
 
 Rows of landing files carry where they came from (Spark's ``_metadata``:
 file, modification time, block), which orders them by arrival. A landing
@@ -15,7 +15,17 @@ import re
 from dataclasses import asdict
 
 import pyarrow as pa
-from laketide.index.columns import CORRUPT, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
+from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
+from laketide.spark.change_feed import (
+    VALUE,
+    change_rows,
+    change_schema,
+    decode_records,
+    envelope_schema,
+    kafka_stream,
+    plain_rows,
+    with_record_origin,
+)
 from laketide.spark.generator import ARROW_SCHEMA as GENERATOR_SCHEMA
 from laketide.spark.generator import NAME as GENERATOR
 from laketide.spark.generator import GeneratorDataSource, GeneratorSpec
@@ -44,8 +54,10 @@ def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
 
 
 def source_schema(spark: SparkSession, source: SourceSection) -> pa.Schema:
-    """The source's columns as Arrow types (timestamps in UTC), for the checks at start."""
-    return to_arrow_schema(declared_schema(spark, source), timezone="UTC")
+    """The columns of the stream's rows as Arrow types (timestamps in UTC), for the checks at start:
+    the declared ones, and for change events whether each is a delete and its position."""
+    declared = declared_schema(spark, source)
+    return to_arrow_schema(change_schema(declared) if source.envelope == "debezium" else declared, timezone="UTC")
 
 
 def _configure(reader, spark: SparkSession, source: SourceSection, schema: StructType | None = None):
@@ -57,6 +69,8 @@ def _configure(reader, spark: SparkSession, source: SourceSection, schema: Struc
         options.update({"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
     options.update(source.options)
     full = schema or declared_schema(spark, source)
+    if source.envelope == "debezium":
+        full = envelope_schema(full)
     if source.format in ("json", "csv"):
         # a new struct: StructType.add changes the one it is called on, which may be the caller's
         full = StructType([*full.fields, StructField(CORRUPT, StringType())])
@@ -72,15 +86,39 @@ def with_origin(df: DataFrame) -> DataFrame:
     )
 
 
-def read_stream(spark: SparkSession, source: SourceSection) -> DataFrame:
+def read_stream(spark: SparkSession, source: SourceSection, record_key: list[str]) -> DataFrame:
     if source.format == "generator":
         spark.dataSource.register(GeneratorDataSource)
         spec = GeneratorSpec(**source.generator.model_dump())
         return spark.readStream.format(GENERATOR).options(**{k: str(v) for k, v in asdict(spec).items()}).load()
+    if source.format == "kafka":
+        return kafka_rows(spark, source, record_key)
     reader: DataStreamReader = _configure(spark.readStream, spark, source)
     if source.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", source.max_files_per_trigger)
-    return with_origin(reader.load(source.path))
+    return landed_rows(with_origin(reader.load(source.path)), spark, source, record_key)
+
+
+def kafka_rows(spark: SparkSession, source: SourceSection, record_key: list[str]) -> DataFrame:
+    """The topics' records as rows: values decoded, change events flattened, each with its origin."""
+    row_schema = declared_schema(spark, source)
+    value_schema = envelope_schema(row_schema) if source.envelope == "debezium" else row_schema
+    decoded = decode_records(kafka_stream(spark, source.kafka), source, value_schema)
+    rows = change_rows(decoded, VALUE, row_schema, record_key) if source.envelope == "debezium" else plain_rows(decoded, row_schema)
+    return with_record_origin(rows)
+
+
+def landed_rows(df: DataFrame, spark: SparkSession, source: SourceSection, record_key: list[str]) -> DataFrame:
+    """Landing-file rows; change events (``source.envelope``) flattened into upserts and deletes."""
+    if source.envelope != "debezium":
+        return df
+    event_fields = [f.name for f in envelope_schema(declared_schema(spark, source)).fields]
+    events = df.select(
+        F.struct(*event_fields).alias(VALUE),
+        F.when(F.col(CORRUPT).isNotNull(), F.lit("malformed record (not valid JSON)")).alias(DECODE_REASON),
+        *[c for c in df.columns if c not in event_fields],
+    )
+    return change_rows(events, VALUE, declared_schema(spark, source), record_key)
 
 
 def _csv_header(path: str, source: SourceSection) -> list[str] | None:
@@ -106,7 +144,8 @@ def read_file(spark: SparkSession, source: SourceSection, path: str) -> DataFram
         if header and sorted(h.strip().lower() for h in header) == sorted(by_name) and [h.strip().lower() for h in header] != list(by_name):
             schema = StructType([by_name[h.strip().lower()] for h in header])
     df = with_origin(_configure(spark.read, spark, source, schema).load(path))
-    columns = [f.name for f in declared.fields] + ([CORRUPT] if source.format in ("json", "csv") else [])
+    fields = envelope_schema(declared).fields if source.envelope == "debezium" else declared.fields
+    columns = [f.name for f in fields] + ([CORRUPT] if source.format in ("json", "csv") else [])
     return df.select(*columns, SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)
 
 
@@ -137,11 +176,11 @@ def _first_line(exc: Exception) -> str:
     return (causes[-1] if causes else text.strip().splitlines()[0] if text.strip() else type(exc).__name__)[:500]
 
 
-def read_files(spark: SparkSession, source: SourceSection, paths: list[str]) -> DataFrame | None:
+def read_files(spark: SparkSession, source: SourceSection, paths: list[str], record_key: list[str]) -> DataFrame | None:
     frames = [read_file(spark, source, p) for p in paths]
     if not frames:
         return None
     out = frames[0]
     for frame in frames[1:]:
         out = out.unionByName(frame)
-    return out
+    return landed_rows(out, spark, source, record_key)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-# the object-store servers' fixtures (s3, azurite), for every module that asks for them
-pytest_plugins = ["stores"]
+# the servers' fixtures (s3, azurite; kafka), for every module that asks for them
+pytest_plugins = ["stores", "kafka_broker"]
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("LAKETIDE_FIXTURES", REPO.parent / "shared" / "fixtures"))

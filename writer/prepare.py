@@ -15,11 +15,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.columns import (
     CORRUPT,
+    DECODE_REASON,
+    LANDED_COLUMNS,
     PREPARED_FIELDS,
     SOURCE_BLOCK,
-    SOURCE_COLUMNS,
     SOURCE_FILE,
     SOURCE_MTIME,
+    SOURCE_OFFSET,
 )
 from laketide.index.state import index_keys, shard_of
 from laketide.table.keygen import first_reason, partition_paths, record_keys
@@ -52,6 +54,8 @@ class ArrivalCounter:
 
     def order(self, rows: pa.Table) -> tuple[pa.Array, pa.Array]:
         n = rows.num_rows
+        if SOURCE_OFFSET in rows.column_names:
+            return record_offsets(rows)
         if SOURCE_FILE not in rows.column_names:
             start, self.next_row = self.next_row, self.next_row + n
             return pa.repeat(pa.scalar("", pa.string()), n), pa.array(np.arange(start, start + n, dtype=np.int64))
@@ -66,12 +70,20 @@ def batch_arrival(rows: pa.Table) -> tuple[pa.Array, pa.Array]:
     """The arrival order of a whole micro-batch held in one place: an empty arrival file, and one
     number per row that orders rows as (landing block, line) does, without a block name per row."""
     n = rows.num_rows
+    if SOURCE_OFFSET in rows.column_names:
+        return record_offsets(rows)
     if SOURCE_FILE not in rows.column_names:
         return pa.repeat(pa.scalar("", pa.string()), n), pa.array(np.arange(n, dtype=np.int64))
     names, codes, lines = _landing_blocks(rows)
     rank = np.empty(len(names), np.int64)
     rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
     return pa.repeat(pa.scalar("", pa.string()), n), pa.array((rank[codes] << 40) + lines)
+
+
+def record_offsets(rows: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """A Kafka record's arrival: its topic-partition, then its offset there. One key's events share a
+    partition when the producer keys by it, as Debezium does, so the later offset is the later event."""
+    return rows[SOURCE_FILE].combine_chunks().cast(pa.string()), pc.fill_null(rows[SOURCE_OFFSET].combine_chunks().cast(pa.int64()), 0)
 
 
 def _landing_blocks(rows: pa.Table) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -106,11 +118,27 @@ def _raw(rows: pa.Table, bad: np.ndarray) -> pa.Array:
     if not bad.any():
         return pa.nulls(rows.num_rows, pa.string())
     corrupt = rows[CORRUPT].to_pylist() if CORRUPT in rows.column_names else None
-    records = rows.drop_columns([c for c in (CORRUPT, *SOURCE_COLUMNS) if c in rows.column_names])
+    records = rows.drop_columns([c for c in LANDED_COLUMNS if c in rows.column_names])
+    origin = _record_origins(rows)
     out: list[str | None] = [None] * rows.num_rows
     for i in np.nonzero(bad)[0]:
-        out[i] = corrupt[i] if corrupt and corrupt[i] is not None else json.dumps(records.slice(i, 1).to_pylist()[0], default=str)
+        if corrupt and corrupt[i] is not None:
+            out[i] = corrupt[i]
+            continue
+        record = records.slice(i, 1).to_pylist()[0]
+        out[i] = json.dumps({**origin[i], "row": record} if origin else record, default=str)
     return pa.array(out, pa.string())
+
+
+def _record_origins(rows: pa.Table) -> list[dict] | None:
+    """Where each Kafka record came from (topic, partition, offset), for its raw form in quarantine."""
+    if SOURCE_OFFSET not in rows.column_names:
+        return None
+    places = rows[SOURCE_FILE].to_pylist()
+    return [
+        {"topic": place.rsplit("/", 1)[0], "partition": int(place.rsplit("/", 1)[1]), "offset": offset}
+        for place, offset in zip(places, rows[SOURCE_OFFSET].to_pylist())
+    ]
 
 
 def _is_json(text: str) -> bool:
@@ -150,6 +178,8 @@ def prepare_in_order(rows: pa.Table, spec: PrepareSpec, arrival_file: pa.Array, 
     malformed, mismatched = _corrupt_reasons(rows, spec.source_format)
     # the first reason that applies, in this order
     reasons = [malformed, key_reason]
+    if DECODE_REASON in rows.column_names:  # a Kafka record or change event, which says itself what is wrong
+        reasons = [rows[DECODE_REASON].combine_chunks().cast(pa.string()), key_reason]
     if spec.ordering_field:
         kind = rows.schema.field(spec.ordering_field).type
         missing = (pc.is_null(rows[spec.ordering_field]), f"ordering field '{spec.ordering_field}' is missing or not a valid {kind}")
@@ -160,7 +190,7 @@ def prepare_in_order(rows: pa.Table, spec: PrepareSpec, arrival_file: pa.Array, 
     safe_keys = pc.fill_null(keys, "")
     safe_partitions = pc.fill_null(partitions, "")
     hashes = index_keys(safe_partitions, safe_keys, spec.global_keys)
-    data = rows.drop_columns([c for c in (CORRUPT, *SOURCE_COLUMNS) if c in rows.column_names])
+    data = rows.drop_columns([c for c in LANDED_COLUMNS if c in rows.column_names])
     columns = [
         safe_keys,
         safe_partitions,

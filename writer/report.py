@@ -36,6 +36,8 @@ class BatchReport:
     requests: dict[str, int] = field(default_factory=dict)
     # of those, the requests sent again after the store throttled or lost them
     retries: int = 0
+    # a Kafka source's lag once the micro-batch committed: per "topic/partition", the newest offset minus the next one to read
+    lag: dict[str, int] = field(default_factory=dict)
 
     def line(self) -> str:
         if self.empty:
@@ -45,6 +47,7 @@ class BatchReport:
         replaced = f" replaced={self.replaced}" if self.replaced else ""
         replaced += " requests=" + ",".join(f"{kind}:{n}" for kind, n in self.requests.items()) if self.requests else ""
         replaced += f" retries={self.retries}" if self.retries else ""
+        replaced += " lag=" + ",".join(f"{place}:{n}" for place, n in self.lag.items()) if self.lag else ""
         steps = " ".join(f"{name}={seconds:.2f}" for name, seconds in self.stage_seconds.items())
         return (
             f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "

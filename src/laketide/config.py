@@ -92,23 +92,57 @@ class GeneratorSection(_Section):
     key_space: int = Field(0, ge=0)
 
 
+# the column a Debezium change event's source position fills (``spark/change_feed.py``): the table's ordering field
+EVENT_POSITION = "_event_position"
+
+
+class KafkaSection(_Section):
+    """Where a ``source.format = "kafka"`` job reads: Spark's Kafka source where its connector is on the
+    classpath, else laketide's own (``spark/kafka_source.py``); ``reader`` picks one."""
+
+    bootstrap_servers: str | None = None
+    topics: list[str] = Field(default_factory=list)
+    topic_pattern: str | None = None
+    # earliest, latest, or Spark's JSON: {"orders": {"0": 42, "1": -2}} (-2 earliest, -1 latest)
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = Field(None, gt=0)
+    reader: Literal["auto", "spark", "python"] = "auto"
+    # offsets gone from the broker (retention, a deleted topic) stop the job; false goes on from the earliest still there
+    fail_on_data_loss: bool = True
+    # the Kafka client's own options (security.protocol, sasl.mechanism, ssl.ca.location, ...)
+    options: dict[str, str] = Field(default_factory=dict)
+
+
 class SourceSection(_Section):
-    format: Literal["json", "parquet", "csv", "generator"] = "generator"
+    format: Literal["json", "parquet", "csv", "generator", "kafka"] = "generator"
     path: str | None = None
     schema_ddl: str | None = Field(None, alias="schema")
     max_files_per_trigger: int | None = Field(None, gt=0)
     options: dict[str, str] = Field(default_factory=dict)
     generator: GeneratorSection = Field(default_factory=GeneratorSection)
+    kafka: KafkaSection = Field(default_factory=KafkaSection)
+    # how a Kafka record's value is encoded: JSON under source.schema, or Avro under source.avro_schema
+    value_format: Literal["json", "avro"] = "json"
+    avro_schema: str | None = None  # an .avsc file
+    # "debezium": each record is a change event (op, before, after, source), its row in before or after
+    envelope: Literal["none", "debezium"] = "none"
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     @model_validator(mode="after")
     def _files_need_path_and_schema(self) -> SourceSection:
-        if self.format != "generator":
-            if not self.path:
-                raise ValueError(f"source.path is required for source.format = {self.format!r}")
-            if not self.schema_ddl:
-                raise ValueError(f"source.schema (Spark DDL) is required for source.format = {self.format!r}")
+        if self.format == "kafka":
+            kafka = self.kafka
+            if not kafka.bootstrap_servers:
+                raise ValueError("source.kafka.bootstrap_servers is required for source.format = 'kafka'")
+            if bool(kafka.topics) == bool(kafka.topic_pattern):
+                raise ValueError("give source.kafka.topics or source.kafka.topic_pattern, one of them")
+            if self.value_format == "avro" and not self.avro_schema:
+                raise ValueError("source.avro_schema (an .avsc file) is required for source.value_format = 'avro'")
+        elif self.format != "generator" and not self.path:
+            raise ValueError(f"source.path is required for source.format = {self.format!r}")
+        if self.format != "generator" and not self.schema_ddl:
+            raise ValueError(f"source.schema (Spark DDL) is required for source.format = {self.format!r}")
         return self
 
 
@@ -299,6 +333,13 @@ class JobConfig(_Section):
             raise ValueError(
                 f"archive.min_commits ({self.archive.min_commits}) must be above clean.retain_commits ({self.clean.retain_commits})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _change_events_order_by_their_position(self) -> JobConfig:
+        # a change event's place in its database's log is what orders it, not a column of the row
+        if self.source.envelope == "debezium" and self.table.ordering_field is None:
+            self.table.ordering_field = EVENT_POSITION
         return self
 
 

@@ -1,0 +1,219 @@
+"""`laketide run` fed by Kafka (Tansu, started here) with Debezium change events, read back by hudi-rs.
+
+The broker runs without Spark's Kafka connector on the classpath, so the job reads with laketide's own
+Kafka source (``source.kafka.reader = "auto"`` picks it); ``reader = "spark"`` is refused with the way out.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import time
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+from chaoslib import Job, free_port, wait_until
+from conftest import hudi_read, rows
+from debezium import COLUMNS, ROW_DDL, ChangeModel, event, row
+from opslib import CLI, ENV
+
+TOPIC = "dbserver.public.orders"
+
+
+def job_conf(root, bootstrap: str, **more: str) -> list[str]:
+    settings = {
+        "table.path": str(root / "table"), "table.name": "orders", "table.record_key": '["id"]', "table.partition_by": '["region"]',
+        "table.ordering_field": "_event_position",
+        "source.format": "kafka", "source.kafka.bootstrap_servers": bootstrap, "source.kafka.topics": f'["{TOPIC}"]',
+        "source.schema": ROW_DDL, "source.envelope": "debezium", "stream.checkpoint": str(root / "checkpoint"),
+        "stream.trigger": "available-now", "write.index_shards": "2", "write.parallelism": "2", **more,
+    }
+    return [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]
+
+
+def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([CLI, "run", *job_conf(root, bootstrap, **more)], capture_output=True, text=True, env=ENV, timeout=600)
+    with open(root / "runs.log", "a") as log:  # the whole of each run, for when one fails
+        log.write(done.stderr)
+    assert done.returncode == expect, f"laketide run exited {done.returncode} (all of it in {root / 'runs.log'}):\n{done.stderr[-3000:]}"
+    return done
+
+
+def send(kafka, events: list[dict]) -> None:
+    """Each event to the partition of its key, as Debezium's producer does (here: id mod 3)."""
+    for e in events:
+        payload = e["payload"]
+        image = payload["before"] if payload["op"] == "d" else payload["after"]
+        kafka.produce(TOPIC, image["id"] % 3, {"id": image["id"]}, e)
+
+
+def table_rows(root) -> list[dict]:
+    return rows(hudi_read(root / "table"), "id", COLUMNS)
+
+
+def test_debezium_events_from_kafka_land_as_the_model(kafka, tmp_path):
+    """Creates, updates, deletes, a key change, events out of order within a micro-batch and across
+    micro-batches, a tombstone and a malformed message, over a 3-partition topic, in two runs."""
+    kafka.create_topic(TOPIC, 3)
+    model = ChangeModel()
+    first = [event("r", 10 + i, after=row(i, 1)) for i in range(12)]  # the snapshot
+    first += [event("u", 40, before=row(1, 1), after=row(1, 2)), event("u", 39, before=row(1, 1), after=row(1, 9))]  # out of order in the batch
+    first += [event("d", 41, before=row(2, 1))]
+    send(kafka, first)
+    kafka.produce(TOPIC, 2, {"id": 2}, None)  # the tombstone after a delete
+    kafka.produce(TOPIC, 0, {"id": 3}, b"{not json")  # malformed
+    model.apply(first)
+    run(tmp_path, kafka.bootstrap)
+    assert table_rows(tmp_path) == model.expected()
+
+    second = [event("u", 30, before=row(3, 1), after=row(3, 7))]  # older than nothing stored: applies
+    second += [event("u", 50, before=row(4, 1), after=row(4, 2)), event("u", 45, before=row(4, 1), after=row(4, 8))]
+    second += [event("u", 35, before=row(1, 1), after=row(1, 5))]  # older than the stored lsn 40: changes nothing
+    second += [event("d", 60, before=row(5, 1)), event("c", 61, after=row(105, 1, region=row(5, 1)["region"]))]  # a key change
+    second += [event("c", 70 + i, after=row(i, 1)) for i in range(20, 26)] + [event("x", 80, after=row(7, 3))]  # an unknown op
+    send(kafka, second)
+    model.apply(second)
+    done = run(tmp_path, kafka.bootstrap)
+    assert table_rows(tmp_path) == model.expected()
+    assert "lag=" in done.stderr
+
+    quarantined = [r for f in (tmp_path / "table_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    malformed = [r for r in quarantined if "not valid JSON" in r["reason"]]
+    assert len(malformed) == 1 and json.loads(malformed[0]["raw"])["partition"] == 0 and json.loads(malformed[0]["raw"])["value"] == "{not json"
+    assert "offset" in json.loads(malformed[0]["raw"])
+    unknown = [r for r in quarantined if "unknown Debezium op 'x'" in r["reason"]]
+    assert len(unknown) == 1 and json.loads(unknown[0]["raw"])["offset"] >= 0
+
+
+def test_the_spark_reader_without_its_connector_is_refused_with_the_way_out(kafka, tmp_path):
+    kafka.create_topic(TOPIC, 3)
+    done = run(tmp_path, kafka.bootstrap, expect=2, **{"source.kafka.reader": "spark"})
+    assert "spark-sql-kafka-0-10" in done.stderr and "--packages" in done.stderr
+
+
+class Feed:
+    """Change events for keys 0..keys-1 at rising LSNs: updates, now and then a delete, and a create again."""
+
+    def __init__(self, kafka, seed: int, keys: int = 40):
+        self.kafka, self.rng, self.keys = kafka, random.Random(seed), keys
+        self.lsn, self.version, self.live, self.sent = 100, 0, set(), []
+
+    def next_events(self, n: int) -> list[dict]:
+        out = []
+        for _ in range(n):
+            i = self.rng.randrange(self.keys)
+            self.lsn += 1
+            self.version += 1
+            if i in self.live and self.rng.random() < 0.15:
+                out.append(event("d", self.lsn, before=row(i, self.version)))
+                self.live.discard(i)
+            else:
+                out.append(event("u" if i in self.live else "c", self.lsn, after=row(i, self.version)))
+                self.live.add(i)
+        return out
+
+    def send(self, n: int) -> None:
+        events = self.next_events(n)
+        send(self.kafka, events)
+        self.sent += events
+
+
+def test_kill_9_cycles_while_events_arrive_leave_the_model_exact(kafka, tmp_path):
+    """Three `laketide run` jobs killed (SIGKILL, the whole process group) at random moments while events
+    keep arriving; a last run drains the topic: every event applied exactly once, the table equals the model."""
+    kafka.create_topic(TOPIC, 3)
+    feed, rng = Feed(kafka, seed=5), random.Random(9)
+    feed.send(30)
+    conf = job_conf(tmp_path, kafka.bootstrap, **{"stream.trigger": "1 second", "source.kafka.max_offsets_per_trigger": "10",
+                                                   "coordinator.lease_wait": "30"})
+    for cycle in range(3):
+        log = tmp_path / f"job-{cycle}.log"
+        job = Job([CLI, "run", *conf], log).start()
+        wait_until(lambda: not job.running() or "micro-batch" in log.read_text(), 180, "a micro-batch")
+        for _ in range(rng.randint(2, 6)):
+            feed.send(5)
+            time.sleep(rng.uniform(0.1, 0.6))
+        assert job.running(), job.log_tail()
+        job.kill()
+    final = [CLI, "run", *job_conf(tmp_path, kafka.bootstrap, **{"coordinator.lease_wait": "30"})]
+    done = subprocess.run(final, capture_output=True, text=True, env=ENV, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    model = ChangeModel()
+    model.apply(feed.sent)
+    assert table_rows(tmp_path) == model.expected()
+
+
+def test_lag_shows_and_falls_to_zero_once_the_producer_stops(kafka, tmp_path):
+    """A running job with its API: while it catches up (10 offsets a micro-batch) its lag per partition
+    shows in /v1/writer and /metrics; once the producer stops, the lag falls to 0 everywhere."""
+    kafka.create_topic(TOPIC, 3)
+    feed = Feed(kafka, seed=3)
+    feed.send(90)
+    port = free_port()
+    conf = job_conf(tmp_path, kafka.bootstrap, **{"stream.trigger": "1 second", "source.kafka.max_offsets_per_trigger": "10",
+                                                   "coordinator.api_port": str(port)})
+    job = Job([CLI, "run", *conf], tmp_path / "job.log").start()
+    api = f"http://127.0.0.1:{port}"
+    seen_lag = []
+
+    def lag() -> dict:
+        try:
+            recent = httpx.get(f"{api}/v1/writer", timeout=5).json()["recent"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return {}
+        if recent and recent[-1]["lag"]:
+            seen_lag.append(recent[-1]["lag"])
+        return recent[-1]["lag"] if recent else {}
+
+    try:
+        wait_until(lambda: sum(lag().values() or [0]) > 0, 180, "a lag above 0")
+        metrics = httpx.get(f"{api}/metrics", timeout=5).text
+        assert f'laketide_source_lag{{partition="0",topic="{TOPIC}"}}' in metrics
+        wait_until(lambda: (current := lag()) and len(current) == 3 and not any(current.values()), 300, "the lag to fall to 0")
+        metrics = httpx.get(f"{api}/metrics", timeout=5).text
+        assert all(f'laketide_source_lag{{partition="{p}",topic="{TOPIC}"}} 0.0' in metrics for p in range(3))
+    finally:
+        job.signal(signal.SIGTERM)
+        job.wait(120)
+    model = ChangeModel()
+    model.apply(feed.sent)
+    assert table_rows(tmp_path) == model.expected()
+
+
+def test_offsets_gone_from_the_broker_stop_the_job_and_the_setting_goes_on(kafka, tmp_path):
+    """The topic is deleted and made again under the job: the next run stops with exit code 4, naming the
+    partitions and source.kafka.fail_on_data_loss; with it false, the run reads the new topic from its start."""
+    kafka.create_topic(TOPIC, 3)
+    feed = Feed(kafka, seed=8)
+    feed.send(30)
+    run(tmp_path, kafka.bootstrap)
+    kafka.delete_topic(TOPIC)
+    wait_until(lambda: TOPIC not in kafka.admin.list_topics(timeout=10).topics, 60, "the topic to go")
+    kafka.create_topic(TOPIC, 3)
+    fresh = [event("u", 10_000 + n, after=row(n, 99)) for n in range(3)]
+    send(kafka, fresh)
+    refused = run(tmp_path, kafka.bootstrap, expect=4)
+    assert "source.kafka.fail_on_data_loss" in refused.stderr and TOPIC in refused.stderr
+    done = run(tmp_path, kafka.bootstrap, **{"source.kafka.fail_on_data_loss": "false"})
+    assert "DATA LOSS" in done.stderr
+    model = ChangeModel()
+    model.apply(feed.sent + fresh)
+    assert table_rows(tmp_path) == model.expected()
+
+
+@pytest.mark.parametrize("stop", [3, 5])
+def test_a_split_stops_at_its_end_offset_whatever_lies_beyond(kafka, stop):
+    """The reader reads ``[start, end)`` and no further, so a broker whose high watermark lags behind
+    the records it holds (Tansu's, after a batched produce) delays records, never repeats or loses one."""
+    from laketide.spark.kafka_source import PartitionRange, read_range
+
+    kafka.create_topic("plain", 1)
+    for n in range(8):
+        kafka.produce("plain", 0, None, {"n": n})
+    split = PartitionRange("plain", 0, 1, stop, (("bootstrap.servers", kafka.bootstrap),))
+    offsets = [o for batch in read_range(split) for o in batch.column("offset").to_pylist()]
+    assert offsets == list(range(1, stop))
