@@ -20,8 +20,11 @@ system-deps:
 test-servers:
 	./deploy/install-test-servers.sh
 
+# two workers, a test module each at a time: most of the suite waits on subprocesses, servers and JVMs
+TEST_WORKERS ?= 2
+
 test: install system-deps test-servers
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # the suite on PySpark 4.2.0, the line `laketide[delta]` installs (delta-spark 4.4 requires pyspark <= 4.2.0)
 test-spark42: system-deps test-servers
