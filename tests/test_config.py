@@ -43,7 +43,7 @@ small_file_limit = "16MB"
         ([], "table"),
         (["table.path=/x"], "table.record_key"),
         ([*REQUIRED, "write.index_shards=0"], "write.index_shards"),
-        ([*REQUIRED, "source.format=kafka"], "'json', 'parquet', 'csv' or 'generator'"),
+        ([*REQUIRED, "source.format=avro"], "'json', 'parquet', 'csv', 'generator' or 'kafka'"),
         ([*REQUIRED, "write.colour=blue"], "write.colour"),
         ([*REQUIRED, "stream.trigger=soon"], "available-now"),
         ([*REQUIRED, "source.format=json"], "source.path is required"),
@@ -79,6 +79,20 @@ def test_example_job_config_in_deploy_is_valid():
     on_s3 = load_config(Path(__file__).resolve().parents[1] / "deploy" / "job.s3.example.toml")
     assert on_s3.coordinator.lease == "storage" and on_s3.table.path.startswith("s3://")
     assert on_s3.storage.io_options == {"aws_region": "eu-west-1", "max_retries": "10", "max_in_flight": "32"}
+    on_kafka = load_config(Path(__file__).resolve().parents[1] / "deploy" / "job.kafka.example.toml")
+    assert on_kafka.source.format == "kafka" and on_kafka.source.envelope == "debezium" and on_kafka.table.ordering_field == "_event_position"
+
+
+def test_kafka_needs_its_brokers_and_topics():
+    kafka = [*REQUIRED, "source.format=kafka", "source.schema=id BIGINT"]
+    with pytest.raises(ConfigError, match="bootstrap_servers"):
+        load_config(overrides=kafka)
+    with pytest.raises(ConfigError, match="topics or source.kafka.topic_pattern"):
+        load_config(overrides=[*kafka, "source.kafka.bootstrap_servers=b:9092"])
+    with pytest.raises(ConfigError, match="avro_schema"):
+        load_config(overrides=[*kafka, "source.kafka.bootstrap_servers=b:9092", 'source.kafka.topics=["t"]', "source.value_format=avro"])
+    debezium = load_config(overrides=[*kafka, "source.kafka.bootstrap_servers=b:9092", 'source.kafka.topics=["t"]', "source.envelope=debezium"])
+    assert debezium.table.ordering_field == "_event_position"
 
 
 def test_storage_bounds_are_checked():
