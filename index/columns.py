@@ -25,11 +25,11 @@ SOURCE_MTIME = "_lt_source_mtime"
 SOURCE_BLOCK = "_lt_source_block"
 # a Kafka record's offset; its SOURCE_FILE names its topic-partition, and it has no MTIME or BLOCK
 SOURCE_OFFSET = "_lt_source_offset"
-SOURCE_COLUMNS = (SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK, SOURCE_OFFSET)
+SOURCE_COLUMNS = (SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)  # a landing file's
 # why a record could not become a row (a Kafka value that does not decode, a change event without its key)
 DECODE_REASON = "_lt_decode_reason"
 # what a source adds to its rows, beside the record's own columns
-LANDED_COLUMNS = (CORRUPT, DECODE_REASON, *SOURCE_COLUMNS)
+LANDED_COLUMNS = (CORRUPT, DECODE_REASON, *SOURCE_COLUMNS, SOURCE_OFFSET)
 
 # -- prepared
 PARTITION = "_lt_partition"

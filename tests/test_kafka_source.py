@@ -217,3 +217,47 @@ def test_a_split_stops_at_its_end_offset_whatever_lies_beyond(kafka, stop):
     split = PartitionRange("plain", 0, 1, stop, (("bootstrap.servers", kafka.bootstrap),))
     offsets = [o for batch in read_range(split) for o in batch.column("offset").to_pylist()]
     assert offsets == list(range(1, stop))
+
+
+ROW_AVRO = {"type": "record", "name": "Value", "namespace": "dbserver.public.orders", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": ["null", "string"]},
+    {"name": "amount", "type": ["null", "double"]}, {"name": "region", "type": ["null", "string"]},
+]}
+ENVELOPE_AVRO = {"type": "record", "name": "Envelope", "namespace": "dbserver.public.orders", "fields": [
+    {"name": "before", "type": ["null", ROW_AVRO]}, {"name": "after", "type": ["null", "dbserver.public.orders.Value"]},
+    {"name": "source", "type": {"type": "record", "name": "Source", "fields": [
+        {"name": "connector", "type": "string"}, {"name": "lsn", "type": ["null", "long"]}, {"name": "ts_ms", "type": "long"}]}},
+    {"name": "op", "type": "string"}, {"name": "ts_ms", "type": ["null", "long"]},
+]}
+
+
+def test_avro_change_events_in_confluents_wire_format(kafka, tmp_path):
+    """Avro values with Confluent's framing (a zero byte, a 4-byte schema id), decoded under the .avsc
+    file; a value that is not Avro of it goes to quarantine as base64 with its offset."""
+    import io
+    import struct
+
+    import fastavro
+
+    kafka.create_topic(TOPIC, 3)
+    schema_file = tmp_path / "orders.avsc"
+    schema_file.write_text(json.dumps(ENVELOPE_AVRO))
+    parsed = fastavro.parse_schema(ENVELOPE_AVRO)
+    events = [event("c", 10 + i, after=row(i, 1)) for i in range(9)] + [event("u", 30, before=row(4, 1), after=row(4, 2)), event("d", 31, before=row(5, 1))]
+    for e in events:
+        payload = {k: v for k, v in e["payload"].items()}
+        payload["source"] = {"connector": "postgresql", "lsn": payload["source"]["lsn"], "ts_ms": payload["source"]["ts_ms"]}
+        out = io.BytesIO()
+        out.write(b"\x00" + struct.pack(">I", 7))
+        fastavro.schemaless_writer(out, parsed, payload)
+        image = payload["before"] if payload["op"] == "d" else payload["after"]
+        kafka.produce(TOPIC, image["id"] % 3, {"id": image["id"]}, out.getvalue())
+    kafka.produce(TOPIC, 1, {"id": 1}, b"\x00\x00\x00\x00\x07\xff\xfe")  # framed, but not a datum of the schema
+    model = ChangeModel()
+    model.apply(events)
+    run(tmp_path, kafka.bootstrap, **{"source.value_format": "avro", "source.avro_schema": str(schema_file)})
+    assert table_rows(tmp_path) == model.expected()
+    quarantined = [r for f in (tmp_path / "table_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert len(quarantined) == 1 and "not Avro" in quarantined[0]["reason"]
+    raw = json.loads(quarantined[0]["raw"])
+    assert raw["partition"] == 1 and raw["value_base64"] and raw["value"] is None
