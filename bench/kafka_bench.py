@@ -7,7 +7,7 @@ would leave records behind it. The job reads with laketide's Kafka source (no Sp
 ``max_offsets_per_trigger`` = the batch size, so each micro-batch is one batch of the workload. Every
 table is read back with hudi-rs (delta-rs for its own) and compared with the expected rows.
 
-    python bench/kafka_bench.py                                  # N=100,000 then K=10 batches of B=20,000
+    python bench/kafka_bench.py                                  # N=50,000 then K=10 batches of B=10,000
     python bench/kafka_bench.py --rows 20000 --batches 3 --batch-rows 5000
 """
 
@@ -89,9 +89,9 @@ def run_laketide(workdir: Path, name: str, table_type: str, source: list[str], e
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="laketide from Kafka against the same records as parquet landing files")
-    parser.add_argument("--rows", type=int, default=100_000, help="initial load N")
+    parser.add_argument("--rows", type=int, default=50_000, help="initial load N")
     parser.add_argument("--batches", type=int, default=10, help="upsert batches K")
-    parser.add_argument("--batch-rows", type=int, default=20_000, help="rows per batch B")
+    parser.add_argument("--batch-rows", type=int, default=10_000, help="rows per batch B")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", default="bench/results/kafka_bench.json")
     args = parser.parse_args()
