@@ -145,6 +145,20 @@ def test_kill_9_cycles_while_events_arrive_leave_the_model_exact(kafka, tmp_path
     model = ChangeModel()
     model.apply(feed.sent)
     assert table_rows(tmp_path) == model.expected()
+    # exactly once: every micro-batch committed once, in order, and the last one ends where the topic ends
+    from laketide.table import Table
+    from laketide.table.commit import BATCH_ID_KEY
+    from laketide.writer.landing import source_offsets
+
+    timeline = Table.open(str(tmp_path / "table")).timeline
+    batches = [int(timeline.commit_metadata(i).extra_metadata[BATCH_ID_KEY]) for i in timeline.completed_writes()]
+    assert batches == list(range(len(batches))), batches
+    ends = source_offsets(str(tmp_path / "checkpoint"), batches[-1])
+    from confluent_kafka import Consumer, TopicPartition
+
+    probe = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "probe"})
+    assert ends == {TOPIC: {str(p): probe.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in range(3)}}
+    probe.close()
 
 
 def test_lag_shows_and_falls_to_zero_once_the_producer_stops(kafka, tmp_path):
