@@ -105,13 +105,7 @@ class StoreRequests:
                 with self._slots:
                     return request(*args, **kwargs)
             except GenericError as error:
-                if not is_transient(error):
-                    raise
-                if retry >= self.policy.max_retries:
-                    raise self._gave_up(kind, error) from error
-            retry += 1
-            self.counts.add(RETRY)
-            time.sleep(self.policy.delay(retry))
+                retry = self._wait_to_retry(kind, error, retry)
 
     def pages(self, listing: Callable[[str | None], Iterator[list[dict]]]) -> Iterator[list[dict]]:
         """A recursive listing, one LIST per page; a page that fails transiently is asked for again,
@@ -133,13 +127,19 @@ class StoreRequests:
                         after = page[-1]["path"]
                     yield page
             except GenericError as error:
-                if not is_transient(error):
-                    raise
-                if retry >= self.policy.max_retries:
-                    raise self._gave_up("LIST", error) from error
-            retry += 1
-            self.counts.add(RETRY)
-            time.sleep(self.policy.delay(retry))
+                retry = self._wait_to_retry("LIST", error, retry)
+
+    def _wait_to_retry(self, kind: str, error: GenericError, retry: int) -> int:
+        """After a failed ``kind`` request: raise what is not transient, or the store past ``max_retries``;
+        else count the retry, wait its backoff, and give the next retry's number."""
+        if not is_transient(error):
+            raise error
+        if retry >= self.policy.max_retries:
+            raise self._gave_up(kind, error) from error
+        retry += 1
+        self.counts.add(RETRY)
+        time.sleep(self.policy.delay(retry))
+        return retry
 
     def _gave_up(self, kind: str, error: BaseException) -> StoreUnavailable:
         first_line = str(error).split("\n", 1)[0]
