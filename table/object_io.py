@@ -30,8 +30,9 @@ from laketide.table.io import FileEntry, FileIO, InstantFileExists
 from laketide.table.store_requests import RetryPolicy, StoreRequests
 
 CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout", "proxy_url", "user_agent"}
-# laketide's own keys among the options (``storage.max_retries``, ``storage.max_in_flight``), not object_store's
-OWN_KEYS = {"max_retries": 10, "max_in_flight": 32}
+# laketide's own keys among the options (``storage.max_retries``, ``storage.max_in_flight``), not object_store's:
+# (default, least value)
+OWN_KEYS = {"max_retries": (10, 0), "max_in_flight": (32, 1)}
 READ_BUFFER = 4 * 2**20
 EMPTY_RANGE = re.compile(r"416|non-partial|[Rr]ange [Nn]ot [Ss]atisfiable")
 WRITE_BUFFER = 16 * 2**20
@@ -54,7 +55,7 @@ class ObjectStoreFileIO(FileIO):
         root, prefix = _split(uri)
         self.options = dict(options or {})
         options = dict(self.options)
-        own = {key: _positive(key, options.pop(key, default)) for key, default in OWN_KEYS.items()}
+        own = {key: _count(key, options.pop(key, default), least) for key, (default, least) in OWN_KEYS.items()}
         client = {k: options.pop(k) for k in list(options) if k in CLIENT_KEYS}
         self.root = root
         self.prefix = prefix
@@ -319,11 +320,11 @@ class _Writer:
         self._io.requests.counts.add("PUT", math.ceil(self._position / WRITE_BUFFER) + 2)
 
 
-def _positive(key: str, value) -> int:
+def _count(key: str, value, least: int) -> int:
     try:
         number = int(value)
     except (TypeError, ValueError):
-        number = 0
-    if number < (0 if key == "max_retries" else 1):
-        raise Invalid(f"storage.{key} = {value!r} is not a valid count; give a whole number ({'0 or more' if key == 'max_retries' else '1 or more'})")
+        number = least - 1
+    if number < least:
+        raise Invalid(f"storage.{key} = {value!r} is not a valid count; give a whole number, {least} or more")
     return number
