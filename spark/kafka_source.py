@@ -120,22 +120,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets ------------------------------------------------------------
 
+    def _watermarks(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """(earliest, next) offset of every partition of the topics, as the brokers say now."""
+        return {topic: {str(p): self.brokers.watermarks(topic, p) for p in parts} for topic, parts in self.brokers.partitions(self.topics, self.pattern).items()}
+
     def _latest(self) -> Offsets:
-        return {topic: {str(p): self.brokers.watermarks(topic, p)[1] for p in parts} for topic, parts in self.brokers.partitions(self.topics, self.pattern).items()}
+        return {topic: {p: high for p, (_, high) in parts.items()} for topic, parts in self._watermarks().items()}
 
     def initialOffset(self) -> Offsets:
-        if self.starting == "latest":
-            return self._latest()
-        earliest = {topic: {str(p): self.brokers.watermarks(topic, p)[0] for p in parts} for topic, parts in self.brokers.partitions(self.topics, self.pattern).items()}
-        if self.starting == "earliest":
-            return earliest
+        marks = self._watermarks()
+        which = {"earliest": 0, "latest": 1}.get(self.starting)
+        if which is not None:
+            return {topic: {p: pair[which] for p, pair in parts.items()} for topic, parts in marks.items()}
         try:
             given = json.loads(self.starting)
         except ValueError:
             raise Invalid(f"source.kafka.starting_offsets = {self.starting!r} is not 'earliest', 'latest' or JSON such as {{\"orders\": {{\"0\": 42}}}}") from None
         # -2 is earliest and -1 latest, as in Spark's JSON
-        latest = self._latest()
-        return {t: {p: (earliest[t][p] if o == -2 else latest[t][p] if o == -1 else o) for p, o in parts.items()} for t, parts in given.items()}
+        return {t: {p: (marks[t][p][0] if o == -2 else marks[t][p][1] if o == -1 else o) for p, o in parts.items()} for t, parts in given.items()}
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = self._latest()
