@@ -119,26 +119,20 @@ def _raw(rows: pa.Table, bad: np.ndarray) -> pa.Array:
         return pa.nulls(rows.num_rows, pa.string())
     corrupt = rows[CORRUPT].to_pylist() if CORRUPT in rows.column_names else None
     records = rows.drop_columns([c for c in LANDED_COLUMNS if c in rows.column_names])
-    origin = _record_origins(rows)
     out: list[str | None] = [None] * rows.num_rows
     for i in np.nonzero(bad)[0]:
         if corrupt and corrupt[i] is not None:
             out[i] = corrupt[i]
             continue
         record = records.slice(i, 1).to_pylist()[0]
-        out[i] = json.dumps({**origin[i], "row": record} if origin else record, default=str)
+        out[i] = json.dumps({**_record_origin(rows, int(i)), "row": record} if SOURCE_OFFSET in rows.column_names else record, default=str)
     return pa.array(out, pa.string())
 
 
-def _record_origins(rows: pa.Table) -> list[dict] | None:
-    """Where each Kafka record came from (topic, partition, offset), for its raw form in quarantine."""
-    if SOURCE_OFFSET not in rows.column_names:
-        return None
-    places = rows[SOURCE_FILE].to_pylist()
-    return [
-        {"topic": place.rsplit("/", 1)[0], "partition": int(place.rsplit("/", 1)[1]), "offset": offset}
-        for place, offset in zip(places, rows[SOURCE_OFFSET].to_pylist())
-    ]
+def _record_origin(rows: pa.Table, i: int) -> dict:
+    """Where the Kafka record of row ``i`` came from (topic, partition, offset), for its raw form in quarantine."""
+    topic, partition = rows[SOURCE_FILE][i].as_py().rsplit("/", 1)
+    return {"topic": topic, "partition": int(partition), "offset": rows[SOURCE_OFFSET][i].as_py()}
 
 
 def _is_json(text: str) -> bool:
