@@ -46,26 +46,36 @@ def decode_avro(records: DataFrame, schema_path: str, value_schema: StructType) 
 
         parsed = fastavro.parse_schema(writer_schema)
         for batch in batches:
-            values, reasons = [], []
-            for payload in batch.column(PAYLOAD).to_pylist():
-                value, reason = _datum(payload, parsed, value_type)
-                values.append(value)
-                reasons.append(reason)
-            columns = [*batch.columns, pa.array(values, value_type), pa.array(reasons, pa.string())]
+            decoded = [_datum(payload, parsed) for payload in batch.column(PAYLOAD).to_pylist()]
+            values, reasons = _as_arrow([value for value, _ in decoded], [reason for _, reason in decoded], value_type)
+            columns = [*batch.columns, values, pa.array(reasons, pa.string())]
             yield pa.RecordBatch.from_arrays(columns, names=[*batch.schema.names, VALUE, DECODE_REASON])
 
     return records.mapInArrow(decode, out)
 
 
-def _datum(payload: bytes, parsed, value_type: pa.DataType) -> tuple[dict | None, str | None]:
+def _datum(payload: bytes, parsed) -> tuple[dict | None, str | None]:
     import fastavro
 
     try:
-        value = fastavro.schemaless_reader(io.BytesIO(payload), parsed)
+        return fastavro.schemaless_reader(io.BytesIO(payload), parsed), None
     except Exception as error:  # fastavro raises what the bytes make it raise
         return None, f"the value is not Avro of source.avro_schema ({type(error).__name__}: {error})"
+
+
+def _as_arrow(values: list[dict | None], reasons: list[str | None], value_type: pa.DataType) -> tuple[pa.Array, list[str | None]]:
+    """The data as one Arrow array; when some datum does not fit source.schema, each is tried alone and
+    those that do not fit become null, with their reason."""
     try:
-        pa.array([value], value_type)  # a datum whose fields do not fit source.schema
-    except (pa.ArrowException, TypeError, ValueError) as error:
-        return None, f"the value does not match source.schema ({error})"
-    return value, None
+        return pa.array(values, value_type), reasons
+    except (pa.ArrowException, TypeError, ValueError):
+        pass
+    fitting = []
+    for i, value in enumerate(values):
+        try:
+            pa.array([value], value_type)
+            fitting.append(value)
+        except (pa.ArrowException, TypeError, ValueError) as error:
+            fitting.append(None)
+            reasons[i] = f"the value does not match source.schema ({error})"
+    return pa.array(fitting, value_type), reasons

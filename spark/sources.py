@@ -112,13 +112,14 @@ def landed_rows(df: DataFrame, spark: SparkSession, source: SourceSection, recor
     """Landing-file rows; change events (``source.envelope``) flattened into upserts and deletes."""
     if source.envelope != "debezium":
         return df
-    event_fields = [f.name for f in envelope_schema(declared_schema(spark, source)).fields]
+    row_schema = declared_schema(spark, source)
+    event_fields = [f.name for f in envelope_schema(row_schema).fields]
     events = df.select(
         F.struct(*event_fields).alias(VALUE),
         F.when(F.col(CORRUPT).isNotNull(), F.lit("malformed record (not valid JSON)")).alias(DECODE_REASON),
         *[c for c in df.columns if c not in event_fields],
     )
-    return change_rows(events, VALUE, declared_schema(spark, source), record_key)
+    return change_rows(events, VALUE, row_schema, record_key)
 
 
 def _csv_header(path: str, source: SourceSection) -> list[str] | None:
