@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test-servers test test-spark42 demo bench bench-object-store bench-memory clean wheel
+.PHONY: install system-deps test-servers test test-spark42 demo bench bench-object-store bench-kafka bench-memory clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ bench: install system-deps
 bench-object-store: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/object_store_bench.py
+
+# records per second from a 3-partition Kafka topic (Tansu) against the same records as parquet landing files
+bench-kafka: install system-deps
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/kafka_bench.py
 
 bench-memory: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'

@@ -81,7 +81,7 @@ def run_laketide(workdir: Path, name: str, table_type: str, source: list[str], e
     run(config, on_ready=lambda job: job.writer.observers.append(reports.append))
     reports = [r for r in reports if not r.skipped and r.records]
     # every micro-batch, the load's too: Kafka's are capped at B offsets, so its load is N / B of them
-    result = Result(name, 0.0, [r.seconds for r in reports])
+    result = Result(name, 0.0, [r.seconds for r in reports], stage_seconds=[r.stage_seconds for r in reports])
     result.verified = _matches(pa.Table.from_batches(HudiTableBuilder.from_base_uri(str(table_path)).build().read()), expected)
     result.records = sum(r.records for r in reports)
     return result
@@ -121,7 +121,9 @@ def main() -> None:
     for r in results:
         seconds = sum(r.batch_seconds)
         records = getattr(r, "records", args.batches * args.batch_rows)  # delta-rs: its upserts only
-        rows.append({"engine": r.engine, "median_batch_seconds": round(statistics.median(r.batch_seconds), 2),
+        # laketide's "read": the micro-batch's records into Arrow on the driver, or prepared on the tasks
+        read = r.median_stages().get("read") if r.stage_seconds else None
+        rows.append({"engine": r.engine, "median_batch_seconds": round(statistics.median(r.batch_seconds), 2), "median_read_seconds": read,
                      "records_per_second": round(records / seconds) if seconds else 0, "verified": r.verified})
     by = {r["engine"]: r for r in rows}
     ratios = {f"kafka/parquet {t}": round(by[f"kafka-{t}"]["records_per_second"] / by[f"parquet-{t}"]["records_per_second"], 2) for t in ("cow", "mor")}

@@ -77,7 +77,8 @@ class MicroBatchWriter(BatchWriter):
             end = source_offsets(self.config.stream.checkpoint, batch_id, self.config.storage.io_options) or {}
             if self._brokers is None:
                 self._brokers = Brokers(kafka_client(self.config.source.kafka))
-            lag = {f"{t}/{p}": max(0, self._brokers.watermarks(t, int(p))[1] - int(o)) for t, parts in end.items() for p, o in parts.items()}
+            marks = self._brokers.watermarks([(t, int(p)) for t, parts in end.items() for p in parts])
+            lag = {f"{t}/{p}": max(0, marks[(t, int(p))][1] - int(o)) for t, parts in end.items() for p, o in parts.items()}
         except Exception:
             log.warning("micro-batch %s: the Kafka lag could not be read", batch_id, exc_info=True)
             return {}
