@@ -1,7 +1,7 @@
 """Upsert benchmark: laketide's streaming job against delta-rs MERGE, on one generated workload.
 
 The workload is an initial load of N rows, then K batches of B rows in which a
-share of rows update existing keys (uniform or zipf-skewed) and 1% repeat a
+share of rows update existing keys (uniform, zipf-skewed, or the newest 5%) and 1% repeat a
 key of the same batch. Both engines get the same parquet files, both results
 are checked against the expected final state, and the ratios are reported
 because this machine is shared and absolute times drift.
@@ -96,6 +96,8 @@ def make_workload(
         updates = int(b * update_share)
         if skew == "zipf":
             picked = (rng.zipf(1.2, size=updates) - 1) % next_id
+        elif skew == "newest":  # the newest 5% of the keys so far, as recent orders are the ones that change
+            picked = rng.integers(next_id - max(1, next_id // 20), next_id, size=updates)
         else:
             picked = rng.integers(0, next_id, size=updates)
         inserts = np.arange(next_id, next_id + (b - updates), dtype=np.int64)
@@ -351,7 +353,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10, help="upsert batches K")
     parser.add_argument("--batch-rows", type=int, default=100_000, help="rows per batch B")
     parser.add_argument("--update-share", type=float, default=0.5)
-    parser.add_argument("--skew", choices=["uniform", "zipf"], default="uniform")
+    parser.add_argument("--skew", choices=["uniform", "zipf", "newest"], default="uniform")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="narrow", help="narrow: 5 columns, 4 partitions; wide: 15 columns, 10 partitions")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--parallelism", type=int, default=4)

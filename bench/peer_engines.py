@@ -1,0 +1,175 @@
+"""The engines ``bench/peers.py`` compares, each run in its own process on the same landing files.
+
+Every engine takes the workload as parquet files in arrival order (``landing/batch-0000.parquet`` is the
+initial load, each later file one upsert batch), times the load and each batch from reading the file to the
+end of its commit, reads its final table back, and compares it with the expected rows. The peers get each
+batch deduplicated by key (highest ``ts``), inside the timed part, since a MERGE or upsert needs unique
+source keys; laketide dedupes as part of its micro-batch.
+
+An engine's module is imported only inside its function: pypaimon needs pyarrow < 20, so it runs from
+its own environment (``.venv-paimon``, which ``make bench`` makes), where laketide is not installed.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from measure import PeakRss
+from upsert_bench import Result, Shape, _matches, dedupe, expected_state, run_delta, run_laketide
+
+KEY, PARTITION = "id", "region"
+
+
+def landing_files(workdir: Path, max_batches: int | None) -> list[Path]:
+    files = sorted((workdir / "landing").glob("batch-*.parquet"))
+    return files if max_batches is None else files[: 1 + max_batches]
+
+
+def _timed(files: list[Path], result: Result, load: Callable[[pa.Table], None], upsert: Callable[[pa.Table], None]) -> None:
+    """Run the load on the first file and ``upsert`` on each later one, timing each from its read."""
+    for n, path in enumerate(files):
+        started = time.perf_counter()
+        batch = dedupe(pq.read_table(path))
+        (upsert if n else load)(batch)
+        if n:
+            result.batch_seconds.append(time.perf_counter() - started)
+        else:
+            result.load_seconds = time.perf_counter() - started
+
+
+def _live_size(paths: Iterator[str], result: Result) -> None:
+    sizes = [os.path.getsize(p.removeprefix("file://").removeprefix("file:")) for p in paths]
+    result.files, result.bytes = len(sizes), sum(sizes)
+
+
+# -- laketide and delta-rs: the upsert bench's runs ------------------------------------------------
+
+
+def laketide(table_type: str) -> Callable[[Path, Shape, int | None], Result]:
+    def run(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
+        files = landing_files(workdir, None)  # the job takes every landing file
+        expected = expected_state([pq.read_table(f) for f in files])
+        return run_laketide(workdir, workdir / "landing", expected, 4, table_type, 1, shape)
+
+    return run
+
+
+def delta(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
+    batches = [pq.read_table(f) for f in landing_files(workdir, max_batches)]
+    return run_delta(workdir, batches, expected_state(batches))
+
+
+# -- DuckLake ----------------------------------------------------------------------------------------
+
+
+def ducklake(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
+    """DuckDB's DuckLake: a catalog in a DuckDB file, data in parquet, ``MERGE INTO`` per batch. The
+    extension is loaded from its PyPI package's file, so nothing is downloaded."""
+    import duckdb
+    import duckdb_extension_ducklake
+
+    extension = glob.glob(os.path.join(os.path.dirname(duckdb_extension_ducklake.__file__), "extensions", "*", "ducklake.duckdb_extension"))[0]
+    files = landing_files(workdir, max_batches)
+    con = duckdb.connect()
+    con.execute(f"LOAD '{extension}'")
+    con.execute(f"ATTACH 'ducklake:{workdir}/ducklake.meta' AS lake (DATA_PATH '{workdir}/ducklake-data/')")
+    result = Result("DuckLake MERGE", 0.0)
+
+    def load(batch: pa.Table) -> None:
+        con.register("src", batch)
+        con.execute("CREATE TABLE lake.t AS SELECT * FROM src LIMIT 0")
+        con.execute(f"ALTER TABLE lake.t SET PARTITIONED BY ({PARTITION})")
+        con.execute("INSERT INTO lake.t SELECT * FROM src")
+        con.unregister("src")
+
+    def upsert(batch: pa.Table) -> None:
+        con.register("src", batch)
+        con.execute(f"MERGE INTO lake.t AS t USING src AS s ON t.{KEY} = s.{KEY} AND t.{PARTITION} = s.{PARTITION} "
+                    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+        con.unregister("src")
+
+    with PeakRss() as rss:
+        _timed(files, result, load, upsert)
+    result.peak_rss_mb = rss.peak / 2**20
+    live = con.execute("SELECT data_file, delete_file FROM ducklake_list_files('lake', 't')").fetchall()
+    _live_size((p for row in live for p in row if p), result)
+    got = con.execute("SELECT * FROM lake.t").fetch_arrow_table()
+    result.verified = _matches(got, expected_state([pq.read_table(f) for f in files]))
+    return result
+
+
+# -- pypaimon ----------------------------------------------------------------------------------------
+
+
+def paimon(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
+    """A Paimon primary-key table (key and partition, 4 buckets a partition, deduplicate merge engine),
+    written by pypaimon's batch writer: one commit per batch, merged on read and by its compaction."""
+    from pypaimon import CatalogFactory, Schema
+
+    files = landing_files(workdir, max_batches)
+    catalog = CatalogFactory.create({"warehouse": f"file://{workdir}/paimon"})
+    catalog.create_database("bench", True)
+    schema = Schema.from_pyarrow_schema(
+        pq.read_schema(files[0]), partition_keys=[PARTITION], primary_keys=[KEY, PARTITION], options={"bucket": "4"}
+    )
+    catalog.create_table("bench.t", schema, False)
+    table = catalog.get_table("bench.t")
+    result = Result("pypaimon (primary key)", 0.0)
+
+    def write(batch: pa.Table) -> None:
+        builder = table.new_batch_write_builder()
+        writer, commit = builder.new_write(), builder.new_commit()
+        writer.write_arrow(batch)
+        commit.commit(writer.prepare_commit())
+        writer.close()
+        commit.close()
+
+    with PeakRss() as rss:
+        _timed(files, result, write, write)
+    result.peak_rss_mb = rss.peak / 2**20
+    reader = table.new_read_builder()
+    splits = reader.new_scan().plan().splits()
+    _live_size((f.file_path for split in splits for f in split.files), result)
+    got = reader.new_read().to_arrow(splits)
+    result.verified = _matches(got, expected_state([pq.read_table(f) for f in files]))
+    return result
+
+
+# -- PyIceberg ---------------------------------------------------------------------------------------
+
+
+def iceberg(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
+    """PyIceberg's ``Table.upsert`` on a table partitioned by identity(region), in a SQLite catalog."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    files = landing_files(workdir, max_batches)
+    catalog = SqlCatalog("bench", uri=f"sqlite:///{workdir}/iceberg.db", warehouse=f"file://{workdir}/iceberg")
+    catalog.create_namespace("bench")
+    table = catalog.create_table("bench.t", schema=pq.read_schema(files[0]))
+    with table.update_spec() as spec:
+        spec.add_identity(PARTITION)
+    result = Result("PyIceberg upsert", 0.0)
+    with PeakRss() as rss:
+        _timed(files, result, table.append, lambda batch: table.upsert(batch, join_cols=[KEY]))
+    result.peak_rss_mb = rss.peak / 2**20
+    table = catalog.load_table("bench.t")
+    _live_size((task.file.file_path for task in table.scan().plan_files()), result)
+    result.verified = _matches(table.scan().to_arrow(), expected_state([pq.read_table(f) for f in files]))
+    return result
+
+
+ENGINES: dict[str, Callable[[Path, Shape, int | None], Result]] = {
+    "laketide-cow": laketide("COPY_ON_WRITE"),
+    "laketide-mor": laketide("MERGE_ON_READ"),
+    "delta-rs": delta,
+    "ducklake": ducklake,
+    "pypaimon": paimon,
+    "pyiceberg": iceberg,
+}

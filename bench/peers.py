@@ -1,0 +1,135 @@
+"""Peers benchmark: laketide (copy-on-write and merge-on-read) against delta-rs, DuckLake, pypaimon and
+PyIceberg, on the same generated parquet files, in one run.
+
+Two workloads, each an initial load of N rows then K batches of B rows with half updates and 1% keys
+repeated within a batch: ``uniform`` updates any key so far, ``newest`` updates only the newest 5% of the
+keys (recent orders are the ones that change). Each engine runs in its own process, so its peak RSS is its
+own (laketide's includes Spark's JVM and Python workers), and reads its final table back to compare it with
+the expected rows. laketide's batch time is its micro-batch's ``seconds=``; a peer's is from reading the
+batch file to the end of its commit.
+
+    python bench/peers.py                                   # N=1,000,000, K=10, B=100,000, both workloads
+    python bench/peers.py --rows 100000 --batch-rows 10000 --batches 3 --engines laketide-mor,delta-rs,ducklake
+
+PyIceberg's upsert takes about a minute a batch at 1M rows, so it runs ``--iceberg-batches`` batches (3) and
+its table is checked against the rows of those batches. pypaimon runs from ``.venv-paimon`` (it needs
+pyarrow < 20); without that environment, or with any engine failing, the row says so and the run fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from upsert_bench import SHAPES, land, make_workload, print_table, write_results  # noqa: E402
+
+ALL_ENGINES = "laketide-cow,laketide-mor,delta-rs,ducklake,pypaimon,pyiceberg"
+PAIMON_PYTHON = BENCH.parent / ".venv-paimon" / "bin" / "python"
+
+
+def run_engine(engine: str, workdir: Path, shape: str, max_batches: int | None) -> None:
+    """In the engine's own process: run it and write its result as JSON beside the landing files."""
+    from peer_engines import ENGINES
+
+    result = ENGINES[engine](workdir, SHAPES[shape], max_batches)
+    batch_rows = json.loads((workdir / "workload.json").read_text())["batch_rows"]
+    summary = {**result.summary(batch_rows), "engine": engine, "median_stages": result.median_stages() if result.stage_seconds else None}
+    (workdir / f"result-{engine}.json").write_text(json.dumps(summary))
+
+
+def spawn(engine: str, workdir: Path, args: argparse.Namespace) -> dict:
+    python = str(PAIMON_PYTHON) if engine == "pypaimon" else sys.executable
+    if engine == "pypaimon" and not PAIMON_PYTHON.exists():
+        return {"engine": engine, "error": f"{PAIMON_PYTHON} is missing: make bench creates it"}
+    command = [python, str(BENCH / "peers.py"), "--engine", engine, "--workdir", str(workdir), "--shape", args.shape]
+    if engine == "pyiceberg":
+        command += ["--max-batches", str(args.iceberg_batches)]
+    done = subprocess.run(command, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, capture_output=True, text=True)
+    out = workdir / f"result-{engine}.json"
+    if done.returncode or not out.exists():
+        return {"engine": engine, "error": (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
+    return json.loads(out.read_text())
+
+
+def run_workload(skew: str, args: argparse.Namespace) -> dict:
+    shape = SHAPES[args.shape]
+    batches = make_workload(args.rows, args.batches, args.batch_rows, 0.5, skew, args.seed, shape)
+    workdir = Path(tempfile.mkdtemp(prefix=f"laketide-peers-{skew}-"))
+    try:
+        (workdir / "landing").mkdir()
+        land(workdir / "landing", batches, args.rows)
+        (workdir / "workload.json").write_text(json.dumps({"batch_rows": args.batch_rows}))
+        load_mb = (workdir / "landing" / "batch-0000.parquet").stat().st_size / 2**20
+        print(f"workload {skew}: N={args.rows:,} ({load_mb:.0f} MB of parquet) K={args.batches} B={args.batch_rows:,}, "
+              f"{len(shape.schema)} columns in {shape.regions} partitions", flush=True)
+        del batches
+        results = []
+        for engine in args.engines.split(","):
+            results.append(spawn(engine, workdir, args))
+            row = results[-1]
+            print(f"  {engine}: " + (f"median {row['median_batch_seconds']}s, load {row['load_seconds']}s, verified {row['verified']}"
+                                     if "error" not in row else f"FAILED {row['error']}"), flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return {"skew": skew, "results": results, "ratios": ratios(results)}
+
+
+def ratios(results: list[dict]) -> dict:
+    """laketide's median batch and load over each peer's, and bytes written per batch byte."""
+    by = {r["engine"]: r for r in results if "error" not in r}
+    out = {}
+    for mine in ("laketide-cow", "laketide-mor"):
+        for peer in ("delta-rs", "ducklake"):
+            if mine in by and peer in by:
+                out[f"{mine}/{peer} median batch"] = round(by[mine]["median_batch_seconds"] / by[peer]["median_batch_seconds"], 2)
+                out[f"{mine}/{peer} load"] = round(by[mine]["load_seconds"] / by[peer]["load_seconds"], 2)
+    return out
+
+
+def show(workload: dict) -> None:
+    columns = ("engine", "load_seconds", "median_batch_seconds", "p95_batch_seconds", "files", "mb", "peak_rss_mb",
+               "median_write_amplification", "verified")
+    rows = [{c: r.get(c, "FAILED" if c == "verified" else "") for c in columns} for r in workload["results"]]
+    print_table(rows, f"{workload['skew']}: laketide / peer", workload["ratios"], width=14)
+    for r in workload["results"]:
+        if r.get("median_stages"):
+            print(f"  {r['engine']} median seconds per step: {r['median_stages']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="laketide against delta-rs, DuckLake, pypaimon and PyIceberg")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="initial load N")
+    parser.add_argument("--batches", type=int, default=10, help="upsert batches K")
+    parser.add_argument("--batch-rows", type=int, default=100_000, help="rows per batch B")
+    parser.add_argument("--workloads", default="uniform,newest")
+    parser.add_argument("--engines", default=ALL_ENGINES)
+    parser.add_argument("--iceberg-batches", type=int, default=3)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="wide")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", default="bench/results/peers.json")
+    # one engine's run, in its own process
+    parser.add_argument("--engine", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--max-batches", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.engine:
+        return run_engine(args.engine, args.workdir, args.shape, args.max_batches)
+    workloads = [run_workload(skew, args) for skew in args.workloads.split(",")]
+    for workload in workloads:
+        show(workload)
+    verified = all(r.get("verified") for w in workloads for r in w["results"])
+    write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k not in ("engine", "workdir", "max_batches")},
+                             "workloads": workloads}, verified)
+
+
+if __name__ == "__main__":
+    main()
