@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test-servers test test-spark42 demo bench bench-object-store bench-kafka bench-memory clean wheel
+.PHONY: install system-deps test-servers test test-spark42 demo bench bench-upsert bench-object-store bench-kafka bench-memory clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,19 @@ demo: install system-deps
 	rm -rf demo
 	$(VENV)/bin/laketide run --conf source.generator.batches=5 --conf source.generator.rows_per_batch=20000
 
-bench: install system-deps
+# the peers in one run: laketide (COW, MOR), delta-rs, DuckLake, pypaimon, PyIceberg; pypaimon needs pyarrow < 20,
+# so it gets an environment of its own
+bench: install system-deps .venv-paimon/.installed
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/peers.py
+
+.venv-paimon/.installed:
+	$(PYTHON) -m venv .venv-paimon
+	.venv-paimon/bin/python -m pip install -q 'pypaimon==2.1.0' psutil numpy
+	touch $@
+
+# laketide against delta-rs on 1M and 10M rows, with the steps of a micro-batch
+bench-upsert: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/upsert_bench.py
 
@@ -59,4 +71,4 @@ wheel: install
 	$(PY) -m pip wheel -q --no-deps -w dist .
 
 clean:
-	rm -rf $(VENV) .venv42 build dist *.egg-info demo
+	rm -rf $(VENV) .venv42 .venv-paimon build dist *.egg-info demo
