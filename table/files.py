@@ -25,6 +25,21 @@ def write_token(task_partition: int, stage: int = 0, attempt: int = 0) -> str:
     return f"{task_partition}-{stage}-{attempt}"
 
 
+def log_write_token(token: str, instant_time: str) -> str:
+    """A log file's write token: ``token`` with its stage part taken from the instant writing it.
+
+    A log file's name carries its slice and version but not its instant, and a micro-batch replayed
+    after a rollback writes the same slices at the same versions from the same task slots. A task of
+    the rolled-back instant that wakes late would then write over the replay's committed log, and the
+    sweep, finding the rolled-back instant's marker, would delete it. With the instant in the token the
+    two names differ. Hudi parses each part of a token as an int (``getStageIdFromLogPath`` and its
+    neighbours in hudi-common/.../common/fs/FSUtils.java), so the stage part is the
+    instant's time of day (HHmmssSSS, below 2^31): two instants share it only when they are whole days
+    apart to the millisecond."""
+    task_partition, _, attempt = token.split("-")
+    return write_token(int(task_partition), int(instant_time[8:]), int(attempt))
+
+
 class _DataFile:
     """A file in a partition; ``path`` is relative to the table base path."""
 

@@ -20,7 +20,8 @@ TEMP_DIR = ".hoodie/.temp"
 MARKER_EXTENSION = ".marker."
 CREATE, MERGE, APPEND = "CREATE", "MERGE", "APPEND"
 # A test hook, off unless set: a folder in which an ``armed`` file makes the next marker's writer stop
-# between its marker and its data file until ``release`` appears. Timing luck cannot reproduce that
+# between its marker and its data file until ``release`` appears; text in ``armed`` limits it to a data
+# file whose path holds that text (``.log.``: a log file). Timing luck cannot reproduce that
 # interleaving; the chaos tests need it.
 FREEZE_AFTER_MARKER_ENV = "LAKETIDE_TEST_FREEZE_AFTER_MARKER"
 
@@ -75,6 +76,9 @@ def _freeze_point(data_path: str) -> None:
     if not folder:
         return
     try:
+        with open(os.path.join(folder, "armed")) as armed:
+            if armed.read() not in data_path:
+                return
         os.rename(os.path.join(folder, "armed"), os.path.join(folder, "freezing"))  # only one writer freezes
     except FileNotFoundError:
         return

@@ -28,9 +28,9 @@ def _args(root, zookeeper, session_timeout: float, trigger: str = "1 second"):
     return job_args(root, "zookeeper", zookeeper, trigger=trigger, extra=extra)
 
 
-def _drain_and_check(root, zookeeper, feeder: Feeder, session_timeout: float):
+def _drain_and_check(root, zookeeper, feeder: Feeder, session_timeout: float, settings: list[str] = ()):
     feeder.stop()
-    job = Job(_args(root, zookeeper, session_timeout, "available-now"), root / "drain.log").start()
+    job = Job(_args(root, zookeeper, session_timeout, "available-now") + _conf(settings), root / "drain.log").start()
     assert job.wait(300) == 0, job.log_tail()
     result = verdict(root, feeder.expected())
     assert result.clean, result
@@ -103,30 +103,53 @@ def test_a_frozen_holder_is_taken_over_and_cannot_commit_when_it_wakes(zookeeper
 def test_a_file_written_after_its_instant_was_rolled_back_is_swept(zookeeper, tmp_path):
     """The interleaving timing rarely gives: a task stops between its marker and its data file, a new
     holder rolls the instant back and commits, then the task writes its file. The next commit sweeps it."""
-    freeze = tmp_path / "freeze"
-    freeze.mkdir()
-    (freeze / "armed").touch()
-    feeder = Feeder(tmp_path, SEED + 3)
+    _late_file_after_rollback(zookeeper, tmp_path, [], "")
+
+
+def test_a_log_file_written_after_its_instant_was_rolled_back_leaves_the_replayed_log_alone(zookeeper, tmp_path):
+    """The same on merge-on-read, frozen before a log file. A log file's name carries its slice and version,
+    not its instant, and the replay writes the same slice at the same version: the late write must not
+    take the committed log's name, or it would overwrite it and the sweep would then delete it."""
+    feeder = Feeder(tmp_path, SEED + 4)
     for _ in range(3):
         feeder.land_one()
-    first = Job(_args(tmp_path, zookeeper, 3), tmp_path / "first.log")
+    mor = ["table.type=MERGE_ON_READ"]
+    load = Job(_args(tmp_path, zookeeper, 3, "available-now") + _conf(mor), tmp_path / "load.log").start()
+    assert load.wait(300) == 0, load.log_tail()
+    _late_file_after_rollback(zookeeper, tmp_path, mor, ".log.", feeder)
+
+
+def _conf(settings: list[str]) -> list[str]:
+    return [a for c in settings for a in ("--conf", c)]
+
+
+def _late_file_after_rollback(zookeeper, tmp_path, settings: list[str], freeze_at: str, feeder: Feeder | None = None):
+    freeze = tmp_path / "freeze"
+    freeze.mkdir()
+    (freeze / "armed").write_text(freeze_at)
+    feeder = feeder or Feeder(tmp_path, SEED + 3)
+    for _ in range(3):
+        feeder.land_one()
+    first = Job(_args(tmp_path, zookeeper, 3) + _conf(settings), tmp_path / "first.log")
     first.env = {**first.env, FREEZE_AFTER_MARKER_ENV: str(freeze)}
     first.start()
     second = None
     try:
         wait_until(lambda: (freeze / "frozen").exists(), 120, "the first job's writer to stop after a marker")
         late_file = tmp_path / "table" / (freeze / "frozen").read_text()
-        instant = late_file.name.rsplit("_", 1)[1].split(".")[0]
+        (instant,) = [i.timestamp for i in Table.open(str(tmp_path / "table")).timeline.pending()]
         assert not late_file.exists()
         first.signal(signal.SIGSTOP)
+        committed = completed_count(tmp_path)
 
-        second = Job(_args(tmp_path, zookeeper, 3), tmp_path / "second.log").start()
-        wait_until(lambda: completed_count(tmp_path) >= 1, 120, "the new holder's commit")
+        second = Job(_args(tmp_path, zookeeper, 3) + _conf(settings), tmp_path / "second.log").start()
+        wait_until(lambda: completed_count(tmp_path) > committed, 120, "the new holder's commit")
         # and the sweep right after that commit: released before it ends, the late file would be swept
         # there, before this test looks for it (the micro-batch's line is logged once its commit's sweep is done)
         wait_until(lambda: re.search(r"micro-batch \d+: instant=", (tmp_path / "second.log").read_text()), 120, "the new holder's first micro-batch")
         rolled_back = Table.open(str(tmp_path / "table")).timeline
         assert instant not in {i.timestamp for i in rolled_back}, "the new holder rolled the frozen instant back"
+        assert not late_file.exists(), "the replay wrote a file of the same name as the frozen task's"
 
         (freeze / "release").touch()
         first.signal(signal.SIGCONT)
@@ -146,7 +169,7 @@ def test_a_file_written_after_its_instant_was_rolled_back_is_swept(zookeeper, tm
             if job is not None and job.running():
                 job.signal(signal.SIGCONT)
                 job.kill()
-    _drain_and_check(tmp_path, zookeeper, feeder, 3)
+    _drain_and_check(tmp_path, zookeeper, feeder, 3, settings)
 
 
 def test_zookeeper_restart_and_outages(zookeeper_server, tmp_path):

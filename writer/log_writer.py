@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.columns import EXISTED
 from laketide.table.commit import WriteStat
-from laketide.table.files import BaseFile, LogFile
+from laketide.table.files import BaseFile, LogFile, log_write_token
 from laketide.table.io import FileIO
 from laketide.table.logfile import Header, delete_block, parquet_data_block
 from laketide.table.schema import IS_DELETED, RECORD_KEY
@@ -65,7 +65,7 @@ class LogWriter:
         self.avro_schema = avro_schema
         self.ordering_field = ordering_field
         self.seqno = first_seqno
-        self.log_file = LogFile(target.partition, target.file_id, target.base_instant, target.version, token)
+        self.log_file = LogFile(target.partition, target.file_id, target.base_instant, target.version, log_write_token(token, instant_time))
 
     def drop_late(self, incoming: pa.Table) -> tuple[pa.Table, int]:
         """Incoming records (upserts and deletes) older than the row the slice stores, and how many.
