@@ -10,8 +10,11 @@ Per shard, for one micro-batch:
 4. in a global index, a record whose partition changed moves: a delete goes to
    its old file group, and the record becomes an insert in its new partition
    (unless event-time ordering keeps the stored row, which is newer);
-5. bin-pack the remaining inserts into the small file groups this shard owns,
-   then into new file groups.
+5. bin-pack the remaining inserts into the partition's small file groups, then
+   into new file groups. Every shard fills the same groups, each taking its share
+   of their room, so a micro-batch's inserts touch a few groups per partition
+   rather than one per shard: copy-on-write rewrites fewer groups, and
+   merge-on-read appends fewer logs.
 
 The result is the records with their file group, and the index entries the
 micro-batch adds (keys found through blooms, and new inserts). An insert
@@ -68,7 +71,8 @@ class AssignPlan:
     shards: int
     ordering_field: str | None
     new_group_records: int
-    small_groups: dict[int, list[SmallFileGroup]] = field(default_factory=dict)
+    # by partition, fullest first: the groups inserts fill before new ones, shared by every shard
+    small_groups: dict[str, list[SmallFileGroup]] = field(default_factory=dict)
     uncovered: dict[str, list[UncoveredGroup]] = field(default_factory=dict)
     # the table's live file groups and their base files; an index entry naming another
     # (replaced by clustering, cleaned, restored away) is stale
@@ -77,23 +81,15 @@ class AssignPlan:
     global_keys: bool = False  # keys are unique across partitions; records move
     event_time: bool = False  # a stored row with a higher ordering value wins over an incoming one
 
-    def owner_of(self, file_id: str) -> int:
-        return int(uuid.uuid5(_FILE_ID_NAMESPACE, file_id).int % self.shards)
+    def share(self, room: int, shard: int) -> int:
+        """This shard's part of ``room`` records: keys hash evenly over the shards, so each takes as many."""
+        return room // self.shards + (1 if shard < room % self.shards else 0)
 
 
-def new_file_id(plan: AssignPlan, shard: int, partition: str, n: int) -> str:
-    """The ``n``-th new file group this shard opens in ``partition`` for this instant.
-
-    Deterministic, so a retried task routes records to the same groups; and
-    chosen so that the shard owns it, so the same shard keeps filling it in
-    later micro-batches until it is no longer small.
-    """
-    attempt = 0
-    while True:
-        candidate = f"{uuid.uuid5(_FILE_ID_NAMESPACE, f'{plan.instant}/{shard}/{partition}/{n}/{attempt}')}-0"
-        if plan.owner_of(candidate) == shard:
-            return candidate
-        attempt += 1
+def new_file_id(plan: AssignPlan, partition: str, n: int) -> str:
+    """The ``n``-th new file group of ``partition`` in this instant, the same for every shard that
+    inserts there. Deterministic, so a retried task routes records to the same groups."""
+    return f"{uuid.uuid5(_FILE_ID_NAMESPACE, f'{plan.instant}/{partition}/{n}')}-0"
 
 
 def dedupe(rows: pa.Table, ordering_field: str | None, global_keys: bool = False) -> pa.Table:
@@ -228,7 +224,7 @@ class BucketAssigner:
             new_entry[list(moves)] = True
         existed = located >= 0
 
-        # inserts, by partition: small groups this shard owns first, then new groups
+        # inserts, by partition: the small groups first, then new groups
         codes = located.copy()
         inserting = ~existed & ~deleted
         for k, partition in enumerate(names):
@@ -314,11 +310,10 @@ class BucketAssigner:
         return old.append_column(EXISTED, pa.repeat(pa.scalar(True), n))
 
     def _pack(self, partition: str, count: int) -> Iterable[tuple[str, int]]:
-        """(file id, how many) for ``count`` inserts: small groups this shard owns first, then new groups."""
-        for group in self.plan.small_groups.get(self.shard, []):
-            if group.partition != partition:
-                continue
-            take = min(count, group.capacity)
+        """(file id, how many) for ``count`` inserts: this shard's share of the partition's small groups
+        first, then of new groups."""
+        for group in self.plan.small_groups.get(partition, []):
+            take = min(count, self.plan.share(group.capacity, self.shard))
             if take:
                 yield group.file_id, take
             count -= take
@@ -326,7 +321,7 @@ class BucketAssigner:
                 return
         n = 0
         while count > 0:
-            take = min(count, self.plan.new_group_records)
-            yield new_file_id(self.plan, self.shard, partition, n), take
+            take = min(count, max(1, self.plan.share(self.plan.new_group_records, self.shard)))
+            yield new_file_id(self.plan, partition, n), take
             count -= take
             n += 1

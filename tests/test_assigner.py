@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -53,16 +55,41 @@ def test_dedupe_keeps_highest_ordering_then_latest_arrival():
     assert sorted(zip(rows[RECORD_KEY].to_pylist(), rows["ts"].to_pylist(), rows[ARRIVAL].to_pylist())) == [("a", 5, 0), ("b", 1, 3), ("c", 2, 4)]
 
 
-def test_inserts_fill_owned_small_groups_then_new_ones():
+def test_inserts_fill_the_small_groups_then_new_ones():
     plan = AssignPlan("20260101000000001", shards=1, ordering_field="ts", new_group_records=3)
-    plan.small_groups[0] = [SmallFileGroup("p", "small-0", 2)]
+    plan.small_groups["p"] = [SmallFileGroup("p", "small-0", 2)]
     assigned, entries = assigner(plan).assign(batch([f"k{i}" for i in range(7)], [1] * 7))
     groups = assigned[FILE_ID].to_pylist()
     assert groups.count("small-0") == 2
     new = [g for g in set(groups) if g != "small-0"]
     assert sorted(groups.count(g) for g in new) == [2, 3]
-    assert all(plan.owner_of(g) == 0 for g in new)
     assert entries.num_rows == 7
+
+
+def test_every_shard_fills_the_same_groups_with_its_share_of_their_room():
+    """A partition's inserts go to the same few groups whatever shard their keys hash to, each shard
+    taking its part of a group's room, so the groups reach their size and no more."""
+    plan = AssignPlan("20260101000000005", shards=3, ordering_field="ts", new_group_records=9)
+    plan.small_groups["p"] = [SmallFileGroup("p", "small-0", 7)]
+    routed = []
+    for shard in range(3):
+        assigned, _ = assigner(plan, shard=shard).assign(batch([f"s{shard}-k{i}" for i in range(6)], [1] * 6))
+        routed += assigned[FILE_ID].to_pylist()
+    assert routed.count("small-0") == 7  # shares 3, 2 and 2
+    new = sorted({g for g in routed if g != "small-0"})
+    assert new == sorted({new_file_id(plan, "p", 0), new_file_id(plan, "p", 1)})
+    assert routed.count(new_file_id(plan, "p", 0)) == 9  # each shard's share of a new group: 3
+    assert routed.count(new_file_id(plan, "p", 1)) == 18 - 7 - 9
+
+
+def test_a_new_group_goes_to_one_write_slot_whatever_shard_filled_it():
+    from laketide.writer.stages import record_write_slots
+
+    plan = SimpleNamespace(write_slots={"old-0": 1}, write_tasks=4)
+    ids = pa.array(["old-0", "new-a", "new-b", "new-a"])
+    slots = record_write_slots(plan, ids).to_pylist()
+    assert slots[0] == 1 and slots[1] == slots[3]
+    assert slots == record_write_slots(plan, ids).to_pylist()
 
 
 def test_known_keys_follow_the_index_and_unknown_deletes_are_dropped():
@@ -90,5 +117,5 @@ def test_uncovered_group_found_through_its_bloom_filter(tmp_path):
 
 def test_new_file_ids_are_deterministic():
     plan = AssignPlan("20260101000000004", shards=4, ordering_field=None, new_group_records=1)
-    assert new_file_id(plan, 2, "p", 0) == new_file_id(plan, 2, "p", 0)
-    assert plan.owner_of(new_file_id(plan, 3, "p", 1)) == 3
+    assert new_file_id(plan, "p", 0) == new_file_id(plan, "p", 0)
+    assert new_file_id(plan, "p", 0) != new_file_id(plan, "p", 1) != new_file_id(plan, "q", 1)

@@ -72,7 +72,9 @@ def plan_instant(table: Table, views: ViewSync, index: StateIndex, write: WriteS
         elif s.size < write.small_file_limit:
             capacity = (write.target_file_size - s.size) // record_size
             if capacity > 0:
-                assign.small_groups.setdefault(assign.owner_of(s.file_id), []).append(SmallFileGroup(s.partition, s.file_id, capacity))
+                assign.small_groups.setdefault(s.partition, []).append(SmallFileGroup(s.partition, s.file_id, capacity))
+    for groups in assign.small_groups.values():
+        groups.sort(key=lambda g: (g.capacity, g.file_id))  # the fullest first: it leaves the small ones soonest
     # checked at start; a schema another writer changed since then is checked again here
     schema = evolve(table.schema(timeline), incoming)
     plan = stages.BatchPlan(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import posixpath
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -157,19 +158,19 @@ def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Sc
             assigned = assigned.append_column(IS_DELETED, pa.repeat(pa.scalar(False), assigned.num_rows))
         index.write_delta(int(shard), plan.instant, entries, part=0)
         if WRITE_SLOT in out_schema.names:
-            assigned = assigned.append_column(WRITE_SLOT, record_write_slots(plan, assigned[FILE_ID].combine_chunks(), int(shard)))
+            assigned = assigned.append_column(WRITE_SLOT, record_write_slots(plan, assigned[FILE_ID].combine_chunks()))
         yield from assigned.select(out_schema.names).cast(out_schema).to_batches()
 
 
-def record_write_slots(plan: BatchPlan, file_ids: pa.Array, shard: int) -> pa.Array:
-    """The write task of each record, by its file group: the driver's choice for existing groups,
-    the shard's own slot for the groups it opens."""
-    slots = plan.write_slots or {}
-    own = shard % plan.write_tasks
-    if not slots:
-        return pa.array(np.full(len(file_ids), own, np.int32))
-    known = pc.index_in(file_ids, value_set=pa.array(list(slots), pa.string()))
-    return pc.fill_null(pa.array(list(slots.values()), pa.int32()).take(known), own)
+def record_write_slots(plan: BatchPlan, file_ids: pa.Array) -> pa.Array:
+    """The write task of each record, by its file group: the driver's choice for existing groups, and
+    one chosen from the group's id for a new one, which several shards' inserts may share."""
+    slots = dict(plan.write_slots or {})
+    for file_id in pc.unique(file_ids).to_pylist():
+        if file_id not in slots:
+            slots[file_id] = zlib.crc32(file_id.encode()) % plan.write_tasks
+    at = pc.index_in(file_ids, value_set=pa.array(list(slots), pa.string()))
+    return pa.array(list(slots.values()), pa.int32()).take(at)
 
 
 def _index_whole_group(plan: BatchPlan, io: FileIO, paths: list[str], partition: str, file_id: str, task: int) -> None:
