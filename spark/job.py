@@ -129,14 +129,29 @@ def _await(query, job: RunningJob, lost: threading.Event) -> bool:
     except TableServiceFailed:
         raise
     except Exception as failure:
-        if lost.is_set() or "LeaseLost" in str(failure):
+        if "LeaseLost" in str(failure) or _lease_gone(job, lost):
             raise LeaseLost(f"the lease of {uri} was lost; the job stopped writing, and nothing uncommitted stays visible") from None
         # a service that failed too often stops the query from inside a micro-batch, after its commit
         failures.raise_if_fatal()
         if isinstance(job.writer.failure, LaketideError):
             raise job.writer.failure from None  # as raised, so its kind gives the exit code
-        lost = DATA_LOSS.search(str(failure))
-        if lost:  # raised by the Kafka source's planning, which runs in a Python worker of Spark's
-            raise KafkaDataLoss(lost.group(1).strip()) from None
+        loss = DATA_LOSS.search(str(failure))
+        if loss:  # raised by the Kafka source's planning, which runs in a Python worker of Spark's
+            raise KafkaDataLoss(loss.group(1).strip()) from None
         raise
     return job.stop_requested.is_set()
+
+
+def _lease_gone(job: RunningJob, lost: threading.Event) -> bool:
+    """Whether this writer has lost its lease: told so, or finding it now. A process paused past its
+    lease fails as soon as it wakes, when the new holder has moved Spark's checkpoint on ("Concurrent
+    update to the log"), before the lease's own heartbeat has noticed; that failure is the lease's."""
+    if lost.is_set():
+        return True
+    try:
+        job.coordinator.lease.check()
+    except LeaseLost:
+        return True
+    except Exception:  # the lease cannot tell now: the query's own failure stands
+        log.debug("the lease could not be checked after the query failed", exc_info=True)
+    return False

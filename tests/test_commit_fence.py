@@ -215,3 +215,31 @@ def test_a_reset_lease_counter_moves_past_the_epochs_the_table_has_seen(table, t
     again = LocalLease(str(tmp_path / "fresh-lease"), table.uri)
     assert again.acquire().epoch == 9, "the advanced epoch is kept for the next holder"
     again.release()
+
+
+def test_a_query_that_fails_once_the_lease_ran_out_ends_as_lease_lost():
+    """A job paused past its lease wakes to a query failure of Spark's own (the new holder moved the
+    checkpoint on) before its heartbeat has noticed: the job still ends as LeaseLost (exit code 5)."""
+    from types import SimpleNamespace
+    import threading
+
+    from laketide.spark.job import _await
+
+    class RanOut(PassedCheckLease):
+        def check(self) -> None:
+            raise LeaseLost("the lease ran out")
+
+    class FailedQuery:
+        def awaitTermination(self, timeout):
+            raise RuntimeError("Concurrent update to the log. Multiple streaming jobs detected for 1")
+
+    failures = SimpleNamespace(fatal=None, raise_if_fatal=lambda: None)
+    job = SimpleNamespace(
+        table=SimpleNamespace(uri="/lake/t"), services=SimpleNamespace(failures=failures),
+        coordinator=SimpleNamespace(lease=RanOut(3)), writer=SimpleNamespace(failure=None), stop_requested=threading.Event(),
+    )
+    with pytest.raises(LeaseLost, match="lost"):
+        _await(FailedQuery(), job, threading.Event())
+    job.coordinator.lease = PassedCheckLease(3)
+    with pytest.raises(RuntimeError, match="Concurrent update"):
+        _await(FailedQuery(), job, threading.Event())
