@@ -64,17 +64,7 @@ def plan_instant(table: Table, views: ViewSync, index: StateIndex, write: WriteS
         global_keys=index.global_keys,
         event_time=settings.merge_mode == EVENT_TIME and settings.ordering_field is not None,
     )
-    for s in slices:
-        key = (s.partition, s.file_id)
-        if key in uncovered:
-            logs = tuple(lf.path for lf in s.log_files)
-            assign.uncovered.setdefault(s.partition, []).append(UncoveredGroup(s.partition, s.file_id, s.base_file.path, logs))
-        elif s.size < write.small_file_limit:
-            capacity = (write.target_file_size - s.size) // record_size
-            if capacity > 0:
-                assign.small_groups.setdefault(s.partition, []).append(SmallFileGroup(s.partition, s.file_id, capacity))
-    for groups in assign.small_groups.values():
-        groups.sort(key=lambda g: (g.capacity, g.file_id))  # the fullest first: it leaves the small ones soonest
+    _uncovered_and_small_groups(assign, slices, uncovered, write, record_size)
     # checked at start; a schema another writer changed since then is checked again here
     schema = evolve(table.schema(timeline), incoming)
     plan = stages.BatchPlan(
@@ -97,6 +87,21 @@ def plan_instant(table: Table, views: ViewSync, index: StateIndex, write: WriteS
         storage_options=table.io.options,
     )
     return plan, foreign
+
+
+def _uncovered_and_small_groups(assign: AssignPlan, slices: list[FileSlice], uncovered: frozenset, write: WriteSection, record_size: int) -> None:
+    """The groups the index does not cover (probed by their blooms), and the small groups with room
+    (inserts fill them before opening new ones)."""
+    for s in slices:
+        if (s.partition, s.file_id) in uncovered:
+            logs = tuple(lf.path for lf in s.log_files)
+            assign.uncovered.setdefault(s.partition, []).append(UncoveredGroup(s.partition, s.file_id, s.base_file.path, logs))
+        elif s.size < write.small_file_limit:
+            capacity = (write.target_file_size - s.size) // record_size
+            if capacity > 0:
+                assign.small_groups.setdefault(s.partition, []).append(SmallFileGroup(s.partition, s.file_id, capacity))
+    for groups in assign.small_groups.values():
+        groups.sort(key=lambda g: (g.capacity, g.file_id))  # the fullest first: it leaves the small ones soonest
 
 
 def _log_targets(view: FileSystemView, slices: list[FileSlice]) -> dict[tuple[str, str], LogTarget]:
