@@ -12,38 +12,21 @@ read it. Both results are right (run files never change once written) and the la
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from typing import Generic, Hashable, TypeVar
+from typing import Hashable, TypeVar
+
+from laketide.table.lru import LruCache
 
 V = TypeVar("V")
 
 
-class ShardCache(Generic[V]):
+class ShardCache(LruCache[tuple[tuple[str, ...], V]]):
     """A least-recently-used map from (table, shard) to (run paths, merged run), at most ``capacity`` entries."""
 
     def __init__(self, capacity: int = 64):
-        self.capacity = capacity
-        self._entries: OrderedDict[Hashable, tuple[tuple[str, ...], V]] = OrderedDict()
-        self._lock = threading.Lock()
+        super().__init__(capacity)
 
-    def get(self, key: Hashable) -> tuple[tuple[str, ...], V] | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-            return entry
-
-    def put(self, key: Hashable, paths: tuple[str, ...], value: V) -> None:
-        with self._lock:
-            self._entries[key] = (paths, value)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
+    def put(self, key: Hashable, paths: tuple[str, ...], value: V) -> None:  # type: ignore[override]
+        super().put(key, (paths, value))
 
 
 SHARDS: ShardCache = ShardCache(64)

@@ -26,6 +26,7 @@ from laketide.table.damage import reading_data_file
 from laketide.table.encoding import SORTED_MARKER
 from laketide.table.errors import UnsupportedTableError
 from laketide.table.io import FileIO
+from laketide.table.lru import LruCache
 from laketide.table.logfile import (
     BlockType,
     CorruptLog,
@@ -228,18 +229,56 @@ def _apply(current: pa.Table, ops: list[_LogOp], rule: MergeRule) -> pa.Table:
 def stored_ordering(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, lowest: pa.Scalar) -> pa.Table | None:
     """The key and ordering value of every row the slice stores, or ``None`` when no stored row can be newer
     than ``lowest``: the base file's footer statistics and the logs' records bound them, so a stream whose
-    events arrive in order reads no row of the base file."""
+    events arrive in order reads no row of the base file. Each file's bound is read once per process
+    (``FILE_BOUNDS``): files never change once written, so a later micro-batch reads only new logs."""
     field = rule.ordering_field
-    columns = [RECORD_KEY, field]
-    ops = _log_ops(io, fs, visible, columns)
-    bounds = [op.upserts[field] for op in ops if op.upserts is not None and field in op.upserts.column_names]
+    bounds = [_bound(io, lf.path, lf.size, field, lambda lf=lf: _log_max(io, lf.path, field)) for lf in fs.log_files]
     if fs.base_file is not None:
-        bounds.append(_footer_max(io, fs.base_file.path, field))  # None: no statistics, so its rows are read
-    elif not bounds:
+        path = fs.base_file.path
+        bounds.append(_bound(io, path, fs.base_file.size, field, lambda: _footer_max(io, path, field)))  # None: no statistics
+    elif not fs.log_files:
         return None  # nothing stored
     if None not in bounds and not _may_exceed(bounds, lowest):
         return None
+    columns = [RECORD_KEY, field]
+    ops = _log_ops(io, fs, visible, columns)
     return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns)), promote_options="permissive")
+
+
+# The highest ordering values of data files, by (table, path, size, field): one per process, shared by the
+# driver's threads and a Spark worker's tasks (see ``LruCache``). A value covers every data block of a log
+# file, committed or not, so it bounds what a reader can see; ``None`` means no bound (no statistics, a
+# torn log), and the slice is read.
+FILE_BOUNDS: LruCache[pa.Array | None] = LruCache(20_000)
+_NO_BOUND = pa.array([], pa.null())
+
+
+def _bound(io: FileIO, path: str, size: int, field: str, read: Callable[[], pa.Array | None]) -> pa.Array | None:
+    key = (io.base_path, path, size, field)
+    found = FILE_BOUNDS.get(key)
+    if found is None:
+        found = read()
+        FILE_BOUNDS.put(key, _NO_BOUND if found is None else found)
+    return None if found is _NO_BOUND else found
+
+
+def remember_log_bound(io: FileIO, path: str, size: int, field: str, highest: pa.Scalar) -> None:
+    """The bound of a log file this process just wrote, so the next micro-batch need not read it back."""
+    FILE_BOUNDS.put((io.base_path, path, size, field), pa.array([highest.as_py()], highest.type))
+
+
+def _log_max(io: FileIO, path: str, field: str) -> pa.Array | None:
+    """The highest ordering value of each data block of one log file, rolled back or not."""
+    maxima = []
+    try:
+        for block in read_blocks(io.read_bytes(path)):
+            if block.block_type in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
+                rows = data_block_rows(block, [RECORD_KEY, field])
+                if field in rows.column_names and rows.num_rows:
+                    maxima.append(pc.max(rows[field]))
+    except CorruptLog:
+        return None
+    return pa.array([m.as_py() for m in maxima], maxima[0].type) if maxima else pa.array([], pa.null())
 
 
 def _may_exceed(bounds: list[pa.Array], lowest: pa.Scalar) -> bool:

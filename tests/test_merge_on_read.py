@@ -319,6 +319,35 @@ def test_a_slice_merges_a_key_range_at_a_time_as_it_merges_whole(tmp_path):
     assert all(by_key[k]["v"] == "base" for k in upserted if k in by_key and k < "k01000" and by_key[k]["ts"] == 10)
 
 
+def test_the_late_check_reads_each_file_of_a_slice_once_per_process(tmp_path):
+    """``stored_ordering`` bounds a slice by each file's highest ordering value, read once: a later
+    micro-batch on the same slice reads only its new log, and still finds a stored row that is newer."""
+    from laketide.table.encoding import SORTED_MARKER
+    from laketide.table.logfile import parquet_data_block
+    from laketide.table.slice_reader import stored_ordering
+
+    table = Table.create_from_config(str(tmp_path), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["k"], ordering_field="ts"))
+    base = BaseFile("", "f2-0", "0-0-0", "20260101000000000")
+    pq.write_table(pa.table({RECORD_KEY: ["a", "b"], "k": ["a", "b"], "ts": [10, 10]}).replace_schema_metadata({SORTED_MARKER: RECORD_KEY}), tmp_path / base.name)
+    logs = []
+    for version, ts in ((1, 20), (2, 30)):
+        log = LogFile("", base.file_id, base.instant_time, version, "0-0-0")
+        block = parquet_data_block(pa.table({RECORD_KEY: ["a"], "k": ["a"], "ts": [ts]}), {Header.INSTANT_TIME: f"2026010100000000{version}"})
+        (tmp_path / log.name).write_bytes(block.to_bytes())
+        logs.append(LogFile("", base.file_id, base.instant_time, version, "0-0-0", (tmp_path / log.name).stat().st_size))
+    read = []
+    io = table.io
+    real = io.read_bytes
+    io.read_bytes = lambda path: read.append(path) or real(path)
+    fs = FileSlice("", base.file_id, base.instant_time, BaseFile.parse("", base.name, (tmp_path / base.name).stat().st_size), logs[:1])
+    assert stored_ordering(io, fs, lambda i: True, MergeRule("ts"), pa.scalar(25)) is None  # nothing above 25 yet
+    assert stored_ordering(io, fs, lambda i: True, MergeRule("ts"), pa.scalar(25)) is None
+    assert read == [logs[0].path], "the first log is read once"
+    fs = FileSlice("", base.file_id, base.instant_time, fs.base_file, logs)
+    newer = stored_ordering(io, fs, lambda i: True, MergeRule("ts"), pa.scalar(25))
+    assert newer is not None and dict(zip(newer[RECORD_KEY].to_pylist(), newer["ts"].to_pylist()))["a"] == 30
+
+
 def test_archival_takes_a_compaction_plan_with_its_commit(spark, tmp_path):
     """A completed compaction is a commit plus its plan files: archived together, or the plan would read as pending."""
     from laketide.table.archive import ArchivedTimeline

@@ -20,7 +20,7 @@ from laketide.table.files import BaseFile, LogFile, log_write_token
 from laketide.table.io import FileIO
 from laketide.table.logfile import Header, delete_block, parquet_data_block
 from laketide.table.schema import IS_DELETED, RECORD_KEY
-from laketide.table.slice_reader import MergeRule, stored_ordering
+from laketide.table.slice_reader import MergeRule, remember_log_bound, stored_ordering
 from laketide.table.view import FileSlice
 from laketide.writer.bucket_writer import stamp_meta_columns
 
@@ -35,10 +35,12 @@ class LogTarget:
     base_file: str | None  # the slice's base file name
     version: int
     slice_paths: tuple[str, ...] = ()  # the slice's base and log files, whose keys index a group the index did not cover
+    slice_sizes: tuple[int, ...] = ()  # their sizes as listed, which key the files' ordering bounds
 
     def file_slice(self) -> FileSlice:
-        base = BaseFile.parse(self.partition, self.base_file) if self.base_file else None
-        logs = [LogFile.parse(self.partition, posixpath.basename(p)) for p in self.slice_paths if posixpath.basename(p).startswith(".")]
+        sizes = dict(zip(self.slice_paths, self.slice_sizes))
+        base = BaseFile.parse(self.partition, self.base_file, sizes.get(posixpath.join(self.partition, self.base_file), 0)) if self.base_file else None
+        logs = [LogFile.parse(self.partition, posixpath.basename(p), sizes.get(p, 0)) for p in self.slice_paths if posixpath.basename(p).startswith(".")]
         return FileSlice(self.partition, self.file_id, self.base_instant, base, sorted(logs, key=lambda lf: (lf.version, lf.write_token)))
 
 
@@ -113,6 +115,8 @@ class LogWriter:
             blocks.append(delete_block(keys, [self.target.partition] * len(keys), values, kind, {Header.INSTANT_TIME: self.instant_time}))
         data = b"".join(b.to_bytes() for b in blocks)
         self.io.write_bytes(self.log_file.path, data)
+        if self.ordering_field in upserts.column_names and upserts.num_rows:
+            remember_log_bound(self.io, self.log_file.path, len(data), self.ordering_field, pc.max(upserts[self.ordering_field]))
         existed_upserts = pc.sum(pc.and_(pc.invert(deleted), existed)).as_py() or 0
         return WriteStat(
             file_id=self.target.file_id,
