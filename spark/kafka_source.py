@@ -95,9 +95,9 @@ class Brokers:
 
         level = IsolationLevel.READ_COMMITTED if self.read_committed else IsolationLevel.READ_UNCOMMITTED
         ends: dict[tuple[str, int], list[int]] = {place: [0, 0] for place in partitions}
+        if not ends:
+            return {}
         for which, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
-            if not ends:
-                break
             asked = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in ends}, isolation_level=level, request_timeout=30)
             for place, answer in asked.items():
                 try:

@@ -249,12 +249,12 @@ def stored_ordering(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], r
 # driver's threads and a Spark worker's tasks (see ``LruCache``). A value covers every data block of a log
 # file, committed or not, so it bounds what a reader can see; ``None`` means no bound (no statistics, a
 # torn log), and the slice is read.
-FILE_BOUNDS: LruCache[pa.Array | None] = LruCache(20_000)
-_NO_BOUND = pa.array([], pa.null())
+FILE_BOUNDS: LruCache[pa.Array] = LruCache(20_000)
+_NO_BOUND = pa.array([], pa.null())  # kept for a file with no bound, so it is not read again
 
 
 def _bound(io: FileIO, path: str, size: int, field: str, read: Callable[[], pa.Array | None]) -> pa.Array | None:
-    key = (io.base_path, path, size, field)
+    key = _bound_key(io, path, size, field)
     found = FILE_BOUNDS.get(key)
     if found is None:
         found = read()
@@ -264,7 +264,11 @@ def _bound(io: FileIO, path: str, size: int, field: str, read: Callable[[], pa.A
 
 def remember_log_bound(io: FileIO, path: str, size: int, field: str, highest: pa.Scalar) -> None:
     """The bound of a log file this process just wrote, so the next micro-batch need not read it back."""
-    FILE_BOUNDS.put((io.base_path, path, size, field), pa.array([highest.as_py()], highest.type))
+    FILE_BOUNDS.put(_bound_key(io, path, size, field), pa.array([highest.as_py()], highest.type))
+
+
+def _bound_key(io: FileIO, path: str, size: int, field: str) -> tuple:
+    return (io.base_path, path, size, field)
 
 
 def _log_max(io: FileIO, path: str, field: str) -> pa.Array | None:
@@ -273,7 +277,7 @@ def _log_max(io: FileIO, path: str, field: str) -> pa.Array | None:
     try:
         for block in read_blocks(io.read_bytes(path)):
             if block.block_type in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
-                rows = data_block_rows(block, [RECORD_KEY, field])
+                rows = data_block_rows(block, [field])
                 if field in rows.column_names and rows.num_rows:
                     maxima.append(pc.max(rows[field]))
     except CorruptLog:

@@ -23,14 +23,14 @@ SEED = int(os.environ.get("LAKETIDE_CHAOS_SEED", "20261123"))
 EXIT_LEASE_LOST = 5
 
 
-def _args(root, zookeeper, session_timeout: float, trigger: str = "1 second"):
-    extra = [f"coordinator.zookeeper_session_timeout={session_timeout}", "coordinator.lease_wait=60", "source.max_files_per_trigger=4"]
+def _args(root, zookeeper, session_timeout: float, trigger: str = "1 second", settings: list[str] = ()):
+    extra = [f"coordinator.zookeeper_session_timeout={session_timeout}", "coordinator.lease_wait=60", "source.max_files_per_trigger=4", *settings]
     return job_args(root, "zookeeper", zookeeper, trigger=trigger, extra=extra)
 
 
 def _drain_and_check(root, zookeeper, feeder: Feeder, session_timeout: float, settings: list[str] = ()):
     feeder.stop()
-    job = Job(_args(root, zookeeper, session_timeout, "available-now") + _conf(settings), root / "drain.log").start()
+    job = Job(_args(root, zookeeper, session_timeout, "available-now", settings), root / "drain.log").start()
     assert job.wait(300) == 0, job.log_tail()
     result = verdict(root, feeder.expected())
     assert result.clean, result
@@ -114,13 +114,9 @@ def test_a_log_file_written_after_its_instant_was_rolled_back_leaves_the_replaye
     for _ in range(3):
         feeder.land_one()
     mor = ["table.type=MERGE_ON_READ"]
-    load = Job(_args(tmp_path, zookeeper, 3, "available-now") + _conf(mor), tmp_path / "load.log").start()
+    load = Job(_args(tmp_path, zookeeper, 3, "available-now", mor), tmp_path / "load.log").start()
     assert load.wait(300) == 0, load.log_tail()
     _late_file_after_rollback(zookeeper, tmp_path, mor, ".log.", feeder)
-
-
-def _conf(settings: list[str]) -> list[str]:
-    return [a for c in settings for a in ("--conf", c)]
 
 
 def _late_file_after_rollback(zookeeper, tmp_path, settings: list[str], freeze_at: str, feeder: Feeder | None = None):
@@ -130,7 +126,7 @@ def _late_file_after_rollback(zookeeper, tmp_path, settings: list[str], freeze_a
     feeder = feeder or Feeder(tmp_path, SEED + 3)
     for _ in range(3):
         feeder.land_one()
-    first = Job(_args(tmp_path, zookeeper, 3) + _conf(settings), tmp_path / "first.log")
+    first = Job(_args(tmp_path, zookeeper, 3, settings=settings), tmp_path / "first.log")
     first.env = {**first.env, FREEZE_AFTER_MARKER_ENV: str(freeze)}
     first.start()
     second = None
@@ -142,7 +138,7 @@ def _late_file_after_rollback(zookeeper, tmp_path, settings: list[str], freeze_a
         first.signal(signal.SIGSTOP)
         committed = completed_count(tmp_path)
 
-        second = Job(_args(tmp_path, zookeeper, 3) + _conf(settings), tmp_path / "second.log").start()
+        second = Job(_args(tmp_path, zookeeper, 3, settings=settings), tmp_path / "second.log").start()
         wait_until(lambda: completed_count(tmp_path) > committed, 120, "the new holder's commit")
         # and the sweep right after that commit: released before it ends, the late file would be swept
         # there, before this test looks for it (the micro-batch's line is logged once its commit's sweep is done)
