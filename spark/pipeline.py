@@ -9,22 +9,33 @@ it the same way for both.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pyarrow as pa
 from laketide.coordinator import Coordinator
-from laketide.index.columns import LANDED_COLUMNS, PREPARED_FIELDS
+from laketide.index.columns import LANDED_COLUMNS
 from laketide.index.state import StateIndex
 from laketide.spark.sources import read_files, unreadable_files
-from laketide.spark.spark_batch import Shuffles, SparkBatch
+from laketide.spark.arrow_parts import PART_BYTES
+from laketide.spark.spark_batch import PART_STRUCT, Shuffles, SparkBatch, pack_prepared
 from laketide.spark.stage_clock import StageClock
 from laketide.table import Table
 from laketide.table.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
-from laketide.writer.landing import batch_files, decoded_bytes, kafka_records, read_landed_parquet, source_offsets
-from laketide.writer.prepare import ArrivalCounter, prepare
+from laketide.writer.landing import (
+    batch_files,
+    decoded_bytes,
+    kafka_records,
+    Piece,
+    parquet_pieces,
+    read_landed_parquet,
+    read_piece,
+    source_offsets,
+)
+from laketide.writer.prepare import ArrivalCounter, prepare, prepare_in_order
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from laketide.config import JobConfig
@@ -35,6 +46,10 @@ log = logging.getLogger("laketide.job")
 GENERATED_ROW_BYTES = 64
 # what a Kafka record is taken to weigh once decoded, for the driver-or-tasks choice: a change event's row
 KAFKA_RECORD_BYTES = 1024
+# the sources that read landing files
+LANDING_FORMATS = ("parquet", "json", "csv")
+# the pieces of parquet landing files Spark's tasks read themselves (``parquet_pieces``)
+PIECES = "path STRING, row_group INT, first_arrival LONG, offset LONG, rows LONG"
 
 
 def _data_fields(df: DataFrame) -> list[StructField]:
@@ -91,20 +106,42 @@ class MicroBatchWriter(BatchWriter):
             self._brokers.close()
         super().close()
 
-    def _prepared(self, df: DataFrame) -> SparkBatch:
-        spec = self.spec
-        data_fields = _data_fields(df)
-        prepared_struct = StructType(data_fields + list(from_arrow_schema(pa.schema(PREPARED_FIELDS)).fields))
+    def _prepared(self, df: DataFrame, pieces: list[Piece] | None = None, declared: pa.Schema | None = None) -> SparkBatch:
+        """The micro-batch prepared and packed in Spark's tasks: from Spark's rows of ``df``, or, given
+        ``pieces`` of parquet landing files (``parquet_pieces``), from those read straight into Arrow,
+        one piece a task, which skips Spark's reader and its conversion of every value to Arrow."""
+        spec, by_shard, options = self.spec, not self.shuffles.bulk, self.config.storage.io_options
 
-        def prepare_task(batches):
+        def packed(prepared: Iterator[pa.Table]) -> Iterator[pa.RecordBatch]:
+            from pyspark import TaskContext
+
+            task = TaskContext.get().partitionId()
+            # prepared rows are packed a part's worth at a time, so a task holds about one part unpacked
+            held: list[pa.Table] = []
+            for rows in prepared:
+                held.append(rows)
+                if sum(t.nbytes for t in held) >= PART_BYTES:
+                    yield from pack_prepared(pa.concat_tables(held), by_shard, task, spec.global_keys)
+                    held = []
+            if held:
+                yield from pack_prepared(pa.concat_tables(held), by_shard, task, spec.global_keys)
+
+        def prepare_rows(batches):
             from pyspark import TaskContext
 
             arrival = ArrivalCounter(TaskContext.get().partitionId() << 40)
-            for b in batches:
-                yield from prepare(pa.Table.from_batches([b]), spec, arrival).to_batches()
+            return packed(prepare(pa.Table.from_batches([b]), spec, arrival) for b in batches)
 
-        prepared = df.mapInArrow(self.clock.timed("prepare", prepare_task), prepared_struct)
-        return SparkBatch(self.shuffles.distributed(prepared), self.shuffles, self.clock)
+        def prepare_pieces(batches):
+            pieces = (read_piece(piece, declared, options) for b in batches for piece in zip(*b.to_pydict().values()))
+            return packed(prepare_in_order(rows, spec, pa.repeat(pa.scalar("", pa.string()), len(arrival)), arrival) for rows, arrival in pieces)
+
+        if pieces is None:
+            parts = df.mapInArrow(self.clock.timed("prepare", prepare_rows), PART_STRUCT)
+        else:
+            listed = self.spark.sparkContext.parallelize(pieces, len(pieces)).toDF(PIECES)
+            parts = listed.mapInArrow(self.clock.timed("prepare", prepare_pieces), PART_STRUCT)
+        return SparkBatch(self.shuffles.distributed(parts), self.shuffles, self.clock)
 
     def _read(self, df: DataFrame, batch_id: int) -> LoadedBatch:
         """The prepared rows of the micro-batch, the columns of its records, and the landing files set aside.
@@ -116,38 +153,39 @@ class MicroBatchWriter(BatchWriter):
         data_fields = _data_fields(df)
         records = StructType(data_fields)
         incoming, data_schema = to_arrow_schema(records, timezone="UTC"), to_arrow_schema(records, timezone=self.timezone)
-        batch = self._collect(df, batch_id, data_schema)
+        files = self._landing_files(batch_id) if self.config.source.format in LANDING_FORMATS else None
+        batch = self._collect(df, batch_id, data_schema, files)
         if batch is not None:
             return LoadedBatch(batch, incoming, data_schema)
         try:
-            return LoadedBatch(self._prepared(df), incoming, data_schema)
+            pieces = parquet_pieces(files[0], data_schema, self.spark.sparkContext.defaultParallelism, self.config.storage.io_options) if files and self.config.source.format == "parquet" else None
+            return LoadedBatch(self._prepared(df, pieces, data_schema), incoming, data_schema)
         except Exception as failure:
-            if self.config.source.format in ("generator", "kafka"):  # no landing files to set aside
+            if self.config.source.format not in LANDING_FORMATS:  # no landing files to set aside
                 raise
             # a failure because the job is being stopped is not about the files
             self.coordinator.lease.check()
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
         return LoadedBatch(self._prepared(readable), incoming, data_schema, bad)
 
-    def _landing_files(self, batch_id: int) -> dict[str, FileEntry] | None:
-        """The micro-batch's landing files (size and modification time, by path) if, decoded, they total
-        at most ``write.driver_batch_bytes`` (``decoded_bytes``: parquet by its footers' uncompressed sizes)."""
+    def _landing_files(self, batch_id: int) -> tuple[dict[str, FileEntry], int] | None:
+        """The micro-batch's landing files (size and modification time, by path) and what they weigh decoded
+        (``decoded_bytes``: parquet by its footers' uncompressed sizes); ``None`` when that is unknown."""
         source_format = self.config.source.format
         try:
             options = self.config.storage.io_options
             files = {path: FileIO.for_uri(path, options).entry("") for path in batch_files(self.config.stream.checkpoint, batch_id, options)}
-            decoded = sum(decoded_bytes(path, entry, source_format) for path, entry in files.items())
+            return files, sum(decoded_bytes(path, entry, source_format) for path, entry in files.items())
         except Exception:
             log.warning("micro-batch %s: the size of its landing files is unknown, so Spark's tasks write it", batch_id, exc_info=True)
             return None
-        return files if decoded <= self.config.write.driver_batch_bytes else None
 
-    def _collect(self, df: DataFrame, batch_id: int, data_schema: pa.Schema) -> DriverBatch | None:
+    def _collect(self, df: DataFrame, batch_id: int, data_schema: pa.Schema, files: tuple[dict[str, FileEntry], int] | None) -> DriverBatch | None:
         """The micro-batch as one Arrow table in the driver, prepared; ``None`` when it is too large for
         the driver (``write.driver_batch_bytes``) or Spark cannot read it.
 
-        Parquet landing files of exactly the declared types are read straight from storage; any
-        other input is collected from Spark, which reads it under its own rules.
+        Parquet landing files (``files``, with their decoded weight) of exactly the declared types are
+        read straight from storage; any other input is collected from Spark, which reads it under its own rules.
         """
         source = self.config.source
         if not self.config.write.driver_batch_bytes:
@@ -162,12 +200,11 @@ class MicroBatchWriter(BatchWriter):
                 return None
             landed = df.toArrow()
         else:
-            files = self._landing_files(batch_id)
-            if files is None:
+            if files is None or files[1] > self.config.write.driver_batch_bytes:
                 return None
             landed = None
             if source.format == "parquet":
-                landed = read_landed_parquet(files, data_schema)
+                landed = read_landed_parquet(files[0], data_schema)
             if landed is None:
                 try:
                     landed = df.toArrow()

@@ -1,94 +1,119 @@
-"""A micro-batch written by Spark's executors: the stage functions in ``mapInArrow`` tasks, rows shuffled between them.
+"""A micro-batch written by Spark's executors: the stage functions in ``mapInArrow`` tasks, Arrow parts shuffled between them.
 
-Prepared rows are shuffled by index shard in the same pass that reads and
-prepares them (``distributed``), materialized once, assigned per shard, then
-shuffled by write slot and written; only one small write status per file
-comes back to the driver.
+The prepare tasks pack their rows into Arrow parts by index shard (``Shuffles.distributed``); the parts
+are shuffled and materialized once, assigned per shard, packed again by write slot, shuffled and written.
+A bulk insert instead cuts the rows into key ranges (``writer.ranges``), one per write task. Only the parts'
+counts and key samples, and one small write status per file, come back to the driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from laketide.index.columns import PARTITION, RAW, REASON, SHARD, WRITE_SLOT
+from laketide.spark.arrow_parts import PART_SCHEMA, pack, pack_all, unpack, unpacked
 from laketide.spark.routing import hash_routes, routed
 from laketide.spark.stage_clock import StageClock
-from laketide.table.schema import RECORD_KEY
-from laketide.writer import quarantine, stages
+from laketide.writer import quarantine, ranges, stages
+from laketide.writer.slots import split_by
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
+PART_STRUCT = from_arrow_schema(PART_SCHEMA)
+STATUS_STRUCT = from_arrow_schema(stages.STATUS_SCHEMA)
+
 
 def _in_task_attempt(stage: Callable, plan: stages.BatchPlan) -> Callable:
-    """A ``mapInArrow`` function running a writing stage with the task's partition and this attempt's write token."""
+    """A ``mapInArrow`` function running a writing stage over its task's parts (a list of tables), with
+    the task's partition and this attempt's write token."""
 
     def run(batches):
         from laketide.table.files import write_token
         from pyspark import TaskContext
 
+        parts = [rows for rows in unpack(batches) if rows.num_rows]
+        if not parts:
+            return
         task = TaskContext.get()
-        yield from stage(plan, batches, task.partitionId(), write_token(task.partitionId(), task.stageId(), task.taskAttemptId()))
+        yield from stage(plan, parts, task.partitionId(), write_token(task.partitionId(), task.stageId(), task.taskAttemptId()))
 
     return run
 
 
+def _write(plan: stages.BatchPlan, parts: list[pa.Table], task: int, token: str) -> Iterator[pa.RecordBatch]:
+    return stages.write(plan, iter(pa.concat_tables(parts).to_batches()), task, token)
+
+
+def _good(rows: pa.Table) -> pa.Table:
+    """The rows that do not go to quarantine, without the columns that say why."""
+    if rows.column(REASON).null_count < rows.num_rows:
+        rows = rows.filter(pc.is_null(rows[REASON]))
+    return rows.drop_columns([REASON, RAW])
+
+
+def pack_prepared(rows: pa.Table, by_shard: bool, task: int, global_keys: bool) -> Iterator[pa.RecordBatch]:
+    """A prepare task's rows as parts: one per index shard (an upsert's assign tasks), or all for this
+    task (a bulk insert, laid out by key range later); each with a sample of its good rows' range keys."""
+    parts = split_by(rows, rows[SHARD].to_numpy()) if by_shard else [(task, rows)]
+    for to, part in parts:
+        yield from pack(to, part, ranges.sample(_good(part), global_keys, seed=task))
+
+
 class Shuffles:
-    """How a job's micro-batches move rows between tasks: by index shard to assign, by write slot to write,
-    or, for a bulk insert, hashed by partition and key and sorted."""
+    """Where a job's micro-batches send their parts: by index shard to assign, by write slot to write, by
+    key range to bulk insert. Each route table makes a part's ``task`` the Spark partition it lands in."""
 
     def __init__(self, shards: int, write_tasks: int, bulk: bool, global_keys: bool, ordering_field: str | None):
         self.write_tasks = write_tasks
         self.bulk = bulk
         self.global_keys = global_keys
         self.ordering_field = ordering_field
-        if not bulk:
-            self.shard_routes = hash_routes(shards)
-            self.write_routes = hash_routes(write_tasks)
+        self.shard_routes = hash_routes(shards)
+        self.write_routes = hash_routes(write_tasks)
 
-    def distributed(self, prepared: DataFrame) -> DataFrame:
-        """Prepared rows shuffled the way the operation's first writing stage reads them, so the
-        shuffle runs in the same pass as reading and preparing, before the rows are materialized.
+    def distributed(self, parts: DataFrame) -> DataFrame:
+        """A prepare stage's parts, shuffled the way the operation's first writing stage reads them, in
+        the same pass as reading and preparing: by shard for an upsert or insert, not at all for a bulk
+        insert, whose key ranges are known only once every part's sample is."""
+        return parts if self.bulk else self.to_tasks(parts, self.shard_routes)
 
-        An upsert or insert assigns by index shard. A bulk insert writes each task's rows sorted
-        by ``bulk_sort_keys``: hashed by partition and key (by key alone under a global index),
-        as Hudi's PARTITION_SORT bulk insert does, with no sampling pass over the rows.
-        """
-        if not self.bulk:
-            return prepared.repartition(len(self.shard_routes), routed(F.col(SHARD), self.shard_routes))
-        return self.bulk_layout(prepared)
-
-    def bulk_layout(self, prepared: DataFrame) -> DataFrame:
-        order = stages.bulk_sort_keys(self.ordering_field, self.global_keys)
-        columns = [RECORD_KEY] if self.global_keys else [PARTITION, RECORD_KEY]
-        spread = prepared.repartition(self.write_tasks, *columns)
-        return spread.sortWithinPartitions(*[F.col(c).asc() if d == "ascending" else F.col(c).desc() for c, d in order])
+    @staticmethod
+    def to_tasks(parts: DataFrame, routes: tuple[int, ...]) -> DataFrame:
+        return parts.repartition(len(routes), routed(F.col("task"), routes))
 
 
 class SparkBatch:
-    """The prepared rows of one micro-batch, computed once and kept on the executors for the stages that read them."""
+    """The prepared parts of one micro-batch, computed once and kept on the executors for the stages that read them."""
 
     ran_on = "tasks"
 
-    def __init__(self, prepared: DataFrame, shuffles: Shuffles, clock: StageClock):
-        """A local checkpoint keeps Spark's rows as they are; the columnar cache of ``persist``
-        encodes them first, which measured about twice as slow here. It is lazy, so the job
-        that counts is the one that computes and keeps the rows. Its blocks cannot be
-        recomputed: losing an executor fails the micro-batch, which is rolled back, and the
-        restarted query replays it."""
-        self.rows = prepared.localCheckpoint(eager=False)
+    def __init__(self, parts: DataFrame, shuffles: Shuffles, clock: StageClock):
+        """A local checkpoint keeps the parts as they are. It is lazy, so collecting their counts is
+        the job that computes and keeps them. Its blocks cannot be recomputed: losing an executor
+        fails the micro-batch, which is rolled back, and the restarted query replays it."""
+        self.parts = parts.localCheckpoint(eager=False)
         self.shuffles = shuffles
         self.clock = clock
-        counts = self.rows.agg(F.count(F.lit(1)), F.count(REASON)).first()
-        self.records, self.bad_rows = counts[0], counts[1]
+        counts = self.parts.select("rows", "bad", "sample", "sample_weight").collect()
+        self.records, self.bad_rows = sum(r["rows"] for r in counts), sum(r["bad"] for r in counts)
+        # every part's sample of its good rows' range keys, for a bulk insert's cut points
+        self.samples = [(r["sample"], r["sample_weight"]) for r in counts if r["sample"]]
 
     def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str, options: dict[str, str]) -> None:
         """The rows that go to quarantine, with ``more`` (reason, raw) rows, written by one task as one
         parquet file under ``target``, in the schema the driver path writes (``writer.quarantine``)."""
-        rows = self.rows.filter(F.col(REASON).isNotNull()).select(F.col(REASON).alias("reason"), F.col(RAW).alias("raw"))
+
+        def bad_rows(batches):
+            for rows in unpack(batches):
+                bad = rows.filter(pc.is_valid(rows[REASON]))
+                yield pa.RecordBatch.from_arrays([bad[c].combine_chunks().cast(pa.string()) for c in (REASON, RAW)], ["reason", "raw"])
+
+        rows = self.parts.filter(F.col("bad") > 0).mapInArrow(bad_rows, "reason STRING, raw STRING")
         if more:
-            rows = rows.unionByName(self.rows.sparkSession.createDataFrame(more, "reason STRING, raw STRING"))
+            rows = rows.unionByName(self.parts.sparkSession.createDataFrame(more, "reason STRING, raw STRING"))
         quarantine.clear(target, options)
 
         def write(batches):
@@ -98,42 +123,55 @@ class SparkBatch:
             if not bad:
                 return
             bad = pa.Table.from_batches(bad)
-            reasons, raws = (bad[c].combine_chunks().cast(pa.string()) for c in ("reason", "raw"))
-            table = quarantine.quarantine_rows(instant, reasons, raws)
+            table = quarantine.quarantine_rows(instant, bad["reason"].combine_chunks(), bad["raw"].combine_chunks())
             quarantine.write_part(target, table, TaskContext.get().partitionId(), options)
             yield pa.RecordBatch.from_pydict({"rows": [table.num_rows]})
 
         rows.coalesce(1).mapInArrow(write, "rows LONG").collect()
 
-    def _good(self) -> DataFrame:
-        return self.rows.filter(F.col(REASON).isNull())
-
     def partitions(self) -> list[str]:
-        return sorted(r[0] for r in self._good().select(PARTITION).distinct().collect())
+        def partitions_of(batches):
+            for rows in unpack(batches):
+                yield pa.RecordBatch.from_arrays([pc.unique(_good(rows)[PARTITION].combine_chunks())], ["partition"])
+
+        return sorted({r[0] for r in self.parts.mapInArrow(partitions_of, "partition STRING").distinct().collect()})
 
     def assign_and_write(self, plan: stages.BatchPlan, assigned_arrow: pa.Schema) -> list[stages.WriteStatus]:
-        assigned_struct = from_arrow_schema(assigned_arrow)
-
         def assign_task(batches):
-            yield from stages.assign(plan, batches, assigned_arrow)
+            rows = unpacked(batches)
+            if rows is None:
+                return
+            assigned = pa.Table.from_batches(list(stages.assign(plan, iter(_good(rows).to_batches()), assigned_arrow)), assigned_arrow)
+            del rows
+            yield from pack_all(split_by(assigned, assigned[WRITE_SLOT].to_numpy()))
 
-        # rows are already shuffled by shard (``Shuffles.distributed``)
-        assigned = self._good().mapInArrow(self.clock.timed("assign", assign_task), assigned_struct)
-        writing = self.clock.timed("write", _in_task_attempt(stages.write, plan))
-        by_slot = assigned.repartition(self.shuffles.write_tasks, routed(F.col(WRITE_SLOT), self.shuffles.write_routes))
-        return _statuses(by_slot.mapInArrow(writing, from_arrow_schema(stages.STATUS_SCHEMA)))
+        # the parts are already shuffled by shard (``Shuffles.distributed``)
+        assigned = self.parts.mapInArrow(self.clock.timed("assign", assign_task), PART_STRUCT)
+        writing = self.clock.timed("write", _in_task_attempt(_write, plan))
+        return _statuses(Shuffles.to_tasks(assigned, self.shuffles.write_routes).mapInArrow(writing, STATUS_STRUCT))
 
     def bulk_insert(self, plan: stages.BatchPlan) -> list[stages.WriteStatus]:
-        """One stage over the rows laid out for a bulk insert: each task writes new file groups.
-        Rows shuffled by shard (an upsert that loads an empty table) are laid out again first."""
-        writing = self.clock.timed("write", _in_task_attempt(stages.bulk_insert, plan))
-        rows = self._good() if self.shuffles.bulk else self.shuffles.bulk_layout(self._good())
-        rows = rows.drop(REASON, RAW, SHARD)
-        return _statuses(rows.mapInArrow(writing, from_arrow_schema(stages.STATUS_SCHEMA)))
+        """Each write task takes one key range of the micro-batch (``writer.ranges``) and writes it, sorted
+        by ``bulk_sort_keys``, into new file groups: each file group holds a contiguous range of keys."""
+        global_keys = self.shuffles.global_keys
+        order = stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)
+        cuts = ranges.cut_points(self.samples, self.shuffles.write_tasks)
+
+        def cut_task(batches):
+            for rows in unpack(batches):
+                yield from pack_all(ranges.split_sorted(_good(rows).drop_columns([SHARD]).sort_by(order), cuts, global_keys))
+
+        def insert_sorted(plan, parts, task, token):
+            # the rows of one part come sorted; those of several are sorted again as one
+            rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts).sort_by(order)
+            return stages.bulk_insert(plan, iter(rows.to_batches()), task, token)
+
+        by_range = Shuffles.to_tasks(self.parts.mapInArrow(self.clock.timed("write", cut_task), PART_STRUCT), self.shuffles.write_routes)
+        return _statuses(by_range.mapInArrow(self.clock.timed("write", _in_task_attempt(insert_sorted, plan)), STATUS_STRUCT))
 
     def release(self) -> None:
         """Free the blocks of the micro-batch now, rather than when the JVM collects it."""
-        self.rows._jdf.queryExecution().analyzed().rdd().unpersist(False)
+        self.parts._jdf.queryExecution().analyzed().rdd().unpersist(False)
 
 
 def _statuses(written: DataFrame) -> list[stages.WriteStatus]:

@@ -188,3 +188,48 @@ def test_parquet_read_by_the_driver_equals_sparks_read_or_is_left_to_spark(spark
     (tmp_path / "broken.parquet").write_bytes((tmp_path / "broken.parquet").read_bytes()[:100])
     for name in ("narrow", "missing", "broken"):
         assert read_landed_parquet(landed(paths[0], f"file://{tmp_path / name}.parquet"), declared) is None, name
+
+
+def test_spark_tasks_read_parquet_pieces_in_the_order_the_driver_reads_them(tmp_path):
+    """Pieces of parquet landing files (row groups, and slices of a large one for idle tasks) read the
+    rows the driver reads, each numbered in the same arrival order."""
+    import numpy as np
+    from laketide.table.io import FileIO
+    from laketide.writer.landing import PIECE_LEAST_ROWS, parquet_pieces, read_landed_parquet, read_piece
+    from laketide.writer.prepare import batch_arrival
+
+    n = 2 * PIECE_LEAST_ROWS + 7
+    table = pa.table({"id": pa.array(np.arange(n), pa.int64()), "region": pa.array(["eu", "us"] * (n // 2) + ["eu"])})
+    _parquet(tmp_path / "late.parquet", table, 1_700_000_001)  # one row group, cut into two pieces
+    _parquet(tmp_path / "early.parquet", table.slice(0, 1000), 1_700_000_000)
+    pq.write_table(table.slice(0, 900), tmp_path / "groups.parquet", row_group_size=300)  # three row groups
+    os.utime(tmp_path / "groups.parquet", (1_700_000_000, 1_700_000_000))
+    files = {f"file://{tmp_path / name}": FileIO.for_uri(f"file://{tmp_path / name}").entry("") for name in ("late.parquet", "early.parquet", "groups.parquet")}
+
+    assert len(parquet_pieces(files, table.schema, tasks=8)) == 5, "five row groups keep 8 tasks busy enough: no group is cut"
+    pieces = parquet_pieces(files, table.schema, tasks=16)
+    assert sorted(p[4] for p in pieces if "late" in p[0]) == [PIECE_LEAST_ROWS + 3, PIECE_LEAST_ROWS + 4]
+    assert len([p for p in pieces if "groups" in p[0]]) == 3, "a row group under the least rows is read whole"
+    read = [read_piece(piece, table.schema) for piece in pieces]
+    ours = pa.concat_tables([rows.append_column("arrival", arrival) for rows, arrival in read]).sort_by("arrival")
+
+    driver = read_landed_parquet(files, table.schema)
+    driver = driver.select(["id", "region"]).append_column("arrival", batch_arrival(driver)[1]).sort_by("arrival")
+    assert ours.equals(driver)
+    assert parquet_pieces({**files, f"file://{tmp_path / 'x.parquet'}": files[f"file://{tmp_path / 'late.parquet'}"]}, table.schema, 8) is None, "a missing file: Spark reads them"
+
+
+def test_parquet_on_sparks_tasks_keeps_the_latest_of_a_key_across_files_and_within_one(spark, tmp_path):
+    """A micro-batch of parquet files that Spark's tasks read as pieces: duplicates with an equal ordering
+    value resolve by arrival (the later file, the later row), as on the driver."""
+    def batch(ids, names, ts):
+        return pa.table({"id": pa.array(ids, pa.int64()), "region": ["eu"] * len(ids), "qty": pa.array(names, pa.int32()), "ts": pa.array(ts, pa.int64())})
+
+    landing = tmp_path / "landing"
+    _parquet(landing / "0.parquet", batch([1, 2, 2, 3], [10, 20, 21, 30], [5, 5, 5, 5]), 1_700_000_000)
+    _parquet(landing / "1.parquet", batch([1, 3, 4], [11, 29, 40], [5, 4, 5]), 1_700_000_001)
+    _parquet(landing / "2.parquet", batch([4, 5], [41, 50], [5, 5]), 1_700_000_002)
+    config = job_config(tmp_path, source__format="parquet", source__max_files_per_trigger=2, write__driver_batch_bytes=0, source__schema=PARQUET_DDL)
+    writer = run(config)
+    assert [r.ran_on for r in writer.status.recent] == ["tasks", "tasks"]
+    assert sorted((r["id"], r["qty"]) for r in hudi_read(tmp_path / "table").to_pylist()) == [(1, 11), (2, 21), (3, 30), (4, 41), (5, 50)]

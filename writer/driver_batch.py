@@ -19,12 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.columns import PARTITION, RAW, REASON, SHARD, WRITE_SLOT
-from laketide.index.state import index_keys
 from laketide.table.files import write_token
-from laketide.table.schema import RECORD_KEY
-from laketide.writer import quarantine, stages
+from laketide.writer import quarantine, ranges, stages
 from laketide.writer.prepare import PrepareSpec, batch_arrival, prepare_in_order
-from laketide.writer.slots import balanced_slots
+from laketide.writer.slots import split_by
 
 # wraps a stage function so that its seconds are charged to a stage of the clock
 Timed = Callable[[str, Callable[[Iterator], Iterator]], Callable[[Iterator], Iterator]]
@@ -110,14 +108,14 @@ class DriverBatch:
         """The assign stage per index shard, then the write stage per write slot."""
         # Each step lets go of the rows before it, so the driver holds about two copies of the batch
         # at a time, not one per step (``write.driver_batch_bytes`` is sized on that).
-        by_shard = self._take_good(lambda good: _split(good, good[SHARD].to_numpy()))
+        by_shard = self._take_good(lambda good: split_by(good, good[SHARD].to_numpy()))
         assigned = self.pool.run(self._timed, "assign", lambda shard, batches: stages.assign(plan, batches, assigned_schema), by_shard)
         del by_shard
         if not assigned:
             return []
         rows = pa.Table.from_batches(assigned, assigned_schema)
         del assigned
-        by_slot = _split(rows, rows[WRITE_SLOT].to_numpy())
+        by_slot = split_by(rows, rows[WRITE_SLOT].to_numpy())
         del rows
         return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: stages.write(plan, batches, slot, write_token(slot)), by_slot))
 
@@ -128,42 +126,20 @@ class DriverBatch:
         return parts
 
     def bulk_insert(self, plan: stages.BatchPlan) -> list[stages.WriteStatus]:
-        """Each partition's rows to one thread (partitions balanced over the threads by rows), sorted
-        by ``bulk_sort_keys``; under a global index by key hash, since duplicates are found by key alone."""
+        """The good rows sorted by ``bulk_sort_keys`` and cut into one key range per thread (``writer.ranges``),
+        as Spark's tasks cut them: each new file group holds a contiguous range of keys."""
         global_keys = plan.index.global_keys
-        by_slot = self._take_good(lambda good: _split(good.drop_columns([SHARD]), self._bulk_slots(good, global_keys)))
-        schema = by_slot[0][1].schema if by_slot else None
         order = stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)
 
-        def insert_sorted(slot: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            rows = pa.Table.from_batches(list(batches), schema).sort_by(order)
-            yield from stages.bulk_insert(plan, iter(rows.to_batches()), slot, write_token(slot))
+        def by_range(good: pa.Table) -> list[tuple[int, pa.Table]]:
+            good = good.drop_columns([SHARD])
+            cuts = ranges.cut_points([ranges.sample(good, global_keys)], self.threads)
+            return ranges.split_sorted(good.sort_by(order), cuts, global_keys)
 
-        return _statuses(self.pool.run(self._timed, "write", insert_sorted, by_slot))
-
-    def _bulk_slots(self, good: pa.Table, global_keys: bool) -> np.ndarray:
-        """The thread of each row of a bulk insert: its partition's, partitions balanced by rows; by key hash under a global index."""
-        if global_keys:
-            return (index_keys(good[PARTITION], good[RECORD_KEY], True) % np.uint64(self.threads)).astype(np.int64)
-        partitions = good[PARTITION].combine_chunks().dictionary_encode()
-        names = partitions.dictionary.to_pylist()
-        codes = partitions.indices.to_numpy(zero_copy_only=False)
-        slot_of = balanced_slots(dict(zip(names, np.bincount(codes, minlength=len(names)).tolist())), self.threads)
-        return np.array([slot_of[name] for name in names] or [0], np.int64)[codes]
+        parts = self._take_good(by_range)
+        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: stages.bulk_insert(plan, batches, slot, write_token(slot)), parts))
 
 
 def _statuses(batches: list[pa.RecordBatch]) -> list[stages.WriteStatus]:
     rows = pa.Table.from_batches(batches, stages.STATUS_SCHEMA).to_pylist() if batches else []
     return [stages.WriteStatus.from_row(row) for row in rows]
-
-
-def _split(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, pa.Table]]:
-    """(key, its rows) for each distinct key of ``rows``, in key order."""
-    if not rows.num_rows:
-        return []
-    order = np.argsort(keys, kind="stable")
-    ordered = rows.take(pa.array(order))
-    sorted_keys = keys[order]
-    starts = np.concatenate([[0], np.nonzero(sorted_keys[1:] != sorted_keys[:-1])[0] + 1, [len(keys)]])
-    return [(int(sorted_keys[start]), ordered.slice(start, end - start)) for start, end in zip(starts[:-1], starts[1:])]
-

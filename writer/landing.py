@@ -13,6 +13,12 @@ import pyarrow.parquet as pq
 from laketide.index.columns import SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
 from laketide.table.io import FileEntry, FileIO
 
+# a piece of a parquet landing file (``parquet_pieces``): path, row group, the group's first arrival number,
+# the piece's first row in the group and its rows
+Piece = tuple[str, int, int, int, int]
+# a row group is cut into pieces for idle tasks only down to this many rows: below, reading it again costs more
+PIECE_LEAST_ROWS = 100_000
+
 
 def _same_type(found: pa.DataType, declared: pa.DataType) -> bool:
     """Whether a parquet column reads as the declared type, a UTC timestamp being the same instant in any zone."""
@@ -21,14 +27,14 @@ def _same_type(found: pa.DataType, declared: pa.DataType) -> bool:
     return found == declared
 
 
-def _read_as_declared(path: str, entry: FileEntry, declared: pa.Schema) -> pa.Table | None:
-    with FileIO.for_uri(path).open_input("") as f:
-        parquet = pq.ParquetFile(f)
-        found = parquet.schema_arrow
-        if not all(found.get_field_index(field.name) >= 0 and _same_type(found.field(field.name).type, field.type) for field in declared):
-            return None
-        rows = parquet.read(columns=declared.names).cast(declared)
-    mtime = pa.scalar(entry.mtime_ns // 1000, pa.timestamp("us", tz="UTC"))
+def _holds_declared(found: pa.Schema, declared: pa.Schema) -> bool:
+    """Whether a parquet file holds every declared column under exactly its type."""
+    return all(found.get_field_index(field.name) >= 0 and _same_type(found.field(field.name).type, field.type) for field in declared)
+
+
+def _with_origin(rows: pa.Table, path: str, mtime_ns: int) -> pa.Table:
+    """Rows of a landing file with the columns of their origin, as Spark's file source adds them."""
+    mtime = pa.scalar(mtime_ns // 1000, pa.timestamp("us", tz="UTC"))
     n = rows.num_rows
     return (
         # one value per file: dictionary-encoded, so that the rows share it
@@ -36,6 +42,61 @@ def _read_as_declared(path: str, entry: FileEntry, declared: pa.Schema) -> pa.Ta
         .append_column(SOURCE_MTIME, pa.repeat(mtime, n))
         .append_column(SOURCE_BLOCK, pa.array(np.zeros(n, np.int64)))
     )
+
+
+def _read_as_declared(path: str, entry: FileEntry, declared: pa.Schema) -> pa.Table | None:
+    with FileIO.for_uri(path).open_input("") as f:
+        parquet = pq.ParquetFile(f)
+        if not _holds_declared(parquet.schema_arrow, declared):
+            return None
+        rows = parquet.read(columns=declared.names).cast(declared)
+    return _with_origin(rows, path, entry.mtime_ns)
+
+
+def parquet_pieces(
+    files: dict[str, FileEntry], declared: pa.Schema, tasks: int, options: dict[str, str] | None = None
+) -> list[Piece] | None:
+    """Parquet landing files as pieces Spark's tasks read (``read_piece``): (path, row group, the arrival
+    number of the group's first row, the piece's first row in the group, its rows). Only when every file holds every declared column under exactly its
+    type, as ``read_landed_parquet`` asks; otherwise ``None``, and Spark reads them.
+
+    A row group is read whole, so a micro-batch of fewer row groups than ``tasks`` would leave cores idle
+    while one task prepares a large group: such groups are cut into slices of rows, each task reading the
+    group and preparing its slice. Files arrive in the order Spark's file source orders them (modification
+    time, then path), each numbered from its rank shifted past any file's rows, as
+    ``writer.prepare.batch_arrival`` numbers them."""
+    groups = []
+    try:
+        for rank, (path, _) in enumerate(sorted(files.items(), key=lambda item: (item[1].mtime_ns // 1000, item[0]))):
+            with FileIO.for_uri(path, options).open_input("") as f:
+                parquet = pq.ParquetFile(f)
+                if not _holds_declared(parquet.schema_arrow, declared):
+                    return None
+                first = rank << 40
+                for group in range(parquet.metadata.num_row_groups):
+                    rows = parquet.metadata.row_group(group).num_rows
+                    groups.append((path, group, first, rows))
+                    first += rows
+    except (OSError, pa.ArrowException):
+        return None  # Spark reads it again and tells which file is unreadable
+    cut = max(1, tasks // max(1, len(groups)))
+    return [piece for group in groups for piece in _slices(group, cut)]
+
+
+def _slices(group: tuple[str, int, int, int], cut: int) -> list[Piece]:
+    """A row group as ``cut`` pieces of about equal rows, none under ``PIECE_LEAST_ROWS`` unless the group is."""
+    path, number, first, rows = group
+    cut = max(1, min(cut, rows // PIECE_LEAST_ROWS))
+    step = max(1, -(-rows // cut))
+    return [(path, number, first, start, min(step, rows - start)) for start in range(0, rows, step)]
+
+
+def read_piece(piece: Piece, declared: pa.Schema, options: dict[str, str] | None = None) -> tuple[pa.Table, pa.Array]:
+    """The rows of one piece of a landing file under the declared schema, and each row's arrival number."""
+    path, group, first, offset, rows = piece
+    with FileIO.for_uri(path, options).open_input("") as f:
+        read = pq.ParquetFile(f).read_row_group(group, columns=declared.names)
+    return read.slice(offset, rows).cast(declared), pa.array(np.arange(first + offset, first + offset + rows, dtype=np.int64))
 
 
 def decoded_bytes(path: str, entry: FileEntry, source_format: str) -> int:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import heapq
 
+import numpy as np
+import pyarrow as pa
+
 
 def balanced_slots(sizes: dict[str, int], tasks: int) -> dict[str, int]:
     """Each file group's write task: the largest groups first, each to the least loaded task."""
@@ -17,3 +20,14 @@ def balanced_slots(sizes: dict[str, int], tasks: int) -> dict[str, int]:
         slots[file_id] = task
         heapq.heappush(loads, (load + max(size, 1), task))
     return slots
+
+
+def split_by(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, pa.Table]]:
+    """(key, its rows) for each distinct key of ``rows`` (a task, a shard, a write slot), in key order."""
+    if not rows.num_rows:
+        return []
+    order = np.argsort(keys, kind="stable")
+    ordered = rows.take(pa.array(order))
+    sorted_keys = keys[order]
+    starts = np.concatenate([[0], np.nonzero(sorted_keys[1:] != sorted_keys[:-1])[0] + 1, [len(keys)]])
+    return [(int(sorted_keys[start]), ordered.slice(start, end - start)) for start, end in zip(starts[:-1], starts[1:])]

@@ -1,0 +1,64 @@
+"""A bulk insert's key ranges (``writer.ranges``) and the Arrow parts Spark's tasks pass them in (``spark.arrow_parts``)."""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+import pyarrow as pa
+from laketide.index.columns import PARTITION, REASON
+from laketide.spark import arrow_parts
+from laketide.table.schema import RECORD_KEY
+from laketide.writer import ranges
+
+
+def _rows(n: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    keys = [str(k) for k in rng.integers(0, n // 2, size=n)]  # duplicates on purpose
+    partitions = [f"region={r}" for r in rng.integers(0, 3, size=n)]
+    return pa.table({RECORD_KEY: keys, PARTITION: partitions, "v": pa.array(np.arange(n))})
+
+
+def test_cut_points_split_the_rows_of_many_parts_evenly_and_never_split_a_key():
+    parts = [_rows(5_000, seed) for seed in range(3)] + [_rows(40_000, 9)]
+    tasks = 4
+    cuts = ranges.cut_points([ranges.sample(p, global_keys=False, seed=i) for i, p in enumerate(parts)], tasks)
+    assert len(cuts) == tasks - 1 and cuts == sorted(cuts)
+    ranged: dict[int, list[pa.Table]] = {}
+    for part in parts:
+        ordered = part.sort_by([(PARTITION, "ascending"), (RECORD_KEY, "ascending")])
+        for task, rows in ranges.split_sorted(ordered, cuts, global_keys=False):
+            ranged.setdefault(task, []).append(rows)
+    tables = {task: pa.concat_tables(rows) for task, rows in ranged.items()}
+    assert sum(t.num_rows for t in tables.values()) == sum(p.num_rows for p in parts)
+    sizes = [tables[t].num_rows for t in range(tasks)]
+    assert max(sizes) < 1.3 * sum(sizes) / tasks, sizes
+    seen: dict[str, int] = {}
+    for task, table in tables.items():
+        for key in ranges.range_keys(table, False).to_pylist():
+            assert seen.setdefault(key, task) == task, "one key's rows meet in one task"
+            assert bisect.bisect_right(cuts, key) == task, "a key equal to a cut starts the next range"
+    # each task's range lies wholly above the one before
+    bounds = [(min(ranges.range_keys(tables[t], False).to_pylist()), max(ranges.range_keys(tables[t], False).to_pylist())) for t in range(tasks)]
+    assert all(bounds[t][1] < bounds[t + 1][0] for t in range(tasks - 1))
+
+
+def test_range_keys_order_as_partition_then_key_and_by_key_alone_when_global():
+    rows = pa.table({RECORD_KEY: ["b", "a", "a"], PARTITION: ["p", "pq", "p"]})
+    keys = ranges.range_keys(rows, False).to_pylist()
+    assert sorted(range(3), key=lambda i: keys[i]) == [2, 0, 1], "p/a, p/b, then pq/a: a path that extends another sorts after all its keys"
+    assert ranges.range_keys(rows, True).to_pylist() == ["b", "a", "a"]
+    assert ranges.cut_points([], 4) == [] and ranges.cut_points([(["x"], 1.0)], 1) == []
+
+
+def test_parts_carry_rows_counts_and_sample_in_bounded_pieces(monkeypatch):
+    monkeypatch.setattr(arrow_parts, "PART_BYTES", 4096)
+    rows = _rows(3_000, 1).append_column(REASON, pa.array([None] * 2_999 + ["bad"], pa.string()))
+    parts = list(arrow_parts.pack(7, rows, (["k"], 2.5)))
+    assert len(parts) > 1
+    meta = pa.Table.from_batches(parts).drop_columns(["arrow"]).to_pylist()
+    assert {m["task"] for m in meta} == {7}
+    assert sum(m["rows"] for m in meta) == 3_000 and sum(m["bad"] for m in meta) == 1
+    assert [m["sample"] for m in meta if m["sample"]] == [["k"]], "the sample rides on the first part only"
+    assert arrow_parts.unpacked(parts).equals(rows)
+    assert arrow_parts.unpacked([]) is None and list(arrow_parts.pack(0, rows.slice(0, 0))) == []
