@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test-servers test test-spark42 demo bench bench-upsert bench-object-store bench-kafka bench-memory clean wheel
+.PHONY: install system-deps test-servers test test-spark42 demo bench bench-upsert bench-tasks bench-object-store bench-kafka bench-memory clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ bench-upsert: install system-deps
 	$(PY) bench/upsert_bench.py
 
 # the same workload on an S3 server (moto's), laketide against delta-rs, with requests per micro-batch
+bench-tasks: install system-deps
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/tasks_path.py
+
 bench-object-store: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/object_store_bench.py

@@ -224,7 +224,8 @@ def land(landing: Path, batches: list[pa.Table], load_file_rows: int) -> int:
 
 
 def run_laketide(
-    workdir: Path, landing: Path, expected: pa.Table, parallelism: int, table_type: str = "COPY_ON_WRITE", load_files: int = 1, shape: Shape = NARROW
+    workdir: Path, landing: Path, expected: pa.Table, parallelism: int, table_type: str = "COPY_ON_WRITE", load_files: int = 1, shape: Shape = NARROW,
+    extra: tuple[str, ...] = (),
 ) -> Result:
     from hudi import HudiTableBuilder
 
@@ -232,7 +233,7 @@ def run_laketide(
 
     name = "cow" if table_type == "COPY_ON_WRITE" else "mor"
     table_path = workdir / f"laketide-{name}"
-    config = laketide_config(table_path, workdir / f"checkpoint-{name}", landing, parallelism, (f"table.type={table_type}",), shape)
+    config = laketide_config(table_path, workdir / f"checkpoint-{name}", landing, parallelism, (f"table.type={table_type}", *extra), shape)
     reports = []
     with PeakRss() as rss:
         run(config, on_ready=lambda job: job.writer.observers.append(reports.append))
