@@ -155,7 +155,7 @@ class SparkBatch:
         by ``bulk_sort_keys``, into new file groups: each file group holds a contiguous range of keys."""
         global_keys = self.shuffles.global_keys
         order = stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)
-        cuts = ranges.cut_points(self.samples, self.shuffles.write_tasks)
+        cuts = ranges.cut_points(self.samples, self.shuffles.write_tasks, plan.assign.new_group_records)
 
         def cut_task(batches):
             for rows in unpack(batches):

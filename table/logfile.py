@@ -168,14 +168,16 @@ def avro_records(block: LogBlock, reader_schema=None) -> list[dict]:
     return [avro_models.decode(payload, writer_schema, reader_schema) for payload in avro_payloads(block)]
 
 
-def parquet_data_block(rows: pa.Table, header: dict[int, str]) -> LogBlock:
+def parquet_data_block(rows: pa.Table, header: dict[int, str], dictionary: list[str] | None = None) -> LogBlock:
     """A ``HoodieParquetDataBlock``: the content is a whole parquet file of the records.
 
     The records carry the meta columns, ``_hoodie_file_name`` holding the file
-    id, as Hudi's append handle writes them.
+    id, as Hudi's append handle writes them. ``dictionary``: the columns to dictionary-encode,
+    when the caller decided them (``encoding.records_dictionary_columns``); else the records decide.
     """
     sink = io.BytesIO()
-    pq.write_table(rows, sink, compression="snappy", store_schema=False, use_dictionary=dictionary_columns(rows))
+    encoded = [c for c in dictionary if c in rows.column_names] if dictionary is not None else dictionary_columns(rows)
+    pq.write_table(rows, sink, compression="snappy", store_schema=False, use_dictionary=encoded)
     return LogBlock(BlockType.PARQUET_DATA_BLOCK, header, sink.getvalue())
 
 

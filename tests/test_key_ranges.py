@@ -12,10 +12,10 @@ from laketide.table.schema import RECORD_KEY
 from laketide.writer import ranges
 
 
-def _rows(n: int, seed: int) -> pa.Table:
+def _rows(n: int, seed: int, partitions: int = 1) -> pa.Table:
     rng = np.random.default_rng(seed)
     keys = [str(k) for k in rng.integers(0, n // 2, size=n)]  # duplicates on purpose
-    partitions = [f"region={r}" for r in rng.integers(0, 3, size=n)]
+    partitions = [f"region={r}" for r in rng.integers(0, partitions, size=n)]
     return pa.table({RECORD_KEY: keys, PARTITION: partitions, "v": pa.array(np.arange(n))})
 
 
@@ -53,7 +53,7 @@ def test_range_keys_order_as_partition_then_key_and_by_key_alone_when_global():
 
 def test_parts_carry_rows_counts_and_sample_in_bounded_pieces(monkeypatch):
     monkeypatch.setattr(arrow_parts, "PART_BYTES", 4096)
-    rows = _rows(3_000, 1).append_column(REASON, pa.array([None] * 2_999 + ["bad"], pa.string()))
+    rows = _rows(3_000, 1, partitions=3).append_column(REASON, pa.array([None] * 2_999 + ["bad"], pa.string()))
     parts = list(arrow_parts.pack(7, rows, (["k"], 2.5)))
     assert len(parts) > 1
     meta = pa.Table.from_batches(parts).drop_columns(["arrow"]).to_pylist()
@@ -62,3 +62,14 @@ def test_parts_carry_rows_counts_and_sample_in_bounded_pieces(monkeypatch):
     assert [m["sample"] for m in meta if m["sample"]] == [["k"]], "the sample rides on the first part only"
     assert arrow_parts.unpacked(parts).equals(rows)
     assert arrow_parts.unpacked([]) is None and list(arrow_parts.pack(0, rows.slice(0, 0))) == []
+
+
+def test_a_small_batch_is_one_range_and_a_cut_near_a_partition_start_moves_there():
+    # 3 partitions of 4,000, 4,000 and 2,000 rows
+    rows = pa.table({RECORD_KEY: [f"{i:05d}" for i in range(10_000)], PARTITION: ["a"] * 4_000 + ["b"] * 4_000 + ["c"] * 2_000})
+    samples = [ranges.sample(rows, global_keys=False)]
+    assert ranges.cut_points(samples, 4, least_rows=20_000) == [], "less than a file's worth: one range"
+    cuts = ranges.cut_points(samples, 2, least_rows=1_000)
+    assert cuts == ["b\x00"], "the middle (5,000) is within a quarter range of b's start (4,000)"
+    parts = ranges.split_sorted(rows, cuts, False)
+    assert [(task, t.num_rows) for task, t in parts] == [(0, 4_000), (1, 6_000)]

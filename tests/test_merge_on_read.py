@@ -368,3 +368,26 @@ def test_archival_takes_a_compaction_plan_with_its_commit(spark, tmp_path):
     names = [e.name for e in table.io.list_dir(table.config.timeline_dir) if not e.is_dir]
     assert not any(name.split(".")[0] in {i.timestamp for i in plans} for name in names)
     assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES)
+
+
+def test_a_write_task_decides_its_log_blocks_dictionary_columns_once_from_its_records():
+    """Which columns a task's log blocks dictionary-encode is decided once from its records: a repeating
+    column and the meta columns with one value per file are encoded, unique values and laketide's own columns not."""
+    import io
+
+    import numpy as np
+    from laketide.table.encoding import ONE_PER_FILE, records_dictionary_columns
+    from laketide.table.logfile import parquet_data_block
+    from laketide.table.schema import COMMIT_TIME
+
+    n = 1000
+    records = pa.table({RECORD_KEY: [str(i) for i in range(n)], "status": ["new", "paid"] * (n // 2), "amount": np.arange(n) / 7, "_lt_file_id": ["g"] * n})
+    decided = records_dictionary_columns(records)
+    assert "status" in decided and set(ONE_PER_FILE) <= set(decided)
+    assert not {RECORD_KEY, "amount", "_lt_file_id"} & set(decided)
+    written = records.drop_columns(["_lt_file_id"]).append_column(COMMIT_TIME, pa.array(["20260101000000000"] * n))
+    block = parquet_data_block(written.slice(0, 3), {Header.INSTANT_TIME: "20260101000000000"}, decided)
+    meta = pq.ParquetFile(io.BytesIO(block.content)).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert any("DICTIONARY" in e for e in encodings["status"]), "three rows alone would not have chosen it"
+    assert not any("DICTIONARY" in e for e in encodings[RECORD_KEY])

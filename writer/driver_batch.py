@@ -133,7 +133,7 @@ class DriverBatch:
 
         def by_range(good: pa.Table) -> list[tuple[int, pa.Table]]:
             good = good.drop_columns([SHARD])
-            cuts = ranges.cut_points([ranges.sample(good, global_keys)], self.threads)
+            cuts = ranges.cut_points([ranges.sample(good, global_keys)], self.threads, plan.assign.new_group_records)
             return ranges.split_sorted(good.sort_by(order), cuts, global_keys)
 
         parts = self._take_good(by_range)

@@ -56,9 +56,11 @@ class LogWriter:
         token: str,
         ordering_field: str | None = None,
         first_seqno: int = 0,
+        dictionary: list[str] | None = None,
     ):
         """``schema`` includes the meta columns. ``ordering_field`` is set under event-time
-        ordering; a delete then carries its ordering value, so a reader keeps a newer stored row."""
+        ordering; a delete then carries its ordering value, so a reader keeps a newer stored row.
+        ``dictionary``: the columns to dictionary-encode, decided for the whole task."""
         self.io = io
         self.target = target
         self.instant_time = instant_time
@@ -67,6 +69,7 @@ class LogWriter:
         self.avro_schema = avro_schema
         self.ordering_field = ordering_field
         self.seqno = first_seqno
+        self.dictionary = dictionary
         self.log_file = LogFile(target.partition, target.file_id, target.base_instant, target.version, log_write_token(token, instant_time))
 
     def drop_late(self, incoming: pa.Table) -> tuple[pa.Table, int]:
@@ -106,7 +109,7 @@ class LogWriter:
             rows, self.seqno = stamp_meta_columns(
                 upserts, self.schema, self.instant_time, self.task_partition, self.seqno, self.target.partition, self.target.file_id
             )
-            blocks.append(parquet_data_block(rows, header))
+            blocks.append(parquet_data_block(rows, header, self.dictionary))
         if deletes.num_rows:
             field = self.ordering_field
             values = deletes[field].to_pylist() if field and field in deletes.column_names else [None] * deletes.num_rows

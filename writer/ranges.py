@@ -46,17 +46,39 @@ def sample(rows: pa.Table, global_keys: bool, seed: int = 0) -> tuple[list[str],
     return range_keys(rows.take(pa.array(picked)), global_keys).to_pylist(), n / take
 
 
-def cut_points(samples: list[tuple[list[str], float]], tasks: int) -> list[str]:
-    """``tasks - 1`` range keys that split the sampled rows into ``tasks`` ranges of about equal weight.
+def cut_points(samples: list[tuple[list[str], float]], tasks: int, least_rows: int = 1) -> list[str]:
+    """Range keys that split the sampled rows into up to ``tasks`` ranges of about equal weight.
 
-    A row goes to the range of the cuts at or below its key (``task_of``); equal cuts leave a task
-    empty rather than split one key over two tasks, so every key's duplicates meet in one task."""
+    A range holds at least ``least_rows`` (a new file group's worth), so a small micro-batch is not cut
+    into files smaller than one would be; and a cut moves to a partition's start when one lies within a
+    quarter of a range of it, so a partition is not split into two small files for a few rows. A row
+    goes to the range of the cuts at or below its key; a cut never falls inside one key's rows, so every
+    key's duplicates meet in one task."""
     weighted = sorted((key, weight) for keys, weight in samples for key in keys)
-    if tasks <= 1 or not weighted:
+    if not weighted:
         return []
     totals = np.cumsum([weight for _, weight in weighted])
-    goals = totals[-1] * np.arange(1, tasks) / tasks
-    return [weighted[min(int(i), len(weighted) - 1)][0] for i in np.searchsorted(totals, goals)]
+    tasks = min(tasks, max(1, int(totals[-1] // max(1, least_rows))))
+    if tasks <= 1:
+        return []
+    share = totals[-1] / tasks
+    starts = _partition_starts(weighted)
+    cuts = []
+    for goal in share * np.arange(1, tasks):
+        at = min(int(np.searchsorted(totals, goal)), len(weighted) - 1)
+        near = [i for i in starts if abs(totals[i] - weighted[i][1] - goal) <= share / 4]
+        cuts.append(_partition_of(weighted[min(near, key=lambda i: abs(totals[i] - goal))][0]) + _SEPARATOR if near else weighted[at][0])
+    return sorted(set(cuts))
+
+
+def _partition_starts(weighted: list[tuple[str, float]]) -> list[int]:
+    """Where a new partition begins among sorted range keys (none under a global index, whose keys have no partition)."""
+    parts = [_partition_of(key) for key, _ in weighted]
+    return [i for i in range(1, len(parts)) if parts[i] is not None and parts[i] != parts[i - 1]]
+
+
+def _partition_of(key: str) -> str | None:
+    return key.split(_SEPARATOR, 1)[0] if _SEPARATOR in key else None
 
 
 def split_sorted(rows: pa.Table, cuts: list[str], global_keys: bool) -> list[tuple[int, pa.Table]]:

@@ -41,6 +41,7 @@ from laketide.index.state import (
 )
 from laketide.table.commit import WriteStat
 from laketide.table.damage import reading_data_file
+from laketide.table.encoding import records_dictionary_columns
 from laketide.table.files import BaseFile, LogFile, parse_data_file, write_token
 from laketide.table.io import FileIO
 from laketide.table.markers import CREATE, MERGE, WriteMarkers
@@ -208,6 +209,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
     statuses = []
     seqno = 0
     ensured: set[str] = set()
+    dictionary = records_dictionary_columns(rows) if plan.log_targets else None
     for start, end in zip(starts, ends):
         partition, file_id = partitions[start], file_ids[start]
         incoming = rows.slice(start, end - start).drop_columns([PARTITION, FILE_ID])
@@ -216,7 +218,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
         if log_target is not None:
             writer = LogWriter(
                 io, log_target, plan.instant, task, with_meta_schema(plan.table_schema), plan.avro_schema,
-                token or write_token(task), plan.ordering_field, first_seqno=seqno,
+                token or write_token(task), plan.ordering_field, first_seqno=seqno, dictionary=dictionary,
             )
             incoming, late = writer.drop_late(incoming)
             written = list(log_target.slice_paths)
