@@ -345,4 +345,6 @@ class StateIndex:
         for old in files:
             if old != path:
                 self.io.delete(old)
+        # the base holds exactly the merged run: the next load extends it with newer deltas, not read it again
+        SHARDS.put((self.io.base_path, shard), (path,), merged)
         return path
