@@ -2,8 +2,8 @@
 
 ``assign`` runs once per index shard (after the shuffle by shard) and
 ``write`` once per set of file groups (after the shuffle by file group).
-``bulk_insert`` is the one stage of a bulk insert: it runs on rows that Spark
-has hashed by (partition, key) and sorted, and writes new file groups as the
+``bulk_insert`` is the one stage of a bulk insert: it runs on one key range of
+the micro-batch (``writer.ranges``), sorted, and writes new file groups as the
 rows come. All take a ``BatchPlan`` the driver built, and touch storage only
 through ``FileIO``; they do not import Spark, so they run in tests without it.
 """
