@@ -68,7 +68,7 @@ class MicroBatchWriter(BatchWriter):
         # the error that failed a micro-batch, as raised here: Spark hands the query's waiter only its text
         self.failure: BaseException | None = None
         self._brokers = None  # a Kafka source's client for the lag, made at the first micro-batch
-        self.shuffles = Shuffles(index.shards, config.write.parallelism, self.operation == "bulk_insert", index.global_keys, table.config.ordering_field)
+        self.shuffles = Shuffles(index.shards, config.write.parallelism, self.operation == "bulk_insert")
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         # a service that failed too often in the background stops the job before it writes more

@@ -66,11 +66,9 @@ class Shuffles:
     """Where a job's micro-batches send their parts: by index shard to assign, by write slot to write, by
     key range to bulk insert. Each route table makes a part's ``task`` the Spark partition it lands in."""
 
-    def __init__(self, shards: int, write_tasks: int, bulk: bool, global_keys: bool, ordering_field: str | None):
+    def __init__(self, shards: int, write_tasks: int, bulk: bool):
         self.write_tasks = write_tasks
         self.bulk = bulk
-        self.global_keys = global_keys
-        self.ordering_field = ordering_field
         self.shard_routes = hash_routes(shards)
         self.write_routes = hash_routes(write_tasks)
 
@@ -153,7 +151,7 @@ class SparkBatch:
     def bulk_insert(self, plan: stages.BatchPlan) -> list[stages.WriteStatus]:
         """Each write task takes one key range of the micro-batch (``writer.ranges``) and writes it, sorted
         by ``bulk_sort_keys``, into new file groups: each file group holds a contiguous range of keys."""
-        global_keys = self.shuffles.global_keys
+        global_keys = plan.index.global_keys
         order = stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)
         cuts = ranges.cut_points(self.samples, self.shuffles.write_tasks, plan.assign.new_group_records)
 
