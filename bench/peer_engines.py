@@ -13,6 +13,7 @@ its own environment (``.venv-paimon``, which ``make bench`` makes), where laketi
 from __future__ import annotations
 
 import glob
+import json
 import os
 import time
 from pathlib import Path
@@ -56,7 +57,8 @@ def laketide(table_type: str) -> Callable[[Path, Shape, int | None], Result]:
     def run(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
         files = landing_files(workdir, None)  # the job takes every landing file
         expected = expected_state([pq.read_table(f) for f in files])
-        return run_laketide(workdir, workdir / "landing", expected, 4, table_type, 1, shape)
+        conf = tuple(json.loads((workdir / "workload.json").read_text()).get("laketide_conf", ()))
+        return run_laketide(workdir, workdir / "landing", expected, 4, table_type, 1, shape, extra=conf)
 
     return run
 

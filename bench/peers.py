@@ -11,6 +11,12 @@ batch file to the end of its commit.
     python bench/peers.py                                   # N=1,000,000, K=10, B=100,000, both workloads
     python bench/peers.py --rows 100000 --batch-rows 10000 --batches 3 --engines laketide-mor,delta-rs,ducklake
 
+laketide's files are sized to the table (``--laketide-conf``, by default ``write.target_file_size=2MB`` and
+``write.small_file_limit=1536KB``): at 1M rows a partition holds about 10 MB, so it gets five files, as a
+partition of a production table spans many files of the default 128 MB. A batch rewrites (copy-on-write)
+or appends to (merge-on-read) the files its keys fall in; with one file per partition that is every file,
+whatever the keys.
+
 PyIceberg's upsert takes about a minute a batch at 1M rows, so it runs ``--iceberg-batches`` batches (3) and
 its table is checked against the rows of those batches. pypaimon runs from ``.venv-paimon`` (it needs
 pyarrow < 20); without that environment, or with any engine failing, the row says so and the run fails.
@@ -34,6 +40,7 @@ from upsert_bench import SHAPES, land, make_workload, print_table, write_results
 
 ALL_ENGINES = "laketide-cow,laketide-mor,delta-rs,ducklake,pypaimon,pyiceberg"
 PAIMON_PYTHON = BENCH.parent / ".venv-paimon" / "bin" / "python"
+LAKETIDE_CONF = ["write.target_file_size=2MB", "write.small_file_limit=1536KB"]
 
 
 def run_engine(engine: str, workdir: Path, shape: str, max_batches: int | None) -> None:
@@ -67,7 +74,7 @@ def run_workload(skew: str, args: argparse.Namespace) -> dict:
     try:
         (workdir / "landing").mkdir()
         land(workdir / "landing", batches, args.rows)
-        (workdir / "workload.json").write_text(json.dumps({"batch_rows": args.batch_rows}))
+        (workdir / "workload.json").write_text(json.dumps({"batch_rows": args.batch_rows, "laketide_conf": args.laketide_conf}))
         load_mb = (workdir / "landing" / "batch-0000.parquet").stat().st_size / 2**20
         print(f"workload {skew}: N={args.rows:,} ({load_mb:.0f} MB of parquet) K={args.batches} B={args.batch_rows:,}, "
               f"{len(shape.schema)} columns in {shape.regions} partitions", flush=True)
@@ -115,12 +122,14 @@ def main() -> None:
     parser.add_argument("--iceberg-batches", type=int, default=3)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="wide")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--laketide-conf", action="append", help=f"a setting of laketide's runs, repeatable (default: {' '.join(LAKETIDE_CONF)})")
     parser.add_argument("--out", default="bench/results/peers.json")
     # one engine's run, in its own process
     parser.add_argument("--engine", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--max-batches", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.laketide_conf = args.laketide_conf or LAKETIDE_CONF
     if args.engine:
         return run_engine(args.engine, args.workdir, args.shape, args.max_batches)
     workloads = [run_workload(skew, args) for skew in args.workloads.split(",")]

@@ -10,11 +10,15 @@ Per shard, for one micro-batch:
 4. in a global index, a record whose partition changed moves: a delete goes to
    its old file group, and the record becomes an insert in its new partition
    (unless event-time ordering keeps the stored row, which is newer);
-5. bin-pack the remaining inserts into the partition's small file groups, then
-   into new file groups. Every shard fills the same groups, each taking its share
-   of their room, so a micro-batch's inserts touch a few groups per partition
-   rather than one per shard: copy-on-write rewrites fewer groups, and
-   merge-on-read appends fewer logs.
+5. route the remaining inserts by key: each goes to the partition's small file
+   group whose key range it falls in or extends (the one with the highest
+   first key at or below it), while that group has room, and the rest to new
+   file groups, in key order, so file groups keep holding key ranges. Every
+   shard fills the same groups, each taking its share of their room, so a
+   micro-batch's inserts touch a few groups per partition rather than one per
+   shard: copy-on-write rewrites fewer groups, and merge-on-read appends fewer
+   logs. When new keys are the newest (order ids, timestamps), they land in the
+   groups last filled, and the older ones are left alone.
 
 The result is the records with their file group, and the index entries the
 micro-batch adds (keys found through blooms, and new inserts). An insert
@@ -43,6 +47,7 @@ class SmallFileGroup:
     partition: str
     file_id: str
     capacity: int  # records it can still take before reaching the target size
+    first_key: str | None = None  # the lowest record key of its base file (footer), when known
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,8 @@ class AssignPlan:
     shards: int
     ordering_field: str | None
     new_group_records: int
-    # by partition, fullest first: the groups inserts fill before new ones, shared by every shard
+    # by partition: the groups inserts fill before new ones, shared by every shard; those with a known
+    # first key by it, then the others fullest first
     small_groups: dict[str, list[SmallFileGroup]] = field(default_factory=dict)
     uncovered: dict[str, list[UncoveredGroup]] = field(default_factory=dict)
     # the table's live file groups and their base files; an index entry naming another
@@ -224,15 +230,16 @@ class BucketAssigner:
             new_entry[list(moves)] = True
         existed = located >= 0
 
-        # inserts, by partition: the small groups first, then new groups
+        # inserts, by partition and in key order: the small groups first, then new groups
         codes = located.copy()
         inserting = ~existed & ~deleted
+        keys = rows[RECORD_KEY].combine_chunks()
         for k, partition in enumerate(names):
             at = np.nonzero(inserting & (partition_codes == k))[0]
-            start = 0
-            for file_id, take in self._pack(partition, len(at)):
-                codes[at[start : start + take]] = groups.code((partition, file_id))
-                start += take
+            if len(at):
+                at = at[pc.sort_indices(keys.take(pa.array(at))).to_numpy()]
+                for file_id, positions in self._route(partition, keys.take(pa.array(at))):
+                    codes[at[positions]] = groups.code((partition, file_id))
         new_entry |= inserting
 
         # deletes of keys the table never had have nowhere to go and nothing to do
@@ -309,10 +316,33 @@ class BucketAssigner:
         old = old.append_column(FILE_ID, pa.array([f for _, f in moves.values()], pa.string()))
         return old.append_column(EXISTED, pa.repeat(pa.scalar(True), n))
 
-    def _pack(self, partition: str, count: int) -> Iterable[tuple[str, int]]:
-        """(file id, how many) for ``count`` inserts: this shard's share of the partition's small groups
-        first, then of new groups."""
-        for group in self.plan.small_groups.get(partition, []):
+    def _route(self, partition: str, keys: pa.Array) -> Iterable[tuple[str, np.ndarray]]:
+        """(file id, positions in ``keys``) for one partition's inserts, ``keys`` sorted: each key to the
+        small group whose range it falls in or extends, up to this shard's share of the group's room;
+        what is left, in key order, to the small groups without a known range, then to new groups."""
+        small = self.plan.small_groups.get(partition, [])
+        ranged = sorted((g for g in small if g.first_key is not None), key=lambda g: g.first_key)
+        left = np.arange(len(keys))
+        if ranged:
+            firsts = np.array([g.first_key for g in ranged], dtype=object)
+            # the group with the highest first key at or below each key; keys below every group go to the first
+            home = np.maximum(np.searchsorted(firsts, keys.to_numpy(zero_copy_only=False), side="right") - 1, 0)
+            taken = np.zeros(len(keys), bool)
+            for g, group in enumerate(ranged):
+                mine = np.nonzero(home == g)[0][: self.plan.share(group.capacity, self.shard)]
+                if len(mine):
+                    taken[mine] = True
+                    yield group.file_id, mine
+            left = np.nonzero(~taken)[0]
+        start = 0
+        for file_id, take in self._pack([g for g in small if g.first_key is None], partition, len(left)):
+            yield file_id, left[start : start + take]
+            start += take
+
+    def _pack(self, small: list[SmallFileGroup], partition: str, count: int) -> Iterable[tuple[str, int]]:
+        """(file id, how many) for ``count`` inserts: this shard's share of ``small`` groups first, then
+        of new groups."""
+        for group in small:
             take = min(count, self.plan.share(group.capacity, self.shard))
             if take:
                 yield group.file_id, take

@@ -82,6 +82,20 @@ def test_every_shard_fills_the_same_groups_with_its_share_of_their_room():
     assert routed.count(new_file_id(plan, "p", 1)) == 18 - 7 - 9
 
 
+def test_inserts_go_to_the_small_group_whose_key_range_they_extend():
+    """Keys route by where the small groups' keys begin, so groups keep holding key ranges: new keys
+    above every range extend the last group until it is full, then open a new group, and the group
+    with no known range is filled only after the ranged ones."""
+    plan = AssignPlan("20260101000000006", shards=1, ordering_field="ts", new_group_records=10)
+    plan.small_groups["p"] = [SmallFileGroup("p", "from-m", 2, "m"), SmallFileGroup("p", "from-c", 5, "c"), SmallFileGroup("p", "unranged", 1)]
+    assigned, _ = assigner(plan).assign(batch(["a", "d", "e", "n", "x", "y", "z"], [1] * 7))
+    routed = dict(zip(assigned[RECORD_KEY].to_pylist(), assigned[FILE_ID].to_pylist()))
+    assert [routed[k] for k in "ade"] == ["from-c"] * 3  # "a" is below every range: the lowest group takes it
+    assert [routed[k] for k in "nx"] == ["from-m"] * 2
+    assert routed["y"] == "unranged"
+    assert routed["z"] == new_file_id(plan, "p", 0)
+
+
 def test_a_new_group_goes_to_one_write_slot_whatever_shard_filled_it():
     from laketide.writer.stages import record_write_slots
 

@@ -35,7 +35,7 @@ from laketide.writer import stages
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.landing import copy_aside
-from laketide.writer.planning import plan_instant
+from laketide.writer.planning import FirstKeys, plan_instant
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.prepare import PrepareSpec
 from laketide.writer.report import BatchReport, WriterStatus
@@ -129,6 +129,7 @@ class BatchWriter:
         # called with each micro-batch's report once it is done (benchmarks and tests watch the job through it)
         self.observers: list[Callable[[BatchReport], None]] = []
         self.views = views or ViewSync(table)
+        self.first_keys = FirstKeys(table.io)  # where the small file groups' keys begin, kept between micro-batches
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
         self.batch_lock = threading.RLock()
         self.metrics = coordinator.metrics
@@ -247,7 +248,7 @@ class BatchWriter:
     # -- the stages ---------------------------------------------------------
 
     def _plan(self, instant: str, incoming: pa.Schema) -> tuple[stages.BatchPlan, ForeignWrites]:
-        return plan_instant(self.table, self.views, self.index, self.config.write, instant, incoming)
+        return plan_instant(self.table, self.views, self.index, self.config.write, instant, incoming, self.first_keys)
 
     def _quarantine(self, batch: MicroBatch, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
         """Rows with their reason, and whole landing files that could not be read, copied aside."""

@@ -6,12 +6,17 @@ Read from the table's timeline and the job's synced view, once per instant, on t
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+from laketide.index.bloom import KeyRange
 from laketide.index.assigner import AssignPlan, SmallFileGroup, UncoveredGroup
 from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
+from laketide.table.damage import reading_data_file
+from laketide.table.io import FileIO
 from laketide.table.properties import EVENT_TIME
 from laketide.table.schema import avro_schema_json, evolve, with_meta_schema
 from laketide.table.timeline import Timeline
@@ -27,6 +32,38 @@ log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024
 
 
+class FirstKeys:
+    """The first record key of each small file group's base file, which routes inserts by key range.
+
+    Read from the file's footer (``hoodie_min_record_key``) once, since a base file never changes, and
+    kept while its group is small: a copy-on-write group that takes inserts has a new base file each
+    micro-batch, so a batch reads one footer per small group it rewrote. Used by the batch thread only.
+    """
+
+    def __init__(self, io: FileIO):
+        self._io = io
+        self._keys: dict[str, str | None] = {}
+
+    def of(self, paths: list[str]) -> dict[str, str | None]:
+        missing = [p for p in paths if p not in self._keys]
+        if len(missing) > 1:
+            with ThreadPoolExecutor(min(8, len(missing))) as pool:
+                read = dict(zip(missing, pool.map(self._read, missing)))
+        else:
+            read = {p: self._read(p) for p in missing}
+        # only the groups still small: the cache stays the size of the table's small groups
+        self._keys = {p: read[p] if p in read else self._keys[p] for p in paths}
+        return dict(self._keys)
+
+    def _read(self, path: str) -> str | None:
+        try:
+            with reading_data_file(self._io, path), self._io.open_input(path) as f:
+                key_range = KeyRange.from_footer(pq.read_metadata(f).metadata)
+        except FileNotFoundError:  # cleaned since the view was read: the write that needs it will say so
+            return None
+        return key_range.min_key if key_range else None
+
+
 def _record_size(timeline: Timeline) -> int:
     """Bytes per record in the table's recent base files (Hudi's average record size estimate)."""
     writes = timeline.completed_writes()[-5:]
@@ -35,10 +72,13 @@ def _record_size(timeline: Timeline) -> int:
     return max(64, sum(s.file_size_in_bytes for s in stats) // total) if total else DEFAULT_RECORD_SIZE
 
 
-def plan_instant(table: Table, views: ViewSync, index: StateIndex, write: WriteSection, instant: str, incoming: pa.Schema) -> tuple[stages.BatchPlan, ForeignWrites]:
+def plan_instant(
+    table: Table, views: ViewSync, index: StateIndex, write: WriteSection, instant: str, incoming: pa.Schema, first_keys: FirstKeys | None = None,
+) -> tuple[stages.BatchPlan, ForeignWrites]:
     """What the stages of one instant need: where each key may live (the index snapshot, the groups it
-    does not cover, the small groups with room), the schema, the write slots and, on merge-on-read, each
-    group's next log file. Other writers' commits since the last instant uncover the groups they touched."""
+    does not cover, the small groups with room and where their keys begin), the schema, the write slots
+    and, on merge-on-read, each group's next log file. Other writers' commits since the last instant
+    uncover the groups they touched."""
     timeline = table.timeline
     view = views.view(timeline)
     latest = view.latest_slices()
@@ -64,7 +104,7 @@ def plan_instant(table: Table, views: ViewSync, index: StateIndex, write: WriteS
         global_keys=index.global_keys,
         event_time=settings.merge_mode == EVENT_TIME and settings.ordering_field is not None,
     )
-    _uncovered_and_small_groups(assign, slices, uncovered, write, record_size)
+    _uncovered_and_small_groups(assign, slices, uncovered, write, record_size, first_keys or FirstKeys(table.io))
     # checked at start; a schema another writer changed since then is checked again here
     schema = evolve(table.schema(timeline), incoming)
     plan = stages.BatchPlan(
@@ -89,19 +129,25 @@ def plan_instant(table: Table, views: ViewSync, index: StateIndex, write: WriteS
     return plan, foreign
 
 
-def _uncovered_and_small_groups(assign: AssignPlan, slices: list[FileSlice], uncovered: frozenset, write: WriteSection, record_size: int) -> None:
+def _uncovered_and_small_groups(
+    assign: AssignPlan, slices: list[FileSlice], uncovered: frozenset, write: WriteSection, record_size: int, first_keys: FirstKeys
+) -> None:
     """The groups the index does not cover (probed by their blooms), and the small groups with room
-    (inserts fill them before opening new ones)."""
+    (inserts fill them, by key range, before opening new ones)."""
+    small = []
     for s in slices:
         if (s.partition, s.file_id) in uncovered:
             logs = tuple(lf.path for lf in s.log_files)
             assign.uncovered.setdefault(s.partition, []).append(UncoveredGroup(s.partition, s.file_id, s.base_file.path, logs))
-        elif s.size < write.small_file_limit:
-            capacity = (write.target_file_size - s.size) // record_size
-            if capacity > 0:
-                assign.small_groups.setdefault(s.partition, []).append(SmallFileGroup(s.partition, s.file_id, capacity))
+        elif s.size < write.small_file_limit and (write.target_file_size - s.size) // record_size > 0:
+            small.append(s)
+    firsts = first_keys.of([s.base_file.path for s in small])
+    for s in small:
+        capacity = (write.target_file_size - s.size) // record_size
+        assign.small_groups.setdefault(s.partition, []).append(SmallFileGroup(s.partition, s.file_id, capacity, firsts[s.base_file.path]))
     for groups in assign.small_groups.values():
-        groups.sort(key=lambda g: (g.capacity, g.file_id))  # the fullest first: it leaves the small ones soonest
+        # those without a known range are filled the fullest first: it leaves the small ones soonest
+        groups.sort(key=lambda g: (g.first_key is None, g.first_key or "", g.capacity, g.file_id))
 
 
 def _log_targets(view: FileSystemView, slices: list[FileSlice]) -> dict[tuple[str, str], LogTarget]:
