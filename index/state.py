@@ -44,6 +44,10 @@ GLOBAL_HASH_NAME = "fnv1a64(key)"
 _RUN = re.compile(r"^(base|delta)_(\d{17})(?:_(\d+))?\.arrow$")
 _COVERAGE = re.compile(r"^coverage_(\d{17})\.json$")
 RUN_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", pa.string()), ("file_id", pa.string())])
+# as run files hold it: partitions and file ids dictionary-encoded, about 16 bytes a key rather than 56
+# (runs written before hold plain strings, and read the same)
+_DICTIONARY = pa.dictionary(pa.int32(), pa.string())
+STORED_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", _DICTIONARY), ("file_id", _DICTIONARY)])
 
 FileGroupId = tuple[str, str]
 
@@ -77,29 +81,39 @@ def _apply_coverage(covered: set[FileGroupId], entry: dict | list) -> set[FileGr
     return covered | {tuple(g) for g in entry.get("covered", [])}
 
 
+# newer entries stay in a run of their own over the shard's run until they are this share of it: a
+# micro-batch then folds its entries into the small run, and the large one is rewritten once in a while
+# (amortised, a few copies of the batch's entries) rather than at every micro-batch, so at 100M keys a
+# batch does not copy the 1.2 GB of the index
+RECENT_SHARE = 8
+
+
 @dataclass
 class ShardRun:
-    """One shard's entries in memory: sorted hashes and a file-group code for each."""
+    """One shard's entries in memory: sorted hashes and a file-group code for each, 12 bytes a key.
+
+    ``recent`` holds entries newer than these, sorted the same way, with codes into the same ``groups``;
+    where both know a hash, ``recent`` wins.
+    """
 
     hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
     codes: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
     groups: list[FileGroupId] = field(default_factory=list)
+    recent: ShardRun | None = None
 
     @classmethod
     def from_table(cls, table: pa.Table) -> ShardRun:
         if table.num_rows == 0:
             return cls()
-        pairs = pc.binary_join_element_wise(table["partition"], table["file_id"], "\x00").combine_chunks().dictionary_encode()
-        codes = pairs.indices.to_numpy().astype(np.int32)
-        groups = [tuple(p.split("\x00", 1)) for p in pairs.dictionary.to_pylist()]
+        codes, groups = _group_codes(table["partition"].combine_chunks(), table["file_id"].combine_chunks())
         hashes = table["key_hash"].to_numpy()
-        order = np.argsort(hashes, kind="stable")
+        order = np.argsort(hashes, kind="stable")  # linear on a run written sorted
         return cls(hashes[order], codes[order], groups)
 
     @classmethod
     def merge(cls, runs: Iterable[ShardRun]) -> ShardRun:
         """Later runs win for a hash present in several (keys never move, so they agree)."""
-        runs = [r for r in runs if len(r.hashes)]
+        runs = [r.flattened() for r in runs if len(r)]
         if not runs:
             return cls()
         groups: dict[FileGroupId, int] = {}
@@ -115,25 +129,51 @@ class ShardRun:
         uniq, first = np.unique(rev_hashes, return_index=True)
         return cls(uniq, codes[::-1][first], list(groups))
 
+    def __len__(self) -> int:
+        """Entries held, counting a hash in both layers twice."""
+        return len(self.hashes) + (len(self.recent) if self.recent is not None else 0)
+
     def extended(self, runs: Iterable[ShardRun]) -> ShardRun:
-        """This run with newer runs folded in, without re-sorting it: the new entries are inserted in place."""
+        """This run with newer runs folded in. Their entries join ``recent``, and ``recent`` joins the
+        large run only once it holds ``1 / RECENT_SHARE`` of it, so the work is about the new entries'."""
         new = ShardRun.merge(runs)
         if len(new.hashes) == 0:
             return self
         codes_of = {g: i for i, g in enumerate(self.groups)}
         remap = np.array([codes_of.setdefault(g, len(codes_of)) for g in new.groups], np.int32)
-        new_codes = remap[new.codes]
-        pos = np.searchsorted(self.hashes, new.hashes)
+        groups = list(codes_of)
+        recent = ShardRun(new.hashes, remap[new.codes], groups)
+        if self.recent is not None:
+            recent = self.recent._with(recent, groups)
+        if len(recent.hashes) * RECENT_SHARE < len(self.hashes):
+            return ShardRun(self.hashes, self.codes, groups, recent)
+        return self._with(recent, groups)
+
+    def _with(self, newer: ShardRun, groups: list[FileGroupId]) -> ShardRun:
+        """One sorted run of this run's entries and ``newer``'s (codes into the same groups), ``newer``
+        winning: its entries are inserted in place, without sorting again."""
+        pos = np.searchsorted(self.hashes, newer.hashes)
         known = np.zeros(len(pos), dtype=bool)
         inside = pos < len(self.hashes)
-        known[inside] = self.hashes[pos[inside]] == new.hashes[inside]
+        known[inside] = self.hashes[pos[inside]] == newer.hashes[inside]
         codes = self.codes.copy()
-        codes[pos[known]] = new_codes[known]
+        codes[pos[known]] = newer.codes[known]
         added = ~known
-        return ShardRun(np.insert(self.hashes, pos[added], new.hashes[added]), np.insert(codes, pos[added], new_codes[added]), list(codes_of))
+        return ShardRun(np.insert(self.hashes, pos[added], newer.hashes[added]), np.insert(codes, pos[added], newer.codes[added]), groups)
+
+    def flattened(self) -> ShardRun:
+        """The same entries as one run, with no ``recent`` layer."""
+        return self if self.recent is None else self._with(self.recent.flattened(), self.groups)
 
     def lookup(self, key_hashes: np.ndarray) -> np.ndarray:
         """File-group code of each hash, -1 where the shard does not know it."""
+        codes = self._lookup_own(key_hashes)
+        if self.recent is not None:
+            newer = self.recent.lookup(key_hashes)
+            codes = np.where(newer >= 0, newer, codes)
+        return codes
+
+    def _lookup_own(self, key_hashes: np.ndarray) -> np.ndarray:
         if len(self.hashes) == 0:
             return np.full(len(key_hashes), -1, np.int32)
         pos = np.searchsorted(self.hashes, key_hashes)
@@ -142,9 +182,35 @@ class ShardRun:
         return np.where(found, self.codes[pos], -1).astype(np.int32)
 
     def to_table(self) -> pa.Table:
-        at = pa.array(self.codes, pa.int32())
-        partitions = pa.array([p for p, _ in self.groups], pa.string()).take(at)
-        return index_entries(self.hashes, partitions, pa.array([f for _, f in self.groups], pa.string()).take(at))
+        """The entries as a run file holds them (``STORED_SCHEMA``): a file id's dictionary entry is its group's code."""
+        run = self.flattened()
+        partitions = pa.array([p for p, _ in run.groups], pa.string()).dictionary_encode()
+        partition_of = partitions.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+        file_ids = pa.array([f for _, f in run.groups], pa.string())
+        return pa.table(
+            [
+                pa.array(run.hashes, pa.uint64()),
+                pa.DictionaryArray.from_arrays(pa.array(partition_of[run.codes], pa.int32()), partitions.dictionary),
+                pa.DictionaryArray.from_arrays(pa.array(run.codes, pa.int32()), file_ids),
+            ],
+            schema=STORED_SCHEMA,
+        )
+
+
+def _group_codes(partitions: pa.Array, file_ids: pa.Array) -> tuple[np.ndarray, list[FileGroupId]]:
+    """A code per entry and the (partition, file id) of each code, from plain or dictionary-encoded columns."""
+    if not pa.types.is_dictionary(partitions.type) or not pa.types.is_dictionary(file_ids.type):
+        pairs = pc.binary_join_element_wise(partitions.cast(pa.string()), file_ids.cast(pa.string()), "\x00").dictionary_encode()
+        return pairs.indices.to_numpy().astype(np.int32), [tuple(p.split("\x00", 1)) for p in pairs.dictionary.to_pylist()]
+    p_at, f_at = partitions.indices.to_numpy(zero_copy_only=False), file_ids.indices.to_numpy(zero_copy_only=False)
+    names, ids = partitions.dictionary.to_pylist(), file_ids.dictionary.to_pylist()
+    partition_of = np.full(len(ids), -1, np.int64)
+    partition_of[f_at] = p_at
+    if np.array_equal(partition_of[f_at], p_at):
+        # each file id in one partition, as ``to_table`` writes: the file id's entry is the code
+        return f_at.astype(np.int32), [(names[p] if p >= 0 else "", f) for p, f in zip(partition_of.tolist(), ids)]
+    pairs, codes = np.unique(p_at.astype(np.int64) * len(ids) + f_at, return_inverse=True)
+    return codes.astype(np.int32), [(names[int(v) // len(ids)], ids[int(v) % len(ids)]) for v in pairs]
 
 
 @dataclass(frozen=True)
@@ -272,8 +338,8 @@ class StateIndex:
 
     def _write_run(self, path: str, table: pa.Table) -> None:
         sink = pa.BufferOutputStream()
-        with ipc.new_file(sink, RUN_SCHEMA) as writer:
-            writer.write_table(table.cast(RUN_SCHEMA))
+        with ipc.new_file(sink, STORED_SCHEMA) as writer:
+            writer.write_table(table.cast(STORED_SCHEMA))
         self.io.write_atomic(path, sink.getvalue().to_pybytes(), overwrite=True)
 
     def write_delta(self, shard: int, instant: str, entries: pa.Table, part: int = 0) -> str | None:
@@ -339,7 +405,7 @@ class StateIndex:
         files = snapshot.runs.get(shard, ())
         if len(files) <= 1 or snapshot.as_of is None:
             return None
-        merged = self.load_shard(snapshot, shard)
+        merged = self.load_shard(snapshot, shard).flattened()
         path = posixpath.join(self.shard_dir(shard), f"base_{snapshot.as_of}.arrow")
         self._write_run(path, merged.to_table())
         for old in files:

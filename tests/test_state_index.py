@@ -93,9 +93,27 @@ def test_extending_a_run_equals_merging_it_again():
     delta = ShardRun.from_table(index_entries(np.concatenate([fresh, again]), ["p"] * 350, ["b"] * 300 + ["a"] * 50))
     merged = ShardRun.merge([base, delta])
     extended = base.extended([delta])
-    assert np.array_equal(extended.hashes, merged.hashes)
-    assert [extended.groups[c] for c in extended.codes] == [merged.groups[c] for c in merged.codes]
+    flat = extended.flattened()
+    assert np.array_equal(flat.hashes, merged.hashes)
+    assert [flat.groups[c] for c in flat.codes] == [merged.groups[c] for c in merged.codes]
+    probe = np.concatenate([merged.hashes, rng.integers(0, 2**63, 100, dtype=np.uint64)])
+    assert [extended.groups[c] if c >= 0 else None for c in extended.lookup(probe)] == [merged.groups[c] if c >= 0 else None for c in merged.lookup(probe)]
     assert base.extended([ShardRun()]) is base
+
+
+def test_a_micro_batch_extends_the_index_without_copying_it():
+    """Each batch's entries join a small run over the large one, which is rewritten only once the small
+    one holds an eighth of it: the large arrays are shared, not copied, from batch to batch."""
+    rng = np.random.default_rng(5)
+    run = ShardRun.from_table(index_entries(rng.integers(0, 2**63, 80_000, dtype=np.uint64), ["p"] * 80_000, ["a"] * 80_000))
+    large = run.hashes
+    for n in range(10):
+        batch = rng.integers(0, 2**63, 1000, dtype=np.uint64)
+        run = run.extended([ShardRun.from_table(index_entries(batch, ["p"] * 1000, [f"g{n}"] * 1000))])
+        assert run.groups[run.lookup(batch[:1])[0]] == ("p", f"g{n}")
+        if n < 9:
+            assert run.hashes is large and len(run.recent.hashes) == 1000 * (n + 1)
+    assert run.recent is None and len(run.hashes) == 90_000  # the tenth batch made the small run an eighth: folded
 
 
 def test_cached_shards_are_extended_with_new_deltas_only(tmp_path, monkeypatch):
@@ -186,3 +204,26 @@ def test_the_shard_cache_holds_under_many_threads_past_its_capacity(tmp_path):
         t.join()
     assert not failures, failures[:3]
     assert len(SHARDS) == SHARDS.capacity
+
+
+def test_run_files_hold_groups_dictionary_encoded_and_older_plain_runs_still_read(tmp_path):
+    """A base of many keys in few groups costs about 16 bytes a key on disk (the hash, and two dictionary
+    codes), not the 56 of a partition and file id spelled out per key; runs written that older way read the same."""
+    import pyarrow.ipc as ipc
+
+    from laketide.index.state import RUN_SCHEMA, SHARDS
+
+    index = StateIndex.open(FileIO.for_uri(str(tmp_path)), 1)
+    keys = [f"k{i}" for i in range(20_000)]
+    index.write_delta(0, "20260101000000001", entries(keys[:10_000], "p=1", "a" * 36 + "-0"))
+    old = pa.BufferOutputStream()
+    with ipc.new_file(old, RUN_SCHEMA) as writer:  # a delta as runs were written before: plain strings
+        writer.write_table(entries(keys[10_000:], "p=2", "b" * 36 + "-0"))
+    index.io.write_atomic(f"{index.shard_dir(0)}/delta_20260101000000002_0.arrow", old.getvalue().to_pybytes(), overwrite=True)
+    snap = index.snapshot({"20260101000000001", "20260101000000002"})
+    base = index.compact(snap, 0)
+    assert index.io.size(base) / len(keys) < 20
+    SHARDS.put((index.io.base_path, 0), (), None)  # read the base back from its file
+    snap = index.snapshot({"20260101000000001", "20260101000000002"})
+    assert lookup(index, snap, ["k1", "k19999"], "p=1") == [("p=1", "a" * 36 + "-0"), None]
+    assert lookup(index, snap, ["k19999"], "p=2") == [("p=2", "b" * 36 + "-0")]

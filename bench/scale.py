@@ -1,0 +1,182 @@
+"""Scale benchmark: merge-on-read upsert batches against a table of 1M keys and of 100M keys.
+
+Each size runs in its own process. The table is bulk-inserted from landing files of ``--load-file-rows``
+(a job with ``write.operation=bulk_insert``), then a second job, the upsert job users run, takes
+``--batches`` batches of ``--batch-rows`` (half updates of any key so far, 1% keys repeated within a batch).
+The batch medians are compared across sizes; the job's peak RSS (Spark's JVM and Python workers
+included), the state index's bytes per key in memory and on disk, and the final table read back by
+hudi-rs and compared with the expected (key, ts) of every row are reported.
+
+    python bench/scale.py                                  # 1M and 100M keys, 10 batches of 100,000
+    python bench/scale.py --sizes 1000000,10000000 --batches 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from measure import PeakRss  # noqa: E402
+from upsert_bench import NARROW, laketide_config, print_table, write_results  # noqa: E402
+
+
+def land_load(landing: Path, keys: int, file_rows: int) -> int:
+    """The initial load as files of ``file_rows``: key ``i`` with ``ts = i``. Returns the files written."""
+    files = 0
+    for start in range(0, keys, file_rows):
+        ids = np.arange(start, min(keys, start + file_rows), dtype=np.int64)
+        _write(landing, files, NARROW.rows(ids, ids.copy()))
+        files += 1
+    return files
+
+
+def land_upserts(landing: Path, first_file: int, keys: int, batches: int, batch_rows: int, seed: int) -> np.ndarray:
+    """Upsert batches after the load; returns the expected ``ts`` of every key at the end (index = key)."""
+    rng = np.random.default_rng(seed)
+    expected = np.full(keys + batches * batch_rows, -1, dtype=np.int64)
+    expected[:keys] = np.arange(keys)
+    next_id, next_ts = keys, keys
+    for n in range(batches):
+        updates = batch_rows // 2
+        inserts = np.arange(next_id, next_id + batch_rows - updates, dtype=np.int64)
+        ids = np.concatenate([rng.integers(0, next_id, size=updates), inserts])
+        next_id += len(inserts)
+        rng.shuffle(ids)
+        dups = rng.random(batch_rows) < 0.01
+        ids[dups] = ids[rng.integers(0, batch_rows, size=int(dups.sum()))]
+        ts = np.arange(next_ts, next_ts + batch_rows, dtype=np.int64)
+        next_ts += batch_rows
+        np.maximum.at(expected, ids, ts)
+        _write(landing, first_file + n, NARROW.rows(ids, ts))
+    return expected[:next_id]  # -1 for an insert a repeated key took the place of
+
+
+def _write(landing: Path, n: int, rows: pa.Table) -> None:
+    path = landing / f"batch-{n:06d}.parquet"
+    pq.write_table(rows, path)
+    os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+
+
+def _job(workdir: Path, extra: tuple[str, ...]) -> list:
+    from laketide.spark.job import run
+
+    config = laketide_config(workdir / "table", workdir / "checkpoint", workdir / "landing", 4, ("table.type=MERGE_ON_READ", *extra))
+    reports = []
+    run(config, on_ready=lambda job: job.writer.observers.append(reports.append))
+    return [r for r in reports if not r.skipped]
+
+
+def index_bytes_in_memory(table_path: Path, shards: int = 4) -> int:
+    """The bytes of the state index's arrays (hashes and codes) the job left in this process's shard cache."""
+    from laketide.index.shard_cache import SHARDS
+    from laketide.table import Table
+
+    base = Table.open(str(table_path)).io.base_path
+    total = 0
+    for shard in range(shards):
+        _paths, run = SHARDS.get((base, shard)) or ((), None)
+        while run is not None:
+            total += run.hashes.nbytes + run.codes.nbytes
+            run = run.recent
+    return total
+
+
+def verify(table_path: Path, expected: np.ndarray) -> bool:
+    """hudi-rs reads the table; every key is there once, with its expected ``ts`` (-1: a key never written)."""
+    from hudi import HudiTableBuilder
+
+    ids, ts = [], []
+    for batch in HudiTableBuilder.from_base_uri(str(table_path)).build().read():
+        ids.append(batch.column("id").to_numpy())
+        ts.append(batch.column("ts").to_numpy())
+    ids, ts = np.concatenate(ids), np.concatenate(ts)
+    order = np.argsort(ids)
+    keys = np.nonzero(expected >= 0)[0]
+    if len(ids) != len(keys) or not np.array_equal(ids[order], keys):
+        print(f"verification: {len(ids):,} rows read, {len(np.unique(ids)):,} keys, {len(keys):,} expected", file=sys.stderr)
+        return False
+    wrong = np.nonzero(ts[order] != expected[keys])[0]
+    if len(wrong):
+        print(f"verification: {len(wrong):,} keys with another ts, first {keys[wrong[:5]]}: {ts[order][wrong[:5]]} not {expected[keys[wrong[:5]]]}", file=sys.stderr)
+    return not len(wrong)
+
+
+def run_size(workdir: Path, keys: int, args: argparse.Namespace) -> dict:
+    """In the size's own process: land, load, upsert, measure, verify."""
+    landing = workdir / "landing"
+    landing.mkdir(parents=True)
+    started = time.perf_counter()
+    files = land_load(landing, keys, args.load_file_rows)
+    # the load: bulk insert, several files a micro-batch, on the driver
+    load = _job(workdir, ("write.operation=bulk_insert", "write.driver_batch_bytes=4GB", f"source.max_files_per_trigger={args.load_files_per_batch}"))
+    load_seconds = time.perf_counter() - started
+    expected = land_upserts(landing, files, keys, args.batches, args.batch_rows, args.seed)
+    with PeakRss() as rss:
+        reports = _job(workdir, ())
+    index_memory = index_bytes_in_memory(workdir / "table")
+    index_disk = sum(f.stat().st_size for f in (workdir / "table" / ".hoodie" / ".laketide" / "index").rglob("*.arrow"))
+    seconds = [r.seconds for r in reports]
+    return {
+        "keys": keys,
+        "load_seconds": round(load_seconds, 1),
+        "load_batches": len(load),
+        "median_batch_seconds": round(statistics.median(seconds), 2),
+        "p95_batch_seconds": round(sorted(seconds)[int(round(0.95 * (len(seconds) - 1)))], 2),
+        "first_batch_seconds": round(seconds[0], 2),
+        "peak_rss_mb": round(rss.peak / 2**20),
+        "index_memory_bytes_per_key": round(index_memory / int((expected >= 0).sum()), 1),
+        "index_disk_bytes_per_key": round(index_disk / int((expected >= 0).sum()), 1),
+        "verified": verify(workdir / "table", expected),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="merge-on-read upserts against 1M and 100M keys")
+    parser.add_argument("--sizes", default="1000000,100000000", help="table sizes in keys, comma-separated")
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--batch-rows", type=int, default=100_000)
+    parser.add_argument("--load-file-rows", type=int, default=1_000_000)
+    parser.add_argument("--load-files-per-batch", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", default="bench/results/scale.json")
+    parser.add_argument("--size", type=int, help=argparse.SUPPRESS)  # one size, in its own process
+    parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if args.size:
+        (args.workdir / "result.json").write_text(json.dumps(run_size(args.workdir, args.size, args)))
+        return
+    results = []
+    for keys in (int(k) for k in args.sizes.split(",")):
+        workdir = Path(tempfile.mkdtemp(prefix=f"laketide-scale-{keys}-"))
+        try:
+            command = [sys.executable, __file__, "--size", str(keys), "--workdir", str(workdir / "run"), *sys.argv[1:]]
+            subprocess.run(command, check=True)
+            results.append(json.loads((workdir / "run" / "result.json").read_text()))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        print(f"{keys:,} keys: {results[-1]}", flush=True)
+    first = results[0]["median_batch_seconds"]
+    ratios = {f"{r['keys']:,} keys / {results[0]['keys']:,} median batch": round(r["median_batch_seconds"] / first, 2) for r in results[1:]}
+    print_table(results, "merge-on-read median batch against the smallest table", ratios, width=14)
+    write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k not in ("size", "workdir")}, "results": results, "ratios": ratios},
+                  all(r["verified"] for r in results))
+
+
+if __name__ == "__main__":
+    main()
