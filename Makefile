@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test-servers test test-spark42 demo bench bench-upsert bench-tasks bench-object-store bench-kafka bench-memory clean wheel
+.PHONY: install system-deps test-servers test test-spark42 demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,11 @@ test-servers:
 # two workers, a test module each at a time: most of the suite waits on subprocesses, servers and JVMs
 TEST_WORKERS ?= 2
 
-test: install system-deps test-servers
+# the classes a Spark driver JVM loads, archived once per environment: the suite's JVMs start sooner
+$(VENV)/spark-classes.jsa: $(VENV)/.installed
+	$(PY) tests/class_archive.py $@
+
+test: install system-deps test-servers $(VENV)/spark-classes.jsa
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # the suite on PySpark 4.2.0, the line `laketide[delta]` installs (delta-spark 4.4 requires pyspark <= 4.2.0)
@@ -53,11 +57,17 @@ bench-upsert: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/upsert_bench.py
 
-# the same workload on an S3 server (moto's), laketide against delta-rs, with requests per micro-batch
+# the same 1M-row micro-batches through Spark's tasks and through the driver
 bench-tasks: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/tasks_path.py
 
+# merge-on-read upserts against a table of 1M keys and one of 100M (about 25 minutes, 4 GB of disk)
+bench-scale: install system-deps
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/scale.py
+
+# the same workload on an S3 server (moto's), laketide against delta-rs, with requests per micro-batch
 bench-object-store: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/object_store_bench.py
