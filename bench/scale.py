@@ -98,11 +98,15 @@ def index_bytes_in_memory(table_path: Path, shards: int = 4) -> int:
 
 
 def verify(table_path: Path, expected: np.ndarray) -> bool:
-    """hudi-rs reads the table; every key is there once, with its expected ``ts`` (-1: a key never written)."""
+    """hudi-rs reads the table, one file slice at a time (100M rows with Hudi's meta columns would not fit
+    in memory at once); every key is there once, with its expected ``ts`` (-1: a key never written)."""
     from hudi import HudiTableBuilder
 
+    table = HudiTableBuilder.from_base_uri(str(table_path)).build()
+    reader = table.create_file_group_reader_with_options()
     ids, ts = [], []
-    for batch in HudiTableBuilder.from_base_uri(str(table_path)).build().read():
+    for file_slice in table.get_file_slices():
+        batch = reader.read_file_slice(file_slice)
         ids.append(batch.column("id").to_numpy())
         ts.append(batch.column("ts").to_numpy())
     ids, ts = np.concatenate(ids), np.concatenate(ts)
@@ -119,6 +123,8 @@ def verify(table_path: Path, expected: np.ndarray) -> bool:
 
 def run_size(workdir: Path, keys: int, args: argparse.Namespace) -> dict:
     """In the size's own process: land, load, upsert, measure, verify."""
+    from laketide.table import Table
+
     landing = workdir / "landing"
     landing.mkdir(parents=True)
     started = time.perf_counter()
@@ -126,13 +132,16 @@ def run_size(workdir: Path, keys: int, args: argparse.Namespace) -> dict:
     # the load: bulk insert, several files a micro-batch, on the driver
     load = _job(workdir, ("write.operation=bulk_insert", "write.driver_batch_bytes=4GB", f"source.max_files_per_trigger={args.load_files_per_batch}"))
     load_seconds = time.perf_counter() - started
-    expected = land_upserts(landing, files, keys, args.batches, args.batch_rows, args.seed)
+    # the expected state waits on disk while the job runs, so the peak RSS is the job's
+    np.save(workdir / "expected.npy", land_upserts(landing, files, keys, args.batches, args.batch_rows, args.seed))
     with PeakRss() as rss:
         # compaction left to `laketide compact`: the batches measure ingestion, whose index work is the point
         reports = _job(workdir, ("compaction.mode=off",))
     index_memory = index_bytes_in_memory(workdir / "table")
     index_disk = sum(f.stat().st_size for f in (workdir / "table" / ".hoodie" / ".laketide" / "index").rglob("*.arrow"))
+    expected = np.load(workdir / "expected.npy")
     seconds = [r.seconds for r in reports]
+    steps = {name: round(statistics.median(r.stage_seconds.get(name, 0.0) for r in reports), 3) for name in reports[0].stage_seconds}
     return {
         "keys": keys,
         "load_seconds": round(load_seconds, 1),
@@ -144,6 +153,8 @@ def run_size(workdir: Path, keys: int, args: argparse.Namespace) -> dict:
         "index_memory_bytes_per_key": round(index_memory / int((expected >= 0).sum()), 1),
         "index_disk_bytes_per_key": round(index_disk / int((expected >= 0).sum()), 1),
         "verified": verify(workdir / "table", expected),
+        "file_groups": len(Table.open(str(workdir / "table")).file_system_view().latest_slices()),
+        "median_steps": steps,
     }
 
 
@@ -156,6 +167,7 @@ def main() -> None:
     parser.add_argument("--load-files-per-batch", type=int, default=5)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", default="bench/results/scale.json")
+    parser.add_argument("--keep", action="store_true", help="keep each size's landing files and table, and print where")
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)  # one size, in its own process
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -171,11 +183,16 @@ def main() -> None:
             subprocess.run(command, check=True)
             results.append(json.loads((workdir / "run" / "result.json").read_text()))
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            if args.keep:
+                print(f"kept {workdir / 'run'}", flush=True)
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
         print(f"{keys:,} keys: {results[-1]}", flush=True)
     first = results[0]["median_batch_seconds"]
     ratios = {f"{r['keys']:,} keys / {results[0]['keys']:,} median batch": round(r["median_batch_seconds"] / first, 2) for r in results[1:]}
-    print_table(results, "merge-on-read median batch against the smallest table", ratios, width=14)
+    print_table([{k: v for k, v in r.items() if k != "median_steps"} for r in results], "merge-on-read median batch against the smallest table", ratios, width=14)
+    for r in results:
+        print(f"  {r['keys']:,} keys, median seconds per step: {r['median_steps']}")
     write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k not in ("size", "workdir")}, "results": results, "ratios": ratios},
                   all(r["verified"] for r in results))
 

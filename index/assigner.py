@@ -36,7 +36,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.bloom import BloomFilter, KeyRange
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EXISTED, FILE_ID, PARTITION
-from laketide.index.state import ShardRun, index_entries, index_keys
+from laketide.index.shard_run import ShardRun
+from laketide.index.state import index_entries, index_keys
 from laketide.table.schema import IS_DELETED, RECORD_KEY
 
 _FILE_ID_NAMESPACE = uuid.UUID("6f0c3a4e-7c1d-4b8e-9a5f-2d1e0b7c9a11")

@@ -14,7 +14,8 @@ from laketide.index.assigner import (
     new_file_id,
 )
 from laketide.index.columns import ARRIVAL, FILE_ID, PARTITION
-from laketide.index.state import ShardRun, index_keys
+from laketide.index.shard_run import ShardRun
+from laketide.index.state import index_keys
 from laketide.table import FileIO
 from laketide.table.schema import (
     IS_DELETED,

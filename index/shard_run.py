@@ -1,0 +1,174 @@
+"""One shard of the state index in memory: sorted key hashes and the file group of each.
+
+A run is read from the shard's run files (``index.state``) and extended by each micro-batch's entries;
+it answers the bucket assigner's lookups. See ``index.state`` for the files and their life.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+FileGroupId = tuple[str, str]
+# as run files hold it: partitions and file ids dictionary-encoded, about 16 bytes a key rather than 56
+# (runs written before hold plain strings, and read the same)
+_DICTIONARY = pa.dictionary(pa.int32(), pa.string())
+STORED_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", _DICTIONARY), ("file_id", _DICTIONARY)])
+
+# newer entries stay in a run of their own over the shard's run until they are this share of it: a
+# micro-batch then folds its entries into the small run, and the large one is rewritten once in a while
+# (amortised, a few copies of the batch's entries) rather than at every micro-batch, so at 100M keys a
+# batch does not copy the 1.2 GB of the index
+RECENT_SHARE = 8
+# a run of at least this many entries is searched through a directory of where each value of its hashes'
+# top ``DIRECTORY_BITS`` bits starts: a lookup then searches a few hundred entries in cache instead of
+# binary-searching the whole run, a cache miss a level (at 25M entries a shard, 4 ms for 25k keys against 39)
+DIRECTORY_FROM = 1 << 20
+DIRECTORY_BITS = 16
+
+
+@dataclass
+class ShardRun:
+    """One shard's entries in memory: sorted hashes and a file-group code for each, 12 bytes a key.
+
+    ``recent`` holds entries newer than these, sorted the same way, with codes into the same ``groups``;
+    where both know a hash, ``recent`` wins.
+    """
+
+    hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+    codes: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    groups: list[FileGroupId] = field(default_factory=list)
+    recent: ShardRun | None = None
+    # built at the first lookup of a large run (its arrays never change); threads that race build the same one
+    _directory: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> ShardRun:
+        if table.num_rows == 0:
+            return cls()
+        codes, groups = _group_codes(table["partition"].combine_chunks(), table["file_id"].combine_chunks())
+        hashes = table["key_hash"].to_numpy()
+        order = np.argsort(hashes, kind="stable")  # linear on a run written sorted
+        return cls(hashes[order], codes[order], groups)
+
+    @classmethod
+    def merge(cls, runs: Iterable[ShardRun]) -> ShardRun:
+        """Later runs win for a hash present in several (keys never move, so they agree)."""
+        runs = [r.flattened() for r in runs if len(r)]
+        if not runs:
+            return cls()
+        groups: dict[FileGroupId, int] = {}
+        all_hashes, all_codes = [], []
+        for run in runs:
+            remap = np.array([groups.setdefault(g, len(groups)) for g in run.groups], np.int32)
+            all_hashes.append(run.hashes)
+            all_codes.append(remap[run.codes])
+        hashes = np.concatenate(all_hashes)
+        codes = np.concatenate(all_codes)
+        # keep the last occurrence of each hash: reverse, unique-first, reverse back
+        rev_hashes = hashes[::-1]
+        uniq, first = np.unique(rev_hashes, return_index=True)
+        return cls(uniq, codes[::-1][first], list(groups))
+
+    def __len__(self) -> int:
+        """Entries held, counting a hash in both layers twice."""
+        return len(self.hashes) + (len(self.recent) if self.recent is not None else 0)
+
+    def extended(self, runs: Iterable[ShardRun]) -> ShardRun:
+        """This run with newer runs folded in. Their entries join ``recent``, and ``recent`` joins the
+        large run only once it holds ``1 / RECENT_SHARE`` of it, so the work is about the new entries'."""
+        new = ShardRun.merge(runs)
+        if len(new.hashes) == 0:
+            return self
+        codes_of = {g: i for i, g in enumerate(self.groups)}
+        remap = np.array([codes_of.setdefault(g, len(codes_of)) for g in new.groups], np.int32)
+        groups = list(codes_of)
+        recent = ShardRun(new.hashes, remap[new.codes], groups)
+        if self.recent is not None:
+            recent = self.recent._with(recent, groups)
+        if len(recent.hashes) * RECENT_SHARE < len(self.hashes):
+            return ShardRun(self.hashes, self.codes, groups, recent)
+        return self._with(recent, groups)
+
+    def _with(self, newer: ShardRun, groups: list[FileGroupId]) -> ShardRun:
+        """One sorted run of this run's entries and ``newer``'s (codes into the same groups), ``newer``
+        winning: its entries are inserted in place, without sorting again."""
+        pos = np.searchsorted(self.hashes, newer.hashes)
+        known = np.zeros(len(pos), dtype=bool)
+        inside = pos < len(self.hashes)
+        known[inside] = self.hashes[pos[inside]] == newer.hashes[inside]
+        codes = self.codes.copy()
+        codes[pos[known]] = newer.codes[known]
+        added = ~known
+        return ShardRun(np.insert(self.hashes, pos[added], newer.hashes[added]), np.insert(codes, pos[added], newer.codes[added]), groups)
+
+    def flattened(self) -> ShardRun:
+        """The same entries as one run, with no ``recent`` layer."""
+        return self if self.recent is None else self._with(self.recent.flattened(), self.groups)
+
+    def lookup(self, key_hashes: np.ndarray) -> np.ndarray:
+        """File-group code of each hash, -1 where the shard does not know it."""
+        codes = self._lookup_own(key_hashes)
+        if self.recent is not None:
+            newer = self.recent.lookup(key_hashes)
+            codes = np.where(newer >= 0, newer, codes)
+        return codes
+
+    def _lookup_own(self, key_hashes: np.ndarray) -> np.ndarray:
+        if len(self.hashes) == 0:
+            return np.full(len(key_hashes), -1, np.int32)
+        pos = np.searchsorted(self.hashes, key_hashes) if len(self.hashes) < DIRECTORY_FROM else self._positions(key_hashes)
+        pos = np.minimum(pos, len(self.hashes) - 1)
+        found = self.hashes[pos] == key_hashes
+        return np.where(found, self.codes[pos], -1).astype(np.int32)
+
+    def _positions(self, key_hashes: np.ndarray) -> np.ndarray:
+        """``np.searchsorted(self.hashes, key_hashes)``, searching each key's directory bucket only."""
+        shift = np.uint64(64 - DIRECTORY_BITS)
+        if self._directory is None:
+            starts = np.arange(1 << DIRECTORY_BITS, dtype=np.uint64) << shift
+            self._directory = np.append(np.searchsorted(self.hashes, starts), len(self.hashes))
+        bucket = (key_hashes >> shift).astype(np.int64)
+        lo, hi = self._directory[bucket], self._directory[bucket + 1]
+        # a binary search in every key's bucket at once: the first position whose hash is not below the key
+        while (live := lo < hi).any():
+            mid = (lo + hi) // 2
+            below = self.hashes[np.minimum(mid, len(self.hashes) - 1)] < key_hashes
+            lo = np.where(live & below, mid + 1, lo)
+            hi = np.where(live & ~below, mid, hi)
+        return lo
+
+    def to_table(self) -> pa.Table:
+        """The entries as a run file holds them (``STORED_SCHEMA``): a file id's dictionary entry is its group's code."""
+        run = self.flattened()
+        partitions = pa.array([p for p, _ in run.groups], pa.string()).dictionary_encode()
+        partition_of = partitions.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+        file_ids = pa.array([f for _, f in run.groups], pa.string())
+        return pa.table(
+            [
+                pa.array(run.hashes, pa.uint64()),
+                pa.DictionaryArray.from_arrays(pa.array(partition_of[run.codes], pa.int32()), partitions.dictionary),
+                pa.DictionaryArray.from_arrays(pa.array(run.codes, pa.int32()), file_ids),
+            ],
+            schema=STORED_SCHEMA,
+        )
+
+
+def _group_codes(partitions: pa.Array, file_ids: pa.Array) -> tuple[np.ndarray, list[FileGroupId]]:
+    """A code per entry and the (partition, file id) of each code, from plain or dictionary-encoded columns."""
+    if not pa.types.is_dictionary(partitions.type) or not pa.types.is_dictionary(file_ids.type):
+        pairs = pc.binary_join_element_wise(partitions.cast(pa.string()), file_ids.cast(pa.string()), "\x00").dictionary_encode()
+        return pairs.indices.to_numpy().astype(np.int32), [tuple(p.split("\x00", 1)) for p in pairs.dictionary.to_pylist()]
+    p_at, f_at = partitions.indices.to_numpy(zero_copy_only=False), file_ids.indices.to_numpy(zero_copy_only=False)
+    names, ids = partitions.dictionary.to_pylist(), file_ids.dictionary.to_pylist()
+    partition_of = np.full(len(ids), -1, np.int64)
+    partition_of[f_at] = p_at
+    if np.array_equal(partition_of[f_at], p_at):
+        # each file id in one partition, as ``to_table`` writes: the file id's entry is the code
+        return f_at.astype(np.int32), [(names[p] if p >= 0 else "", f) for p, f in zip(partition_of.tolist(), ids)]
+    pairs, codes = np.unique(p_at.astype(np.int64) * len(ids) + f_at, return_inverse=True)
+    return codes.astype(np.int32), [(names[int(v) // len(ids)], ids[int(v) % len(ids)]) for v in pairs]
