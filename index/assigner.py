@@ -77,8 +77,8 @@ class AssignPlan:
     shards: int
     ordering_field: str | None
     new_group_records: int
-    # by partition: the groups inserts fill before new ones, shared by every shard; those with a known
-    # first key by it, then the others fullest first
+    # by partition, fullest first: the groups inserts fill before new ones, shared by every shard (those
+    # with a known first key take the keys of their range first, ``BucketAssigner._route``)
     small_groups: dict[str, list[SmallFileGroup]] = field(default_factory=dict)
     uncovered: dict[str, list[UncoveredGroup]] = field(default_factory=dict)
     # the table's live file groups and their base files; an index entry naming another

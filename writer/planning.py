@@ -9,13 +9,11 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from laketide.index.bloom import KeyRange
 from laketide.index.assigner import AssignPlan, SmallFileGroup, UncoveredGroup
 from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
-from laketide.table.damage import reading_data_file
 from laketide.table.io import FileIO
 from laketide.table.properties import EVENT_TIME
 from laketide.table.schema import avro_schema_json, evolve, with_meta_schema
@@ -41,7 +39,7 @@ class FirstKeys:
     """
 
     def __init__(self, io: FileIO):
-        self._io = io
+        self._read_footer = stages.footer_reader(io)
         self._keys: dict[str, str | None] = {}
 
     def of(self, paths: list[str]) -> dict[str, str | None]:
@@ -57,8 +55,7 @@ class FirstKeys:
 
     def _read(self, path: str) -> str | None:
         try:
-            with reading_data_file(self._io, path), self._io.open_input(path) as f:
-                key_range = KeyRange.from_footer(pq.read_metadata(f).metadata)
+            key_range = KeyRange.from_footer(self._read_footer(path))
         except FileNotFoundError:  # cleaned since the view was read: the write that needs it will say so
             return None
         return key_range.min_key if key_range else None
@@ -73,7 +70,7 @@ def _record_size(timeline: Timeline) -> int:
 
 
 def plan_instant(
-    table: Table, views: ViewSync, index: StateIndex, write: WriteSection, instant: str, incoming: pa.Schema, first_keys: FirstKeys | None = None,
+    table: Table, views: ViewSync, index: StateIndex, write: WriteSection, instant: str, incoming: pa.Schema, first_keys: FirstKeys,
 ) -> tuple[stages.BatchPlan, ForeignWrites]:
     """What the stages of one instant need: where each key may live (the index snapshot, the groups it
     does not cover, the small groups with room and where their keys begin), the schema, the write slots
@@ -104,7 +101,7 @@ def plan_instant(
         global_keys=index.global_keys,
         event_time=settings.merge_mode == EVENT_TIME and settings.ordering_field is not None,
     )
-    _uncovered_and_small_groups(assign, slices, uncovered, write, record_size, first_keys or FirstKeys(table.io))
+    _uncovered_and_small_groups(assign, slices, uncovered, write, record_size, first_keys)
     # checked at start; a schema another writer changed since then is checked again here
     schema = evolve(table.schema(timeline), incoming)
     plan = stages.BatchPlan(
@@ -146,8 +143,8 @@ def _uncovered_and_small_groups(
         capacity = (write.target_file_size - s.size) // record_size
         assign.small_groups.setdefault(s.partition, []).append(SmallFileGroup(s.partition, s.file_id, capacity, firsts[s.base_file.path]))
     for groups in assign.small_groups.values():
-        # those without a known range are filled the fullest first: it leaves the small ones soonest
-        groups.sort(key=lambda g: (g.first_key is None, g.first_key or "", g.capacity, g.file_id))
+        # the fullest first, for the groups whose range is not known: it leaves the small ones soonest
+        groups.sort(key=lambda g: (g.capacity, g.file_id))
 
 
 def _log_targets(view: FileSystemView, slices: list[FileSlice]) -> dict[tuple[str, str], LogTarget]:

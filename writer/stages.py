@@ -134,7 +134,9 @@ def _read_columns(io: FileIO) -> Callable[[str, list[str]], pa.Table]:
     return read
 
 
-def _read_footer(io: FileIO) -> Callable[[str], dict]:
+def footer_reader(io: FileIO) -> Callable[[str], dict]:
+    """Reads a base file's footer key-value metadata (bloom filter, key range), naming a damaged file."""
+
     def read(path: str) -> dict:
         with reading_data_file(io, path), io.open_input(path) as f:
             return pq.read_metadata(f).metadata or {}
@@ -153,7 +155,7 @@ def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Sc
     for shard in np.unique(shards):
         part = rows.filter(pa.array(shards == shard)).drop_columns([SHARD])
         run = index.load_shard(plan.index, int(shard))
-        assigner = BucketAssigner(int(shard), plan.assign, run, _read_keys(io), _read_footer(io), _read_columns(io))
+        assigner = BucketAssigner(int(shard), plan.assign, run, _read_keys(io), footer_reader(io), _read_columns(io))
         assigned, entries = assigner.assign(part)
         if IS_DELETED in out_schema.names and IS_DELETED not in assigned.column_names:
             assigned = assigned.append_column(IS_DELETED, pa.repeat(pa.scalar(False), assigned.num_rows))
