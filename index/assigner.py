@@ -99,19 +99,31 @@ def new_file_id(plan: AssignPlan, partition: str, n: int) -> str:
     return f"{uuid.uuid5(_FILE_ID_NAMESPACE, f'{plan.instant}/{partition}/{n}')}-0"
 
 
-def dedupe(rows: pa.Table, ordering_field: str | None, global_keys: bool = False) -> pa.Table:
-    """One row per (partition, key), or per key when keys are global: highest ordering value,
-    then latest arrival (later file, later line)."""
-    if rows.num_rows <= 1:
-        return rows
+def dedupe(rows: pa.Table, hashes: np.ndarray, ordering_field: str | None, global_keys: bool = False) -> tuple[pa.Table, np.ndarray]:
+    """One row per (partition, key), or per key when keys are global, and its hash (``index_keys``, one per
+    row of ``rows``): highest ordering value, then latest arrival (later file, later line). The winners keep
+    their order in ``rows``.
+
+    Only rows whose hash repeats can repeat a key, so only those are sorted by key to find the winners
+    (a hash shared by two keys sorts them apart); a micro-batch with no repeated key is returned as it is.
+    Sorting every row by its string key cost more than the rest of the assign step."""
+    by_hash = np.sort(hashes)
+    repeated = by_hash[1:][by_hash[1:] == by_hash[:-1]]
+    if not len(repeated):
+        return rows, hashes
+    suspects = np.nonzero(np.isin(hashes, repeated))[0]
     sort = ([] if global_keys else [(PARTITION, "ascending")]) + [(RECORD_KEY, "ascending")]
     if ordering_field:
         sort.append((ordering_field, "descending"))
     if ARRIVAL_FILE in rows.column_names:
         sort.append((ARRIVAL_FILE, "descending"))
     sort.append((ARRIVAL, "descending"))
-    ordered = rows.take(pc.sort_indices(rows, sort_keys=sort))
-    return ordered.filter(pa.array(first_of_each_key(ordered, global_keys)))
+    candidates = rows.select([name for name, _ in sort]).take(pa.array(suspects))
+    order = pc.sort_indices(candidates, sort_keys=sort).to_numpy()
+    first = first_of_each_key(candidates.take(pa.array(order)), global_keys)
+    keep = np.ones(rows.num_rows, bool)
+    keep[suspects[order[~first]]] = False
+    return rows.filter(pa.array(keep)), hashes[keep]
 
 
 def first_of_each_key(ordered: pa.Table, global_keys: bool) -> np.ndarray:
@@ -209,9 +221,8 @@ class BucketAssigner:
     def assign(self, rows: pa.Table) -> tuple[pa.Table, pa.Table]:
         """(records with ``_lt_file_id``, index entries to add) for this shard's rows."""
         plan = self.plan
-        rows = dedupe(rows, plan.ordering_field, plan.global_keys)
+        rows, hashes = dedupe(rows, index_keys(rows[PARTITION], rows[RECORD_KEY], plan.global_keys), plan.ordering_field, plan.global_keys)
         n = rows.num_rows
-        hashes = index_keys(rows[PARTITION], rows[RECORD_KEY], plan.global_keys)
         partitions = rows[PARTITION].combine_chunks().dictionary_encode()
         # each row's partition as a code into ``names``
         partition_codes, names = partitions.indices.to_numpy(zero_copy_only=False), partitions.dictionary.to_pylist()

@@ -111,10 +111,19 @@ class ShardRun:
         return self if self.recent is None else self._with(self.recent.flattened(), self.groups)
 
     def lookup(self, key_hashes: np.ndarray) -> np.ndarray:
-        """File-group code of each hash, -1 where the shard does not know it."""
+        """File-group code of each hash, -1 where the shard does not know it.
+
+        The hashes are searched in sorted order: each search then starts where the one before ended,
+        and walks the run's memory forward, about twice as fast as in the order they come."""
+        order = np.argsort(key_hashes)
+        codes = np.empty(len(key_hashes), np.int32)
+        codes[order] = self._lookup_sorted(key_hashes[order])
+        return codes
+
+    def _lookup_sorted(self, key_hashes: np.ndarray) -> np.ndarray:
         codes = self._lookup_own(key_hashes)
         if self.recent is not None:
-            newer = self.recent.lookup(key_hashes)
+            newer = self.recent._lookup_sorted(key_hashes)
             codes = np.where(newer >= 0, newer, codes)
         return codes
 

@@ -102,8 +102,13 @@ class FileIO:
         return self.fs.open_input_file(self.full_path(rel))
 
     def open_output(self, rel: str):
-        self.makedirs(posixpath.dirname(rel))
-        return self.fs.open_output_stream(self.full_path(rel))
+        # the parent is made only when it is missing: a micro-batch opens a file per file group, marker
+        # and log, nearly all in directories that exist, and making the parents first cost as much as the open
+        try:
+            return self.fs.open_output_stream(self.full_path(rel))
+        except FileNotFoundError:
+            self.makedirs(posixpath.dirname(rel))
+            return self.fs.open_output_stream(self.full_path(rel))
 
     def makedirs(self, rel: str) -> None:
         self.fs.create_dir(self.full_path(rel), recursive=True)

@@ -52,8 +52,17 @@ def assigner(plan, run=None, shard=0, io=None):
 
 
 def test_dedupe_keeps_highest_ordering_then_latest_arrival():
-    rows = dedupe(batch(["a", "a", "b", "b", "c"], [5, 3, 1, 1, 2]), "ts")
+    rows = batch(["a", "a", "b", "b", "c"], [5, 3, 1, 1, 2])
+    rows, hashes = dedupe(rows, index_keys(rows[PARTITION], rows[RECORD_KEY]), "ts")
+    assert list(hashes) == list(index_keys(rows[PARTITION], rows[RECORD_KEY]))
     assert sorted(zip(rows[RECORD_KEY].to_pylist(), rows["ts"].to_pylist(), rows[ARRIVAL].to_pylist())) == [("a", 5, 0), ("b", 1, 3), ("c", 2, 4)]
+
+
+def test_dedupe_tells_apart_keys_that_share_a_hash():
+    rows = batch(["a", "b", "a", "c"], [1, 2, 3, 4])
+    kept, hashes = dedupe(rows, np.array([7, 7, 7, 9], np.uint64), "ts")
+    assert sorted(zip(kept[RECORD_KEY].to_pylist(), kept["ts"].to_pylist())) == [("a", 3), ("b", 2), ("c", 4)]
+    assert sorted(hashes.tolist()) == [7, 7, 9]
 
 
 def test_inserts_fill_the_small_groups_then_new_ones():

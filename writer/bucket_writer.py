@@ -93,6 +93,7 @@ class BucketWriter:
         ordering_field: str | None = None,
         token: str | None = None,
         first_seqno: int = 0,
+        dictionary: list[str] | None = None,
     ):
         """``ordering_field`` set means event-time ordering: a stored row with a higher value wins.
 
@@ -101,7 +102,9 @@ class BucketWriter:
         ``first_seqno`` is where this file group's sequence numbers start: a task
         writing several groups continues its count, so that, as in Hudi (one
         Spark partition per file group there), ``_hoodie_commit_seqno`` is
-        unique within the instant.
+        unique within the instant. ``dictionary``: the columns a new file group's base file
+        dictionary-encodes, when the caller decided them for the whole task; a merge keeps the encodings of
+        the file it replaces.
         """
         self.io = io
         self.target = target
@@ -113,6 +116,7 @@ class BucketWriter:
         self.bloom_kind = bloom_kind
         self.ordering_field = ordering_field
         self.counts = _Counts(seqno=first_seqno)
+        self.dictionary = dictionary
 
     def _stamp(self, rows: pa.Table) -> pa.Table:
         stamped, self.counts.seqno = stamp_meta_columns(
@@ -185,6 +189,8 @@ class BucketWriter:
         return self.finish()
 
     def start(self, carried: FileLayout | None = None) -> None:
+        if self.dictionary is not None and (carried is None or carried.dictionary is None):
+            carried = FileLayout(carried.bloom if carried else None, self.dictionary)
         self._file = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, self.bloom_kind, carried=carried)
 
     def append_inserts(self, rows: pa.Table) -> None:

@@ -12,6 +12,7 @@ statuses are the same as on the executors; only who runs them differs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.columns import PARTITION, RAW, REASON, SHARD, WRITE_SLOT
+from laketide.table.encoding import DICTIONARY_SAMPLE_ROWS, records_dictionary_columns
 from laketide.table.files import write_token
 from laketide.writer import quarantine, ranges, stages
 from laketide.writer.prepare import PrepareSpec, batch_arrival, prepare_in_order
@@ -108,6 +110,7 @@ class DriverBatch:
         """The assign stage per index shard, then the write stage per write slot."""
         # Each step lets go of the rows before it, so the driver holds about two copies of the batch
         # at a time, not one per step (``write.driver_batch_bytes`` is sized on that).
+        plan = self._with_dictionary(plan)
         by_shard = self._take_good(lambda good: split_by(good, good[SHARD].to_numpy()))
         assigned = self.pool.run(self._timed, "assign", lambda shard, batches: stages.assign(plan, batches, assigned_schema), by_shard)
         del by_shard
@@ -119,6 +122,11 @@ class DriverBatch:
         del rows
         return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: stages.write(plan, batches, slot, write_token(slot)), by_slot))
 
+    def _with_dictionary(self, plan: stages.BatchPlan) -> stages.BatchPlan:
+        """The plan with the columns every file of the micro-batch dictionary-encodes, decided once here
+        from the first rows, rather than by each write task and each new base file."""
+        return dataclasses.replace(plan, dictionary=records_dictionary_columns(self.rows.slice(0, DICTIONARY_SAMPLE_ROWS)))
+
     def _take_good(self, split: Callable[[pa.Table], list[tuple[int, pa.Table]]]) -> list[tuple[int, pa.Table]]:
         """The good rows split into parts, after which the batch no longer holds them."""
         parts = split(self.good())
@@ -129,6 +137,7 @@ class DriverBatch:
         """The good rows sorted by ``bulk_sort_keys`` and cut into one key range per thread (``writer.ranges``),
         as Spark's tasks cut them: each new file group holds a contiguous range of keys."""
         global_keys = plan.index.global_keys
+        plan = self._with_dictionary(plan)
         order = stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)
 
         def by_range(good: pa.Table) -> list[tuple[int, pa.Table]]:
