@@ -257,7 +257,7 @@ class BucketAssigner:
         # deletes of keys the table never had have nowhere to go and nothing to do
         keep = codes >= 0
         out_partitions, file_ids = groups.columns(codes[keep])
-        assigned = rows.filter(pa.array(keep))
+        assigned = rows if keep.all() else rows.filter(pa.array(keep))
         assigned = assigned.set_column(assigned.schema.get_field_index(PARTITION), PARTITION, out_partitions)
         assigned = assigned.append_column(FILE_ID, file_ids).append_column(EXISTED, pa.array(existed[keep]))
         if moves:

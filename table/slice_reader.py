@@ -287,11 +287,24 @@ def _log_max(io: FileIO, path: str, field: str) -> pa.Array | None:
 
 def _may_exceed(bounds: list[pa.Array], lowest: pa.Scalar) -> bool:
     """Whether any value of ``bounds`` is above ``lowest``; values that do not compare may be."""
+    kind = lowest.type
+    if all(b.type == kind for b in bounds) and _orders_in_python(kind):
+        # one type that Python orders as Arrow does: compared as Python values, without building arrays for each
+        # file group of each micro-batch
+        values = [v for b in bounds for v in b.to_pylist() if v is not None]
+        return bool(values) and max(values) > lowest.as_py()
     try:
         newest = pc.max(pa.chunked_array([b.cast(lowest.type) for b in bounds], lowest.type))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return True
     return newest.is_valid and pc.greater(newest, lowest).as_py()
+
+
+def _orders_in_python(kind: pa.DataType) -> bool:
+    """Types whose Python values (``as_py``) order exactly as Arrow orders them: not floats (NaN), not
+    nanosecond timestamps (``datetime`` drops the nanoseconds), not intervals."""
+    exact_timestamp = pa.types.is_timestamp(kind) and kind.unit != "ns"
+    return pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_date(kind) or exact_timestamp
 
 
 def _footer_max(io: FileIO, path: str, field: str) -> pa.Array | None:

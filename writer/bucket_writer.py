@@ -56,7 +56,8 @@ def conform(rows: pa.Table, schema: pa.Schema, meta: dict[str, pa.Array]) -> pa.
         if field.name in meta:
             arrays.append(meta[field.name])
         elif field.name in rows.column_names:
-            arrays.append(rows[field.name].cast(field.type))
+            column = rows[field.name]
+            arrays.append(column if column.type == field.type else column.cast(field.type))
         else:
             arrays.append(pa.nulls(n, field.type))
     return pa.Table.from_arrays(arrays, schema=schema)
