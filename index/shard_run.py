@@ -61,6 +61,8 @@ class ShardRun:
         runs = [r.flattened() for r in runs if len(r)]
         if not runs:
             return cls()
+        if len(runs) == 1 and not (runs[0].hashes[1:] == runs[0].hashes[:-1]).any():
+            return runs[0]  # sorted and unique already: one micro-batch's run, the common case
         groups: dict[FileGroupId, int] = {}
         all_hashes, all_codes = [], []
         for run in runs:

@@ -20,6 +20,7 @@ import struct
 from collections.abc import Sequence
 from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -163,10 +164,43 @@ def partition_paths(
     """(partition path, reason) per row, as ``KeyGenUtils.getRecordPartitionPath`` makes the path.
 
     Without ``urlencode`` a value holding '/' would nest directories; it gets a reason.
+    A micro-batch holds a few partitions: the path is made once per distinct value and taken for each
+    row, where that is exact (``_distinct_values``).
     """
     n = rows.num_rows
     if not fields:
         return pa.repeat(pa.scalar("", pa.string()), n), pa.nulls(n, pa.string())
+    distinct = _distinct_values(rows, fields)
+    if distinct is not None:
+        values, of_row = distinct
+        paths, reasons = _partition_paths(values, fields, hive_style, urlencode)
+        return paths.take(of_row), reasons.take(of_row)
+    return _partition_paths(rows, fields, hive_style, urlencode)
+
+
+def _distinct_values(rows: pa.Table, fields: Sequence[str]) -> tuple[pa.Table, pa.Array] | None:
+    """The distinct combinations of ``fields`` and the one of each row; None where hashing could merge values
+    that print differently (floats: 0.0 and -0.0) or the combinations could be too many to number."""
+    columns = [rows[f].combine_chunks() for f in fields]
+    if rows.num_rows < 2 or any(pa.types.is_floating(c.type) for c in columns):
+        return None
+    encoded = [c.dictionary_encode(null_encoding="encode") for c in columns]
+    if len(encoded) == 1:
+        return pa.table({fields[0]: encoded[0].dictionary}), encoded[0].indices
+    code = np.zeros(rows.num_rows, np.int64)
+    room = 1
+    for e in encoded:
+        room *= max(1, len(e.dictionary))
+        if room >= 2**62:
+            return None
+        code = code * len(e.dictionary) + e.indices.to_numpy(zero_copy_only=False)
+    _, first, of_row = np.unique(code, return_index=True, return_inverse=True)
+    at = pa.array(first)
+    return pa.table({f: c.take(at) for f, c in zip(fields, columns)}), pa.array(of_row.astype(np.int32))
+
+
+def _partition_paths(rows: pa.Table, fields: Sequence[str], hive_style: bool, urlencode: bool) -> tuple[pa.Array, pa.Array]:
+    n = rows.num_rows
     parts, checks = [], []
     for i, field in enumerate(fields):
         text = value_text(rows[field])

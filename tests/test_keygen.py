@@ -121,3 +121,26 @@ def test_a_one_field_complex_key_table_keeps_the_encoding_its_data_has(tmp_path,
     assert stored == (["7"] if bare else ["id:7"])
     reopened = Table.open(table.uri)
     assert complex_key_encoding(reopened, reopened.file_system_view()) is not bare
+
+
+def test_paths_made_per_distinct_value_equal_paths_made_per_row():
+    """partition_paths makes each distinct value's path once; it must equal the path made row by row, for
+    every type (nulls, '/', dates, zoned timestamps, decimals, booleans) and any number of fields."""
+    import datetime
+    import decimal
+
+    from laketide.table.keygen import _partition_paths
+
+    rows = pa.table({
+        "b": [True, None, False, True],
+        "d": pa.array([datetime.date(2020, 1, 1), None, datetime.date(2020, 1, 1), datetime.date(2021, 1, 1)]),
+        "ts": pa.array([1, 2, None, 1], pa.timestamp("ms", tz="UTC")),
+        "dec": pa.array([decimal.Decimal("1.50"), None, decimal.Decimal("1.50"), decimal.Decimal("2.00")], pa.decimal128(5, 2)),
+        "s": ["a/b", "", None, "x"],
+        "i": [1, None, 1, 2],
+    })
+    for fields in (["b"], ["d"], ["ts"], ["dec"], ["s"], ["i"], ["b", "s", "dec"], ["i", "d"]):
+        for hive_style in (False, True):
+            for urlencode in (False, True):
+                once, each = partition_paths(rows, fields, hive_style, urlencode), _partition_paths(rows, fields, hive_style, urlencode)
+                assert [a.to_pylist() for a in once] == [a.to_pylist() for a in each], (fields, hive_style, urlencode)
