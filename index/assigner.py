@@ -107,11 +107,15 @@ def dedupe(rows: pa.Table, hashes: np.ndarray, ordering_field: str | None, globa
     Only rows whose hash repeats can repeat a key, so only those are sorted by key to find the winners
     (a hash shared by two keys sorts them apart); a micro-batch with no repeated key is returned as it is.
     Sorting every row by its string key cost more than the rest of the assign step."""
-    by_hash = np.sort(hashes)
-    repeated = by_hash[1:][by_hash[1:] == by_hash[:-1]]
-    if not len(repeated):
+    order = np.argsort(hashes)
+    by_hash = hashes[order]
+    same = by_hash[1:] == by_hash[:-1]
+    if not same.any():
         return rows, hashes
-    suspects = np.nonzero(np.isin(hashes, repeated))[0]
+    repeated = np.zeros(len(hashes), bool)
+    repeated[1:] |= same
+    repeated[:-1] |= same
+    suspects = np.sort(order[repeated])
     sort = ([] if global_keys else [(PARTITION, "ascending")]) + [(RECORD_KEY, "ascending")]
     if ordering_field:
         sort.append((ordering_field, "descending"))
