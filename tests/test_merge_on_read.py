@@ -391,3 +391,40 @@ def test_a_write_task_decides_its_log_blocks_dictionary_columns_once_from_its_re
     encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
     assert any("DICTIONARY" in e for e in encodings["status"]), "three rows alone would not have chosen it"
     assert not any("DICTIONARY" in e for e in encodings[RECORD_KEY])
+
+
+def test_an_async_compaction_waits_for_the_micro_batch_being_written_but_not_forever():
+    """Before each slice, the compactor waits for the job's batch lock (held while a micro-batch is
+    written), up to ``compaction.yield_seconds``; the CLI's compactor, with no lock, never waits."""
+    import threading
+    import time
+    from contextlib import nullcontext
+
+    from laketide.config import CompactionSection
+    from laketide.writer.compactor import Compactor
+
+    def waited(held_for: float, yield_seconds: float, lock=None) -> float:
+        compactor = Compactor.__new__(Compactor)
+        compactor.settings = CompactionSection(yield_seconds=yield_seconds)
+        compactor.finish_lock = lock if lock is not None else threading.RLock()
+        taken, release = threading.Event(), threading.Event()
+
+        def micro_batch():
+            with compactor.finish_lock:
+                taken.set()
+                release.wait(held_for)
+
+        writer = threading.Thread(target=micro_batch)
+        writer.start()
+        taken.wait(5)
+        started = time.monotonic()
+        compactor._yield_to_batch()
+        seconds = time.monotonic() - started
+        release.set()
+        writer.join()
+        return seconds
+
+    assert 0.25 <= waited(held_for=0.3, yield_seconds=10) < 5  # until the micro-batch is done
+    assert 0.15 <= waited(held_for=5, yield_seconds=0.2) < 2  # no longer than yield_seconds
+    assert waited(held_for=5, yield_seconds=0) < 0.1
+    assert waited(held_for=5, yield_seconds=10, lock=nullcontext()) < 0.1

@@ -136,6 +136,7 @@ class Compactor:
         markers = WriteMarkers(io, instant.timestamp)
         stats, records = [], 0
         for done, op in enumerate(plan.operations, 1):
+            self._yield_to_batch()
             coordinator.hold()
             stat = self._compact(op, instant.timestamp, schema, rule, visible, markers)
             stats.append(stat)
@@ -153,6 +154,15 @@ class Compactor:
         result = CompactionResult(instant.timestamp, len(stats), records, time.monotonic() - started)
         log.info("compaction %s: %d file groups, %d records, %.2f s", result.instant, result.file_groups, result.records, result.seconds)
         return result
+
+    def _yield_to_batch(self) -> None:
+        """Wait, at most ``compaction.yield_seconds``, for the micro-batch being written to finish (the job
+        holds ``finish_lock`` while it writes one): on a driver of two cores, a slice compacted beside a
+        micro-batch made it a fifth slower. The wait is bounded, so back-to-back micro-batches delay a
+        compaction but never stop it."""
+        acquire = getattr(self.finish_lock, "acquire", None)
+        if acquire is not None and self.settings.yield_seconds > 0 and acquire(timeout=self.settings.yield_seconds):
+            self.finish_lock.release()
 
     def _carry_late_logs(self, plan: CompactionPlan, instant_time: str, timeline: Timeline, markers: WriteMarkers) -> list[WriteStat]:
         """Copy the logs committed on planned slices since the plan onto the slices the compaction starts."""

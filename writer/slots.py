@@ -6,6 +6,8 @@ The driver's threads and Spark's write tasks use the same slots, so a file group
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -26,8 +28,25 @@ def split_by(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, pa.Table]]:
     """(key, its rows) for each distinct key of ``rows`` (a task, a shard, a write slot), in key order."""
     if not rows.num_rows:
         return []
-    order = np.argsort(keys, kind="stable")
+    order, starts, sorted_keys = _runs(keys)
     ordered = rows.take(pa.array(order))
+    return [(int(sorted_keys[start]), ordered.slice(start, end - start)) for start, end in zip(starts[:-1], starts[1:])]
+
+
+def split_lazily(rows: pa.Table, keys: np.ndarray, within: np.ndarray | None = None) -> list[tuple[int, Callable[[], pa.Table]]]:
+    """``split_by``, each key's rows taken only when called: the driver's worker threads then copy
+    their own parts side by side, rather than the batch thread copying every row first. ``within``
+    orders each part's rows (stably), so a worker need not order them again."""
+    if not rows.num_rows:
+        return []
+    order, starts, sorted_keys = _runs(keys, within)
+    return [(int(sorted_keys[start]), partial(rows.take, pa.array(order[start:end]))) for start, end in zip(starts[:-1], starts[1:])]
+
+
+def _runs(keys: np.ndarray, within: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The order that groups ``keys`` (then sorts by ``within``), where each key's run starts in it (and the end),
+    and the keys in that order."""
+    order = np.argsort(keys, kind="stable") if within is None else np.lexsort((within, keys))
     sorted_keys = keys[order]
     starts = np.concatenate([[0], np.nonzero(sorted_keys[1:] != sorted_keys[:-1])[0] + 1, [len(keys)]])
-    return [(int(sorted_keys[start]), ordered.slice(start, end - start)) for start, end in zip(starts[:-1], starts[1:])]
+    return order, starts, sorted_keys

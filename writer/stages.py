@@ -197,16 +197,24 @@ def _write_entries(plan: BatchPlan, io: FileIO, keys: pa.Array, partitions: pa.A
         index.write_delta(int(shard), plan.instant, index_entries(hashes[mine], partitions.filter(at), file_ids.filter(at)), part=_WRITE_PART_BASE + task)
 
 
-def _by_file_group(rows: pa.Table) -> pa.Table:
-    """Rows ordered by (partition, file id), each group's rows in the order they came. Only a base file
-    needs its rows sorted by key (a log block is merged by key whatever its order), so only those are,
-    group by group: sorting every row by its string key took a sixth of a merge-on-read write."""
+def file_group_order(rows: pa.Table) -> np.ndarray:
+    """A code per row that orders rows by (partition, file id), whatever order they come in."""
     partitions = rows[PARTITION].combine_chunks().dictionary_encode()
     file_ids = rows[FILE_ID].combine_chunks().dictionary_encode()
-    # each code ranked by its value, so groups come in (partition, file id) order whatever the rows' order
+    # each value's rank among the distinct values, so that codes follow the values' order
     partition_rank = pc.rank(partitions.dictionary, "ascending").to_numpy().astype(np.int64)
     file_rank = pc.rank(file_ids.dictionary, "ascending").to_numpy().astype(np.int64)
-    group = partition_rank[partitions.indices.to_numpy()] * (len(file_rank) + 1) + file_rank[file_ids.indices.to_numpy()]
+    return partition_rank[partitions.indices.to_numpy()] * (len(file_rank) + 1) + file_rank[file_ids.indices.to_numpy()]
+
+
+def _by_file_group(rows: pa.Table) -> pa.Table:
+    """Rows ordered by (partition, file id), each group's rows in the order they came; rows that come so
+    ordered (the driver orders them as it splits them, ``DriverBatch.assign_and_write``) are not copied.
+    Only a base file needs its rows sorted by key (a log block is merged by key whatever its order), so
+    only those are, group by group: sorting every row by its string key took a sixth of a merge-on-read write."""
+    group = file_group_order(rows)
+    if (group[1:] >= group[:-1]).all():
+        return rows
     return rows.take(pa.array(np.argsort(group, kind="stable")))
 
 

@@ -252,6 +252,9 @@ class CompactionSection(_Section):
     delta_commits: int = Field(5, ge=1)
     max_log_bytes: int = Field(256 * 2**20, gt=0)
     mode: Literal["async", "inline", "off"] = "async"
+    # async: before each file slice, wait up to this long for the micro-batch being written to finish,
+    # so compaction takes the driver's cores between micro-batches; 0 never waits
+    yield_seconds: float = Field(2.0, ge=0)
 
 
 class ServicesSection(_Section):
