@@ -1,39 +1,66 @@
-"""What the benchmarks measure besides time: the peak memory of this process and its children."""
+"""What the benchmarks measure besides time: the peak memory of this process and its children.
+
+The sampling runs in a process of its own: a sampling thread in the measured process took its GIL
+for a few milliseconds every sample (psutil reads every process's ``/proc`` entry to find the
+children), which stalled the measured engine's own Python threads.
+"""
 
 from __future__ import annotations
 
-import threading
-import time
+import os
+import subprocess
+import sys
 
 import psutil
 
 
+def tree_rss(pid: int) -> int:
+    """The RSS of process ``pid`` and all its descendants (Spark's JVM and Python workers)."""
+    me = psutil.Process(pid)
+    total = me.memory_info().rss
+    for child in me.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def _sample_until_stdin_closes(pid: int, interval: float) -> None:
+    """The sampler process: polls ``pid``'s tree until its stdin closes, then prints the peak."""
+    import selectors
+
+    peak = 0
+    selector = selectors.DefaultSelector()
+    selector.register(sys.stdin, selectors.EVENT_READ)
+    while True:
+        try:
+            peak = max(peak, tree_rss(pid))
+        except psutil.Error:
+            break
+        if selector.select(interval) and not sys.stdin.buffer.read1(1024):
+            break
+    print(peak, flush=True)
+
+
 class PeakRss:
-    """Samples the RSS of this process and its children (Spark's JVM and Python workers)."""
+    """The peak RSS (``peak``, bytes) of this process and its children while the block runs, sampled every ``interval`` seconds."""
 
     def __init__(self, interval: float = 0.2):
-        self.interval, self.peak, self._stop = interval, 0, threading.Event()
-
-    def _sample(self) -> int:
-        me = psutil.Process()
-        total = me.memory_info().rss
-        for child in me.children(recursive=True):
-            try:
-                total += child.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
+        self.interval, self.peak = interval, 0
 
     def __enter__(self):
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._sampler = subprocess.Popen(
+            [sys.executable, __file__, str(os.getpid()), str(self.interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.peak = tree_rss(os.getpid())
         return self
 
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
-            time.sleep(self.interval)
-
     def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+        out, _ = self._sampler.communicate(timeout=60)
+        self.peak = max(self.peak, int(out.strip() or 0), tree_rss(os.getpid()))
+        return False
+
+
+if __name__ == "__main__":
+    _sample_until_stdin_closes(int(sys.argv[1]), float(sys.argv[2]))
