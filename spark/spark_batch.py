@@ -157,11 +157,11 @@ class SparkBatch:
 
         def cut_task(batches):
             for rows in unpack(batches):
-                yield from pack_all(ranges.split_sorted(_good(rows).drop_columns([SHARD]).sort_by(order), cuts, global_keys))
+                yield from pack_all(ranges.split_unsorted(_good(rows).drop_columns([SHARD]), cuts, global_keys))
 
         def insert_sorted(plan, parts, task, token):
-            # the rows of one part come sorted; those of several are sorted again as one
-            rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts).sort_by(order)
+            # a task's range comes in parts from every prepare task: sorted once, here
+            rows = pa.concat_tables(parts).sort_by(order)
             return stages.bulk_insert(plan, iter(rows.to_batches()), task, token)
 
         by_range = Shuffles.to_tasks(self.parts.mapInArrow(self.clock.timed("write", cut_task), PART_STRUCT), self.shuffles.write_routes)

@@ -6,6 +6,7 @@ import bisect
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from laketide.index.columns import PARTITION, REASON
 from laketide.spark import arrow_parts
 from laketide.table.schema import RECORD_KEY
@@ -43,6 +44,18 @@ def test_cut_points_split_the_rows_of_many_parts_evenly_and_never_split_a_key():
     assert all(bounds[t][1] < bounds[t + 1][0] for t in range(tasks - 1))
 
 
+def test_unsorted_rows_are_cut_into_the_ranges_sorted_rows_are_cut_into():
+    """Spark's tasks cut a part without sorting it (each write task sorts its range): the same rows per task."""
+    rows = _rows(20_000, 3, partitions=3)
+    cuts = ranges.cut_points([ranges.sample(rows, global_keys=False)], 4)
+    order = [(PARTITION, "ascending"), (RECORD_KEY, "ascending"), ("v", "ascending")]
+    sorted_cut = {task: part for task, part in ranges.split_sorted(rows.sort_by(order), cuts, global_keys=False)}
+    unsorted_cut = {task: part.sort_by(order) for task, part in ranges.split_unsorted(rows, cuts, global_keys=False)}
+    assert sorted_cut.keys() == unsorted_cut.keys() and len(sorted_cut) == 4
+    assert all(sorted_cut[t].equals(unsorted_cut[t]) for t in sorted_cut)
+    assert ranges.split_unsorted(rows, [], global_keys=False)[0][1] is rows
+
+
 def test_range_keys_order_as_partition_then_key_and_by_key_alone_when_global():
     rows = pa.table({RECORD_KEY: ["b", "a", "a"], PARTITION: ["p", "pq", "p"]})
     keys = ranges.range_keys(rows, False).to_pylist()
@@ -64,11 +77,13 @@ def test_parts_carry_rows_counts_and_sample_in_bounded_pieces(monkeypatch):
     assert arrow_parts.unpacked([]) is None and list(arrow_parts.pack(0, rows.slice(0, 0))) == []
 
 
-def test_a_small_batch_is_one_range_and_a_cut_near_a_partition_start_moves_there():
+def test_a_small_batch_is_cut_only_where_partitions_start_and_a_cut_near_a_partition_start_moves_there():
     # 3 partitions of 4,000, 4,000 and 2,000 rows
     rows = pa.table({RECORD_KEY: [f"{i:05d}" for i in range(10_000)], PARTITION: ["a"] * 4_000 + ["b"] * 4_000 + ["c"] * 2_000})
     samples = [ranges.sample(rows, global_keys=False)]
-    assert ranges.cut_points(samples, 4, least_rows=20_000) == [], "less than a file's worth: one range"
+    assert ranges.cut_points(samples, 4, least_rows=20_000) == ["b\x00", "c\x00"], "less than a file's worth: cut only where partitions start"
+    one_partition = [ranges.sample(rows.filter(pc.equal(rows[PARTITION], "a")), global_keys=False)]
+    assert ranges.cut_points(one_partition, 4, least_rows=20_000) == [], "less than a file's worth of one partition: one range"
     cuts = ranges.cut_points(samples, 2, least_rows=1_000)
     assert cuts == ["b\x00"], "the middle (5,000) is within a quarter range of b's start (4,000)"
     parts = ranges.split_sorted(rows, cuts, False)

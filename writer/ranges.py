@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.columns import PARTITION
 from laketide.table.schema import RECORD_KEY
+from laketide.writer.slots import split_by
 
 # one sampled key per this many rows of a part, and at least ``SAMPLE_LEAST`` (all of a smaller part): a
 # range boundary from 1,000 samples is off by about 1.4% of the rows, and 1M rows send 1,000 keys
@@ -58,17 +59,33 @@ def cut_points(samples: list[tuple[list[str], float]], tasks: int, least_rows: i
     if not weighted:
         return []
     totals = np.cumsum([weight for _, weight in weighted])
-    tasks = min(tasks, max(1, int(totals[-1] // max(1, least_rows))))
+    starts = _partition_starts(weighted)
+    sized = min(tasks, max(1, int(totals[-1] // max(1, least_rows))))
+    at_starts = _partition_start_cuts(weighted, totals, starts, tasks)
+    if len(at_starts) + 1 > sized:
+        # fewer files' worth of rows than tasks, but more partitions: a cut where a partition starts makes
+        # no file smaller (each partition's files are its own), so those ranges run side by side
+        return at_starts
+    tasks = sized
     if tasks <= 1:
         return []
     share = totals[-1] / tasks
-    starts = _partition_starts(weighted)
     cuts = []
     for goal in share * np.arange(1, tasks):
         at = min(int(np.searchsorted(totals, goal)), len(weighted) - 1)
         near = [i for i in starts if abs(totals[i] - weighted[i][1] - goal) <= share / 4]
         cuts.append(_partition_of(weighted[min(near, key=lambda i: abs(totals[i] - goal))][0]) + _SEPARATOR if near else weighted[at][0])
     return sorted(set(cuts))
+
+
+def _partition_start_cuts(weighted: list[tuple[str, float]], totals: np.ndarray, starts: list[int], tasks: int) -> list[str]:
+    """Up to ``tasks - 1`` cuts, each where a partition starts, nearest the points that share the rows evenly."""
+    if not starts or tasks <= 1:
+        return []
+    share = totals[-1] / tasks
+    before = np.array([totals[i] - weighted[i][1] for i in starts])  # the weight ahead of each partition start
+    chosen = {starts[int(np.argmin(np.abs(before - goal)))] for goal in share * np.arange(1, tasks)}
+    return sorted(_partition_of(weighted[i][0]) + _SEPARATOR for i in chosen)
 
 
 def _partition_starts(weighted: list[tuple[str, float]]) -> list[int]:
@@ -88,6 +105,21 @@ def split_sorted(rows: pa.Table, cuts: list[str], global_keys: bool) -> list[tup
     keys = range_keys(rows, global_keys)
     starts = [0] + [bisect.bisect_left(_Keys(keys), cut) for cut in cuts] + [rows.num_rows]
     return [(task, rows.slice(start, end - start)) for task, (start, end) in enumerate(zip(starts, starts[1:])) if end > start]
+
+
+def split_unsorted(rows: pa.Table, cuts: list[str], global_keys: bool) -> list[tuple[int, pa.Table]]:
+    """Rows in any order cut into (task, rows) at ``cuts``, as ``split_sorted`` cuts them: a row's task is
+    the number of cuts at or below its range key. Each task sorts its own rows afterwards, so the rows
+    are not sorted here too (sorting 500k rows by their string keys took 0.36 s)."""
+    if not rows.num_rows:
+        return []
+    if not cuts:
+        return [(0, rows)]
+    keys = range_keys(rows, global_keys)
+    task = np.zeros(rows.num_rows, np.int64)
+    for cut in cuts:
+        task += pc.greater_equal(keys, cut).to_numpy(zero_copy_only=False)
+    return split_by(rows, task)
 
 
 class _Keys:
