@@ -49,7 +49,7 @@ KAFKA_RECORD_BYTES = 1024
 # the sources that read landing files
 LANDING_FORMATS = ("parquet", "json", "csv")
 # the pieces of parquet landing files Spark's tasks read themselves (``parquet_pieces``)
-PIECES = "path STRING, row_group INT, first_arrival LONG, offset LONG, rows LONG"
+PIECE_FIELDS = pa.schema([("path", pa.string()), ("row_group", pa.int32()), ("first_arrival", pa.int64()), ("offset", pa.int64()), ("rows", pa.int64())])
 
 
 def _data_fields(df: DataFrame) -> list[StructField]:
@@ -139,7 +139,9 @@ class MicroBatchWriter(BatchWriter):
         if pieces is None:
             parts = df.mapInArrow(self.clock.timed("prepare", prepare_rows), PART_STRUCT)
         else:
-            listed = self.spark.sparkContext.parallelize(pieces, len(pieces)).toDF(PIECES)
+            # from Arrow the pieces are a local relation: a Python RDD of them took a Python daemon and
+            # workers of their own, started (and their modules imported) on the first micro-batch
+            listed = self.spark.createDataFrame(pa.Table.from_pylist([dict(zip(PIECE_FIELDS.names, piece)) for piece in pieces], PIECE_FIELDS))
             parts = listed.mapInArrow(self.clock.timed("prepare", prepare_pieces), PART_STRUCT)
         return SparkBatch(self.shuffles.distributed(parts), self.shuffles, self.clock)
 
