@@ -62,8 +62,7 @@ class TableSection(_Section):
 
     path: str
     name: str | None = None
-    # COPY_ON_WRITE rewrites the file groups a micro-batch touches; MERGE_ON_READ appends
-    # their changes to log files, which compaction later folds into new base files
+    # COPY_ON_WRITE rewrites the file groups a micro-batch touches; MERGE_ON_READ appends to logs that compaction folds
     type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] | None = None
     record_key: list[str] = Field(min_length=1)
     partition_by: list[str] | None = None
@@ -245,15 +244,14 @@ class CompactionSection(_Section):
 
     A slice is compacted once it has ``delta_commits`` log files (one per
     deltacommit that touched it) or ``max_log_bytes`` of them. ``async`` runs
-    it in the table-services thread beside ingestion, ``inline`` after the
-    commit that scheduled it, ``off`` leaves it to ``laketide compact``.
+    it in the table-services thread beside ingestion (before each slice waiting
+    up to ``yield_seconds`` for the micro-batch being written; 0 never waits),
+    ``inline`` after the commit that scheduled it, ``off`` leaves it to ``laketide compact``.
     """
 
     delta_commits: int = Field(5, ge=1)
     max_log_bytes: int = Field(256 * 2**20, gt=0)
     mode: Literal["async", "inline", "off"] = "async"
-    # async: before each file slice, wait up to this long for the micro-batch being written to finish,
-    # so compaction takes the driver's cores between micro-batches; 0 never waits
     yield_seconds: float = Field(2.0, ge=0)
 
 
