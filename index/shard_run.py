@@ -19,10 +19,10 @@ FileGroupId = tuple[str, str]
 _DICTIONARY = pa.dictionary(pa.int32(), pa.string())
 STORED_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", _DICTIONARY), ("file_id", _DICTIONARY)])
 
-# newer entries stay in a run of their own over the shard's run until they are this share of it: a
-# micro-batch then folds its entries into the small run, and the large one is rewritten once in a while
-# (amortised, a few copies of the batch's entries) rather than at every micro-batch, so at 100M keys a
-# batch does not copy the 1.2 GB of the index
+# newer entries stay in a layer of their own over the run below until they are this share of it, and each
+# layer may have a newer one over it: a micro-batch folds its entries into the smallest layer, and a large
+# one is rewritten once in a while (amortised, a few copies of the batch's entries per layer) rather than
+# at every micro-batch, so at 100M keys a batch copies neither the 1.2 GB of the index nor an eighth of it
 RECENT_SHARE = 8
 # a run of at least this many entries is searched through a directory of where each value of its hashes'
 # top ``DIRECTORY_BITS`` bits starts: a lookup then searches a few hundred entries in cache instead of
@@ -35,8 +35,8 @@ DIRECTORY_BITS = 16
 class ShardRun:
     """One shard's entries in memory: sorted hashes and a file-group code for each, 12 bytes a key.
 
-    ``recent`` holds entries newer than these, sorted the same way, with codes into the same ``groups``;
-    where both know a hash, ``recent`` wins.
+    ``recent`` holds entries newer than these, sorted the same way, with codes into the same ``groups``
+    (and may have a ``recent`` of its own); where both know a hash, ``recent`` wins.
     """
 
     hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
@@ -81,20 +81,25 @@ class ShardRun:
         return len(self.hashes) + (len(self.recent) if self.recent is not None else 0)
 
     def extended(self, runs: Iterable[ShardRun]) -> ShardRun:
-        """This run with newer runs folded in. Their entries join ``recent``, and ``recent`` joins the
-        large run only once it holds ``1 / RECENT_SHARE`` of it, so the work is about the new entries'."""
+        """This run with newer runs folded in, as layers of growing size (``_absorb``), so the work is
+        about the new entries', however large the shard."""
         new = ShardRun.merge(runs)
         if len(new.hashes) == 0:
             return self
         codes_of = {g: i for i, g in enumerate(self.groups)}
         remap = np.array([codes_of.setdefault(g, len(codes_of)) for g in new.groups], np.int32)
         groups = list(codes_of)
-        recent = ShardRun(new.hashes, remap[new.codes], groups)
-        if self.recent is not None:
-            recent = self.recent._with(recent, groups)
-        if len(recent.hashes) * RECENT_SHARE < len(self.hashes):
-            return ShardRun(self.hashes, self.codes, groups, recent)
-        return self._with(recent, groups)
+        return self._absorb(ShardRun(new.hashes, remap[new.codes], groups), groups)
+
+    def _absorb(self, new: ShardRun, groups: list[FileGroupId]) -> ShardRun:
+        """This run with ``new`` (newer entries, codes into ``groups``) as its newest layer: the smallest
+        layer takes them, and a layer joins the one above it once it holds ``1 / RECENT_SHARE`` of it.
+        Layers grow geometrically, so a micro-batch copies a layer about its own size rather than one an
+        eighth of the shard (at 100M keys, 3M entries a shard copied every batch)."""
+        recent = new if self.recent is None else self.recent._absorb(new, groups)
+        if len(recent) * RECENT_SHARE < len(self.hashes):
+            return ShardRun(self.hashes, self.codes, groups, recent, self._directory)
+        return self._with(recent.flattened(), groups)
 
     def _with(self, newer: ShardRun, groups: list[FileGroupId]) -> ShardRun:
         """One sorted run of this run's entries and ``newer``'s (codes into the same groups), ``newer``

@@ -117,6 +117,29 @@ def test_a_micro_batch_extends_the_index_without_copying_it():
     assert run.recent is None and len(run.hashes) == 90_000  # the tenth batch made the small run an eighth: folded
 
 
+def test_many_micro_batches_make_layers_of_growing_size_that_answer_as_one_run():
+    """Batch after batch, a shard's entries form layers, each under an eighth of the one below it, so a
+    batch copies a layer about its own size; lookups through the layers equal those of one merged run."""
+    rng = np.random.default_rng(11)
+    base = rng.integers(0, 2**63, 400_000, dtype=np.uint64)
+    run = ShardRun.from_table(index_entries(base, ["p"] * len(base), ["a"] * len(base)))
+    large, runs = run.hashes, [run]
+    for n in range(45):
+        # half new keys, half keys of the base moving to this batch's group
+        batch = np.concatenate([rng.integers(0, 2**63, 500, dtype=np.uint64), rng.choice(base, 500)])
+        runs.append(ShardRun.from_table(index_entries(batch, ["p"] * 1000, [f"g{n}"] * 1000)))
+        run = run.extended([runs[-1]])
+    assert run.hashes is large, "45,000 entries are under an eighth of the 400,000: the large run was not copied"
+    layers, layer = [], run
+    while layer is not None:
+        layers.append(len(layer.hashes))
+        layer = layer.recent
+    assert len(layers) >= 3 and all(upper * 8 < lower for lower, upper in zip(layers, layers[1:])), layers
+    merged = ShardRun.merge(runs)
+    probe = np.concatenate([merged.hashes[::97], rng.integers(0, 2**63, 100, dtype=np.uint64)])
+    assert [run.groups[c] if c >= 0 else None for c in run.lookup(probe)] == [merged.groups[c] if c >= 0 else None for c in merged.lookup(probe)]
+
+
 def test_cached_shards_are_extended_with_new_deltas_only(tmp_path, monkeypatch):
     io = FileIO.for_uri(str(tmp_path))
     index = StateIndex.open(io, 1)
