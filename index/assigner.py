@@ -123,10 +123,10 @@ def dedupe(rows: pa.Table, hashes: np.ndarray, ordering_field: str | None, globa
         sort.append((ARRIVAL_FILE, "descending"))
     sort.append((ARRIVAL, "descending"))
     candidates = rows.select([name for name, _ in sort]).take(pa.array(suspects))
-    order = pc.sort_indices(candidates, sort_keys=sort).to_numpy()
-    first = first_of_each_key(candidates.take(pa.array(order)), global_keys)
+    ranked = pc.sort_indices(candidates, sort_keys=sort).to_numpy()
+    first = first_of_each_key(candidates.take(pa.array(ranked)), global_keys)
     keep = np.ones(rows.num_rows, bool)
-    keep[suspects[order[~first]]] = False
+    keep[suspects[ranked[~first]]] = False
     return rows.filter(pa.array(keep)), hashes[keep]
 
 

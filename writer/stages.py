@@ -207,15 +207,17 @@ def file_group_order(rows: pa.Table) -> np.ndarray:
     return partition_rank[partitions.indices.to_numpy()] * (len(file_rank) + 1) + file_rank[file_ids.indices.to_numpy()]
 
 
-def _by_file_group(rows: pa.Table) -> pa.Table:
-    """Rows ordered by (partition, file id), each group's rows in the order they came; rows that come so
-    ordered (the driver orders them as it splits them, ``DriverBatch.assign_and_write``) are not copied.
-    Only a base file needs its rows sorted by key (a log block is merged by key whatever its order), so
-    only those are, group by group: sorting every row by its string key took a sixth of a merge-on-read write."""
+def _by_file_group(rows: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """Rows ordered by (partition, file id), each group's rows in the order they came, and where each
+    group starts; rows that come so ordered (the driver orders them as it splits them,
+    ``DriverBatch.assign_and_write``) are not copied. Only a base file needs its rows sorted by key (a log
+    block is merged by key whatever its order), so only those are, group by group: sorting every row by
+    its string key took a sixth of a merge-on-read write."""
     group = file_group_order(rows)
-    if (group[1:] >= group[:-1]).all():
-        return rows
-    return rows.take(pa.array(np.argsort(group, kind="stable")))
+    if not (group[1:] >= group[:-1]).all():
+        order = np.argsort(group, kind="stable")
+        rows, group = rows.take(pa.array(order)), group[order]
+    return rows, np.flatnonzero(np.diff(group, prepend=-1))
 
 
 def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None) -> Iterator[pa.RecordBatch]:
@@ -227,17 +229,15 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
     markers = WriteMarkers(io, plan.instant)
     if WRITE_SLOT in rows.column_names:
         rows = rows.drop_columns([WRITE_SLOT])
-    rows = _by_file_group(rows)
-    partitions = rows[PARTITION].to_numpy(zero_copy_only=False)
-    file_ids = rows[FILE_ID].to_numpy(zero_copy_only=False)
-    starts = np.concatenate([[0], np.nonzero((partitions[1:] != partitions[:-1]) | (file_ids[1:] != file_ids[:-1]))[0] + 1])
-    ends = np.append(starts[1:], len(partitions))
+    rows, starts = _by_file_group(rows)
+    ends = np.append(starts[1:], rows.num_rows)
+    at = pa.array(starts)
+    groups = zip(rows[PARTITION].take(at).to_pylist(), rows[FILE_ID].take(at).to_pylist())
     statuses = []
     seqno = 0
     ensured: set[str] = set()
     dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
-    for start, end in zip(starts, ends):
-        partition, file_id = partitions[start], file_ids[start]
+    for (partition, file_id), start, end in zip(groups, starts, ends):
         incoming = rows.slice(start, end - start).drop_columns([PARTITION, FILE_ID])
         ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth, ensured)
         log_target = plan.log_targets.get((partition, file_id)) if plan.log_targets is not None else None
