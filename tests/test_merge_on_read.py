@@ -395,22 +395,22 @@ def test_a_write_task_decides_its_log_blocks_dictionary_columns_once_from_its_re
 
 def test_an_async_compaction_waits_for_the_micro_batch_being_written_but_not_forever():
     """Before each slice, the compactor waits for the job's batch lock (held while a micro-batch is
-    written), up to ``compaction.yield_seconds``; the CLI's compactor, with no lock, never waits."""
+    written), up to ``compaction.yield_seconds``; the CLI's compactor, whose lock no job holds, never waits."""
     import threading
     import time
-    from contextlib import nullcontext
 
     from laketide.config import CompactionSection
     from laketide.writer.compactor import Compactor
 
-    def waited(held_for: float, yield_seconds: float, lock=None) -> float:
+    def waited(held_for: float, yield_seconds: float, job: bool = True) -> float:
         compactor = Compactor.__new__(Compactor)
         compactor.settings = CompactionSection(yield_seconds=yield_seconds)
-        compactor.finish_lock = lock if lock is not None else threading.RLock()
+        compactor.finish_lock = threading.RLock()
+        batch_lock = compactor.finish_lock if job else threading.RLock()
         taken, release = threading.Event(), threading.Event()
 
         def micro_batch():
-            with compactor.finish_lock:
+            with batch_lock:
                 taken.set()
                 release.wait(held_for)
 
@@ -427,4 +427,4 @@ def test_an_async_compaction_waits_for_the_micro_batch_being_written_but_not_for
     assert 0.25 <= waited(held_for=0.3, yield_seconds=10) < 5  # until the micro-batch is done
     assert 0.15 <= waited(held_for=5, yield_seconds=0.2) < 2  # no longer than yield_seconds
     assert waited(held_for=5, yield_seconds=0) < 0.1
-    assert waited(held_for=5, yield_seconds=10, lock=nullcontext()) < 0.1
+    assert waited(held_for=5, yield_seconds=10, job=False) < 0.1

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -84,8 +84,9 @@ class Compactor:
         self.bloom_type = bloom_type
         self.steps = TimelineAction(coordinator, COMPACTION)
         self._view = view or self.table.file_system_view
-        # held by the job while a micro-batch runs; the last step of a compaction takes it
-        self.finish_lock: AbstractContextManager = nullcontext()
+        # held by the job while a micro-batch runs (its ``batch_lock``); the last step of a compaction takes
+        # it. Without a job (``laketide compact``) nothing else ever holds this one.
+        self.finish_lock: threading.RLock = threading.RLock()
 
     def schedule(self) -> str | None:
         """Plan a compaction of the slices past the thresholds; ``None`` when none is due."""
@@ -160,8 +161,7 @@ class Compactor:
         holds ``finish_lock`` while it writes one): on a driver of two cores, a slice compacted beside a
         micro-batch made it a fifth slower. The wait is bounded, so back-to-back micro-batches delay a
         compaction but never stop it."""
-        acquire = getattr(self.finish_lock, "acquire", None)
-        if acquire is not None and self.settings.yield_seconds > 0 and acquire(timeout=self.settings.yield_seconds):
+        if self.settings.yield_seconds > 0 and self.finish_lock.acquire(timeout=self.settings.yield_seconds):
             self.finish_lock.release()
 
     def _carry_late_logs(self, plan: CompactionPlan, instant_time: str, timeline: Timeline, markers: WriteMarkers) -> list[WriteStat]:
