@@ -9,103 +9,34 @@ changes through ``Operations``: the routes only parse, call and answer. Errors a
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
-from typing import Annotated, Protocol, TypeVar
+from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Header, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query
 from fastapi.responses import Response
 
-from laketide.api import errors
+from laketide.api import errors, ui
+from laketide.api.context import ApiContext, Ctx, JobHandle, ViewSettings, token_required
 from laketide.api.models import INSTANT_PATTERN, Action, ErrorOut, Health, LeaseOut, RestoreRequest, RollbackRequest, SavepointRequest
-from laketide.coordinator import Coordinator, Lease, LeaseHolder
+from laketide.coordinator import Lease
 from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.rollback import RollbackResult
 from laketide.coordinator.savepoints import RestoreResult
 from laketide.table import Table
-from laketide.table.errors import ErrorKind, LaketideError
 from laketide.table.inspect import FileGroupInfo, InstantDetail, InstantPage, PartitionInfo
+from laketide.table.inspect_layout import FileGroupPage, GroupOrder, TableLayout
+from laketide.table.inspect_timeline import ServicesView, TimelinePage
 from laketide.table.instant import State
 from laketide.table.savepoint import SavepointMetadata
-from laketide.writer.operations import Operations
+from laketide.writer.quarantine import QuarantineSummary
 from laketide.writer.report import WriterView
 
-T = TypeVar("T")
 ERRORS = {status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 500, 503)}
 InstantPath = Annotated[str, Path(pattern=INSTANT_PATTERN)]
-
-
-class JobHandle(Protocol):
-    """What a running job lends the API."""
-
-    coordinator: Coordinator
-
-    def status(self) -> WriterView: ...
-
-    @property
-    def operations(self) -> Operations: ...
-
-
-class ApiContext:
-    """What every route works on: the table, and where its changes run. Built once per app; holds no
-    per-request state, so the server's worker threads share it freely."""
-
-    def __init__(self, table: Table, token: str | None, job: JobHandle | None, lease_factory: Callable[[], Lease] | None, metrics: Metrics):
-        self.uri, self.io = table.uri, table.io
-        self.token = token
-        self.job = job
-        self.lease_factory = lease_factory
-        self.metrics = metrics
-
-    def table(self) -> Table:
-        """The table as it is now (each request reads the newest timeline)."""
-        return Table.open(self.uri, self.io)
-
-    def change(self, action: Callable[[Operations], T]) -> T:
-        """Run a change under the lease: the job's, between micro-batches, or a lease taken for it."""
-        if self.job is not None:
-            return action(self.job.operations)
-        if self.lease_factory is None:
-            raise LaketideError("this server has no lease configured, so it cannot change the table", kind=ErrorKind.UNAVAILABLE)
-        with Operations.under_lease(self.table(), self.lease_factory(), metrics=self.metrics) as operations:
-            return action(operations)
-
-    def holder(self) -> LeaseHolder | None:
-        if self.job is not None:
-            return self.job.coordinator.lease.current_holder()
-        if self.lease_factory is None:
-            return None
-        probe = self.lease_factory()
-        try:
-            return probe.current_holder()
-        finally:
-            probe.release()
-
-    def require_token(self, authorization: str | None) -> None:
-        if not authorization or not authorization.lower().startswith("bearer "):
-            raise LaketideError("this call changes the table: send 'Authorization: Bearer <token>'", kind=ErrorKind.UNAUTHENTICATED)
-        if self.token is None:
-            raise LaketideError(
-                "no API token is configured on this server (coordinator.api_token or LAKETIDE_API_TOKEN), so changes are refused",
-                kind=ErrorKind.FORBIDDEN,
-            )
-        if not hmac.compare_digest(authorization[7:].strip().encode(), self.token.encode()):
-            raise LaketideError("the bearer token is not valid for this server", kind=ErrorKind.FORBIDDEN)
-
-
-def _context(request: Request) -> ApiContext:
-    return request.app.state.context
-
-
-Ctx = Annotated[ApiContext, Depends(_context)]
-
-
-def _token(ctx: Ctx, authorization: Annotated[str | None, Header()] = None) -> None:
-    ctx.require_token(authorization)
-
+__all__ = ["ApiContext", "JobHandle", "ViewSettings", "create_app"]
 
 router = APIRouter(responses=ERRORS)
-changes = APIRouter(responses=ERRORS, dependencies=[Depends(_token)])
+changes = APIRouter(responses=ERRORS, dependencies=[Depends(token_required)])
 
 
 @router.get("/healthz", response_model=Health, tags=["service"])
@@ -136,6 +67,46 @@ def list_instants(
 @router.get("/v1/instants/{instant}", response_model=InstantDetail, tags=["instants"])
 def show_instant(ctx: Ctx, instant: InstantPath) -> InstantDetail:
     return ctx.table().inspect.instant(instant)
+
+
+@router.get("/v1/timeline", response_model=TimelinePage, tags=["instants"])
+def timeline(
+    ctx: Ctx,
+    state: Annotated[State | None, Query(description="REQUESTED, INFLIGHT or COMPLETED")] = None,
+    action: Annotated[Action | None, Query(description="commit, deltacommit, replacecommit, rollback, ...")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    before: Annotated[str | None, Query(pattern=INSTANT_PATTERN, description="only instants older than this one")] = None,
+) -> TimelinePage:
+    """Instants newest first with records, files, bytes and seconds, paging on into the archived timeline."""
+    return ctx.table().inspect.timeline([state] if state else None, [action.value] if action else None, before, limit)
+
+
+@router.get("/v1/services", response_model=ServicesView, tags=["table"])
+def table_services(ctx: Ctx) -> ServicesView:
+    return ctx.table().inspect.services()
+
+
+@router.get("/v1/layout", response_model=TableLayout, tags=["table"])
+def table_layout(ctx: Ctx, offset: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> TableLayout:
+    """Partitions (a page of them) with sizes and small files; the table's live and total bytes."""
+    return ctx.table().inspect.layout(ctx.settings.small_file_bytes, offset, limit)
+
+
+@router.get("/v1/layout/file-groups", response_model=FileGroupPage, tags=["table"])
+def file_group_page(
+    ctx: Ctx,
+    partition: Annotated[str | None, Query(max_length=1024)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    order: Annotated[GroupOrder, Query(description="partition, or size (smallest first)")] = "partition",
+) -> FileGroupPage:
+    return ctx.table().inspect.file_group_page(partition, offset, limit, order)
+
+
+@router.get("/v1/quarantine", response_model=QuarantineSummary, tags=["writer"])
+def quarantined(ctx: Ctx, sample: Annotated[int, Query(ge=0, le=100)] = 10) -> QuarantineSummary:
+    """Rows in quarantine per reason, and the newest of them."""
+    return ctx.quarantine(sample)
 
 
 @router.get("/v1/file-groups", response_model=list[FileGroupInfo], tags=["table"])
@@ -191,14 +162,16 @@ def create_app(
     job: JobHandle | None = None,
     lease_factory: Callable[[], Lease] | None = None,
     metrics: Metrics | None = None,
+    settings: ViewSettings | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="laketide coordinator",
         version="1",
         description=f"Instants, file groups, partitions, writer and lease of the Hudi table at {table.uri}.",
     )
-    app.state.context = ApiContext(table, token, job, lease_factory, metrics or (job.coordinator.metrics if job else Metrics()))
+    app.state.context = ApiContext(table, token, job, lease_factory, metrics or (job.coordinator.metrics if job else Metrics()), settings or ViewSettings())
     errors.install(app)
     app.include_router(router)
     app.include_router(changes)
+    ui.install(app)
     return app

@@ -7,8 +7,10 @@ else is a bug, and FastAPI answers it 500.
 
 from __future__ import annotations
 
+from html import escape
+
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from laketide.coordinator import LeaseHeld
 from laketide.table.errors import ErrorKind, LaketideError
@@ -29,11 +31,23 @@ STATUSES: dict[ErrorKind, int] = {
 KIND_OF_STATUS: dict[int, ErrorKind] = {**{status: kind for kind, status in reversed(STATUSES.items())}, 422: ErrorKind.INVALID}
 
 
+# what the dashboard says instead of the REST API's wording, by kind
+_UI_WORDING = {ErrorKind.UNAUTHENTICATED: "This action needs the API token: enter it in the token field at the top of the page."}
+
+
+def _html(exc: LaketideError) -> HTMLResponse:
+    """The dashboard's answer (its requests are under ``/ui``): a fragment it shows where the result would go."""
+    text = _UI_WORDING.get(exc.kind, str(exc))
+    return HTMLResponse(f'<p class="error" role="alert"><b>{escape(exc.kind.value)}</b> {escape(text)}</p>', status_code=STATUSES[exc.kind])
+
+
 def install(app: FastAPI) -> None:
     """Answer every ``LaketideError`` from ``STATUSES``."""
 
     @app.exception_handler(LaketideError)
-    async def _answer(request: Request, exc: LaketideError) -> JSONResponse:
+    async def _answer(request: Request, exc: LaketideError) -> Response:
+        if request.url.path.startswith("/ui/"):
+            return _html(exc)
         body = {"detail": str(exc), "kind": exc.kind.value}
         if isinstance(exc, LeaseHeld) and exc.holder is not None and exc.holder.api_address:
             body["holder_api"] = exc.holder.api_address

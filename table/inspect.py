@@ -1,4 +1,5 @@
-"""What a table holds, for people and tools: its instants, one instant's detail, file groups, partitions, savepoints.
+"""What a table holds, for people and tools: its instants, one instant's detail, file groups, partitions, savepoints,
+the table services' last runs and the table's layout (``inspect_timeline.py``, ``inspect_layout.py``).
 
 As pyiceberg's ``table.inspect``: ``Table.inspect`` returns typed models, and
 the CLI and the REST API only render them; neither builds its own view. Each
@@ -10,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
+from laketide.table.inspect_layout import FileGroupInfo, FileGroupPage, GroupOrder, TableLayout, file_group_infos, file_group_page, layout
+from laketide.table.inspect_timeline import ServicesView, TimelinePage, services, timeline_page
 from laketide.table.instant import INSTANT_TIME, ROLLBACK, WRITE_ACTIONS, Instant, State, instant_to_datetime, validate_instant_time
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.savepoint import SavepointMetadata, savepoints
@@ -70,18 +72,6 @@ class InstantDetail(InstantSummary):
     deleted_files: list[str] = Field(default_factory=list)
 
 
-class FileGroupInfo(BaseModel):
-    """A file group's latest slice: ``records`` counts its base file's rows (logs are merged at read time)."""
-
-    partition: str
-    file_id: str
-    base_instant: str
-    base_file: str | None
-    size_bytes: int
-    records: int
-    log_files: int = 0
-
-
 class PartitionInfo(BaseModel):
     partition: str
     file_groups: int
@@ -133,20 +123,25 @@ class InspectTable:
 
     def file_groups(self, partition: str | None = None) -> list[FileGroupInfo]:
         """The latest slice of every file group (of one partition, when given), as a read of the newest commit sees it."""
-        io = self.table.io
-        out = []
-        for s in self.table.file_system_view().latest_slices(partition=partition):
-            records = 0
-            if s.base_file is not None:
-                with io.open_input(s.base_file.path) as f:
-                    records = pq.read_metadata(f).num_rows
-            out.append(
-                FileGroupInfo(
-                    partition=s.partition, file_id=s.file_id, base_instant=s.base_instant,
-                    base_file=s.base_file.name if s.base_file else None, size_bytes=s.size, records=records, log_files=len(s.log_files),
-                )
-            )
-        return out
+        return file_group_infos(self.table, self.table.file_system_view().latest_slices(partition=partition))
+
+    def file_group_page(self, partition: str | None = None, offset: int = 0, limit: int = 100, order: GroupOrder = "partition") -> FileGroupPage:
+        """One page of file groups, by partition or smallest first; only the page's footers are read."""
+        return file_group_page(self.table, partition, offset, limit, order)
+
+    def layout(self, small_file_bytes: int, offset: int = 0, limit: int = 100) -> TableLayout:
+        """A page of partitions with their sizes and small files, and the table's live and total bytes."""
+        return layout(self.table, small_file_bytes, offset, limit)
+
+    def timeline(
+        self, states: Iterable[State] | None = None, actions: Iterable[str] | None = None, before: str | None = None, limit: int = 50
+    ) -> TimelinePage:
+        """Instants newest first with what each wrote and how long it took, paging on into the archive."""
+        return timeline_page(self.table, states, actions, before, limit)
+
+    def services(self) -> ServicesView:
+        """The last clean, compaction and rollback, what is pending, the archive and the savepoints."""
+        return services(self.table)
 
     def partitions(self) -> list[PartitionInfo]:
         """Each partition's file groups, rows and bytes, in partition order."""

@@ -25,15 +25,17 @@ if TYPE_CHECKING:
 __all__ = ["Table", "TableNotFound"]
 
 class Table:
-    def __init__(self, io: FileIO, config: TableConfig):
+    def __init__(self, io: FileIO, config: TableConfig, commit_details: dict | None = None):
         self.io = io
         self.config = config
-        self._commit_details: dict = {}  # completed writes' metadata, shared by every timeline this table loads
+        # completed writes' metadata, shared by every timeline this table loads (and, when given, by every
+        # table opened with the same dict: a server that opens the table per request reads each commit once)
+        self._commit_details: dict = {} if commit_details is None else commit_details
 
     @classmethod
-    def open(cls, path: str, io: FileIO | None = None) -> Table:
+    def open(cls, path: str, io: FileIO | None = None, commit_details: dict | None = None) -> Table:
         io = io or FileIO.for_uri(path)
-        return cls(io, TableConfig.from_properties(read_properties(io)))
+        return cls(io, TableConfig.from_properties(read_properties(io)), commit_details)
 
     @classmethod
     def create(

@@ -126,8 +126,10 @@ class Timeline:
 
     def commit_metadata(self, instant: Instant) -> CommitMetadata:
         """The metadata of a completed write (cached: completed instants never change)."""
-        if instant.is_completed and instant.timestamp in self._details:
-            return self._details[instant.timestamp]
+        # several threads may share the cache (a server's requests): single dict operations, so a race only reads a commit again
+        cached = self._details.get(instant.timestamp) if instant.is_completed else None
+        if cached is not None:
+            return cached
         path = self.instant_path(instant)
         with reading_timeline_file(self.io.full_path(path)):
             metadata = CommitMetadata.from_bytes(self.io.read_bytes(path))

@@ -38,7 +38,7 @@ from laketide.writer.landing import copy_aside
 from laketide.writer.planning import FirstKeys, plan_instant
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.prepare import PrepareSpec
-from laketide.writer.report import BatchReport, WriterStatus
+from laketide.writer.report import RECENT_BATCHES, BatchReport, WriterStatus
 
 from laketide.config import JobConfig
 
@@ -232,7 +232,7 @@ class BatchWriter:
         self.metrics.commit_seconds.observe(report.seconds)
         self.status.last_instant = report.instant
         self.status.quarantined_total += report.quarantined
-        self.status.recent = (self.status.recent + [report])[-20:]
+        self.status.recent = (self.status.recent + [report])[-RECENT_BATCHES:]
 
     def announce(self, report: BatchReport) -> None:
         """Log a micro-batch's line and tell the observers; then stop if a table service failed too often."""

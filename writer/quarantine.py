@@ -7,13 +7,18 @@ micro-batch replaces what an earlier attempt wrote there, so each bad row is kep
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import BaseModel, Field
 
-from laketide.table.io import FileIO
+from laketide.table.io import FileEntry, FileIO
+from laketide.table.lru import LruCache
 
+RAW_SHOWN = 2000
 QUARANTINE_SCHEMA = pa.schema(
     [("instant", pa.string()), ("reason", pa.string()), ("raw", pa.string()), ("quarantined_at", pa.timestamp("us", tz="UTC"))]
 )
@@ -33,3 +38,58 @@ def clear(target: str, options: dict[str, str] | None = None) -> None:
 def write_part(target: str, rows: pa.Table, part: int = 0, options: dict[str, str] | None = None) -> None:
     with FileIO.for_uri(target, options).open_output(f"part-{part:05d}.snappy.parquet") as f:
         pq.write_table(rows, f, compression="snappy")
+
+
+class QuarantinedRow(BaseModel):
+    instant: str
+    reason: str
+    raw: str = Field(description=f"the row as it came, cut to {RAW_SHOWN} characters")
+    quarantined_at: str
+
+
+class QuarantineSummary(BaseModel):
+    """What the quarantine holds: rows per reason (the most frequent), and the newest rows."""
+
+    path: str
+    total: int = 0
+    files: int = 0
+    reasons: dict[str, int] = Field(default_factory=dict)
+    sample: list[QuarantinedRow] = Field(default_factory=list)
+
+
+# rows per reason of each quarantine file, by (path, size, mtime): a replayed micro-batch rewrites its file
+# (another size or time). Shared by every request of a process; ``LruCache`` guards itself.
+_FILE_REASONS: LruCache[dict[str, int]] = LruCache(4096)
+
+
+def _file_reasons(io: FileIO, entry: FileEntry) -> dict[str, int]:
+    key = (io.full_path(entry.path), entry.size, entry.mtime_ns)
+    counts = _FILE_REASONS.get(key)
+    if counts is None:
+        with io.open_input(entry.path) as f:
+            reasons = pq.read_table(f, columns=["reason"])["reason"]
+        counts = {r["values"]: r["counts"] for r in pc.value_counts(reasons).to_pylist()}
+        _FILE_REASONS.put(key, counts)
+    return counts
+
+
+def summarize(target: str, options: dict[str, str] | None = None, sample: int = 10, reasons: int = 20) -> QuarantineSummary:
+    """Rows per reason (the ``reasons`` most frequent) and the ``sample`` newest rows of the quarantine at ``target``."""
+    io = FileIO.for_uri(target, options)
+    files = sorted((e for e in io.walk("") if not e.is_dir and e.path.endswith(".parquet")), key=lambda e: e.mtime_ns, reverse=True)
+    counts: Counter[str] = Counter()
+    for entry in files:
+        counts.update(_file_reasons(io, entry))
+    rows: list[QuarantinedRow] = []
+    for entry in files:
+        if len(rows) >= sample:
+            break
+        with io.open_input(entry.path) as f:
+            table = pq.read_table(f).slice(0, sample - len(rows))
+        rows += [
+            QuarantinedRow(instant=r["instant"], reason=r["reason"], raw=(r["raw"] or "")[:RAW_SHOWN], quarantined_at=r["quarantined_at"].isoformat())
+            for r in table.to_pylist()
+        ]
+    return QuarantineSummary(
+        path=io.full_path(""), total=sum(counts.values()), files=len(files), reasons=dict(counts.most_common(reasons)), sample=rows
+    )

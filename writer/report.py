@@ -56,6 +56,9 @@ class BatchReport:
         )
 
 
+RECENT_BATCHES = 120  # the micro-batches a running writer keeps reports of (the API, the dashboard's chart)
+
+
 @dataclass
 class WriterStatus:
     """What the running job tells the outside world (the API serves it)."""
@@ -77,6 +80,9 @@ class WriterView(BaseModel):
 
     running: bool
     writer_id: str | None = None
+    source: str | None = Field(None, description="where the records come from: a landing path, Kafka topics, or the generator")
+    trigger: str | None = None
+    stopping: bool = False
     current_batch: int | None = None
     last_instant: str | None = None
     # the last micro-batches, newest last: every field of the log line, and whether an instant was rolled back since

@@ -102,6 +102,9 @@ class RunningJob:
         return WriterView(
             running=True,
             writer_id=self.coordinator.writer_id,
+            source=_describe_source(self.config),
+            trigger=self.config.stream.trigger,
+            stopping=self.stop_requested.is_set(),
             current_batch=status.current_batch,
             last_instant=status.last_instant,
             recent=[replace(r, rolled_back=_rolled_back(r, completed, timeline.start)) for r in status.recent],
@@ -118,6 +121,15 @@ class RunningJob:
         """Run ``action`` while no micro-batch runs (under the writer's batch lock)."""
         with self.writer.batch_lock:
             return action()
+
+
+def _describe_source(config: JobConfig) -> str:
+    source = config.source
+    if source.format == "kafka":
+        return "kafka " + (", ".join(source.kafka.topics) or f"/{source.kafka.topic_pattern}/")
+    if source.format == "generator":
+        return f"generator ({source.generator.batches} batches of {source.generator.rows_per_batch:,} rows)"
+    return f"{source.format} files in {source.path}"
 
 
 def _log_pending(table: Table) -> None:

@@ -1,0 +1,172 @@
+"""The operator's view in the browser, ``GET /ui``: the job, its micro-batches, the timeline, the table services,
+the table's layout and the quarantine, with rollback, savepoint and restore.
+
+Server-rendered: each panel is a fragment of HTML that htmx (shipped in ``ui/static``, no CDN) fetches and
+refreshes on its own. The fragments read the same ``table.inspect`` and job status the REST API serves, and
+the actions go through ``Operations`` under the same token; nothing here builds its own view of the table.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from laketide.api.chart import batch_chart
+from laketide.api.context import Ctx, token_required
+from laketide.api.models import INSTANT_PATTERN, Action
+from laketide.table.inspect_layout import GroupOrder
+from laketide.table.instant import State, instant_to_datetime
+from laketide.writer.report import WriterView
+
+HERE = Path(__file__).parent / "ui"
+REFRESH_SECONDS = 3
+PAGE = 50  # rows of the timeline and of file groups per page
+templates = Jinja2Templates(directory=HERE / "templates")
+router = APIRouter(prefix="/ui", include_in_schema=False, default_response_class=HTMLResponse)
+actions = APIRouter(prefix="/ui/act", include_in_schema=False, default_response_class=HTMLResponse, dependencies=[Depends(token_required)])
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _when(instant: str | None) -> str:
+    return instant_to_datetime(instant).strftime("%Y-%m-%d %H:%M:%S UTC") if instant else "-"
+
+
+def _ago(instant: str | None) -> str:
+    if not instant:
+        return "never"
+    seconds = (datetime.now(timezone.utc) - instant_to_datetime(instant)).total_seconds()
+    for unit, length in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= length:
+            return f"{seconds / length:.0f} {unit} ago"
+    return f"{max(seconds, 0):.0f} s ago"
+
+
+templates.env.filters.update(size=_size, when=_when, ago=_ago, number=lambda n: "-" if n is None else f"{n:,}")
+
+
+def _render(request: Request, template: str, **values) -> HTMLResponse:
+    return templates.TemplateResponse(request, template, {"refresh": REFRESH_SECONDS, **values})
+
+
+def _writer(ctx: Ctx) -> WriterView:
+    return WriterView.model_validate(ctx.job.status()) if ctx.job else WriterView(running=False)
+
+
+@router.get("")
+def page(request: Request, ctx: Ctx) -> HTMLResponse:
+    table = ctx.table()
+    return _render(request, "page.html", uri=ctx.uri, name=table.name, table_type=table.config.table_type, job=ctx.job is not None)
+
+
+@router.get("/part/job")
+def job_part(request: Request, ctx: Ctx) -> HTMLResponse:
+    view = _writer(ctx)
+    last = next((r for r in reversed(view.recent) if not r.skipped and not r.empty), None)
+    return _render(request, "job.html", view=view, holder=ctx.holder(), last=last)
+
+
+@router.get("/part/batches")
+def batches_part(request: Request, ctx: Ctx) -> HTMLResponse:
+    reports = [r for r in _writer(ctx).recent if not r.skipped]
+    return _render(request, "batches.html", chart=batch_chart(reports), reports=list(reversed(reports[-10:])), job=ctx.job is not None)
+
+
+@router.get("/part/timeline")
+def timeline_part(
+    request: Request,
+    ctx: Ctx,
+    action: Annotated[Action | None, Query()] = None,
+    state: Annotated[State | None, Query()] = None,
+    before: Annotated[str | None, Query(pattern=INSTANT_PATTERN)] = None,
+) -> HTMLResponse:
+    page = ctx.table().inspect.timeline([state] if state else None, [action.value] if action else None, before, PAGE)
+    filters = {"action": action.value if action else "", "state": state.value if state else ""}
+    return _render(request, "timeline.html", page=page, before=before, filters=filters)
+
+
+@router.get("/part/instant/{instant}")
+def instant_part(request: Request, ctx: Ctx, instant: str) -> HTMLResponse:
+    detail = ctx.table().inspect.instant(instant)
+    partitions = Counter(f.partition for f in detail.files)
+    return _render(request, "instant.html", detail=detail, partitions=sorted(partitions.items()), files=detail.files[:200])
+
+
+@router.get("/part/services")
+def services_part(request: Request, ctx: Ctx) -> HTMLResponse:
+    return _render(request, "services.html", services=ctx.table().inspect.services())
+
+
+@router.get("/part/layout")
+def layout_part(request: Request, ctx: Ctx, offset: Annotated[int, Query(ge=0)] = 0) -> HTMLResponse:
+    layout = ctx.table().inspect.layout(ctx.settings.small_file_bytes, offset, PAGE)
+    return _render(request, "layout.html", layout=layout, offset=offset, page_size=PAGE, index=_writer(ctx).index)
+
+
+@router.get("/part/file-groups")
+def file_groups_part(
+    request: Request,
+    ctx: Ctx,
+    partition: Annotated[str | None, Query(max_length=1024)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    order: Annotated[GroupOrder, Query()] = "size",
+) -> HTMLResponse:
+    groups = ctx.table().inspect.file_group_page(partition or None, offset, PAGE, order)
+    return _render(request, "file_groups.html", groups=groups, partition=partition or "", order=order, small=ctx.settings.small_file_bytes)
+
+
+@router.get("/part/quarantine")
+def quarantine_part(request: Request, ctx: Ctx) -> HTMLResponse:
+    return _render(request, "quarantine.html", summary=ctx.quarantine(sample=5))
+
+
+@actions.post("/rollback")
+def rollback_action(
+    request: Request,
+    ctx: Ctx,
+    instant: Annotated[str, Form(pattern=INSTANT_PATTERN)],
+    dry_run: Annotated[bool, Form()] = True,
+    force: Annotated[bool, Form()] = False,
+) -> HTMLResponse:
+    result = ctx.change(lambda operations: operations.rollback(instant, force, dry_run))
+    return _render(request, "rollback.html", result=result, force=force)
+
+
+@actions.post("/savepoint")
+def savepoint_action(
+    request: Request,
+    ctx: Ctx,
+    instant: Annotated[str | None, Form(pattern=INSTANT_PATTERN)] = None,
+    comment: Annotated[str, Form(max_length=4096)] = "",
+) -> HTMLResponse:
+    saved = ctx.change(lambda operations: operations.create_savepoint(instant or None, "dashboard", comment))
+    return _render(request, "done.html", message=f"Savepoint {saved.instant} created.")
+
+
+@actions.post("/restore")
+def restore_action(request: Request, ctx: Ctx, savepoint: Annotated[str, Form(pattern=INSTANT_PATTERN)]) -> HTMLResponse:
+    result = ctx.change(lambda operations: operations.restore(savepoint))
+    rolled = ", ".join(result.rolled_back) or "nothing"
+    return _render(request, "done.html", message=f"Restored to savepoint {result.savepoint}: rolled back {rolled} ({result.files} files).")
+
+
+def install(app: FastAPI) -> None:
+    """Serve the view under ``/ui``, its assets under ``/ui/static``."""
+    app.include_router(router)
+    app.include_router(actions)
+    app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")

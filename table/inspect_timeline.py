@@ -1,0 +1,207 @@
+"""The timeline as an operator reads it: each instant with what it wrote and how long it took, paging on
+into the archive; and the table services' last runs and what is pending.
+
+Part of ``table.inspect`` (``InspectTable.timeline`` and ``InspectTable.services``). A page reads the
+active timeline's listing once, the commit metadata of its own instants (cached by the table), and the
+archive only when it pages past the active timeline: an operator's first look never decodes the archive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
+
+from laketide.table.archive import ArchivedInstant, ArchivedTimeline, archive_file_version
+from laketide.table.instant import CLEAN, COMMIT, COMPACTION, ROLLBACK, WRITE_ACTIONS, Instant, State, instant_to_datetime
+from laketide.table.lru import LruCache
+from laketide.table.savepoint import SavepointMetadata, savepoints
+
+if TYPE_CHECKING:
+    from laketide.table.table import Table
+
+
+class TimelineRow(BaseModel):
+    """One instant: its action and state and, for a write, what it wrote."""
+
+    instant: str
+    action: str
+    state: str
+    archived: bool = False
+    operation: str | None = None
+    records: int | None = None
+    inserts: int | None = None
+    updates: int | None = None
+    deletes: int | None = None
+    files: int | None = None
+    bytes: int | None = None
+    seconds: float | None = Field(None, description="from the instant time to its completed file (active timeline only)")
+
+
+class TimelinePage(BaseModel):
+    items: list[TimelineRow]
+    next_before: str | None = Field(None, description="pass as `before` for the next (older) page; it goes on into the archive")
+    active_instants: int = Field(description="instants on the active timeline, in every state")
+
+
+class ServiceRun(BaseModel):
+    instant: str
+    state: str
+    seconds: float | None = None
+
+
+class ArchiveInfo(BaseModel):
+    files: int
+    bytes: int
+    newest_archived: str | None = Field(None, description="the newest instant the last archival moved")
+    last_archived_at: str | None = Field(None, description="when the archive was last written (UTC)")
+
+
+class ServicesView(BaseModel):
+    """The table services as the timeline shows them."""
+
+    last_clean: ServiceRun | None = None
+    last_compaction: ServiceRun | None = None
+    last_rollback: ServiceRun | None = None
+    pending: list[ServiceRun] = Field(default_factory=list, description="requested and inflight instants, with their action in `state`")
+    pending_compactions: int = 0
+    archive: ArchiveInfo
+    savepoints: list[SavepointMetadata] = Field(default_factory=list)
+
+
+# decoded archive files, by (path, size): a file that is no longer the newest never changes again; shared by
+# every request of a process (``LruCache`` guards itself)
+ARCHIVE_FILES: LruCache[list[TimelineRow]] = LruCache(64)
+
+
+def _write_row(row: TimelineRow, totals: dict[str, int], operation: str | None) -> TimelineRow:
+    return row.model_copy(
+        update={
+            "operation": operation, "records": totals["writes"], "inserts": totals["inserts"], "updates": totals["updates"],
+            "deletes": totals["deletes"], "files": totals["files"], "bytes": totals["bytes"],
+        }
+    )
+
+
+def _completed_mtimes(table: Table) -> dict[tuple[str, str], int]:
+    """The modification time (ns) of each completed instant's file, by (instant, action)."""
+    out = {}
+    layout = table.config.timeline_layout_version
+    for entry in table.io.list_dir(table.config.timeline_dir):
+        instant = None if entry.is_dir else Instant.parse_file_name(entry.name, layout)
+        if instant is not None and instant.is_completed:
+            out[(instant.timestamp, instant.action)] = entry.mtime_ns
+    return out
+
+
+def _seconds(instant: Instant, mtimes: dict[tuple[str, str], int]) -> float | None:
+    mtime = mtimes.get((instant.timestamp, instant.action))
+    if not mtime:
+        return None
+    return max(0.0, round(mtime / 1e9 - instant_to_datetime(instant.timestamp).timestamp(), 3))
+
+
+def _active_rows(table: Table, instants: list[Instant]) -> list[TimelineRow]:
+    timeline = table.timeline
+    mtimes = _completed_mtimes(table)
+    rows = []
+    for instant in instants:
+        row = TimelineRow(instant=instant.timestamp, action=instant.action, state=instant.state.value, seconds=_seconds(instant, mtimes))
+        if instant.action in WRITE_ACTIONS and instant.is_completed:
+            meta = timeline.commit_metadata(instant)
+            row = _write_row(row, meta.totals(), meta.operation_type)
+        rows.append(row)
+    return rows
+
+
+def _archived_row(archived: ArchivedInstant) -> TimelineRow:
+    instant, entry = archived.instant, archived.entry
+    row = TimelineRow(instant=instant.timestamp, action=instant.action, state=instant.state.value, archived=True)
+    meta = entry.get("hoodieCommitMetadata") or entry.get("hoodieReplaceCommitMetadata")
+    if not meta or not instant.is_completed:
+        return row
+    stats = [s for group in (meta.get("partitionToWriteStats") or {}).values() for s in group]
+    totals = {
+        "files": len(stats), "writes": sum(s.get("numWrites") or 0 for s in stats), "inserts": sum(s.get("numInserts") or 0 for s in stats),
+        "updates": sum(s.get("numUpdateWrites") or 0 for s in stats), "deletes": sum(s.get("numDeletes") or 0 for s in stats),
+        "bytes": sum(s.get("totalWriteBytes") or 0 for s in stats),
+    }
+    return _write_row(row, totals, meta.get("operationType"))
+
+
+def _archived_newest_first(table: Table) -> Iterator[TimelineRow]:
+    """The archive's instants, newest first, one file at a time (each file decoded once per process)."""
+    archive = ArchivedTimeline(table.io, table.config.archive_dir)
+    sizes = {e.path: e.size for e in table.io.list_dir(archive.dir)}
+    for _, path in reversed(archive.files() if sizes else []):
+        key = (table.io.full_path(path), sizes.get(path, 0))
+        rows = ARCHIVE_FILES.get(key)
+        if rows is None:
+            latest: dict[tuple[str, str], TimelineRow] = {}
+            for row in map(_archived_row, archive.read_file(path)):
+                kept = latest.get((row.instant, row.action))
+                if kept is None or State(row.state).rank > State(kept.state).rank:
+                    latest[(row.instant, row.action)] = row  # one row per instant: its furthest state
+            rows = sorted(latest.values(), key=lambda r: (r.instant, r.action), reverse=True)
+            ARCHIVE_FILES.put(key, rows)
+        yield from rows
+
+
+def timeline_page(
+    table: Table, states: Iterable[State] | None, actions: Iterable[str] | None, before: str | None, limit: int, archived: bool = True
+) -> TimelinePage:
+    """Instants newest first, ``limit`` at a time, from the active timeline and then (``archived``) the archive."""
+    states = {State(s) for s in states} if states else None
+    actions = set(actions) if actions else None
+    timeline = table.timeline
+    active = [i for i in reversed(timeline.filter(states, actions)) if before is None or i.timestamp < before]
+    rows = _active_rows(table, active[: limit + 1])
+    oldest_active = timeline.instants[0].timestamp if timeline.instants else None
+    if archived and len(rows) <= limit:
+        for row in _archived_newest_first(table):
+            if len(rows) > limit:
+                break
+            older = (before is None or row.instant < before) and (oldest_active is None or row.instant < oldest_active)
+            if older and (states is None or State(row.state) in states) and (actions is None or row.action in actions):
+                rows.append(row)
+    page = rows[:limit]
+    return TimelinePage(items=page, next_before=page[-1].instant if len(rows) > limit else None, active_instants=len(timeline))
+
+
+def _last(instants: list[Instant], mtimes: dict[tuple[str, str], int]) -> ServiceRun | None:
+    if not instants:
+        return None
+    newest = instants[-1]
+    return ServiceRun(instant=newest.timestamp, state=newest.state.value, seconds=_seconds(newest, mtimes))
+
+
+def _archive_info(table: Table) -> ArchiveInfo:
+    archive = ArchivedTimeline(table.io, table.config.archive_dir)
+    entries = [e for e in table.io.list_dir(archive.dir) if not e.is_dir and archive_file_version(e.name) is not None]
+    if not entries:
+        return ArchiveInfo(files=0, bytes=0)
+    newest = max((i.timestamp for i in archive.last_block_instants()), default=None)
+    written = max((e.mtime_ns for e in entries), default=0)
+    at = datetime.fromtimestamp(written / 1e9, tz=timezone.utc).isoformat(timespec="seconds") if written else None
+    return ArchiveInfo(files=len(entries), bytes=sum(e.size for e in entries), newest_archived=newest, last_archived_at=at)
+
+
+def services(table: Table) -> ServicesView:
+    """The last clean, compaction and rollback, what is pending, the archive and the savepoints."""
+    timeline = table.timeline
+    mtimes = _completed_mtimes(table)
+    completed = timeline.filter({State.COMPLETED})
+    # a merge-on-read table's writes are deltacommits: its commits are compactions (Hudi's own reading)
+    compacting = table.config.table_type == "MERGE_ON_READ"
+    pending = timeline.pending()
+    return ServicesView(
+        last_clean=_last([i for i in completed if i.action == CLEAN], mtimes),
+        last_compaction=_last([i for i in completed if compacting and i.action == COMMIT], mtimes),
+        last_rollback=_last([i for i in completed if i.action == ROLLBACK], mtimes),
+        pending=[ServiceRun(instant=i.timestamp, state=f"{i.action} {i.state.value}") for i in pending],
+        pending_compactions=sum(1 for i in pending if i.action == COMPACTION),
+        archive=_archive_info(table),
+        savepoints=savepoints(timeline),
+    )
