@@ -12,6 +12,7 @@ from fastapi import Depends, Header, Request
 from laketide.coordinator import Coordinator, Lease, LeaseHolder
 from laketide.coordinator.metrics import Metrics
 from laketide.table import Table
+from laketide.table.table import SharedCaches
 from laketide.table.errors import ErrorKind, LaketideError
 from laketide.writer import quarantine
 from laketide.writer.operations import Operations
@@ -57,11 +58,11 @@ class ApiContext:
         self.lease_factory = lease_factory
         self.metrics = metrics
         self.settings = settings
-        self._commit_details: dict = {}  # completed commits' metadata, read once for every request
+        self._shared = SharedCaches()  # commit metadata and listings that every request reuses until the timeline moves
 
     def table(self) -> Table:
         """The table as it is now (each request reads the newest timeline)."""
-        return Table.open(self.uri, self.io, self._commit_details)
+        return Table.open(self.uri, self.io, self._shared)
 
     def quarantine(self, sample: int) -> QuarantineSummary:
         path = self.settings.quarantine_path or self.uri.rstrip("/") + "_quarantine"

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import HTMLResponse
@@ -91,12 +92,12 @@ def batches_part(request: Request, ctx: Ctx) -> HTMLResponse:
 def timeline_part(
     request: Request,
     ctx: Ctx,
-    action: Annotated[Action | None, Query()] = None,
-    state: Annotated[State | None, Query()] = None,
+    action: Annotated[Action | Literal[""], Query(description="empty: any")] = "",
+    state: Annotated[State | Literal[""], Query(description="empty: any")] = "",
     before: Annotated[str | None, Query(pattern=INSTANT_PATTERN)] = None,
 ) -> HTMLResponse:
     page = ctx.table().inspect.timeline([state] if state else None, [action.value] if action else None, before, PAGE)
-    filters = {"action": action.value if action else "", "state": state.value if state else ""}
+    filters = urlencode({k: v.value for k, v in (("action", action), ("state", state)) if v})
     return _render(request, "timeline.html", page=page, before=before, filters=filters)
 
 

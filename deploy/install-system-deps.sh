@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what laketide needs from Debian: Java 17 (for Spark) and ZooKeeper (for the lease).
+# Installs what laketide needs from Debian: Java 17 (for Spark), ZooKeeper (for the lease) and, for the
+# dashboard's tests, Chromium (driven by Playwright through its executable_path).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -9,6 +10,9 @@ if ! command -v java >/dev/null 2>&1; then
 fi
 if [ ! -f /usr/share/zookeeper/bin/zkServer.sh ] && ! dpkg -s zookeeper >/dev/null 2>&1; then
   need+=(zookeeper)
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+  need+=(chromium)
 fi
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -77,7 +77,8 @@ def archived_entry(instant: Instant, body: bytes) -> dict:
     return entry
 
 
-def _instant_of(entry: dict) -> Instant:
+def archived_instant(entry: dict) -> Instant:
+    """The timeline file an archived entry stands for."""
     return Instant(entry["commitTime"], entry["actionType"], State(entry.get("actionState") or State.COMPLETED.value))
 
 
@@ -111,7 +112,7 @@ class ArchivedTimeline:
     def read_file(self, path: str) -> list[ArchivedInstant]:
         out = []
         for block in read_blocks(self.io.read_bytes(path)):
-            out += [ArchivedInstant(_instant_of(entry), entry) for entry in avro_records(block, avro_models.schema(ENTRY))]
+            out += [ArchivedInstant(archived_instant(entry), entry) for entry in avro_records(block, avro_models.schema(ENTRY))]
         return out
 
     def instants(self) -> list[ArchivedInstant]:
@@ -133,7 +134,7 @@ class ArchivedTimeline:
             blocks = list(read_blocks(self.io.read_bytes(files[-1][1])))
         except CorruptLog:
             return set()
-        return {_instant_of(entry) for entry in avro_records(blocks[-1], avro_models.schema(ENTRY))}
+        return {archived_instant(entry) for entry in avro_records(blocks[-1], avro_models.schema(ENTRY))}
 
     def append(self, entries: Iterable[dict], max_file_bytes: int = MAX_FILE_BYTES) -> str | None:
         """Add ``entries`` as one block; its file's path, or ``None`` when there is nothing to write.

@@ -61,14 +61,17 @@ class FileGroupPage(BaseModel):
 
 
 def _partition_layouts(slices: list[FileSlice], small_file_bytes: int) -> list[PartitionLayout]:
-    parts: dict[str, PartitionLayout] = {}
+    counts: dict[str, list[int]] = {}  # partition -> [file groups, live bytes, small files, log files]
     for s in slices:
-        part = parts.setdefault(s.partition, PartitionLayout(partition=s.partition, file_groups=0, live_bytes=0, small_files=0, log_files=0))
-        part.file_groups += 1
-        part.live_bytes += s.size
-        part.small_files += s.size < small_file_bytes
-        part.log_files += len(s.log_files)
-    return [parts[p] for p in sorted(parts)]
+        size = s.size
+        c = counts.setdefault(s.partition, [0, 0, 0, 0])
+        c[0] += 1
+        c[1] += size
+        c[2] += size < small_file_bytes
+        c[3] += len(s.log_files)
+    return [
+        PartitionLayout(partition=p, file_groups=c[0], live_bytes=c[1], small_files=c[2], log_files=c[3]) for p, c in sorted(counts.items())
+    ]
 
 
 def layout(table: Table, small_file_bytes: int, offset: int = 0, limit: int = 100) -> TableLayout:

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from laketide.table.archive import ArchivedInstant, ArchivedTimeline, archive_file_version
+from laketide.table import avro_models
+from laketide.table.archive import ENTRY, ArchivedInstant, ArchivedTimeline, archive_file_version, archived_instant
+from laketide.table.logfile import CorruptLog, LogBlock, avro_records, read_blocks
 from laketide.table.instant import CLEAN, COMMIT, COMPACTION, ROLLBACK, WRITE_ACTIONS, Instant, State, instant_to_datetime
 from laketide.table.lru import LruCache
 from laketide.table.savepoint import SavepointMetadata, savepoints
@@ -71,9 +73,11 @@ class ServicesView(BaseModel):
     savepoints: list[SavepointMetadata] = Field(default_factory=list)
 
 
-# decoded archive files, by (path, size): a file that is no longer the newest never changes again; shared by
-# every request of a process (``LruCache`` guards itself)
-ARCHIVE_FILES: LruCache[list[TimelineRow]] = LruCache(64)
+# decoded archive blocks, by (file, block number, length): archival only appends blocks, so a block never
+# changes; shared by every request of a process (``LruCache`` guards itself)
+ARCHIVE_BLOCKS: LruCache[list[TimelineRow]] = LruCache(64)
+# the archive's summary, by its files' names and sizes: read again only after an archival
+ARCHIVE_INFO: LruCache[ArchiveInfo] = LruCache(16)
 
 
 def _write_row(row: TimelineRow, totals: dict[str, int], operation: str | None) -> TimelineRow:
@@ -131,22 +135,33 @@ def _archived_row(archived: ArchivedInstant) -> TimelineRow:
     return _write_row(row, totals, meta.get("operationType"))
 
 
+def _block_rows(block: LogBlock) -> list[TimelineRow]:
+    """One archival's instants, newest first, one row per instant (its furthest state)."""
+    latest: dict[tuple[str, str], TimelineRow] = {}
+    for entry in avro_records(block, avro_models.schema(ENTRY)):
+        row = _archived_row(ArchivedInstant(archived_instant(entry), entry))
+        kept = latest.get((row.instant, row.action))
+        if kept is None or State(row.state).rank > State(kept.state).rank:
+            latest[(row.instant, row.action)] = row
+    return sorted(latest.values(), key=lambda r: (r.instant, r.action), reverse=True)
+
+
 def _archived_newest_first(table: Table) -> Iterator[TimelineRow]:
-    """The archive's instants, newest first, one file at a time (each file decoded once per process)."""
+    """The archive's instants, newest first: files newest first, and in each its blocks (one per archival)
+    newest first, each decoded only when the page reaches it, and once per process."""
     archive = ArchivedTimeline(table.io, table.config.archive_dir)
-    sizes = {e.path: e.size for e in table.io.list_dir(archive.dir)}
-    for _, path in reversed(archive.files() if sizes else []):
-        key = (table.io.full_path(path), sizes.get(path, 0))
-        rows = ARCHIVE_FILES.get(key)
-        if rows is None:
-            latest: dict[tuple[str, str], TimelineRow] = {}
-            for row in map(_archived_row, archive.read_file(path)):
-                kept = latest.get((row.instant, row.action))
-                if kept is None or State(row.state).rank > State(kept.state).rank:
-                    latest[(row.instant, row.action)] = row  # one row per instant: its furthest state
-            rows = sorted(latest.values(), key=lambda r: (r.instant, r.action), reverse=True)
-            ARCHIVE_FILES.put(key, rows)
-        yield from rows
+    for _, path in reversed(archive.files()):
+        try:
+            blocks = list(read_blocks(table.io.read_bytes(path)))
+        except CorruptLog:
+            continue  # a torn newest file (a crash while archiving): Hudi's reader skips it too
+        for number in reversed(range(len(blocks))):
+            key = (table.io.full_path(path), number, len(blocks[number].content))
+            rows = ARCHIVE_BLOCKS.get(key)
+            if rows is None:
+                rows = _block_rows(blocks[number])
+                ARCHIVE_BLOCKS.put(key, rows)
+            yield from rows
 
 
 def timeline_page(
@@ -182,10 +197,15 @@ def _archive_info(table: Table) -> ArchiveInfo:
     entries = [e for e in table.io.list_dir(archive.dir) if not e.is_dir and archive_file_version(e.name) is not None]
     if not entries:
         return ArchiveInfo(files=0, bytes=0)
-    newest = max((i.timestamp for i in archive.last_block_instants()), default=None)
-    written = max((e.mtime_ns for e in entries), default=0)
-    at = datetime.fromtimestamp(written / 1e9, tz=timezone.utc).isoformat(timespec="seconds") if written else None
-    return ArchiveInfo(files=len(entries), bytes=sum(e.size for e in entries), newest_archived=newest, last_archived_at=at)
+    key = (table.io.full_path(archive.dir), tuple(sorted((e.name, e.size) for e in entries)))
+    info = ARCHIVE_INFO.get(key)
+    if info is None:
+        newest = next(_archived_newest_first(table), None)  # the newest block's first row: what the last archival moved
+        written = max(e.mtime_ns for e in entries)
+        at = datetime.fromtimestamp(written / 1e9, tz=timezone.utc).isoformat(timespec="seconds") if written else None
+        info = ArchiveInfo(files=len(entries), bytes=sum(e.size for e in entries), newest_archived=newest.instant if newest else None, last_archived_at=at)
+        ARCHIVE_INFO.put(key, info)
+    return info
 
 
 def services(table: Table) -> ServicesView:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -12,6 +14,7 @@ from laketide.table import reader
 from laketide.table.commit import SCHEMA_KEY
 from laketide.table.instant import parse_instant_time
 from laketide.table.io import FileIO
+from laketide.table.lru import LruCache
 from laketide.table.properties import EVENT_TIME, PROPERTIES_FILE, TableConfig, default_merge_mode, format_properties
 from laketide.table.properties_file import TableNotFound, has_timeline, read_properties
 from laketide.table.schema import avro_schema_json, data_schema, schema_from_avro
@@ -22,20 +25,33 @@ from laketide.table.view import FileSystemView
 if TYPE_CHECKING:
     from laketide.table.inspect import InspectTable
 
-__all__ = ["Table", "TableNotFound"]
+__all__ = ["SharedCaches", "Table", "TableNotFound"]
+
+@dataclass
+class SharedCaches:
+    """What tables opened again and again on one path (a server opens one per request) share: the metadata
+    of completed commits, and file-system views by the timeline they were listed under. ``views`` guards
+    itself; ``commit_details`` is only read and written by single dict operations."""
+
+    commit_details: dict = field(default_factory=dict)
+    views: LruCache = field(default_factory=lambda: LruCache(2))
+    # held while a view is listed, so that requests arriving together list the table once, not once each
+    listing: threading.Lock = field(default_factory=threading.Lock)
+
 
 class Table:
-    def __init__(self, io: FileIO, config: TableConfig, commit_details: dict | None = None):
+    def __init__(self, io: FileIO, config: TableConfig, shared: SharedCaches | None = None):
         self.io = io
         self.config = config
-        # completed writes' metadata, shared by every timeline this table loads (and, when given, by every
-        # table opened with the same dict: a server that opens the table per request reads each commit once)
-        self._commit_details: dict = {} if commit_details is None else commit_details
+        self._shared = shared
+        # completed writes' metadata, shared by every timeline this table loads (and by every table opened
+        # with the same ``SharedCaches``: a server that opens the table per request reads each commit once)
+        self._commit_details: dict = shared.commit_details if shared is not None else {}
 
     @classmethod
-    def open(cls, path: str, io: FileIO | None = None, commit_details: dict | None = None) -> Table:
+    def open(cls, path: str, io: FileIO | None = None, shared: SharedCaches | None = None) -> Table:
         io = io or FileIO.for_uri(path)
-        return cls(io, TableConfig.from_properties(read_properties(io)), commit_details)
+        return cls(io, TableConfig.from_properties(read_properties(io)), shared)
 
     @classmethod
     def create(
@@ -112,7 +128,18 @@ class Table:
         return None
 
     def file_system_view(self, timeline: Timeline | None = None) -> FileSystemView:
-        return FileSystemView.load(self.io, timeline or self.timeline)
+        timeline = timeline or self.timeline
+        if self._shared is None:
+            return FileSystemView.load(self.io, timeline)
+        # the data files a view shows change only with the timeline (a write, clean, rollback or compaction
+        # completes as an instant), so one listing serves every request until the timeline moves
+        key = tuple((i.timestamp, i.action, i.state) for i in timeline.instants)
+        with self._shared.listing:
+            view = self._shared.views.get(key)
+            if view is None:
+                view = FileSystemView.load(self.io, timeline)
+                self._shared.views.put(key, view)
+        return view
 
     def snapshot(self, as_of: str | None = None) -> pa.Table:
         """Every live row as of ``as_of`` (default: the latest completed instant); see ``parse_instant_time``."""

@@ -21,14 +21,16 @@ def run_service(config: JobConfig, on_ready: Callable | None = None, on_step: Ca
     def ready(job) -> None:
         settings = config.coordinator
         if settings.api_port is not None:
-            from laketide.api.app import create_app
+            from laketide.api.app import ViewSettings, create_app
             from laketide.api.server import ApiServer
+            from laketide.writer.running import quarantine_path
 
             token = settings.api_token or os.environ.get(TOKEN_ENV)
-            server = ApiServer(create_app(job.table, token, job=job), settings.api_host, settings.api_port).start()
+            views = ViewSettings(quarantine_path(config), config.storage.io_options, config.write.small_file_limit)
+            server = ApiServer(create_app(job.table, token, job=job, settings=views), settings.api_host, settings.api_port).start()
             servers.append(server)
             job.coordinator.lease.announce(server.address)
-            log.info("coordinator API on %s (OpenAPI at %s/docs)", server.address, server.address)
+            log.info("coordinator API on %s (OpenAPI at %s/docs, dashboard at %s/ui)", server.address, server.address, server.address)
         if on_ready is not None:
             on_ready(job)
 

@@ -2,6 +2,9 @@
 // and answers with an error status are shown where the result would go.
 (function () {
   const KEY = "laketide-api-token";
+  // each element says where its answer goes: a row inside a panel that swaps itself whole must not
+  // inherit that panel's outerHTML swap
+  htmx.config.disableInheritance = true;
   htmx.config.responseHandling = [
     { code: "204", swap: false },
     { code: "[23]..", swap: true },
