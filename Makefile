@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test-servers test test-spark42 demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory clean wheel
+.PHONY: install system-deps test-servers test test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test-spark42: system-deps test-servers
 	.venv42/bin/python -m pip install -q --upgrade pip
 	.venv42/bin/python -m pip install -q 'pyspark==4.2.0' -e '.[test]'
 	.venv42/bin/python -m pytest
+
+# the README's dashboard screenshots, taken by the browser tests
+screenshots: install system-deps
+	LAKETIDE_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_dashboard.py
 
 demo: install system-deps
 	rm -rf demo
