@@ -67,7 +67,10 @@ def test_file_groups_writer_lease_metrics_health(server, written):
     assert sum(g["records"] for g in groups) == table.snapshot().num_rows
     assert all(g["size_bytes"] > 0 for g in groups)
     assert {g["partition"] for g in httpx.get(f"{base}/v1/file-groups", params={"partition": "eu"}).json()} == {"eu"}
-    assert httpx.get(f"{base}/v1/writer").json() == {"running": False, "writer_id": None, "current_batch": None, "last_instant": None, "recent": [], "quarantined_total": 0, "index": None}
+    assert httpx.get(f"{base}/v1/writer").json() == {
+            "running": False, "writer_id": None, "source": None, "trigger": None, "stopping": False, "current_batch": None,
+            "last_instant": None, "recent": [], "quarantined_total": 0, "index": None,
+        }
     assert httpx.get(f"{base}/v1/lease").json() == {"held": False, "holder": None}
     metrics = httpx.get(f"{base}/metrics").text
     assert "laketide_commits_total" in metrics and "laketide_commit_latency_seconds_bucket" in metrics and "laketide_lease_held 0.0" in metrics
