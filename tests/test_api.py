@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import httpx
+import pyarrow as pa
 import pytest
 
 from laketide.api.app import create_app
 from laketide.api.server import ApiServer
 from laketide.coordinator import LocalLease
+from laketide.writer import quarantine
 
 from conftest import hudi_read, rows
 from writes import history
@@ -133,3 +135,51 @@ def test_a_corrupt_commit_answers_500_naming_the_file_and_the_cli_exits_1(server
     code, out, _ = laketide("show", table.uri, instants[-1], "--json")
     assert code == 1 and json.loads(out)["kind"] == "failed"
     assert httpx.get(f"{server.address}/v1/instants/20000101000000000").json()["kind"] == "not_found"
+
+
+def test_the_dashboards_views_over_http(server, written, tmp_path):
+    table, instants, _, dangling = written
+    base = server.address
+    page = httpx.get(f"{base}/v1/timeline", params={"limit": 2}).json()
+    assert [r["instant"] for r in page["items"]] == [dangling, instants[2]] and page["next_before"] == instants[2]
+    newest = page["items"][1]
+    assert newest["inserts"] + newest["updates"] == 4 and newest["records"] >= 4 and newest["files"] >= 1 and newest["bytes"] > 0 and newest["seconds"] >= 0 and not newest["archived"]
+    assert page["items"][0]["records"] is None, "an inflight write has no totals yet"
+    services = httpx.get(f"{base}/v1/services").json()
+    assert [p["instant"] for p in services["pending"]] == [dangling] and services["archive"]["files"] == 0
+    layout = httpx.get(f"{base}/v1/layout", params={"limit": 1}).json()
+    assert layout["partition_count"] == 2 and len(layout["partitions"]) == 1 and layout["small_files"] == layout["file_groups"]
+    assert 0 < layout["live_bytes"] <= layout["total_bytes"]
+    groups = httpx.get(f"{base}/v1/layout/file-groups", params={"limit": 1, "order": "size"}).json()
+    assert groups["total"] == layout["file_groups"] and len(groups["items"]) == 1
+    assert groups["items"][0]["size_bytes"] == min(g["size_bytes"] for g in httpx.get(f"{base}/v1/file-groups").json())
+
+    assert httpx.get(f"{base}/v1/quarantine").json()["total"] == 0
+    target = table.uri.rstrip("/") + "_quarantine"
+    quarantine.write_part(f"{target}/writer=w/batch_id=0", quarantine.quarantine_rows(instants[0], pa.array(["no key", "no key"]), pa.array(['{"a":1}', "x"])))
+    quarantine.write_part(f"{target}/writer=w/batch_id=1", quarantine.quarantine_rows(instants[1], pa.array(["bad ts"]), pa.array(['{"ts":"?"}'])))
+    summary = httpx.get(f"{base}/v1/quarantine", params={"sample": 2}).json()
+    assert summary["total"] == 3 and summary["files"] == 2 and summary["reasons"] == {"no key": 2, "bad ts": 1}
+    assert len(summary["sample"]) == 2
+    html = httpx.get(f"{base}/ui/part/quarantine").text
+    assert "no key" in html and "{&#34;ts&#34;:&#34;?&#34;}" in html, "raw rows are shown, escaped"
+
+
+def test_the_dashboards_actions_need_the_token_and_act_through_operations(server, written):
+    table, instants, states, dangling = written
+    base = server.address
+    refused = httpx.post(f"{base}/ui/act/rollback", data={"instant": instants[2], "dry_run": "true"})
+    assert refused.status_code == 401 and "API token" in refused.text and refused.headers["content-type"].startswith("text/html")
+    dry = httpx.post(f"{base}/ui/act/rollback", data={"instant": dangling, "dry_run": "true"}, headers=AUTH)
+    assert dry.status_code == 200 and "would delete" in dry.text and "rollback-confirm" in dry.text
+    assert httpx.get(f"{base}/v1/instants/{dangling}").json()["state"] == "INFLIGHT", "a dry run changes nothing"
+    done = httpx.post(f"{base}/ui/act/rollback", data={"instant": dangling, "dry_run": "false"}, headers=AUTH, timeout=60)
+    assert done.status_code == 200 and f"Rolled back commit {dangling}" in done.text
+    saved = httpx.post(f"{base}/ui/act/savepoint", data={"instant": instants[1], "comment": "before 3"}, headers=AUTH, timeout=60)
+    assert saved.status_code == 200 and f"Savepoint {instants[1]} created" in saved.text
+    assert "Restore" in httpx.get(f"{base}/ui/part/services").text
+    restored = httpx.post(f"{base}/ui/act/restore", data={"savepoint": instants[1]}, headers=AUTH, timeout=120)
+    assert restored.status_code == 200 and instants[2] in restored.text
+    assert rows(hudi_read(table.uri), "id", ["id", "v", "region"]) == states[1]
+    bad = httpx.post(f"{base}/ui/act/rollback", data={"instant": "20000101000000000", "dry_run": "true"}, headers=AUTH)
+    assert bad.status_code == 404 and 'class="error"' in bad.text

@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 
 from laketide.service import TOKEN_ENV, run_service
+from laketide.writer.landing import files_waiting
+from laketide.writer.running import WAITING_SECONDS
 
 from conftest import hudi_read, rows
 from streaming import DATA_COLUMNS, expected_after, job_config, land, row
@@ -81,7 +83,15 @@ def test_rollback_through_the_running_jobs_api(spark, tmp_path):
         land(tmp_path, "b3.json", fourth, 1_700_000_003)
         wait_for(lambda: len(job.writer.status.recent) == 4)
         assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after([first, fourth]), "the job writes on after the restore"
+        time.sleep(WAITING_SECONDS)  # the backlog is listed at most this often
+        assert httpx.get(f"{api}/v1/writer").json()["files_waiting"] == 0, "every landing file was taken"
     finally:
         job.stop()
         thread.join(120)
     assert not thread.is_alive()
+    # files that landed after the job stopped wait for its next run, as Spark's checkpoint tells
+    land(tmp_path, "b4.json", [row(7, 5)], 1_700_000_004)
+    land(tmp_path, "b5.json", [row(8, 5)], 1_700_000_005)
+    land(tmp_path, ".hidden.json", [row(9, 5)], 1_700_000_006)
+    last = job.writer.status.recent[-1].batch_id
+    assert files_waiting(str(tmp_path / "landing"), str(tmp_path / "checkpoint"), last) == 2

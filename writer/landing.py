@@ -190,3 +190,27 @@ def copy_aside(files: dict[str, str] | list[str], target: str, options: dict[str
     for path in files:
         name = posixpath.basename(urllib.parse.unquote(path))
         out.write_atomic(name, FileIO.for_uri(path, options).read_bytes(""), overwrite=True)
+
+
+def files_waiting(source_path: str, checkpoint: str, batch_id: int, options: dict[str, str] | None = None) -> int | None:
+    """Landing files newer than the newest one Spark's file source has taken, as of micro-batch ``batch_id``.
+
+    Spark takes landing files oldest first (by modification time), and its source log
+    (``<checkpoint>/sources/0/<logOffset>``, or ``.compact`` every tenth) names each file with its time: files
+    modified after the newest of those wait for a coming micro-batch. Hidden files (``.``, ``_``) Spark skips,
+    and so does this count. ``None`` when the checkpoint says nothing yet."""
+    offsets = source_offsets(checkpoint, batch_id, options)
+    if not offsets or "logOffset" not in offsets:
+        return None
+    log = FileIO.for_uri(checkpoint, options)
+    name = next((n for n in (f"sources/0/{offsets['logOffset']}", f"sources/0/{offsets['logOffset']}.compact") if log.is_file(n)), None)
+    if name is None:
+        return None
+    taken = [json.loads(line)["timestamp"] for line in log.read_text(name).splitlines()[1:] if line.startswith("{")]
+    newest = max(taken, default=-1)
+    landing = FileIO.for_uri(source_path, options)
+    return sum(1 for e in landing.walk("") if not e.is_dir and not _hidden(e.path) and e.mtime_ns // 1_000_000 > newest)
+
+
+def _hidden(path: str) -> bool:
+    return any(part.startswith((".", "_")) for part in path.split("/"))

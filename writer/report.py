@@ -83,6 +83,7 @@ class WriterView(BaseModel):
     source: str | None = Field(None, description="where the records come from: a landing path, Kafka topics, or the generator")
     trigger: str | None = None
     stopping: bool = False
+    files_waiting: int | None = Field(None, description="a landing source's files newer than the newest one read (listed at most every 10 s)")
     current_batch: int | None = None
     last_instant: str | None = None
     # the last micro-batches, newest last: every field of the log line, and whether an instant was rolled back since

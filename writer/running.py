@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -28,6 +29,7 @@ from laketide.table.instant import COMPACTION
 from laketide.table.view_sync import ViewSync
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.compactor import Compactor
+from laketide.writer.landing import files_waiting
 from laketide.writer.operations import Operations
 from laketide.writer.preflight import table_config_for
 from laketide.writer.report import BatchReport, IndexCoverage, WriterView
@@ -36,6 +38,7 @@ from laketide.config import ConfigError, JobConfig
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")
+WAITING_SECONDS = 10.0
 # builds the writer of micro-batches from (config, table, coordinator, index, quarantine path) and hooks
 WriterFactory = Callable[..., BatchWriter]
 
@@ -88,6 +91,7 @@ class RunningJob:
     stop_requested: threading.Event
     services: TableServices
     mirror: DeltaMirror | None = None
+    _waiting: tuple[float, int | None] = (float("-inf"), None)  # (when listed, landing files waiting)
 
     def stop(self) -> None:
         """Ask the query to stop after the micro-batch in progress."""
@@ -105,12 +109,29 @@ class RunningJob:
             source=_describe_source(self.config),
             trigger=self.config.stream.trigger,
             stopping=self.stop_requested.is_set(),
+            files_waiting=self._files_waiting(status.recent),
             current_batch=status.current_batch,
             last_instant=status.last_instant,
             recent=[replace(r, rolled_back=_rolled_back(r, completed, timeline.start)) for r in status.recent],
             quarantined_total=status.quarantined_total,
             index=IndexCoverage(shards=self.index.shards, file_groups=len(groups), covered_file_groups=len(groups & snapshot.covered)),
         )
+
+    def _files_waiting(self, recent: list[BatchReport]) -> int | None:
+        """A landing source's backlog, listed at most every ``WAITING_SECONDS``: the API's readers poll, and
+        a landing directory can be long. Threads of the API may race on ``_waiting``; the loser lists again."""
+        done = [r.batch_id for r in recent if not r.skipped and not r.empty]
+        if self.config.source.format in ("generator", "kafka") or not done:
+            return None
+        at, count = self._waiting
+        if time.monotonic() - at > WAITING_SECONDS:
+            try:
+                count = files_waiting(self.config.source.path, self.config.stream.checkpoint, done[-1], self.config.storage.io_options)
+            except Exception:  # only for showing: the status answers without it
+                log.warning("the landing files waiting could not be counted", exc_info=True)
+                count = None
+            self._waiting = (time.monotonic(), count)
+        return count
 
     @property
     def operations(self) -> Operations:
