@@ -76,9 +76,10 @@ def timeline(
     action: Annotated[Action | None, Query(description="commit, deltacommit, replacecommit, rollback, ...")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     before: Annotated[str | None, Query(pattern=INSTANT_PATTERN, description="only instants older than this one")] = None,
+    archived: Annotated[bool, Query(description="go on into the archived timeline")] = True,
 ) -> TimelinePage:
     """Instants newest first with records, files, bytes and seconds, paging on into the archived timeline."""
-    return ctx.table().inspect.timeline([state] if state else None, [action.value] if action else None, before, limit)
+    return ctx.table().inspect.timeline([state] if state else None, [action.value] if action else None, before, limit, archived)
 
 
 @router.get("/v1/services", response_model=ServicesView, tags=["table"])
@@ -173,5 +174,5 @@ def create_app(
     errors.install(app)
     app.include_router(router)
     app.include_router(changes)
-    ui.install(app)
+    ui.install(app, app.state.context)
     return app

@@ -8,6 +8,8 @@ the actions go through ``Operations`` under the same token; nothing here builds 
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,12 +22,13 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from laketide.api.chart import batch_chart
-from laketide.api.context import Ctx, token_required
+from laketide.api.context import ApiContext, Ctx, token_required
 from laketide.api.models import INSTANT_PATTERN, Action
 from laketide.table.inspect_layout import GroupOrder
 from laketide.table.instant import State, instant_to_datetime
 from laketide.writer.report import WriterView
 
+log = logging.getLogger(__name__)
 HERE = Path(__file__).parent / "ui"
 REFRESH_SECONDS = 3
 PAGE = 50  # rows of the timeline and of file groups per page
@@ -166,8 +169,23 @@ def restore_action(request: Request, ctx: Ctx, savepoint: Annotated[str, Form(pa
     return _render(request, "done.html", message=f"Restored to savepoint {result.savepoint}: rolled back {rolled} ({result.files} files).")
 
 
-def install(app: FastAPI) -> None:
-    """Serve the view under ``/ui``, its assets under ``/ui/static``."""
+def _warm(ctx: ApiContext) -> None:
+    """What an operator's first look would otherwise wait for: the templates compiled, the table listed, the
+    newest archive block decoded. Only a head start: a failure here is the first request's to report."""
+    try:
+        for name in templates.env.list_templates():
+            templates.get_template(name)
+        table = ctx.table()
+        table.inspect.timeline(limit=PAGE)
+        table.inspect.services()
+        table.inspect.layout(ctx.settings.small_file_bytes, 0, PAGE)
+    except Exception:
+        log.debug("warming the dashboard's caches failed", exc_info=True)
+
+
+def install(app: FastAPI, context: ApiContext) -> None:
+    """Serve the view under ``/ui``, its assets under ``/ui/static``; warm its caches in the background."""
     app.include_router(router)
     app.include_router(actions)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
+    threading.Thread(target=_warm, args=(context,), name="laketide-ui-warm", daemon=True).start()

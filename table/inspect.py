@@ -134,10 +134,15 @@ class InspectTable:
         return layout(self.table, small_file_bytes, offset, limit)
 
     def timeline(
-        self, states: Iterable[State] | None = None, actions: Iterable[str] | None = None, before: str | None = None, limit: int = 50
+        self,
+        states: Iterable[State] | None = None,
+        actions: Iterable[str] | None = None,
+        before: str | None = None,
+        limit: int = 50,
+        archived: bool = True,
     ) -> TimelinePage:
-        """Instants newest first with what each wrote and how long it took, paging on into the archive."""
-        return timeline_page(self.table, states, actions, before, limit)
+        """Instants newest first with what each wrote and how long it took, paging on into the archive (``archived``)."""
+        return timeline_page(self.table, states, actions, before, limit, archived)
 
     def services(self) -> ServicesView:
         """The last clean, compaction and rollback, what is pending, the archive and the savepoints."""

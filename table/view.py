@@ -83,6 +83,9 @@ class FileSystemView:
         for lf in log_files:
             groups.setdefault((lf.partition, lf.file_id), FileGroup(lf.partition, lf.file_id)).log_files.append(lf)
         self.groups = groups
+        # latest slices by (as_of, partition): a view never changes once built (a sync builds a new one).
+        # Threads that share a view may race on it; the loser computes the same list again.
+        self._latest: dict[tuple[str | None, str | None], list[FileSlice]] = {}
 
     @classmethod
     def load(cls, io: FileIO, timeline: Timeline) -> FileSystemView:
@@ -125,6 +128,12 @@ class FileSystemView:
 
         Time travel goes by instant (request) time in every table version, as Hudi's readers do.
         """
+        found = self._latest.get((as_of, partition))
+        if found is None:
+            found = self._latest[(as_of, partition)] = self._latest_slices(as_of, partition)
+        return list(found)
+
+    def _latest_slices(self, as_of: str | None, partition: str | None) -> list[FileSlice]:
         visible, earliest = self._visible_instants(as_of)
         replaced = self.replaced_groups(as_of)
         slices = []

@@ -151,7 +151,8 @@ def test_the_page_loads_in_under_a_second_over_a_long_history(browser, tmp_path)
     archive_history(table, 100_000)
     server = ApiServer(create_app(table, TOKEN)).start()
     try:
-        cold, page = _load(browser, server.address)
+        time.sleep(3)  # the server warms its caches as it starts: the first page view after that
+        first, page = _load(browser, server.address)
         page.close()
         # as an operator meets it: the server has run a while, and a micro-batch just moved the timeline,
         # so the table is listed again (10,000 file groups) and the newest instants read. The best of three:
@@ -164,7 +165,8 @@ def test_the_page_loads_in_under_a_second_over_a_long_history(browser, tmp_path)
             if ts < 2:
                 page.close()
         seconds = min(loads)
-        print(f"/ui drawn in {', '.join(f'{s:.3f}' for s in loads)} s after a new commit, {cold:.3f} s on the server's first request (10,000 file groups, 100,000 archived instants)")
+        assert first < 1.0, f"the first view took {first:.2f} s"
+        print(f"/ui drawn in {', '.join(f'{s:.3f}' for s in loads)} s after a new commit, {first:.3f} s for the first view of a server started 3 s before (10,000 file groups, 100,000 archived instants)")
         assert seconds < 1.0, f"the page took {loads} s"
         expect(page.locator("#layout")).to_contain_text("10,000 in 100 partitions")
         expect(page.locator("#file-groups")).to_contain_text("1–50 of 10,000")

@@ -1,4 +1,4 @@
-"""Commands that read a table: timeline, show, file-groups, partitions, savepoint list, lease (``table.inspect``)."""
+"""Commands that read a table: timeline, services, show, file-groups, partitions, savepoint list, lease (``table.inspect``)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,11 @@ def timeline(
     state: Annotated[Optional[str], typer.Option(help="REQUESTED, INFLIGHT or COMPLETED")] = None,
     action: Annotated[Optional[str], typer.Option(help="commit, deltacommit, replacecommit, rollback, ...")] = None,
     limit: Annotated[int, typer.Option(min=1, help="newest N instants")] = 20,
+    before: Annotated[Optional[str], typer.Option(help="only instants older than this one (the next page)")] = None,
+    archived: Annotated[bool, typer.Option("--archived", help="go on into the archived timeline")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """List instants, newest first."""
+    """List instants, newest first, with what each wrote and how long it took."""
     from laketide.table.instant import State
 
     t = open_table(table)
@@ -36,8 +38,34 @@ def timeline(
         states = [State(state.upper())] if state else None
     except ValueError:
         raise Invalid(f"--state must be REQUESTED, INFLIGHT or COMPLETED, not {state!r}") from None
-    page = t.inspect.instants(states, [action] if action else None, limit=limit)
-    Output(as_json).rows(page.items, ["instant", "action", "state"], f"timeline of {t.uri}", "no instants")
+    page = t.inspect.timeline(states, [action] if action else None, before, limit, archived)
+    columns = ["instant", "action", "state", "records", "files", "bytes", "seconds"] + (["archived"] if archived else [])
+    Output(as_json).rows(page.items, columns, f"timeline of {t.uri}", "no instants")
+
+
+@app.command()
+@answers
+def services(table: TableArg, as_json: JsonOpt = False) -> None:
+    """The table services: last clean, compaction, rollback and archival, what is pending, the savepoints."""
+    view = open_table(table).inspect.services()
+
+    def run(r) -> str:
+        return f"{r.instant} ({r.state}{f', {r.seconds:.1f} s' if r.seconds is not None else ''})" if r else "never"
+
+    def text() -> str:
+        archive = view.archive
+        return "\n".join(
+            [
+                f"last clean       {run(view.last_clean)}",
+                f"last compaction  {run(view.last_compaction)}",
+                f"last rollback    {run(view.last_rollback)}",
+                f"archive          {archive.files} files, {archive.bytes} bytes, up to {archive.newest_archived or '-'}",
+                "pending          " + (", ".join(f"{p.instant} {p.state}" for p in view.pending) or "nothing"),
+                "savepoints       " + (", ".join(s.instant for s in view.savepoints) or "none"),
+            ]
+        )
+
+    Output(as_json).result(view, text)
 
 
 @app.command()
