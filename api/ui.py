@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 
 from laketide.api.chart import batch_chart
 from laketide.api.context import ApiContext, Ctx, token_required
@@ -64,31 +65,77 @@ def _ago(instant: str | None) -> str:
 templates.env.filters.update(size=_size, when=_when, ago=_ago, number=lambda n: "-" if n is None else f"{n:,}")
 
 
-def _render(request: Request, template: str, **values) -> HTMLResponse:
+Panel = tuple[str, dict]  # a template and what it shows
+
+
+def _render(request: Request, template: str, values: dict) -> HTMLResponse:
     return templates.TemplateResponse(request, template, {"refresh": REFRESH_SECONDS, **values})
 
 
-def _writer(ctx: Ctx) -> WriterView:
+def _html(panel: Panel) -> Markup:
+    template, values = panel
+    return Markup(templates.get_template(template).render({"refresh": REFRESH_SECONDS, **values}))
+
+
+def _writer(ctx: ApiContext) -> WriterView:
     return WriterView.model_validate(ctx.job.status()) if ctx.job else WriterView(running=False)
+
+
+def _job(ctx: ApiContext, view: WriterView) -> Panel:
+    last = next((r for r in reversed(view.recent) if not r.skipped and not r.empty), None)
+    return "job.html", {"view": view, "holder": ctx.holder(), "last": last}
+
+
+def _batches(ctx: ApiContext, view: WriterView) -> Panel:
+    reports = [r for r in view.recent if not r.skipped]
+    return "batches.html", {"chart": batch_chart(reports), "reports": list(reversed(reports[-10:])), "job": ctx.job is not None}
+
+
+def _timeline(ctx: ApiContext, action: Action | None = None, state: State | None = None, before: str | None = None) -> Panel:
+    page = ctx.table().inspect.timeline([state] if state else None, [action.value] if action else None, before, PAGE)
+    filters = urlencode({k: v.value for k, v in (("action", action), ("state", state)) if v})
+    return "timeline.html", {"page": page, "before": before, "filters": filters}
+
+
+def _services(ctx: ApiContext) -> Panel:
+    return "services.html", {"services": ctx.table().inspect.services()}
+
+
+def _layout(ctx: ApiContext, view: WriterView, offset: int = 0) -> Panel:
+    layout = ctx.table().inspect.layout(ctx.settings.small_file_bytes, offset, PAGE)
+    return "layout.html", {"layout": layout, "offset": offset, "page_size": PAGE, "index": view.index}
+
+
+def _file_groups(ctx: ApiContext, partition: str | None = None, offset: int = 0, order: GroupOrder = "size") -> Panel:
+    groups = ctx.table().inspect.file_group_page(partition or None, offset, PAGE, order)
+    return "file_groups.html", {"groups": groups, "partition": partition or "", "order": order, "small": ctx.settings.small_file_bytes}
+
+
+def _quarantine(ctx: ApiContext) -> Panel:
+    return "quarantine.html", {"summary": ctx.quarantine(sample=5)}
 
 
 @router.get("")
 def page(request: Request, ctx: Ctx) -> HTMLResponse:
+    """The whole page with every panel drawn in it: the first look needs no second round trip."""
     table = ctx.table()
-    return _render(request, "page.html", uri=ctx.uri, name=table.name, table_type=table.config.table_type, job=ctx.job is not None)
+    view = _writer(ctx)
+    panels = {
+        "job": _job(ctx, view), "batches": _batches(ctx, view), "timeline": _timeline(ctx), "services": _services(ctx),
+        "layout": _layout(ctx, view), "file_groups": _file_groups(ctx), "quarantine": _quarantine(ctx),
+    }
+    values = {"uri": ctx.uri, "name": table.name, "table_type": table.config.table_type, "job": ctx.job is not None}
+    return _render(request, "page.html", {**values, **{f"{name}_panel": _html(panel) for name, panel in panels.items()}})
 
 
 @router.get("/part/job")
 def job_part(request: Request, ctx: Ctx) -> HTMLResponse:
-    view = _writer(ctx)
-    last = next((r for r in reversed(view.recent) if not r.skipped and not r.empty), None)
-    return _render(request, "job.html", view=view, holder=ctx.holder(), last=last)
+    return _render(request, *_job(ctx, _writer(ctx)))
 
 
 @router.get("/part/batches")
 def batches_part(request: Request, ctx: Ctx) -> HTMLResponse:
-    reports = [r for r in _writer(ctx).recent if not r.skipped]
-    return _render(request, "batches.html", chart=batch_chart(reports), reports=list(reversed(reports[-10:])), job=ctx.job is not None)
+    return _render(request, *_batches(ctx, _writer(ctx)))
 
 
 @router.get("/part/timeline")
@@ -99,27 +146,24 @@ def timeline_part(
     state: Annotated[State | Literal[""], Query(description="empty: any")] = "",
     before: Annotated[str | None, Query(pattern=INSTANT_PATTERN)] = None,
 ) -> HTMLResponse:
-    page = ctx.table().inspect.timeline([state] if state else None, [action.value] if action else None, before, PAGE)
-    filters = urlencode({k: v.value for k, v in (("action", action), ("state", state)) if v})
-    return _render(request, "timeline.html", page=page, before=before, filters=filters)
+    return _render(request, *_timeline(ctx, action or None, state or None, before))
 
 
 @router.get("/part/instant/{instant}")
 def instant_part(request: Request, ctx: Ctx, instant: str) -> HTMLResponse:
     detail = ctx.table().inspect.instant(instant)
     partitions = Counter(f.partition for f in detail.files)
-    return _render(request, "instant.html", detail=detail, partitions=sorted(partitions.items()), files=detail.files[:200])
+    return _render(request, "instant.html", {"detail": detail, "partitions": sorted(partitions.items()), "files": detail.files[:200]})
 
 
 @router.get("/part/services")
 def services_part(request: Request, ctx: Ctx) -> HTMLResponse:
-    return _render(request, "services.html", services=ctx.table().inspect.services())
+    return _render(request, *_services(ctx))
 
 
 @router.get("/part/layout")
 def layout_part(request: Request, ctx: Ctx, offset: Annotated[int, Query(ge=0)] = 0) -> HTMLResponse:
-    layout = ctx.table().inspect.layout(ctx.settings.small_file_bytes, offset, PAGE)
-    return _render(request, "layout.html", layout=layout, offset=offset, page_size=PAGE, index=_writer(ctx).index)
+    return _render(request, *_layout(ctx, _writer(ctx), offset))
 
 
 @router.get("/part/file-groups")
@@ -130,13 +174,12 @@ def file_groups_part(
     offset: Annotated[int, Query(ge=0)] = 0,
     order: Annotated[GroupOrder, Query()] = "size",
 ) -> HTMLResponse:
-    groups = ctx.table().inspect.file_group_page(partition or None, offset, PAGE, order)
-    return _render(request, "file_groups.html", groups=groups, partition=partition or "", order=order, small=ctx.settings.small_file_bytes)
+    return _render(request, *_file_groups(ctx, partition, offset, order))
 
 
 @router.get("/part/quarantine")
 def quarantine_part(request: Request, ctx: Ctx) -> HTMLResponse:
-    return _render(request, "quarantine.html", summary=ctx.quarantine(sample=5))
+    return _render(request, *_quarantine(ctx))
 
 
 @actions.post("/rollback")
@@ -148,7 +191,7 @@ def rollback_action(
     force: Annotated[bool, Form()] = False,
 ) -> HTMLResponse:
     result = ctx.change(lambda operations: operations.rollback(instant, force, dry_run))
-    return _render(request, "rollback.html", result=result, force=force)
+    return _render(request, "rollback.html", {"result": result, "force": force})
 
 
 @actions.post("/savepoint")
@@ -159,14 +202,14 @@ def savepoint_action(
     comment: Annotated[str, Form(max_length=4096)] = "",
 ) -> HTMLResponse:
     saved = ctx.change(lambda operations: operations.create_savepoint(instant or None, "dashboard", comment))
-    return _render(request, "done.html", message=f"Savepoint {saved.instant} created.")
+    return _render(request, "done.html", {"message": f"Savepoint {saved.instant} created."})
 
 
 @actions.post("/restore")
 def restore_action(request: Request, ctx: Ctx, savepoint: Annotated[str, Form(pattern=INSTANT_PATTERN)]) -> HTMLResponse:
     result = ctx.change(lambda operations: operations.restore(savepoint))
     rolled = ", ".join(result.rolled_back) or "nothing"
-    return _render(request, "done.html", message=f"Restored to savepoint {result.savepoint}: rolled back {rolled} ({result.files} files).")
+    return _render(request, "done.html", {"message": f"Restored to savepoint {result.savepoint}: rolled back {rolled} ({result.files} files)."})
 
 
 def _warm(ctx: ApiContext) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,8 +35,9 @@ class SharedCaches:
 
     commit_details: dict = field(default_factory=dict)
     views: LruCache = field(default_factory=lambda: LruCache(2))
-    # held while a view is listed, so that requests arriving together list the table once, not once each
+    # held while a view is made, so that requests arriving together make it once, not once each
     listing: threading.Lock = field(default_factory=threading.Lock)
+    sync: Any = None  # the ViewSync the views come from (made at the first view, under ``listing``)
 
 
 class Table:
@@ -132,12 +133,17 @@ class Table:
         if self._shared is None:
             return FileSystemView.load(self.io, timeline)
         # the data files a view shows change only with the timeline (a write, clean, rollback or compaction
-        # completes as an instant), so one listing serves every request until the timeline moves
+        # completes as an instant): one view serves every request until the timeline moves, and the next is
+        # the last one with the new instants applied (``ViewSync``), not a new listing
         key = tuple((i.timestamp, i.action, i.state) for i in timeline.instants)
         with self._shared.listing:
             view = self._shared.views.get(key)
             if view is None:
-                view = FileSystemView.load(self.io, timeline)
+                if self._shared.sync is None:
+                    from laketide.table.view_sync import ViewSync  # it builds on Table
+
+                    self._shared.sync = ViewSync(self)
+                view = self._shared.sync.view(timeline)
                 self._shared.views.put(key, view)
         return view
 

@@ -70,7 +70,7 @@ def test_file_groups_writer_lease_metrics_health(server, written):
     assert all(g["size_bytes"] > 0 for g in groups)
     assert {g["partition"] for g in httpx.get(f"{base}/v1/file-groups", params={"partition": "eu"}).json()} == {"eu"}
     assert httpx.get(f"{base}/v1/writer").json() == {
-            "running": False, "writer_id": None, "source": None, "trigger": None, "stopping": False, "current_batch": None,
+            "running": False, "writer_id": None, "source": None, "trigger": None, "stopping": False, "files_waiting": None, "current_batch": None,
             "last_instant": None, "recent": [], "quarantined_total": 0, "index": None,
         }
     assert httpx.get(f"{base}/v1/lease").json() == {"held": False, "holder": None}
@@ -121,20 +121,24 @@ def test_standalone_rollback_restores_the_previous_state(server, written):
     assert httpx.post(f"{url}/20000101000000000/rollback", json={}, headers=AUTH).status_code == 404
 
 
-def test_a_corrupt_commit_answers_500_naming_the_file_and_the_cli_exits_1(server, written):
-    """A damaged table is the server's side: 500 with what is wrong and the way out, never a 400."""
+def test_a_corrupt_commit_answers_500_naming_the_file_and_the_cli_exits_1(written):
+    """A damaged table is the server's side: 500 with what is wrong and the way out, never a 400. (A server
+    caches completed commits it has read, which never change: this one starts on the damaged table.)"""
     from test_cli import laketide
 
     table, instants, _, _ = written
-    commit = f".hoodie/{instants[-1]}.commit"
-    table.io.write_atomic(commit, b"{not json", overwrite=True)
-    answer = httpx.get(f"{server.address}/v1/instants/{instants[-1]}")
-    assert answer.status_code == 500, answer.text
-    body = answer.json()
-    assert body["kind"] == "failed" and instants[-1] in body["detail"] and "Way out" in body["detail"]
-    code, out, _ = laketide("show", table.uri, instants[-1], "--json")
-    assert code == 1 and json.loads(out)["kind"] == "failed"
-    assert httpx.get(f"{server.address}/v1/instants/20000101000000000").json()["kind"] == "not_found"
+    table.io.write_atomic(f".hoodie/{instants[-1]}.commit", b"{not json", overwrite=True)
+    server = ApiServer(create_app(table, TOKEN)).start()
+    try:
+        answer = httpx.get(f"{server.address}/v1/instants/{instants[-1]}")
+        assert answer.status_code == 500, answer.text
+        body = answer.json()
+        assert body["kind"] == "failed" and instants[-1] in body["detail"] and "Way out" in body["detail"]
+        code, out, _ = laketide("show", table.uri, instants[-1], "--json")
+        assert code == 1 and json.loads(out)["kind"] == "failed"
+        assert httpx.get(f"{server.address}/v1/instants/20000101000000000").json()["kind"] == "not_found"
+    finally:
+        server.stop()
 
 
 def test_the_dashboards_views_over_http(server, written, tmp_path):

@@ -63,7 +63,7 @@ class StandaloneCluster:
         try:
             self.state()
             return True
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ValueError):  # not listening yet, or its web UI answering 404 while it starts
             return False
 
     def state(self) -> dict:
