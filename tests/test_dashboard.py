@@ -131,6 +131,7 @@ def test_the_dashboard_follows_a_running_job_and_dry_runs_a_rollback(browser, tm
             expect(page.locator(part).first).to_be_attached()
         out = shots(tmp_path)
         page.screenshot(path=str(out / "dashboard.png"), full_page=True)
+        page.locator("#detail").evaluate("panel => { panel.scrollTop = 0; }")
         page.locator("#detail").screenshot(path=str(out / "dashboard-rollback-dry-run.png"))
     finally:
         job.stop()
