@@ -85,11 +85,11 @@ class StandaloneCluster:
 
 @pytest.fixture
 def cluster(tmp_path):
-    started = StandaloneCluster(tmp_path).start()
+    cluster = StandaloneCluster(tmp_path)
     try:
-        yield started
+        yield cluster.start()
     finally:
-        started.stop()
+        cluster.stop()  # also when it failed to start: its master and worker are already running
 
 
 def _executor_python(root: Path) -> tuple[Path, Path]:
