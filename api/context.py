@@ -13,6 +13,7 @@ from laketide.coordinator import Coordinator, Lease, LeaseHolder
 from laketide.coordinator.metrics import Metrics
 from laketide.table import Table
 from laketide.table.table import SharedCaches
+from laketide.table.view_sync import ViewSync
 from laketide.table.errors import ErrorKind, LaketideError
 from laketide.writer import quarantine
 from laketide.writer.operations import Operations
@@ -32,6 +33,11 @@ class JobHandle(Protocol):
 
     @property
     def operations(self) -> Operations: ...
+
+    @property
+    def views(self) -> ViewSync:
+        """The writer's own file-system view, which the API's reads share rather than keep a second copy."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,9 @@ class ApiContext:
         self.lease_factory = lease_factory
         self.metrics = metrics
         self.settings = settings
-        self._shared = SharedCaches()  # commit metadata and listings that every request reuses until the timeline moves
+        # commit metadata and views that every request reuses until the timeline moves; in a job, the views come
+        # from the writer's own (``ViewSync`` is thread-safe), so the table's files are held once
+        self._shared = SharedCaches(sync=job.views if job is not None else None)
 
     def table(self) -> Table:
         """The table as it is now (each request reads the newest timeline)."""

@@ -134,6 +134,11 @@ class RunningJob:
         return count
 
     @property
+    def views(self) -> ViewSync:
+        """The writer's file-system view (thread-safe), which the API's reads share."""
+        return self.writer.views
+
+    @property
     def operations(self) -> Operations:
         """An operator's changes, on the job's coordinator, each between micro-batches; the Delta mirror then shows it."""
         return Operations(self.coordinator, self.index, self.mirror, self.between_batches)
