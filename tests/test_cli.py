@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from laketide.api.app import create_app
+from laketide.table.view_sync import ViewSync
 from laketide.api.server import ApiServer
 from laketide.index.state import StateIndex
 from laketide.writer.operations import Operations
@@ -92,6 +93,7 @@ class _Job:
         self.lease = LocalLease.for_table(table.uri, job_id="streaming-job")
         self.lease.acquire()
         self.coordinator = Coordinator(table, self.lease, "w")
+        self.views = ViewSync(table)
         self.lock = threading.Lock()
         self.server = ApiServer(create_app(table, "tok", job=self)).start()
         self.lease.announce(self.server.address)
