@@ -102,12 +102,20 @@ class CommitMetadata(_Model):
     def _from_avro(cls, data: bytes) -> CommitMetadata:
         import fastavro
 
-        record = next(iter(fastavro.reader(io.BytesIO(data))))
+        return cls.from_avro_record(next(iter(fastavro.reader(io.BytesIO(data)))))
+
+    @classmethod
+    def from_avro_record(cls, record: dict) -> CommitMetadata:
+        """A ``HoodieCommitMetadata`` Avro record (a v8 commit, or an archived entry's), its null branches dropped."""
         stats = record.get("partitionToWriteStats") or {}
-        record["partitionToWriteStats"] = {p: [s for s in (v or []) if s] for p, v in stats.items()}
-        record["extraMetadata"] = {k: v for k, v in (record.get("extraMetadata") or {}).items() if v is not None}
-        record["partitionToReplaceFileIds"] = record.get("partitionToReplaceFileIds") or {}
-        return cls.model_validate(record)
+        return cls.model_validate(
+            {
+                **record,
+                "partitionToWriteStats": {p: [s for s in (v or []) if s] for p, v in stats.items()},
+                "extraMetadata": {k: v for k, v in (record.get("extraMetadata") or {}).items() if v is not None},
+                "partitionToReplaceFileIds": record.get("partitionToReplaceFileIds") or {},
+            }
+        )
 
 
 def requested_replace(operation: str, extra: dict[str, str]) -> bytes:

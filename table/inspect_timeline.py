@@ -18,11 +18,13 @@ from laketide.table import avro_models
 from laketide.table.archive import ENTRY, ArchivedInstant, ArchivedTimeline, archive_file_version, archived_instant
 from laketide.table.logfile import CorruptLog, LogBlock, avro_records, read_blocks
 from laketide.table.instant import CLEAN, COMMIT, COMPACTION, ROLLBACK, WRITE_ACTIONS, Instant, State, instant_to_datetime
+from laketide.table.commit import CommitMetadata
 from laketide.table.lru import LruCache
 from laketide.table.savepoint import SavepointMetadata, savepoints
 
 if TYPE_CHECKING:
     from laketide.table.table import Table
+    from laketide.table.timeline import Timeline
 
 
 class TimelineRow(BaseModel):
@@ -89,30 +91,18 @@ def _write_row(row: TimelineRow, totals: dict[str, int], operation: str | None) 
     )
 
 
-def _completed_mtimes(table: Table) -> dict[tuple[str, str], int]:
-    """The modification time (ns) of each completed instant's file, by (instant, action)."""
-    out = {}
-    layout = table.config.timeline_layout_version
-    for entry in table.io.list_dir(table.config.timeline_dir):
-        instant = None if entry.is_dir else Instant.parse_file_name(entry.name, layout)
-        if instant is not None and instant.is_completed:
-            out[(instant.timestamp, instant.action)] = entry.mtime_ns
-    return out
-
-
-def _seconds(instant: Instant, mtimes: dict[tuple[str, str], int]) -> float | None:
-    mtime = mtimes.get((instant.timestamp, instant.action))
-    if not mtime:
+def _seconds(instant: Instant, timeline: Timeline) -> float | None:
+    """From the instant time to its completed file, as the timeline's listing dates it."""
+    written = timeline.completed_at.get((instant.timestamp, instant.action))
+    if not written:
         return None
-    return max(0.0, round(mtime / 1e9 - instant_to_datetime(instant.timestamp).timestamp(), 3))
+    return max(0.0, round(written / 1e9 - instant_to_datetime(instant.timestamp).timestamp(), 3))
 
 
-def _active_rows(table: Table, instants: list[Instant]) -> list[TimelineRow]:
-    timeline = table.timeline
-    mtimes = _completed_mtimes(table)
+def _active_rows(timeline: Timeline, instants: list[Instant]) -> list[TimelineRow]:
     rows = []
     for instant in instants:
-        row = TimelineRow(instant=instant.timestamp, action=instant.action, state=instant.state.value, seconds=_seconds(instant, mtimes))
+        row = TimelineRow(instant=instant.timestamp, action=instant.action, state=instant.state.value, seconds=_seconds(instant, timeline))
         if instant.action in WRITE_ACTIONS and instant.is_completed:
             meta = timeline.commit_metadata(instant)
             row = _write_row(row, meta.totals(), meta.operation_type)
@@ -123,16 +113,11 @@ def _active_rows(table: Table, instants: list[Instant]) -> list[TimelineRow]:
 def _archived_row(archived: ArchivedInstant) -> TimelineRow:
     instant, entry = archived.instant, archived.entry
     row = TimelineRow(instant=instant.timestamp, action=instant.action, state=instant.state.value, archived=True)
-    meta = entry.get("hoodieCommitMetadata") or entry.get("hoodieReplaceCommitMetadata")
-    if not meta or not instant.is_completed:
+    record = entry.get("hoodieCommitMetadata") or entry.get("hoodieReplaceCommitMetadata")
+    if not record or not instant.is_completed:
         return row
-    stats = [s for group in (meta.get("partitionToWriteStats") or {}).values() for s in group]
-    totals = {
-        "files": len(stats), "writes": sum(s.get("numWrites") or 0 for s in stats), "inserts": sum(s.get("numInserts") or 0 for s in stats),
-        "updates": sum(s.get("numUpdateWrites") or 0 for s in stats), "deletes": sum(s.get("numDeletes") or 0 for s in stats),
-        "bytes": sum(s.get("totalWriteBytes") or 0 for s in stats),
-    }
-    return _write_row(row, totals, meta.get("operationType"))
+    meta = CommitMetadata.from_avro_record(record)
+    return _write_row(row, meta.totals(), meta.operation_type)
 
 
 def _block_rows(block: LogBlock) -> list[TimelineRow]:
@@ -172,7 +157,7 @@ def timeline_page(
     actions = set(actions) if actions else None
     timeline = table.timeline
     active = [i for i in reversed(timeline.filter(states, actions)) if before is None or i.timestamp < before]
-    rows = _active_rows(table, active[: limit + 1])
+    rows = _active_rows(timeline, active[: limit + 1])
     oldest_active = timeline.instants[0].timestamp if timeline.instants else None
     if archived and len(rows) <= limit:
         for row in _archived_newest_first(table):
@@ -185,11 +170,11 @@ def timeline_page(
     return TimelinePage(items=page, next_before=page[-1].instant if len(rows) > limit else None, active_instants=len(timeline))
 
 
-def _last(instants: list[Instant], mtimes: dict[tuple[str, str], int]) -> ServiceRun | None:
+def _last(instants: list[Instant], timeline: Timeline) -> ServiceRun | None:
     if not instants:
         return None
     newest = instants[-1]
-    return ServiceRun(instant=newest.timestamp, state=newest.state.value, seconds=_seconds(newest, mtimes))
+    return ServiceRun(instant=newest.timestamp, state=newest.state.value, seconds=_seconds(newest, timeline))
 
 
 def _archive_info(table: Table) -> ArchiveInfo:
@@ -211,15 +196,14 @@ def _archive_info(table: Table) -> ArchiveInfo:
 def services(table: Table) -> ServicesView:
     """The last clean, compaction and rollback, what is pending, the archive and the savepoints."""
     timeline = table.timeline
-    mtimes = _completed_mtimes(table)
     completed = timeline.filter({State.COMPLETED})
     # a merge-on-read table's writes are deltacommits: its commits are compactions (Hudi's own reading)
     compacting = table.config.table_type == "MERGE_ON_READ"
     pending = timeline.pending()
     return ServicesView(
-        last_clean=_last([i for i in completed if i.action == CLEAN], mtimes),
-        last_compaction=_last([i for i in completed if compacting and i.action == COMMIT], mtimes),
-        last_rollback=_last([i for i in completed if i.action == ROLLBACK], mtimes),
+        last_clean=_last([i for i in completed if i.action == CLEAN], timeline),
+        last_compaction=_last([i for i in completed if compacting and i.action == COMMIT], timeline),
+        last_rollback=_last([i for i in completed if i.action == ROLLBACK], timeline),
         pending=[ServiceRun(instant=i.timestamp, state=f"{i.action} {i.state.value}") for i in pending],
         pending_compactions=sum(1 for i in pending if i.action == COMPACTION),
         archive=_archive_info(table),

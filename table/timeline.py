@@ -46,6 +46,9 @@ class Timeline:
         compacted = {ts for (ts, action), i in latest.items() if action == COMMIT and i.is_completed}
         kept = [i for (ts, action), i in latest.items() if not (action == COMPACTION and ts in compacted)]
         self.instants: list[Instant] = sorted(kept, key=lambda i: (i.timestamp, i.action))
+        # when each completed instant's file was written (ns), by (instant, action), as the listing of a loaded
+        # timeline tells it: how long an instant took, with its instant time
+        self.completed_at: dict[tuple[str, str], int] = {}
         self._details: dict[str, CommitMetadata] = {} if details is None else details
         if details:
             # what left the active timeline (archived, rolled back) leaves the cache: it stays as long as the timeline
@@ -56,8 +59,10 @@ class Timeline:
     @classmethod
     def load(cls, io: FileIO, config: TableConfig, details: dict[str, CommitMetadata] | None = None) -> Timeline:
         layout = config.timeline_layout_version
-        found = (Instant.parse_file_name(e.name, layout) for e in io.list_dir(config.timeline_dir) if not e.is_dir)
-        return cls(io, config, (i for i in found if i is not None), details)
+        listed = [(i, e.mtime_ns) for e in io.list_dir(config.timeline_dir) if not e.is_dir and (i := Instant.parse_file_name(e.name, layout))]
+        timeline = cls(io, config, (i for i, _ in listed), details)
+        timeline.completed_at = {(i.timestamp, i.action): mtime for i, mtime in listed if i.is_completed and mtime}
+        return timeline
 
     def __iter__(self):
         return iter(self.instants)
