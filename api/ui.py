@@ -25,6 +25,7 @@ from markupsafe import Markup
 from laketide.api.chart import batch_chart
 from laketide.api.context import ApiContext, Ctx, token_required
 from laketide.api.models import INSTANT_PATTERN, Action
+from laketide.table import Table
 from laketide.table.inspect_layout import GroupOrder
 from laketide.table.instant import State, instant_to_datetime
 from laketide.writer.report import WriterView
@@ -91,23 +92,23 @@ def _batches(ctx: ApiContext, view: WriterView) -> Panel:
     return "batches.html", {"chart": batch_chart(reports), "reports": list(reversed(reports[-10:])), "job": ctx.job is not None}
 
 
-def _timeline(ctx: ApiContext, action: Action | None = None, state: State | None = None, before: str | None = None) -> Panel:
-    page = ctx.table().inspect.timeline([state] if state else None, [action.value] if action else None, before, PAGE)
+def _timeline(table: Table, action: Action | None = None, state: State | None = None, before: str | None = None) -> Panel:
+    page = table.inspect.timeline([state] if state else None, [action.value] if action else None, before, PAGE)
     filters = urlencode({k: v.value for k, v in (("action", action), ("state", state)) if v})
     return "timeline.html", {"page": page, "before": before, "filters": filters}
 
 
-def _services(ctx: ApiContext) -> Panel:
-    return "services.html", {"services": ctx.table().inspect.services()}
+def _services(table: Table) -> Panel:
+    return "services.html", {"services": table.inspect.services()}
 
 
-def _layout(ctx: ApiContext, view: WriterView, offset: int = 0) -> Panel:
-    layout = ctx.table().inspect.layout(ctx.settings.small_file_bytes, offset, PAGE)
+def _layout(ctx: ApiContext, table: Table, view: WriterView, offset: int = 0) -> Panel:
+    layout = table.inspect.layout(ctx.settings.small_file_bytes, offset, PAGE)
     return "layout.html", {"layout": layout, "offset": offset, "page_size": PAGE, "index": view.index}
 
 
-def _file_groups(ctx: ApiContext, partition: str | None = None, offset: int = 0, order: GroupOrder = "size") -> Panel:
-    groups = ctx.table().inspect.file_group_page(partition or None, offset, PAGE, order)
+def _file_groups(ctx: ApiContext, table: Table, partition: str | None = None, offset: int = 0, order: GroupOrder = "size") -> Panel:
+    groups = table.inspect.file_group_page(partition or None, offset, PAGE, order)
     return "file_groups.html", {"groups": groups, "partition": partition or "", "order": order, "small": ctx.settings.small_file_bytes}
 
 
@@ -115,17 +116,22 @@ def _quarantine(ctx: ApiContext) -> Panel:
     return "quarantine.html", {"summary": ctx.quarantine(sample=5)}
 
 
+def _panels(ctx: ApiContext, table: Table) -> dict[str, Panel]:
+    """Every panel of the page, read from one opened table and one status of the job."""
+    view = _writer(ctx)
+    return {
+        "job": _job(ctx, view), "batches": _batches(ctx, view), "timeline": _timeline(table), "services": _services(table),
+        "layout": _layout(ctx, table, view), "file_groups": _file_groups(ctx, table), "quarantine": _quarantine(ctx),
+    }
+
+
 @router.get("")
 def page(request: Request, ctx: Ctx) -> HTMLResponse:
     """The whole page with every panel drawn in it: the first look needs no second round trip."""
     table = ctx.table()
-    view = _writer(ctx)
-    panels = {
-        "job": _job(ctx, view), "batches": _batches(ctx, view), "timeline": _timeline(ctx), "services": _services(ctx),
-        "layout": _layout(ctx, view), "file_groups": _file_groups(ctx), "quarantine": _quarantine(ctx),
-    }
+    panels = {f"{name}_panel": _html(panel) for name, panel in _panels(ctx, table).items()}
     values = {"uri": ctx.uri, "name": table.name, "table_type": table.config.table_type, "job": ctx.job is not None}
-    return _render(request, "page.html", {**values, **{f"{name}_panel": _html(panel) for name, panel in panels.items()}})
+    return _render(request, "page.html", {**values, **panels})
 
 
 @router.get("/part/job")
@@ -146,7 +152,7 @@ def timeline_part(
     state: Annotated[State | Literal[""], Query(description="empty: any")] = "",
     before: Annotated[str | None, Query(pattern=INSTANT_PATTERN)] = None,
 ) -> HTMLResponse:
-    return _render(request, *_timeline(ctx, action or None, state or None, before))
+    return _render(request, *_timeline(ctx.table(), action or None, state or None, before))
 
 
 @router.get("/part/instant/{instant}")
@@ -158,12 +164,12 @@ def instant_part(request: Request, ctx: Ctx, instant: str) -> HTMLResponse:
 
 @router.get("/part/services")
 def services_part(request: Request, ctx: Ctx) -> HTMLResponse:
-    return _render(request, *_services(ctx))
+    return _render(request, *_services(ctx.table()))
 
 
 @router.get("/part/layout")
 def layout_part(request: Request, ctx: Ctx, offset: Annotated[int, Query(ge=0)] = 0) -> HTMLResponse:
-    return _render(request, *_layout(ctx, _writer(ctx), offset))
+    return _render(request, *_layout(ctx, ctx.table(), _writer(ctx), offset))
 
 
 @router.get("/part/file-groups")
@@ -174,7 +180,7 @@ def file_groups_part(
     offset: Annotated[int, Query(ge=0)] = 0,
     order: Annotated[GroupOrder, Query()] = "size",
 ) -> HTMLResponse:
-    return _render(request, *_file_groups(ctx, partition, offset, order))
+    return _render(request, *_file_groups(ctx, ctx.table(), partition, offset, order))
 
 
 @router.get("/part/quarantine")
@@ -213,15 +219,13 @@ def restore_action(request: Request, ctx: Ctx, savepoint: Annotated[str, Form(pa
 
 
 def _warm(ctx: ApiContext) -> None:
-    """What an operator's first look would otherwise wait for: the templates compiled, the table listed, the
-    newest archive block decoded. Only a head start: a failure here is the first request's to report."""
+    """What an operator's first look would otherwise wait for: the page's panels drawn once, which compiles
+    their templates, lists the table and decodes the newest archive block. Only a head start: a failure
+    here is the first request's to report."""
     try:
-        for name in templates.env.list_templates():
-            templates.get_template(name)
-        table = ctx.table()
-        table.inspect.timeline(limit=PAGE)
-        table.inspect.services()
-        table.inspect.layout(ctx.settings.small_file_bytes, 0, PAGE)
+        for panel in _panels(ctx, ctx.table()).values():
+            _html(panel)
+        templates.get_template("page.html")
     except Exception:
         log.debug("warming the dashboard's caches failed", exc_info=True)
 

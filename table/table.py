@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,20 +24,22 @@ from laketide.table.view import FileSystemView
 
 if TYPE_CHECKING:
     from laketide.table.inspect import InspectTable
+    from laketide.table.view_sync import ViewSync
 
 __all__ = ["SharedCaches", "Table", "TableNotFound"]
 
 @dataclass
 class SharedCaches:
     """What tables opened again and again on one path (a server opens one per request) share: the metadata
-    of completed commits, and file-system views by the timeline they were listed under. ``views`` guards
-    itself; ``commit_details`` is only read and written by single dict operations."""
+    of completed commits, and file-system views by the timeline they show, kept current by one ``ViewSync``.
+    ``views`` and ``sync`` guard themselves; ``commit_details`` is only read and written by single dict
+    operations."""
 
     commit_details: dict = field(default_factory=dict)
     views: LruCache = field(default_factory=lambda: LruCache(2))
     # held while a view is made, so that requests arriving together make it once, not once each
     listing: threading.Lock = field(default_factory=threading.Lock)
-    sync: Any = None  # the ViewSync the views come from (made at the first view, under ``listing``)
+    sync: ViewSync | None = None  # where the views come from (made at the first view, under ``listing``)
 
 
 class Table:

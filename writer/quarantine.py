@@ -7,6 +7,7 @@ micro-batch replaces what an earlier attempt wrote there, so each bad row is kep
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from datetime import datetime, timezone
 
@@ -85,7 +86,8 @@ def summarize(target: str, options: dict[str, str] | None = None, sample: int = 
         if len(rows) >= sample:
             break
         with io.open_input(entry.path) as f:
-            table = pq.read_table(f).slice(0, sample - len(rows))
+            # the first rows only: a micro-batch of bad rows can make a large file, and this runs at every refresh
+            table = pa.Table.from_batches(list(itertools.islice(pq.ParquetFile(f).iter_batches(batch_size=sample - len(rows)), 1)))
         rows += [
             QuarantinedRow(instant=r["instant"], reason=r["reason"], raw=(r["raw"] or "")[:RAW_SHOWN], quarantined_at=r["quarantined_at"].isoformat())
             for r in table.to_pylist()

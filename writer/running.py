@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import pyarrow as pa
@@ -91,7 +91,7 @@ class RunningJob:
     stop_requested: threading.Event
     services: TableServices
     mirror: DeltaMirror | None = None
-    _waiting: tuple[float, int | None] = (float("-inf"), None)  # (when listed, landing files waiting)
+    _waiting: tuple[float, int | None] = field(default=(float("-inf"), None), init=False)  # (when listed, landing files waiting)
 
     def stop(self) -> None:
         """Ask the query to stop after the micro-batch in progress."""
