@@ -33,6 +33,11 @@ from laketide.writer.report import WriterView
 
 ERRORS = {status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 500, 503)}
 InstantPath = Annotated[str, Path(pattern=INSTANT_PATTERN)]
+# the filters and cursor of the two listings of instants (/v1/instants, /v1/timeline)
+StateQuery = Annotated[State | None, Query(description="REQUESTED, INFLIGHT or COMPLETED")]
+ActionQuery = Annotated[Action | None, Query(description="commit, deltacommit, replacecommit, rollback, ...")]
+LimitQuery = Annotated[int, Query(ge=1, le=1000)]
+BeforeQuery = Annotated[str | None, Query(pattern=INSTANT_PATTERN, description="only instants older than this one")]
 __all__ = ["ApiContext", "JobHandle", "ViewSettings", "create_app"]
 
 router = APIRouter(responses=ERRORS)
@@ -56,10 +61,10 @@ def prometheus(ctx: Ctx) -> Response:
 @router.get("/v1/instants", response_model=InstantPage, tags=["instants"])
 def list_instants(
     ctx: Ctx,
-    state: Annotated[State | None, Query(description="REQUESTED, INFLIGHT or COMPLETED")] = None,
-    action: Annotated[Action | None, Query(description="commit, deltacommit, replacecommit, rollback, ...")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    before: Annotated[str | None, Query(pattern=INSTANT_PATTERN, description="only instants older than this one")] = None,
+    state: StateQuery = None,
+    action: ActionQuery = None,
+    limit: LimitQuery = 50,
+    before: BeforeQuery = None,
 ) -> InstantPage:
     return ctx.table().inspect.instants([state] if state else None, [action.value] if action else None, before, limit)
 
@@ -72,10 +77,10 @@ def show_instant(ctx: Ctx, instant: InstantPath) -> InstantDetail:
 @router.get("/v1/timeline", response_model=TimelinePage, tags=["instants"])
 def timeline(
     ctx: Ctx,
-    state: Annotated[State | None, Query(description="REQUESTED, INFLIGHT or COMPLETED")] = None,
-    action: Annotated[Action | None, Query(description="commit, deltacommit, replacecommit, rollback, ...")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    before: Annotated[str | None, Query(pattern=INSTANT_PATTERN, description="only instants older than this one")] = None,
+    state: StateQuery = None,
+    action: ActionQuery = None,
+    limit: LimitQuery = 50,
+    before: BeforeQuery = None,
     archived: Annotated[bool, Query(description="go on into the archived timeline")] = True,
 ) -> TimelinePage:
     """Instants newest first with records, files, bytes and seconds, paging on into the archived timeline."""
