@@ -29,6 +29,7 @@ FOOTER_MIN_KEY = "hoodie_min_record_key"
 FOOTER_MAX_KEY = "hoodie_max_record_key"
 
 DEFAULT_NUM_ENTRIES = 60_000
+LEAST_NUM_ENTRIES = 1_000
 DEFAULT_FPP = 1e-9
 DEFAULT_MAX_ENTRIES = 100_000
 MURMUR_HASH = 1
@@ -190,6 +191,30 @@ class BloomFilter:
             return None
         kind = metadata.get(FOOTER_BLOOM_TYPE.encode(), b"SIMPLE").decode()
         return cls.deserialize(value, kind)
+
+
+@dataclass(frozen=True)
+class BloomSpec:
+    """How a new base file's bloom filter is made: Hudi's ``hoodie.bloom.index.filter.type`` and
+    ``hoodie.index.bloom.num_entries`` (the keys one row of the filter holds at its false-positive rate)."""
+
+    kind: str = "DYNAMIC_V0"
+    num_entries: int = DEFAULT_NUM_ENTRIES
+
+    @classmethod
+    def sized(cls, kind: str, num_entries: int | None, target_file_size: int, record_size: int) -> BloomSpec:
+        """``num_entries`` unset: the keys a file of ``target_file_size`` holds at ``record_size`` bytes a
+        record, at most Hudi's default. A footer's filter takes about 7 bytes (base64 of 43 bits at the
+        default rate) for each key it is sized for, whatever it holds: Hudi's fixed 60,000 put 430 KB into
+        every file, a fifth of a 2 MB one, rewritten with it by every copy-on-write merge. Sized to the
+        file, a full file's filter holds its keys at the configured rate, and a dynamic one grows a row at
+        a time past them."""
+        if num_entries is None:
+            num_entries = min(DEFAULT_NUM_ENTRIES, max(LEAST_NUM_ENTRIES, target_file_size // max(1, record_size)))
+        return cls(kind, num_entries)
+
+    def empty(self) -> BloomFilter:
+        return BloomFilter.empty(self.kind, self.num_entries)
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ def avro_records(block: LogBlock, reader_schema=None) -> list[dict]:
     return [avro_models.decode(payload, writer_schema, reader_schema) for payload in avro_payloads(block)]
 
 
-def parquet_data_block(rows: pa.Table, header: dict[int, str], dictionary: list[str] | None = None) -> LogBlock:
+def parquet_data_block(rows: pa.Table, header: dict[int, str], dictionary: list[str] | None = None, compression: str = "snappy") -> LogBlock:
     """A ``HoodieParquetDataBlock``: the content is a whole parquet file of the records.
 
     The records carry the meta columns, ``_hoodie_file_name`` holding the file
@@ -178,7 +178,7 @@ def parquet_data_block(rows: pa.Table, header: dict[int, str], dictionary: list[
     sink = io.BytesIO()
     encoded = [c for c in dictionary if c in rows.column_names] if dictionary is not None else dictionary_columns(rows)
     # statistics for the key only: a block is read whole, and computing every column's took a sixth of its write
-    pq.write_table(rows, sink, compression="snappy", store_schema=False, use_dictionary=encoded, write_statistics=[RECORD_KEY])
+    pq.write_table(rows, sink, compression=compression, store_schema=False, use_dictionary=encoded, write_statistics=[RECORD_KEY])
     return LogBlock(BlockType.PARQUET_DATA_BLOCK, header, sink.getvalue())
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, BloomFilter, KeyRange, bloom_size
+from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, BloomFilter, BloomSpec, KeyRange, bloom_size
 from laketide.index.hashing import murmur2
 
 from conftest import COW_FIXTURES, MOR_FIXTURE
@@ -58,6 +58,22 @@ def test_membership_agrees_with_spark_footer(fixtures_dir):
 
 def test_hudi_default_sizes():
     assert bloom_size(60_000, 1e-9) == (2_587_966, 30)
+
+
+def test_filters_are_sized_to_the_files_they_go_into():
+    # a 2 MB file of 100-byte records holds ~21,000 keys; a 128 MB one more than Hudi's default row
+    assert BloomSpec.sized("DYNAMIC_V0", None, 2 * 2**20, 100) == BloomSpec("DYNAMIC_V0", 20_971)
+    assert BloomSpec.sized("SIMPLE", None, 128 * 2**20, 100).num_entries == 60_000
+    assert BloomSpec.sized("DYNAMIC_V0", None, 2**20, 10**6).num_entries == 1_000
+    assert BloomSpec.sized("DYNAMIC_V0", 5_000, 128 * 2**20, 100).num_entries == 5_000
+    keys = [f"key-{i:07d}" for i in range(20_000)]
+    sized, fixed = BloomSpec.sized("DYNAMIC_V0", None, 2 * 2**20, 100).empty(), BloomFilter.empty()
+    sized.add_many(keys)
+    fixed.add_many(keys)
+    assert len(sized.serialize()) < len(fixed.serialize()) / 2.5
+    again = BloomFilter.deserialize(sized.serialize())
+    assert again.might_contain_many(keys).all()
+    assert again.might_contain_many([f"other-{i}" for i in range(20_000)]).sum() < 3
 
 
 def test_dynamic_filter_grows_rows_and_round_trips():
@@ -155,3 +171,20 @@ def test_key_range():
 def test_unknown_kind_is_rejected():
     with pytest.raises(ValueError, match="SIMPLE"):
         BloomFilter.empty("BOGUS")
+
+
+def test_small_dynamic_filters_equal_hadoops(hadoop):
+    """A filter sized below its file's keys grows rows as Hudi's ``InternalDynamicBloomFilter`` does, which is
+    Hadoop's ``DynamicBloomFilter`` bounded at ``max_entries``: below the bound the bytes are the same."""
+    keys = [f"key-{i:07d}" for i in range(5_500)]
+    ours = BloomSpec("DYNAMIC_V0", 1_000).empty()
+    ours.add_many(keys)
+    assert len(ours.rows) == 6
+    bloom = hadoop.org.apache.hadoop.util.bloom.DynamicBloomFilter(ours.vector_size, ours.num_hashes, 1, 1_000)
+    for key in keys:
+        bloom.add(hadoop.org.apache.hadoop.util.bloom.Key(bytearray(key.encode())))
+    sink = hadoop.java.io.ByteArrayOutputStream()
+    out = hadoop.java.io.DataOutputStream(sink)
+    bloom.write(out)
+    out.flush()
+    assert ours.to_bytes() == bytes(sink.toByteArray())

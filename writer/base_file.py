@@ -18,6 +18,7 @@ from laketide.index.bloom import (
     FOOTER_MAX_KEY,
     FOOTER_MIN_KEY,
     BloomFilter,
+    BloomSpec,
 )
 from laketide.table.damage import reading_data_file
 from laketide.table.encoding import SORTED_MARKER, dictionary_columns
@@ -79,10 +80,11 @@ class BaseFileWriter:
         path: str,
         schema: pa.Schema,
         avro_schema: str,
-        bloom_kind: str = "DYNAMIC_V0",
+        bloom: BloomSpec = BloomSpec(),
         row_group_rows: int = 128 * 1024,
         row_group_bytes: int = 64 * 2**20,
         carried: FileLayout | None = None,
+        compression: str = "snappy",
     ):
         """``carried`` is what a merge takes over from the base file it replaces: its
         bloom filter, to which ``write`` then adds only the ``inserted`` keys it is given,
@@ -92,9 +94,10 @@ class BaseFileWriter:
         self.schema = schema
         self.avro_schema = avro_schema
         self.incremental_bloom = carried is not None and carried.bloom is not None
-        self.bloom = carried.bloom if self.incremental_bloom else BloomFilter.empty(bloom_kind)
+        self.bloom = carried.bloom if self.incremental_bloom else bloom.empty()
         self._dictionary = [c for c in carried.dictionary if c in schema.names] if carried and carried.dictionary is not None else None
         self.row_group_rows = row_group_rows
+        self.compression = compression
         self.row_group_bytes = row_group_bytes
         self.num_rows = 0
         self.rows_flushed = 0
@@ -147,7 +150,7 @@ class BaseFileWriter:
     def _parquet(self, first: pa.Table) -> pq.ParquetWriter:
         if self._writer is None:
             self._writer = pq.ParquetWriter(
-                self._sink, self.schema, compression="snappy", store_schema=False,
+                self._sink, self.schema, compression=self.compression, store_schema=False,
                 use_dictionary=self._dictionary if self._dictionary is not None else dictionary_columns(first),
             )
         return self._writer

@@ -27,6 +27,7 @@ from laketide.table.schema import (
     with_meta_schema,
 )
 from laketide.table.slice_reader import key_ordered_batches
+from laketide.index.bloom import BloomSpec
 from laketide.writer.base_file import BaseFileWriter, FileLayout
 
 
@@ -90,11 +91,12 @@ class BucketWriter:
         task_partition: int,
         table_schema: pa.Schema,
         avro_schema: str,
-        bloom_kind: str = "DYNAMIC_V0",
+        bloom: BloomSpec = BloomSpec(),
         ordering_field: str | None = None,
         token: str | None = None,
         first_seqno: int = 0,
         dictionary: list[str] | None = None,
+        compression: str = "snappy",
     ):
         """``ordering_field`` set means event-time ordering: a stored row with a higher value wins.
 
@@ -114,10 +116,11 @@ class BucketWriter:
         self.schema = with_meta_schema(table_schema)
         self.new_file = BaseFile(target.partition, target.file_id, token or write_token(task_partition), instant_time)
         self.avro_schema = avro_schema
-        self.bloom_kind = bloom_kind
+        self.bloom = bloom
         self.ordering_field = ordering_field
         self.counts = _Counts(seqno=first_seqno)
         self.dictionary = dictionary
+        self.compression = compression
 
     def _stamp(self, rows: pa.Table) -> pa.Table:
         stamped, self.counts.seqno = stamp_meta_columns(
@@ -132,46 +135,68 @@ class BucketWriter:
         """Rows copied from the old slice keep their commit time and sequence number."""
         return self._conform(rows, {c: rows[c] for c in META_COLUMNS if c != FILE_NAME and c in rows.column_names})
 
-    def _drop_late(self, old: pa.Table, incoming: pa.Table) -> pa.Table:
-        """Incoming records (upserts and deletes) whose ordering value is below the stored row's.
+    def _late(self, old: pa.Table, incoming: pa.Table, at: np.ndarray) -> np.ndarray | None:
+        """Which incoming records (upserts and deletes) have an ordering value below the stored row's;
+        ``at`` is each one's stored row, or -1. None when none is late.
 
         A tie goes to the incoming record, and so does a stored row without an
         ordering value, as in Hudi's ``DefaultHoodieRecordPayload``.
         """
-        if self.ordering_field is None or old.num_rows == 0 or self.ordering_field not in old.column_names:
-            return incoming
-        at = pc.index_in(incoming[RECORD_KEY], value_set=old[RECORD_KEY])
-        if not pc.any(pc.is_valid(at)).as_py():
-            return incoming
+        if self.ordering_field is None or self.ordering_field not in old.column_names or not (at >= 0).any():
+            return None
         kind = self.schema.field(self.ordering_field).type
-        stored = old[self.ordering_field].cast(kind).take(at)
-        late = pc.fill_null(pc.greater(stored, incoming[self.ordering_field].cast(kind)), False)
-        self.counts.late += pc.sum(late).as_py() or 0
-        return incoming.filter(pc.invert(late))
+        stored = old[self.ordering_field].cast(kind).take(pa.array(at, mask=at < 0))
+        late = pc.fill_null(pc.greater(stored, incoming[self.ordering_field].cast(kind)), False).to_numpy(zero_copy_only=False)
+        return late if late.any() else None
 
     def _merge_chunk(self, old: pa.Table, incoming: pa.Table) -> tuple[pa.Table, pa.ChunkedArray | None]:
-        """The merged rows sorted by key, and the keys it inserts."""
-        incoming = self._drop_late(old, incoming)
+        """The merged rows sorted by key, and the keys it inserts.
+
+        One hash lookup says which stored row each incoming key replaces; the result is then taken once
+        from the stored rows and the stamped incoming ones, in key order. Only inserts need a sort to find
+        their place among the stored keys: updates take their stored row's.
+        """
+        if old.num_rows == 0:
+            at = np.full(incoming.num_rows, -1, dtype=np.int64)
+        else:
+            at = pc.fill_null(pc.index_in(incoming[RECORD_KEY], value_set=old[RECORD_KEY]), -1).to_numpy().astype(np.int64)
+        late = self._late(old, incoming, at)
+        if late is not None:
+            self.counts.late += int(late.sum())
+            incoming, at = incoming.filter(pa.array(~late)), at[~late]
         if incoming.num_rows == 0:
             return self._keep_old(old), None
-        in_keys = incoming[RECORD_KEY]
-        replaced = pc.is_in(old[RECORD_KEY], value_set=in_keys)
-        kept = old.filter(pc.invert(replaced))
-        existed = pc.is_in(in_keys, value_set=old[RECORD_KEY])
-        deleted = incoming[IS_DELETED] if IS_DELETED in incoming.column_names else pa.repeat(pa.scalar(False), incoming.num_rows)
-        deleted = pc.fill_null(deleted, False)
-        upserts = incoming.filter(pc.invert(deleted))
-        inserting = pc.and_(pc.invert(deleted), pc.invert(existed))
-        self.counts.deletes += pc.sum(pc.and_(deleted, existed)).as_py() or 0
-        self.counts.updates += pc.sum(pc.and_(pc.invert(deleted), existed)).as_py() or 0
-        self.counts.inserts += pc.sum(inserting).as_py() or 0
-        merged = pa.concat_tables([self._keep_old(kept), self._stamp(upserts)])
-        return merged.sort_by(RECORD_KEY), in_keys.filter(inserting)
+        existed = at >= 0
+        deleted = pc.fill_null(incoming[IS_DELETED], False).to_numpy(zero_copy_only=False) if IS_DELETED in incoming.column_names else np.zeros(incoming.num_rows, bool)
+        inserting = ~deleted & ~existed
+        self.counts.deletes += int((deleted & existed).sum())
+        self.counts.updates += int((~deleted & existed).sum())
+        self.counts.inserts += int(inserting.sum())
+        upserts = incoming if not deleted.any() else incoming.filter(pa.array(~deleted))
+        order = self._merged_order(old, upserts, at, deleted)
+        merged = pa.concat_tables([self._keep_old(old), self._stamp(upserts)]).take(order)
+        return merged, incoming[RECORD_KEY].filter(pa.array(inserting))
+
+    @staticmethod
+    def _merged_order(old: pa.Table, upserts: pa.Table, at: np.ndarray, deleted: np.ndarray) -> pa.Array:
+        """Row numbers into ``old`` followed by ``upserts`` that list the merged rows in key order."""
+        n_old = old.num_rows
+        slot = np.arange(n_old, dtype=np.int64)  # what takes each stored row's place: itself, an upsert, or nothing (-1)
+        slot[at[deleted & (at >= 0)]] = -1
+        upsert_at = at[~deleted]
+        updates = upsert_at >= 0
+        slot[upsert_at[updates]] = n_old + np.flatnonzero(updates)
+        rows = slot[slot >= 0]
+        if updates.all():
+            return pa.array(rows)
+        rows = np.concatenate([rows, n_old + np.flatnonzero(~updates)])
+        keys = pa.chunked_array(old[RECORD_KEY].chunks + upserts[RECORD_KEY].chunks).take(pa.array(rows))
+        return pa.array(rows[pc.sort_indices(keys).to_numpy()])
 
     def write(self, incoming: pa.Table) -> WriteStat:
         """Merge ``incoming`` (one row per key, sorted by ``_hoodie_record_key``) into a new base file."""
         current = self.target.current
-        self.start(FileLayout.of(self.io, current.path, self.bloom_kind) if current is not None else None)
+        self.start(FileLayout.of(self.io, current.path, self.bloom.kind) if current is not None else None)
         try:
             keys = incoming[RECORD_KEY]
             pos = 0
@@ -192,7 +217,7 @@ class BucketWriter:
     def start(self, carried: FileLayout | None = None) -> None:
         if self.dictionary is not None and (carried is None or carried.dictionary is None):
             carried = FileLayout(carried.bloom if carried else None, self.dictionary)
-        self._file = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, self.bloom_kind, carried=carried)
+        self._file = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, self.bloom, carried=carried, compression=self.compression)
 
     def append_inserts(self, rows: pa.Table) -> None:
         """Write new records into a new file group, as they come (bulk insert): sorted by key, nothing to merge."""

@@ -50,10 +50,12 @@ from laketide.table.schema import (
 from laketide.table.slice_reader import MergeRule, merge_slice_batches
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
+from laketide.index.bloom import BloomSpec
 from laketide.writer.base_file import BaseFileWriter
+from laketide.writer.planning import bloom_spec
 from laketide.writer.bucket_writer import conform
 
-from laketide.config import CompactionSection
+from laketide.config import CompactionSection, WriteSection
 
 log = logging.getLogger("laketide.compaction")
 
@@ -71,7 +73,7 @@ class Compactor:
         self,
         coordinator: Coordinator,
         settings: CompactionSection,
-        bloom_type: str = "DYNAMIC_V0",
+        write: WriteSection | None = None,
         view: Callable[[Timeline], FileSystemView] | None = None,
         on_step: Callable[[str], None] | None = None,
     ):
@@ -81,7 +83,7 @@ class Compactor:
         self._on_step = on_step or (lambda point: None)
         self.table = coordinator.table
         self.settings = settings
-        self.bloom_type = bloom_type
+        self.write = write or WriteSection()  # how new base files size their bloom filters
         self.steps = TimelineAction(coordinator, COMPACTION)
         self._view = view or self.table.file_system_view
         # held by the job while a micro-batch runs (its ``batch_lock``); the last step of a compaction takes
@@ -134,12 +136,13 @@ class Compactor:
         schema = self.table.schema(timeline)
         rule = self.table.merge_rule
         visible = self._view(timeline).visibility()
+        bloom = bloom_spec(self.write, timeline)
         markers = WriteMarkers(io, instant.timestamp)
         stats, records = [], 0
         for done, op in enumerate(plan.operations, 1):
             self._yield_to_batch()
             coordinator.hold()
-            stat = self._compact(op, instant.timestamp, schema, rule, visible, markers)
+            stat = self._compact(op, instant.timestamp, schema, rule, visible, markers, bloom)
             stats.append(stat)
             records += stat.num_writes
             if progress is not None:
@@ -185,7 +188,7 @@ class Compactor:
             log.info("compaction %s: %d logs written since its plan carried over to the new slices", instant_time, len(stats))
         return stats
 
-    def _compact(self, op: CompactionOperation, instant_time: str, schema: pa.Schema, rule: MergeRule, visible, markers: WriteMarkers) -> WriteStat:
+    def _compact(self, op: CompactionOperation, instant_time: str, schema: pa.Schema, rule: MergeRule, visible, markers: WriteMarkers, bloom: BloomSpec) -> WriteStat:
         """One slice merged into a new base file, a key range at a time (bounded memory): records keep
         their commit time and sequence number."""
         io = self.table.io
@@ -193,7 +196,7 @@ class Compactor:
         new_file = BaseFile(op.partition, op.file_id, write_token(0, 0, time.time_ns() // 1000 % 10**12), instant_time)
         markers.create(new_file.path, CREATE)
         full = with_meta_schema(schema)
-        writer = BaseFileWriter(io, new_file.path, full, avro_schema_json(full, self.table.name), self.bloom_type)
+        writer = BaseFileWriter(io, new_file.path, full, avro_schema_json(full, self.table.name), bloom, compression=self.write.parquet_compression)
         try:
             # key ranges come in order; within one, kept base rows and log records are sorted together
             for rows in merge_slice_batches(io, op.file_slice(), visible, rule):

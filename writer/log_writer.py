@@ -57,6 +57,7 @@ class LogWriter:
         ordering_field: str | None = None,
         first_seqno: int = 0,
         dictionary: list[str] | None = None,
+        compression: str = "snappy",
     ):
         """``schema`` includes the meta columns. ``ordering_field`` is set under event-time
         ordering; a delete then carries its ordering value, so a reader keeps a newer stored row.
@@ -70,6 +71,7 @@ class LogWriter:
         self.ordering_field = ordering_field
         self.seqno = first_seqno
         self.dictionary = dictionary
+        self.compression = compression
         self.log_file = LogFile(target.partition, target.file_id, target.base_instant, target.version, log_write_token(token, instant_time))
 
     def drop_late(self, incoming: pa.Table) -> tuple[pa.Table, int]:
@@ -109,7 +111,7 @@ class LogWriter:
             rows, self.seqno = stamp_meta_columns(
                 upserts, self.schema, self.instant_time, self.task_partition, self.seqno, self.target.partition, self.target.file_id
             )
-            blocks.append(parquet_data_block(rows, header, self.dictionary))
+            blocks.append(parquet_data_block(rows, header, self.dictionary, self.compression))
         if deletes.num_rows:
             field = self.ordering_field
             values = deletes[field].to_pylist() if field and field in deletes.column_names else [None] * deletes.num_rows

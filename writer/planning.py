@@ -9,7 +9,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
-from laketide.index.bloom import KeyRange
+from laketide.index.bloom import BloomSpec, KeyRange
 from laketide.index.assigner import AssignPlan, SmallFileGroup, UncoveredGroup
 from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
@@ -59,6 +59,11 @@ class FirstKeys:
         except FileNotFoundError:  # cleaned since the view was read: the write that needs it will say so
             return None
         return key_range.min_key if key_range else None
+
+
+def bloom_spec(write: WriteSection, timeline: Timeline) -> BloomSpec:
+    """The bloom filter of the table's new base files, sized to a file of the target size."""
+    return BloomSpec.sized(write.bloom_type, write.bloom_entries, write.target_file_size, _record_size(timeline))
 
 
 def _record_size(timeline: Timeline) -> int:
@@ -113,7 +118,8 @@ def plan_instant(
         uncovered=uncovered,
         table_schema=schema,
         avro_schema=avro_schema_json(with_meta_schema(schema), table.name),
-        bloom_type=write.bloom_type,
+        bloom=BloomSpec.sized(write.bloom_type, write.bloom_entries, write.target_file_size, record_size),
+        compression=write.parquet_compression,
         partition_depth=len(settings.partition_fields),
         ordering_field=settings.ordering_field if settings.merge_mode == EVENT_TIME else None,
         target_file_size=write.target_file_size,

@@ -202,7 +202,7 @@ def compactor_for(
     if table.config.table_type != "MERGE_ON_READ" or config.compaction.mode == "off":
         return None
     steps = (lambda point: on_step(point, -1)) if on_step is not None else None
-    return Compactor(coordinator, config.compaction, config.write.bloom_type, views.view, steps)
+    return Compactor(coordinator, config.compaction, config.write, views.view, steps)
 
 
 def _after_commit(config: JobConfig, compactor: Compactor | None, services: TableServices) -> Callable[[str], None]:

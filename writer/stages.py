@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from laketide.index.assigner import AssignPlan, BucketAssigner, first_of_each_key
+from laketide.index.bloom import BloomSpec
 from laketide.index.columns import (
     ARRIVAL,
     ARRIVAL_FILE,
@@ -90,7 +91,7 @@ class BatchPlan:
     uncovered: frozenset[tuple[str, str]]
     table_schema: pa.Schema
     avro_schema: str
-    bloom_type: str
+    bloom: BloomSpec
     partition_depth: int
     ordering_field: str | None = None  # set under event-time ordering
     target_file_size: int = 128 * 2**20  # where a bulk insert starts a new file group
@@ -103,6 +104,7 @@ class BatchPlan:
     # the columns every new file of the micro-batch dictionary-encodes, decided once from its records
     # (``records_dictionary_columns``) by whoever holds them; None: each write task decides from its own
     dictionary: list[str] | None = None
+    compression: str = "snappy"  # of base files and log blocks (Hudi's hoodie.parquet.compression.codec)
     # how a task reaches the table's storage (object_store's keys; empty for a local or HDFS table)
     storage_options: dict[str, str] = field(default_factory=dict)
 
@@ -244,7 +246,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
         if log_target is not None:
             writer = LogWriter(
                 io, log_target, plan.instant, task, with_meta_schema(plan.table_schema), plan.avro_schema,
-                token or write_token(task), plan.ordering_field, first_seqno=seqno, dictionary=dictionary,
+                token or write_token(task), plan.ordering_field, first_seqno=seqno, dictionary=dictionary, compression=plan.compression,
             )
             incoming, late = writer.drop_late(incoming)
             written = list(log_target.slice_paths)
@@ -260,8 +262,8 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
             base = BaseFile.parse(partition, current) if current else None
             incoming = incoming.sort_by(RECORD_KEY)  # a base file is sorted by key: merges stream it
             bucket = BucketWriter(
-                io, FileGroupTarget(partition, file_id, base), plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom_type,
-                plan.ordering_field, token, first_seqno=seqno, dictionary=dictionary,
+                io, FileGroupTarget(partition, file_id, base), plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom,
+                plan.ordering_field, token, first_seqno=seqno, dictionary=dictionary, compression=plan.compression,
             )
             markers.create(bucket.new_file.path, MERGE if base else CREATE)
             stat = bucket.write(incoming)
@@ -316,7 +318,7 @@ class _BulkFiles:
         ensure_partition_metadata(self.io, partition, self.plan.instant, self.plan.partition_depth, self.ensured)
         writer = BucketWriter(
             self.io, FileGroupTarget(partition, file_id), self.plan.instant, self.task, self.plan.table_schema, self.plan.avro_schema,
-            self.plan.bloom_type, token=self.token, dictionary=self.plan.dictionary,
+            self.plan.bloom, token=self.token, dictionary=self.plan.dictionary, compression=self.plan.compression,
         )
         self.markers.create(writer.new_file.path, CREATE)
         writer.start()
