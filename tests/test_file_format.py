@@ -1,4 +1,4 @@
-"""What new files carry: a parquet codec other than snappy (``write.parquet_compression``) and bloom filters
+"""What new files carry: zstd-compressed parquet (``write.parquet_compression``'s default) and bloom filters
 sized to the file (``write.bloom_entries`` unset), on both table types, through merges that update, insert
 between stored keys, delete and drop late records; read back by hudi-rs against a model, and the base
 files by Spark's own parquet reader."""
@@ -19,7 +19,7 @@ from conftest import hudi_read, rows
 from streaming import DATA_COLUMNS, row
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string()), ("_hoodie_is_deleted", pa.bool_())])
-SETTINGS = {"write": {"index_shards": 2, "parallelism": 2, "parquet_compression": "zstd", "target_file_size": "256KB", "small_file_limit": "128KB"}}
+SETTINGS = {"write": {"index_shards": 2, "parallelism": 2, "target_file_size": "256KB", "small_file_limit": "128KB"}}
 
 
 def _write(path: str, lines: list[dict], model: dict, **new_table) -> BatchReport:

@@ -84,7 +84,7 @@ class BaseFileWriter:
         row_group_rows: int = 128 * 1024,
         row_group_bytes: int = 64 * 2**20,
         carried: FileLayout | None = None,
-        compression: str = "snappy",
+        compression: str = "zstd",
     ):
         """``carried`` is what a merge takes over from the base file it replaces: its
         bloom filter, to which ``write`` then adds only the ``inserted`` keys it is given,

@@ -96,7 +96,7 @@ class BucketWriter:
         token: str | None = None,
         first_seqno: int = 0,
         dictionary: list[str] | None = None,
-        compression: str = "snappy",
+        compression: str = "zstd",
     ):
         """``ordering_field`` set means event-time ordering: a stored row with a higher value wins.
 

@@ -104,7 +104,7 @@ class BatchPlan:
     # the columns every new file of the micro-batch dictionary-encodes, decided once from its records
     # (``records_dictionary_columns``) by whoever holds them; None: each write task decides from its own
     dictionary: list[str] | None = None
-    compression: str = "snappy"  # of base files and log blocks (Hudi's hoodie.parquet.compression.codec)
+    compression: str = "zstd"  # of base files and log blocks (Hudi's hoodie.parquet.compression.codec)
     # how a task reaches the table's storage (object_store's keys; empty for a local or HDFS table)
     storage_options: dict[str, str] = field(default_factory=dict)
 
