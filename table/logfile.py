@@ -168,7 +168,7 @@ def avro_records(block: LogBlock, reader_schema=None) -> list[dict]:
     return [avro_models.decode(payload, writer_schema, reader_schema) for payload in avro_payloads(block)]
 
 
-def parquet_data_block(rows: pa.Table, header: dict[int, str], dictionary: list[str] | None = None, compression: str = "zstd") -> LogBlock:
+def parquet_data_block(rows: pa.Table, header: dict[int, str], dictionary: list[str] | None = None, compression: str = "snappy") -> LogBlock:
     """A ``HoodieParquetDataBlock``: the content is a whole parquet file of the records.
 
     The records carry the meta columns, ``_hoodie_file_name`` holding the file

@@ -1,5 +1,5 @@
-"""What new files carry: zstd-compressed parquet (``write.parquet_compression``'s default) and bloom filters
-sized to the file (``write.bloom_entries`` unset), on both table types, through merges that update, insert
+"""What new files carry: zstd-compressed parquet (``write.parquet_compression``'s default, and log blocks
+with ``write.log_compression = zstd``) and bloom filters sized to the file (``write.bloom_entries`` unset), on both table types, through merges that update, insert
 between stored keys, delete and drop late records; read back by hudi-rs against a model, and the base
 files by Spark's own parquet reader."""
 
@@ -19,7 +19,7 @@ from conftest import hudi_read, rows
 from streaming import DATA_COLUMNS, row
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string()), ("_hoodie_is_deleted", pa.bool_())])
-SETTINGS = {"write": {"index_shards": 2, "parallelism": 2, "target_file_size": "256KB", "small_file_limit": "128KB"}}
+SETTINGS = {"write": {"index_shards": 2, "parallelism": 2, "log_compression": "zstd", "target_file_size": "256KB", "small_file_limit": "128KB"}}
 
 
 def _write(path: str, lines: list[dict], model: dict, **new_table) -> BatchReport:
@@ -45,6 +45,8 @@ def test_zstd_files_with_sized_blooms_read_back(tmp_path, table_type, spark):
     assert report.deletes == 120 and report.inserts == 100
     assert rows(hudi_read(path), "id", DATA_COLUMNS) == [model[k] for k in sorted(model)]
 
+    if table_type == "MERGE_ON_READ":
+        assert glob.glob(f"{path}/*/.*.log.*")  # the updates went to zstd log blocks, which hudi-rs read above
     base_files = glob.glob(f"{path}/*/*.parquet")
     assert base_files
     for f in base_files:

@@ -57,7 +57,7 @@ class LogWriter:
         ordering_field: str | None = None,
         first_seqno: int = 0,
         dictionary: list[str] | None = None,
-        compression: str = "zstd",
+        compression: str = "snappy",
     ):
         """``schema`` includes the meta columns. ``ordering_field`` is set under event-time
         ordering; a delete then carries its ordering value, so a reader keeps a newer stored row.

@@ -120,6 +120,7 @@ def plan_instant(
         avro_schema=avro_schema_json(with_meta_schema(schema), table.name),
         bloom=BloomSpec.sized(write.bloom_type, write.bloom_entries, write.target_file_size, record_size),
         compression=write.parquet_compression,
+        log_compression=write.log_compression,
         partition_depth=len(settings.partition_fields),
         ordering_field=settings.ordering_field if settings.merge_mode == EVENT_TIME else None,
         target_file_size=write.target_file_size,

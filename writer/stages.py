@@ -104,7 +104,8 @@ class BatchPlan:
     # the columns every new file of the micro-batch dictionary-encodes, decided once from its records
     # (``records_dictionary_columns``) by whoever holds them; None: each write task decides from its own
     dictionary: list[str] | None = None
-    compression: str = "zstd"  # of base files and log blocks (Hudi's hoodie.parquet.compression.codec)
+    compression: str = "zstd"  # of base files (Hudi's hoodie.parquet.compression.codec)
+    log_compression: str = "snappy"  # of parquet log blocks
     # how a task reaches the table's storage (object_store's keys; empty for a local or HDFS table)
     storage_options: dict[str, str] = field(default_factory=dict)
 
@@ -246,7 +247,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
         if log_target is not None:
             writer = LogWriter(
                 io, log_target, plan.instant, task, with_meta_schema(plan.table_schema), plan.avro_schema,
-                token or write_token(task), plan.ordering_field, first_seqno=seqno, dictionary=dictionary, compression=plan.compression,
+                token or write_token(task), plan.ordering_field, first_seqno=seqno, dictionary=dictionary, compression=plan.log_compression,
             )
             incoming, late = writer.drop_late(incoming)
             written = list(log_target.slice_paths)

@@ -170,9 +170,12 @@ class WriteSection(_Section):
     bloom_type: Literal["DYNAMIC_V0", "SIMPLE"] = "DYNAMIC_V0"
     # Hudi's hoodie.index.bloom.num_entries; unset: the records a file of target_file_size holds, at most 60,000
     bloom_entries: int | None = Field(None, gt=0)
-    # Hudi's hoodie.parquet.compression.codec, for base files and log blocks. zstd: files a third smaller
-    # than snappy's at the same batch times (bench/peers.py); hudi-rs, Spark, delta-rs and daft read it
+    # Hudi's hoodie.parquet.compression.codec, of base files: zstd's are a third smaller than snappy's at
+    # the same batch times (bench/peers.py); hudi-rs, Spark, delta-rs and daft read them
     parquet_compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
+    # of parquet log blocks, which live until the next compaction: zstd's fixed cost per column chunk
+    # (about 0.05 ms) is half again a small block's write
+    log_compression: Literal["snappy", "zstd", "gzip", "none"] = "snappy"
     quarantine_path: str | None = None
     index_compaction_deltas: int = Field(16, gt=0)
     # a micro-batch whose landing files total at most this is written by the driver in threads,
