@@ -222,10 +222,13 @@ class BucketAssigner:
                         found[i] = group
         return found
 
-    def assign(self, rows: pa.Table) -> tuple[pa.Table, pa.Table]:
-        """(records with ``_lt_file_id``, index entries to add) for this shard's rows."""
+    def assign(self, rows: pa.Table, hashes: np.ndarray | None = None) -> tuple[pa.Table, pa.Table]:
+        """(records with ``_lt_file_id``, index entries to add) for this shard's rows; ``hashes``: their
+        index hashes, when prepare made them."""
         plan = self.plan
-        rows, hashes = dedupe(rows, index_keys(rows[PARTITION], rows[RECORD_KEY], plan.global_keys), plan.ordering_field, plan.global_keys)
+        if hashes is None:
+            hashes = index_keys(rows[PARTITION], rows[RECORD_KEY], plan.global_keys)
+        rows, hashes = dedupe(rows, hashes, plan.ordering_field, plan.global_keys)
         n = rows.num_rows
         partitions = rows[PARTITION].combine_chunks().dictionary_encode()
         # each row's partition as a code into ``names``

@@ -34,6 +34,7 @@ LANDED_COLUMNS = (CORRUPT, DECODE_REASON, *SOURCE_COLUMNS, SOURCE_OFFSET)
 # -- prepared
 PARTITION = "_lt_partition"
 SHARD = "_lt_shard"
+KEY_HASH = "_lt_key_hash"  # the row's index hash (``index.state.index_keys``), made once by prepare for the shard and the lookup
 # arrival order of a row within its micro-batch: its landing file (and block), then its line
 ARRIVAL_FILE = "_lt_arrival_file"
 ARRIVAL = "_lt_arrival"
@@ -44,6 +45,7 @@ PREPARED_FIELDS = [
     pa.field(RECORD_KEY, pa.string()),
     pa.field(PARTITION, pa.string()),
     pa.field(SHARD, pa.int32()),
+    pa.field(KEY_HASH, pa.uint64()),
     pa.field(ARRIVAL_FILE, pa.string()),
     pa.field(ARRIVAL, pa.int64()),
     pa.field(REASON, pa.string()),

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import PARTITION, RAW, REASON, SHARD, WRITE_SLOT
+from laketide.index.columns import KEY_HASH, PARTITION, RAW, REASON, SHARD, WRITE_SLOT
 from laketide.spark.arrow_parts import PART_SCHEMA, pack, pack_all, unpack, unpacked
 from laketide.spark.routing import hash_routes, routed
 from laketide.spark.stage_clock import StageClock
@@ -157,7 +157,7 @@ class SparkBatch:
 
         def cut_task(batches):
             for rows in unpack(batches):
-                yield from pack_all(ranges.split_unsorted(_good(rows).drop_columns([SHARD]), cuts, global_keys))
+                yield from pack_all(ranges.split_unsorted(_good(rows).drop_columns([SHARD, KEY_HASH]), cuts, global_keys))
 
         def insert_sorted(plan, parts, task, token):
             # a task's range comes in parts from every prepare task: sorted once, here

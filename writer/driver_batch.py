@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import PARTITION, RAW, REASON, SHARD, WRITE_SLOT
+from laketide.index.columns import KEY_HASH, PARTITION, RAW, REASON, SHARD, WRITE_SLOT
 from laketide.table.encoding import records_dictionary_columns
 from laketide.table.files import write_token
 from laketide.writer import quarantine, ranges, stages
@@ -151,7 +151,7 @@ class DriverBatch:
         order = stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)
 
         def by_range(good: pa.Table) -> list[tuple[int, pa.Table]]:
-            good = good.drop_columns([SHARD])
+            good = good.drop_columns([SHARD, KEY_HASH])
             cuts = ranges.cut_points([ranges.sample(good, global_keys)], self.threads, plan.assign.new_group_records)
             return ranges.split_sorted(good.sort_by(order), cuts, global_keys)
 

@@ -27,6 +27,7 @@ from laketide.index.columns import (
     ARRIVAL_FILE,
     EXISTED,
     FILE_ID,
+    KEY_HASH,
     PARTITION,
     RAW,
     REASON,
@@ -159,10 +160,13 @@ def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Sc
     rows = rows.drop_columns([c for c in (REASON, RAW) if c in rows.column_names])
     shards = rows[SHARD].to_numpy()
     for shard in np.unique(shards):
-        part = rows.filter(pa.array(shards == shard)).drop_columns([SHARD])
+        mine = shards == shard
+        part = rows if mine.all() else rows.filter(pa.array(mine))  # the driver's parts hold one shard each
+        hashes = part[KEY_HASH].to_numpy()
+        part = part.drop_columns([SHARD, KEY_HASH])
         run = index.load_shard(plan.index, int(shard))
         assigner = BucketAssigner(int(shard), plan.assign, run, _read_keys(io), footer_reader(io), _read_columns(io))
-        assigned, entries = assigner.assign(part)
+        assigned, entries = assigner.assign(part, hashes)
         if IS_DELETED in out_schema.names and IS_DELETED not in assigned.column_names:
             assigned = assigned.append_column(IS_DELETED, pa.repeat(pa.scalar(False), assigned.num_rows))
         index.write_delta(int(shard), plan.instant, entries, part=0)
