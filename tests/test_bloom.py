@@ -63,7 +63,8 @@ def test_hudi_default_sizes():
 def test_filters_are_sized_to_the_files_they_go_into():
     # a 2 MB file of 100-byte records holds ~21,000 keys; a 128 MB one more than Hudi's default row
     assert BloomSpec.sized("DYNAMIC_V0", None, 2 * 2**20, 100) == BloomSpec("DYNAMIC_V0", 20_971)
-    assert BloomSpec.sized("SIMPLE", None, 128 * 2**20, 100).num_entries == 60_000
+    assert BloomSpec.sized("DYNAMIC_V0", None, 128 * 2**20, 100).num_entries == 60_000
+    assert BloomSpec.sized("SIMPLE", None, 2 * 2**20, 100).num_entries == 60_000  # it cannot grow
     assert BloomSpec.sized("DYNAMIC_V0", None, 2**20, 10**6).num_entries == 1_000
     assert BloomSpec.sized("DYNAMIC_V0", 5_000, 128 * 2**20, 100).num_entries == 5_000
     keys = [f"key-{i:07d}" for i in range(20_000)]

@@ -168,7 +168,8 @@ class WriteSection(_Section):
     index_shards: int = Field(4, gt=0, le=4096)
     parallelism: int = Field(4, gt=0)
     bloom_type: Literal["DYNAMIC_V0", "SIMPLE"] = "DYNAMIC_V0"
-    # Hudi's hoodie.index.bloom.num_entries; unset: the records a file of target_file_size holds, at most 60,000
+    # Hudi's hoodie.index.bloom.num_entries; unset: DYNAMIC_V0's is the records a file of target_file_size
+    # holds, at most 60,000; SIMPLE's 60,000
     bloom_entries: int | None = Field(None, gt=0)
     # Hudi's hoodie.parquet.compression.codec, of base files: zstd's are a third smaller than snappy's at
     # the same batch times (bench/peers.py); hudi-rs, Spark, delta-rs and daft read them
