@@ -12,6 +12,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.columns import EXISTED
@@ -103,8 +104,13 @@ class LogWriter:
 
     def write(self, incoming: pa.Table, existed: pa.Array) -> WriteStat:
         """Append ``incoming`` (one row per key); ``existed`` tells which keys the group already holds."""
-        deleted = pc.fill_null(incoming[IS_DELETED], False) if IS_DELETED in incoming.column_names else pa.repeat(pa.scalar(False), incoming.num_rows)
-        upserts, deletes = incoming.filter(pc.invert(deleted)), incoming.filter(deleted)
+        n = incoming.num_rows
+        deleted = pc.fill_null(incoming[IS_DELETED], False).to_numpy(zero_copy_only=False) if IS_DELETED in incoming.column_names else np.zeros(n, bool)
+        existed = pc.fill_null(existed, False).to_numpy(zero_copy_only=False)
+        if deleted.any():
+            upserts, deletes = incoming.filter(pa.array(~deleted)), incoming.filter(pa.array(deleted))
+        else:  # the common case: no copy
+            upserts, deletes = incoming, incoming.slice(0, 0)
         header = {Header.INSTANT_TIME: self.instant_time, Header.SCHEMA: self.avro_schema}
         blocks = []
         if upserts.num_rows:
@@ -122,7 +128,7 @@ class LogWriter:
         self.io.write_bytes(self.log_file.path, data)
         if self.ordering_field in upserts.column_names and upserts.num_rows:
             remember_log_bound(self.io, self.log_file.path, len(data), self.ordering_field, pc.max(upserts[self.ordering_field]))
-        existed_upserts = pc.sum(pc.and_(pc.invert(deleted), existed)).as_py() or 0
+        existed_upserts = int((~deleted & existed).sum())
         return WriteStat(
             file_id=self.target.file_id,
             path=self.log_file.path,
@@ -131,7 +137,7 @@ class LogWriter:
             num_writes=upserts.num_rows,
             num_inserts=upserts.num_rows - existed_upserts,
             num_update_writes=existed_upserts,
-            num_deletes=pc.sum(pc.and_(deleted, existed)).as_py() or 0,
+            num_deletes=int((deleted & existed).sum()),
             total_write_bytes=len(data),
             file_size_in_bytes=len(data),
             base_file=self.target.base_file or "",
