@@ -137,9 +137,8 @@ def test_murmur_matches_hadoop_for_every_key_length(hadoop):
         assert murmur.hash(data, len(data), int(np.int64(seed).astype(np.uint32).view(np.int32))) == seeded, key
 
 
-def _hadoop_simple_filter(jvm, keys: list[str], vector_size: int, num_hashes: int) -> bytes:
-    """``org.apache.hadoop.util.bloom.BloomFilter`` with MurmurHash, serialized as Hudi's SIMPLE filter is."""
-    bloom = jvm.org.apache.hadoop.util.bloom.BloomFilter(vector_size, num_hashes, 1)
+def _hadoop_bytes(jvm, bloom, keys: list[str]) -> bytes:
+    """A Hadoop filter (``org.apache.hadoop.util.bloom``, MurmurHash) given ``keys``, serialized as Hudi writes it."""
     for key in keys:
         bloom.add(jvm.org.apache.hadoop.util.bloom.Key(bytearray(key.encode())))
     sink = jvm.java.io.ByteArrayOutputStream()
@@ -147,6 +146,11 @@ def _hadoop_simple_filter(jvm, keys: list[str], vector_size: int, num_hashes: in
     bloom.write(out)
     out.flush()
     return bytes(sink.toByteArray())
+
+
+def _hadoop_simple_filter(jvm, keys: list[str], vector_size: int, num_hashes: int) -> bytes:
+    """``org.apache.hadoop.util.bloom.BloomFilter``, as Hudi's SIMPLE filter is."""
+    return _hadoop_bytes(jvm, jvm.org.apache.hadoop.util.bloom.BloomFilter(vector_size, num_hashes, 1), keys)
 
 
 def test_simple_filters_equal_hadoops_for_every_key_length(hadoop):
@@ -181,11 +185,5 @@ def test_small_dynamic_filters_equal_hadoops(hadoop):
     ours = BloomSpec("DYNAMIC_V0", 1_000).empty()
     ours.add_many(keys)
     assert len(ours.rows) == 6
-    bloom = hadoop.org.apache.hadoop.util.bloom.DynamicBloomFilter(ours.vector_size, ours.num_hashes, 1, 1_000)
-    for key in keys:
-        bloom.add(hadoop.org.apache.hadoop.util.bloom.Key(bytearray(key.encode())))
-    sink = hadoop.java.io.ByteArrayOutputStream()
-    out = hadoop.java.io.DataOutputStream(sink)
-    bloom.write(out)
-    out.flush()
-    assert ours.to_bytes() == bytes(sink.toByteArray())
+    theirs = hadoop.org.apache.hadoop.util.bloom.DynamicBloomFilter(ours.vector_size, ours.num_hashes, 1, 1_000)
+    assert ours.to_bytes() == _hadoop_bytes(hadoop, theirs, keys)
