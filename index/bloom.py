@@ -216,6 +216,13 @@ class BloomSpec:
             num_entries = min(DEFAULT_NUM_ENTRIES, max(LEAST_NUM_ENTRIES, target_file_size // max(1, record_size)))
         return cls(kind, num_entries)
 
+    def at_most(self, keys: int) -> BloomSpec:
+        """For a new file that will hold ``keys`` keys: a dynamic filter need not be sized past them (a file
+        a later merge grows gets more rows), so a small file group carries a small filter."""
+        if self.kind == "SIMPLE":
+            return self
+        return BloomSpec(self.kind, min(self.num_entries, max(LEAST_NUM_ENTRIES, keys)))
+
     def empty(self) -> BloomFilter:
         return BloomFilter.empty(self.kind, self.num_entries)
 

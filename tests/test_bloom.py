@@ -67,6 +67,10 @@ def test_filters_are_sized_to_the_files_they_go_into():
     assert BloomSpec.sized("SIMPLE", None, 2 * 2**20, 100).num_entries == 60_000  # it cannot grow
     assert BloomSpec.sized("DYNAMIC_V0", None, 2**20, 10**6).num_entries == 1_000
     assert BloomSpec.sized("DYNAMIC_V0", 5_000, 128 * 2**20, 100).num_entries == 5_000
+    # a new file that holds a few keys: a small filter, which grows with the file; a simple one cannot
+    assert BloomSpec("DYNAMIC_V0", 60_000).at_most(3) == BloomSpec("DYNAMIC_V0", 1_000)
+    assert BloomSpec("DYNAMIC_V0", 20_000).at_most(50_000) == BloomSpec("DYNAMIC_V0", 20_000)
+    assert BloomSpec("SIMPLE", 60_000).at_most(3) == BloomSpec("SIMPLE", 60_000)
     keys = [f"key-{i:07d}" for i in range(20_000)]
     sized, fixed = BloomSpec.sized("DYNAMIC_V0", None, 2 * 2**20, 100).empty(), BloomFilter.empty()
     sized.add_many(keys)

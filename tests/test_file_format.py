@@ -56,3 +56,23 @@ def test_zstd_files_with_sized_blooms_read_back(tmp_path, table_type, spark):
         assert bloom.row_capacity < DEFAULT_NUM_ENTRIES and bloom.might_contain_many(pq.read_table(f, columns=["_hoodie_record_key"])[0]).all()
     # Java's parquet reader, as a Hudi reader on Spark uses it
     assert spark.read.parquet(*base_files).count() == sum(pq.read_metadata(f).num_rows for f in base_files)
+
+
+def test_a_small_file_group_carries_a_small_filter_that_grows_with_it(tmp_path):
+    """Hudi's fixed 60,000 entries made a file of three rows 430 KB; sized to its keys, it grows by rows as
+    merges add keys (copy-on-write carries the filter over), and hudi-rs reads every row."""
+    path, model = str(tmp_path / "t"), {}
+    settings = {"write": {"index_shards": 2, "parallelism": 1}}
+    new_table = {"table_type": "COPY_ON_WRITE", "record_key": "id", "partition_by": "region", "ordering_field": "ts", "name": "t"}
+    lines = [row(i, 1, region="eu") for i in range(3)]
+    laketide.write(path, pa.Table.from_pylist(lines, SCHEMA), settings=settings, **new_table)
+    (first,) = glob.glob(f"{path}/eu/*.parquet")
+    assert len(pq.read_metadata(first).metadata[b"org.apache.hudi.bloomfilter"]) < 20_000
+    more = [row(i, 2, region="eu") for i in range(3, 2500)]
+    laketide.write(path, pa.Table.from_pylist(more, SCHEMA), settings=settings)
+    model.update({line["id"]: {c: line[c] for c in DATA_COLUMNS} for line in lines + more})
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == [model[k] for k in sorted(model)]
+    newest = max(glob.glob(f"{path}/eu/*.parquet"), key=lambda f: f.rsplit("_", 1)[1])
+    bloom = BloomFilter.from_footer(pq.read_metadata(newest).metadata)
+    keys = pq.read_table(newest, columns=["_hoodie_record_key"])[0]
+    assert len(keys) == 2500 and len(bloom.rows) == 3 and bloom.might_contain_many(keys).all()

@@ -196,7 +196,10 @@ class BucketWriter:
     def write(self, incoming: pa.Table) -> WriteStat:
         """Merge ``incoming`` (one row per key, sorted by ``_hoodie_record_key``) into a new base file."""
         current = self.target.current
-        self.start(FileLayout.of(self.io, current.path, self.bloom.kind) if current is not None else None)
+        if current is None:
+            self.start(keys=incoming.num_rows)
+        else:
+            self.start(FileLayout.of(self.io, current.path, self.bloom.kind))
         try:
             keys = incoming[RECORD_KEY]
             pos = 0
@@ -214,10 +217,12 @@ class BucketWriter:
             raise
         return self.finish()
 
-    def start(self, carried: FileLayout | None = None) -> None:
+    def start(self, carried: FileLayout | None = None, keys: int | None = None) -> None:
+        """Open the new base file; ``keys``: how many it will hold, when that is known before its rows come."""
         if self.dictionary is not None and (carried is None or carried.dictionary is None):
             carried = FileLayout(carried.bloom if carried else None, self.dictionary)
-        self._file = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, self.bloom, carried=carried, compression=self.compression)
+        bloom = self.bloom if keys is None else self.bloom.at_most(keys)
+        self._file = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, bloom, carried=carried, compression=self.compression)
 
     def append_inserts(self, rows: pa.Table) -> None:
         """Write new records into a new file group, as they come (bulk insert): sorted by key, nothing to merge."""

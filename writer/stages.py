@@ -316,7 +316,8 @@ class _BulkFiles:
         self.partitions: list[pa.Array] = []
         self.file_ids: list[pa.Array] = []
 
-    def _new_writer(self, partition: str) -> BucketWriter:
+    def _new_writer(self, partition: str, keys: int) -> BucketWriter:
+        """A new file group for ``partition``, its bloom filter sized for the ``keys`` at hand (it grows if more come)."""
         # deterministic, so a retried task writes the same file groups
         file_id = f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{self.plan.instant}/bulk/{self.task}/{self.opened}')}-0"
         self.opened += 1
@@ -326,7 +327,7 @@ class _BulkFiles:
             self.plan.bloom, token=self.token, dictionary=self.plan.dictionary, compression=self.plan.compression,
         )
         self.markers.create(writer.new_file.path, CREATE)
-        writer.start()
+        writer.start(keys=keys)
         return writer
 
     def append(self, partition: str, rows: pa.Table) -> None:
@@ -335,7 +336,7 @@ class _BulkFiles:
             for done in [p for p in self.open if p != partition]:
                 self._close(done)
         while rows.num_rows:
-            writer = self.open.get(partition) or self.open.setdefault(partition, self._new_writer(partition))
+            writer = self.open.get(partition) or self.open.setdefault(partition, self._new_writer(partition, rows.num_rows))
             part = rows.slice(0, max(1, self._room(writer)))
             # one count for the task, however many files are open: seqnos stay unique in the instant
             writer.counts.seqno = self.seqno
