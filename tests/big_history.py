@@ -22,8 +22,8 @@ def write_file_groups(path: Path, groups: int) -> Table:
     """A merge-on-read table of ``groups`` one-row file groups over ``PARTITIONS`` partitions.
 
     A bulk insert writes one file group per partition; the rest are copies of those base files with a row
-    of their own, under new file ids of the same committed instant, without the bloom filter (a Hudi
-    footer's bloom filter takes ~430 KB: 10,000 of them would be 4 GB for a test that reads listings)."""
+    of their own, under new file ids of the same committed instant, without the footer (its bloom filter and
+    key range name the template's key, not the copy's)."""
     rows = pa.table(
         {
             "id": pa.array(range(PARTITIONS), pa.int64()),
