@@ -205,11 +205,12 @@ class BloomSpec:
     def sized(cls, kind: str, num_entries: int | None, target_file_size: int, record_size: int) -> BloomSpec:
         """``num_entries`` unset: for a dynamic filter, the keys a file of ``target_file_size`` holds at
         ``record_size`` bytes a record, at most Hudi's default; a simple one, which cannot grow past a wrong
-        estimate (a new table's record size is a guess), keeps Hudi's default. A footer's filter takes about 7 bytes (base64 of 43 bits at the
-        default rate) for each key it is sized for, whatever it holds: Hudi's fixed 60,000 put 430 KB into
-        every file, a fifth of a 2 MB one, rewritten with it by every copy-on-write merge. Sized to the
-        file, a full file's filter holds its keys at the configured rate, and a dynamic one grows a row at
-        a time past them."""
+        estimate (a new table's record size is a guess), keeps Hudi's default.
+
+        A footer's filter takes about 7 bytes (base64 of 43 bits at the default rate) for each key it is
+        sized for, whatever it holds: Hudi's fixed 60,000 put 430 KB into every file, a fifth of a 2 MB
+        one, rewritten with it by every copy-on-write merge. Sized to the file, a full file's filter holds
+        its keys at the configured rate, and a dynamic one grows a row at a time past them."""
         if num_entries is None and kind == "SIMPLE":
             num_entries = DEFAULT_NUM_ENTRIES
         elif num_entries is None:

@@ -9,6 +9,11 @@ from laketide.table.schema import COMMIT_TIME, FILE_NAME, PARTITION_PATH, RECORD
 DICTIONARY_SAMPLE_ROWS = 16 * 1024
 # In the footers of base files laketide writes: their rows are sorted by record key, so merges may stream them.
 SORTED_MARKER = "laketide.sorted.by"
+# The codecs of new files, unless ``write.parquet_compression`` / ``write.log_compression`` say otherwise.
+# Base files: zstd's are a third smaller than snappy's at the same batch times. Log blocks live until the
+# next compaction, and zstd's fixed cost per column chunk (about 0.05 ms) is half again a small block's write.
+BASE_FILE_CODEC = "zstd"
+LOG_BLOCK_CODEC = "snappy"
 
 
 def dictionary_columns(rows: pa.Table) -> list[str]:

@@ -31,7 +31,7 @@ import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 from laketide.table import avro_models
-from laketide.table.encoding import dictionary_columns
+from laketide.table.encoding import LOG_BLOCK_CODEC, dictionary_columns
 from laketide.table.errors import LaketideError
 from laketide.table.schema import RECORD_KEY, schema_from_avro, storage_schema
 
@@ -168,7 +168,7 @@ def avro_records(block: LogBlock, reader_schema=None) -> list[dict]:
     return [avro_models.decode(payload, writer_schema, reader_schema) for payload in avro_payloads(block)]
 
 
-def parquet_data_block(rows: pa.Table, header: dict[int, str], dictionary: list[str] | None = None, compression: str = "snappy") -> LogBlock:
+def parquet_data_block(rows: pa.Table, header: dict[int, str], dictionary: list[str] | None = None, compression: str = LOG_BLOCK_CODEC) -> LogBlock:
     """A ``HoodieParquetDataBlock``: the content is a whole parquet file of the records.
 
     The records carry the meta columns, ``_hoodie_file_name`` holding the file

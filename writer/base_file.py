@@ -21,7 +21,7 @@ from laketide.index.bloom import (
     BloomSpec,
 )
 from laketide.table.damage import reading_data_file
-from laketide.table.encoding import SORTED_MARKER, dictionary_columns
+from laketide.table.encoding import BASE_FILE_CODEC, SORTED_MARKER, dictionary_columns
 from laketide.table.files import PARTITION_METADATA, partition_metadata
 from laketide.table.io import FileIO
 from laketide.table.schema import RECORD_KEY
@@ -84,7 +84,7 @@ class BaseFileWriter:
         row_group_rows: int = 128 * 1024,
         row_group_bytes: int = 64 * 2**20,
         carried: FileLayout | None = None,
-        compression: str = "zstd",
+        compression: str = BASE_FILE_CODEC,
     ):
         """``carried`` is what a merge takes over from the base file it replaces: its
         bloom filter, to which ``write`` then adds only the ``inserted`` keys it is given,
@@ -97,8 +97,8 @@ class BaseFileWriter:
         self.bloom = carried.bloom if self.incremental_bloom else bloom.empty()
         self._dictionary = [c for c in carried.dictionary if c in schema.names] if carried and carried.dictionary is not None else None
         self.row_group_rows = row_group_rows
-        self.compression = compression
         self.row_group_bytes = row_group_bytes
+        self.compression = compression
         self.num_rows = 0
         self.rows_flushed = 0
         self.min_key: str | None = None

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from laketide.index.bloom import BloomSpec
 from laketide.table.commit import NULL_COMMIT, WriteStat
+from laketide.table.encoding import BASE_FILE_CODEC
 from laketide.table.files import BaseFile, write_token
 from laketide.table.io import FileIO
 from laketide.table.schema import (
@@ -27,7 +29,6 @@ from laketide.table.schema import (
     with_meta_schema,
 )
 from laketide.table.slice_reader import key_ordered_batches
-from laketide.index.bloom import BloomSpec
 from laketide.writer.base_file import BaseFileWriter, FileLayout
 
 
@@ -96,7 +97,7 @@ class BucketWriter:
         token: str | None = None,
         first_seqno: int = 0,
         dictionary: list[str] | None = None,
-        compression: str = "zstd",
+        compression: str = BASE_FILE_CODEC,
     ):
         """``ordering_field`` set means event-time ordering: a stored row with a higher value wins.
 

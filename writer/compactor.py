@@ -52,7 +52,7 @@ from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
 from laketide.index.bloom import BloomSpec
 from laketide.writer.base_file import BaseFileWriter
-from laketide.writer.planning import bloom_spec
+from laketide.writer.planning import average_record_size, bloom_spec
 from laketide.writer.bucket_writer import conform
 
 from laketide.config import CompactionSection, WriteSection
@@ -136,7 +136,7 @@ class Compactor:
         schema = self.table.schema(timeline)
         rule = self.table.merge_rule
         visible = self._view(timeline).visibility()
-        bloom = bloom_spec(self.write, timeline)
+        bloom = bloom_spec(self.write, average_record_size(timeline))
         markers = WriteMarkers(io, instant.timestamp)
         stats, records = [], 0
         for done, op in enumerate(plan.operations, 1):

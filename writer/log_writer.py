@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.columns import EXISTED
 from laketide.table.commit import WriteStat
+from laketide.table.encoding import LOG_BLOCK_CODEC
 from laketide.table.files import BaseFile, LogFile, log_write_token
 from laketide.table.io import FileIO
 from laketide.table.logfile import Header, delete_block, parquet_data_block
@@ -58,7 +59,7 @@ class LogWriter:
         ordering_field: str | None = None,
         first_seqno: int = 0,
         dictionary: list[str] | None = None,
-        compression: str = "snappy",
+        compression: str = LOG_BLOCK_CODEC,
     ):
         """``schema`` includes the meta columns. ``ordering_field`` is set under event-time
         ordering; a delete then carries its ordering value, so a reader keeps a newer stored row.

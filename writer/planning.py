@@ -61,12 +61,12 @@ class FirstKeys:
         return key_range.min_key if key_range else None
 
 
-def bloom_spec(write: WriteSection, timeline: Timeline) -> BloomSpec:
+def bloom_spec(write: WriteSection, record_size: int) -> BloomSpec:
     """The bloom filter of the table's new base files, sized to a file of the target size."""
-    return BloomSpec.sized(write.bloom_type, write.bloom_entries, write.target_file_size, _record_size(timeline))
+    return BloomSpec.sized(write.bloom_type, write.bloom_entries, write.target_file_size, record_size)
 
 
-def _record_size(timeline: Timeline) -> int:
+def average_record_size(timeline: Timeline) -> int:
     """Bytes per record in the table's recent base files (Hudi's average record size estimate)."""
     writes = timeline.completed_writes()[-5:]
     stats = [s for i in writes for s in timeline.commit_metadata(i).write_stats() if s.num_writes]
@@ -94,7 +94,7 @@ def plan_instant(
         log.info("instant %s: %s changed by other writers; their keys are probed again", instant, "every file group" if foreign.everything else f"{len(foreign.touched)} file groups")
     still_covered = set() if foreign.everything else snapshot.covered - foreign.touched
     uncovered = frozenset(set(current) - still_covered)
-    record_size = _record_size(timeline)
+    record_size = average_record_size(timeline)
     settings = table.config
     assign = AssignPlan(
         instant,
@@ -118,7 +118,7 @@ def plan_instant(
         uncovered=uncovered,
         table_schema=schema,
         avro_schema=avro_schema_json(with_meta_schema(schema), table.name),
-        bloom=BloomSpec.sized(write.bloom_type, write.bloom_entries, write.target_file_size, record_size),
+        bloom=bloom_spec(write, record_size),
         compression=write.parquet_compression,
         log_compression=write.log_compression,
         partition_depth=len(settings.partition_fields),

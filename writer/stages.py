@@ -43,7 +43,7 @@ from laketide.index.state import (
 )
 from laketide.table.commit import WriteStat
 from laketide.table.damage import reading_data_file
-from laketide.table.encoding import records_dictionary_columns
+from laketide.table.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC, records_dictionary_columns
 from laketide.table.files import BaseFile, LogFile, parse_data_file, write_token
 from laketide.table.io import FileIO
 from laketide.table.markers import CREATE, MERGE, WriteMarkers
@@ -105,8 +105,8 @@ class BatchPlan:
     # the columns every new file of the micro-batch dictionary-encodes, decided once from its records
     # (``records_dictionary_columns``) by whoever holds them; None: each write task decides from its own
     dictionary: list[str] | None = None
-    compression: str = "zstd"  # of base files (Hudi's hoodie.parquet.compression.codec)
-    log_compression: str = "snappy"  # of parquet log blocks
+    compression: str = BASE_FILE_CODEC  # of base files (Hudi's hoodie.parquet.compression.codec)
+    log_compression: str = LOG_BLOCK_CODEC  # of parquet log blocks
     # how a task reaches the table's storage (object_store's keys; empty for a local or HDFS table)
     storage_options: dict[str, str] = field(default_factory=dict)
 

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from laketide.table.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC
 from laketide.table.errors import Invalid
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
@@ -50,6 +51,7 @@ def parse_trigger(value: Any) -> str:
 
 Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 Trigger = Annotated[str, BeforeValidator(parse_trigger)]
+Codec = Literal["zstd", "snappy", "gzip", "none"]  # parquet's, as pyarrow names them
 
 
 class _Section(BaseModel):
@@ -171,12 +173,10 @@ class WriteSection(_Section):
     # Hudi's hoodie.index.bloom.num_entries; unset: DYNAMIC_V0's is the records a file of target_file_size
     # holds, at most 60,000; SIMPLE's 60,000
     bloom_entries: int | None = Field(None, gt=0)
-    # Hudi's hoodie.parquet.compression.codec, of base files: zstd's are a third smaller than snappy's at
-    # the same batch times (bench/peers.py); hudi-rs, Spark, delta-rs and daft read them
-    parquet_compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
-    # of parquet log blocks, which live until the next compaction: zstd's fixed cost per column chunk
-    # (about 0.05 ms) is half again a small block's write
-    log_compression: Literal["snappy", "zstd", "gzip", "none"] = "snappy"
+    # Hudi's hoodie.parquet.compression.codec, of base files, and the codec of parquet log blocks (why these
+    # defaults: ``table.encoding``); hudi-rs, Spark, delta-rs and daft read zstd
+    parquet_compression: Codec = BASE_FILE_CODEC
+    log_compression: Codec = LOG_BLOCK_CODEC
     quarantine_path: str | None = None
     index_compaction_deltas: int = Field(16, gt=0)
     # a micro-batch whose landing files total at most this is written by the driver in threads,
