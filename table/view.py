@@ -23,10 +23,12 @@ class FileSlice:
     base_instant: str
     base_file: BaseFile | None = None
     log_files: list[LogFile] = field(default_factory=list)
+    # bytes of the slice's files, summed once: a slice is not changed once built, and a page of the layout
+    # sorts 10,000 slices by it
+    size: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def size(self) -> int:
-        return (self.base_file.size if self.base_file else 0) + sum(f.size for f in self.log_files)
+    def __post_init__(self) -> None:
+        self.size = (self.base_file.size if self.base_file else 0) + sum(f.size for f in self.log_files)
 
 
 @dataclass
@@ -35,12 +37,6 @@ class FileGroup:
     file_id: str
     base_files: list[BaseFile] = field(default_factory=list)
     log_files: list[LogFile] = field(default_factory=list)
-
-    def slice_at(self, base: BaseFile | None, newer_base: str | None) -> FileSlice:
-        """The slice on ``base``, with the log files written on it (before the next base)."""
-        start = base.instant_time if base else ""
-        logs = [lf for lf in self.log_files if lf.base_instant >= start and (newer_base is None or lf.base_instant < newer_base)]
-        return FileSlice(self.partition, self.file_id, start, base, sorted(logs, key=lambda lf: lf.version))
 
 
 def list_data_files(io: FileIO) -> tuple[list[BaseFile], list[LogFile]]:
@@ -78,10 +74,12 @@ class FileSystemView:
     def __init__(self, timeline: Timeline, base_files: list[BaseFile], log_files: list[LogFile]):
         self.timeline = timeline
         groups: dict[tuple[str, str], FileGroup] = {}
-        for bf in base_files:
-            groups.setdefault((bf.partition, bf.file_id), FileGroup(bf.partition, bf.file_id)).base_files.append(bf)
-        for lf in log_files:
-            groups.setdefault((lf.partition, lf.file_id), FileGroup(lf.partition, lf.file_id)).log_files.append(lf)
+        for files, kind in ((base_files, "base_files"), (log_files, "log_files")):
+            for f in files:
+                key = (f.partition, f.file_id)
+                if (group := groups.get(key)) is None:
+                    group = groups[key] = FileGroup(f.partition, f.file_id)
+                getattr(group, kind).append(f)
         self.groups = groups
         # latest slices by (as_of, partition): a view never changes once built (a sync builds a new one).
         # Threads that share a view may race on it; the loser computes the same list again.
@@ -140,15 +138,18 @@ class FileSystemView:
         for key, group in sorted(self.groups.items()):
             if key in replaced or (partition is not None and group.partition != partition):
                 continue
-            bases = sorted(
-                (b for b in group.base_files if self._committed(b.instant_time, visible, earliest, as_of)),
-                key=lambda b: b.instant_time,
-            )
-            logs = [lf for lf in group.log_files if self._committed(lf.base_instant, visible, earliest, as_of)]
-            if not bases and not logs:
+            base = None  # the newest committed base file (the last listed of equals, as a stable sort gives)
+            for b in group.base_files:
+                if (base is None or b.instant_time >= base.instant_time) and self._committed(b.instant_time, visible, earliest, as_of):
+                    base = b
+            start = base.instant_time if base else ""
+            logs = [
+                lf for lf in group.log_files if lf.base_instant >= start and self._committed(lf.base_instant, visible, earliest, as_of)
+            ]
+            if base is None and not logs:
                 continue
-            committed = FileGroup(group.partition, group.file_id, bases, logs)
-            slices.append(committed.slice_at(bases[-1] if bases else None, None))
+            logs.sort(key=lambda lf: lf.version)
+            slices.append(FileSlice(group.partition, group.file_id, start, base, logs))
         return slices
 
     def next_log_version(self, partition: str, file_id: str, base_instant: str) -> int:

@@ -147,6 +147,7 @@ def _load(browser, address: str) -> tuple[float, object]:
     return time.monotonic() - started, page
 
 
+@pytest.mark.timed
 def test_the_page_loads_in_under_a_second_over_a_long_history(browser, tmp_path):
     table = write_file_groups(tmp_path / "table", 10_000)
     archive_history(table, 100_000)
@@ -164,7 +165,7 @@ def test_the_page_loads_in_under_a_second_over_a_long_history(browser, tmp_path)
             loads.append(seconds)
             if ts < 2:
                 page.close()
-        # the best of the four: beside the rest of the suite (two workers on two cores) a load can take twice as long
+        # the best of the four: a load now and then waits on the machine (the test runs alone, see `timed`)
         seconds = min(first, *loads)
         print(f"/ui drawn in {', '.join(f'{s:.3f}' for s in loads)} s after a new commit, {first:.3f} s for the first view of a server started 3 s before (10,000 file groups, 100,000 archived instants)")
         assert seconds < 1.0, f"the page took {first:.2f} s, then {loads} s"
