@@ -16,7 +16,7 @@ from laketide.index.columns import KEY_HASH, PARTITION, RAW, REASON, SHARD, WRIT
 from laketide.spark.arrow_parts import PART_SCHEMA, pack, pack_all, unpack, unpacked
 from laketide.spark.routing import hash_routes, routed
 from laketide.spark.stage_clock import StageClock
-from laketide.writer import quarantine, ranges, stages
+from laketide.writer import bulk_stage, quarantine, ranges, stages
 from laketide.writer.slots import split_by
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -152,7 +152,7 @@ class SparkBatch:
         """Each write task takes one key range of the micro-batch (``writer.ranges``) and writes it, sorted
         by ``bulk_sort_keys``, into new file groups: each file group holds a contiguous range of keys."""
         global_keys = plan.index.global_keys
-        order = stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)
+        order = bulk_stage.bulk_sort_keys(plan.assign.ordering_field, global_keys)
         cuts = ranges.cut_points(self.samples, self.shuffles.write_tasks, plan.assign.new_group_records)
 
         def cut_task(batches):
@@ -162,7 +162,7 @@ class SparkBatch:
         def insert_sorted(plan, parts, task, token):
             # a task's range comes in parts from every prepare task: sorted once, here
             rows = pa.concat_tables(parts).sort_by(order)
-            return stages.bulk_insert(plan, iter(rows.to_batches()), task, token)
+            return bulk_stage.bulk_insert(plan, iter(rows.to_batches()), task, token)
 
         by_range = Shuffles.to_tasks(self.parts.mapInArrow(self.clock.timed("write", cut_task), PART_STRUCT), self.shuffles.write_routes)
         return _statuses(by_range.mapInArrow(self.clock.timed("write", _in_task_attempt(insert_sorted, plan)), STATUS_STRUCT))

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from laketide.index.columns import KEY_HASH, PARTITION, RAW, REASON, SHARD, WRITE_SLOT
 from laketide.table.encoding import records_dictionary_columns
 from laketide.table.files import write_token
-from laketide.writer import quarantine, ranges, stages
+from laketide.writer import bulk_stage, quarantine, ranges, stages
 from laketide.writer.prepare import PrepareSpec, batch_arrival, prepare_in_order
 from laketide.writer.slots import split_lazily
 
@@ -148,7 +148,7 @@ class DriverBatch:
         as Spark's tasks cut them: each new file group holds a contiguous range of keys."""
         global_keys = plan.index.global_keys
         plan = self._with_dictionary(plan)
-        order = stages.bulk_sort_keys(plan.assign.ordering_field, global_keys)
+        order = bulk_stage.bulk_sort_keys(plan.assign.ordering_field, global_keys)
 
         def by_range(good: pa.Table) -> list[tuple[int, pa.Table]]:
             good = good.drop_columns([SHARD, KEY_HASH])
@@ -156,7 +156,7 @@ class DriverBatch:
             return ranges.split_sorted(good.sort_by(order), cuts, global_keys)
 
         parts = self._take_good(by_range)
-        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: stages.bulk_insert(plan, batches, slot, write_token(slot)), parts))
+        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: bulk_stage.bulk_insert(plan, batches, slot, write_token(slot)), parts))
 
 
 def _statuses(batches: list[pa.RecordBatch]) -> list[stages.WriteStatus]:

@@ -1,17 +1,15 @@
 """The per-task stages of a micro-batch, as functions over Arrow batches.
 
 ``assign`` runs once per index shard (after the shuffle by shard) and
-``write`` once per set of file groups (after the shuffle by file group).
-``bulk_insert`` is the one stage of a bulk insert: it runs on one key range of
-the micro-batch (``writer.ranges``), sorted, and writes new file groups as the
-rows come. All take a ``BatchPlan`` the driver built, and touch storage only
-through ``FileIO``; they do not import Spark, so they run in tests without it.
+``write`` once per set of file groups (after the shuffle by file group); a bulk
+insert's one stage is in ``writer.bulk_stage``. All take a ``BatchPlan`` the
+driver built, and touch storage only through ``FileIO``; they do not import
+Spark, so they run in tests without it.
 """
 
 from __future__ import annotations
 
 import posixpath
-import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,11 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from laketide.index.assigner import AssignPlan, BucketAssigner, first_of_each_key
+
+from laketide.index.assigner import AssignPlan, BucketAssigner
 from laketide.index.bloom import BloomSpec
 from laketide.index.columns import (
-    ARRIVAL,
-    ARRIVAL_FILE,
     EXISTED,
     FILE_ID,
     KEY_HASH,
@@ -78,6 +75,8 @@ class WriteStatus:
     def from_row(cls, row: dict) -> WriteStatus:
         stat = WriteStat.model_validate_json(row["stat"]) if row["stat"] else None
         return cls(row["partition"], row["file_id"], stat, row["late"])
+
+
 # delta part numbers: 0 for the assign stage, 1 + task id for keys the write stage indexes
 _WRITE_PART_BASE = 1
 
@@ -114,7 +113,7 @@ class BatchPlan:
         return FileIO.for_uri(self.table_uri, self.storage_options)
 
 
-def _repeated(value: str, n: int) -> pa.Array:
+def repeated(value: str, n: int) -> pa.Array:
     return pa.repeat(pa.scalar(value, pa.string()), n)
 
 
@@ -190,10 +189,10 @@ def _index_whole_group(plan: BatchPlan, io: FileIO, paths: list[str], partition:
     """Add every key of a file group the index did not cover, so it is covered from now on."""
     read = _read_keys(io)
     keys = pc.unique(pa.concat_arrays([read(p) for p in paths]))
-    _write_entries(plan, io, keys, _repeated(partition, len(keys)), _repeated(file_id, len(keys)), task)
+    write_entries(plan, io, keys, repeated(partition, len(keys)), repeated(file_id, len(keys)), task)
 
 
-def _write_entries(plan: BatchPlan, io: FileIO, keys: pa.Array, partitions: pa.Array, file_ids: pa.Array, task: int) -> None:
+def write_entries(plan: BatchPlan, io: FileIO, keys: pa.Array, partitions: pa.Array, file_ids: pa.Array, task: int) -> None:
     """Index entries a write task adds, one delta run per shard."""
     hashes = index_keys(partitions, keys, plan.index.global_keys)
     shards = shard_of(hashes, plan.index.shards)
@@ -277,130 +276,3 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
             _index_whole_group(plan, io, written, partition, file_id, task)
         statuses.append(WriteStatus.of(stat, late, (partition, file_id)).to_row())
     yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
-
-
-def bulk_sort_keys(ordering_field: str | None, global_keys: bool) -> list[tuple[str, str]]:
-    """The order a bulk insert's rows reach ``bulk_insert`` in: by partition and key, the
-    record that wins a duplicate key first (highest ordering value, then latest arrival).
-    With a global index, duplicates are found by key alone, so the key sorts first."""
-    keys = [(RECORD_KEY, "ascending")] if global_keys else [(PARTITION, "ascending"), (RECORD_KEY, "ascending")]
-    winner = [(ordering_field, "descending")] if ordering_field else []
-    return keys + winner + [(ARRIVAL_FILE, "descending"), (ARRIVAL, "descending")]
-
-
-def _run_key(rows: pa.Table, at: int, global_keys: bool) -> tuple[str, str]:
-    return ("" if global_keys else rows[PARTITION][at].as_py(), rows[RECORD_KEY][at].as_py())
-
-
-def _winners(rows: pa.Table, global_keys: bool, previous: tuple[str, str] | None) -> pa.Table:
-    """Rows sorted by ``bulk_sort_keys``, one per key: the first, unless ``previous`` (the last key of the batch before) repeats."""
-    first = first_of_each_key(rows, global_keys)
-    if previous is not None and rows.num_rows:
-        first[0] = _run_key(rows, 0, global_keys) != previous
-    return rows.filter(pa.array(first))
-
-
-class _BulkFiles:
-    """The new file groups one bulk-insert task writes, one open per partition, each up to the target size."""
-
-    def __init__(self, plan: BatchPlan, io: FileIO, task: int, token: str | None):
-        self.plan, self.io, self.task, self.token = plan, io, task, token
-        self.markers = WriteMarkers(io, plan.instant)
-        self.ensured: set[str] = set()  # partitions whose metadata file is known to be there
-        self.open: dict[str, BucketWriter] = {}
-        self.opened = 0
-        self.seqno = 0
-        self.statuses: list[dict] = []
-        # the keys written, and their partition and file group: index entries at the end
-        self.keys: list[pa.Array] = []
-        self.partitions: list[pa.Array] = []
-        self.file_ids: list[pa.Array] = []
-
-    def _new_writer(self, partition: str, keys: int) -> BucketWriter:
-        """A new file group for ``partition``, its bloom filter sized for the ``keys`` at hand (it grows if more come)."""
-        # deterministic, so a retried task writes the same file groups
-        file_id = f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{self.plan.instant}/bulk/{self.task}/{self.opened}')}-0"
-        self.opened += 1
-        ensure_partition_metadata(self.io, partition, self.plan.instant, self.plan.partition_depth, self.ensured)
-        writer = BucketWriter(
-            self.io, FileGroupTarget(partition, file_id), self.plan.instant, self.task, self.plan.table_schema, self.plan.avro_schema,
-            self.plan.bloom, token=self.token, dictionary=self.plan.dictionary, compression=self.plan.compression,
-        )
-        self.markers.create(writer.new_file.path, CREATE)
-        writer.start(keys=keys)
-        return writer
-
-    def append(self, partition: str, rows: pa.Table) -> None:
-        if not self.plan.index.global_keys:
-            # rows come sorted by partition: one that is done is not seen again in this task
-            for done in [p for p in self.open if p != partition]:
-                self._close(done)
-        while rows.num_rows:
-            writer = self.open.get(partition) or self.open.setdefault(partition, self._new_writer(partition, rows.num_rows))
-            part = rows.slice(0, max(1, self._room(writer)))
-            # one count for the task, however many files are open: seqnos stay unique in the instant
-            writer.counts.seqno = self.seqno
-            writer.append_inserts(part)
-            self.seqno = writer.counts.seqno
-            self.keys.append(part[RECORD_KEY].combine_chunks())
-            self.partitions.append(_repeated(partition, part.num_rows))
-            self.file_ids.append(_repeated(writer.target.file_id, part.num_rows))
-            if self._room(writer) <= 0:
-                self._close(partition)
-            rows = rows.slice(part.num_rows)
-
-    def _room(self, writer: BucketWriter) -> int:
-        """Rows the file may still take before it reaches the target size, by the bytes per row
-        flushed so far; before any, by the table's estimate, after which the rows are flushed to measure."""
-        if writer.rows_flushed == 0 and writer.counts.inserts >= self.plan.assign.new_group_records:
-            writer.flush()
-        flushed, size = writer.rows_flushed, writer.bytes_written
-        if flushed == 0 or size == 0:
-            return self.plan.assign.new_group_records - writer.counts.inserts
-        return int(self.plan.target_file_size * flushed / size) - writer.counts.inserts
-
-    def _close(self, partition: str) -> None:
-        writer = self.open.pop(partition)
-        stat = writer.finish()
-        self.statuses.append(WriteStatus.of(stat).to_row())
-
-    def finish(self) -> list[dict]:
-        for partition in list(self.open):
-            self._close(partition)
-        if self.keys:
-            _write_entries(self.plan, self.io, *(pa.concat_arrays(columns) for columns in (self.keys, self.partitions, self.file_ids)), self.task)
-        return self.statuses
-
-    def abort(self) -> None:
-        for writer in self.open.values():
-            writer.abort()
-
-
-def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None) -> Iterator[pa.RecordBatch]:
-    """Write one task's range of a bulk insert: rows arrive sorted by ``bulk_sort_keys``.
-
-    Each key is written once (the first row of its run wins; a delete that wins
-    writes nothing), straight into new file groups, with no index lookup and no
-    merge; every key gets an index entry.
-    """
-    io = plan.table_io()
-    files = _BulkFiles(plan, io, task, token)
-    global_keys = plan.index.global_keys
-    previous: tuple[str, str] | None = None
-    try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            rows = pa.Table.from_batches([batch])
-            last = _run_key(rows, rows.num_rows - 1, global_keys)
-            rows, previous = _winners(rows, global_keys, previous), last
-            if IS_DELETED in rows.column_names:
-                rows = rows.filter(pc.invert(pc.fill_null(rows[IS_DELETED], False)))
-            for partition in pc.unique(rows[PARTITION]).to_pylist():
-                files.append(partition, rows.filter(pc.equal(rows[PARTITION], partition)).drop_columns([PARTITION]))
-        statuses = files.finish()
-    except BaseException:
-        files.abort()
-        raise
-    if statuses:
-        yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)

@@ -22,36 +22,9 @@ from pydantic import (
     model_validator,
 )
 
+from laketide.config_types import Codec, Size, Trigger, parse_size
 from laketide.table.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC
 from laketide.table.errors import Invalid
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?)\s*$", re.IGNORECASE)
-
-
-def parse_size(value: Any) -> int:
-    """Bytes from ``134217728``, ``"128MB"``, ``"128 MiB"`` or ``"1g"``."""
-    if isinstance(value, int):
-        return value
-    m = _SIZE.match(str(value))
-    if not m:
-        raise ValueError(f"{value!r} is not a size; use bytes or a number with KB, MB, GB")
-    return int(float(m[1]) * _UNITS[m[2][:1].lower()])
-
-
-def parse_trigger(value: Any) -> str:
-    text = str(value).strip().lower()
-    if text in ("available-now", "availablenow", "once"):
-        return "available-now"
-    if not _DURATION.match(text):
-        raise ValueError(f"{value!r} is not a trigger; use an interval like '10 seconds' or 'available-now'")
-    return text
-
-
-Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
-Trigger = Annotated[str, BeforeValidator(parse_trigger)]
-Codec = Literal["zstd", "snappy", "gzip", "none"]  # parquet's, as pyarrow names them
 
 
 class _Section(BaseModel):

@@ -100,7 +100,7 @@ def serve(
     import uvicorn
 
     from laketide.api.app import ViewSettings, create_app
-    from laketide.config import parse_size
+    from laketide.config_types import parse_size
 
     _logging()
     t = open_table(table)
