@@ -48,7 +48,9 @@ class _DataFile:
 
     @property
     def path(self) -> str:
-        return posixpath.join(self.partition, self.name) if self.partition else self.name
+        # not posixpath.join: a partition path never ends in "/" nor a name starts with one, and a slice's
+        # files are named on every micro-batch
+        return f"{self.partition}/{self.name}" if self.partition else self.name
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ class FileSystemView:
             ]
             if base is None and not logs:
                 continue
-            logs.sort(key=lambda lf: lf.version)
+            logs.sort(key=lambda lf: (lf.version, lf.write_token))  # Hudi's order (hudi-common HoodieLogFile.LogFileComparator)
             slices.append(FileSlice(group.partition, group.file_id, start, base, logs))
         return slices
 

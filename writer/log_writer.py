@@ -9,7 +9,6 @@ never meets a torn one on a committed file.
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +17,7 @@ import pyarrow.compute as pc
 from laketide.index.columns import EXISTED
 from laketide.table.commit import WriteStat
 from laketide.table.encoding import LOG_BLOCK_CODEC
-from laketide.table.files import BaseFile, LogFile, log_write_token
+from laketide.table.files import LogFile, log_write_token
 from laketide.table.io import FileIO
 from laketide.table.logfile import Header, delete_block, parquet_data_block
 from laketide.table.schema import IS_DELETED, RECORD_KEY
@@ -31,19 +30,31 @@ from laketide.writer.bucket_writer import stamp_meta_columns
 class LogTarget:
     """Where one file group's log file goes: its current slice and the next free version there."""
 
-    partition: str
-    file_id: str
-    base_instant: str
-    base_file: str | None  # the slice's base file name
     version: int
-    slice_paths: tuple[str, ...] = ()  # the slice's base and log files, whose keys index a group the index did not cover
-    slice_sizes: tuple[int, ...] = ()  # their sizes as listed, which key the files' ordering bounds
+    file_slice: FileSlice  # the group's latest committed slice, as the plan's view listed it
 
-    def file_slice(self) -> FileSlice:
-        sizes = dict(zip(self.slice_paths, self.slice_sizes))
-        base = BaseFile.parse(self.partition, self.base_file, sizes.get(posixpath.join(self.partition, self.base_file), 0)) if self.base_file else None
-        logs = [LogFile.parse(self.partition, posixpath.basename(p), sizes.get(p, 0)) for p in self.slice_paths if posixpath.basename(p).startswith(".")]
-        return FileSlice(self.partition, self.file_id, self.base_instant, base, sorted(logs, key=lambda lf: (lf.version, lf.write_token)))
+    @property
+    def partition(self) -> str:
+        return self.file_slice.partition
+
+    @property
+    def file_id(self) -> str:
+        return self.file_slice.file_id
+
+    @property
+    def base_instant(self) -> str:
+        return self.file_slice.base_instant
+
+    @property
+    def base_file(self) -> str | None:
+        """The slice's base file name."""
+        return self.file_slice.base_file.name if self.file_slice.base_file else None
+
+    @property
+    def slice_paths(self) -> list[str]:
+        """The slice's base and log files, whose keys index a group the index did not cover."""
+        fs = self.file_slice
+        return [f.path for f in ([fs.base_file] if fs.base_file else []) + fs.log_files]
 
 
 class LogWriter:
@@ -95,7 +106,7 @@ class LogWriter:
         if not lowest.is_valid:
             return incoming, 0
         visible = lambda instant: instant < self.instant_time  # noqa: E731  (one writer: every earlier log block is committed)
-        stored = stored_ordering(self.io, self.target.file_slice(), visible, MergeRule(field), lowest)
+        stored = stored_ordering(self.io, self.target.file_slice, visible, MergeRule(field), lowest)
         if stored is None or not stored.num_rows:
             return incoming, 0
         at = pc.index_in(incoming[RECORD_KEY], value_set=stored[RECORD_KEY])

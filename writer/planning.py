@@ -162,10 +162,5 @@ def _log_targets(view: FileSystemView, slices: list[FileSlice]) -> dict[tuple[st
     """
     targets = {}
     for s in slices:
-        version = view.next_log_version(s.partition, s.file_id, s.base_instant)
-        files = ([s.base_file] if s.base_file else []) + list(s.log_files)
-        targets[(s.partition, s.file_id)] = LogTarget(
-            s.partition, s.file_id, s.base_instant, s.base_file.name if s.base_file else None, version,
-            tuple(f.path for f in files), tuple(f.size for f in files),
-        )
+        targets[(s.partition, s.file_id)] = LogTarget(view.next_log_version(s.partition, s.file_id, s.base_instant), s)
     return targets

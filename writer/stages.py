@@ -243,21 +243,20 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
     seqno = 0
     ensured: set[str] = set()
     dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
+    log_schema = with_meta_schema(plan.table_schema)
     for (partition, file_id), start, end in zip(groups, starts, ends):
         incoming = rows.slice(start, end - start).drop_columns([PARTITION, FILE_ID])
         ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth, ensured)
         log_target = plan.log_targets.get((partition, file_id)) if plan.log_targets is not None else None
         if log_target is not None:
             writer = LogWriter(
-                io, log_target, plan.instant, task, with_meta_schema(plan.table_schema), plan.avro_schema,
+                io, log_target, plan.instant, task, log_schema, plan.avro_schema,
                 token or write_token(task), plan.ordering_field, first_seqno=seqno, dictionary=dictionary, compression=plan.log_compression,
             )
             incoming, late = writer.drop_late(incoming)
-            written = list(log_target.slice_paths)
             if incoming.num_rows:
                 markers.create(writer.log_file.path, CREATE)
                 stat = writer.write(incoming, incoming[EXISTED])
-                written.append(stat.path)
             else:
                 stat = None  # every record was late: no log file, only the count
             seqno = writer.seqno
@@ -271,8 +270,10 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
             )
             markers.create(bucket.new_file.path, MERGE if base else CREATE)
             stat = bucket.write(incoming)
-            seqno, late, written = bucket.counts.seqno, bucket.counts.late, [stat.path]
+            seqno, late = bucket.counts.seqno, bucket.counts.late
         if (partition, file_id) in plan.uncovered:
+            # a new base file holds the whole group; a log file adds to its slice
+            written = [*(log_target.slice_paths if log_target else []), *([stat.path] if stat else [])]
             _index_whole_group(plan, io, written, partition, file_id, task)
         statuses.append(WriteStatus.of(stat, late, (partition, file_id)).to_row())
     yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
