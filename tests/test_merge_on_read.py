@@ -238,11 +238,13 @@ def test_compact_command_and_writes_during_a_pending_compaction(spark, tmp_path)
     assert late and all(lf.base_instant < scheduled for lf in late)
     assert rows(hudi_read(path), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES[:5]) == rows(table.snapshot(), "id", DATA_COLUMNS)
 
-    code, out, err = laketide("compact", str(path), "--run", "--json")
+    # the job's write.parquet_compression, given to the command, which does not read the job's configuration
+    code, out, err = laketide("compact", str(path), "--run", "--json", "--parquet-compression", "snappy")
     assert code == 0, err
     assert [c["instant"] for c in json.loads(out)["compacted"]] == [scheduled]
     table = Table.open(str(path))
     slices = table.file_system_view().latest_slices()
+    assert {pq.ParquetFile(table.io.full_path(s.base_file.path)).metadata.row_group(0).column(0).compression for s in slices} == {"SNAPPY"}
     # the logs written since the plan were carried over to the new slices, blocks and all
     carried = [lf for s in slices for lf in s.log_files]
     assert {s.base_instant for s in slices} == {scheduled} and len(carried) == len(late)

@@ -32,7 +32,7 @@ from laketide.table.instant import InstantClock
 from laketide.table.savepoint import SavepointMetadata
 from laketide.writer.compactor import CompactionResult, Compactor
 
-from laketide.config import CompactionSection
+from laketide.config import CompactionSection, WriteSection
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None] | None
@@ -117,11 +117,14 @@ class Operations:
         cleaner = Cleaner(self.coordinator, retention, self.index.obsolete_runs)
         return self._change(lambda: cleaner.clean(dry_run=dry_run, progress=progress), changes=not dry_run)
 
-    def compact(self, settings: CompactionSection, schedule: bool = True, run: bool = True, progress: Progress = None) -> CompactOutcome:
-        """Schedule a compaction of the slices past ``settings``' thresholds, run the pending ones, or both."""
+    def compact(
+        self, settings: CompactionSection, schedule: bool = True, run: bool = True, progress: Progress = None, write: WriteSection | None = None
+    ) -> CompactOutcome:
+        """Schedule a compaction of the slices past ``settings``' thresholds, run the pending ones, or both.
+        ``write``: how the new base files are written (codec, bloom filters); default, ``write.*``'s defaults."""
         if self.table.config.table_type != "MERGE_ON_READ":
             raise Invalid(f"{self.table.uri} is a {self.table.config.table_type} table; only merge-on-read tables have logs to compact")
-        compactor = Compactor(self.coordinator, settings)
+        compactor = Compactor(self.coordinator, settings, write)
 
         def compact() -> CompactOutcome:
             outcome = CompactOutcome(scheduled=compactor.schedule() if schedule else None)

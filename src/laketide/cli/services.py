@@ -21,6 +21,8 @@ from laketide.cli.options import (
     open_table,
 )
 from laketide.cli.output import Output, answers
+from laketide.config_types import Codec
+from laketide.table.encoding import BASE_FILE_CODEC
 from laketide.table.errors import Invalid
 
 
@@ -73,19 +75,22 @@ def compact(
     run_: Annotated[bool, typer.Option("--run", help="execute the pending compactions only")] = False,
     delta_commits: Annotated[int, typer.Option(min=1, help="compact slices with at least this many log files")] = 5,
     max_log_bytes: Annotated[int, typer.Option(min=1, help="or with at least this many bytes of logs")] = 256 * 2**20,
+    parquet_compression: Annotated[
+        Codec, typer.Option(help="codec of the new base files: the job's write.parquet_compression, if it sets one")
+    ] = BASE_FILE_CODEC,
     zookeeper: ZkOpt = None,
     zookeeper_root: ZkRootOpt = "/laketide",
     as_json: JsonOpt = False,
 ) -> None:
     """Fold merge-on-read log files into new base files: schedule a plan, run pending plans, or both (the default)."""
-    from laketide.config import CompactionSection
+    from laketide.config import CompactionSection, WriteSection
 
     out = Output(as_json)
     settings = CompactionSection(delta_commits=delta_commits, max_log_bytes=max_log_bytes, mode="off")
     plan, execute = schedule or not run_, run_ or not schedule
     with _operations(table, zookeeper, zookeeper_root, "the job compacts the table itself (compaction.mode)") as operations:
         with out.progress("compacting") as progress:
-            outcome = operations.compact(settings, schedule=plan, run=execute, progress=progress)
+            outcome = operations.compact(settings, schedule=plan, run=execute, progress=progress, write=WriteSection(parquet_compression=parquet_compression))
         uri = operations.table.uri
     parts = [f"scheduled compaction {outcome.scheduled}"] if outcome.scheduled else (["no slice is due for compaction"] if plan else [])
     parts += [f"compacted {r.instant}: {r.file_groups} file groups, {r.records} records in {r.seconds:.1f}s" for r in outcome.compacted]
