@@ -28,7 +28,12 @@ class FileSlice:
     size: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.size = (self.base_file.size if self.base_file else 0) + sum(f.size for f in self.log_files)
+        self.size = sum(f.size for f in self.files)
+
+    @property
+    def files(self) -> list[BaseFile | LogFile]:
+        """The slice's base file, if any, then its log files in order."""
+        return ([self.base_file] if self.base_file else []) + self.log_files
 
 
 @dataclass

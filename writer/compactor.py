@@ -124,7 +124,7 @@ class Compactor:
 
     def _missing_inputs(self, plan: CompactionPlan) -> list[str]:
         io = self.table.io
-        inputs = [f.path for op in plan.operations for fs in [op.file_slice()] for f in [*([fs.base_file] if fs.base_file else []), *fs.log_files]]
+        inputs = [f.path for op in plan.operations for f in op.file_slice().files]
         return [path for path in inputs if not io.is_file(path)]
 
     def _execute(self, instant: Instant, plan: CompactionPlan, progress: Callable[[int, int], None] | None) -> CompactionResult:

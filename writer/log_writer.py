@@ -53,8 +53,7 @@ class LogTarget:
     @property
     def slice_paths(self) -> list[str]:
         """The slice's base and log files, whose keys index a group the index did not cover."""
-        fs = self.file_slice
-        return [f.path for f in ([fs.base_file] if fs.base_file else []) + fs.log_files]
+        return [f.path for f in self.file_slice.files]
 
 
 class LogWriter:
