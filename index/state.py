@@ -88,6 +88,16 @@ class IndexSnapshot:
     global_keys: bool = False
 
 
+@dataclass(frozen=True)
+class Fold:
+    """A shard's new base, written, and the runs it replaces, not yet deleted."""
+
+    shard: int
+    path: str
+    replaced: tuple[str, ...]
+    merged: ShardRun
+
+
 def _hash_name(global_keys: bool) -> str:
     return GLOBAL_HASH_NAME if global_keys else HASH_NAME
 
@@ -264,17 +274,31 @@ class StateIndex:
         return path
 
     def compact(self, snapshot: IndexSnapshot, shard: int) -> str | None:
-        """Fold a shard's committed runs into one base named after the newest committed instant."""
+        """Fold a shard's committed runs into one base now (``fold``, then ``retire``)."""
+        fold = self.fold(snapshot, shard)
+        if fold is None:
+            return None
+        self.retire(fold)
+        return fold.path
+
+    def fold(self, snapshot: IndexSnapshot, shard: int) -> Fold | None:
+        """Write a base of a shard's committed runs, named after the newest committed instant; the runs stay.
+
+        A snapshot that lists the base takes it, and only the deltas committed after it, so a writer
+        may go on meanwhile; the folded runs are deleted by ``retire``, once nothing reads them.
+        """
         files = snapshot.runs.get(shard, ())
         if len(files) <= 1 or snapshot.as_of is None:
             return None
         merged = self.load_shard(snapshot, shard)
         path = posixpath.join(self.shard_dir(shard), f"base_{snapshot.as_of}.arrow")
         self._write_run(path, merged.to_table())
-        for old in files:
-            if old != path:
-                self.io.delete(old)
+        return Fold(shard, path, tuple(f for f in files if f != path), merged)
+
+    def retire(self, fold: Fold) -> None:
+        """Delete the runs a fold replaced; a crash before leaves them to the cleaner (``obsolete_runs``)."""
+        for old in fold.replaced:
+            self.io.delete(old)
         # the base holds exactly the merged run (written flat, kept layered, with its lookup directory): the
         # next load extends it with newer deltas, not read it again
-        SHARDS.put((self.io.base_path, shard), (path,), merged)
-        return path
+        SHARDS.put((self.io.base_path, fold.shard), (fold.path,), fold.merged)

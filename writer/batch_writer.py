@@ -321,18 +321,6 @@ class BatchWriter:
         return replaced
 
     def _services(self, instant: str) -> None:
-        """Index upkeep and the table services after a commit; each failure is counted, none rolls the commit back."""
-        self.failures.run("index compaction", self._compact_index, instant)
+        """The table services after a commit (``after_commit``); each failure is counted, none rolls the commit back."""
         self._after_commit(instant)
         self.clock.lap("services")
-
-    def _compact_index(self) -> None:
-        timeline = self.table.timeline
-        snapshot = self.index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.start)
-        limit = self.config.write.index_compaction_deltas
-        for shard, runs in snapshot.runs.items():
-            if len(runs) > limit:
-                self.index.compact(snapshot, shard)
-        if len(snapshot.coverage_files) > limit:
-            self.index.compact_coverage(snapshot)
-

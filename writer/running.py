@@ -21,6 +21,7 @@ from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.coordinator.savepoints import Savepoints
 from laketide.coordinator.storage_lease import StorageLease
+from laketide.coordinator.index_compaction import IndexCompaction
 from laketide.coordinator.services import ServiceFailures, TableServices
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table, TableNotFound, properties_file
@@ -181,15 +182,18 @@ def mirror_for(config: JobConfig, table: Table, views: ViewSync) -> DeltaMirror 
 
 
 def table_services(
-    config: JobConfig, coordinator: Coordinator, index: StateIndex, views: ViewSync, compactor: Compactor | None = None, mirror: DeltaMirror | None = None
+    config: JobConfig, coordinator: Coordinator, index: StateIndex, views: ViewSync, compactor: Compactor | None = None,
+    mirror: DeltaMirror | None = None, index_compaction: IndexCompaction | None = None,
 ) -> TableServices:
     """Compaction (merge-on-read, when async), cleaning, then archival (when enabled), after each commit, on the job's
-    synced view; last the Delta mirror, which publishes what they and the commit completed."""
+    synced view; the state index's compaction; last the Delta mirror, which publishes what they and the commit completed."""
     services: list = [("compact", compactor.run)] if compactor is not None and config.compaction.mode == "async" else []
     services.append(("clean", Cleaner(coordinator, config.clean.retention(), index.obsolete_runs, views.view).clean))
     if config.archive.enabled:
         archiver = Archiver(coordinator, config.archive.min_commits, config.archive.max_commits, index.instants, views.view)
         services.append(("archive", archiver.archive))
+    if index_compaction is not None:
+        services.append(("index compaction", index_compaction.run))
     if mirror is not None:
         services.append(("mirror", mirror.catch_up))
     failures = ServiceFailures(config.services.max_consecutive_failures, coordinator.metrics)
@@ -232,13 +236,15 @@ def start(
     views = ViewSync(table)
     compactor = compactor_for(config, table, coordinator, views, on_step)
     mirror = mirror_for(config, table, views)
-    services = table_services(config, coordinator, index, views, compactor, mirror)
+    index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas)
+    services = table_services(config, coordinator, index, views, compactor, mirror, index_compaction)
     writer = factory(
         config=config, table=table, coordinator=coordinator, index=index, quarantine_path=quarantine_path(config),
         on_step=on_step, after_commit=_after_commit(config, compactor, services), views=views, failures=services.failures,
     )
     if compactor is not None:
         compactor.finish_lock = writer.batch_lock
+    index_compaction.swap_lock = writer.batch_lock
     # a compaction the previous run left pending is finished now, not only after the next commit
     services.after_commit()
     return RunningJob(config, table, coordinator, writer, index, threading.Event(), services, mirror)

@@ -1,0 +1,82 @@
+"""Index compaction runs with the table services: the micro-batch that crosses ``write.index_compaction_deltas``
+does not wait for a shard's base to be written again, and the runs a fold replaced are deleted only while
+no micro-batch may be reading them."""
+
+from __future__ import annotations
+
+import threading
+
+import laketide
+from laketide.coordinator.index_compaction import IndexCompaction
+from laketide.index.state import StateIndex
+from laketide.table import Table
+
+from conftest import hudi_read, rows
+from opslib import OpsTable
+from streaming import DATA_COLUMNS, row
+from test_write_api import NEW_TABLE, _arrow
+
+SETTINGS = {"write": {"index_shards": 2, "parallelism": 2}}
+
+
+def _runs(io, shards: int) -> dict[int, list[str]]:
+    return {s: sorted(e.name for e in io.list_dir(StateIndex.shard_dir(s))) for s in range(shards)}
+
+
+def _write_batches(t: OpsTable, batches: int, settings: dict) -> str:
+    path = str(t.path)
+    for n in range(batches):
+        lines = [row(i, n + 1) for i in range(n * 20, n * 20 + 40)]  # half updates of the batch before, half inserts
+        laketide.write(path, _arrow(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_TABLE)
+        t.model.apply(lines)
+    return path
+
+
+def test_writes_keep_each_shard_within_the_limit_and_every_key_found(tmp_path):
+    t = OpsTable(tmp_path, {"table.type": "MERGE_ON_READ"})
+    path = _write_batches(t, 6, {"write": {**SETTINGS["write"], "index_compaction_deltas": 2}})
+    table = Table.open(path)
+    runs = _runs(table.io, 2)
+    assert all(any(name.startswith("base_") for name in names) and len(names) <= 3 for names in runs.values()), runs
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
+    # every key is found again through the folded index: updating them all inserts nothing
+    again = [row(i, 9) for i in range(0, 140)]
+    report = laketide.write(path, _arrow(again), settings=SETTINGS)
+    t.model.apply(again)
+    assert (report.inserts, report.updates) == (0, 140)
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
+
+
+def test_a_fold_writes_its_base_at_once_and_deletes_the_folded_runs_only_between_micro_batches(tmp_path):
+    t = OpsTable(tmp_path, {"table.type": "MERGE_ON_READ"})
+    path = _write_batches(t, 4, {"write": {**SETTINGS["write"], "index_compaction_deltas": 100}})
+    table = Table.open(path)
+    index = StateIndex.open(table.io, 2)
+    before = _runs(table.io, 2)
+    assert all(len(names) >= 4 and not any(n.startswith("base_") for n in names) for names in before.values()), before
+
+    batch_lock = threading.RLock()
+    service = IndexCompaction(table, index, limit=2)
+    service.swap_lock = batch_lock
+    with batch_lock:  # a micro-batch is being written
+        folding = threading.Thread(target=service.run)
+        folding.start()
+        folding.join(timeout=10)
+        assert folding.is_alive(), "the fold waits for the micro-batch before deleting what it replaced"
+        during = _runs(table.io, 2)
+        for shard, names in during.items():
+            assert set(before[shard]) < set(names) and any(n.startswith("base_") for n in names)
+        # a snapshot taken now reads the new base alone
+        snapshot = index.snapshot({i.timestamp for i in table.timeline.completed_writes()})
+        assert all(len(runs) == 1 and "/base_" in runs[0] for runs in snapshot.runs.values())
+    folding.join(timeout=30)
+    assert not folding.is_alive()
+    after = _runs(table.io, 2)
+    assert all(len(names) == 1 and names[0].startswith("base_") for names in after.values()), after
+    # the job writes on from the folded index
+    lines = [row(i, 7) for i in range(0, 100)]
+    report = laketide.write(path, _arrow(lines), settings=SETTINGS)
+    t.model.apply(lines)
+    assert (report.inserts, report.updates) == (0, 100)
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
+
