@@ -6,6 +6,7 @@ it answers the bucket assigner's lookups. See ``index.state`` for the files and 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -18,6 +19,9 @@ FileGroupId = tuple[str, str]
 # (runs written before hold plain strings, and read the same)
 _DICTIONARY = pa.dictionary(pa.int32(), pa.string())
 STORED_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", _DICTIONARY), ("file_id", _DICTIONARY)])
+# in the schema of a run file whose entries are sorted by hash and unique (``ShardRun.to_table``'s), with
+# the partition of each file id of its dictionary, so reading it back touches none of its entries
+SORTED_KEY, SORTED_BY_HASH, GROUP_PARTITIONS_KEY = b"laketide.sorted.by", b"key_hash", b"laketide.group.partitions"
 
 # newer entries stay in a layer of their own over the run below until they are this share of it, and each
 # layer may have a newer one over it: a micro-batch folds its entries into the smallest layer, and a large
@@ -48,10 +52,16 @@ class ShardRun:
 
     @classmethod
     def from_table(cls, table: pa.Table) -> ShardRun:
+        """The run a run file holds. A file written sorted (``SORTED_KEY``: a compacted base) is taken as it is:
+        its arrays stay views of the table's buffers, so a base read through a memory map lives in the page
+        cache, where the kernel may drop and read back its pages, rather than in the process's own memory."""
         if table.num_rows == 0:
             return cls()
-        codes, groups = _group_codes(table["partition"].combine_chunks(), table["file_id"].combine_chunks())
-        hashes = table["key_hash"].to_numpy()
+        hashes, file_ids, meta = _one_array(table["key_hash"]).to_numpy(), _one_array(table["file_id"]), table.schema.metadata or {}
+        if meta.get(SORTED_KEY) == SORTED_BY_HASH and GROUP_PARTITIONS_KEY in meta:
+            groups = list(zip(json.loads(meta[GROUP_PARTITIONS_KEY]), file_ids.dictionary.to_pylist()))
+            return cls(hashes, file_ids.indices.to_numpy().astype(np.int32, copy=False), groups)
+        codes, groups = _group_codes(_one_array(table["partition"]), file_ids)
         order = np.argsort(hashes, kind="stable")  # linear on a run written sorted
         return cls(hashes[order], codes[order], groups)
 
@@ -170,8 +180,13 @@ class ShardRun:
                 pa.DictionaryArray.from_arrays(pa.array(partition_of[run.codes], pa.int32()), partitions.dictionary),
                 pa.DictionaryArray.from_arrays(pa.array(run.codes, pa.int32()), file_ids),
             ],
-            schema=STORED_SCHEMA,
+            schema=STORED_SCHEMA.with_metadata({SORTED_KEY: SORTED_BY_HASH, GROUP_PARTITIONS_KEY: json.dumps([p for p, _ in run.groups])}),
         )
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """A column as one array: its only chunk as it is (``combine_chunks`` copies even that)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def _group_codes(partitions: pa.Array, file_ids: pa.Array) -> tuple[np.ndarray, list[FileGroupId]]:
@@ -185,6 +200,6 @@ def _group_codes(partitions: pa.Array, file_ids: pa.Array) -> tuple[np.ndarray, 
     partition_of[f_at] = p_at
     if np.array_equal(partition_of[f_at], p_at):
         # each file id in one partition, as ``to_table`` writes: the file id's entry is the code
-        return f_at.astype(np.int32), [(names[p] if p >= 0 else "", f) for p, f in zip(partition_of.tolist(), ids)]
+        return f_at.astype(np.int32, copy=False), [(names[p] if p >= 0 else "", f) for p, f in zip(partition_of.tolist(), ids)]
     pairs, codes = np.unique(p_at.astype(np.int64) * len(ids) + f_at, return_inverse=True)
     return codes.astype(np.int32), [(names[int(v) // len(ids)], ids[int(v) % len(ids)]) for v in pairs]

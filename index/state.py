@@ -210,9 +210,10 @@ class StateIndex:
             return ShardRun.from_table(ipc.open_file(f).read_all())
 
     def _write_run(self, path: str, table: pa.Table) -> None:
+        schema = STORED_SCHEMA.with_metadata(table.schema.metadata)  # a sorted run says so (``ShardRun.from_table``)
         sink = pa.BufferOutputStream()
-        with ipc.new_file(sink, STORED_SCHEMA) as writer:
-            writer.write_table(table.cast(STORED_SCHEMA))
+        with ipc.new_file(sink, schema) as writer:
+            writer.write_table(table.cast(schema))
         self.io.write_atomic(path, sink.getvalue().to_pybytes(), overwrite=True)
 
     def write_delta(self, shard: int, instant: str, entries: pa.Table, part: int = 0) -> str | None:
@@ -299,6 +300,7 @@ class StateIndex:
         """Delete the runs a fold replaced; a crash before leaves them to the cleaner (``obsolete_runs``)."""
         for old in fold.replaced:
             self.io.delete(old)
-        # the base holds exactly the merged run (written flat, kept layered, with its lookup directory): the
-        # next load extends it with newer deltas, not read it again
-        SHARDS.put((self.io.base_path, fold.shard), (fold.path,), fold.merged)
+        # the base holds exactly the merged run: the next load extends it with newer deltas. On a local disk
+        # the base is mapped, its pages the kernel's to keep or drop, and the merged copy is let go
+        run = self._read_run(fold.path) if self.io.is_local else fold.merged
+        SHARDS.put((self.io.base_path, fold.shard), (fold.path,), run)

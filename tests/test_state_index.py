@@ -31,6 +31,16 @@ def write_all(index, instant, table):
         index.write_delta(int(s), instant, table.filter(pa.array(shards == s)))
 
 
+def commit_runs(index, instants: int, keys: int) -> set[str]:
+    """Instants 1..n, each adding ``keys`` keys k<n>-<i> in file group fg<n>; their times, as committed."""
+    committed = set()
+    for n in range(1, instants + 1):
+        ts = f"2026010100000000{n}"
+        write_all(index, ts, entries([f"k{n}-{i}" for i in range(keys)], "p", f"fg{n}"))
+        committed.add(ts)
+    return committed
+
+
 def test_deltas_count_only_once_their_instant_commits(tmp_path):
     index = StateIndex.open(FileIO.for_uri(str(tmp_path)), 4)
     write_all(index, "20260101000000001", entries(["a", "b", "c"], "us", "fg1"))
@@ -45,11 +55,7 @@ def test_deltas_count_only_once_their_instant_commits(tmp_path):
 def test_rollback_files_and_compaction(tmp_path):
     io = FileIO.for_uri(str(tmp_path))
     index = StateIndex.open(io, 2)
-    committed = set()
-    for n in range(1, 6):
-        ts = f"2026010100000000{n}"
-        write_all(index, ts, entries([f"k{n}-{i}" for i in range(50)], "p", f"fg{n}"))
-        committed.add(ts)
+    committed = commit_runs(index, 5, 50)
     index.write_coverage("20260101000000005", [("p", "foreign")])
     assert index.instant_files("20260101000000005")
     snap = index.snapshot(committed)
@@ -268,3 +274,37 @@ def test_a_large_run_finds_keys_through_its_directory_as_a_binary_search_would(m
     monkeypatch.setattr(shard_run, "DIRECTORY_BITS", 8)
     assert np.array_equal(run.lookup(probe), plain)
     assert run._directory is not None and (plain >= 0).sum() >= 2000
+
+
+def test_a_compacted_base_on_a_local_disk_is_mapped_not_copied(tmp_path):
+    """A base is written sorted and says so: read back (after its compaction, and at the next start) its hashes
+    and codes are views of the memory-mapped file, pages the kernel may drop and read again, not the
+    process's own memory; lookups through them agree with the runs it folded."""
+    from laketide.index.state import SHARDS
+
+    io = FileIO.for_uri(str(tmp_path))
+    index = StateIndex.open(io, 1)
+    committed = commit_runs(index, 3, 300)
+    snap = index.snapshot(committed)
+    index.compact(snap, 0)
+    after = index.snapshot(committed)
+    for fresh in (False, True):
+        if fresh:
+            SHARDS.put((io.base_path, 0), (), None)  # as at the next start: the base is read from its file
+        run = index.load_shard(after, 0)
+        base = io.full_path(after.runs[0][0])
+        assert _mapped_from(run.hashes, base) and _mapped_from(run.codes, base)
+        assert lookup(index, after, ["k1-0", "k2-150", "k3-299", "absent"], "p") == [("p", "fg1"), ("p", "fg2"), ("p", "fg3"), None]
+
+
+def _mapped_from(array: np.ndarray, path: str) -> bool:
+    """Whether ``array``'s memory lies in a mapping of the file at ``path`` (``/proc/self/maps``)."""
+    address = array.ctypes.data
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5] == path:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                if start <= address < end:
+                    return True
+    return False
