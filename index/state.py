@@ -197,6 +197,10 @@ class StateIndex:
             return cached
         if cached is not None and cached_paths and paths[: len(cached_paths)] == cached_paths:
             run = cached.extended(self._read_run(p) for p in paths[len(cached_paths) :])
+        elif paths and posixpath.basename(paths[0]).startswith("base_"):
+            # the base as it lies (mapped, on a local disk), the deltas since as layers over it: sorting
+            # them all into one run took a job's first micro-batch a second a shard at 5M keys
+            run = self._read_run(paths[0]).extended(self._read_run(p) for p in paths[1:])
         else:
             run = ShardRun.merge(self._read_run(p) for p in paths)
         SHARDS.put(key, paths, run)

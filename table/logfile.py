@@ -168,24 +168,28 @@ def avro_records(block: LogBlock, reader_schema=None) -> list[dict]:
     return [avro_models.decode(payload, writer_schema, reader_schema) for payload in avro_payloads(block)]
 
 
-def parquet_data_block(rows: pa.Table, header: dict[int, str], dictionary: list[str] | None = None, compression: str = LOG_BLOCK_CODEC) -> LogBlock:
+def parquet_data_block(
+    rows: pa.Table, header: dict[int, str], dictionary: list[str] | None = None, compression: str = LOG_BLOCK_CODEC, ordering_field: str | None = None
+) -> LogBlock:
     """A ``HoodieParquetDataBlock``: the content is a whole parquet file of the records.
 
     The records carry the meta columns, ``_hoodie_file_name`` holding the file
     id, as Hudi's append handle writes them. ``dictionary``: the columns to dictionary-encode,
     when the caller decided them (``encoding.records_dictionary_columns``); else the records decide.
+    ``ordering_field`` gets statistics too: a writer bounds a log's ordering values from its footers.
     """
     sink = io.BytesIO()
     encoded = [c for c in dictionary if c in rows.column_names] if dictionary is not None else dictionary_columns(rows)
     # statistics for the key only: a block is read whole, and computing every column's took a sixth of its write
-    pq.write_table(rows, sink, compression=compression, store_schema=False, use_dictionary=encoded, write_statistics=[RECORD_KEY])
+    statistics = [RECORD_KEY] + ([ordering_field] if ordering_field in rows.column_names else [])
+    pq.write_table(rows, sink, compression=compression, store_schema=False, use_dictionary=encoded, write_statistics=statistics)
     return LogBlock(BlockType.PARQUET_DATA_BLOCK, header, sink.getvalue())
 
 
 def data_block_rows(block: LogBlock, columns: list[str] | None = None) -> pa.Table:
     """The records of a data block (Parquet or Avro) as an Arrow table, or only ``columns`` of them."""
     if block.block_type == BlockType.PARQUET_DATA_BLOCK:
-        return pq.read_table(io.BytesIO(block.content), columns=columns)
+        return pq.ParquetFile(pa.BufferReader(block.content)).read(columns=columns)
     if block.block_type == BlockType.AVRO_DATA_BLOCK:
         schema = block.header[Header.SCHEMA]
         rows = pa.Table.from_pylist(avro_records(block), schema=storage_schema(schema_from_avro(schema)))

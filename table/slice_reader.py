@@ -272,14 +272,19 @@ def _bound_key(io: FileIO, path: str, size: int, field: str) -> tuple:
 
 
 def _log_max(io: FileIO, path: str, field: str) -> pa.Array | None:
-    """The highest ordering value of each data block of one log file, rolled back or not."""
+    """The highest ordering value of each data block of one log file, rolled back or not: from a parquet
+    block's footer statistics where it has them (laketide writes them), else from its decoded values."""
     maxima = []
     try:
         for block in read_blocks(io.read_bytes(path)):
-            if block.block_type in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
+            if block.block_type not in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
+                continue
+            found = _stats_max(pq.read_metadata(pa.BufferReader(block.content)), field) if block.block_type == BlockType.PARQUET_DATA_BLOCK else None
+            if found is None:
                 rows = data_block_rows(block, [field])
-                if field in rows.column_names and rows.num_rows:
-                    maxima.append(pc.max(rows[field]))
+                found = pc.max(rows[field]) if field in rows.column_names and rows.num_rows else None
+            if found is not None and found.is_valid:
+                maxima.append(found)
     except CorruptLog:
         return None
     return pa.array([m.as_py() for m in maxima], maxima[0].type) if maxima else pa.array([], pa.null())
@@ -311,6 +316,11 @@ def _footer_max(io: FileIO, path: str, field: str) -> pa.Array | None:
     """The row groups' maximum of ``field`` from a parquet footer; ``None`` where a row group has no statistics."""
     with reading_data_file(io, path), io.open_input(path) as f:
         meta = pq.read_metadata(f)
+    return _row_group_maxima(meta, field)
+
+
+def _row_group_maxima(meta: pq.FileMetaData, field: str) -> pa.Array | None:
+    """Each row group's maximum of ``field`` from its statistics; ``None`` where a row group has none."""
     names = [meta.schema.column(i).path for i in range(meta.num_columns)]
     if field not in names:
         return None
@@ -325,6 +335,14 @@ def _footer_max(io: FileIO, path: str, field: str) -> pa.Array | None:
         return pa.array(maxima, meta.schema.to_arrow_schema().field(field).type)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
+
+
+def _stats_max(meta: pq.FileMetaData, field: str) -> pa.Scalar | None:
+    """``field``'s maximum over a parquet file from its footer; ``None`` where a row group lacks statistics."""
+    maxima = _row_group_maxima(meta, field)
+    if maxima is None:
+        return None
+    return pc.max(maxima) if len(maxima) else pa.scalar(None, maxima.type)
 
 
 def merge_slice(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule) -> pa.Table:

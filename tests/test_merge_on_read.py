@@ -350,6 +350,34 @@ def test_the_late_check_reads_each_file_of_a_slice_once_per_process(tmp_path):
     assert newer is not None and dict(zip(newer[RECORD_KEY].to_pylist(), newer["ts"].to_pylist()))["a"] == 30
 
 
+
+@pytest.mark.parametrize(
+    "values",
+    [[3, 41, 7], [2.5, -1.0, 9.25], ["b", "zz", "a"], [pa.scalar(5, pa.timestamp("us", tz="UTC")), pa.scalar(9, pa.timestamp("us", tz="UTC")), None]],
+    ids=["int", "double", "string", "timestamp"],
+)
+def test_a_logs_ordering_bound_comes_from_its_blocks_footers(tmp_path, monkeypatch, values):
+    """A log block laketide writes carries statistics for the ordering field, so a writer bounds the log
+    from the block's footer without decoding its rows (the first micro-batch after a start reads every
+    log's bound); a block without them (older, or another writer's) is decoded, to the same bound."""
+    from laketide.table import slice_reader
+    from laketide.table.io import FileIO
+    from laketide.table.logfile import parquet_data_block
+
+    column = pa.array([v.as_py() if isinstance(v, pa.Scalar) else v for v in values], values[0].type if isinstance(values[0], pa.Scalar) else None)
+    rows = pa.table({RECORD_KEY: ["a", "b", "c"], "ts": column})
+    io = FileIO.for_uri(str(tmp_path))
+    expected = pa.compute.max(column).as_py()
+    for name, field in (("with", "ts"), ("without", None)):
+        (tmp_path / name).write_bytes(parquet_data_block(rows, {Header.INSTANT_TIME: "20260101000000001"}, ordering_field=field).to_bytes())
+    decoded = []
+    real = slice_reader.data_block_rows
+    monkeypatch.setattr(slice_reader, "data_block_rows", lambda block, columns=None: decoded.append(1) or real(block, columns))
+    assert slice_reader._log_max(io, "with", "ts").to_pylist() == [expected]
+    assert decoded == [], "the footer answered"
+    assert slice_reader._log_max(io, "without", "ts").to_pylist() == [expected]
+    assert decoded == [1]
+
 def test_archival_takes_a_compaction_plan_with_its_commit(spark, tmp_path):
     """A completed compaction is a commit plus its plan files: archived together, or the plan would read as pending."""
     from laketide.table.archive import ArchivedTimeline

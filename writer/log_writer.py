@@ -128,7 +128,7 @@ class LogWriter:
             rows, self.seqno = stamp_meta_columns(
                 upserts, self.schema, self.instant_time, self.task_partition, self.seqno, self.target.partition, self.target.file_id
             )
-            blocks.append(parquet_data_block(rows, header, self.dictionary, self.compression))
+            blocks.append(parquet_data_block(rows, header, self.dictionary, self.compression, self.ordering_field))
         if deletes.num_rows:
             field = self.ordering_field
             values = deletes[field].to_pylist() if field and field in deletes.column_names else [None] * deletes.num_rows
