@@ -278,14 +278,6 @@ class StateIndex:
                 self.io.delete(old)
         return path
 
-    def compact(self, snapshot: IndexSnapshot, shard: int) -> str | None:
-        """Fold a shard's committed runs into one base now (``fold``, then ``retire``)."""
-        fold = self.fold(snapshot, shard)
-        if fold is None:
-            return None
-        self.retire(fold)
-        return fold.path
-
     def fold(self, snapshot: IndexSnapshot, shard: int) -> Fold | None:
         """Write a base of a shard's committed runs, named after the newest committed instant; the runs stay.
 
