@@ -350,7 +350,6 @@ def test_the_late_check_reads_each_file_of_a_slice_once_per_process(tmp_path):
     assert newer is not None and dict(zip(newer[RECORD_KEY].to_pylist(), newer["ts"].to_pylist()))["a"] == 30
 
 
-
 @pytest.mark.parametrize(
     "values",
     [[3, 41, 7], [2.5, -1.0, 9.25], ["b", "zz", "a"], [pa.scalar(5, pa.timestamp("us", tz="UTC")), pa.scalar(9, pa.timestamp("us", tz="UTC")), None]],
@@ -377,6 +376,7 @@ def test_a_logs_ordering_bound_comes_from_its_blocks_footers(tmp_path, monkeypat
     assert decoded == [], "the footer answered"
     assert slice_reader._log_max(io, "without", "ts").to_pylist() == [expected]
     assert decoded == [1]
+
 
 def test_archival_takes_a_compaction_plan_with_its_commit(spark, tmp_path):
     """A completed compaction is a commit plus its plan files: archived together, or the plan would read as pending."""

@@ -18,10 +18,10 @@ import pyarrow as pa
 from laketide.coordinator import Coordinator, Lease, LocalLease
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
+from laketide.coordinator.index_compaction import IndexCompaction
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.coordinator.savepoints import Savepoints
 from laketide.coordinator.storage_lease import StorageLease
-from laketide.coordinator.index_compaction import IndexCompaction
 from laketide.coordinator.services import ServiceFailures, TableServices
 from laketide.index.state import StateIndex
 from laketide.table import FileIO, Table, TableNotFound, properties_file
@@ -182,8 +182,8 @@ def mirror_for(config: JobConfig, table: Table, views: ViewSync) -> DeltaMirror 
 
 
 def table_services(
-    config: JobConfig, coordinator: Coordinator, index: StateIndex, views: ViewSync, compactor: Compactor | None = None,
-    mirror: DeltaMirror | None = None, index_compaction: IndexCompaction | None = None,
+    config: JobConfig, coordinator: Coordinator, index: StateIndex, views: ViewSync, index_compaction: IndexCompaction,
+    compactor: Compactor | None = None, mirror: DeltaMirror | None = None,
 ) -> TableServices:
     """Compaction (merge-on-read, when async), cleaning, then archival (when enabled), after each commit, on the job's
     synced view; the state index's compaction; last the Delta mirror, which publishes what they and the commit completed."""
@@ -192,8 +192,7 @@ def table_services(
     if config.archive.enabled:
         archiver = Archiver(coordinator, config.archive.min_commits, config.archive.max_commits, index.instants, views.view)
         services.append(("archive", archiver.archive))
-    if index_compaction is not None:
-        services.append(("index compaction", index_compaction.run))
+    services.append(("index compaction", index_compaction.run))
     if mirror is not None:
         services.append(("mirror", mirror.catch_up))
     failures = ServiceFailures(config.services.max_consecutive_failures, coordinator.metrics)
@@ -237,7 +236,7 @@ def start(
     compactor = compactor_for(config, table, coordinator, views, on_step)
     mirror = mirror_for(config, table, views)
     index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas)
-    services = table_services(config, coordinator, index, views, compactor, mirror, index_compaction)
+    services = table_services(config, coordinator, index, views, index_compaction, compactor, mirror)
     writer = factory(
         config=config, table=table, coordinator=coordinator, index=index, quarantine_path=quarantine_path(config),
         on_step=on_step, after_commit=_after_commit(config, compactor, services), views=views, failures=services.failures,
