@@ -56,6 +56,9 @@ PREPARED_FIELDS = [
 FILE_ID = "_lt_file_id"
 EXISTED = "_lt_existed"  # the table held the key before this micro-batch
 WRITE_SLOT = "_lt_write_slot"  # the write task of the record's file group (``writer.slots``)
+# a row's position among the rows the assign stage was handed: it routes narrow columns, and the write
+# stage's rows are taken whole by it (``writer.stages.routed_rows``)
+ROW = "_lt_row"
 
 
 def assigned_schema(records: pa.Schema, global_keys: bool) -> pa.Schema:

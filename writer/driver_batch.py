@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -117,20 +118,23 @@ class DriverBatch:
         return sorted(pc.unique(self.good()[PARTITION]).to_pylist())
 
     def assign_and_write(self, plan: stages.BatchPlan, assigned_schema: pa.Schema) -> list[stages.WriteStatus]:
-        """The assign stage per index shard, then the write stage per write slot."""
-        # Each step lets go of the rows before it, so the driver holds about two copies of the batch
-        # at a time, not one per step (``write.driver_batch_bytes`` is sized on that).
+        """The assign stage per index shard, on the rows' routing columns, then the write stage per write
+        slot, on the rows it routed: each write thread takes its whole rows once, in file-group order."""
+        # The driver holds the batch and about one copy of it in the write threads' parts at a time
+        # (``write.driver_batch_bytes`` is sized on that).
         plan = self._with_dictionary(plan)
-        by_shard = self._take_good(lambda good: split_lazily(good, good[SHARD].to_numpy()))
-        assigned = self.pool.run(self._timed, "assign", lambda shard, batches: stages.assign(plan, batches, assigned_schema), by_shard)
-        del by_shard
-        if not assigned:
+        good = self._take_good(lambda good: good)
+        narrow = stages.routing_columns(good, plan.assign.ordering_field)
+        by_shard = split_lazily(narrow, narrow[SHARD].to_numpy())
+        routed = self.pool.run(self._timed, "assign", lambda shard, batches: _routing_batches(plan, batches), by_shard)
+        del by_shard, narrow
+        if not routed:
             return []
-        rows = pa.Table.from_batches(assigned, assigned_schema)
-        del assigned
-        by_slot = split_lazily(rows, rows[WRITE_SLOT].to_numpy(), within=stages.file_group_order(rows))
-        del rows
-        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: stages.write(plan, batches, slot, write_token(slot)), by_slot))
+        routing = pa.concat_tables(routed, promote_options="default")
+        del routed
+        by_slot = split_lazily(routing, routing[WRITE_SLOT].to_numpy(), within=stages.file_group_order(routing))
+        parts = [(slot, partial(_routed, good, part, assigned_schema)) for slot, part in by_slot]
+        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: stages.write(plan, batches, slot, write_token(slot)), parts))
 
     def _with_dictionary(self, plan: stages.BatchPlan) -> stages.BatchPlan:
         """The plan with the columns every file of the micro-batch dictionary-encodes, decided once here
@@ -157,6 +161,15 @@ class DriverBatch:
 
         parts = self._take_good(by_range)
         return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: bulk_stage.bulk_insert(plan, batches, slot, write_token(slot)), parts))
+
+
+def _routing_batches(plan: stages.BatchPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
+    """``stages.route`` over one part's routing columns, as a stage function."""
+    yield stages.route(plan, pa.Table.from_batches(list(batches)))
+
+
+def _routed(good: pa.Table, routing: Callable[[], pa.Table], schema: pa.Schema) -> pa.Table:
+    return stages.routed_rows(good, routing(), schema)
 
 
 def _statuses(batches: list[pa.RecordBatch]) -> list[stages.WriteStatus]:

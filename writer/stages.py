@@ -22,12 +22,13 @@ import pyarrow.parquet as pq
 from laketide.index.assigner import AssignPlan, BucketAssigner
 from laketide.index.bloom import BloomSpec
 from laketide.index.columns import (
+    ARRIVAL,
+    ARRIVAL_FILE,
     EXISTED,
     FILE_ID,
     KEY_HASH,
     PARTITION,
-    RAW,
-    REASON,
+    ROW,
     SHARD,
     WRITE_SLOT,
 )
@@ -150,28 +151,55 @@ def footer_reader(io: FileIO) -> Callable[[str], dict]:
     return read
 
 
-def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    rows = _concat(batches)
-    if rows is None:
-        return
+def routing_columns(rows: pa.Table, ordering_field: str | None) -> pa.Table:
+    """The columns of prepared rows that decide where each goes, and each row's position (``ROW``): the
+    assign stage works on these, and only the write stage's rows are taken whole (``routed_rows``).
+    Deduplicating, splitting and filtering every column of a micro-batch at each step of the assign
+    stage took a sixth of a merge-on-read micro-batch."""
+    names = dict.fromkeys(c for c in (RECORD_KEY, PARTITION, SHARD, KEY_HASH, ARRIVAL_FILE, ARRIVAL, IS_DELETED, ordering_field) if c and c in rows.column_names)
+    return rows.select(list(names)).append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+
+
+def route(plan: BatchPlan, rows: pa.Table) -> pa.Table:
+    """Where each of ``rows`` (``routing_columns``) goes, per index shard: the surviving rows' key,
+    partition, ``ROW``, file group, whether the table held the key and the write task; and the index
+    entries the micro-batch adds, written as each shard's delta run."""
     io = plan.table_io()
     index = StateIndex(io, plan.index.shards)
-    rows = rows.drop_columns([c for c in (REASON, RAW) if c in rows.column_names])
     shards = rows[SHARD].to_numpy()
+    routed = []
     for shard in np.unique(shards):
         mine = shards == shard
         part = rows if mine.all() else rows.filter(pa.array(mine))  # the driver's parts hold one shard each
         hashes = part[KEY_HASH].to_numpy()
-        part = part.drop_columns([SHARD, KEY_HASH])
         run = index.load_shard(plan.index, int(shard))
         assigner = BucketAssigner(int(shard), plan.assign, run, _read_keys(io), footer_reader(io), _read_columns(io))
-        assigned, entries = assigner.assign(part, hashes)
-        if IS_DELETED in out_schema.names and IS_DELETED not in assigned.column_names:
-            assigned = assigned.append_column(IS_DELETED, pa.repeat(pa.scalar(False), assigned.num_rows))
+        assigned, entries = assigner.assign(part.drop_columns([SHARD, KEY_HASH]), hashes)
         index.write_delta(int(shard), plan.instant, entries, part=0)
-        if WRITE_SLOT in out_schema.names:
-            assigned = assigned.append_column(WRITE_SLOT, record_write_slots(plan, assigned[FILE_ID].combine_chunks()))
-        yield from assigned.select(out_schema.names).cast(out_schema).to_batches()
+        routed.append(assigned.append_column(WRITE_SLOT, record_write_slots(plan, assigned[FILE_ID].combine_chunks())))
+    return pa.concat_tables(routed, promote_options="default")
+
+
+def routed_rows(rows: pa.Table, routing: pa.Table, out_schema: pa.Schema) -> pa.Table:
+    """The rows ``routing`` names (by ``ROW``, a row twice when it moves partition), with the columns
+    ``route`` set: what the write stage takes, in ``out_schema``."""
+    taken = [name for name in out_schema.names if name not in routing.column_names]
+    data = rows.select(taken).take(routing[ROW])
+    for name in routing.column_names:
+        if name in out_schema.names:
+            data = data.append_column(name, routing[name])
+    if IS_DELETED in out_schema.names and IS_DELETED not in data.column_names:
+        data = data.append_column(IS_DELETED, pa.repeat(pa.scalar(False), data.num_rows))
+    return data.select(out_schema.names).cast(out_schema)
+
+
+def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The assign stage over whole prepared rows: ``route``, then the routed rows."""
+    rows = _concat(batches)
+    if rows is None:
+        return
+    routing = route(plan, routing_columns(rows, plan.assign.ordering_field))
+    yield from routed_rows(rows, routing, out_schema).to_batches()
 
 
 def record_write_slots(plan: BatchPlan, file_ids: pa.Array) -> pa.Array:
