@@ -102,6 +102,11 @@ def _hash_name(global_keys: bool) -> str:
     return GLOBAL_HASH_NAME if global_keys else HASH_NAME
 
 
+def has_base(runs: tuple[str, ...]) -> bool:
+    """Whether a shard's runs (``IndexSnapshot.runs``) start with a folded base."""
+    return bool(runs) and posixpath.basename(runs[0]).startswith("base_")
+
+
 class StateIndex:
     def __init__(self, io: FileIO, shards: int, global_keys: bool = False):
         self.io = io
@@ -197,7 +202,7 @@ class StateIndex:
             return cached
         if cached is not None and cached_paths and paths[: len(cached_paths)] == cached_paths:
             run = cached.extended(self._read_run(p) for p in paths[len(cached_paths) :])
-        elif paths and posixpath.basename(paths[0]).startswith("base_"):
+        elif has_base(paths):
             # the base as it lies (mapped, on a local disk), the deltas since as layers over it: sorting
             # them all into one run took a job's first micro-batch a second a shard at 5M keys
             run = self._read_run(paths[0]).extended(self._read_run(p) for p in paths[1:])

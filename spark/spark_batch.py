@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import KEY_HASH, PARTITION, RAW, REASON, SHARD, WRITE_SLOT
+from laketide.index.columns import KEY_HASH, PARTITION, RAW, REASON, SHARD
 from laketide.spark.arrow_parts import PART_SCHEMA, pack, pack_all, unpack, unpacked
 from laketide.spark.routing import hash_routes, routed
 from laketide.spark.stage_clock import StageClock
@@ -139,9 +139,7 @@ class SparkBatch:
             rows = unpacked(batches)
             if rows is None:
                 return
-            assigned = pa.Table.from_batches(list(stages.assign(plan, iter(_good(rows).to_batches()), assigned_arrow)), assigned_arrow)
-            del rows
-            yield from pack_all(split_by(assigned, assigned[WRITE_SLOT].to_numpy()))
+            yield from pack_all(stages.assign(plan, _good(rows), assigned_arrow))
 
         # the parts are already shuffled by shard (``Shuffles.distributed``)
         assigned = self.parts.mapInArrow(self.clock.timed("assign", assign_task), PART_STRUCT)

@@ -47,13 +47,22 @@ def test_writes_keep_each_shard_within_the_limit_and_every_key_found(tmp_path):
     assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
 
 
+def test_a_new_tables_shards_get_a_base_at_once_whatever_the_limit(tmp_path):
+    """A process meeting a shard for the first time maps one sorted base rather than sorting every delta."""
+    t = OpsTable(tmp_path, {"table.type": "MERGE_ON_READ"})
+    path = _write_batches(t, 2, {"write": {**SETTINGS["write"], "index_compaction_deltas": 100}})
+    runs = _runs(Table.open(path).io, 2)
+    assert all(names[0].startswith("base_") and len(names) <= 2 for names in runs.values()), runs
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
+
+
 def test_a_fold_writes_its_base_at_once_and_deletes_the_folded_runs_only_between_micro_batches(tmp_path):
     t = OpsTable(tmp_path, {"table.type": "MERGE_ON_READ"})
     path = _write_batches(t, 4, {"write": {**SETTINGS["write"], "index_compaction_deltas": 100}})
     table = Table.open(path)
     index = StateIndex.open(table.io, 2)
     before = _runs(table.io, 2)
-    assert all(len(names) >= 4 and not any(n.startswith("base_") for n in names) for names in before.values()), before
+    assert all(len(names) >= 4 for names in before.values()), before
 
     batch_lock = threading.RLock()
     service = IndexCompaction(table, index, limit=2)
@@ -65,7 +74,7 @@ def test_a_fold_writes_its_base_at_once_and_deletes_the_folded_runs_only_between
         assert folding.is_alive(), "the fold waits for the micro-batch before deleting what it replaced"
         during = _runs(table.io, 2)
         for shard, names in during.items():
-            assert set(before[shard]) < set(names) and any(n.startswith("base_") for n in names)
+            assert set(before[shard]) < set(names) and any(n.startswith("base_") and n not in before[shard] for n in names)
         # a snapshot taken now reads the new base alone
         snapshot = index.snapshot({i.timestamp for i in table.timeline.completed_writes()})
         assert all(len(runs) == 1 and "/base_" in runs[0] for runs in snapshot.runs.values())

@@ -24,19 +24,19 @@ def balanced_slots(sizes: dict[str, int], tasks: int) -> dict[str, int]:
     return slots
 
 
-def split_by(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, pa.Table]]:
-    """(key, its rows) for each distinct key of ``rows`` (a task, a shard, a write slot), in key order."""
+def split_by(rows: pa.Table, keys: np.ndarray, within: np.ndarray | None = None) -> list[tuple[int, pa.Table]]:
+    """(key, its rows) for each distinct key of ``rows`` (a task, a shard, a write slot), in key order;
+    ``within`` orders each key's rows (stably)."""
     if not rows.num_rows:
         return []
-    order, starts, sorted_keys = _runs(keys)
+    order, starts, sorted_keys = _runs(keys, within)
     ordered = rows.take(pa.array(order))
     return [(int(sorted_keys[start]), ordered.slice(start, end - start)) for start, end in zip(starts[:-1], starts[1:])]
 
 
 def split_lazily(rows: pa.Table, keys: np.ndarray, within: np.ndarray | None = None) -> list[tuple[int, Callable[[], pa.Table]]]:
     """``split_by``, each key's rows taken only when called: the driver's worker threads then copy
-    their own parts side by side, rather than the batch thread copying every row first. ``within``
-    orders each part's rows (stably), so a worker need not order them again."""
+    their own parts side by side, rather than the batch thread copying every row first."""
     if not rows.num_rows:
         return []
     order, starts, sorted_keys = _runs(keys, within)

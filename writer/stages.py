@@ -50,6 +50,7 @@ from laketide.table.slice_reader import log_file_keys
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
 from laketide.writer.log_writer import LogTarget, LogWriter
+from laketide.writer.slots import split_by
 
 # a write status as it travels from a task: its write stat as Hudi's JSON, then the file group and late records
 STATUS_SCHEMA = pa.schema([("stat", pa.string()), ("partition", pa.string()), ("file_id", pa.string()), ("late", pa.int64())])
@@ -193,13 +194,12 @@ def routed_rows(rows: pa.Table, routing: pa.Table, out_schema: pa.Schema) -> pa.
     return data.select(out_schema.names).cast(out_schema)
 
 
-def assign(plan: BatchPlan, batches: Iterator[pa.RecordBatch], out_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The assign stage over whole prepared rows: ``route``, then the routed rows."""
-    rows = _concat(batches)
-    if rows is None:
-        return
+def assign(plan: BatchPlan, rows: pa.Table, out_schema: pa.Schema) -> list[tuple[int, pa.Table]]:
+    """The assign stage over whole prepared rows: ``route``, then the routed rows of each write slot, in
+    file-group order. The rows are taken once, by the routing split by slot (narrow columns only)."""
     routing = route(plan, routing_columns(rows, plan.assign.ordering_field))
-    yield from routed_rows(rows, routing, out_schema).to_batches()
+    parts = split_by(routing, routing[WRITE_SLOT].to_numpy(), within=file_group_order(routing))
+    return [(slot, routed_rows(rows, part, out_schema)) for slot, part in parts]
 
 
 def record_write_slots(plan: BatchPlan, file_ids: pa.Array) -> pa.Array:
