@@ -56,10 +56,11 @@ def _good(rows: pa.Table) -> pa.Table:
 
 def pack_prepared(rows: pa.Table, by_shard: bool, task: int, global_keys: bool) -> Iterator[pa.RecordBatch]:
     """A prepare task's rows as parts: one per index shard (an upsert's assign tasks), or all for this
-    task (a bulk insert, laid out by key range later); each with a sample of its good rows' range keys."""
-    parts = split_by(rows, rows[SHARD].to_numpy()) if by_shard else [(task, rows)]
-    for to, part in parts:
-        yield from pack(to, part, ranges.sample(_good(part), global_keys, seed=task))
+    task with a sample of its good rows' range keys (a bulk insert, laid out by key range later)."""
+    if by_shard:
+        yield from pack_all(split_by(rows, rows[SHARD].to_numpy()))
+    else:
+        yield from pack(task, rows, ranges.sample(_good(rows), global_keys, seed=task))
 
 
 class Shuffles:
