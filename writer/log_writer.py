@@ -21,7 +21,7 @@ from laketide.table.files import LogFile, log_write_token
 from laketide.table.io import FileIO
 from laketide.table.logfile import Header, delete_block, parquet_data_block
 from laketide.table.schema import IS_DELETED, RECORD_KEY
-from laketide.table.slice_reader import MergeRule, remember_log_bound, stored_ordering
+from laketide.table.slice_reader import MergeRule, remember_log_bound, rows_of_keys, stored_ordering
 from laketide.table.view import FileSlice
 from laketide.writer.bucket_writer import stamp_meta_columns
 
@@ -108,8 +108,8 @@ class LogWriter:
         stored = stored_ordering(self.io, self.target.file_slice, visible, MergeRule(field), lowest)
         if stored is None or not stored.num_rows:
             return incoming, 0
-        at = pc.index_in(incoming[RECORD_KEY], value_set=stored[RECORD_KEY])
-        late = pc.fill_null(pc.greater(stored[field].cast(kind).take(at), values), False)
+        at = rows_of_keys(incoming[RECORD_KEY], stored[RECORD_KEY])
+        late = pc.fill_null(pc.greater(stored[field].cast(kind).take(pa.array(at, mask=at < 0)), values), False)
         count = pc.sum(late).as_py() or 0
         return (incoming.filter(pc.invert(late)), count) if count else (incoming, 0)
 
