@@ -204,16 +204,16 @@ class MicroBatchWriter(BatchWriter):
         else:
             if files is None or files[1] > self.config.write.driver_batch_bytes:
                 return None
-            landed = None
-            if source.format == "parquet":
-                landed = read_landed_parquet(files[0], data_schema)
-            if landed is None:
-                try:
-                    landed = df.toArrow()
-                except Exception:
-                    self.coordinator.lease.check()
-                    log.warning("micro-batch %s could not be collected; Spark's tasks read it file by file", batch_id)
-                    return None
+            read = read_landed_parquet(files[0], data_schema) if source.format == "parquet" else None
+            if read is not None:
+                rows, arrival = read
+                return DriverBatch.prepare(rows, self.spec, self.driver_pool, self.clock.timed, arrival=arrival)
+            try:
+                landed = df.toArrow()
+            except Exception:
+                self.coordinator.lease.check()
+                log.warning("micro-batch %s could not be collected; Spark's tasks read it file by file", batch_id)
+                return None
         return DriverBatch.prepare(landed, self.spec, self.driver_pool, self.clock.timed)
 
     def _without_unreadable_files(self, df: DataFrame, batch_id: int, failure: Exception) -> tuple[DataFrame, dict[str, str]]:

@@ -148,7 +148,6 @@ def test_parquet_read_by_the_driver_equals_sparks_read_or_is_left_to_spark(spark
     from datetime import date, datetime, timezone
     from decimal import Decimal
 
-    from laketide.index.columns import SOURCE_COLUMNS
     from laketide.table.io import FileIO
     from laketide.writer.landing import read_landed_parquet
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -174,12 +173,13 @@ def test_parquet_read_by_the_driver_equals_sparks_read_or_is_left_to_spark(spark
         pq.write_table(written, tmp_path / f"{n}.parquet")
     paths = [f"file://{tmp_path / f'{n}.parquet'}" for n in range(2)]
 
-    ours = read_landed_parquet(landed(*paths), declared)
-    if ours is None:
+    read = read_landed_parquet(landed(*paths), declared)
+    if read is None:
         pytest.fail("exactly the declared types: the driver reads the files itself")
+    ours, arrival = read
     theirs = spark.read.schema(schema).parquet(*paths).toArrow()
-    assert ours.drop_columns(list(SOURCE_COLUMNS)).to_pylist() == theirs.to_pylist()
-    assert ours.column(list(SOURCE_COLUMNS)[0]).to_pylist() == [paths[0]] * 3 + [paths[1]] * 3
+    assert ours.to_pylist() == theirs.to_pylist()
+    assert arrival.to_pylist() == [0, 1, 2, 1 << 40, (1 << 40) + 1, (1 << 40) + 2], "each file's rows in order, the files in arrival order"
 
     # a column of another type (as the mistyped-file test lands), or a missing one: Spark decides
     pq.write_table(written.set_column(0, "id", written["id"].cast(pa.int32())), tmp_path / "narrow.parquet")
@@ -196,7 +196,6 @@ def test_spark_tasks_read_parquet_pieces_in_the_order_the_driver_reads_them(tmp_
     import numpy as np
     from laketide.table.io import FileIO
     from laketide.writer.landing import PIECE_LEAST_ROWS, parquet_pieces, read_landed_parquet, read_piece
-    from laketide.writer.prepare import batch_arrival
 
     n = 2 * PIECE_LEAST_ROWS + 7
     table = pa.table({"id": pa.array(np.arange(n), pa.int64()), "region": pa.array(["eu", "us"] * (n // 2) + ["eu"])})
@@ -213,8 +212,8 @@ def test_spark_tasks_read_parquet_pieces_in_the_order_the_driver_reads_them(tmp_
     read = [read_piece(piece, table.schema) for piece in pieces]
     ours = pa.concat_tables([rows.append_column("arrival", arrival) for rows, arrival in read]).sort_by("arrival")
 
-    driver = read_landed_parquet(files, table.schema)
-    driver = driver.select(["id", "region"]).append_column("arrival", batch_arrival(driver)[1]).sort_by("arrival")
+    driver, arrival = read_landed_parquet(files, table.schema)
+    driver = driver.select(["id", "region"]).append_column("arrival", arrival).sort_by("arrival")
     assert ours.equals(driver)
     assert parquet_pieces({**files, f"file://{tmp_path / 'x.parquet'}": files[f"file://{tmp_path / 'late.parquet'}"]}, table.schema, 8) is None, "a missing file: Spark reads them"
 

@@ -79,9 +79,13 @@ class DriverBatch:
         self._bad = pc.is_valid(prepared[REASON]).to_numpy(zero_copy_only=False) if prepared.num_rows else np.zeros(0, bool)
 
     @classmethod
-    def prepare(cls, landed: pa.Table, spec: PrepareSpec, pool: DriverPool, timed: Timed) -> DriverBatch:
-        """Rows prepared in as many slices as threads, once their arrival order is known."""
-        arrival_file, arrival_row = batch_arrival(landed)
+    def prepare(cls, landed: pa.Table, spec: PrepareSpec, pool: DriverPool, timed: Timed, arrival: pa.Array | None = None) -> DriverBatch:
+        """Rows prepared in as many slices as threads, once their arrival order is known: ``arrival``, one
+        number per row, where the reader knows it (``landing.read_landed_parquet``), else from the rows."""
+        if arrival is None:
+            arrival_file, arrival_row = batch_arrival(landed)
+        else:
+            arrival_file, arrival_row = pa.repeat(pa.scalar("", pa.string()), landed.num_rows), arrival
         step = max(1, -(-landed.num_rows // pool.threads))
         slices = [(start, landed.slice(start, step)) for start in range(0, landed.num_rows, step)] or [(0, landed)]
 
