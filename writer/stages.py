@@ -1,7 +1,8 @@
 """The per-task stages of a micro-batch, as functions over Arrow batches.
 
-``assign`` runs once per index shard (after the shuffle by shard) and
-``write`` once per set of file groups (after the shuffle by file group); a bulk
+``route`` runs once per index shard on the routing columns of its rows (``assign`` wraps it for a task
+that holds whole rows, after the shuffle by shard) and ``write`` once per set of file groups (after the
+shuffle by file group, or the driver's split by write slot); a bulk
 insert's one stage is in ``writer.bulk_stage``. All take a ``BatchPlan`` the
 driver built, and touch storage only through ``FileIO``; they do not import
 Spark, so they run in tests without it.
@@ -155,8 +156,8 @@ def footer_reader(io: FileIO) -> Callable[[str], dict]:
 def routing_columns(rows: pa.Table, ordering_field: str | None) -> pa.Table:
     """The columns of prepared rows that decide where each goes, and each row's position (``ROW``): the
     assign stage works on these, and only the write stage's rows are taken whole (``routed_rows``).
-    Deduplicating, splitting and filtering every column of a micro-batch at each step of the assign
-    stage took a sixth of a merge-on-read micro-batch."""
+    Deduplicating, splitting and filtering every column at each step of the assign stage cost it a fifth
+    more thread time on a 100,000-row merge-on-read micro-batch."""
     names = dict.fromkeys(c for c in (RECORD_KEY, PARTITION, SHARD, KEY_HASH, ARRIVAL_FILE, ARRIVAL, IS_DELETED, ordering_field) if c and c in rows.column_names)
     return rows.select(list(names)).append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
 
