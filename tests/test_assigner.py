@@ -116,6 +116,15 @@ def test_a_new_group_goes_to_one_write_slot_whatever_shard_filled_it():
     assert slots == record_write_slots(plan, ids).to_pylist()
 
 
+def test_an_assign_task_whose_rows_all_went_to_quarantine_hands_the_write_stage_nothing():
+    """On Spark's tasks, a shard's part may hold only bad rows; without them nothing is routed or read."""
+    from laketide.index.columns import KEY_HASH, SHARD
+    from laketide.writer.stages import assign
+
+    none = batch([], []).append_column(SHARD, pa.array([], pa.int32())).append_column(KEY_HASH, pa.array([], pa.uint64()))
+    assert assign(SimpleNamespace(assign=SimpleNamespace(ordering_field="ts")), none, none.schema) == []
+
+
 def test_known_keys_follow_the_index_and_unknown_deletes_are_dropped():
     plan = AssignPlan("20260101000000002", shards=1, ordering_field="ts", new_group_records=100)
     hashes = index_keys(pa.array(["p"]), pa.array(["old"]))

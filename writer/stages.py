@@ -163,7 +163,7 @@ def routing_columns(rows: pa.Table, ordering_field: str | None) -> pa.Table:
 
 
 def route(plan: BatchPlan, rows: pa.Table) -> pa.Table:
-    """Where each of ``rows`` (``routing_columns``) goes, per index shard: the surviving rows' key,
+    """Where each of ``rows`` (``routing_columns``, at least one) goes, per index shard: the surviving rows' key,
     partition, ``ROW``, file group, whether the table held the key and the write task; and the index
     entries the micro-batch adds, written as each shard's delta run."""
     io = plan.table_io()
@@ -197,7 +197,10 @@ def routed_rows(rows: pa.Table, routing: pa.Table, out_schema: pa.Schema) -> pa.
 
 def assign(plan: BatchPlan, rows: pa.Table, out_schema: pa.Schema) -> list[tuple[int, pa.Table]]:
     """The assign stage over whole prepared rows: ``route``, then the routed rows of each write slot, in
-    file-group order. The rows are taken once, by the routing split by slot (narrow columns only)."""
+    file-group order. The rows are taken once, by the routing split by slot (narrow columns only). A task
+    may hold none: every row of its shard went to quarantine."""
+    if not rows.num_rows:
+        return []
     routing = route(plan, routing_columns(rows, plan.assign.ordering_field))
     parts = split_by(routing, routing[WRITE_SLOT].to_numpy(), within=file_group_order(routing))
     return [(slot, routed_rows(rows, part, out_schema)) for slot, part in parts]
