@@ -9,6 +9,7 @@ so a table looks the same through this view as through theirs.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from laketide.table.files import PARTITION_METADATA, RESERVED_TOP_DIRS, BaseFile, LogFile, parse_data_file
@@ -75,20 +76,40 @@ class Visibility:
         return FileSystemView._committed(instant_time, self.visible, self.earliest, self.as_of)
 
 
+GroupKey = tuple[str, str]  # (partition, file id)
+
+
+def group_files(base_files: list[BaseFile], log_files: list[LogFile]) -> dict[GroupKey, FileGroup]:
+    groups: dict[GroupKey, FileGroup] = {}
+    for files, kind in ((base_files, "base_files"), (log_files, "log_files")):
+        for f in files:
+            key = (f.partition, f.file_id)
+            if (group := groups.get(key)) is None:
+                group = groups[key] = FileGroup(f.partition, f.file_id)
+            getattr(group, kind).append(f)
+    return groups
+
+
 class FileSystemView:
-    def __init__(self, timeline: Timeline, base_files: list[BaseFile], log_files: list[LogFile]):
+    """The file groups of a table as of one timeline. A view never changes once built (a sync builds a new one).
+
+    ``groups`` and ``carried`` come from ``ViewSync``, which builds each view from the last: the groups its new
+    instants did not touch keep their ``FileGroup`` objects, and their latest slices as of now (``carried``)
+    when the timeline only gained instants the sync applied. A micro-batch then recomputes the slices of the
+    groups it wrote, not of the whole table."""
+
+    def __init__(
+        self, timeline: Timeline, base_files: list[BaseFile] = (), log_files: list[LogFile] = (), *,
+        groups: dict[GroupKey, FileGroup] | None = None, carried: dict[GroupKey, FileSlice | None] | None = None,
+    ):
         self.timeline = timeline
-        groups: dict[tuple[str, str], FileGroup] = {}
-        for files, kind in ((base_files, "base_files"), (log_files, "log_files")):
-            for f in files:
-                key = (f.partition, f.file_id)
-                if (group := groups.get(key)) is None:
-                    group = groups[key] = FileGroup(f.partition, f.file_id)
-                getattr(group, kind).append(f)
-        self.groups = groups
-        # latest slices by (as_of, partition): a view never changes once built (a sync builds a new one).
-        # Threads that share a view may race on it; the loser computes the same list again.
+        self.groups = groups if groups is not None else group_files(list(base_files), list(log_files))
+        # latest slices by (as_of, partition). Threads that share a view may race on these caches; the loser
+        # computes the same value again.
         self._latest: dict[tuple[str | None, str | None], list[FileSlice]] = {}
+        # each group's latest slice as of now, before replaced groups drop out (None: nothing committed yet)
+        self._current: dict[GroupKey, FileSlice | None] | None = None
+        self._carried = carried or {}
 
     @classmethod
     def load(cls, io: FileIO, timeline: Timeline) -> FileSystemView:
@@ -137,25 +158,48 @@ class FileSystemView:
         return list(found)
 
     def _latest_slices(self, as_of: str | None, partition: str | None) -> list[FileSlice]:
-        visible, earliest = self._visible_instants(as_of)
         replaced = self.replaced_groups(as_of)
-        slices = []
-        for key, group in sorted(self.groups.items()):
-            if key in replaced or (partition is not None and group.partition != partition):
-                continue
-            base = None  # the newest committed base file (the last listed of equals, as a stable sort gives)
-            for b in group.base_files:
-                if (base is None or b.instant_time >= base.instant_time) and self._committed(b.instant_time, visible, earliest, as_of):
-                    base = b
-            start = base.instant_time if base else ""
-            logs = [
-                lf for lf in group.log_files if lf.base_instant >= start and self._committed(lf.base_instant, visible, earliest, as_of)
-            ]
-            if base is None and not logs:
-                continue
-            logs.sort(key=lambda lf: (lf.version, lf.write_token))  # Hudi's order (hudi-common HoodieLogFile.LogFileComparator)
-            slices.append(FileSlice(group.partition, group.file_id, start, base, logs))
-        return slices
+        if as_of is None:
+            candidates = self.current_slices().items()
+        else:
+            visible, earliest = self._visible_instants(as_of)
+            candidates = ((key, self._slice(group, visible, earliest, as_of)) for key, group in sorted(self.groups.items()))
+        return [
+            found for key, found in candidates
+            if found is not None and key not in replaced and (partition is None or found.partition == partition)
+        ]
+
+    def current_slices(self) -> dict[GroupKey, FileSlice | None]:
+        """Each file group's latest slice as of now, replaced groups included, in group order: what the next
+        view carries over for the groups its instants leave alone."""
+        current = self._current
+        if current is None:
+            visible, earliest = self._visible_instants(None)
+            carried = self._carried
+            current = {
+                key: carried[key] if key in carried else self._slice(group, visible, earliest, None)
+                for key, group in sorted(self.groups.items())
+            }
+            self._current, self._carried = current, {}
+        return current
+
+    def slices_known_now(self, keep: Callable[[GroupKey], bool]) -> dict[GroupKey, FileSlice | None]:
+        """The groups' latest slices as of now that this view has worked out or carried, those ``keep`` takes."""
+        known = self._current if self._current is not None else self._carried
+        return {key: found for key, found in known.items() if keep(key)}
+
+    @classmethod
+    def _slice(cls, group: FileGroup, visible: set[str], earliest: str | None, as_of: str | None) -> FileSlice | None:
+        base = None  # the newest committed base file (the last listed of equals, as a stable sort gives)
+        for b in group.base_files:
+            if (base is None or b.instant_time >= base.instant_time) and cls._committed(b.instant_time, visible, earliest, as_of):
+                base = b
+        start = base.instant_time if base else ""
+        logs = [lf for lf in group.log_files if lf.base_instant >= start and cls._committed(lf.base_instant, visible, earliest, as_of)]
+        if base is None and not logs:
+            return None
+        logs.sort(key=lambda lf: (lf.version, lf.write_token))  # Hudi's order (hudi-common HoodieLogFile.LogFileComparator)
+        return FileSlice(group.partition, group.file_id, start, base, logs)
 
     def next_log_version(self, partition: str, file_id: str, base_instant: str) -> int:
         """The version a new log file on a slice takes: one past every log file there, committed or not."""

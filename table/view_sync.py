@@ -25,7 +25,7 @@ from laketide.table.instant import CLEAN, ROLLBACK, SAVEPOINT, WRITE_ACTIONS, In
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.table import Table
 from laketide.table.timeline import Timeline
-from laketide.table.view import FileSystemView, list_data_files
+from laketide.table.view import FileGroup, FileSlice, FileSystemView, GroupKey, group_files, list_data_files
 
 log = logging.getLogger(__name__)
 DataFile = BaseFile | LogFile
@@ -34,39 +34,107 @@ _NO_FILES = frozenset({SAVEPOINT})
 
 
 class ViewSync:
-    """The writer's file-system view, refreshed from new instants; thread-safe."""
+    """The writer's file-system view, refreshed from new instants; thread-safe.
+
+    Each view is made from the last one: the file groups the new instants touched are rebuilt, every other
+    group is the same object, and so is its latest slice when the timeline only gained instants applied
+    here (see ``FileSystemView``). The cost of a view then follows the files a micro-batch wrote."""
 
     def __init__(self, table: Table):
         self.table = table
+        # guards everything below: the views are made by whichever thread asks first
         self._lock = threading.Lock()
         self._files: dict[str, DataFile] = {}
+        self._groups: dict[GroupKey, FileGroup] = {}
         self._applied: set[tuple[str, str]] = set()
+        # since the last view: the groups whose files changed, and the write instants applied
+        self._changed: set[GroupKey] = set()
+        self._newly_applied: set[str] = set()
+        # groups with files of instants that were pending at the listing: when one completes, those files
+        # count even where its write stats do not name them, so their groups are rebuilt
+        self._pending: dict[str, set[GroupKey]] = {}
+        self._last: FileSystemView | None = None
         self.listings = 0
 
     def view(self, timeline: Timeline | None = None) -> FileSystemView:
         """The view as of ``timeline`` (default: the timeline on storage now)."""
         timeline = timeline or self.table.timeline
-        return FileSystemView(timeline, *self.files(timeline))
+        with self._lock:
+            self._refresh(timeline)
+            view = FileSystemView(timeline, groups=dict(self._groups), carried=self._carry(timeline))
+            self._last, self._changed, self._newly_applied = view, set(), set()
+            return view
 
     def files(self, timeline: Timeline | None = None) -> tuple[list[BaseFile], list[LogFile]]:
         """The base and log files of the completed instants of ``timeline`` (default: the timeline on storage now)."""
         timeline = timeline or self.table.timeline
         with self._lock:
-            if self.listings == 0:
-                self._list(timeline)
-            else:
-                self._apply_new(timeline)
-            return self._split()
+            self._refresh(timeline)
+            bases = [f for f in self._files.values() if isinstance(f, BaseFile)]
+            return bases, [f for f in self._files.values() if isinstance(f, LogFile)]
+
+    def _refresh(self, timeline: Timeline) -> None:
+        if self.listings == 0:
+            self._list(timeline)
+        else:
+            self._apply_new(timeline)
+
+    def _carry(self, timeline: Timeline) -> dict[GroupKey, FileSlice | None]:
+        """The last view's latest slices that hold under ``timeline``: none unless the timeline starts where the
+        last one did and every write it newly shows was applied here (an older timeline, a listing, or an
+        archival that moved the start make every slice be worked out again)."""
+        last = self._last
+        if last is None or last.timeline.start != timeline.start:
+            return {}
+        before = {i.timestamp for i in last.timeline.completed_writes()}
+        now = {i.timestamp for i in timeline.completed_writes()}
+        if not before <= now or not now - before <= self._newly_applied:
+            return {}
+        return last.slices_known_now(keep=lambda key: key not in self._changed and key in self._groups)
 
     def _list(self, timeline: Timeline) -> None:
         bases, logs = list_data_files(self.table.io)
         self._files = {f.path: f for f in [*bases, *logs]}
+        self._groups = group_files(bases, logs)
+        completed = {i.timestamp for i in timeline.completed_writes()}
+        start = timeline.start
+        self._pending = {}
+        for f in self._files.values():
+            instant = _visible_by(f)
+            if instant not in completed and not (start is not None and instant < start):
+                self._pending.setdefault(instant, set()).add((f.partition, f.file_id))
         self._applied = {(i.timestamp, i.action) for i in timeline.filter({State.COMPLETED})}
+        self._last = None
         self.listings += 1
 
-    def _split(self) -> tuple[list[BaseFile], list[LogFile]]:
-        bases = [f for f in self._files.values() if isinstance(f, BaseFile)]
-        return bases, [f for f in self._files.values() if isinstance(f, LogFile)]
+    def _put(self, f: DataFile) -> None:
+        old = self._files.get(f.path)
+        self._files[f.path] = f
+        key = (f.partition, f.file_id)
+        group = self._groups.get(key) or FileGroup(*key)
+        # a new FileGroup, never a changed one: the views made before hold the old one
+        bases, logs = list(group.base_files), list(group.log_files)
+        files = bases if isinstance(f, BaseFile) else logs
+        if old is not None and old in files:
+            files[files.index(old)] = f
+        else:
+            files.append(f)
+        self._groups[key] = FileGroup(*key, bases, logs)
+        self._changed.add(key)
+
+    def _drop(self, path: str) -> None:
+        f = self._files.pop(path, None)
+        if f is None:
+            return
+        key = (f.partition, f.file_id)
+        group = self._groups[key]
+        bases = [b for b in group.base_files if b.path != path]
+        logs = [lf for lf in group.log_files if lf.path != path]
+        if bases or logs:
+            self._groups[key] = FileGroup(*key, bases, logs)
+        else:
+            del self._groups[key]
+        self._changed.add(key)
 
     def _apply_new(self, timeline: Timeline) -> None:
         completed = timeline.filter({State.COMPLETED})
@@ -89,7 +157,9 @@ class ViewSync:
         if instant.action in WRITE_ACTIONS:
             for stat in timeline.commit_metadata(instant).write_stats():
                 if stat.path and (f := parse_data_file(*posixpath.split(stat.path), stat.file_size_in_bytes)) is not None:
-                    self._files[f.path] = f
+                    self._put(f)
+            self._changed |= self._pending.pop(instant.timestamp, set())
+            self._newly_applied.add(instant.timestamp)
             return True
         if instant.action == CLEAN:
             self._remove(cleaned_files(timeline.read_bytes(instant), self.table.uri))
@@ -101,4 +171,9 @@ class ViewSync:
 
     def _remove(self, paths: list[str]) -> None:
         for path in paths:
-            self._files.pop(path, None)
+            self._drop(path)
+
+
+def _visible_by(f: DataFile) -> str:
+    """The instant whose completion makes ``f`` count: a base file's own, a log file's slice's."""
+    return f.instant_time if isinstance(f, BaseFile) else f.base_instant

@@ -46,12 +46,37 @@ def test_synced_view_follows_commits_cleans_rollbacks_and_restores(tmp_path):
     Savepoints(coordinator).create(instants[2])
     Cleaner(coordinator, Retention(CleanPolicy.KEEP_LATEST_COMMITS, commits=2), view=views.view).clean()
     assert synced(views) == listed(table)
+    assert latest(views.view()) == latest(table.file_system_view())
     coordinator.rollback(instants[-1])
     assert synced(views) == listed(table)
+    assert latest(views.view()) == latest(table.file_system_view())
     assert views.listings == 1  # commits, a savepoint, a clean and a rollback were applied, not listed
     Savepoints(coordinator).restore(instants[2])
     assert synced(views) == listed(table)
+    assert latest(views.view()) == latest(table.file_system_view())
     assert views.listings == 2  # a restore is not applied: the table is listed again
+    lease.release()
+
+
+def test_a_view_keeps_the_slices_of_the_groups_a_commit_left_alone_and_answers_for_an_older_timeline(tmp_path):
+    table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region"], "v")
+    lease = LocalLease.for_table(table.uri, job_id="writer")
+    lease.acquire()
+    coordinator = Coordinator(table, lease, "w")
+    regions = ["r0", "r1", "r2", "r3"]
+    upsert(table, coordinator, 0, [{"id": i, "v": 0, "region": r} for i, r in enumerate(regions)], SCHEMA)
+    views = ViewSync(table)
+    before = views.view()
+    old = {(s.partition, s.file_id): s for s in before.latest_slices()}
+    upsert(table, coordinator, 1, [{"id": 0, "v": 1, "region": "r0"}], SCHEMA)
+    after = views.view()
+    assert latest(after) == latest(table.file_system_view())
+    for s in after.latest_slices():
+        # the groups the commit did not write are the same slices; the one it wrote is new
+        assert (s is old[(s.partition, s.file_id)]) == (s.partition != "r0")
+    # a thread holding the timeline from before the commit sees the table as it was then
+    assert latest(views.view(before.timeline)) == latest(before)
+    assert latest(views.view()) == latest(table.file_system_view())
     lease.release()
 
 
