@@ -267,7 +267,7 @@ def stored_ordering(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], r
 # file, committed or not, so it bounds what a reader can see; ``None`` means no bound (no statistics, a
 # torn log), and the slice is read.
 FILE_BOUNDS: LruCache[pa.Array] = LruCache(20_000)
-_NO_BOUND = pa.array([], pa.null())  # kept for a file with no bound, so it is not read again
+_NO_BOUND = pa.nulls(0)  # (not pa.array: its first call imports pandas) kept for a file with no bound, so it is not read again
 
 
 def _bound(io: FileIO, path: str, size: int, field: str, read: Callable[[], pa.Array | None]) -> pa.Array | None:
