@@ -50,6 +50,11 @@ class DriverPool:
     def run(self, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, Part]]) -> list:
         """``run_part(slot, batches)`` over each (slot, rows), its seconds charged to ``stage``; what they yield, in slot order.
         Rows given as a function (``slots.split_lazily``) are taken in the worker, as part of the stage."""
+        return self.start(timed, stage, run_part, parts)()
+
+    def start(self, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, Part]]) -> Callable[[], list]:
+        """``run``, handed to the workers now; the function returned waits for what they yield. The
+        micro-batch thread works on meanwhile, rather than wait idle."""
 
         def run(item: tuple[int, Part]) -> list:
             slot, part = item
@@ -59,7 +64,8 @@ class DriverPool:
 
             return list(timed(stage, lambda rows: run_part(slot, rows))(batches()))
 
-        return [out for outs in self._executor.map(run, parts) for out in outs]
+        results = self._executor.map(run, parts)  # submits every part at once
+        return lambda: [out for outs in results for out in outs]
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True)
@@ -126,24 +132,27 @@ class DriverBatch:
         slot, on the rows it routed: each write thread takes its whole rows once, in file-group order."""
         # The driver holds the batch and about one copy of it in the write threads' parts at a time
         # (``write.driver_batch_bytes`` is sized on that).
-        plan = self._with_dictionary(plan)
+        sample = self.rows.slice(0, DICTIONARY_BATCH_SAMPLE_ROWS)
         good = self._take_good(lambda good: good)
         narrow = stages.routing_columns(good, plan.assign.ordering_field)
         by_shard = split_lazily(narrow, narrow[SHARD].to_numpy())
-        routed = self.pool.run(self._timed, "assign", lambda shard, batches: _routing_batches(plan, batches), by_shard)
-        del by_shard, narrow
+        routing_done = self.pool.start(self._timed, "assign", lambda shard, batches: _routing_batches(plan, batches), by_shard)
+        write_plan = self._with_dictionary(plan, sample)  # while the workers route
+        routed = routing_done()
+        del by_shard, narrow, sample
         if not routed:
             return []
         routing = pa.concat_tables(routed, promote_options="default")
         del routed
-        by_slot = split_lazily(routing, routing[WRITE_SLOT].to_numpy(), within=stages.file_group_order(routing))
-        parts = [(slot, partial(_routed, good, part, assigned_schema)) for slot, part in by_slot]
-        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: stages.write(plan, batches, slot, write_token(slot)), parts))
+        # each write worker orders its own slot's rows by file group (``_routed``), side by side
+        parts = [(slot, partial(_routed, good, part, assigned_schema)) for slot, part in split_lazily(routing, routing[WRITE_SLOT].to_numpy())]
+        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: stages.write(write_plan, batches, slot, write_token(slot)), parts))
 
-    def _with_dictionary(self, plan: stages.BatchPlan) -> stages.BatchPlan:
+    def _with_dictionary(self, plan: stages.BatchPlan, sample: pa.Table | None = None) -> stages.BatchPlan:
         """The plan with the columns every file of the micro-batch dictionary-encodes, decided once here
-        from the first rows, rather than by each write task and each new base file."""
-        return dataclasses.replace(plan, dictionary=records_dictionary_columns(self.rows.slice(0, DICTIONARY_BATCH_SAMPLE_ROWS)))
+        from the first rows (``sample``, default the batch's), rather than by each write task and each new base file."""
+        sample = self.rows.slice(0, DICTIONARY_BATCH_SAMPLE_ROWS) if sample is None else sample
+        return dataclasses.replace(plan, dictionary=records_dictionary_columns(sample))
 
     def _take_good(self, split: Callable[[pa.Table], list[tuple[int, Part]]]) -> list[tuple[int, Part]]:
         """The good rows split into parts, after which the batch no longer holds them."""
@@ -173,7 +182,10 @@ def _routing_batches(plan: stages.BatchPlan, batches: Iterator[pa.RecordBatch]) 
 
 
 def _routed(good: pa.Table, routing: Callable[[], pa.Table], schema: pa.Schema) -> pa.Table:
-    return stages.routed_rows(good, routing(), schema)
+    """One write slot's rows, taken whole once, in file-group order (its routing columns are ordered first)."""
+    routing = routing()
+    order = np.argsort(stages.file_group_order(routing), kind="stable")
+    return stages.routed_rows(good, routing.take(pa.array(order)), schema)
 
 
 def _statuses(batches: list[pa.RecordBatch]) -> list[stages.WriteStatus]:
