@@ -133,7 +133,7 @@ class DriverBatch:
         # The driver holds the batch and about one copy of it in the write threads' parts at a time
         # (``write.driver_batch_bytes`` is sized on that).
         sample = self.rows.slice(0, DICTIONARY_BATCH_SAMPLE_ROWS)
-        good = self._take_good(lambda good: good)
+        good = self._take_good()
         narrow = stages.routing_columns(good, plan.assign.ordering_field)
         by_shard = split_lazily(narrow, narrow[SHARD].to_numpy())
         routing_done = self.pool.start(self._timed, "assign", lambda shard, batches: _routing_batches(plan, batches), by_shard)
@@ -154,11 +154,11 @@ class DriverBatch:
         sample = self.rows.slice(0, DICTIONARY_BATCH_SAMPLE_ROWS) if sample is None else sample
         return dataclasses.replace(plan, dictionary=records_dictionary_columns(sample))
 
-    def _take_good(self, split: Callable[[pa.Table], list[tuple[int, Part]]]) -> list[tuple[int, Part]]:
-        """The good rows split into parts, after which the batch no longer holds them."""
-        parts = split(self.good())
+    def _take_good(self) -> pa.Table:
+        """The good rows, which the batch no longer holds: they live as long as the caller's parts of them."""
+        good = self.good()
         self.release()
-        return parts
+        return good
 
     def bulk_insert(self, plan: stages.BatchPlan) -> list[stages.WriteStatus]:
         """The good rows sorted by ``bulk_sort_keys`` and cut into one key range per thread (``writer.ranges``),
@@ -172,7 +172,7 @@ class DriverBatch:
             cuts = ranges.cut_points([ranges.sample(good, global_keys)], self.threads, plan.assign.new_group_records)
             return ranges.split_sorted(good.sort_by(order), cuts, global_keys)
 
-        parts = self._take_good(by_range)
+        parts = by_range(self._take_good())
         return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: bulk_stage.bulk_insert(plan, batches, slot, write_token(slot)), parts))
 
 
@@ -182,10 +182,7 @@ def _routing_batches(plan: stages.BatchPlan, batches: Iterator[pa.RecordBatch]) 
 
 
 def _routed(good: pa.Table, routing: Callable[[], pa.Table], schema: pa.Schema) -> pa.Table:
-    """One write slot's rows, taken whole once, in file-group order (its routing columns are ordered first)."""
-    routing = routing()
-    order = np.argsort(stages.file_group_order(routing), kind="stable")
-    return stages.routed_rows(good, routing.take(pa.array(order)), schema)
+    return stages.slot_rows(good, routing(), schema)
 
 
 def _statuses(batches: list[pa.RecordBatch]) -> list[stages.WriteStatus]:

@@ -24,29 +24,29 @@ def balanced_slots(sizes: dict[str, int], tasks: int) -> dict[str, int]:
     return slots
 
 
-def split_by(rows: pa.Table, keys: np.ndarray, within: np.ndarray | None = None) -> list[tuple[int, pa.Table]]:
-    """(key, its rows) for each distinct key of ``rows`` (a task, a shard, a write slot), in key order;
-    ``within`` orders each key's rows (stably)."""
+def split_by(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, pa.Table]]:
+    """(key, its rows) for each distinct key of ``rows`` (a task, a shard, a write slot), in key order,
+    each key's rows in the order they came."""
     if not rows.num_rows:
         return []
-    order, starts, sorted_keys = _runs(keys, within)
+    order, starts, sorted_keys = _runs(keys)
     ordered = rows.take(pa.array(order))
     return [(int(sorted_keys[start]), ordered.slice(start, end - start)) for start, end in zip(starts[:-1], starts[1:])]
 
 
-def split_lazily(rows: pa.Table, keys: np.ndarray, within: np.ndarray | None = None) -> list[tuple[int, Callable[[], pa.Table]]]:
+def split_lazily(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, Callable[[], pa.Table]]]:
     """``split_by``, each key's rows taken only when called: the driver's worker threads then copy
     their own parts side by side, rather than the batch thread copying every row first."""
     if not rows.num_rows:
         return []
-    order, starts, sorted_keys = _runs(keys, within)
+    order, starts, sorted_keys = _runs(keys)
     return [(int(sorted_keys[start]), partial(rows.take, pa.array(order[start:end]))) for start, end in zip(starts[:-1], starts[1:])]
 
 
-def _runs(keys: np.ndarray, within: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The order that groups ``keys`` (then sorts by ``within``), where each key's run starts in it (and the end),
-    and the keys in that order."""
-    order = np.argsort(keys, kind="stable") if within is None else np.lexsort((within, keys))
+def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The order that groups ``keys`` (stably), where each key's run starts in it (and the end), and the keys
+    in that order."""
+    order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     starts = np.concatenate([[0], np.nonzero(sorted_keys[1:] != sorted_keys[:-1])[0] + 1, [len(keys)]])
     return order, starts, sorted_keys

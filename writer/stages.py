@@ -202,8 +202,14 @@ def assign(plan: BatchPlan, rows: pa.Table, out_schema: pa.Schema) -> list[tuple
     if not rows.num_rows:
         return []
     routing = route(plan, routing_columns(rows, plan.assign.ordering_field))
-    parts = split_by(routing, routing[WRITE_SLOT].to_numpy(), within=file_group_order(routing))
-    return [(slot, routed_rows(rows, part, out_schema)) for slot, part in parts]
+    return [(slot, slot_rows(rows, part, out_schema)) for slot, part in split_by(routing, routing[WRITE_SLOT].to_numpy())]
+
+
+def slot_rows(rows: pa.Table, routing: pa.Table, out_schema: pa.Schema) -> pa.Table:
+    """``routed_rows`` of one write slot's ``routing``, in file-group order: the narrow routing columns are
+    ordered, and the whole rows taken once, in that order."""
+    order = np.argsort(file_group_order(routing), kind="stable")
+    return routed_rows(rows, routing.take(pa.array(order)), out_schema)
 
 
 def record_write_slots(plan: BatchPlan, file_ids: pa.Array) -> pa.Array:
