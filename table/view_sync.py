@@ -65,6 +65,15 @@ class ViewSync:
             self._last, self._changed, self._newly_applied = view, set(), set()
             return view
 
+    def files(self, timeline: Timeline | None = None) -> tuple[list[BaseFile], list[LogFile]]:
+        """The base and log files of the completed instants of ``timeline`` (default: the timeline on storage
+        now): what the Delta mirror takes instead of listing the table."""
+        timeline = timeline or self.table.timeline
+        with self._lock:
+            self._refresh(timeline)
+            bases = [f for f in self._files.values() if isinstance(f, BaseFile)]
+            return bases, [f for f in self._files.values() if isinstance(f, LogFile)]
+
     def _refresh(self, timeline: Timeline) -> None:
         if self.listings == 0:
             self._list(timeline)
