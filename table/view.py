@@ -9,7 +9,7 @@ so a table looks the same through this view as through theirs.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from laketide.table.files import PARTITION_METADATA, RESERVED_TOP_DIRS, BaseFile, LogFile, parse_data_file
@@ -79,7 +79,7 @@ class Visibility:
 GroupKey = tuple[str, str]  # (partition, file id)
 
 
-def group_files(base_files: list[BaseFile], log_files: list[LogFile]) -> dict[GroupKey, FileGroup]:
+def group_files(base_files: Iterable[BaseFile], log_files: Iterable[LogFile]) -> dict[GroupKey, FileGroup]:
     groups: dict[GroupKey, FileGroup] = {}
     for files, kind in ((base_files, "base_files"), (log_files, "log_files")):
         for f in files:
@@ -103,7 +103,7 @@ class FileSystemView:
         groups: dict[GroupKey, FileGroup] | None = None, carried: dict[GroupKey, FileSlice | None] | None = None,
     ):
         self.timeline = timeline
-        self.groups = groups if groups is not None else group_files(list(base_files), list(log_files))
+        self.groups = groups if groups is not None else group_files(base_files, log_files)
         # latest slices by (as_of, partition). Threads that share a view may race on these caches; the loser
         # computes the same value again.
         self._latest: dict[tuple[str | None, str | None], list[FileSlice]] = {}
