@@ -86,13 +86,9 @@ class MicroBatchWriter(BatchWriter):
     def _lag(self, batch_id: int) -> dict[str, int]:
         """Per topic-partition, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.
         Only for reporting: a failure to ask is logged, and the lag left out."""
-        from laketide.spark.kafka_source import Brokers
-
         try:
             end = source_offsets(self.config.stream.checkpoint, batch_id, self.config.storage.io_options) or {}
-            if self._brokers is None:
-                self._brokers = Brokers(kafka_client(self.config.source.kafka))
-            marks = self._brokers.watermarks([(t, int(p)) for t, parts in end.items() for p in parts])
+            marks = self._brokers_client().watermarks([(t, int(p)) for t, parts in end.items() for p in parts])
             lag = {f"{t}/{p}": max(0, marks[(t, int(p))][1] - int(o)) for t, parts in end.items() for p, o in parts.items()}
         except Exception:
             log.warning("micro-batch %s: the Kafka lag could not be read", batch_id, exc_info=True)
@@ -100,6 +96,29 @@ class MicroBatchWriter(BatchWriter):
         for place, n in lag.items():
             self.metrics.source_lag.labels(*place.rsplit("/", 1)).set(n)
         return lag
+
+    def _brokers_client(self):
+        from laketide.spark.kafka_source import Brokers
+
+        if self._brokers is None:
+            self._brokers = Brokers(kafka_client(self.config.source.kafka))
+        return self._brokers
+
+    def _first_kafka_records(self, batch_id: int) -> int | None:
+        """At most how many offsets the query's first Kafka micro-batch spans, whose start the checkpoint does not
+        log: ``max_offsets_per_trigger`` (the cap gives each partition with a backlog at least one, so a few more at
+        most), else its end offsets less the brokers' earliest. Without it the first micro-batch of every new job
+        went to Spark's tasks, a few seconds more however few its records. ``None`` when unknown."""
+        cap = self.config.source.kafka.max_offsets_per_trigger
+        if cap:
+            return cap
+        try:
+            end = source_offsets(self.config.stream.checkpoint, batch_id, self.config.storage.io_options) or {}
+            marks = self._brokers_client().watermarks([(t, int(p)) for t, parts in end.items() for p in parts])
+        except Exception:
+            log.warning("micro-batch %s: the brokers' earliest offsets could not be read", batch_id, exc_info=True)
+            return None
+        return sum(max(0, int(o) - marks[(t, int(p))][0]) for t, parts in end.items() for p, o in parts.items()) if end else None
 
     def close(self) -> None:
         if self._brokers is not None:
@@ -198,6 +217,8 @@ class MicroBatchWriter(BatchWriter):
             landed = df.toArrow()
         elif source.format == "kafka":
             records = kafka_records(self.config.stream.checkpoint, batch_id, self.config.storage.io_options)
+            if records is None:
+                records = self._first_kafka_records(batch_id)
             if records is None or records * KAFKA_RECORD_BYTES > self.config.write.driver_batch_bytes:
                 return None
             landed = df.toArrow()
