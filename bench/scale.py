@@ -10,6 +10,8 @@ hudi-rs and compared with the expected (key, ts) of every row are reported.
 
     python bench/scale.py                                  # 1M and 100M keys, 10 batches of 100,000
     python bench/scale.py --sizes 1000000,10000000 --batches 5
+    # the 1M-key table cut into as many file groups as the 100M one holds (80): keys against file groups
+    python bench/scale.py --sizes 1000000 --conf write.target_file_size=1311KB --conf write.small_file_limit=1024KB
 """
 
 from __future__ import annotations
@@ -73,10 +75,10 @@ def _write(landing: Path, n: int, rows: pa.Table) -> None:
     os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
 
 
-def _job(workdir: Path, extra: tuple[str, ...]) -> list:
+def _job(workdir: Path, extra: tuple[str, ...], conf: list[str]) -> list:
     from laketide.spark.job import run
 
-    config = laketide_config(workdir / "table", workdir / "checkpoint", workdir / "landing", 4, ("table.type=MERGE_ON_READ", *extra))
+    config = laketide_config(workdir / "table", workdir / "checkpoint", workdir / "landing", 4, ("table.type=MERGE_ON_READ", *conf, *extra))
     reports = []
     run(config, on_ready=lambda job: job.writer.observers.append(reports.append))
     return [r for r in reports if not r.skipped]
@@ -130,13 +132,13 @@ def run_size(workdir: Path, keys: int, args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     files = land_load(landing, keys, args.load_file_rows)
     # the load: bulk insert, several files a micro-batch, on the driver
-    load = _job(workdir, ("write.operation=bulk_insert", "write.driver_batch_bytes=4GB", f"source.max_files_per_trigger={args.load_files_per_batch}"))
+    load = _job(workdir, ("write.operation=bulk_insert", "write.driver_batch_bytes=4GB", f"source.max_files_per_trigger={args.load_files_per_batch}"), args.conf)
     load_seconds = time.perf_counter() - started
     # the expected state waits on disk while the job runs, so the peak RSS is the job's
     np.save(workdir / "expected.npy", land_upserts(landing, files, keys, args.batches, args.batch_rows, args.seed))
     with PeakRss() as rss:
         # compaction left to `laketide compact`: the batches measure ingestion, whose index work is the point
-        reports = _job(workdir, ("compaction.mode=off",))
+        reports = _job(workdir, ("compaction.mode=off",), args.conf)
     index_memory = index_bytes_in_memory(workdir / "table")
     index_disk = sum(f.stat().st_size for f in (workdir / "table" / ".hoodie" / ".laketide" / "index").rglob("*.arrow"))
     expected = np.load(workdir / "expected.npy")
@@ -167,6 +169,7 @@ def main() -> None:
     parser.add_argument("--load-files-per-batch", type=int, default=5)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", default="bench/results/scale.json")
+    parser.add_argument("--conf", action="append", default=[], help="a job setting for both jobs (key=value), repeatable")
     parser.add_argument("--keep", action="store_true", help="keep each size's landing files and table, and print where")
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)  # one size, in its own process
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
