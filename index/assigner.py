@@ -132,12 +132,16 @@ def dedupe(rows: pa.Table, hashes: np.ndarray, ordering_field: str | None, globa
 
 def first_of_each_key(ordered: pa.Table, global_keys: bool) -> np.ndarray:
     """Where each run of one (partition, key), or of one key when keys are global, starts in rows sorted by them."""
-    n = ordered.num_rows
+    return first_of_each_run(ordered, [RECORD_KEY] if global_keys else [RECORD_KEY, PARTITION])
+
+
+def first_of_each_run(rows: pa.Table, columns: list[str]) -> np.ndarray:
+    """Which rows start a run of equal values of ``columns`` (each compared with the row before)."""
+    n = rows.num_rows
     first = np.ones(n, dtype=bool)
     if n < 2:
         return first
-    columns = [RECORD_KEY] if global_keys else [RECORD_KEY, PARTITION]
-    changed = [pc.not_equal(c.slice(1), c.slice(0, n - 1)) for c in (ordered[name].combine_chunks() for name in columns)]
+    changed = [pc.not_equal(c.slice(1), c.slice(0, n - 1)) for c in (rows[name].combine_chunks() for name in columns)]
     first[1:] = (changed[0] if len(changed) == 1 else pc.or_(*changed)).to_numpy(zero_copy_only=False)
     return first
 
