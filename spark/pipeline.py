@@ -87,8 +87,7 @@ class MicroBatchWriter(BatchWriter):
         """Per topic-partition, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.
         Only for reporting: a failure to ask is logged, and the lag left out."""
         try:
-            end = source_offsets(self.config.stream.checkpoint, batch_id, self.config.storage.io_options) or {}
-            marks = self._brokers_client().watermarks([(t, int(p)) for t, parts in end.items() for p in parts])
+            end, marks = self._end_and_watermarks(batch_id)
             lag = {f"{t}/{p}": max(0, marks[(t, int(p))][1] - int(o)) for t, parts in end.items() for p, o in parts.items()}
         except Exception:
             log.warning("micro-batch %s: the Kafka lag could not be read", batch_id, exc_info=True)
@@ -97,12 +96,14 @@ class MicroBatchWriter(BatchWriter):
             self.metrics.source_lag.labels(*place.rsplit("/", 1)).set(n)
         return lag
 
-    def _brokers_client(self):
+    def _end_and_watermarks(self, batch_id: int) -> tuple[dict, dict[tuple[str, int], tuple[int, int]]]:
+        """The micro-batch's end offsets (from the checkpoint) and the brokers' (earliest, newest) of each partition."""
         from laketide.spark.kafka_source import Brokers
 
+        end = source_offsets(self.config.stream.checkpoint, batch_id, self.config.storage.io_options) or {}
         if self._brokers is None:
             self._brokers = Brokers(kafka_client(self.config.source.kafka))
-        return self._brokers
+        return end, self._brokers.watermarks([(t, int(p)) for t, parts in end.items() for p in parts])
 
     def _first_kafka_records(self, batch_id: int) -> int | None:
         """At most how many offsets the query's first Kafka micro-batch spans, whose start the checkpoint does not
@@ -113,8 +114,7 @@ class MicroBatchWriter(BatchWriter):
         if cap:
             return cap
         try:
-            end = source_offsets(self.config.stream.checkpoint, batch_id, self.config.storage.io_options) or {}
-            marks = self._brokers_client().watermarks([(t, int(p)) for t, parts in end.items() for p in parts])
+            end, marks = self._end_and_watermarks(batch_id)
         except Exception:
             log.warning("micro-batch %s: the brokers' earliest offsets could not be read", batch_id, exc_info=True)
             return None

@@ -251,8 +251,9 @@ def file_group_order(rows: pa.Table) -> np.ndarray:
     return partition_rank[partitions.indices.to_numpy()] * (len(file_rank) + 1) + file_rank[file_ids.indices.to_numpy()]
 
 
-def _by_file_group(rows: pa.Table) -> tuple[pa.Table, np.ndarray]:
-    """Rows with each file group's rows together, in the order they came, and where each group starts.
+def _by_file_group(rows: pa.Table) -> tuple[pa.Table, np.ndarray, list[tuple[str, str]]]:
+    """Rows with each file group's rows together, in the order they came, where each group starts, and
+    each group's (partition, file id).
     Rows that come so (the driver's write workers order their slot as they take it, ``slot_rows``) are not
     copied, and only compared with their neighbours: ranking both string columns again to check took a
     twentieth of a merge-on-read write. Others (a task's parts from several assign tasks) are ordered by
@@ -260,13 +261,18 @@ def _by_file_group(rows: pa.Table) -> tuple[pa.Table, np.ndarray]:
     whatever its order), so only those are, group by group: sorting every row by its string key took a
     sixth of a merge-on-read write."""
     starts = np.flatnonzero(first_of_each_run(rows, [PARTITION, FILE_ID]))
+    groups = _groups_at(rows, starts)
+    if len(set(groups)) == len(groups):
+        return rows, starts, groups  # every group is one run
+    order = np.argsort(file_group_order(rows), kind="stable")
+    rows = rows.take(pa.array(order))
+    starts = np.flatnonzero(first_of_each_run(rows, [PARTITION, FILE_ID]))
+    return rows, starts, _groups_at(rows, starts)
+
+
+def _groups_at(rows: pa.Table, starts: np.ndarray) -> list[tuple[str, str]]:
     at = pa.array(starts)
-    if len(set(zip(rows[PARTITION].take(at).to_pylist(), rows[FILE_ID].take(at).to_pylist()))) == len(starts):
-        return rows, starts  # every group is one run
-    group = file_group_order(rows)
-    order = np.argsort(group, kind="stable")
-    group = group[order]
-    return rows.take(pa.array(order)), np.flatnonzero(np.diff(group, prepend=-1))
+    return list(zip(rows[PARTITION].take(at).to_pylist(), rows[FILE_ID].take(at).to_pylist()))
 
 
 def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None) -> Iterator[pa.RecordBatch]:
@@ -278,10 +284,8 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
     markers = WriteMarkers(io, plan.instant)
     if WRITE_SLOT in rows.column_names:
         rows = rows.drop_columns([WRITE_SLOT])
-    rows, starts = _by_file_group(rows)
+    rows, starts, groups = _by_file_group(rows)
     ends = np.append(starts[1:], rows.num_rows)
-    at = pa.array(starts)
-    groups = zip(rows[PARTITION].take(at).to_pylist(), rows[FILE_ID].take(at).to_pylist())
     statuses = []
     seqno = 0
     ensured: set[str] = set()
