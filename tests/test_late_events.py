@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from conftest import hudi_read, rows
@@ -55,3 +57,31 @@ def test_late_updates_and_deletes_are_counted_and_lose_to_the_stored_row(tmp_pat
     counts = [tuple(int(g) for g in m.groups()[2:]) for m in LINE.finditer(done.stderr)]
     assert counts == COUNTS, done.stderr[-3000:]
     assert rows(hudi_read(ops.path), "id", DATA_COLUMNS) == _expected()
+
+
+@pytest.mark.parametrize("kind", [pa.int64(), pa.string(), pa.timestamp("us", "UTC"), pa.date32(), pa.float64()], ids=str)
+def test_a_tasks_ordering_spans_match_each_groups_own(kind):
+    """The lowest ordering value among existing keys and the highest among upserts, taken for every file
+    group of a write task at once (``ordering_spans``), are what each group's own records give."""
+    from laketide.index.columns import EXISTED
+    from laketide.table.schema import IS_DELETED
+    from laketide.writer.log_writer import OrderingSpan, ordering_spans
+
+    rng = np.random.default_rng(3)
+    n = 500
+    values = pa.array(rng.integers(0, 10_000, n)).cast(pa.int64())
+    values = pa.array([None if i % 17 == 0 else v for i, v in enumerate(values.to_pylist())], pa.int64())
+    typed = values.cast(pa.int32()).cast(kind) if kind == pa.date32() else values.cast(kind)
+    existed = pa.array([None if i % 11 == 0 else bool(b) for i, b in enumerate(rng.random(n) < 0.5)])
+    deleted = pa.array(rng.random(n) < 0.2)
+    # group 3 holds only new keys, group 4 only deletes: each lacks one of the two values
+    starts = np.array([0, 40, 41, 200, 260, 300])
+    existed = pa.array([False if 200 <= i < 260 else v for i, v in enumerate(existed.to_pylist())])
+    deleted = pa.array([True if 260 <= i < 300 else v for i, v in enumerate(deleted.to_pylist())])
+    rows = pa.table({"ts": typed, EXISTED: existed, IS_DELETED: deleted})
+    spans = ordering_spans(rows, starts, "ts", typed.type)
+    ends = np.append(starts[1:], n)
+    for span, start, end in zip(spans, starts, ends):
+        own = OrderingSpan.of(rows.slice(start, end - start), "ts", typed.type)
+        assert (span.lowest.as_py(), span.highest.as_py()) == (own.lowest.as_py(), own.highest.as_py())
+    assert not spans[3].lowest.is_valid and not spans[4].highest.is_valid

@@ -15,7 +15,7 @@ from laketide.table.io import FileIO
 from laketide.table.markers import CREATE, WriteMarkers
 from laketide.table.schema import IS_DELETED, RECORD_KEY
 from laketide.writer.base_file import ensure_partition_metadata
-from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
+from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
 from laketide.writer.stages import STATUS_SCHEMA, BatchPlan, WriteStatus, repeated, write_entries
 
 
@@ -49,7 +49,8 @@ class _BulkFiles:
         self.ensured: set[str] = set()  # partitions whose metadata file is known to be there
         self.open: dict[str, BucketWriter] = {}
         self.opened = 0
-        self.seqno = 0
+        # one count for the task, however many files are open: seqnos stay unique in the instant
+        self.seqnos = SequenceNumbers(plan.instant, task)
         self.statuses: list[dict] = []
         # the keys written, and their partition and file group: index entries at the end
         self.keys: list[pa.Array] = []
@@ -64,7 +65,7 @@ class _BulkFiles:
         ensure_partition_metadata(self.io, partition, self.plan.instant, self.plan.partition_depth, self.ensured)
         writer = BucketWriter(
             self.io, FileGroupTarget(partition, file_id), self.plan.instant, self.task, self.plan.table_schema, self.plan.avro_schema,
-            self.plan.bloom, token=self.token, dictionary=self.plan.dictionary, compression=self.plan.compression,
+            self.plan.bloom, token=self.token, seqnos=self.seqnos, dictionary=self.plan.dictionary, compression=self.plan.compression,
         )
         self.markers.create(writer.new_file.path, CREATE)
         writer.start(keys=keys)
@@ -78,10 +79,7 @@ class _BulkFiles:
         while rows.num_rows:
             writer = self.open.get(partition) or self.open.setdefault(partition, self._new_writer(partition, rows.num_rows))
             part = rows.slice(0, max(1, self._room(writer)))
-            # one count for the task, however many files are open: seqnos stay unique in the instant
-            writer.counts.seqno = self.seqno
             writer.append_inserts(part)
-            self.seqno = writer.counts.seqno
             self.keys.append(part[RECORD_KEY].combine_chunks())
             self.partitions.append(repeated(partition, part.num_rows))
             self.file_ids.append(repeated(writer.target.file_id, part.num_rows))

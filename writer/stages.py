@@ -49,8 +49,8 @@ from laketide.table.markers import CREATE, MERGE, WriteMarkers
 from laketide.table.schema import IS_DELETED, RECORD_KEY, with_meta_schema
 from laketide.table.slice_reader import log_file_keys
 from laketide.writer.base_file import ensure_partition_metadata
-from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
-from laketide.writer.log_writer import LogTarget, LogWriter
+from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
+from laketide.writer.log_writer import LogTarget, LogWriter, OrderingSpan, ordering_spans
 from laketide.writer.slots import split_by
 
 # a write status as it travels from a task: its write stat as Hudi's JSON, then the file group and late records
@@ -275,6 +275,14 @@ def _groups_at(rows: pa.Table, starts: np.ndarray) -> list[tuple[str, str]]:
     return list(zip(rows[PARTITION].take(at).to_pylist(), rows[FILE_ID].take(at).to_pylist()))
 
 
+def _ordering_spans(plan: BatchPlan, rows: pa.Table, starts: np.ndarray, log_schema: pa.Schema) -> list[OrderingSpan] | None:
+    """Each file group's ``OrderingSpan`` when a merge-on-read task logs under event-time ordering."""
+    field = plan.ordering_field
+    if plan.log_targets is None or field is None or field not in rows.column_names:
+        return None
+    return ordering_spans(rows, starts, field, log_schema.field(field).type)
+
+
 def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None) -> Iterator[pa.RecordBatch]:
     """Write the file groups of one task; ``token`` names this task attempt in its file names."""
     rows = _concat(batches)
@@ -287,37 +295,38 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
     rows, starts, groups = _by_file_group(rows)
     ends = np.append(starts[1:], rows.num_rows)
     statuses = []
-    seqno = 0
+    seqnos = SequenceNumbers(plan.instant, task)
     ensured: set[str] = set()
     dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
     log_schema = with_meta_schema(plan.table_schema)
-    for (partition, file_id), start, end in zip(groups, starts, ends):
+    spans = _ordering_spans(plan, rows, starts, log_schema)
+    for at, ((partition, file_id), start, end) in enumerate(zip(groups, starts, ends)):
         incoming = rows.slice(start, end - start).drop_columns([PARTITION, FILE_ID])
         ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth, ensured)
         log_target = plan.log_targets.get((partition, file_id)) if plan.log_targets is not None else None
         if log_target is not None:
             writer = LogWriter(
                 io, log_target, plan.instant, task, log_schema, plan.avro_schema,
-                token or write_token(task), plan.ordering_field, first_seqno=seqno, dictionary=dictionary, compression=plan.log_compression,
+                token or write_token(task), plan.ordering_field, seqnos=seqnos, dictionary=dictionary, compression=plan.log_compression,
             )
-            incoming, late = writer.drop_late(incoming)
+            span = spans[at] if spans else None
+            incoming, late = writer.drop_late(incoming, span)
             if incoming.num_rows:
                 markers.create(writer.log_file.path, CREATE)
-                stat = writer.write(incoming, incoming[EXISTED])
+                stat = writer.write(incoming, incoming[EXISTED], span.highest if span else None)
             else:
                 stat = None  # every record was late: no log file, only the count
-            seqno = writer.seqno
         else:
             current = plan.current.get((partition, file_id))
             base = BaseFile.parse(partition, current) if current else None
             incoming = incoming.sort_by(RECORD_KEY)  # a base file is sorted by key: merges stream it
             bucket = BucketWriter(
                 io, FileGroupTarget(partition, file_id, base), plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom,
-                plan.ordering_field, token, first_seqno=seqno, dictionary=dictionary, compression=plan.compression,
+                plan.ordering_field, token, seqnos=seqnos, dictionary=dictionary, compression=plan.compression,
             )
             markers.create(bucket.new_file.path, MERGE if base else CREATE)
             stat = bucket.write(incoming)
-            seqno, late = bucket.counts.seqno, bucket.counts.late
+            late = bucket.counts.late
         if (partition, file_id) in plan.uncovered:
             # a new base file holds the whole group; a log file adds to its slice
             written = [*(log_target.slice_paths if log_target else []), *([stat.path] if stat else [])]
