@@ -36,6 +36,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+from measure import settle_disk  # noqa: E402
 from upsert_bench import SHAPES, land, make_workload, print_table, write_results  # noqa: E402
 
 ALL_ENGINES = "laketide-cow,laketide-mor,delta-rs,ducklake,pypaimon,pyiceberg"
@@ -60,6 +61,7 @@ def spawn(engine: str, workdir: Path, args: argparse.Namespace) -> dict:
     command = [python, str(BENCH / "peers.py"), "--engine", engine, "--workdir", str(workdir), "--shape", args.shape]
     if engine == "pyiceberg":
         command += ["--max-batches", str(args.iceberg_batches)]
+    settle_disk()
     done = subprocess.run(command, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, capture_output=True, text=True)
     out = workdir / f"result-{engine}.json"
     if done.returncode or not out.exists():

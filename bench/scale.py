@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from measure import PeakRss  # noqa: E402
+from measure import PeakRss, settle_disk  # noqa: E402
 from upsert_bench import NARROW, laketide_config, print_table, write_results  # noqa: E402
 
 
@@ -131,11 +131,13 @@ def run_size(workdir: Path, keys: int, args: argparse.Namespace) -> dict:
     landing.mkdir(parents=True)
     started = time.perf_counter()
     files = land_load(landing, keys, args.load_file_rows)
+    settle_disk()
     # the load: bulk insert, several files a micro-batch, on the driver
     load = _job(workdir, ("write.operation=bulk_insert", "write.driver_batch_bytes=4GB", f"source.max_files_per_trigger={args.load_files_per_batch}"), args.conf)
     load_seconds = time.perf_counter() - started
     # the expected state waits on disk while the job runs, so the peak RSS is the job's
     np.save(workdir / "expected.npy", land_upserts(landing, files, keys, args.batches, args.batch_rows, args.seed))
+    settle_disk()  # the load's files written back, as a job that has run a while finds its disk
     with PeakRss() as rss:
         # compaction left to `laketide compact`: the batches measure ingestion, whose index work is the point
         reports = _job(workdir, ("compaction.mode=off",), args.conf)

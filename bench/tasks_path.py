@@ -26,6 +26,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+from measure import settle_disk  # noqa: E402
 from upsert_bench import SHAPES, expected_state, land, make_workload, print_table, run_laketide, write_results  # noqa: E402
 
 PATHS = {"tasks": "write.driver_batch_bytes=0", "driver": "write.driver_batch_bytes=16GiB"}
@@ -65,6 +66,7 @@ def main() -> None:
         for path in PATHS:
             command = [sys.executable, __file__, "--path", path, "--workdir", str(workdir), "--rows", str(args.rows), "--batches", str(args.batches),
                        "--table-type", args.table_type, "--seed", str(args.seed)]
+            settle_disk()
             subprocess.run(command, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, check=True, capture_output=True)
             results[path] = result = json.loads((workdir / f"result-{path}.json").read_text())
             rows.append({"path": path, "load s": round(result["load_seconds"], 2), "median batch s": round(statistics.median(result["batch_seconds"]), 2),
