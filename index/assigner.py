@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.bloom import BloomFilter, KeyRange
-from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EXISTED, FILE_ID, PARTITION
+from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EXISTED, FILE_ID, PARTITION, flag_mask
 from laketide.index.shard_run import ShardRun
 from laketide.index.state import index_entries, index_keys
 from laketide.table.schema import IS_DELETED, RECORD_KEY
@@ -237,7 +237,7 @@ class BucketAssigner:
         partitions = rows[PARTITION].combine_chunks().dictionary_encode()
         # each row's partition as a code into ``names``
         partition_codes, names = partitions.indices.to_numpy(zero_copy_only=False), partitions.dictionary.to_pylist()
-        deleted = pc.fill_null(rows[IS_DELETED], False).to_numpy(zero_copy_only=False) if IS_DELETED in rows.column_names else np.zeros(n, bool)
+        deleted = flag_mask(rows, IS_DELETED)
         groups = _GroupTable(self.run.groups)
         # the code (in ``groups``) of the file group each key is stored in now, -1 for a key the table does not have
         located = np.full(n, -1, np.int32)

@@ -15,7 +15,9 @@ A write task then answers one write status per file group it wrote (``writer.sta
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from laketide.table.schema import IS_DELETED, RECORD_KEY
 
 # -- landed
@@ -59,6 +61,17 @@ WRITE_SLOT = "_lt_write_slot"  # the write task of the record's file group (``wr
 # a row's position among the rows the assign stage was handed: it routes narrow columns, and the write
 # stage's rows are taken whole by it (``writer.stages.routed_rows``)
 ROW = "_lt_row"
+
+
+def as_mask(flags: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A boolean column as a numpy mask, null as false. Without nulls, no ``fill_null``: its call was a
+    tenth of a millisecond, per file group of each micro-batch."""
+    return (pc.fill_null(flags, False) if flags.null_count else flags).to_numpy(zero_copy_only=False)
+
+
+def flag_mask(rows: pa.Table, name: str) -> np.ndarray:
+    """Column ``name`` of ``rows`` as a mask (``as_mask``); all false where ``rows`` lack it."""
+    return as_mask(rows[name]) if name in rows.column_names else np.zeros(rows.num_rows, bool)
 
 
 def assigned_schema(records: pa.Schema, global_keys: bool) -> pa.Schema:

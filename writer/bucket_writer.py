@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.bloom import BloomSpec
+from laketide.index.columns import flag_mask
 from laketide.table.commit import NULL_COMMIT, WriteStat
 from laketide.table.encoding import BASE_FILE_CODEC
 from laketide.table.files import BaseFile, write_token
@@ -180,7 +181,7 @@ class BucketWriter:
         if incoming.num_rows == 0:
             return self._keep_old(old), None
         existed = at >= 0
-        deleted = pc.fill_null(incoming[IS_DELETED], False).to_numpy(zero_copy_only=False) if IS_DELETED in incoming.column_names else np.zeros(incoming.num_rows, bool)
+        deleted = flag_mask(incoming, IS_DELETED)
         inserting = ~deleted & ~existed
         self.counts.deletes += int((deleted & existed).sum())
         self.counts.updates += int((~deleted & existed).sum())

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import EXISTED
+from laketide.index.columns import EXISTED, as_mask, flag_mask
 from laketide.table.commit import WriteStat
 from laketide.table.encoding import LOG_BLOCK_CODEC
 from laketide.table.files import LogFile, log_write_token
@@ -150,9 +150,7 @@ class LogWriter:
     def write(self, incoming: pa.Table, existed: pa.Array, highest: pa.Scalar | None = None) -> WriteStat:
         """Append ``incoming`` (one row per key); ``existed`` tells which keys the group already holds.
         ``highest``: an upper bound of the upserts' ordering values, when the caller has it (``OrderingSpan``)."""
-        n = incoming.num_rows
-        deleted = pc.fill_null(incoming[IS_DELETED], False).to_numpy(zero_copy_only=False) if IS_DELETED in incoming.column_names else np.zeros(n, bool)
-        existed = pc.fill_null(existed, False).to_numpy(zero_copy_only=False)
+        deleted, existed = flag_mask(incoming, IS_DELETED), as_mask(existed)
         if deleted.any():
             upserts, deletes = incoming.filter(pa.array(~deleted)), incoming.filter(pa.array(deleted))
         else:  # the common case: no copy
