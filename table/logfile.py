@@ -179,9 +179,10 @@ def parquet_data_block(
     ``ordering_field`` gets statistics too: a writer bounds a log's ordering values from its footers.
     """
     sink = io.BytesIO()
-    encoded = [c for c in dictionary if c in rows.column_names] if dictionary is not None else dictionary_columns(rows)
+    names = set(rows.column_names)  # once: the property builds a new list at every call
+    encoded = [c for c in dictionary if c in names] if dictionary is not None else dictionary_columns(rows)
     # statistics for the key only: a block is read whole, and computing every column's took a sixth of its write
-    statistics = [RECORD_KEY] + ([ordering_field] if ordering_field in rows.column_names else [])
+    statistics = [RECORD_KEY] + ([ordering_field] if ordering_field in names else [])
     pq.write_table(rows, sink, compression=compression, store_schema=False, use_dictionary=encoded, write_statistics=statistics)
     return LogBlock(BlockType.PARQUET_DATA_BLOCK, header, sink.getvalue())
 

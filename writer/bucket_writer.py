@@ -53,12 +53,14 @@ class _Counts:
 def conform(rows: pa.Table, schema: pa.Schema, meta: dict[str, pa.Array]) -> pa.Table:
     """``rows`` in ``schema``'s column order and types: ``meta`` columns first, missing columns null."""
     n = rows.num_rows
+    # by name, once: ``Table.column_names`` builds a new list at every call, which per field per file was most of this
+    columns = dict(zip(rows.column_names, rows.columns))
     arrays = []
     for field in schema:
         if field.name in meta:
             arrays.append(meta[field.name])
-        elif field.name in rows.column_names:
-            column = rows[field.name]
+        elif field.name in columns:
+            column = columns[field.name]
             arrays.append(column if column.type == field.type else column.cast(field.type))
         else:
             arrays.append(pa.nulls(n, field.type))
