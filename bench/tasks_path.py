@@ -42,7 +42,8 @@ def run_path(args: argparse.Namespace) -> None:
     run_dir = workdir / args.path
     run_dir.mkdir()
     result = run_laketide(run_dir, workdir / "landing", expected_state(workload(args)), 4, args.table_type, 1, SHAPES["wide"], extra=(PATHS[args.path],))
-    summary = {"load_seconds": result.load_seconds, "batch_seconds": result.batch_seconds, "peak_rss_mb": result.peak_rss_mb, "verified": result.verified}
+    summary = {"load_seconds": result.load_seconds, "batch_seconds": result.batch_seconds, "peak_rss_mb": result.peak_rss_mb, "verified": result.verified,
+               "median_steps": result.median_stages()}
     (workdir / f"result-{args.path}.json").write_text(json.dumps(summary))
 
 
@@ -70,14 +71,17 @@ def main() -> None:
             subprocess.run(command, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, check=True, capture_output=True)
             results[path] = result = json.loads((workdir / f"result-{path}.json").read_text())
             rows.append({"path": path, "load s": round(result["load_seconds"], 2), "median batch s": round(statistics.median(result["batch_seconds"]), 2),
-                         "batches s": " ".join(f"{s:.2f}" for s in result["batch_seconds"]), "peak RSS MB": round(result["peak_rss_mb"]), "verified": result["verified"]})
+                         "batches s": " ".join(f"{s:.2f}" for s in result["batch_seconds"]), "peak RSS MB": round(result["peak_rss_mb"]), "verified": result["verified"],
+                         "median steps s": result["median_steps"]})
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     ratios = {
         "load tasks/driver": round(results["tasks"]["load_seconds"] / results["driver"]["load_seconds"], 2),
         "median batch tasks/driver": round(statistics.median(results["tasks"]["batch_seconds"]) / statistics.median(results["driver"]["batch_seconds"]), 2),
     }
-    print_table(rows, "ratios", ratios, width=16)
+    print_table([{k: v for k, v in r.items() if k != "median steps s"} for r in rows], "ratios", ratios, width=16)
+    for r in rows:
+        print(f"  {r['path']}: median seconds per step of an upsert: {r['median steps s']}")
     write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k not in ("path", "workdir")}, "results": rows, "ratios": ratios},
                   all(r["verified"] for r in rows))
 

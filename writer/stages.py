@@ -196,13 +196,15 @@ def routed_rows(rows: pa.Table, routing: pa.Table, out_schema: pa.Schema) -> pa.
 
 
 def assign(plan: BatchPlan, rows: pa.Table, out_schema: pa.Schema) -> list[tuple[int, pa.Table]]:
-    """The assign stage over whole prepared rows: ``route``, then the routed rows of each write slot, in
-    file-group order. The rows are taken once, by the routing split by slot (narrow columns only). A task
-    may hold none: every row of its shard went to quarantine."""
+    """The assign stage over whole prepared rows: ``route``, then the routed rows of each write slot. The rows
+    are taken once, by the routing split by slot (narrow columns only). They are not put in file-group order
+    here: a write task gets its slot's rows from every assign task, so it orders them itself
+    (``_by_file_group``); ordering each part first was a sixth of an assign task. A task may hold none:
+    every row of its shard went to quarantine."""
     if not rows.num_rows:
         return []
     routing = route(plan, routing_columns(rows, plan.assign.ordering_field))
-    return [(slot, slot_rows(rows, part, out_schema)) for slot, part in split_by(routing, routing[WRITE_SLOT].to_numpy())]
+    return [(slot, routed_rows(rows, part, out_schema)) for slot, part in split_by(routing, routing[WRITE_SLOT].to_numpy())]
 
 
 def slot_rows(rows: pa.Table, routing: pa.Table, out_schema: pa.Schema) -> pa.Table:
