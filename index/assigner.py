@@ -253,16 +253,9 @@ class BucketAssigner:
             new_entry[list(moves)] = True
         existed = located >= 0
 
-        # inserts, by partition and in key order: the small groups first, then new groups
         codes = located.copy()
         inserting = ~existed & ~deleted
-        keys = rows[RECORD_KEY].combine_chunks()
-        for k, partition in enumerate(names):
-            at = np.nonzero(inserting & (partition_codes == k))[0]
-            if len(at):
-                at = at[pc.sort_indices(keys.take(pa.array(at))).to_numpy()]
-                for file_id, positions in self._route(partition, keys.take(pa.array(at))):
-                    codes[at[positions]] = groups.code((partition, file_id))
+        self._route_inserts(rows[RECORD_KEY], np.nonzero(inserting)[0], partition_codes, names, groups, codes)
         new_entry |= inserting
 
         # deletes of keys the table never had have nowhere to go and nothing to do
@@ -338,6 +331,24 @@ class BucketAssigner:
             old = old.append_column(IS_DELETED, flag)
         old = old.append_column(FILE_ID, pa.array([f for _, f in moves.values()], pa.string()))
         return old.append_column(EXISTED, pa.repeat(pa.scalar(True), n))
+
+    def _route_inserts(
+        self, keys: pa.ChunkedArray, at: np.ndarray, partition_codes: np.ndarray, names: list[str], groups: _GroupTable, codes: np.ndarray
+    ) -> None:
+        """Set ``codes`` (file groups, in ``groups``) of the inserts at ``at``: by partition (in code order) and
+        in key order, the small groups first, then new groups (``_route``). One sort by (partition, key) for
+        all of them: a sort per partition was a sixth of a merge-on-read batch's routing."""
+        if not len(at):
+            return
+        inserted = keys.take(pa.array(at))
+        order = pc.sort_indices(pa.table({"p": partition_codes[at], "k": inserted}), sort_keys=[("p", "ascending"), ("k", "ascending")])
+        at, inserted = at[order.to_numpy()], inserted.take(order).combine_chunks()
+        in_order = partition_codes[at]
+        bounds = [0, *(np.flatnonzero(np.diff(in_order)) + 1), len(at)]
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            partition = names[in_order[start]]
+            for file_id, positions in self._route(partition, inserted.slice(start, end - start)):
+                codes[at[start:end][positions]] = groups.code((partition, file_id))
 
     def _route(self, partition: str, keys: pa.Array) -> Iterable[tuple[str, np.ndarray]]:
         """(file id, positions in ``keys``) for one partition's inserts, ``keys`` sorted: each key to the
