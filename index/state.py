@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 from laketide.index.hashing import hash64
 from laketide.index.shard_run import STORED_SCHEMA, FileGroupId, ShardRun
-from laketide.index.shard_cache import SHARDS
+from laketide.index.shard_cache import SHARDS, WRITTEN_RUN_ENTRIES, WRITTEN_RUNS
 from laketide.table.io import FileIO
 
 log = logging.getLogger(__name__)
@@ -212,25 +212,33 @@ class StateIndex:
         return run
 
     def _read_run(self, path: str) -> ShardRun:
+        written = WRITTEN_RUNS.pop((self.io.base_path, path))
+        if written is not None:
+            return written
         if self.io.is_local:
             with pa.memory_map(self.io.full_path(path)) as source:
                 return ShardRun.from_table(ipc.open_file(source).read_all())
         with self.io.open_input(path) as f:
             return ShardRun.from_table(ipc.open_file(f).read_all())
 
-    def _write_run(self, path: str, table: pa.Table) -> None:
+    def _write_run(self, path: str, table: pa.Table) -> pa.Table:
+        """Write ``table`` as the run at ``path``; returns it as stored."""
         schema = STORED_SCHEMA.with_metadata(table.schema.metadata)  # a sorted run says so (``ShardRun.from_table``)
+        stored = table.cast(schema)
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, schema) as writer:
-            writer.write_table(table.cast(schema))
+            writer.write_table(stored)
         self.io.write_atomic(path, sink.getvalue().to_pybytes(), overwrite=True)
+        return stored
 
     def write_delta(self, shard: int, instant: str, entries: pa.Table, part: int = 0) -> str | None:
         """Entries (key_hash, partition, file_id) one instant adds to one shard."""
         if entries.num_rows == 0:
             return None
         path = posixpath.join(self.shard_dir(shard), f"delta_{instant}_{part}.arrow")
-        self._write_run(path, entries)
+        stored = self._write_run(path, entries)
+        if stored.num_rows <= WRITTEN_RUN_ENTRIES:
+            WRITTEN_RUNS.put((self.io.base_path, path), ShardRun.from_table(stored))
         return path
 
     def write_coverage(self, instant: str, groups: Iterable[FileGroupId], uncovered: Iterable[FileGroupId] = (), uncover_all: bool = False) -> None:

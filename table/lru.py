@@ -34,6 +34,11 @@ class LruCache(Generic[V]):
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
 
+    def pop(self, key: Hashable) -> V | None:
+        """The entry of ``key``, removed; ``None`` when there is none."""
+        with self._lock:
+            return self._entries.pop(key, None)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)
