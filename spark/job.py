@@ -18,6 +18,7 @@ Threads of the job's process, and what each may touch (each shared object's docs
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import re
 import threading
@@ -70,6 +71,9 @@ def run(
     ``on_ready`` gets the running job once the lease is held and the table
     recovered, before the first micro-batch (the service starts its API there).
     """
+    # a crash in native code (librdkafka, Arrow, the JVM's bridge) leaves every thread's Python stack on stderr
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
     spark = spark_session(config.spark)
     spark.sparkContext.setLogLevel("WARN")
