@@ -33,7 +33,8 @@ SHARDS: ShardCache = ShardCache(64)
 # The delta runs this process wrote, by (table, run path), until its next micro-batch loads them
 # (``StateIndex.load_shard``), which then need not read back what it just wrote: a read per shard per
 # micro-batch, a GET each on an object store. A run an instant rolled back is never loaded, and goes
-# out of the map when newer runs come in; so does one another process loads (a Spark worker's). Only runs
-# of at most ``WRITTEN_RUN_ENTRIES`` are kept (about 0.8 MB each), so the map stays under about 50 MB.
+# out of the map when newer runs come in; so does one another process loads (a Spark worker's). Runs are
+# kept as written (16 bytes an entry) and made a ``ShardRun`` only when loaded, so one never loaded costs no
+# sort. Only runs of at most ``WRITTEN_RUN_ENTRIES`` are kept (1 MB each), so the map stays under 64 MB.
 WRITTEN_RUNS: LruCache = LruCache(64)
 WRITTEN_RUN_ENTRIES = 65_536

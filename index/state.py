@@ -214,7 +214,7 @@ class StateIndex:
     def _read_run(self, path: str) -> ShardRun:
         written = WRITTEN_RUNS.pop((self.io.base_path, path))
         if written is not None:
-            return written
+            return ShardRun.from_table(written)
         if self.io.is_local:
             with pa.memory_map(self.io.full_path(path)) as source:
                 return ShardRun.from_table(ipc.open_file(source).read_all())
@@ -238,7 +238,7 @@ class StateIndex:
         path = posixpath.join(self.shard_dir(shard), f"delta_{instant}_{part}.arrow")
         stored = self._write_run(path, entries)
         if stored.num_rows <= WRITTEN_RUN_ENTRIES:
-            WRITTEN_RUNS.put((self.io.base_path, path), ShardRun.from_table(stored))
+            WRITTEN_RUNS.put((self.io.base_path, path), stored)
         return path
 
     def write_coverage(self, instant: str, groups: Iterable[FileGroupId], uncovered: Iterable[FileGroupId] = (), uncover_all: bool = False) -> None:
