@@ -266,9 +266,11 @@ def _by_file_group(rows: pa.Table) -> tuple[pa.Table, np.ndarray, list[tuple[str
     groups = _groups_at(rows, starts)
     if len(set(groups)) == len(groups):
         return rows, starts, groups  # every group is one run
-    order = np.argsort(file_group_order(rows), kind="stable")
+    group = file_group_order(rows)
+    order = np.argsort(group, kind="stable")
     rows = rows.take(pa.array(order))
-    starts = np.flatnonzero(first_of_each_run(rows, [PARTITION, FILE_ID]))
+    # where the ordered codes change: the string columns need not be compared again
+    starts = np.flatnonzero(np.diff(group[order], prepend=-1))
     return rows, starts, _groups_at(rows, starts)
 
 
