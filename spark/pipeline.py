@@ -68,7 +68,8 @@ class MicroBatchWriter(BatchWriter):
         # the error that failed a micro-batch, as raised here: Spark hands the query's waiter only its text
         self.failure: BaseException | None = None
         self._brokers = None  # a Kafka source's client for the lag, made at the first micro-batch
-        self.shuffles = Shuffles(index.shards, config.write.parallelism, self.operation == "bulk_insert")
+        self.shuffles = Shuffles(index.shards, config.write.parallelism)
+        self._had_slices = False  # once the table had a file slice, micro-batches are not laid out for a bulk insert
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         # a service that failed too often in the background stops the job before it writes more
@@ -129,7 +130,7 @@ class MicroBatchWriter(BatchWriter):
         """The micro-batch prepared and packed in Spark's tasks: from Spark's rows of ``df``, or, given
         ``pieces`` of parquet landing files (``parquet_pieces``), from those read straight into Arrow,
         one piece a task, which skips Spark's reader and its conversion of every value to Arrow."""
-        spec, by_shard, options = self.spec, not self.shuffles.bulk, self.config.storage.io_options
+        spec, by_shard, options = self.spec, not self._bulk_inserted(), self.config.storage.io_options
 
         def packed(prepared: Iterator[pa.Table]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
@@ -162,7 +163,18 @@ class MicroBatchWriter(BatchWriter):
             # workers of their own, started (and their modules imported) on the first micro-batch
             listed = self.spark.createDataFrame(pa.Table.from_pylist([dict(zip(PIECE_FIELDS.names, piece)) for piece in pieces], PIECE_FIELDS))
             parts = listed.mapInArrow(self.clock.timed("prepare", prepare_pieces), PART_STRUCT)
-        return SparkBatch(self.shuffles.distributed(parts), self.shuffles, self.clock)
+        return SparkBatch(self.shuffles.distributed(parts, by_shard), self.shuffles, self.clock, by_shard)
+
+    def _bulk_inserted(self) -> bool:
+        """Whether the micro-batch will likely be bulk inserted: under ``bulk_insert``, or an upsert into a table
+        with no file slice (``plan.table_empty``), the first micro-batch of a new table. Its parts then skip the
+        shuffle by shard; should another writer fill the table before the plan, they are shuffled then."""
+        if self.operation == "bulk_insert":
+            return True
+        if self.operation != "upsert" or self._had_slices:
+            return False
+        self._had_slices = bool(self.views.view().latest_slices())
+        return not self._had_slices
 
     def _read(self, df: DataFrame, batch_id: int) -> LoadedBatch:
         """The prepared rows of the micro-batch, the columns of its records, and the landing files set aside.

@@ -56,28 +56,30 @@ def _good(rows: pa.Table) -> pa.Table:
 
 def pack_prepared(rows: pa.Table, by_shard: bool, task: int, global_keys: bool) -> Iterator[pa.RecordBatch]:
     """A prepare task's rows as parts: one per index shard (an upsert's assign tasks), or all for this
-    task with a sample of its good rows' range keys (a bulk insert, laid out by key range later)."""
-    if by_shard:
-        yield from pack_all(split_by(rows, rows[SHARD].to_numpy()))
-    else:
-        yield from pack(task, rows, ranges.sample(_good(rows), global_keys, seed=task))
+    task (a bulk insert, laid out by key range later). The first part carries a sample of the rows' range
+    keys either way: an upsert the plan finds to be into an empty table is bulk inserted too."""
+    sample = ranges.sample(_good(rows), global_keys, seed=task)
+    if not by_shard:
+        yield from pack(task, rows, sample)
+        return
+    for n, (shard, part) in enumerate(split_by(rows, rows[SHARD].to_numpy())):
+        yield from pack(shard, part, sample if n == 0 else ([], 0.0))
 
 
 class Shuffles:
     """Where a job's micro-batches send their parts: by index shard to assign, by write slot to write, by
     key range to bulk insert. Each route table makes a part's ``task`` the Spark partition it lands in."""
 
-    def __init__(self, shards: int, write_tasks: int, bulk: bool):
+    def __init__(self, shards: int, write_tasks: int):
         self.write_tasks = write_tasks
-        self.bulk = bulk
         self.shard_routes = hash_routes(shards)
         self.write_routes = hash_routes(write_tasks)
 
-    def distributed(self, parts: DataFrame) -> DataFrame:
-        """A prepare stage's parts, shuffled the way the operation's first writing stage reads them, in
-        the same pass as reading and preparing: by shard for an upsert or insert, not at all for a bulk
-        insert, whose key ranges are known only once every part's sample is."""
-        return parts if self.bulk else self.to_tasks(parts, self.shard_routes)
+    def distributed(self, parts: DataFrame, by_shard: bool) -> DataFrame:
+        """A prepare stage's parts, shuffled the way the first writing stage reads them, in the same pass as
+        reading and preparing: by shard to assign, or not at all for a bulk insert, whose key ranges are
+        known only once every part's sample is."""
+        return self.to_tasks(parts, self.shard_routes) if by_shard else parts
 
     @staticmethod
     def to_tasks(parts: DataFrame, routes: tuple[int, ...]) -> DataFrame:
@@ -89,12 +91,14 @@ class SparkBatch:
 
     ran_on = "tasks"
 
-    def __init__(self, parts: DataFrame, shuffles: Shuffles, clock: StageClock):
-        """A local checkpoint keeps the parts as they are. It is lazy, so collecting their counts is
+    def __init__(self, parts: DataFrame, shuffles: Shuffles, clock: StageClock, by_shard: bool):
+        """``parts`` are in the tasks of their index shard (``by_shard``), or where they were prepared.
+        A local checkpoint keeps the parts as they are. It is lazy, so collecting their counts is
         the job that computes and keeps them. Its blocks cannot be recomputed: losing an executor
         fails the micro-batch, which is rolled back, and the restarted query replays it."""
         self.parts = parts.localCheckpoint(eager=False)
         self.shuffles = shuffles
+        self.by_shard = by_shard
         self.clock = clock
         counts = self.parts.select("rows", "bad", "sample", "sample_weight").collect()
         self.records, self.bad_rows = sum(r["rows"] for r in counts), sum(r["bad"] for r in counts)
@@ -142,10 +146,21 @@ class SparkBatch:
                 return
             yield from pack_all(stages.assign(plan, _good(rows), assigned_arrow))
 
-        # the parts are already shuffled by shard (``Shuffles.distributed``)
-        assigned = self.parts.mapInArrow(self.clock.timed("assign", assign_task), PART_STRUCT)
+        assigned = self._by_shard().mapInArrow(self.clock.timed("assign", assign_task), PART_STRUCT)
         writing = self.clock.timed("write", _in_task_attempt(_write, plan))
         return _statuses(Shuffles.to_tasks(assigned, self.shuffles.write_routes).mapInArrow(writing, STATUS_STRUCT))
+
+    def _by_shard(self) -> DataFrame:
+        """The parts in the tasks of their index shard: as they were prepared (``Shuffles.distributed``), or,
+        when they were laid out for a bulk insert that the plan did not make, cut by shard and shuffled now."""
+        if self.by_shard:
+            return self.parts
+
+        def cut_by_shard(batches):
+            for rows in unpack(batches):
+                yield from pack_all(split_by(rows, rows[SHARD].to_numpy()))
+
+        return Shuffles.to_tasks(self.parts.mapInArrow(cut_by_shard, PART_STRUCT), self.shuffles.shard_routes)
 
     def bulk_insert(self, plan: stages.BatchPlan) -> list[stages.WriteStatus]:
         """Each write task takes one key range of the micro-batch (``writer.ranges``) and writes it, sorted

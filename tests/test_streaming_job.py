@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import posixpath
+
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from laketide.spark.job import run
+from laketide.spark.pipeline import MicroBatchWriter
+from laketide.table import Table
+from laketide.table.files import parse_data_file
 
 from conftest import hudi_read, rows
 from streaming import BAD_ROWS, BATCHES, DATA_COLUMNS, expected_after, job_config, land_all
@@ -44,6 +49,16 @@ def test_each_file_was_one_micro_batch_with_progress(job_run):
     # the first micro-batch loads an empty table: nothing to look up, so no assign stage (written as a bulk insert)
     assert "assign_tasks" not in reports[0].stage_seconds
     assert all(r.stage_seconds["assign_tasks"] > 0 for r in reports[1:])
+
+
+def test_the_first_micro_batch_is_cut_into_key_ranges_over_the_write_tasks(job_run):
+    """Two partitions (eu, us) in a load written by two write tasks: each task takes one range of
+    (partition, key), so both wrote files (had no part carried a sample of its keys, one task took all)."""
+    root, _ = job_run
+    timeline = Table.open(str(root / "table")).timeline
+    first = timeline.completed_writes()[0]
+    tasks = {parse_data_file(*posixpath.split(s.path)).write_token.split("-")[0] for s in timeline.commit_metadata(first).write_stats()}
+    assert tasks == {"0", "1"}
 
 
 def test_bad_rows_are_quarantined_with_reasons(job_run):
@@ -84,8 +99,6 @@ def test_lost_checkpoint_does_not_duplicate(job_run, tmp_path):
 
 def test_time_travel_by_a_readable_timestamp(job_run):
     root, _ = job_run
-    from laketide.table import Table
-
     table = Table.open(str(root / "table"))
     first = table.timeline.completed_writes()[0].timestamp
     readable = f"{first[:4]}-{first[4:6]}-{first[6:8]} {first[8:10]}:{first[10:12]}:{first[12:14]}.{first[14:]}"
@@ -93,3 +106,14 @@ def test_time_travel_by_a_readable_timestamp(job_run):
     assert then.num_rows == table.snapshot(as_of=first).num_rows == len(expected_after(BATCHES[:1]))
     with pytest.raises(ValueError, match="not a point in time"):
         table.snapshot(as_of="last tuesday")
+
+
+def test_parts_laid_out_for_a_bulk_insert_the_plan_did_not_make_are_shuffled_by_shard(spark, tmp_path, monkeypatch):
+    """The job lays out the first micro-batch of an empty table for a bulk insert, skipping the shuffle by
+    shard; should the table have filled by the plan (another writer), the parts are shuffled to assign
+    then. Here every micro-batch is laid out so."""
+    monkeypatch.setattr(MicroBatchWriter, "_bulk_inserted", lambda self: True)
+    land_all(tmp_path)
+    writer = run(job_config(tmp_path, write__driver_batch_bytes=0))
+    assert all(r.stage_seconds["assign_tasks"] > 0 for r in writer.status.recent[1:])
+    assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(BATCHES)
