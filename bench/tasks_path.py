@@ -7,6 +7,11 @@ another, in a process of its own, through the driver (a budget above the batch).
 back by hudi-rs and compared with the expected rows. Prints the medians and the tasks-over-driver ratios,
 and writes JSON.
 
+It also measures the floor of the tasks path on the same landing file, in a process of its own: Spark's tasks
+read the file's pieces into Arrow (``read_piece``), pack them as the job's Arrow parts, shuffle them once or
+twice and unpack them, doing nothing else. An upsert shuffles its rows twice (to the index shards, then to
+the write tasks) and a load once, so no tasks-path micro-batch of that file can take less.
+
     python bench/tasks_path.py                      # N=1,000,000, K=3, merge-on-read
     python bench/tasks_path.py --rows 200000 --table-type COPY_ON_WRITE
 """
@@ -21,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -30,6 +36,7 @@ from measure import settle_disk  # noqa: E402
 from upsert_bench import SHAPES, expected_state, land, make_workload, print_table, run_laketide, write_results  # noqa: E402
 
 PATHS = {"tasks": "write.driver_batch_bytes=0", "driver": "write.driver_batch_bytes=16GiB"}
+FLOOR_RUNS = 3  # each floor is the median of this many runs, after one that starts the Python workers
 
 
 def workload(args: argparse.Namespace):
@@ -47,6 +54,63 @@ def run_path(args: argparse.Namespace) -> None:
     (workdir / f"result-{args.path}.json").write_text(json.dumps(summary))
 
 
+def measure_floor(args: argparse.Namespace) -> None:
+    """In a process of its own: the seconds to move an upsert micro-batch's landing file through Spark's
+    tasks with one and with two shuffles of Arrow parts, and nothing else (``FLOOR_RUNS`` runs each)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import SparkSession
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from laketide.spark.arrow_parts import PART_SCHEMA, pack, unpack
+    from laketide.spark.routing import hash_routes
+    from laketide.spark.spark_batch import Shuffles
+    from laketide.writer.landing import parquet_pieces, read_piece
+    from laketide.table.io import FileIO
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers run this interpreter, as the job's do
+    workdir = Path(args.workdir)
+    path = str(sorted((workdir / "landing").glob("batch-*.parquet"))[1])
+    spark = (SparkSession.builder.master("local[2]").config("spark.driver.memory", "4g").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "4").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    declared = pq.read_schema(path)
+    pieces = parquet_pieces({path: FileIO.for_uri(path).entry("")}, declared, spark.sparkContext.defaultParallelism)
+    listed = spark.createDataFrame(pa.table({"piece": list(range(len(pieces)))}))
+    parts, routes = from_arrow_schema(PART_SCHEMA), hash_routes(4)
+
+    def read_and_pack(batches):
+        for b in batches:
+            for piece in b.column(0).to_pylist():
+                rows, _ = read_piece(pieces[piece], declared)
+                quarter = -(-rows.num_rows // 4)
+                for task in range(4):
+                    yield from pack(task, rows.slice(task * quarter, quarter))
+
+    def repack(batches):
+        for rows in unpack(batches):
+            yield from pack(rows.num_rows % 4, rows)
+
+    def count(batches):
+        yield pa.RecordBatch.from_pydict({"rows": [sum(t.num_rows for t in unpack(batches))]})
+
+    def once():
+        return Shuffles.to_tasks(listed.mapInArrow(read_and_pack, parts), routes)
+
+    def twice():
+        return Shuffles.to_tasks(once().mapInArrow(repack, parts), routes)
+
+    floors = {}
+    for name, shuffled in (("one shuffle", once), ("two shuffles", twice)):
+        seconds = []
+        for _ in range(FLOOR_RUNS + 1):
+            started = time.perf_counter()
+            total = sum(r["rows"] for r in shuffled().mapInArrow(count, "rows LONG").collect())
+            seconds.append(time.perf_counter() - started)
+        assert total == pq.read_metadata(path).num_rows
+        floors[name] = round(statistics.median(seconds[1:]), 2)
+    (workdir / "result-floor.json").write_text(json.dumps(floors))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -54,9 +118,11 @@ def main() -> None:
     parser.add_argument("--table-type", default="MERGE_ON_READ", choices=["MERGE_ON_READ", "COPY_ON_WRITE"])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", default=str(BENCH / "results" / "tasks_path.json"))
-    parser.add_argument("--path", choices=list(PATHS), help=argparse.SUPPRESS)
+    parser.add_argument("--path", choices=[*PATHS, "floor"], help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.path == "floor":
+        return measure_floor(args)
     if args.path:
         return run_path(args)
     workdir = Path(tempfile.mkdtemp(prefix="laketide-tasks-path-"))
@@ -73,17 +139,24 @@ def main() -> None:
             rows.append({"path": path, "load s": round(result["load_seconds"], 2), "median batch s": round(statistics.median(result["batch_seconds"]), 2),
                          "batches s": " ".join(f"{s:.2f}" for s in result["batch_seconds"]), "peak RSS MB": round(result["peak_rss_mb"]), "verified": result["verified"],
                          "median steps s": result["median_steps"]})
+        settle_disk()
+        subprocess.run([sys.executable, __file__, "--path", "floor", "--workdir", str(workdir)], env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+                       check=True, capture_output=True)
+        floor = json.loads((workdir / "result-floor.json").read_text())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     ratios = {
         "load tasks/driver": round(results["tasks"]["load_seconds"] / results["driver"]["load_seconds"], 2),
         "median batch tasks/driver": round(statistics.median(results["tasks"]["batch_seconds"]) / statistics.median(results["driver"]["batch_seconds"]), 2),
     }
+    driver = statistics.median(results["driver"]["batch_seconds"])
+    ratios.update({f"floor, {name} / driver median batch": round(seconds / driver, 2) for name, seconds in floor.items()})
     print_table([{k: v for k, v in r.items() if k != "median steps s"} for r in rows], "ratios", ratios, width=16)
     for r in rows:
         print(f"  {r['path']}: median seconds per step of an upsert: {r['median steps s']}")
-    write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k not in ("path", "workdir")}, "results": rows, "ratios": ratios},
-                  all(r["verified"] for r in rows))
+    print(f"  the floor of the tasks path, one upsert file moved through the tasks and nothing done: {floor} s")
+    write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k not in ("path", "workdir")}, "results": rows, "floor_seconds": floor,
+                             "ratios": ratios}, all(r["verified"] for r in rows))
 
 
 if __name__ == "__main__":
