@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.columns import KEY_HASH, PARTITION, RAW, REASON, SHARD
+from laketide.table.schema import RECORD_KEY
 from laketide.spark.arrow_parts import PART_SCHEMA, pack, pack_all, unpack, unpacked
 from laketide.spark.routing import hash_routes, routed
 from laketide.spark.stage_clock import StageClock
@@ -58,7 +59,8 @@ def pack_prepared(rows: pa.Table, by_shard: bool, task: int, global_keys: bool) 
     """A prepare task's rows as parts: one per index shard (an upsert's assign tasks), or all for this
     task (a bulk insert, laid out by key range later). The first part carries a sample of the rows' range
     keys either way: an upsert the plan finds to be into an empty table is bulk inserted too."""
-    sample = ranges.sample(_good(rows), global_keys, seed=task)
+    # sampled from the range key's columns: filtering out bad rows copies what it keeps
+    sample = ranges.sample(_good(rows.select([RECORD_KEY, PARTITION, REASON, RAW])), global_keys, seed=task)
     if not by_shard:
         yield from pack(task, rows, sample)
         return
