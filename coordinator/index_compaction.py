@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 
-from laketide.index.state import StateIndex, has_base
+from laketide.index.state import IndexSnapshot, StateIndex, has_base
 from laketide.table import Table
 
 
 class IndexCompaction:
-    """Folds each shard with more than ``limit`` runs, or with several and no base yet, and the coverage
-    files once there are more than ``limit``.
+    """Folds each shard with more than ``limit`` runs, with several and no base yet, or with deltas that
+    hold many entries (``IndexSnapshot.delta_heavy``: a bulk load's), and the coverage files once there
+    are more than ``limit``.
 
     A shard without a base (a new table's, after its bulk insert or first micro-batch) is folded at once:
     a process that has not loaded it (a Spark Python worker that meets the shard for the first time, or a
@@ -35,11 +36,14 @@ class IndexCompaction:
         self.limit = limit
         self.swap_lock: AbstractContextManager | None = None
 
+    def _due(self, snapshot: IndexSnapshot, shard: int, runs: tuple[str, ...]) -> bool:
+        return len(runs) > self.limit or not has_base(runs) or snapshot.delta_heavy(shard)
+
     def run(self, instant: str | None = None) -> None:
         timeline = self.table.timeline
         snapshot = self.index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.start)
         # every base first, outside the lock: a micro-batch may run meanwhile
-        folds = [self.index.fold(snapshot, shard) for shard, runs in snapshot.runs.items() if len(runs) > self.limit or not has_base(runs)]
+        folds = [self.index.fold(snapshot, shard) for shard, runs in snapshot.runs.items() if self._due(snapshot, shard, runs)]
         with self.swap_lock or nullcontext():
             for fold in folds:
                 if fold is not None:

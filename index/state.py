@@ -27,14 +27,14 @@ import logging
 import posixpath
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 from laketide.index.hashing import hash64
-from laketide.index.shard_run import STORED_SCHEMA, FileGroupId, ShardRun
+from laketide.index.shard_run import RECENT_SHARE, STORED_SCHEMA, FileGroupId, ShardRun
 from laketide.index.shard_cache import SHARDS, WRITTEN_RUN_ENTRIES, WRITTEN_RUNS
 from laketide.table.io import FileIO
 
@@ -44,6 +44,8 @@ HASH_NAME = "fnv1a64(partition\\0key)"
 GLOBAL_HASH_NAME = "fnv1a64(key)"
 _RUN = re.compile(r"^(base|delta)_(\d{17})(?:_(\d+))?\.arrow$")
 _COVERAGE = re.compile(r"^coverage_(\d{17})\.json$")
+# a shard's deltas this large (about a million entries) are folded into its base once they are also an eighth of it
+FOLD_DELTA_BYTES = 16 * 2**20
 RUN_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", pa.string()), ("file_id", pa.string())])
 
 
@@ -86,6 +88,18 @@ class IndexSnapshot:
     as_of: str | None
     coverage_files: tuple[str, ...] = ()
     global_keys: bool = False
+    run_bytes: dict[str, int] = field(default_factory=dict)  # each run file's size, as listed
+
+    def delta_heavy(self, shard: int) -> bool:
+        """Whether a shard's deltas hold at least ``FOLD_DELTA_BYTES`` and an eighth of its base
+        (``RECENT_SHARE``): a bulk load's micro-batches leave deltas of millions of entries, which every
+        process that loads the shard would otherwise sort into one run (12 s for the first micro-batch
+        after a 100M-key load in three), however few runs they are."""
+        runs = self.runs.get(shard, ())
+        if not has_base(runs):
+            return False
+        deltas = sum(self.run_bytes.get(path, 0) for path in runs[1:])
+        return deltas >= max(FOLD_DELTA_BYTES, self.run_bytes.get(runs[0], 0) // RECENT_SHARE)
 
 
 @dataclass(frozen=True)
@@ -144,9 +158,9 @@ class StateIndex:
     def shard_dir(shard: int) -> str:
         return posixpath.join(INDEX_DIR, f"shard-{shard:05d}")
 
-    def _listing(self) -> tuple[dict[int, list[tuple[str, str, str]]], list[tuple[str, str]]]:
+    def _listing(self) -> tuple[dict[int, list[tuple[str, str, str]]], list[tuple[str, str]], dict[str, int]]:
         runs: dict[int, list[tuple[str, str, str]]] = {}
-        coverage = []
+        coverage, sizes = [], {}
         for entry in self.io.list_dir(INDEX_DIR):
             if entry.is_dir and entry.name.startswith("shard-"):
                 shard = int(entry.name.split("-")[1])
@@ -154,9 +168,10 @@ class StateIndex:
                     m = _RUN.match(f.name)
                     if m:
                         runs.setdefault(shard, []).append((m[1], m[2], f.path))
+                        sizes[f.path] = f.size
             elif (m := _COVERAGE.match(entry.name)) is not None:
                 coverage.append((m[1], entry.path, (entry.size, entry.mtime_ns)))
-        return runs, coverage
+        return runs, coverage, sizes
 
     def snapshot(self, committed: set[str], earliest: str | None = None) -> IndexSnapshot:
         """The runs to read per shard: the newest committed base and the committed deltas after it.
@@ -168,7 +183,7 @@ class StateIndex:
         def valid(ts: str) -> bool:
             return ts in committed or (earliest is not None and ts < earliest)
 
-        listing, coverage = self._listing()
+        listing, coverage, sizes = self._listing()
         runs = {}
         for shard, files in listing.items():
             # A base is folded only from committed runs, so it is valid whatever happens to its instant later.
@@ -186,7 +201,8 @@ class StateIndex:
                 covered = _apply_coverage(covered, entry)
                 coverage_files.append(path)
         as_of = max(committed) if committed else None
-        return IndexSnapshot(self.shards, runs, frozenset(covered), as_of, tuple(coverage_files), self.global_keys)
+        run_bytes = {path: sizes[path] for paths in runs.values() for path in paths}
+        return IndexSnapshot(self.shards, runs, frozenset(covered), as_of, tuple(coverage_files), self.global_keys, run_bytes)
 
     def load_shard(self, snapshot: IndexSnapshot, shard: int) -> ShardRun:
         """The merged runs of one shard, cached in this process (``shard_cache.SHARDS``): run files never change once written.
@@ -255,18 +271,18 @@ class StateIndex:
         that instant's entries, which can only send a key back to the one file
         group it was routed to before, where the bucket writer inserts it.
         """
-        listing, coverage = self._listing()
+        listing, coverage, _ = self._listing()
         files = [p for runs in listing.values() for kind, ts, p in runs if kind == "delta" and ts == instant]
         return sorted(files + [p for ts, p, _ in coverage if ts == instant])
 
     def instants(self) -> set[str]:
         """Instant times of every delta run and coverage file: archival checks none of a failed write is left."""
-        listing, coverage = self._listing()
+        listing, coverage, _ = self._listing()
         return {ts for runs in listing.values() for kind, ts, _ in runs if kind == "delta"} | {ts for ts, _, _ in coverage}
 
     def obsolete_runs(self) -> list[str]:
         """Runs a newer base already folded in: what a compaction interrupted before its deletes left behind."""
-        listing, _ = self._listing()
+        listing, _, _ = self._listing()
         found = []
         for files in listing.values():
             bases = sorted((ts, p) for kind, ts, p in files if kind == "base")

@@ -8,6 +8,7 @@ import threading
 
 import laketide
 from laketide.coordinator.index_compaction import IndexCompaction
+from laketide.index import state
 from laketide.index.state import StateIndex
 from laketide.table import Table
 
@@ -89,3 +90,25 @@ def test_a_fold_writes_its_base_at_once_and_deletes_the_folded_runs_only_between
     assert (report.inserts, report.updates) == (0, 100)
     assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
 
+
+
+def test_deltas_as_large_as_a_bulk_loads_are_folded_whatever_the_limit(tmp_path, monkeypatch):
+    """A load in a few large micro-batches leaves deltas of millions of entries over its first base, which every
+    process loading a shard would sort into one run: they are folded once they hold an eighth of the base
+    and ``FOLD_DELTA_BYTES`` (lowered here from its million entries)."""
+    monkeypatch.setattr(state, "FOLD_DELTA_BYTES", 16 * 1024)
+    t = OpsTable(tmp_path, {"table.type": "MERGE_ON_READ"})
+    settings = {"write": {**SETTINGS["write"], "index_compaction_deltas": 100}}
+    path = _write_batches(t, 1, settings)  # a new table's shards get a base at once
+    lines = [row(i, 2) for i in range(0, 6000)]  # 3,000 entries a shard, about 48 KB
+    laketide.write(path, _arrow(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_TABLE)
+    t.model.apply(lines)
+    runs = _runs(Table.open(path).io, 2)
+    assert all(len(names) == 1 and names[0].startswith("base_") for names in runs.values()), runs
+    lines = [row(i, 3) for i in range(6000, 6020)]  # a small batch's deltas stay until the limit
+    report = laketide.write(path, _arrow(lines), settings=settings)
+    t.model.apply(lines)
+    assert report.inserts == 20
+    runs = _runs(Table.open(path).io, 2)
+    assert all(len(names) == 2 for names in runs.values()), runs
+    assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
