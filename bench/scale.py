@@ -10,8 +10,9 @@ hudi-rs and compared with the expected (key, ts) of every row are reported.
 
     python bench/scale.py                                  # 1M and 100M keys, 10 batches of 100,000
     python bench/scale.py --sizes 1000000,10000000 --batches 5
-    # the 1M-key table cut into about as many file groups as the 100M one holds (103 against 80)
+    # the 1M-key table cut into about as many file groups as a 100M one loaded 5 files a micro-batch holds (103 against 80)
     python bench/scale.py --sizes 1000000 --conf write.target_file_size=400KB --conf write.small_file_limit=300KB
+    python bench/scale.py --load-files-per-batch 5     # that 100M-key table
 """
 
 from __future__ import annotations
