@@ -61,9 +61,11 @@ def pack_prepared(rows: pa.Table, by_shard: bool, task: int, global_keys: bool) 
     keys either way: an upsert the plan finds to be into an empty table is bulk inserted too."""
     # sampled from the range key's columns: filtering out bad rows copies what it keeps
     sample = ranges.sample(_good(rows.select([RECORD_KEY, PARTITION, REASON, RAW])), global_keys, seed=task)
-    if not by_shard:
-        yield from pack(task, rows, sample)
-        return
+    yield from _pack_by_shard(rows, sample) if by_shard else pack(task, rows, sample)
+
+
+def _pack_by_shard(rows: pa.Table, sample: tuple[list[str], float] = ([], 0.0)) -> Iterator[pa.RecordBatch]:
+    """``rows`` as one part per index shard, for the assign task of that shard; the first carries ``sample``."""
     for n, (shard, part) in enumerate(split_by(rows, rows[SHARD].to_numpy())):
         yield from pack(shard, part, sample if n == 0 else ([], 0.0))
 
@@ -160,7 +162,7 @@ class SparkBatch:
 
         def cut_by_shard(batches):
             for rows in unpack(batches):
-                yield from pack_all(split_by(rows, rows[SHARD].to_numpy()))
+                yield from _pack_by_shard(rows)
 
         return Shuffles.to_tasks(self.parts.mapInArrow(cut_by_shard, PART_STRUCT), self.shuffles.shard_routes)
 
