@@ -48,14 +48,21 @@ def write_file_groups(path: Path, groups: int) -> Table:
 
 
 def archive_history(table: Table, instants: int, per_archival: int = 1000) -> None:
-    """``instants`` completed deltacommits, one second apart, all older than the table's timeline, archived."""
+    """``instants`` completed deltacommits, one second apart, all older than the table's timeline, archived.
+
+    The n-th writes file group ``n % 1000`` (in partition ``n % 100``): the thousand distinct commit
+    records are built once and stamped with each instant's time, as only the time tells them apart."""
     archive = ArchivedTimeline(table.io, table.config.archive_dir)
+    templates = [_archived_template(n) for n in range(min(1000, instants))]
     for block in range(0, instants, per_archival):
         entries = []
         for n in range(block, min(block + per_archival, instants)):
-            ts = parse_instant_time(1_600_000_000 + n)
-            stat = WriteStat(file_id=f"f{n % 997}-0", path=f"p{n % PARTITIONS:03d}/f{n % 997}-0.log", partition_path=f"p{n % PARTITIONS:03d}",
-                             num_writes=100, num_inserts=40, num_update_writes=60, total_write_bytes=4096)
-            body = CommitMetadata(partition_to_write_stats={stat.partition_path: [stat]}, operation_type="UPSERT").to_json_bytes()
-            entries.append(archived_entry(Instant(ts, DELTA_COMMIT, State.COMPLETED), body))
+            entries.append({**templates[n % 1000], "commitTime": parse_instant_time(1_600_000_000 + n)})
         archive.append(entries)
+
+
+def _archived_template(n: int) -> dict:
+    stat = WriteStat(file_id=f"f{n}-0", path=f"p{n % PARTITIONS:03d}/f{n}-0.log", partition_path=f"p{n % PARTITIONS:03d}",
+                     num_writes=100, num_inserts=40, num_update_writes=60, total_write_bytes=4096)
+    body = CommitMetadata(partition_to_write_stats={stat.partition_path: [stat]}, operation_type="UPSERT").to_json_bytes()
+    return archived_entry(Instant(parse_instant_time(1_600_000_000 + n), DELTA_COMMIT, State.COMPLETED), body)
