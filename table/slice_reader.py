@@ -13,6 +13,7 @@ order, always removes).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -244,21 +245,31 @@ def _apply(current: pa.Table, ops: list[_LogOp], rule: MergeRule) -> pa.Table:
 
 
 def stored_ordering(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, lowest: pa.Scalar) -> pa.Table | None:
-    """The key and ordering value of every row the slice stores, or ``None`` when no stored row can be newer
-    than ``lowest``: the base file's footer statistics and the logs' records bound them, so a stream whose
-    events arrive in order reads no row of the base file. Each file's bound is read once per process
-    (``FILE_BOUNDS``): files never change once written, so a later micro-batch reads only new logs."""
+    """For every key whose stored ordering value can be above ``lowest``, its key and a value that is above
+    ``lowest`` exactly where the stored row's is; ``None`` when no stored row can be newer than ``lowest``.
+
+    The base file's footer statistics and the logs' records bound what each file holds, so a stream whose
+    events arrive in order reads no row of the slice. Late events newer than every row of the base file
+    (late by less than the time since the last compaction, the common case) read the slice's logs only:
+    a base row cannot be above ``lowest``, and under event-time ordering no base row changes which log
+    record wins, so the logs merged alone answer the same; a whole base file is read only for events
+    older than some of its rows. Each file's bound is read once per process (``FILE_BOUNDS``): files
+    never change once written, so a later micro-batch reads only new logs."""
     field = rule.ordering_field
     bounds = [_bound(io, lf.path, lf.size, field, lambda lf=lf: _log_max(io, lf.path, field)) for lf in fs.log_files]
+    if fs.base_file is None and not fs.log_files:
+        return None  # nothing stored
+    base_may_exceed = False
     if fs.base_file is not None:
         path = fs.base_file.path
-        bounds.append(_bound(io, path, fs.base_file.size, field, lambda: _footer_max(io, path, field)))  # None: no statistics
-    elif not fs.log_files:
-        return None  # nothing stored
-    if None not in bounds and not _may_exceed(bounds, lowest):
+        base = _bound(io, path, fs.base_file.size, field, lambda: _footer_max(io, path, field))  # None: no statistics
+        base_may_exceed = base is None or _may_exceed([base], lowest)
+    if not base_may_exceed and None not in bounds and not _may_exceed(bounds, lowest):
         return None
     columns = [RECORD_KEY, field]
     ops = _log_ops(io, fs, visible, columns)
+    if not base_may_exceed:
+        fs = dataclasses.replace(fs, base_file=None)
     return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns)), promote_options="permissive")
 
 

@@ -350,6 +350,51 @@ def test_the_late_check_reads_each_file_of_a_slice_once_per_process(tmp_path):
     assert newer is not None and dict(zip(newer[RECORD_KEY].to_pylist(), newer["ts"].to_pylist()))["a"] == 30
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_late_events_newer_than_the_base_file_are_judged_from_the_logs_alone(tmp_path, monkeypatch, seed):
+    """When no row of the base file can be above the incoming records' lowest ordering value, the late check
+    merges the slice's logs without the base (a whole base file per touched group per micro-batch made a
+    100M-key table's batch take a minute): which incoming records are late is what the whole slice says,
+    through upserts and deletes (with an ordering value and in natural order) in several logs."""
+    import random
+
+    from laketide.table.encoding import SORTED_MARKER
+    from laketide.table.logfile import delete_block, parquet_data_block
+    from laketide.table import slice_reader
+    from laketide.table.slice_reader import merge_slice_batches, stored_ordering
+
+    rng = random.Random(seed)
+    table = Table.create_from_config(str(tmp_path), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["k"], ordering_field="ts"))
+    keys = [f"k{i:03d}" for i in range(200)]
+    base = BaseFile("", "f3-0", "0-0-0", "20260101000000000")
+    pq.write_table(pa.table({RECORD_KEY: keys, "k": keys, "ts": [rng.randint(1, 10) for _ in keys]}).replace_schema_metadata({SORTED_MARKER: RECORD_KEY}), tmp_path / base.name)
+    logs = []
+    for version in range(1, 5):
+        upserted = sorted(rng.sample(keys, 60) + [f"n{version}{i:02d}" for i in range(5)])
+        deleted = rng.sample(keys + upserted, 30)
+        blocks = [
+            parquet_data_block(pa.table({RECORD_KEY: upserted, "k": upserted, "ts": [rng.randint(1, 40) for _ in upserted]}), {Header.INSTANT_TIME: f"2026010100000000{version}"}),
+            delete_block(deleted, [""] * len(deleted), [rng.choice([0, rng.randint(1, 40)]) for _ in deleted], pa.int64(), {Header.INSTANT_TIME: f"2026010100000000{version}"}),
+        ]
+        log = LogFile("", base.file_id, base.instant_time, version, "0-0-0")
+        (tmp_path / log.name).write_bytes(b"".join(b.to_bytes() for b in blocks))
+        logs.append(LogFile("", base.file_id, base.instant_time, version, "0-0-0", (tmp_path / log.name).stat().st_size))
+    fs = FileSlice("", base.file_id, base.instant_time, BaseFile.parse("", base.name, (tmp_path / base.name).stat().st_size), logs)
+    incoming = {k: rng.randint(11, 40) for k in rng.sample(keys, 120) + ["n100", "n301", "absent"]}
+
+    whole = pa.concat_tables(list(merge_slice_batches(table.io, fs, lambda i: True, MergeRule("ts"), columns=[RECORD_KEY, "ts"])))
+    stored = dict(zip(whole[RECORD_KEY].to_pylist(), whole["ts"].to_pylist()))
+    opened = []
+    real = slice_reader.key_ordered_batches
+    monkeypatch.setattr(slice_reader, "key_ordered_batches", lambda io, path, *a, **kw: opened.append(path) or real(io, path, *a, **kw))
+    judged = stored_ordering(table.io, fs, lambda i: True, MergeRule("ts"), pa.scalar(min(incoming.values())))
+    found = dict(zip(judged[RECORD_KEY].to_pylist(), judged["ts"].to_pylist()))
+    late = {k for k, v in incoming.items() if k in stored and stored[k] > v}
+    assert {k for k, v in incoming.items() if k in found and found[k] > v} == late
+    assert late and len(late) < len(incoming), "some incoming records late, some not"
+    assert opened == [], "the base file's rows are not read"
+
+
 @pytest.mark.parametrize(
     "values",
     [[3, 41, 7], [2.5, -1.0, 9.25], ["b", "zz", "a"], [pa.scalar(5, pa.timestamp("us", tz="UTC")), pa.scalar(9, pa.timestamp("us", tz="UTC")), None]],
