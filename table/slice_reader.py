@@ -162,8 +162,14 @@ class _LogOp:
         if upper is not None:
             below = pc.less_equal(keys, upper)
             mask = below if mask is None else pc.and_(mask, below)
-        part = rows if mask is None else rows.filter(mask)
-        return _LogOp(part, None) if self.upserts is not None else _LogOp(None, part)
+        return self._with(rows if mask is None else rows.filter(mask))
+
+    def of_keys(self, keys: pa.Array) -> _LogOp:
+        """The part of this block whose keys are among ``keys``."""
+        return self._with(_of_keys(self.upserts if self.upserts is not None else self.deletes, keys))
+
+    def _with(self, rows: pa.Table) -> _LogOp:
+        return _LogOp(rows, None) if self.upserts is not None else _LogOp(None, rows)
 
 
 def _log_ops(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], columns: list[str] | None = None) -> list[_LogOp]:
@@ -224,15 +230,24 @@ def merge_slice_batches(
     return _merged(io, fs, _log_ops(io, fs, visible, columns), rule, batch_rows, columns)
 
 
-def _merged(io: FileIO, fs: FileSlice, ops: list[_LogOp], rule: MergeRule, batch_rows: int, columns: list[str] | None) -> Iterator[pa.Table]:
+def _merged(
+    io: FileIO, fs: FileSlice, ops: list[_LogOp], rule: MergeRule, batch_rows: int, columns: list[str] | None, keys: pa.Array | None = None,
+) -> Iterator[pa.Table]:
+    """The slice's rows, a base batch's key range at a time; only those of ``keys``, when given."""
+    if keys is not None:
+        ops = [op.of_keys(keys) for op in ops]
     lower: str | None = None
     batches = _base_batches(io, fs, batch_rows, columns)
     current = next(batches)
     for following in batches:
         upper = current[RECORD_KEY][-1].as_py() if current.num_rows else lower
-        yield _apply(current, [op.within(lower, upper) for op in ops], rule)
+        yield _apply(_of_keys(current, keys), [op.within(lower, upper) for op in ops], rule)
         lower, current = upper, following
-    yield _apply(current, [op.within(lower, None) for op in ops], rule)
+    yield _apply(_of_keys(current, keys), [op.within(lower, None) for op in ops], rule)
+
+
+def _of_keys(rows: pa.Table, keys: pa.Array | None) -> pa.Table:
+    return rows if keys is None or not rows.num_rows else rows.filter(pc.is_in(rows[RECORD_KEY], value_set=keys))
 
 
 def _apply(current: pa.Table, ops: list[_LogOp], rule: MergeRule) -> pa.Table:
@@ -244,9 +259,12 @@ def _apply(current: pa.Table, ops: list[_LogOp], rule: MergeRule) -> pa.Table:
     return current
 
 
-def stored_ordering(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, lowest: pa.Scalar) -> pa.Table | None:
-    """For every key whose stored ordering value can be above ``lowest``, its key and a value that is above
-    ``lowest`` exactly where the stored row's is; ``None`` when no stored row can be newer than ``lowest``.
+def stored_ordering(
+    io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, lowest: pa.Scalar, keys: pa.Array | None = None,
+) -> pa.Table | None:
+    """For every key (of ``keys``, when given) whose stored ordering value can be above ``lowest``, its key
+    and a value that is above ``lowest`` exactly where the stored row's is; ``None`` when no stored row can
+    be newer than ``lowest``. Only the records of ``keys`` are merged: the merge is per key.
 
     The base file's footer statistics and the logs' records bound what each file holds, so a stream whose
     events arrive in order reads no row of the slice. Late events newer than every row of the base file
@@ -270,7 +288,7 @@ def stored_ordering(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], r
     ops = _log_ops(io, fs, visible, columns)
     if not base_may_exceed:
         fs = dataclasses.replace(fs, base_file=None)
-    return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns)), promote_options="permissive")
+    return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns, keys)), promote_options="permissive")
 
 
 # The highest ordering values of data files, by (table, path, size, field): one per process, shared by the

@@ -355,7 +355,8 @@ def test_late_events_newer_than_the_base_file_are_judged_from_the_logs_alone(tmp
     """When no row of the base file can be above the incoming records' lowest ordering value, the late check
     merges the slice's logs without the base (a whole base file per touched group per micro-batch made a
     100M-key table's batch take a minute): which incoming records are late is what the whole slice says,
-    through upserts and deletes (with an ordering value and in natural order) in several logs."""
+    through upserts and deletes (with an ordering value and in natural order) in several logs. Events older
+    than some base row read the base, and either way only the incoming keys' records are merged."""
     import random
 
     from laketide.table.encoding import SORTED_MARKER
@@ -380,19 +381,22 @@ def test_late_events_newer_than_the_base_file_are_judged_from_the_logs_alone(tmp
         (tmp_path / log.name).write_bytes(b"".join(b.to_bytes() for b in blocks))
         logs.append(LogFile("", base.file_id, base.instant_time, version, "0-0-0", (tmp_path / log.name).stat().st_size))
     fs = FileSlice("", base.file_id, base.instant_time, BaseFile.parse("", base.name, (tmp_path / base.name).stat().st_size), logs)
-    incoming = {k: rng.randint(11, 40) for k in rng.sample(keys, 120) + ["n100", "n301", "absent"]}
-
     whole = pa.concat_tables(list(merge_slice_batches(table.io, fs, lambda i: True, MergeRule("ts"), columns=[RECORD_KEY, "ts"])))
     stored = dict(zip(whole[RECORD_KEY].to_pylist(), whole["ts"].to_pylist()))
     opened = []
     real = slice_reader.key_ordered_batches
     monkeypatch.setattr(slice_reader, "key_ordered_batches", lambda io, path, *a, **kw: opened.append(path) or real(io, path, *a, **kw))
-    judged = stored_ordering(table.io, fs, lambda i: True, MergeRule("ts"), pa.scalar(min(incoming.values())))
-    found = dict(zip(judged[RECORD_KEY].to_pylist(), judged["ts"].to_pylist()))
-    late = {k for k, v in incoming.items() if k in stored and stored[k] > v}
-    assert {k for k, v in incoming.items() if k in found and found[k] > v} == late
-    assert late and len(late) < len(incoming), "some incoming records late, some not"
-    assert opened == [], "the base file's rows are not read"
+    # events newer than the base file, then events older than some of its rows (the base is read)
+    for oldest, base_read in ((11, False), (1, True)):
+        incoming = {k: rng.randint(oldest, 40) for k in rng.sample(keys, 120) + ["n100", "n301", "absent"]}
+        names = pa.array(list(incoming))
+        judged = stored_ordering(table.io, fs, lambda i: True, MergeRule("ts"), pa.scalar(min(incoming.values())), names)
+        found = dict(zip(judged[RECORD_KEY].to_pylist(), judged["ts"].to_pylist()))
+        late = {k for k, v in incoming.items() if k in stored and stored[k] > v}
+        assert {k for k, v in incoming.items() if k in found and found[k] > v} == late
+        assert late and len(late) < len(incoming), "some incoming records late, some not"
+        assert set(found) <= set(incoming), "only the incoming keys are merged"
+        assert bool(opened) == base_read, "the base file's rows are read only for events older than some of them"
 
 
 @pytest.mark.parametrize(

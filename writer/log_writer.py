@@ -139,7 +139,7 @@ class LogWriter:
         if not lowest.is_valid:
             return incoming, 0
         visible = lambda instant: instant < self.instant_time  # noqa: E731  (one writer: every earlier log block is committed)
-        stored = stored_ordering(self.io, self.target.file_slice, visible, MergeRule(field), lowest)
+        stored = stored_ordering(self.io, self.target.file_slice, visible, MergeRule(field), lowest, incoming[RECORD_KEY].combine_chunks())
         if stored is None or not stored.num_rows:
             return incoming, 0
         at = rows_of_keys(incoming[RECORD_KEY], stored[RECORD_KEY])
