@@ -29,11 +29,10 @@ SORTED_KEY, SORTED_BY_HASH, GROUP_PARTITIONS_KEY = b"laketide.sorted.by", b"key_
 # at every micro-batch, so at 100M keys a batch copies neither the 1.2 GB of the index nor an eighth of it
 RECENT_SHARE = 8
 # a run of at least this many entries is searched through a directory of where each value of its hashes'
-# top bits starts, as many bits as give buckets of about ``DIRECTORY_BUCKET`` entries (4 bytes per 16 keys):
-# a lookup then binary-searches a few entries in cache instead of the whole run, a cache miss a level
-# (at 25M entries a shard, 25k keys in 4 ms against 39 for a search of the whole run and 10 for buckets of 400)
+# top ``DIRECTORY_BITS`` bits starts: a lookup then searches a few hundred entries in cache instead of
+# binary-searching the whole run, a cache miss a level (at 25M entries a shard, 4 ms for 25k keys against 39)
 DIRECTORY_FROM = 1 << 20
-DIRECTORY_BUCKET = 16
+DIRECTORY_BITS = 16
 
 
 @dataclass
@@ -155,12 +154,12 @@ class ShardRun:
 
     def _positions(self, key_hashes: np.ndarray) -> np.ndarray:
         """``np.searchsorted(self.hashes, key_hashes)``, searching each key's directory bucket only."""
+        shift = np.uint64(64 - DIRECTORY_BITS)
         if self._directory is None:
-            self._directory = _directory(self.hashes)
-        bits = (len(self._directory) - 1).bit_length() - 1  # the directory holds 2 ** bits buckets
-        shift = np.uint64(64 - bits)
+            starts = np.arange(1 << DIRECTORY_BITS, dtype=np.uint64) << shift
+            self._directory = np.append(np.searchsorted(self.hashes, starts), len(self.hashes))
         bucket = (key_hashes >> shift).astype(np.int64)
-        lo, hi = self._directory[bucket].astype(np.int64), self._directory[bucket + 1].astype(np.int64)
+        lo, hi = self._directory[bucket], self._directory[bucket + 1]
         # a binary search in every key's bucket at once: the first position whose hash is not below the key
         while (live := lo < hi).any():
             mid = (lo + hi) // 2
@@ -183,14 +182,6 @@ class ShardRun:
             ],
             schema=STORED_SCHEMA.with_metadata({SORTED_KEY: SORTED_BY_HASH, GROUP_PARTITIONS_KEY: json.dumps([p for p, _ in run.groups])}),
         )
-
-
-def _directory(hashes: np.ndarray) -> np.ndarray:
-    """Where each bucket of the sorted ``hashes``' top bits starts (2 ** bits + 1 positions, the last the end):
-    as many bits as give buckets of about ``DIRECTORY_BUCKET`` entries."""
-    bits = max(1, (len(hashes) // DIRECTORY_BUCKET).bit_length() - 1)
-    starts = np.arange(1 << bits, dtype=np.uint64) << np.uint64(64 - bits)
-    return np.append(np.searchsorted(hashes, starts), len(hashes)).astype(np.int64 if len(hashes) >= 2**31 else np.int32)
 
 
 def _one_array(column: pa.ChunkedArray) -> pa.Array:
