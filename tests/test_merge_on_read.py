@@ -408,7 +408,7 @@ def test_a_logs_ordering_bound_comes_from_its_blocks_footers(tmp_path, monkeypat
     """A log block laketide writes carries statistics for the ordering field, so a writer bounds the log
     from the block's footer without decoding its rows (the first micro-batch after a start reads every
     log's bound); a block without them (older, or another writer's) is decoded, to the same bound."""
-    from laketide.table import slice_reader
+    from laketide.table import ordering_bounds
     from laketide.table.io import FileIO
     from laketide.table.logfile import parquet_data_block
 
@@ -419,11 +419,11 @@ def test_a_logs_ordering_bound_comes_from_its_blocks_footers(tmp_path, monkeypat
     for name, field in (("with", "ts"), ("without", None)):
         (tmp_path / name).write_bytes(parquet_data_block(rows, {Header.INSTANT_TIME: "20260101000000001"}, ordering_field=field).to_bytes())
     decoded = []
-    real = slice_reader.data_block_rows
-    monkeypatch.setattr(slice_reader, "data_block_rows", lambda block, columns=None: decoded.append(1) or real(block, columns))
-    assert slice_reader._log_max(io, "with", "ts").to_pylist() == [expected]
+    real = ordering_bounds.data_block_rows
+    monkeypatch.setattr(ordering_bounds, "data_block_rows", lambda block, columns=None: decoded.append(1) or real(block, columns))
+    assert ordering_bounds.log_max(io, "with", "ts").to_pylist() == [expected]
     assert decoded == [], "the footer answered"
-    assert slice_reader._log_max(io, "without", "ts").to_pylist() == [expected]
+    assert ordering_bounds.log_max(io, "without", "ts").to_pylist() == [expected]
     assert decoded == [1]
 
 

@@ -21,7 +21,8 @@ from laketide.table.files import LogFile, log_write_token
 from laketide.table.io import FileIO
 from laketide.table.logfile import Header, delete_block, parquet_data_block
 from laketide.table.schema import IS_DELETED, RECORD_KEY
-from laketide.table.slice_reader import MergeRule, remember_log_bound, rows_of_keys, stored_ordering
+from laketide.table.ordering_bounds import remember_log_bound
+from laketide.table.slice_reader import MergeRule, rows_of_keys, stored_ordering
 from laketide.table.view import FileSlice
 from laketide.writer.bucket_writer import SequenceNumbers, stamp_meta_columns
 
