@@ -47,9 +47,12 @@ def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
     if source.format == "generator":
         return from_arrow_schema(GENERATOR_SCHEMA)
     try:
-        parsed = spark.createDataFrame([], source.schema_ddl).schema
+        # Spark's parser, without building a DataFrame (which imports pandas, a second of every start)
+        parsed = StructType.fromDDL(source.schema_ddl)
     except Exception as exc:  # Spark's parse error names the position in the DDL
         raise ConfigError(f"source.schema is not valid Spark DDL: {str(exc).splitlines()[0]}") from None
+    if not isinstance(parsed, StructType):
+        raise ConfigError(f"source.schema {source.schema_ddl!r} is one type, not columns: write it as 'name type, ...'")
     return parsed
 
 

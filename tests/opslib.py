@@ -3,12 +3,15 @@ ops commands through the CLI, with a model of every row to compare hudi-rs and l
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from pydantic_core import to_jsonable_python
+
+from laketide.config import load_config
+from laketide.spark.job import run as run_job
 from laketide.table import Table
 
 from conftest import hudi_read, rows
@@ -48,8 +51,8 @@ class OpsTable:
             self.model.apply(lines)
             self.landed += 1
 
-    def run(self, expect_code: int = 0, **overrides: str) -> subprocess.CompletedProcess:
-        settings = {
+    def settings_with(self, **overrides: str) -> dict[str, str]:
+        return {
             "table.path": str(self.path),
             "table.name": "orders",
             "table.record_key": '["id"]',
@@ -66,10 +69,19 @@ class OpsTable:
             **self.settings,
             **overrides,
         }
-        args = [CLI, "run"] + [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]
+
+    def run(self, expect_code: int = 0, **overrides: str) -> subprocess.CompletedProcess:
+        """`laketide run` in a subprocess, as users start it: its exit code and what it printed."""
+        args = [CLI, "run"] + [a for k, v in self.settings_with(**overrides).items() for a in ("--conf", f"{k}={v}")]
         done = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=600)
         assert done.returncode == expect_code, f"laketide run exited {done.returncode}:\n{done.stderr[-4000:]}"
         return done
+
+    def prepare(self, **overrides: str) -> None:
+        """The same job with the same settings and checkpoint, on this test process's Spark session: for
+        the runs that only build the state a test starts from. Each subprocess run starts a JVM and Spark
+        (about 10 s of CPU), which made these runs most of the suite's time."""
+        run_job(load_config(overrides=[f"{k}={v}" for k, v in self.settings_with(**overrides).items()]))
 
     def cli(self, *args: str, expect_code: int = 0) -> subprocess.CompletedProcess:
         done = subprocess.run([CLI, *args], capture_output=True, text=True, env=ENV, timeout=600)
@@ -77,7 +89,10 @@ class OpsTable:
         return done
 
     def timeline(self) -> list[dict]:
-        return json.loads(self.cli("timeline", str(self.path), "--json", "--limit", "1000").stdout)
+        """What `laketide timeline --json` prints, read in this process through the same inspect layer:
+        the tests' bookkeeping needs no interpreter start of a second each (test_cli covers the command)."""
+        page = Table.open(str(self.path)).inspect.timeline(limit=1000, archived=False)
+        return to_jsonable_python(page.items)
 
     def newest_write(self, action: str | None = None) -> str:
         writes = [i for i in self.timeline() if i["state"] == "COMPLETED" and i["action"] in ("commit", "deltacommit", "replacecommit")]

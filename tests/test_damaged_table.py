@@ -1,7 +1,7 @@
 """A damaged table is refused or recovered as Apache Hudi would, never "repaired" from a job's settings.
 
-Each case runs `laketide run` in a subprocess on a table with commits, damages one file, lands more
-changes and runs again: the job either recovers as Hudi's writers do (``hoodie.properties`` from its
+Each case builds a table with commits, damages one file, lands more changes and runs `laketide run` in a
+subprocess: the job either recovers as Hudi's writers do (``hoodie.properties`` from its
 backup) or exits naming the file and the way out, and nothing is written after the finding.
 """
 
@@ -21,7 +21,7 @@ from streaming import DATA_COLUMNS
 def _table_with_commits(tmp_path: Path, **settings: str) -> OpsTable:
     ops = OpsTable(tmp_path, settings)
     ops.land([changes(n) for n in range(3)])
-    ops.run()
+    ops.prepare()
     return ops
 
 

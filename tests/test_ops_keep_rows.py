@@ -54,7 +54,7 @@ def test_restore_returns_every_savepointed_row_and_the_job_goes_on(spark, tmp_pa
     path = str(t.path)
     mor = flow.startswith("mor")
     t.land([changes(n) for n in range(3)])
-    t.run(**({"compaction.mode": "off"} if mor else {}))
+    t.prepare(**({"compaction.mode": "off"} if mor else {}))
     first = t.newest_write()
     t.cli("savepoint", "create", path, first)
     saved = {first: t.model.expected()}
@@ -65,13 +65,13 @@ def test_restore_returns_every_savepointed_row_and_the_job_goes_on(spark, tmp_pa
         assert any(".log." in f for f in held), "a savepoint of a deltacommit holds its slices' log files"
     else:
         t.land([changes(3)])
-        t.run()
+        t.prepare()
         second = t.newest_write()
     t.cli("savepoint", "create", path, second)
     saved[second] = t.model.expected()
 
     t.land([changes(n) for n in range(t.landed, t.landed + 5)])
-    t.run()
+    t.prepare()
     t.assert_matches(what="after running past the savepoints")
     assert completed(t, "clean", second), "cleans ran after both savepoints"
     if mor:
@@ -108,11 +108,11 @@ def _mor_with_a_cleaned_slice_under_a_compaction(tmp_path) -> tuple[OpsTable, st
     us = [k for k in keys if region_of(k) == "us"]
     eu = [k for k in keys if region_of(k) == "eu"]
     t.land([changes(0, keys), changes(1, us), changes(4, us)])
-    t.run()
+    t.prepare()
     t.cli("compact", str(t.path), "--delta-commits", "2")
     compaction = t.newest_write("commit")
     t.land([changes(7, eu)])
-    t.run()
+    t.prepare()
     return t, compaction, t.newest_write()
 
 
@@ -171,7 +171,7 @@ def test_rollbacks_that_would_lose_rows_are_refused_over_rest(tmp_path):
 def test_a_failing_table_service_never_undoes_a_commit(tmp_path):
     t = OpsTable(tmp_path, {**KEEP_ONE, "clean.async": "false"})
     t.land([changes(0), changes(1)])
-    t.run()
+    t.prepare()
     archived = t.path / ".hoodie" / "archived"
     archived.write_text("not a directory")  # archival now fails at every attempt
     t.land([changes(2), changes(3)])
@@ -212,7 +212,7 @@ def test_a_restore_to_a_savepoint_whose_files_are_gone_refuses_and_names_them(tm
     t = OpsTable(tmp_path, {**KEEP_ONE, "table.type": "MERGE_ON_READ", "compaction.mode": "off", "clean.async": "false"})
     path = str(t.path)
     t.land([changes(0), changes(1)])
-    t.run()
+    t.prepare()
     legacy = t.newest_write()
     table = Table.open(path)
     bases = tuple(s.base_file.path for s in table.file_system_view().latest_slices(as_of=legacy) if s.base_file)
@@ -222,7 +222,7 @@ def test_a_restore_to_a_savepoint_whose_files_are_gone_refuses_and_names_them(tm
     t.cli("compact", path, "--delta-commits", "1")
     compaction = t.newest_write("commit")
     t.land([changes(2)])
-    t.run()  # its clean keeps one commit: the slices under the compaction go, all but the savepointed base files
+    t.prepare()  # its clean keeps one commit: the slices under the compaction go, all but the savepointed base files
     before = t.timeline()
     refused = t.cli("restore", path, legacy, expect_code=REFUSED)
     assert "would return part of the table" in refused.stderr and ".log." in refused.stderr and "Nothing was changed" in refused.stderr
@@ -235,10 +235,10 @@ def test_a_pending_compaction_whose_inputs_are_gone_is_rolled_back_not_run(tmp_p
     t = OpsTable(tmp_path, {**KEEP_ONE, "table.type": "MERGE_ON_READ", "compaction.mode": "off", "clean.async": "false"})
     path = str(t.path)
     t.land([changes(0)])
-    t.run()
+    t.prepare()
     before = t.model.expected()
     t.land([changes(1)])
-    t.run()
+    t.prepare()
     newest = t.newest_write()
     t.cli("compact", path, "--schedule", "--delta-commits", "1")
     (planned,) = [i["instant"] for i in t.timeline() if i["action"] == "compaction"]
