@@ -161,6 +161,17 @@ def job_args(root: Path, lease: str = "local", zookeeper: str = "", api_port: in
     return [CLI, "run", *[a for c in conf for a in ("--conf", c)]]
 
 
+def run_here(args: list[str]) -> None:
+    """The job ``job_args`` describes, on this test process's Spark session rather than in a `laketide run`
+    of its own: for runs that only build the table a test starts from (a subprocess starts a JVM and
+    Spark, about 10 s of CPU)."""
+    from laketide.config import load_config
+    from laketide.spark.job import run
+
+    assert args[1] == "run", args
+    run(load_config(overrides=[a for flag, a in zip(args[2::2], args[3::2]) if flag == "--conf"]))
+
+
 @dataclass
 class Job:
     """`laketide run` in its own process group, so the whole tree (driver, JVM, Python workers) is signalled at once."""

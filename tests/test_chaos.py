@@ -14,7 +14,7 @@ import re
 import signal
 import time
 
-from chaoslib import Feeder, Job, completed_count, has_inflight, job_args, leftover_data_files, verdict, wait_until
+from chaoslib import Feeder, Job, completed_count, has_inflight, job_args, leftover_data_files, run_here, verdict, wait_until
 from laketide.table import Table
 from laketide.table.commit import EPOCH_KEY
 from laketide.table.markers import FREEZE_AFTER_MARKER_ENV
@@ -116,8 +116,7 @@ def test_a_log_file_written_after_its_instant_was_rolled_back_leaves_the_replaye
     for _ in range(3):
         feeder.land_one()
     mor = ["table.type=MERGE_ON_READ"]
-    load = Job(_args(tmp_path, zookeeper, 3, "available-now", mor), tmp_path / "load.log").start()
-    assert load.wait(300) == 0, load.log_tail()
+    run_here(_args(tmp_path, zookeeper, 3, "available-now", mor))
     _late_file_after_rollback(zookeeper, tmp_path, mor, ".log.", feeder)
 
 

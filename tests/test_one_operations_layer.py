@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from laketide.table import Table
 
-from chaoslib import CLI, free_port, job_args
+from chaoslib import CLI, free_port, job_args, run_here
 from conftest import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, land, land_all, row
 
@@ -83,8 +83,7 @@ def _through_the_jobs_api(root) -> None:
 
 def _write_one_more(root, n: int) -> None:
     land(root, f"batch-more-{n:03d}.json", [row(i, 10 + n) for i in range(1, 8)], 1_700_000_100 + n)
-    done = subprocess.run(job_args(root, extra=MIRROR), env=ENV, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_here(job_args(root, extra=MIRROR))
 
 
 def _through_the_cli(root) -> None:
