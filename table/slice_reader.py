@@ -154,7 +154,7 @@ class _LogOp:
 
     def within(self, lower: str | None, upper: str | None) -> _LogOp:
         """The part of this block whose keys fall in ``(lower, upper]`` (``None``: unbounded)."""
-        rows = self.upserts if self.upserts is not None else self.deletes
+        rows = self.rows
         keys = rows[RECORD_KEY]
         mask = None
         if lower is not None:
@@ -164,9 +164,9 @@ class _LogOp:
             mask = below if mask is None else pc.and_(mask, below)
         return self._with(rows if mask is None else rows.filter(mask))
 
-    def of_keys(self, keys: pa.Array) -> _LogOp:
-        """The part of this block whose keys are among ``keys``."""
-        return self._with(_of_keys(self.upserts if self.upserts is not None else self.deletes, keys))
+    @property
+    def rows(self) -> pa.Table:
+        return self.upserts if self.upserts is not None else self.deletes
 
     def _with(self, rows: pa.Table) -> _LogOp:
         return _LogOp(rows, None) if self.upserts is not None else _LogOp(None, rows)
@@ -235,7 +235,7 @@ def _merged(
 ) -> Iterator[pa.Table]:
     """The slice's rows, a base batch's key range at a time; only those of ``keys``, when given."""
     if keys is not None:
-        ops = [op.of_keys(keys) for op in ops]
+        ops = _ops_of_keys(ops, keys)
     lower: str | None = None
     batches = _base_batches(io, fs, batch_rows, columns)
     current = next(batches)
@@ -244,6 +244,20 @@ def _merged(
         yield _apply(_of_keys(current, keys), [op.within(lower, upper) for op in ops], rule)
         lower, current = upper, following
     yield _apply(_of_keys(current, keys), [op.within(lower, None) for op in ops], rule)
+
+
+def _ops_of_keys(ops: list[_LogOp], keys: pa.Array) -> list[_LogOp]:
+    """The part of each block whose keys are among ``keys``, found in one lookup: ``pc.is_in`` builds its
+    hash set of ``keys`` at every call, and a call per block was a fifth of a late-event check."""
+    if not ops:
+        return ops
+    rows = [op.rows for op in ops]
+    among = pc.is_in(pa.chunked_array([c for r in rows for c in r[RECORD_KEY].cast(keys.type).chunks], keys.type), value_set=keys)
+    parts, at = [], 0
+    for op, r in zip(ops, rows):
+        parts.append(op._with(r.filter(among.slice(at, r.num_rows))))
+        at += r.num_rows
+    return parts
 
 
 def _of_keys(rows: pa.Table, keys: pa.Array | None) -> pa.Table:
