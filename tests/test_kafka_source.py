@@ -17,7 +17,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from chaoslib import Job, free_port, wait_until
+from chaoslib import Job, free_port, run_here, wait_until
 from conftest import hudi_read, rows
 from debezium import COLUMNS, ROW_DDL, ChangeModel, event, row
 from opslib import CLI, ENV
@@ -42,6 +42,11 @@ def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.Comple
         log.write(done.stderr)
     assert done.returncode == expect, f"laketide run exited {done.returncode} (all of it in {root / 'runs.log'}):\n{done.stderr[-3000:]}"
     return done
+
+
+def prepare(root, bootstrap: str, **more: str) -> None:
+    """The same job on this test process's Spark session, for a run that only builds a test's starting state."""
+    run_here([CLI, "run", *job_conf(root, bootstrap, **more)])
 
 
 def send(kafka, events: list[dict]) -> None:
@@ -145,9 +150,7 @@ def test_kill_9_cycles_while_events_arrive_leave_the_model_exact(kafka, tmp_path
         job.kill()
     # the first micro-batch is bounded by source.kafka.max_offsets_per_trigger: the driver writes it
     assert re.search(r"micro-batch 0: .* on driver", (tmp_path / "job-0.log").read_text())
-    final = [CLI, "run", *job_conf(tmp_path, kafka.bootstrap, **{"coordinator.lease_wait": "30"})]
-    done = subprocess.run(final, capture_output=True, text=True, env=ENV, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
+    prepare(tmp_path, kafka.bootstrap, **{"coordinator.lease_wait": "30"})  # drains the topic
     model = ChangeModel()
     model.apply(feed.sent)
     assert table_rows(tmp_path) == model.expected()
@@ -210,7 +213,7 @@ def test_offsets_gone_from_the_broker_stop_the_job_and_the_setting_goes_on(kafka
     kafka.create_topic(TOPIC, 3)
     feed = Feed(kafka, seed=8)
     feed.send(30)
-    run(tmp_path, kafka.bootstrap)
+    prepare(tmp_path, kafka.bootstrap)
     kafka.delete_topic(TOPIC)
     wait_until(lambda: TOPIC not in kafka.admin.list_topics(timeout=10).topics, 60, "the topic to go")
     kafka.create_topic(TOPIC, 3)
