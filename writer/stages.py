@@ -299,7 +299,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
     rows, starts, groups = _by_file_group(rows)
     ends = np.append(starts[1:], rows.num_rows)
     statuses = []
-    seqnos = SequenceNumbers(plan.instant, task)
+    seqnos = SequenceNumbers(plan.instant, task, rows.num_rows)
     ensured: set[str] = set()
     dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
     log_schema = with_meta_schema(plan.table_schema)
