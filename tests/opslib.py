@@ -10,10 +10,9 @@ from pathlib import Path
 
 from pydantic_core import to_jsonable_python
 
-from laketide.config import load_config
-from laketide.spark.job import run as run_job
 from laketide.table import Table
 
+from chaoslib import run_here
 from conftest import hudi_read, rows
 from streaming import DATA_COLUMNS, SCHEMA_DDL, Model, land, row
 
@@ -51,8 +50,9 @@ class OpsTable:
             self.model.apply(lines)
             self.landed += 1
 
-    def settings_with(self, **overrides: str) -> dict[str, str]:
-        return {
+    def args(self, **overrides: str) -> list[str]:
+        """The `laketide run` command line of this table's job."""
+        settings = {
             "table.path": str(self.path),
             "table.name": "orders",
             "table.record_key": '["id"]',
@@ -69,19 +69,18 @@ class OpsTable:
             **self.settings,
             **overrides,
         }
+        return [CLI, "run"] + [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]
 
     def run(self, expect_code: int = 0, **overrides: str) -> subprocess.CompletedProcess:
         """`laketide run` in a subprocess, as users start it: its exit code and what it printed."""
-        args = [CLI, "run"] + [a for k, v in self.settings_with(**overrides).items() for a in ("--conf", f"{k}={v}")]
-        done = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=600)
+        done = subprocess.run(self.args(**overrides), capture_output=True, text=True, env=ENV, timeout=600)
         assert done.returncode == expect_code, f"laketide run exited {done.returncode}:\n{done.stderr[-4000:]}"
         return done
 
     def prepare(self, **overrides: str) -> None:
-        """The same job with the same settings and checkpoint, on this test process's Spark session: for
-        the runs that only build the state a test starts from. Each subprocess run starts a JVM and Spark
-        (about 10 s of CPU), which made these runs most of the suite's time."""
-        run_job(load_config(overrides=[f"{k}={v}" for k, v in self.settings_with(**overrides).items()]))
+        """The same job with the same settings and checkpoint, on this test process's Spark session
+        (``chaoslib.run_here``): for the runs that only build the state a test starts from."""
+        run_here(self.args(**overrides))
 
     def cli(self, *args: str, expect_code: int = 0) -> subprocess.CompletedProcess:
         done = subprocess.run([CLI, *args], capture_output=True, text=True, env=ENV, timeout=600)
