@@ -86,18 +86,13 @@ def _job(workdir: Path, extra: tuple[str, ...], conf: list[str]) -> list:
 
 
 def index_bytes_in_memory(table_path: Path, shards: int = 4) -> int:
-    """The bytes of the state index's arrays (hashes and codes) the job left in this process's shard cache."""
+    """The bytes of the state index's arrays (hashes, codes and lookup directories) the job left in this process's shard cache."""
     from laketide.index.shard_cache import SHARDS
     from laketide.table import Table
 
     base = Table.open(str(table_path)).io.base_path
-    total = 0
-    for shard in range(shards):
-        _paths, run = SHARDS.get((base, shard)) or ((), None)
-        while run is not None:
-            total += run.hashes.nbytes + run.codes.nbytes
-            run = run.recent
-    return total
+    runs = [SHARDS.get((base, shard)) for shard in range(shards)]
+    return sum(found[1].nbytes for found in runs if found is not None)
 
 
 def verify(table_path: Path, expected: np.ndarray) -> bool:
@@ -153,11 +148,11 @@ def run_size(workdir: Path, keys: int, args: argparse.Namespace) -> dict:
         "keys": keys,
         "load_seconds": round(load_seconds, 1),
         "load_batches": len(load),
-        "median_batch_seconds": round(statistics.median(seconds), 2),
+        "median_batch_seconds": round(statistics.median(seconds), 3),
         # index folds run beside the batches (every ``write.index_compaction_deltas``): the mean carries them
-        "mean_batch_seconds": round(statistics.fmean(seconds), 2),
-        "p95_batch_seconds": round(sorted(seconds)[int(round(0.95 * (len(seconds) - 1)))], 2),
-        "first_batch_seconds": round(seconds[0], 2),
+        "mean_batch_seconds": round(statistics.fmean(seconds), 3),
+        "p95_batch_seconds": round(sorted(seconds)[int(round(0.95 * (len(seconds) - 1)))], 3),
+        "first_batch_seconds": round(seconds[0], 3),
         "peak_rss_mb": round(rss.peak / 2**20),
         "index_memory_bytes_per_key": round(index_memory / int((expected >= 0).sum()), 1),
         "index_disk_bytes_per_key": round(index_disk / int((expected >= 0).sum()), 1),

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from laketide.index.shard_run import ShardRun
 from laketide.index.state import StateIndex, index_entries, index_keys, shard_of
@@ -267,21 +268,24 @@ def test_run_files_hold_groups_dictionary_encoded_and_older_plain_runs_still_rea
     assert lookup(index, snap, ["k19999"], "p=2") == [("p=2", "b" * 36 + "-0")]
 
 
-def test_a_large_run_finds_keys_through_its_directory_as_a_binary_search_would(monkeypatch):
+@pytest.mark.parametrize("entries", [1, 3, 5_000, 50_000])
+def test_a_large_run_finds_keys_through_its_directory_as_a_binary_search_would(monkeypatch, entries):
     """Runs of at least ``DIRECTORY_FROM`` entries search each key's bucket of a directory of their hashes'
-    top bits: the same positions as a search of the whole run, for keys present, absent, and at the ends."""
+    top bits: the same positions as a search of the whole run, for keys present, absent, and at the ends,
+    whatever the run's size (the directory's bits follow it)."""
     from laketide.index import shard_run
 
     rng = np.random.default_rng(9)
-    hashes = np.unique(rng.integers(0, 2**64 - 1, 50_000, dtype=np.uint64))
+    hashes = np.unique(rng.integers(0, 2**64 - 1, entries, dtype=np.uint64))
     run = ShardRun(hashes, np.arange(len(hashes), dtype=np.int32) % 7, [("p", f"g{i}") for i in range(7)])
     probe = np.concatenate([hashes[rng.integers(0, len(hashes), 2000)], rng.integers(0, 2**64 - 1, 2000, dtype=np.uint64),
                             np.array([0, hashes[0], hashes[-1], 2**64 - 1], np.uint64)])
     plain = run.lookup(probe)
     monkeypatch.setattr(shard_run, "DIRECTORY_FROM", 1)
-    monkeypatch.setattr(shard_run, "DIRECTORY_BITS", 8)
+    monkeypatch.setattr(shard_run, "_DIRECTORY_CHUNK", 1000)  # counted in several slices
     assert np.array_equal(run.lookup(probe), plain)
     assert run._directory is not None and (plain >= 0).sum() >= 2000
+    assert run._directory[-1] == len(hashes) and len(run._directory) <= 2 * len(hashes) // shard_run.DIRECTORY_BUCKET + 3
 
 
 def test_a_compacted_base_on_a_local_disk_is_mapped_not_copied(tmp_path):
