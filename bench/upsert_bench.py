@@ -144,7 +144,7 @@ class Result:
 
     def median_stages(self) -> dict[str, float]:
         names = dict.fromkeys(name for batch in self.stage_seconds for name in batch)
-        return {name: round(statistics.median(batch.get(name, 0.0) for batch in self.stage_seconds), 2) for name in names}
+        return {name: round(statistics.median(batch.get(name, 0.0) for batch in self.stage_seconds), 3) for name in names}
 
     def summary(self, batch_rows: int) -> dict:
         secs = sorted(self.batch_seconds)
@@ -153,8 +153,8 @@ class Result:
         return {
             "engine": self.engine,
             "load_seconds": round(self.load_seconds, 2),
-            "median_batch_seconds": round(median, 2),
-            "p95_batch_seconds": round(p95, 2),
+            "median_batch_seconds": round(median, 3),
+            "p95_batch_seconds": round(p95, 3),
             "records_per_second": round(batch_rows / median),
             "files": self.files,
             "mb": round(self.bytes / 2**20, 1),
