@@ -37,6 +37,7 @@ DIRECTORY_BUCKET = 16
 # counted a slice of the hashes at a time, so a 25M-entry base needs 32 MB beside it, not 400
 _DIRECTORY_CHUNK = 1 << 22
 
+
 @dataclass
 class ShardRun:
     """One shard's entries in memory: sorted hashes and a file-group code for each, 12 bytes a key.
