@@ -187,6 +187,38 @@ def test_a_merge_carries_the_bloom_filter_over_and_adds_the_inserted_keys(table,
 
 
 
+def test_a_carried_bloom_filter_that_outgrew_its_file_is_built_again(tmp_path):
+    """Deleted keys stay in a carried filter and keys inserted again count again, so a file group with
+    deletes would carry a filter that only grows; past twice the file's rows the merge builds a new one
+    from the keys it writes, as Hudi's merge handle always does."""
+    from laketide.table import FileIO
+    from laketide.table.files import BaseFile
+    from laketide.table.schema import avro_schema_json, with_meta_schema
+    from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
+
+    io = FileIO.for_uri(str(tmp_path))
+    schema = pa.schema([("id", pa.string()), (IS_DELETED, pa.bool_())])
+    avro = avro_schema_json(with_meta_schema(schema), "t")
+
+    def merge(instant: str, keys: list[str], deleted: bool, current: str | None) -> tuple[str, BloomFilter]:
+        keys = sorted(keys)
+        rows = pa.table({"id": keys, RECORD_KEY: keys, IS_DELETED: [deleted] * len(keys)})
+        base = BaseFile.parse("p", current.rsplit("/", 1)[1]) if current else None
+        stat = BucketWriter(io, FileGroupTarget("p", "g", base), instant, 0, schema, avro).write(rows)
+        return stat.path, BloomFilter.from_footer(pq.read_metadata(str(tmp_path / stat.path)).metadata)
+
+    kept = [f"k{i:05d}" for i in range(10)]
+    churned = [f"c{i:05d}" for i in range(2_500)]
+    path, bloom = merge("20250101000000001", kept, False, None)
+    path, bloom = merge("20250101000000002", churned, False, path)
+    path, bloom = merge("20250101000000003", churned, True, path)
+    assert bloom.count == 2_510 and bloom.might_contain_many(pa.array(churned)).all()  # carried: the deleted keys stay
+    path, bloom = merge("20250101000000004", ["k00003"], False, path)
+    # 2,510 counted for a file of 10 rows (a filter row holds 1,000): built again from the ten keys
+    assert bloom.count == 10 and bloom.serialize() == BloomFilter.for_keys(pa.array(kept), num_entries=1_000).serialize()
+    assert not bloom.might_contain_many(pa.array(churned)).any()
+
+
 def test_copied_rows_keep_commit_time_and_seqno(table, coordinator):
     c1 = upsert(table, coordinator, 1, [record(i, "us", 1) for i in range(6)], SCHEMA)
     before = {r[RECORD_KEY]: r for r in table.snapshot().to_pylist()}

@@ -36,6 +36,10 @@ class BaseFileResult:
     max_key: str | None
 
 
+# a carried bloom filter that has counted more keys than this many times its file's rows is built again
+BLOOM_REBUILD_RATIO = 2
+
+
 @dataclass(frozen=True)
 class FileLayout:
     """What a merge carries over from the base file it replaces.
@@ -43,14 +47,20 @@ class FileLayout:
     Its bloom filter: a filter may keep the keys of deleted rows (they only
     add false positives, which are confirmed against the file's keys), so the
     new file's filter is the old one plus the inserted keys, not a rebuild
-    from every key. And the columns it dictionary-encodes, so that a file
-    group keeps its encodings without sampling its rows again; only from files
-    laketide wrote, since another writer may have tried a dictionary and
-    fallen back to plain, which the column's encodings do not tell apart.
+    from every key (Hudi's merge handle rebuilds it). Until it has counted more
+    than ``BLOOM_REBUILD_RATIO`` times the file's rows: deleted keys inserted
+    again count twice, so under deletes a carried filter kept growing (a row
+    of the dynamic filter at a time, up to 100,000 entries, for a file of a
+    few thousand rows); then the merge builds a new one from the keys it writes.
+    And the columns it dictionary-encodes, so that a file group keeps its
+    encodings without sampling its rows again; only from files laketide wrote,
+    since another writer may have tried a dictionary and fallen back to plain,
+    which the column's encodings do not tell apart.
     """
 
     bloom: BloomFilter | None
     dictionary: list[str] | None
+    rows: int = 0  # of the file it replaces
 
     @classmethod
     def of(cls, io: FileIO, path: str, bloom_kind: str) -> FileLayout:
@@ -63,7 +73,8 @@ class FileLayout:
             group = meta.row_group(0)
             columns = (group.column(i) for i in range(group.num_columns))
             dictionary = [c.path_in_schema for c in columns if c.path_in_schema in top_level and any("DICTIONARY" in e for e in c.encodings)]
-        return cls(bloom if bloom is not None and bloom.kind == bloom_kind else None, dictionary)
+        carried = bloom is not None and bloom.kind == bloom_kind and bloom.count <= BLOOM_REBUILD_RATIO * max(meta.num_rows, bloom.row_capacity)
+        return cls(bloom if carried else None, dictionary, meta.num_rows)
 
 
 class BaseFileWriter:

@@ -217,7 +217,9 @@ class BucketWriter:
         if current is None:
             self.start(keys=incoming.num_rows)
         else:
-            self.start(FileLayout.of(self.io, current.path, self.bloom.kind))
+            layout = FileLayout.of(self.io, current.path, self.bloom.kind)
+            # a filter built again is sized for at most the stored and the incoming rows
+            self.start(layout, keys=None if layout.bloom is not None else layout.rows + incoming.num_rows)
         try:
             keys = incoming[RECORD_KEY]
             pos = 0
@@ -238,7 +240,7 @@ class BucketWriter:
     def start(self, carried: FileLayout | None = None, keys: int | None = None) -> None:
         """Open the new base file; ``keys``: how many it will hold, when that is known before its rows come."""
         if self.dictionary is not None and (carried is None or carried.dictionary is None):
-            carried = FileLayout(carried.bloom if carried else None, self.dictionary)
+            carried = FileLayout(carried.bloom if carried else None, self.dictionary, carried.rows if carried else 0)
         bloom = self.bloom if keys is None else self.bloom.at_most(keys)
         self._file = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, bloom, carried=carried, compression=self.compression)
 
