@@ -189,7 +189,7 @@ def test_a_merge_carries_the_bloom_filter_over_and_adds_the_inserted_keys(table,
 
 def test_a_carried_bloom_filter_that_outgrew_its_file_is_built_again(tmp_path):
     """Deleted keys stay in a carried filter and keys inserted again count again, so a file group with
-    deletes would carry a filter that only grows; past twice the file's rows the merge builds a new one
+    deletes would carry a filter that only grows; past 1.25 times the file's rows the merge builds a new one
     from the keys it writes, as Hudi's merge handle always does."""
     from laketide.table import FileIO
     from laketide.table.files import BaseFile

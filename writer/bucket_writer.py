@@ -8,7 +8,7 @@ whatever the size of the file group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -217,9 +217,7 @@ class BucketWriter:
         if current is None:
             self.start(keys=incoming.num_rows)
         else:
-            layout = FileLayout.of(self.io, current.path, self.bloom.kind)
-            # a filter built again is sized for at most the stored and the incoming rows
-            self.start(layout, keys=None if layout.bloom is not None else layout.rows + incoming.num_rows)
+            self.start(FileLayout.of(self.io, current.path, self.bloom.kind))
         try:
             keys = incoming[RECORD_KEY]
             pos = 0
@@ -240,7 +238,7 @@ class BucketWriter:
     def start(self, carried: FileLayout | None = None, keys: int | None = None) -> None:
         """Open the new base file; ``keys``: how many it will hold, when that is known before its rows come."""
         if self.dictionary is not None and (carried is None or carried.dictionary is None):
-            carried = FileLayout(carried.bloom if carried else None, self.dictionary, carried.rows if carried else 0)
+            carried = replace(carried, dictionary=self.dictionary) if carried else FileLayout(None, self.dictionary)
         bloom = self.bloom if keys is None else self.bloom.at_most(keys)
         self._file = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, bloom, carried=carried, compression=self.compression)
 
