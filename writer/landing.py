@@ -17,6 +17,8 @@ from laketide.table.io import FileEntry, FileIO
 Piece = tuple[str, int, int, int, int]
 # a row group is cut into pieces for idle tasks only down to this many rows: below, reading it again costs more
 PIECE_LEAST_ROWS = 100_000
+# the rows a piece of a cut row group is decoded by, so that a piece stops near its end
+PIECE_READ_ROWS = 65_536
 
 
 def _same_type(found: pa.DataType, declared: pa.DataType) -> bool:
@@ -86,8 +88,26 @@ def read_piece(piece: Piece, declared: pa.Schema, options: dict[str, str] | None
     """The rows of one piece of a landing file under the declared schema, and each row's arrival number."""
     path, group, first, offset, rows = piece
     with FileIO.for_uri(path, options).open_input("") as f:
-        read = pq.ParquetFile(f).read_row_group(group, columns=declared.names)
-    return read.slice(offset, rows).cast(declared), pa.array(np.arange(first + offset, first + offset + rows, dtype=np.int64))
+        parquet = pq.ParquetFile(f)
+        if offset == 0 and rows == parquet.metadata.row_group(group).num_rows:
+            read = parquet.read_row_group(group, columns=declared.names)
+        else:
+            read = _rows_up_to(parquet, group, declared.names, offset + rows).slice(offset, rows)
+    return read.cast(declared), pa.array(np.arange(first + offset, first + offset + rows, dtype=np.int64))
+
+
+def _rows_up_to(parquet: pq.ParquetFile, group: int, columns: list[str], end: int) -> pa.Table:
+    """A row group's first ``end`` rows. A piece of a cut group is decoded only up to its end: read whole,
+    each of the group's pieces decoded all of it (two tasks on one 1M-row group spent 0.45 task-seconds
+    reading where the pieces alone take 0.2). Pages before the piece are still decoded: Arrow's reader
+    cannot skip to a row."""
+    batches, seen = [], 0
+    for batch in parquet.iter_batches(batch_size=PIECE_READ_ROWS, row_groups=[group], columns=columns):
+        batches.append(batch)
+        seen += batch.num_rows
+        if seen >= end:
+            break
+    return pa.Table.from_batches(batches)
 
 
 def decoded_bytes(path: str, entry: FileEntry, source_format: str) -> int:
