@@ -44,6 +44,8 @@ CSV_DEFAULTS = {"header": "true", "escape": '"', "multiLine": "true", "enforceSc
 
 
 def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
+    """The rows' declared columns as Spark types. ``spark`` is not read, but asked for: ``StructType.fromDDL``
+    parses in the JVM of the active session, which must be up."""
     if source.format == "generator":
         return from_arrow_schema(GENERATOR_SCHEMA)
     try:
