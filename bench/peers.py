@@ -9,13 +9,18 @@ the expected rows. laketide's batch time is its micro-batch's ``seconds=``; a pe
 batch file to the end of its commit.
 
     python bench/peers.py                                   # N=1,000,000, K=10, B=100,000, both workloads
-    python bench/peers.py --rows 100000 --batch-rows 10000 --batches 3 --engines laketide-mor,delta-rs,ducklake
+    python bench/peers.py --rows 100000 --batch-rows 10000 --batches 3 --engines laketide-mor,delta-rs,ducklake --rounds 1
 
 laketide's files are sized to the table (``--laketide-conf``, by default ``write.target_file_size=2MB`` and
 ``write.small_file_limit=1536KB``): at 1M rows a partition holds about 10 MB, so it gets five files, as a
 partition of a production table spans many files of the default 128 MB. A batch rewrites (copy-on-write)
 or appends to (merge-on-read) the files its keys fall in; with one file per partition that is every file,
 whatever the keys.
+
+laketide (both table types), delta-rs and DuckLake, whose medians the ratios compare, run ``--rounds`` times
+(3), interleaved: round after round each runs once, so a stretch of a slower machine falls on all of them. An
+engine's row is the round of its median median batch, with every round's median and load beside it: one
+run's median moved a ratio by up to a fifth between runs of the same code.
 
 PyIceberg's upsert takes about a minute a batch at 1M rows, so it runs ``--iceberg-batches`` batches (3) and
 its table is checked against the rows of those batches. pypaimon runs from ``.venv-paimon`` (it needs
@@ -42,6 +47,8 @@ from upsert_bench import SHAPES, land, make_workload, print_table, write_results
 ALL_ENGINES = "laketide-cow,laketide-mor,delta-rs,ducklake,pypaimon,pyiceberg"
 PAIMON_PYTHON = BENCH.parent / ".venv-paimon" / "bin" / "python"
 LAKETIDE_CONF = ["write.target_file_size=2MB", "write.small_file_limit=1536KB"]
+# the engines the ratios compare, run every round (``--rounds``); pypaimon and PyIceberg run once
+ROUNDED = {"laketide-cow", "laketide-mor", "delta-rs", "ducklake"}
 
 
 def run_engine(engine: str, workdir: Path, shape: str, max_batches: int | None) -> None:
@@ -69,6 +76,19 @@ def spawn(engine: str, workdir: Path, args: argparse.Namespace) -> dict:
     return json.loads(out.read_text())
 
 
+def spawn_in_place(engine: str, workdir: Path, name: str, args: argparse.Namespace) -> dict:
+    """``spawn`` in a directory of its own beside the landing files, removed after: each round starts
+    with no table, and the disk holds one engine's table at a time."""
+    place = workdir / name
+    place.mkdir()
+    try:
+        (place / "landing").symlink_to(workdir / "landing", target_is_directory=True)
+        shutil.copy(workdir / "workload.json", place / "workload.json")
+        return spawn(engine, place, args)
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+
+
 def run_workload(skew: str, args: argparse.Namespace) -> dict:
     shape = SHAPES[args.shape]
     batches = make_workload(args.rows, args.batches, args.batch_rows, 0.5, skew, args.seed, shape)
@@ -81,15 +101,34 @@ def run_workload(skew: str, args: argparse.Namespace) -> dict:
         print(f"workload {skew}: N={args.rows:,} ({load_mb:.0f} MB of parquet) K={args.batches} B={args.batch_rows:,}, "
               f"{len(shape.schema)} columns in {shape.regions} partitions", flush=True)
         del batches
-        results = []
-        for engine in args.engines.split(","):
-            results.append(spawn(engine, workdir, args))
-            row = results[-1]
-            print(f"  {engine}: " + (f"median {row['median_batch_seconds']}s, load {row['load_seconds']}s, verified {row['verified']}"
-                                     if "error" not in row else f"FAILED {row['error']}"), flush=True)
+        engines = args.engines.split(",")
+        runs: dict[str, list[dict]] = {engine: [] for engine in engines}
+        for round_ in range(args.rounds):
+            for engine in engines:
+                if round_ and engine not in ROUNDED:
+                    continue
+                runs[engine].append(row := spawn_in_place(engine, workdir, f"{engine}-{round_ + 1}", args))
+                print(f"  {engine} (round {round_ + 1}): " + (f"median {row['median_batch_seconds']}s, load {row['load_seconds']}s, verified {row['verified']}"
+                                                              if "error" not in row else f"FAILED {row['error']}"), flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    results = [median_round(rows) for rows in runs.values()]
     return {"skew": skew, "results": results, "ratios": ratios(results)}
+
+
+def median_round(rows: list[dict]) -> dict:
+    """An engine's row over its rounds: the round whose median batch is the median (the lower of the middle
+    two), with every round's median batch and load; a failed round fails the row."""
+    failed = [r for r in rows if "error" in r]
+    if failed:
+        return failed[0]
+    ranked = sorted(rows, key=lambda r: r["median_batch_seconds"])
+    row = dict(ranked[(len(ranked) - 1) // 2])
+    if len(rows) > 1:
+        row["round_median_batch_seconds"] = [r["median_batch_seconds"] for r in rows]
+        row["round_load_seconds"] = [r["load_seconds"] for r in rows]
+        row["verified"] = all(r["verified"] for r in rows)
+    return row
 
 
 def ratios(results: list[dict]) -> dict:
@@ -110,6 +149,8 @@ def show(workload: dict) -> None:
     rows = [{c: r.get(c, "FAILED" if c == "verified" else "") for c in columns} for r in workload["results"]]
     print_table(rows, f"{workload['skew']}: laketide / peer", workload["ratios"], width=14)
     for r in workload["results"]:
+        if r.get("round_median_batch_seconds"):
+            print(f"  {r['engine']} median batch by round: {r['round_median_batch_seconds']} s, load {r['round_load_seconds']} s")
         if r.get("median_stages"):
             print(f"  {r['engine']} median seconds per step: {r['median_stages']}")
 
@@ -122,6 +163,7 @@ def main() -> None:
     parser.add_argument("--workloads", default="uniform,newest")
     parser.add_argument("--engines", default=ALL_ENGINES)
     parser.add_argument("--iceberg-batches", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="runs of laketide, delta-rs and DuckLake, interleaved (the row is the median round)")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="wide")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--laketide-conf", action="append", help=f"a setting of laketide's runs, repeatable (default: {' '.join(LAKETIDE_CONF)})")
