@@ -107,14 +107,16 @@ class BaseFileWriter:
         compression: str = BASE_FILE_CODEC,
     ):
         """``carried`` is what a merge takes over from the base file it replaces: its
-        bloom filter, to which ``write`` then adds only the ``inserted`` keys it is given,
-        and its dictionary-encoded columns."""
+        bloom filter, to which ``write`` then adds only the ``inserted`` keys it is given
+        (every key, into a filter built again: ``FileLayout.fresh_bloom``), and its
+        dictionary-encoded columns."""
         self.io = io
         self.path = path
         self.schema = schema
         self.avro_schema = avro_schema
-        self.incremental_bloom = carried is not None and carried.bloom is not None and not carried.fresh_bloom
-        self.bloom = carried.bloom if carried is not None and carried.bloom is not None else bloom.empty()
+        carried_bloom = carried.bloom if carried is not None else None
+        self.incremental_bloom = carried_bloom is not None and not carried.fresh_bloom
+        self.bloom = carried_bloom if carried_bloom is not None else bloom.empty()
         self._dictionary = [c for c in carried.dictionary if c in schema.names] if carried and carried.dictionary is not None else None
         self.row_group_rows = row_group_rows
         self.row_group_bytes = row_group_bytes
