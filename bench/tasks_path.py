@@ -11,6 +11,8 @@ It also measures the floor of the tasks path on the same landing file, in a proc
 read the file's pieces into Arrow (``read_piece``), pack them as the job's Arrow parts, shuffle them once or
 twice and unpack them, doing nothing else. An upsert shuffles its rows twice (to the index shards, then to
 the write tasks) and a load once, so no tasks-path micro-batch of that file can take less.
+The same floors are also measured with the parts as (task, bytes) pairs of a Python RDD, which the JVM
+shuffles without turning each part into a Spark row and back: what the job would save moving its parts so.
 
     python bench/tasks_path.py                      # N=1,000,000, K=3, merge-on-read
     python bench/tasks_path.py --rows 200000 --table-type COPY_ON_WRITE
@@ -99,12 +101,41 @@ def measure_floor(args: argparse.Namespace) -> None:
     def twice():
         return Shuffles.to_tasks(once().mapInArrow(repack, parts), routes)
 
+    # the same parts as pairs of (task, IPC stream) in an RDD: Python's pickles of bytes the JVM shuffles as
+    # they are, without the DataFrame's conversion of each part to a Spark row and back
+    def encoded(task, rows):
+        return ((task, bytes(part.column("arrow")[0].as_buffer())) for part in pack(task, rows))
+
+    def rdd_read_and_pack(pieces_of_task):
+        for piece in pieces_of_task:
+            rows, _ = read_piece(pieces[piece], declared)
+            quarter = -(-rows.num_rows // 4)
+            for task in range(4):
+                yield from encoded(task, rows.slice(task * quarter, quarter))
+
+    def rdd_rows(pairs):
+        return (t for _, part in pairs for t in unpack([pa.RecordBatch.from_pydict({"arrow": [part]})]))
+
+    def rdd_repack(pairs):
+        return (pair for rows in rdd_rows(pairs) for pair in encoded(rows.num_rows % 4, rows))
+
+    def rdd_once():
+        return spark.sparkContext.parallelize(range(len(pieces)), len(pieces)).mapPartitions(rdd_read_and_pack).partitionBy(4, lambda task: task)
+
+    def rdd_twice():
+        return rdd_once().mapPartitions(rdd_repack).partitionBy(4, lambda task: task)
+
+    def counted(shuffled):
+        if shuffled in (rdd_once, rdd_twice):
+            return sum(shuffled().mapPartitions(lambda pairs: [sum(t.num_rows for t in rdd_rows(pairs))]).collect())
+        return sum(r["rows"] for r in shuffled().mapInArrow(count, "rows LONG").collect())
+
     floors = {}
-    for name, shuffled in (("one shuffle", once), ("two shuffles", twice)):
+    for name, shuffled in (("one shuffle", once), ("two shuffles", twice), ("one shuffle, RDD", rdd_once), ("two shuffles, RDD", rdd_twice)):
         seconds = []
         for _ in range(FLOOR_RUNS + 1):
             started = time.perf_counter()
-            total = sum(r["rows"] for r in shuffled().mapInArrow(count, "rows LONG").collect())
+            total = counted(shuffled)
             seconds.append(time.perf_counter() - started)
         assert total == pq.read_metadata(path).num_rows
         floors[name] = round(statistics.median(seconds[1:]), 2)
