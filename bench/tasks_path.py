@@ -80,13 +80,17 @@ def measure_floor(args: argparse.Namespace) -> None:
     listed = spark.createDataFrame(pa.table({"piece": list(range(len(pieces)))}))
     parts, routes = from_arrow_schema(PART_SCHEMA), hash_routes(4)
 
+    def quarters(piece):
+        """A piece's rows read into Arrow, cut into one quarter for each of the 4 tasks."""
+        rows, _ = read_piece(pieces[piece], declared)
+        quarter = -(-rows.num_rows // 4)
+        return ((task, rows.slice(task * quarter, quarter)) for task in range(4))
+
     def read_and_pack(batches):
         for b in batches:
             for piece in b.column(0).to_pylist():
-                rows, _ = read_piece(pieces[piece], declared)
-                quarter = -(-rows.num_rows // 4)
-                for task in range(4):
-                    yield from pack(task, rows.slice(task * quarter, quarter))
+                for task, rows in quarters(piece):
+                    yield from pack(task, rows)
 
     def repack(batches):
         for rows in unpack(batches):
@@ -108,10 +112,8 @@ def measure_floor(args: argparse.Namespace) -> None:
 
     def rdd_read_and_pack(pieces_of_task):
         for piece in pieces_of_task:
-            rows, _ = read_piece(pieces[piece], declared)
-            quarter = -(-rows.num_rows // 4)
-            for task in range(4):
-                yield from encoded(task, rows.slice(task * quarter, quarter))
+            for task, rows in quarters(piece):
+                yield from encoded(task, rows)
 
     def rdd_rows(pairs):
         return (t for _, part in pairs for t in unpack([pa.RecordBatch.from_pydict({"arrow": [part]})]))
@@ -126,16 +128,18 @@ def measure_floor(args: argparse.Namespace) -> None:
         return rdd_once().mapPartitions(rdd_repack).partitionBy(4, lambda task: task)
 
     def counted(shuffled):
-        if shuffled in (rdd_once, rdd_twice):
-            return sum(shuffled().mapPartitions(lambda pairs: [sum(t.num_rows for t in rdd_rows(pairs))]).collect())
-        return sum(r["rows"] for r in shuffled().mapInArrow(count, "rows LONG").collect())
+        return lambda: sum(r["rows"] for r in shuffled().mapInArrow(count, "rows LONG").collect())
+
+    def rdd_counted(shuffled):
+        return lambda: sum(shuffled().mapPartitions(lambda pairs: [sum(t.num_rows for t in rdd_rows(pairs))]).collect())
 
     floors = {}
-    for name, shuffled in (("one shuffle", once), ("two shuffles", twice), ("one shuffle, RDD", rdd_once), ("two shuffles, RDD", rdd_twice)):
+    cases = (("one shuffle", counted(once)), ("two shuffles", counted(twice)), ("one shuffle, RDD", rdd_counted(rdd_once)), ("two shuffles, RDD", rdd_counted(rdd_twice)))
+    for name, moved_rows in cases:
         seconds = []
         for _ in range(FLOOR_RUNS + 1):
             started = time.perf_counter()
-            total = counted(shuffled)
+            total = moved_rows()
             seconds.append(time.perf_counter() - started)
         assert total == pq.read_metadata(path).num_rows
         floors[name] = round(statistics.median(seconds[1:]), 2)
