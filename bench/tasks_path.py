@@ -8,11 +8,10 @@ back by hudi-rs and compared with the expected rows. Prints the medians and the 
 and writes JSON.
 
 It also measures the floor of the tasks path on the same landing file, in a process of its own: Spark's tasks
-read the file's pieces into Arrow (``read_piece``), pack them as the job's Arrow parts, shuffle them once or
-twice and unpack them, doing nothing else. An upsert shuffles its rows twice (to the index shards, then to
-the write tasks) and a load once, so no tasks-path micro-batch of that file can take less.
-The same floors are also measured with the parts as (task, bytes) pairs of a Python RDD, which the JVM
-shuffles without turning each part into a Spark row and back: what the job would save moving its parts so.
+read the file's pieces into Arrow (``read_piece``) and hand them on through the job's exchange
+(``writer.exchange``) once or twice, doing nothing else. An upsert's rows make two hops (to the index shards,
+then to the write tasks), as does a load's (to the tasks cutting them by key range, then to the write
+tasks), so no tasks-path micro-batch of that file can take less.
 
     python bench/tasks_path.py                      # N=1,000,000, K=3, merge-on-read
     python bench/tasks_path.py --rows 200000 --table-type COPY_ON_WRITE
@@ -58,88 +57,57 @@ def run_path(args: argparse.Namespace) -> None:
 
 def measure_floor(args: argparse.Namespace) -> None:
     """In a process of its own: the seconds to move an upsert micro-batch's landing file through Spark's
-    tasks with one and with two shuffles of Arrow parts, and nothing else (``FLOOR_RUNS`` runs each)."""
+    tasks and the job's exchange, with one and with two hops, and nothing else (``FLOOR_RUNS`` runs each)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from laketide.spark.arrow_parts import PART_SCHEMA, pack, unpack
-    from laketide.spark.routing import hash_routes
-    from laketide.spark.spark_batch import Shuffles
-    from laketide.writer.landing import parquet_pieces, read_piece
     from laketide.table.io import FileIO
+    from laketide.writer.exchange import HANDOFF_FIELDS, Exchange, Handoff
+    from laketide.writer.landing import parquet_pieces, read_piece
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers run this interpreter, as the job's do
     workdir = Path(args.workdir)
     path = str(sorted((workdir / "landing").glob("batch-*.parquet"))[1])
     spark = (SparkSession.builder.master("local[2]").config("spark.driver.memory", "4g").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "4").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     declared = pq.read_schema(path)
     pieces = parquet_pieces({path: FileIO.for_uri(path).entry("")}, declared, spark.sparkContext.defaultParallelism)
-    listed = spark.createDataFrame(pa.table({"piece": list(range(len(pieces)))}))
-    parts, routes = from_arrow_schema(PART_SCHEMA), hash_routes(4)
+    handoff_schema = pa.schema(HANDOFF_FIELDS)
 
-    def quarters(piece):
-        """A piece's rows read into Arrow, cut into one quarter for each of the 4 tasks."""
-        rows, _ = read_piece(pieces[piece], declared)
+    def stage(tasks, exchange, fn):
+        """``fn(n)`` in task n of ``tasks``, as the job's stages run: the handoffs it answered."""
+
+        def run(batches):
+            for batch in batches:
+                for n in batch.column(0).to_pylist():
+                    handoff = fn(n)
+                    if handoff is not None:
+                        yield pa.RecordBatch.from_pylist([handoff.to_row()], schema=handoff_schema)
+
+        return [Handoff.from_row(r.asDict()) for r in spark.range(0, tasks, 1, tasks).mapInArrow(run, from_arrow_schema(handoff_schema)).collect()]
+
+    def quarters(rows):
         quarter = -(-rows.num_rows // 4)
-        return ((task, rows.slice(task * quarter, quarter)) for task in range(4))
+        return [(task, rows.slice(task * quarter, quarter)) for task in range(4)]
 
-    def read_and_pack(batches):
-        for b in batches:
-            for piece in b.column(0).to_pylist():
-                for task, rows in quarters(piece):
-                    yield from pack(task, rows)
-
-    def repack(batches):
-        for rows in unpack(batches):
-            yield from pack(rows.num_rows % 4, rows)
-
-    def count(batches):
-        yield pa.RecordBatch.from_pydict({"rows": [sum(t.num_rows for t in unpack(batches))]})
-
-    def once():
-        return Shuffles.to_tasks(listed.mapInArrow(read_and_pack, parts), routes)
-
-    def twice():
-        return Shuffles.to_tasks(once().mapInArrow(repack, parts), routes)
-
-    # the same parts as pairs of (task, IPC stream) in an RDD: Python's pickles of bytes the JVM shuffles as
-    # they are, without the DataFrame's conversion of each part to a Spark row and back
-    def encoded(task, rows):
-        return ((task, bytes(part.column("arrow")[0].as_buffer())) for part in pack(task, rows))
-
-    def rdd_read_and_pack(pieces_of_task):
-        for piece in pieces_of_task:
-            for task, rows in quarters(piece):
-                yield from encoded(task, rows)
-
-    def rdd_rows(pairs):
-        return (t for _, part in pairs for t in unpack([pa.RecordBatch.from_pydict({"arrow": [part]})]))
-
-    def rdd_repack(pairs):
-        return (pair for rows in rdd_rows(pairs) for pair in encoded(rows.num_rows % 4, rows))
-
-    def rdd_once():
-        return spark.sparkContext.parallelize(range(len(pieces)), len(pieces)).mapPartitions(rdd_read_and_pack).partitionBy(4, lambda task: task)
-
-    def rdd_twice():
-        return rdd_once().mapPartitions(rdd_repack).partitionBy(4, lambda task: task)
-
-    def counted(shuffled):
-        return lambda: sum(r["rows"] for r in shuffled().mapInArrow(count, "rows LONG").collect())
-
-    def rdd_counted(shuffled):
-        return lambda: sum(shuffled().mapPartitions(lambda pairs: [sum(t.num_rows for t in rdd_rows(pairs))]).collect())
+    def moved(hops):
+        exchange = Exchange.for_batch(str(workdir / "exchange"), 0, {})
+        handoffs = stage(len(pieces), exchange, lambda n: exchange.put(f"read-{n}.arrow", quarters(read_piece(pieces[n], declared)[0])))
+        for hop in range(1, hops):
+            handoffs = stage(4, exchange, lambda n, h=handoffs, hop=hop: exchange.put(f"hop{hop}-{n}.arrow", quarters(exchange.take(h, n))))
+        counted = stage(4, exchange, lambda n, h=handoffs: exchange.put(f"count-{n}.arrow", [(0, pa.table({"rows": [exchange.take(h, n).num_rows]}))]))
+        total = sum(exchange.take(counted, 0)["rows"].to_pylist())
+        exchange.delete()
+        return total
 
     floors = {}
-    cases = (("one shuffle", counted(once)), ("two shuffles", counted(twice)), ("one shuffle, RDD", rdd_counted(rdd_once)), ("two shuffles, RDD", rdd_counted(rdd_twice)))
-    for name, moved_rows in cases:
+    for name, hops in (("one hop", 1), ("two hops", 2)):
         seconds = []
         for _ in range(FLOOR_RUNS + 1):
             started = time.perf_counter()
-            total = moved_rows()
+            total = moved(hops)
             seconds.append(time.perf_counter() - started)
         assert total == pq.read_metadata(path).num_rows
         floors[name] = round(statistics.median(seconds[1:]), 2)

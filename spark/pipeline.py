@@ -9,6 +9,7 @@ it the same way for both.
 from __future__ import annotations
 
 import logging
+import posixpath
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -16,13 +17,13 @@ from laketide.coordinator import Coordinator
 from laketide.index.columns import LANDED_COLUMNS
 from laketide.index.state import StateIndex
 from laketide.spark.sources import read_files, unreadable_files
-from laketide.spark.arrow_parts import PART_BYTES
-from laketide.spark.spark_batch import PART_STRUCT, Shuffles, SparkBatch, pack_prepared
+from laketide.spark.spark_batch import PREPARED_STRUCT, Layout, SparkBatch, hand_on_prepared
 from laketide.spark.stage_clock import StageClock
 from laketide.table import Table
 from laketide.table.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
+from laketide.writer.exchange import Exchange
 from laketide.writer.landing import (
     batch_files,
     decoded_bytes,
@@ -49,6 +50,10 @@ KAFKA_RECORD_BYTES = 1024
 # the sources that read landing files
 LANDING_FORMATS = ("parquet", "json", "csv")
 # the pieces of parquet landing files Spark's tasks read themselves (``parquet_pieces``)
+# where Spark's tasks hand a micro-batch's rows on, under the table, unless ``write.exchange_dir`` says
+EXCHANGE_DIR = ".hoodie/.laketide/exchange"
+# what a prepare task over Spark's rows hands on at a time
+PREPARED_CHUNK_BYTES = 16 * 2**20
 PIECE_FIELDS = pa.schema([("path", pa.string()), ("row_group", pa.int32()), ("first_arrival", pa.int64()), ("offset", pa.int64()), ("rows", pa.int64())])
 
 
@@ -68,7 +73,11 @@ class MicroBatchWriter(BatchWriter):
         # the error that failed a micro-batch, as raised here: Spark hands the query's waiter only its text
         self.failure: BaseException | None = None
         self._brokers = None  # a Kafka source's client for the lag, made at the first micro-batch
-        self.shuffles = Shuffles(index.shards, config.write.parallelism)
+        self.exchange_dir = config.write.exchange_dir or posixpath.join(config.table.path.rstrip("/"), EXCHANGE_DIR)
+        # what a crash left in the exchange: no other writer holds the table's lease meanwhile
+        exchange = Exchange(self.exchange_dir, config.storage.io_options)
+        exchange.delete()
+        self.exchange_on_disk = exchange.on_disk
         self._had_slices = False  # once the table had a file slice, micro-batches are not laid out for a bulk insert
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -126,49 +135,57 @@ class MicroBatchWriter(BatchWriter):
             self._brokers.close()
         super().close()
 
-    def _prepared(self, df: DataFrame, pieces: list[Piece] | None = None, declared: pa.Schema | None = None) -> SparkBatch:
-        """The micro-batch prepared and packed in Spark's tasks: from Spark's rows of ``df``, or, given
-        ``pieces`` of parquet landing files (``parquet_pieces``), from those read straight into Arrow,
-        one piece a task, which skips Spark's reader and its conversion of every value to Arrow."""
-        spec, by_shard, options = self.spec, not self._bulk_inserted(), self.config.storage.io_options
+    def _prepared(self, df: DataFrame, batch_id: int, pieces: list[Piece] | None = None, declared: pa.Schema | None = None) -> SparkBatch:
+        """The micro-batch prepared in Spark's tasks and handed on through its exchange: from Spark's rows
+        of ``df``, or, given ``pieces`` of parquet landing files (``parquet_pieces``), from those read
+        straight into Arrow, one piece a task, which skips Spark's reader and its conversion of every value."""
+        spec, options = self.spec, self.config.storage.io_options
+        exchange = Exchange.for_batch(self.exchange_dir, batch_id, options)
+        layout = Layout.ROUTING if self.exchange_on_disk else Layout.WHOLE if self._bulk_inserted() else Layout.SHARDS
 
-        def packed(prepared: Iterator[pa.Table]) -> Iterator[pa.RecordBatch]:
-            from pyspark import TaskContext
-
-            task = TaskContext.get().partitionId()
-            # prepared rows are packed a part's worth at a time, so a task holds about one part unpacked
+        def chunked(prepared: Iterator[pa.Table]) -> Iterator[pa.Table]:
+            # Spark's Arrow batches are small: prepared rows are handed on about PREPARED_CHUNK_BYTES at a
+            # time, so a task holds about that much, and its file does not hold thousands of tiny batches
             held: list[pa.Table] = []
             for rows in prepared:
                 held.append(rows)
-                if sum(t.nbytes for t in held) >= PART_BYTES:
-                    yield from pack_prepared(pa.concat_tables(held), by_shard, task, spec.global_keys)
+                if sum(t.nbytes for t in held) >= PREPARED_CHUNK_BYTES:
+                    yield pa.concat_tables(held)
                     held = []
             if held:
-                yield from pack_prepared(pa.concat_tables(held), by_shard, task, spec.global_keys)
+                yield pa.concat_tables(held)
 
         def prepare_rows(batches):
             from pyspark import TaskContext
 
             arrival = ArrivalCounter(TaskContext.get().partitionId() << 40)
-            return packed(prepare(pa.Table.from_batches([b]), spec, arrival) for b in batches)
+            prepared = (prepare(pa.Table.from_batches([b]), spec, arrival) for b in batches)
+            return hand_on_prepared(chunked(prepared), exchange, layout, spec.global_keys, spec.ordering_field)
 
         def prepare_pieces(batches):
             pieces = (read_piece(piece, declared, options) for b in batches for piece in zip(*b.to_pydict().values()))
-            return packed(prepare_in_order(rows, spec, pa.repeat(pa.scalar("", pa.string()), len(arrival)), arrival) for rows, arrival in pieces)
+            prepared = (prepare_in_order(rows, spec, pa.repeat(pa.scalar("", pa.string()), len(arrival)), arrival) for rows, arrival in pieces)
+            return hand_on_prepared(prepared, exchange, layout, spec.global_keys, spec.ordering_field)
 
         if pieces is None:
-            parts = df.mapInArrow(self.clock.timed("prepare", prepare_rows), PART_STRUCT)
+            answers = df.mapInArrow(self.clock.timed("prepare", prepare_rows), PREPARED_STRUCT)
         else:
             # from Arrow the pieces are a local relation: a Python RDD of them took a Python daemon and
             # workers of their own, started (and their modules imported) on the first micro-batch
             listed = self.spark.createDataFrame(pa.Table.from_pylist([dict(zip(PIECE_FIELDS.names, piece)) for piece in pieces], PIECE_FIELDS))
-            parts = listed.mapInArrow(self.clock.timed("prepare", prepare_pieces), PART_STRUCT)
-        return SparkBatch(self.shuffles.distributed(parts, by_shard), self.shuffles, self.clock, by_shard)
+            answers = listed.mapInArrow(self.clock.timed("prepare", prepare_pieces), PREPARED_STRUCT)
+        try:
+            prepared = [row.asDict() for row in answers.collect()]
+        except BaseException:
+            exchange.delete()
+            raise
+        return SparkBatch(self.spark, prepared, exchange, layout, self.index.shards, self.config.write.parallelism, self.clock)
 
     def _bulk_inserted(self) -> bool:
         """Whether the micro-batch will likely be bulk inserted: under ``bulk_insert``, or an upsert into a table
-        with no file slice (``plan.table_empty``), the first micro-batch of a new table. Its parts then skip the
-        shuffle by shard; should another writer fill the table before the plan, they are shuffled then."""
+        with no file slice (``plan.table_empty``), the first micro-batch of a new table. Through an object store
+        its rows are then handed on whole rather than by shard; should another writer fill the table before
+        the plan, they are cut by shard then."""
         if self.operation == "bulk_insert":
             return True
         if self.operation != "upsert" or self._had_slices:
@@ -180,7 +197,7 @@ class MicroBatchWriter(BatchWriter):
         """The prepared rows of the micro-batch, the columns of its records, and the landing files set aside.
 
         A micro-batch that fits the driver is collected and prepared there; any other is
-        shuffled and materialized once on the executors. When Spark cannot read the
+        prepared by Spark's tasks, which hand it on through files (``writer.exchange``). When Spark cannot read the
         micro-batch, its files are read one by one and the unreadable ones set aside.
         """
         data_fields = _data_fields(df)
@@ -192,14 +209,14 @@ class MicroBatchWriter(BatchWriter):
             return LoadedBatch(batch, incoming, data_schema)
         try:
             pieces = parquet_pieces(files[0], data_schema, self.spark.sparkContext.defaultParallelism, self.config.storage.io_options) if files and self.config.source.format == "parquet" else None
-            return LoadedBatch(self._prepared(df, pieces, data_schema), incoming, data_schema)
+            return LoadedBatch(self._prepared(df, batch_id, pieces, data_schema), incoming, data_schema)
         except Exception as failure:
             if self.config.source.format not in LANDING_FORMATS:  # no landing files to set aside
                 raise
             # a failure because the job is being stopped is not about the files
             self.coordinator.lease.check()
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
-        return LoadedBatch(self._prepared(readable), incoming, data_schema, bad)
+        return LoadedBatch(self._prepared(readable, batch_id), incoming, data_schema, bad)
 
     def _landing_files(self, batch_id: int) -> tuple[dict[str, FileEntry], int] | None:
         """The micro-batch's landing files (size and modification time, by path) and what they weigh decoded

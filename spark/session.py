@@ -23,12 +23,10 @@ log = logging.getLogger(__name__)
 SUBMITTED_ENV = "PYSPARK_GATEWAY_PORT"
 
 # What every laketide session wants, wherever it runs (Arrow for the Python stages; Spark's own
-# temporary checkpoints deleted on exit). Shuffle blocks uncompressed: the only rows the job shuffles
-# are Arrow parts already compressed inside (``spark.arrow_parts``), which Spark's codec spent the
-# JVM's time on for no bytes (a 1M-row micro-batch's shuffle through local[2]: 1.06-1.09 s against 1.21).
+# temporary checkpoints deleted on exit). The job's stages hand rows on through files
+# (``writer.exchange``), not Spark's shuffle.
 WANTED = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.shuffle.compress": "false",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     "spark.ui.showConsoleProgress": "false",
 }

@@ -1,51 +1,76 @@
-"""A micro-batch written by Spark's executors: the stage functions in ``mapInArrow`` tasks, Arrow parts shuffled between them.
+"""A micro-batch written by Spark's executors: the stage functions in ``mapInArrow`` tasks, rows handed on through files.
 
-The prepare tasks pack their rows into Arrow parts by index shard (``Shuffles.distributed``); the parts
-are shuffled and materialized once, assigned per shard, packed again by write slot, shuffled and written.
-A bulk insert instead cuts the rows into key ranges (``writer.ranges``), one per write task. Only the parts'
-counts and key samples, and one small write status per file, come back to the driver.
+The prepare tasks read and prepare the rows and hand them on (``writer.exchange``); one assign task per
+index shard routes its rows; one write task per write slot writes them. Spark schedules the tasks and
+retries them; only their answers come back to the driver: where each wrote its rows, the prepared rows'
+counts and key samples, and one small write status per file.
+
+How rows travel depends on where the exchange is (``Layout``). On a disk the tasks memory-map, the
+prepared rows stay where the prepare task wrote them: only their routing columns go to the assign
+tasks, by shard, and each write task takes its rows straight from every prepare task's file, as the
+driver's write threads take theirs from the batch (``writer.driver_batch``). On an object store, where
+each task reading every file would download the micro-batch once per write task, whole rows go to the
+assign task of their shard, and from there to the write task of their slot. A bulk insert's rows are
+cut into key ranges (``writer.ranges``), one per write task, either way.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import KEY_HASH, PARTITION, RAW, REASON, SHARD
+from laketide.index.columns import KEY_HASH, PARTITION, RAW, REASON, ROW, SHARD, WRITE_SLOT
 from laketide.table.schema import RECORD_KEY
-from laketide.spark.arrow_parts import PART_SCHEMA, pack, pack_all, unpack, unpacked
-from laketide.spark.routing import hash_routes, routed
 from laketide.spark.stage_clock import StageClock
 from laketide.writer import bulk_stage, quarantine, ranges, stages
+from laketide.writer.exchange import HANDOFF_FIELDS, Exchange, Handoff
 from laketide.writer.slots import split_by
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-PART_STRUCT = from_arrow_schema(PART_SCHEMA)
+# a prepare task's answer: its partition; where its good rows, their routing columns and its bad rows
+# went; its counts, a sample of its good rows' range keys (a bulk insert's cut points) and their partitions
+PREPARED_SCHEMA = pa.schema(
+    [pa.field("task", pa.int32()), *HANDOFF_FIELDS, pa.field("routing_path", pa.string()), pa.field("routing_dests", pa.list_(pa.int32())),
+     pa.field("bad_path", pa.string()), pa.field("rows", pa.int64()), pa.field("bad", pa.int64()),
+     pa.field("sample", pa.list_(pa.string())), pa.field("sample_weight", pa.float64()), pa.field("partitions", pa.list_(pa.string()))]
+)
+PREPARED_STRUCT = from_arrow_schema(PREPARED_SCHEMA)
+HANDOFF_STRUCT = from_arrow_schema(pa.schema(HANDOFF_FIELDS))
 STATUS_STRUCT = from_arrow_schema(stages.STATUS_SCHEMA)
+# the destination of rows that are not cut (a prepare task's rows kept whole, its bad rows)
+WHOLE = 0
+# a routing row's ``ROW`` is its prepare task's partition shifted by this, plus its row in that task's good rows
+TASK_SHIFT = 40
 
 
-def _in_task_attempt(stage: Callable, plan: stages.BatchPlan) -> Callable:
-    """A ``mapInArrow`` function running a writing stage over its task's parts (a list of tables), with
-    the task's partition and this attempt's write token."""
+class Layout(enum.Enum):
+    """How a prepare task hands its good rows on (see the module's docstring)."""
 
-    def run(batches):
-        from laketide.table.files import write_token
-        from pyspark import TaskContext
-
-        parts = [rows for rows in unpack(batches) if rows.num_rows]
-        if not parts:
-            return
-        task = TaskContext.get()
-        yield from stage(plan, parts, task.partitionId(), write_token(task.partitionId(), task.stageId(), task.taskAttemptId()))
-
-    return run
+    ROUTING = "routing"  # kept whole, their routing columns by index shard: an exchange on disk
+    SHARDS = "shards"  # by index shard: an upsert through an object store
+    WHOLE = "whole"  # kept whole: a bulk insert through an object store, cut by key range later
 
 
-def _write(plan: stages.BatchPlan, parts: list[pa.Table], task: int, token: str) -> Iterator[pa.RecordBatch]:
-    return stages.write(plan, iter(pa.concat_tables(parts).to_batches()), task, token)
+def _file_name(kind: str, n: int) -> str:
+    """The file this task attempt writes for its ``n`` (a prepare task's partition, an assign task's
+    shard): an attempt's files are never another's."""
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    return f"{kind}-{n}-{task.stageId()}-{task.partitionId()}-{task.taskAttemptId()}.arrow"
+
+
+def _write_token(slot: int) -> str:
+    """The write token of this task attempt's files for write slot ``slot``."""
+    from laketide.table.files import write_token
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    return write_token(slot, task.stageId(), task.taskAttemptId())
 
 
 def _good(rows: pa.Table) -> pa.Table:
@@ -55,141 +80,214 @@ def _good(rows: pa.Table) -> pa.Table:
     return rows.drop_columns([REASON, RAW])
 
 
-def pack_prepared(rows: pa.Table, by_shard: bool, task: int, global_keys: bool) -> Iterator[pa.RecordBatch]:
-    """A prepare task's rows as parts: one per index shard (an upsert's assign tasks), or all for this
-    task (a bulk insert, laid out by key range later). The first part carries a sample of the rows' range
-    keys either way: an upsert the plan finds to be into an empty table is bulk inserted too."""
-    # sampled from the range key's columns: filtering out bad rows copies what it keeps
-    sample = ranges.sample(_good(rows.select([RECORD_KEY, PARTITION, REASON, RAW])), global_keys, seed=task)
-    yield from _pack_by_shard(rows, sample) if by_shard else pack(task, rows, sample)
+def _bad(rows: pa.Table) -> pa.Table:
+    """The rows that go to quarantine: why, and the row as it came."""
+    bad = rows.filter(pc.is_valid(rows[REASON]))
+    return pa.table([bad[c].cast(pa.string()) for c in (REASON, RAW)], names=["reason", "raw"])
 
 
-def _pack_by_shard(rows: pa.Table, sample: tuple[list[str], float] = ([], 0.0)) -> Iterator[pa.RecordBatch]:
-    """``rows`` as one part per index shard, for the assign task of that shard; the first carries ``sample``."""
-    for n, (shard, part) in enumerate(split_by(rows, rows[SHARD].to_numpy())):
-        yield from pack(shard, part, sample if n == 0 else ([], 0.0))
+def _routing(good: pa.Table, ordering_field: str | None, task: int, first: int) -> pa.Table:
+    """``stages.routing_columns`` of a prepare task's good rows from its ``first``, each ``ROW`` naming the task too."""
+    routing = stages.routing_columns(good, ordering_field)
+    rows = np.arange(first, first + good.num_rows, dtype=np.int64) + (task << TASK_SHIFT)
+    return routing.set_column(routing.schema.get_field_index(ROW), ROW, pa.array(rows))
 
 
-class Shuffles:
-    """Where a job's micro-batches send their parts: by index shard to assign, by write slot to write, by
-    key range to bulk insert. Each route table makes a part's ``task`` the Spark partition it lands in."""
+def hand_on_prepared(prepared: Iterator[pa.Table], exchange: Exchange, layout: Layout, global_keys: bool, ordering_field: str | None) -> Iterator[pa.RecordBatch]:
+    """A prepare task's rows handed on as ``layout`` says, its bad rows to a file of their own. Answers
+    one ``PREPARED_SCHEMA`` row. The sample is drawn whatever the layout: an upsert the plan finds to be
+    into an empty table is bulk inserted too."""
+    from pyspark import TaskContext
 
-    def __init__(self, shards: int, write_tasks: int):
-        self.write_tasks = write_tasks
-        self.shard_routes = hash_routes(shards)
-        self.write_routes = hash_routes(write_tasks)
+    task = TaskContext.get().partitionId()
+    counts, bad, keys, partitions = [0, 0, 0], [], [], set()  # rows, bad rows, good rows
+    rows_out, routing_out = exchange.writer(_file_name("prepare", task)), exchange.writer(_file_name("routing", task))
+    try:
+        for rows in prepared:
+            good = _good(rows)
+            if good.num_rows < rows.num_rows:
+                bad.append(_bad(rows))
+            if layout is Layout.ROUTING:
+                for shard, part in split_by(_routing(good, ordering_field, task, counts[2]), good[SHARD].to_numpy()):
+                    routing_out.put(shard, part)
+            for dest, part in split_by(good, good[SHARD].to_numpy()) if layout is Layout.SHARDS else [(WHOLE, good)]:
+                rows_out.put(dest, part)
+            counts[0] += rows.num_rows
+            counts[1] += rows.num_rows - good.num_rows
+            counts[2] += good.num_rows
+            keys.append(good.select([RECORD_KEY, PARTITION]))
+            partitions.update(pc.unique(good[PARTITION]).to_pylist())
+    finally:
+        handoff, routing = rows_out.close(), routing_out.close()
+    bad_handoff = exchange.put(_file_name("bad", task), [(WHOLE, pa.concat_tables(bad))]) if bad else None
+    sample, weight = ranges.sample(pa.concat_tables(keys), global_keys, seed=task) if keys else ([], 0.0)
+    row = {"task": task, **(handoff or Handoff("", ())).to_row(), "routing_path": routing.path if routing else "", "routing_dests": list(routing.dests) if routing else [],
+           "bad_path": bad_handoff.path if bad_handoff else "", "rows": counts[0], "bad": counts[1], "sample": sample, "sample_weight": weight, "partitions": sorted(partitions)}
+    yield pa.RecordBatch.from_pylist([row], schema=PREPARED_SCHEMA)
 
-    def distributed(self, parts: DataFrame, by_shard: bool) -> DataFrame:
-        """A prepare stage's parts, shuffled the way the first writing stage reads them, in the same pass as
-        reading and preparing: by shard to assign, or not at all for a bulk insert, whose key ranges are
-        known only once every part's sample is."""
-        return self.to_tasks(parts, self.shard_routes) if by_shard else parts
 
-    @staticmethod
-    def to_tasks(parts: DataFrame, routes: tuple[int, ...]) -> DataFrame:
-        return parts.repartition(len(routes), routed(F.col("task"), routes))
+def _tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[int]:
+    """The task numbers a stage over ``spark.range`` hands this task: one each."""
+    for batch in batches:
+        yield from batch.column(0).to_pylist()
+
+
+def _handoff_batch(handoff: Handoff | None) -> Iterator[pa.RecordBatch]:
+    if handoff is not None:
+        yield pa.RecordBatch.from_pylist([handoff.to_row()], schema=pa.schema(HANDOFF_FIELDS))
 
 
 class SparkBatch:
-    """The prepared parts of one micro-batch, computed once and kept on the executors for the stages that read them."""
+    """The prepared rows of one micro-batch, in the files of its exchange until the micro-batch ends."""
 
     ran_on = "tasks"
 
-    def __init__(self, parts: DataFrame, shuffles: Shuffles, clock: StageClock, by_shard: bool):
-        """``parts`` are in the tasks of their index shard (``by_shard``), or where they were prepared.
-        A local checkpoint keeps the parts as they are. It is lazy, so collecting their counts is
-        the job that computes and keeps them. Its blocks cannot be recomputed: losing an executor
-        fails the micro-batch, which is rolled back, and the restarted query replays it."""
-        self.parts = parts.localCheckpoint(eager=False)
-        self.shuffles = shuffles
-        self.by_shard = by_shard
+    def __init__(self, spark: SparkSession, prepared: list[dict], exchange: Exchange, layout: Layout, shards: int, write_tasks: int, clock: StageClock):
+        """``prepared``: the prepare tasks' answers (``PREPARED_SCHEMA``), their good rows handed on as ``layout`` says."""
+        self.spark = spark
+        self.exchange, self.layout = exchange, layout
+        self.shards, self.write_tasks = shards, write_tasks
         self.clock = clock
-        counts = self.parts.select("rows", "bad", "sample", "sample_weight").collect()
-        self.records, self.bad_rows = sum(r["rows"] for r in counts), sum(r["bad"] for r in counts)
-        # every part's sample of its good rows' range keys, for a bulk insert's cut points
-        self.samples = [(r["sample"], r["sample_weight"]) for r in counts if r["sample"]]
+        prepared = sorted(prepared, key=lambda r: r["task"])
+        self.prepared = [Handoff.from_row(r) for r in prepared if r["path"]]
+        self.tasks = [r["task"] for r in prepared if r["path"]]
+        self.routing = [Handoff(r["routing_path"], tuple(r["routing_dests"])) for r in prepared if r["routing_path"]]
+        self.bad = [Handoff(r["bad_path"], (WHOLE,)) for r in prepared if r["bad_path"]]
+        self.records, self.bad_rows = sum(r["rows"] for r in prepared), sum(r["bad"] for r in prepared)
+        # every task's sample of its good rows' range keys, for a bulk insert's cut points
+        self.samples = [(r["sample"], r["sample_weight"]) for r in prepared if r["sample"]]
+        self._partitions = sorted({p for r in prepared for p in r["partitions"]})
+
+    def _stage(self, n: int, name: str, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema) -> list[dict]:
+        """Run ``fn`` over the numbers below ``n``, timed as stage ``name``, in at most one task per core: a
+        task costs about 0.05 s to schedule and start, so 4 shards in 4 tasks on 2 cores took 0.1 s more
+        than in 2 tasks of 2 shards each; their answers."""
+        tasks = max(1, min(n, self.spark.sparkContext.defaultParallelism))
+        answers = self.spark.range(0, n, 1, tasks).mapInArrow(self.clock.timed(name, fn), schema).collect()
+        return [row.asDict() for row in answers]
+
+    def _handoffs(self, tasks: int, name: str, fn: Callable[[int], Handoff | None]) -> list[Handoff]:
+        """A stage whose task ``n`` hands rows on (``fn(n)``); where they went."""
+
+        def run(batches):
+            for n in _tasks(batches):
+                yield from _handoff_batch(fn(n))
+
+        return [Handoff.from_row(row) for row in self._stage(tasks, name, run, HANDOFF_STRUCT)]
+
+    def _written(self, fn: Callable[[int, str], Iterator[pa.RecordBatch]]) -> list[stages.WriteStatus]:
+        """The write stage: task ``n`` of ``write_tasks`` writes (``fn(n, token)``); the statuses it answered."""
+
+        def run(batches):
+            for n in _tasks(batches):
+                yield from fn(n, _write_token(n))
+
+        return [stages.WriteStatus.from_row(row) for row in self._stage(self.write_tasks, "write", run, STATUS_STRUCT)]
 
     def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str, options: dict[str, str]) -> None:
         """The rows that go to quarantine, with ``more`` (reason, raw) rows, written by one task as one
         parquet file under ``target``, in the schema the driver path writes (``writer.quarantine``)."""
-
-        def bad_rows(batches):
-            for rows in unpack(batches):
-                bad = rows.filter(pc.is_valid(rows[REASON]))
-                yield pa.RecordBatch.from_arrays([bad[c].combine_chunks().cast(pa.string()) for c in (REASON, RAW)], ["reason", "raw"])
-
-        rows = self.parts.filter(F.col("bad") > 0).mapInArrow(bad_rows, "reason STRING, raw STRING")
-        if more:
-            rows = rows.unionByName(self.parts.sparkSession.createDataFrame(more, "reason STRING, raw STRING"))
+        exchange, bad = self.exchange, self.bad
         quarantine.clear(target, options)
 
         def write(batches):
-            from pyspark import TaskContext
+            for _ in _tasks(batches):
+                rows = exchange.take(bad, WHOLE)
+                reasons = [rows["reason"].combine_chunks()] if rows is not None else []
+                raws = [rows["raw"].combine_chunks()] if rows is not None else []
+                reasons.append(pa.array([r for r, _ in more], pa.string()))
+                raws.append(pa.array([r for _, r in more], pa.string()))
+                table = quarantine.quarantine_rows(instant, pa.concat_arrays(reasons), pa.concat_arrays(raws))
+                quarantine.write_part(target, table, 0, options)
+                yield pa.RecordBatch.from_pydict({"rows": [table.num_rows]})
 
-            bad = [b for b in batches if b.num_rows]
-            if not bad:
-                return
-            bad = pa.Table.from_batches(bad)
-            table = quarantine.quarantine_rows(instant, bad["reason"].combine_chunks(), bad["raw"].combine_chunks())
-            quarantine.write_part(target, table, TaskContext.get().partitionId(), options)
-            yield pa.RecordBatch.from_pydict({"rows": [table.num_rows]})
-
-        rows.coalesce(1).mapInArrow(write, "rows LONG").collect()
+        self._stage(1, "write", write, "rows LONG")
 
     def partitions(self) -> list[str]:
-        def partitions_of(batches):
-            for rows in unpack(batches):
-                yield pa.RecordBatch.from_arrays([pc.unique(_good(rows)[PARTITION].combine_chunks())], ["partition"])
-
-        return sorted({r[0] for r in self.parts.mapInArrow(partitions_of, "partition STRING").distinct().collect()})
+        return self._partitions
 
     def assign_and_write(self, plan: stages.BatchPlan, assigned_arrow: pa.Schema) -> list[stages.WriteStatus]:
-        def assign_task(batches):
-            rows = unpacked(batches)
+        if self.layout is Layout.ROUTING:
+            return self._routed_and_written(plan, assigned_arrow)
+        exchange, by_shard = self.exchange, self._by_shard()
+
+        def assign(shard: int) -> Handoff | None:
+            rows = exchange.take(by_shard, shard)
+            return None if rows is None else exchange.put(_file_name("assign", shard), stages.assign(plan, rows, assigned_arrow))
+
+        assigned = self._handoffs(self.shards, "assign", assign)
+
+        def write(slot: int, token: str) -> Iterator[pa.RecordBatch]:
+            rows = exchange.take(assigned, slot)
+            return iter(()) if rows is None else stages.write(plan, iter(rows.to_batches()), slot, token)
+
+        return self._written(write)
+
+    def _routed_and_written(self, plan: stages.BatchPlan, assigned_arrow: pa.Schema) -> list[stages.WriteStatus]:
+        """The assign tasks route their shard's routing columns and hand the routing on by write slot;
+        each write task takes its slot's rows from the prepare tasks' files, in file-group order."""
+        exchange, routing, prepared, tasks = self.exchange, self.routing, self.prepared, self.tasks
+
+        def assign(shard: int) -> Handoff | None:
+            rows = exchange.take(routing, shard)
             if rows is None:
-                return
-            yield from pack_all(stages.assign(plan, _good(rows), assigned_arrow))
+                return None
+            routed = stages.route(plan, rows)
+            return exchange.put(_file_name("assign", shard), split_by(routed, routed[WRITE_SLOT].to_numpy()))
 
-        assigned = self._by_shard().mapInArrow(self.clock.timed("assign", assign_task), PART_STRUCT)
-        writing = self.clock.timed("write", _in_task_attempt(_write, plan))
-        return _statuses(Shuffles.to_tasks(assigned, self.shuffles.write_routes).mapInArrow(writing, STATUS_STRUCT))
+        assigned = self._handoffs(self.shards, "assign", assign)
 
-    def _by_shard(self) -> DataFrame:
-        """The parts in the tasks of their index shard: as they were prepared (``Shuffles.distributed``), or,
-        when they were laid out for a bulk insert that the plan did not make, cut by shard and shuffled now."""
-        if self.by_shard:
-            return self.parts
+        def write(slot: int, token: str) -> Iterator[pa.RecordBatch]:
+            routed = exchange.take(assigned, slot)
+            if routed is None:
+                return iter(())
+            # the prepare tasks' rows end to end, memory-mapped: a routing row's ``ROW`` names its task and row
+            whole = exchange.tables(prepared, WHOLE)
+            firsts = np.zeros(max(tasks) + 1, np.int64)
+            firsts[tasks] = np.cumsum([0] + [t.num_rows for t in whole[:-1]])
+            at = routed[ROW].to_numpy()
+            routed = routed.set_column(routed.schema.get_field_index(ROW), ROW, pa.array(firsts[at >> TASK_SHIFT] + (at & ((1 << TASK_SHIFT) - 1))))
+            rows = stages.slot_rows(pa.concat_tables(whole), routed, assigned_arrow)
+            return stages.write(plan, iter(rows.to_batches()), slot, token)
 
-        def cut_by_shard(batches):
-            for rows in unpack(batches):
-                yield from _pack_by_shard(rows)
+        return self._written(write)
 
-        return Shuffles.to_tasks(self.parts.mapInArrow(cut_by_shard, PART_STRUCT), self.shuffles.shard_routes)
+    def _by_shard(self) -> list[Handoff]:
+        """The prepared rows by index shard: as the prepare tasks handed them on, or, when they were kept
+        whole for a bulk insert that the plan did not make, cut by shard now."""
+        if self.layout is Layout.SHARDS:
+            return self.prepared
+        exchange, prepared = self.exchange, self.prepared
+
+        def cut_by_shard(n: int) -> Handoff | None:
+            rows = exchange.take([prepared[n]], None)
+            return None if rows is None else exchange.put(_file_name("shards", n), split_by(rows, rows[SHARD].to_numpy()))
+
+        return self._handoffs(len(prepared), "assign", cut_by_shard)
 
     def bulk_insert(self, plan: stages.BatchPlan) -> list[stages.WriteStatus]:
         """Each write task takes one key range of the micro-batch (``writer.ranges``) and writes it, sorted
         by ``bulk_sort_keys``, into new file groups: each file group holds a contiguous range of keys."""
         global_keys = plan.index.global_keys
         order = bulk_stage.bulk_sort_keys(plan.assign.ordering_field, global_keys)
-        cuts = ranges.cut_points(self.samples, self.shuffles.write_tasks, plan.assign.new_group_records)
+        cuts = ranges.cut_points(self.samples, self.write_tasks, plan.assign.new_group_records)
+        exchange, prepared = self.exchange, self.prepared
 
-        def cut_task(batches):
-            for rows in unpack(batches):
-                yield from pack_all(ranges.split_unsorted(_good(rows).drop_columns([SHARD, KEY_HASH]), cuts, global_keys))
+        def cut(n: int) -> Handoff | None:
+            rows = exchange.take([prepared[n]], None)
+            if rows is None:
+                return None
+            return exchange.put(_file_name("ranges", n), ranges.split_unsorted(rows.drop_columns([SHARD, KEY_HASH]), cuts, global_keys))
 
-        def insert_sorted(plan, parts, task, token):
-            # a task's range comes in parts from every prepare task: sorted once, here
-            rows = pa.concat_tables(parts).sort_by(order)
-            return bulk_stage.bulk_insert(plan, iter(rows.to_batches()), task, token)
+        by_range = self._handoffs(len(prepared), "write", cut)
 
-        by_range = Shuffles.to_tasks(self.parts.mapInArrow(self.clock.timed("write", cut_task), PART_STRUCT), self.shuffles.write_routes)
-        return _statuses(by_range.mapInArrow(self.clock.timed("write", _in_task_attempt(insert_sorted, plan)), STATUS_STRUCT))
+        def insert_sorted(task: int, token: str) -> Iterator[pa.RecordBatch]:
+            # a task's range comes from every prepare task: sorted once, here
+            rows = exchange.take(by_range, task)
+            return iter(()) if rows is None else bulk_stage.bulk_insert(plan, iter(rows.sort_by(order).to_batches()), task, token)
+
+        return self._written(insert_sorted)
 
     def release(self) -> None:
-        """Free the blocks of the micro-batch now, rather than when the JVM collects it."""
-        self.parts._jdf.queryExecution().analyzed().rdd().unpersist(False)
-
-
-def _statuses(written: DataFrame) -> list[stages.WriteStatus]:
-    """The write statuses the tasks answered: one small row per file group comes back to the driver."""
-    return [stages.WriteStatus.from_row(row.asDict()) for row in written.collect()]
+        """Delete the micro-batch's exchange files now that it ended."""
+        self.exchange.delete()

@@ -1,4 +1,4 @@
-"""A bulk insert's key ranges (``writer.ranges``) and the Arrow parts Spark's tasks pass them in (``spark.arrow_parts``)."""
+"""A bulk insert's key ranges (``writer.ranges``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import bisect
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import PARTITION, REASON
-from laketide.spark import arrow_parts
+from laketide.index.columns import PARTITION
 from laketide.table.schema import RECORD_KEY
 from laketide.writer import ranges
 
@@ -62,19 +61,6 @@ def test_range_keys_order_as_partition_then_key_and_by_key_alone_when_global():
     assert sorted(range(3), key=lambda i: keys[i]) == [2, 0, 1], "p/a, p/b, then pq/a: a path that extends another sorts after all its keys"
     assert ranges.range_keys(rows, True).to_pylist() == ["b", "a", "a"]
     assert ranges.cut_points([], 4) == [] and ranges.cut_points([(["x"], 1.0)], 1) == []
-
-
-def test_parts_carry_rows_counts_and_sample_in_bounded_pieces(monkeypatch):
-    monkeypatch.setattr(arrow_parts, "PART_BYTES", 4096)
-    rows = _rows(3_000, 1, partitions=3).append_column(REASON, pa.array([None] * 2_999 + ["bad"], pa.string()))
-    parts = list(arrow_parts.pack(7, rows, (["k"], 2.5)))
-    assert len(parts) > 1
-    meta = pa.Table.from_batches(parts).drop_columns(["arrow"]).to_pylist()
-    assert {m["task"] for m in meta} == {7}
-    assert sum(m["rows"] for m in meta) == 3_000 and sum(m["bad"] for m in meta) == 1
-    assert [m["sample"] for m in meta if m["sample"]] == [["k"]], "the sample rides on the first part only"
-    assert arrow_parts.unpacked(parts).equals(rows)
-    assert arrow_parts.unpacked([]) is None and list(arrow_parts.pack(0, rows.slice(0, 0))) == []
 
 
 def test_a_small_batch_is_cut_only_where_partitions_start_and_a_cut_near_a_partition_start_moves_there():

@@ -10,6 +10,7 @@ import pytest
 
 from laketide.spark.job import run
 from laketide.spark.pipeline import MicroBatchWriter
+from laketide.writer.exchange import Exchange
 from laketide.table import Table
 from laketide.table.files import parse_data_file
 
@@ -108,12 +109,14 @@ def test_time_travel_by_a_readable_timestamp(job_run):
         table.snapshot(as_of="last tuesday")
 
 
-def test_parts_laid_out_for_a_bulk_insert_the_plan_did_not_make_are_shuffled_by_shard(spark, tmp_path, monkeypatch):
-    """The job lays out the first micro-batch of an empty table for a bulk insert, skipping the shuffle by
-    shard; should the table have filled by the plan (another writer), the parts are shuffled to assign
-    then. Here every micro-batch is laid out so."""
+def test_rows_kept_whole_for_a_bulk_insert_the_plan_did_not_make_are_cut_by_shard(spark, tmp_path, monkeypatch):
+    """Through an object store, the job hands the first micro-batch of an empty table on whole, for a bulk
+    insert; should the table have filled by the plan (another writer), the rows are cut by shard then.
+    Here every micro-batch is laid out so, the exchange taken for an object store's."""
     monkeypatch.setattr(MicroBatchWriter, "_bulk_inserted", lambda self: True)
+    monkeypatch.setattr(Exchange, "on_disk", property(lambda self: False))
     land_all(tmp_path)
     writer = run(job_config(tmp_path, write__driver_batch_bytes=0))
     assert all(r.stage_seconds["assign_tasks"] > 0 for r in writer.status.recent[1:])
     assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(BATCHES)
+    assert not list((tmp_path / "table" / ".hoodie" / ".laketide" / "exchange").iterdir()), "each micro-batch deletes its exchange files"

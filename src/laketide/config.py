@@ -155,6 +155,9 @@ class WriteSection(_Section):
     # a micro-batch whose landing files total at most this is written by the driver in threads,
     # without Spark stages (``writer.driver_batch``); 0 sends every micro-batch through Spark's tasks
     driver_batch_bytes: Annotated[int, BeforeValidator(parse_size), Field(ge=0)] = 64 * 2**20
+    # where Spark's tasks hand a micro-batch's rows from one stage to the next (``writer.exchange``): a path
+    # or URI every executor reaches; unset, ``.hoodie/.laketide/exchange`` under the table
+    exchange_dir: str | None = None
 
     @model_validator(mode="after")
     def _small_below_target(self) -> WriteSection:
