@@ -58,13 +58,11 @@ def run_path(args: argparse.Namespace) -> None:
 def measure_floor(args: argparse.Namespace) -> None:
     """In a process of its own: the seconds to move an upsert micro-batch's landing file through Spark's
     tasks and the job's exchange, with one and with two hops, and nothing else (``FLOOR_RUNS`` runs each)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     from laketide.table.io import FileIO
-    from laketide.writer.exchange import HANDOFF_FIELDS, Exchange, Handoff
+    from laketide.writer.exchange import Exchange
     from laketide.writer.landing import parquet_pieces, read_piece
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers run this interpreter, as the job's do
@@ -74,19 +72,12 @@ def measure_floor(args: argparse.Namespace) -> None:
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     declared = pq.read_schema(path)
     pieces = parquet_pieces({path: FileIO.for_uri(path).entry("")}, declared, spark.sparkContext.defaultParallelism)
-    handoff_schema = pa.schema(HANDOFF_FIELDS)
 
-    def stage(tasks, exchange, fn):
-        """``fn(n)`` in task n of ``tasks``, as the job's stages run: the handoffs it answered."""
-
-        def run(batches):
-            for batch in batches:
-                for n in batch.column(0).to_pylist():
-                    handoff = fn(n)
-                    if handoff is not None:
-                        yield pa.RecordBatch.from_pylist([handoff.to_row()], schema=handoff_schema)
-
-        return [Handoff.from_row(r.asDict()) for r in spark.range(0, tasks, 1, tasks).mapInArrow(run, from_arrow_schema(handoff_schema)).collect()]
+    def stage(n, fn):
+        """``fn(k)`` for each k below ``n``, in at most one task per core, as the job's stages run (``SparkBatch._stage``)."""
+        context = spark.sparkContext
+        tasks = max(1, min(n, context.defaultParallelism))
+        return context.parallelize(range(n), tasks).mapPartitions(lambda ks: (h for k in ks for h in [fn(k)] if h is not None)).collect()
 
     def quarters(rows):
         quarter = -(-rows.num_rows // 4)
@@ -94,11 +85,10 @@ def measure_floor(args: argparse.Namespace) -> None:
 
     def moved(hops):
         exchange = Exchange.for_batch(str(workdir / "exchange"), 0, {})
-        handoffs = stage(len(pieces), exchange, lambda n: exchange.put(f"read-{n}.arrow", quarters(read_piece(pieces[n], declared)[0])))
+        handoffs = stage(len(pieces), lambda n: exchange.put(f"read-{n}.arrow", quarters(read_piece(pieces[n], declared)[0])))
         for hop in range(1, hops):
-            handoffs = stage(4, exchange, lambda n, h=handoffs, hop=hop: exchange.put(f"hop{hop}-{n}.arrow", quarters(exchange.take(h, n))))
-        counted = stage(4, exchange, lambda n, h=handoffs: exchange.put(f"count-{n}.arrow", [(0, pa.table({"rows": [exchange.take(h, n).num_rows]}))]))
-        total = sum(exchange.take(counted, 0)["rows"].to_pylist())
+            handoffs = stage(4, lambda n, h=handoffs, hop=hop: exchange.put(f"hop{hop}-{n}.arrow", quarters(exchange.take(h, n))))
+        total = sum(stage(4, lambda n, h=handoffs: exchange.take(h, n).num_rows))
         exchange.delete()
         return total
 

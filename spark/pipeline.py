@@ -17,7 +17,7 @@ from laketide.coordinator import Coordinator
 from laketide.index.columns import LANDED_COLUMNS
 from laketide.index.state import StateIndex
 from laketide.spark.sources import read_files, unreadable_files
-from laketide.spark.spark_batch import PREPARED_STRUCT, Layout, SparkBatch, hand_on_prepared
+from laketide.spark.spark_batch import PREPARED_SCHEMA, PREPARED_STRUCT, Layout, SparkBatch, hand_on_prepared
 from laketide.spark.stage_clock import StageClock
 from laketide.table import Table
 from laketide.table.io import FileEntry, FileIO
@@ -49,12 +49,10 @@ GENERATED_ROW_BYTES = 64
 KAFKA_RECORD_BYTES = 1024
 # the sources that read landing files
 LANDING_FORMATS = ("parquet", "json", "csv")
-# the pieces of parquet landing files Spark's tasks read themselves (``parquet_pieces``)
 # where Spark's tasks hand a micro-batch's rows on, under the table, unless ``write.exchange_dir`` says
 EXCHANGE_DIR = ".hoodie/.laketide/exchange"
 # what a prepare task over Spark's rows hands on at a time
 PREPARED_CHUNK_BYTES = 16 * 2**20
-PIECE_FIELDS = pa.schema([("path", pa.string()), ("row_group", pa.int32()), ("first_arrival", pa.int64()), ("offset", pa.int64()), ("rows", pa.int64())])
 
 
 def _data_fields(df: DataFrame) -> list[StructField]:
@@ -160,22 +158,20 @@ class MicroBatchWriter(BatchWriter):
 
             arrival = ArrivalCounter(TaskContext.get().partitionId() << 40)
             prepared = (prepare(pa.Table.from_batches([b]), spec, arrival) for b in batches)
-            return hand_on_prepared(chunked(prepared), exchange, layout, spec.global_keys, spec.ordering_field)
+            yield pa.RecordBatch.from_pylist([hand_on_prepared(chunked(prepared), exchange, layout, spec.global_keys, spec.ordering_field)], schema=PREPARED_SCHEMA)
 
-        def prepare_pieces(batches):
-            pieces = (read_piece(piece, declared, options) for b in batches for piece in zip(*b.to_pydict().values()))
+        def prepare_pieces(listed):
+            pieces = (read_piece(piece, declared, options) for piece in listed)
             prepared = (prepare_in_order(rows, spec, pa.repeat(pa.scalar("", pa.string()), len(arrival)), arrival) for rows, arrival in pieces)
-            return hand_on_prepared(prepared, exchange, layout, spec.global_keys, spec.ordering_field)
+            yield hand_on_prepared(prepared, exchange, layout, spec.global_keys, spec.ordering_field)
 
-        if pieces is None:
-            answers = df.mapInArrow(self.clock.timed("prepare", prepare_rows), PREPARED_STRUCT)
-        else:
-            # from Arrow the pieces are a local relation: a Python RDD of them took a Python daemon and
-            # workers of their own, started (and their modules imported) on the first micro-batch
-            listed = self.spark.createDataFrame(pa.Table.from_pylist([dict(zip(PIECE_FIELDS.names, piece)) for piece in pieces], PIECE_FIELDS))
-            answers = listed.mapInArrow(self.clock.timed("prepare", prepare_pieces), PREPARED_STRUCT)
         try:
-            prepared = [row.asDict() for row in answers.collect()]
+            if pieces is None:
+                prepared = [row.asDict() for row in df.mapInArrow(self.clock.timed("prepare", prepare_rows), PREPARED_STRUCT).collect()]
+            else:
+                # a Python RDD of the pieces, as the later stages are (``SparkBatch._stage``): they share its workers
+                context = self.spark.sparkContext
+                prepared = context.parallelize(pieces, len(pieces)).mapPartitions(self.clock.timed("prepare", prepare_pieces)).collect()
         except BaseException:
             exchange.delete()
             raise
