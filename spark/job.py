@@ -12,6 +12,8 @@ Threads of the job's process, and what each may touch (each shared object's docs
 - the API's threads (uvicorn) read the table afresh for every request, and make changes through
   ``RunningJob.operations``, under ``batch_lock``;
 - kazoo's listener (ZooKeeper lease) only flips the lease's state and sets the ``lost`` event;
+- the warm-up thread runs one Spark job at the start (``spark_batch.warm_workers``), touching nothing of the
+  job's but the SparkContext, which takes jobs from any thread;
 - the main thread (here) waits for the query, and stops it when the lease is lost, a service failed too
   often, or a stop was asked for.
 """
@@ -31,6 +33,7 @@ from laketide.table.errors import LaketideError
 from laketide.coordinator.services import TableServiceFailed
 from laketide.spark.pipeline import MicroBatchWriter
 from laketide.spark.session import spark_session
+from laketide.spark.spark_batch import warm_workers
 from laketide.spark.sources import read_stream, source_schema
 from laketide.table import FileIO
 from laketide.writer.batch_writer import BatchWriter
@@ -77,6 +80,7 @@ def run(
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
     spark = spark_session(config.spark)
     spark.sparkContext.setLogLevel("WARN")
+    threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()
     table = open_table(config, source_schema(spark, config.source))
     writer_id = writer_id_for(config.stream.checkpoint, config.storage.io_options)
     lost = threading.Event()
