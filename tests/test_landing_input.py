@@ -207,7 +207,8 @@ def test_spark_tasks_read_parquet_pieces_in_the_order_the_driver_reads_them(tmp_
 
     assert len(parquet_pieces(files, table.schema, tasks=8)) == 5, "five row groups keep 8 tasks busy enough: no group is cut"
     pieces = parquet_pieces(files, table.schema, tasks=16)
-    assert sorted(p[4] for p in pieces if "late" in p[0]) == [PIECE_LEAST_ROWS + 3, PIECE_LEAST_ROWS + 4]
+    sizes = [p[4] for p in pieces if "late" in p[0]]
+    assert len(sizes) == 2 and sum(sizes) == n and sizes[0] > sizes[1], "the second piece's task also decodes the first's rows, so it holds fewer"
     assert len([p for p in pieces if "groups" in p[0]]) == 3, "a row group under the least rows is read whole"
     read = [read_piece(piece, table.schema) for piece in pieces]
     ours = pa.concat_tables([rows.append_column("arrival", arrival) for rows, arrival in read]).sort_by("arrival")

@@ -17,6 +17,9 @@ from laketide.table.io import FileEntry, FileIO
 Piece = tuple[str, int, int, int, int]
 # a row group is cut into pieces for idle tasks only down to this many rows: below, reading it again costs more
 PIECE_LEAST_ROWS = 100_000
+# what decoding a row of a landing file costs against reading, preparing and handing it on in a prepare
+# task (a 1M-row row group of the 15-column shape: 0.14 s to decode, 0.33 s for the rest)
+DECODE_SHARE = 0.4
 # the rows a piece of a cut row group is decoded by, so that a piece stops near its end
 PIECE_READ_ROWS = 65_536
 
@@ -77,11 +80,19 @@ def parquet_pieces(
 
 
 def _slices(group: tuple[str, int, int, int], cut: int) -> list[Piece]:
-    """A row group as ``cut`` pieces of about equal rows, none under ``PIECE_LEAST_ROWS`` unless the group is."""
+    """A row group as ``cut`` pieces of about equal work, cut only when the group holds ``PIECE_LEAST_ROWS``
+    a piece. A piece's task decodes the group from its start up to the piece's end (``_rows_of``), so the
+    earlier pieces hold more rows: each task's decoding (``DECODE_SHARE`` of a row's work per row decoded)
+    and preparing then come to about the same. Of a 1M-row group in two pieces, the first holds 58.5%."""
     path, number, first, rows = group
     cut = max(1, min(cut, rows // PIECE_LEAST_ROWS))
-    step = max(1, -(-rows // cut))
-    return [(path, number, first, start, min(step, rows - start)) for start in range(0, rows, step)]
+    # piece i ends at work * a_i rows, a_i = (1 + a_(i-1)) / (1 + DECODE_SHARE): each piece's work is the same
+    ends, a = [], 0.0
+    for _ in range(cut):
+        a = (1 + a) / (1 + DECODE_SHARE)
+        ends.append(a)
+    bounds = [0] + [round(rows * end / ends[-1]) for end in ends]
+    return [(path, number, first, start, end - start) for start, end in zip(bounds, bounds[1:]) if end > start]
 
 
 def read_piece(piece: Piece, declared: pa.Schema, options: dict[str, str] | None = None) -> tuple[pa.Table, pa.Array]:
