@@ -115,11 +115,17 @@ def split_unsorted(rows: pa.Table, cuts: list[str], global_keys: bool) -> list[t
         return []
     if not cuts:
         return [(0, rows)]
-    keys = range_keys(rows, global_keys)
+    return split_by(rows, range_numbers(rows, cuts, global_keys))
+
+
+def range_numbers(rows: pa.Table, cuts: list[str], global_keys: bool) -> np.ndarray:
+    """Each row's range, as ``split_sorted`` cuts them: the number of cuts at or below its range key."""
     task = np.zeros(rows.num_rows, np.int64)
-    for cut in cuts:
-        task += pc.greater_equal(keys, cut).to_numpy(zero_copy_only=False)
-    return split_by(rows, task)
+    if cuts and rows.num_rows:
+        keys = range_keys(rows, global_keys)
+        for cut in cuts:
+            task += pc.greater_equal(keys, cut).to_numpy(zero_copy_only=False)
+    return task
 
 
 class _Keys:
