@@ -1,17 +1,19 @@
-"""A micro-batch written by Spark's executors: the stage functions in ``mapInArrow`` tasks, rows handed on through files.
+"""A micro-batch written by Spark's executors: the stage functions in Spark's tasks, rows handed on through files.
 
-The prepare tasks read and prepare the rows and hand them on (``writer.exchange``); one assign task per
-index shard routes its rows; one write task per write slot writes them. Spark schedules the tasks and
-retries them; only their answers come back to the driver: where each wrote its rows, the prepared rows'
-counts and key samples, and one small write status per file.
+The prepare tasks read and prepare the rows and hand them on (``writer.exchange``); the assign stage
+routes each index shard's rows; the write stage writes each write slot's. A stage runs at most one task
+per core, each taking several shards or slots. Spark schedules the tasks and retries them; only their
+answers come back to the driver: where each wrote its rows, the prepared rows' counts and key samples,
+and one small write status per file.
 
 How rows travel depends on where the exchange is (``Layout``). On a disk the tasks memory-map, the
 prepared rows stay where the prepare task wrote them: only their routing columns go to the assign
 tasks, by shard, and each write task takes its rows straight from every prepare task's file, as the
-driver's write threads take theirs from the batch (``writer.driver_batch``). On an object store, where
-each task reading every file would download the micro-batch once per write task, whole rows go to the
-assign task of their shard, and from there to the write task of their slot. A bulk insert's rows are
-cut into key ranges (``writer.ranges``), one per write task, either way.
+driver's write threads take theirs from the batch (``writer.driver_batch``); a bulk insert's write task
+takes its key range (``writer.ranges``) from them the same way. On an object store, where each task
+reading every file would download the micro-batch once per write task, whole rows go to the assign task
+of their shard and from there to the write task of their slot, and a bulk insert's rows are cut by key
+range in a stage of their own.
 """
 
 from __future__ import annotations
