@@ -328,7 +328,7 @@ def _warmed(numbers: Iterator[int]) -> Iterator[int]:
     rows = pa.table({"n": np.arange(n), "key": pa.array(np.arange(n).astype(str)), "x": np.linspace(0, 1, n),
                      "at": pa.array(np.arange(n), pa.timestamp("us", "UTC"))})
     parquet = io.BytesIO()
-    pq.write_table(rows, parquet)
+    pq.write_table(rows, parquet, compression="zstd")
     parquet.seek(0)
     rows = pa.Table.from_batches(list(pq.ParquetFile(parquet).iter_batches()))
     sink = pa.BufferOutputStream()
@@ -336,6 +336,6 @@ def _warmed(numbers: Iterator[int]) -> Iterator[int]:
         ipc.write_table(rows)
     rows = pa.ipc.open_file(sink.getvalue()).read_all()
     hash64(rows["key"])
-    split_by(rows.sort_by("key"), rows["n"].to_numpy() % 4)
+    split_by(rows.sort_by([("key", "ascending"), ("x", "descending"), ("n", "descending")]), rows["n"].to_numpy() % 4)
     pc.unique(rows["key"])
     yield from numbers
