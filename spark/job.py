@@ -37,7 +37,7 @@ from laketide.spark.spark_batch import warm_workers
 from laketide.spark.sources import read_stream, source_schema
 from laketide.table import FileIO
 from laketide.writer.batch_writer import BatchWriter
-from laketide.writer.preflight import check_quarantine_path
+from laketide.writer.preflight import check_exchange_dir, check_quarantine_path
 from laketide.writer.running import (
     RunningJob,
     finish,
@@ -78,6 +78,7 @@ def run(
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
+    check_exchange_dir(config.write.exchange_dir, config.storage.io_options)
     spark = spark_session(config.spark)
     spark.sparkContext.setLogLevel("WARN")
     threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()

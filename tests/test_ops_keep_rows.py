@@ -195,14 +195,15 @@ def test_a_failing_table_service_never_undoes_a_commit(tmp_path):
     assert archived.is_dir() and any(archived.iterdir()), "archival ran again"
 
 
-def test_a_quarantine_path_that_cannot_be_written_is_refused_at_start(tmp_path):
+@pytest.mark.parametrize("setting", ["write.quarantine_path", "write.exchange_dir"])
+def test_a_folder_the_job_writes_that_cannot_be_written_is_refused_at_start(tmp_path, setting):
     t = OpsTable(tmp_path, {})
     t.land([changes(0)])
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     for target, why in ((blocker, "is a file"), (blocker / "below", "cannot be written")):
-        refused = t.run(expect_code=2, **{"write.quarantine_path": str(target)})
-        assert f"write.quarantine_path = '{target}' {why}" in refused.stderr, refused.stderr
+        refused = t.run(expect_code=2, **{setting: str(target)})
+        assert f"{setting} = '{target}' {why}" in refused.stderr, refused.stderr
     assert not t.path.exists(), "nothing was written"
     assert os.listdir(tmp_path / "landing")
 

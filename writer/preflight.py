@@ -56,20 +56,28 @@ def check_quarantine_path(path: str, options: dict[str, str] | None = None) -> N
     written and deleted here is the only thing a refused job leaves (with the
     directory, when it had to create it).
     """
+    _check_writable_folder("write.quarantine_path", path, options, "rows that cannot be written go there, so the job needs it")
+
+
+def check_exchange_dir(path: str | None, options: dict[str, str] | None = None) -> None:
+    """``write.exchange_dir``, when set, must be a directory the job can create and write in: found at start
+    rather than at the first micro-batch Spark's tasks write. Unset, it is under the table."""
+    if path is not None:
+        _check_writable_folder("write.exchange_dir", path, options, "Spark's tasks hand a micro-batch's rows on there")
+
+
+def _check_writable_folder(setting: str, path: str, options: dict[str, str] | None, why: str) -> None:
     try:
         io = FileIO.for_uri(path, options)
         if io.is_file(""):
-            raise JobRefused(f"write.quarantine_path = {path!r} is a file, not a directory; point it at a directory (it is created if missing)")
+            raise JobRefused(f"{setting} = {path!r} is a file, not a directory; point it at a directory (it is created if missing)")
         probe = f".laketide-write-check-{uuid.uuid4().hex}"
         io.write_bytes(probe, b"")
         io.delete(probe)
     except (OSError, ValueError) as exc:
         if isinstance(exc, JobRefused):
             raise
-        raise JobRefused(
-            f"write.quarantine_path = {path!r} cannot be written ({exc}); rows that cannot be written go there, so the job "
-            "needs it: point it at a writable directory, or fix its permissions or mount"
-        ) from None
+        raise JobRefused(f"{setting} = {path!r} cannot be written ({exc}); {why}: point it at a writable directory, or fix its permissions or mount") from None
 
 
 def check_writable(table: TableConfig, uri: str) -> None:
