@@ -8,7 +8,7 @@ an object store.
 
 Spark's shuffle of Arrow parts moved every byte from the Python worker into the JVM and back out, twice
 per hop: on ``local[2]``, two hops of a 1M-row micro-batch took 1.7 s (1.5 s as a Python RDD), through
-files 0.76 s (``bench/tasks_path.py``'s floors). The JVM then holds no rows, only the tasks' answers.
+files 0.6 to 0.7 s, Spark's scheduling of the stages included (``bench/tasks_path.py``'s floors). The JVM then holds no rows, only the tasks' answers.
 
 Files are named by task attempt, and only the attempts whose answers reached the driver are read, so a
 retried task never reads what a failed attempt half wrote. The files live on storage every executor
