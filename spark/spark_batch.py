@@ -141,7 +141,10 @@ class SparkBatch:
         self.clock = clock
         prepared = sorted(prepared, key=lambda r: r["task"])
         self.prepared = [Handoff.from_row(r) for r in prepared if r["path"]]
-        self.tasks = [r["task"] for r in prepared if r["path"]]
+        # where each prepare task's good rows start in the prepared rows end to end (``_routed_and_written``)
+        kept = [r for r in prepared if r["path"]]
+        self.firsts = np.zeros(max((r["task"] for r in kept), default=0) + 1, np.int64)
+        self.firsts[[r["task"] for r in kept]] = np.cumsum([0] + [r["rows"] - r["bad"] for r in kept[:-1]])
         self.routing = [Handoff(r["routing_path"], tuple(r["routing_dests"])) for r in prepared if r["routing_path"]]
         self.bad = [Handoff(r["bad_path"], (WHOLE,)) for r in prepared if r["bad_path"]]
         self.records, self.bad_rows = sum(r["rows"] for r in prepared), sum(r["bad"] for r in prepared)
@@ -214,7 +217,7 @@ class SparkBatch:
     def _routed_and_written(self, plan: stages.BatchPlan, assigned_arrow: pa.Schema) -> list[stages.WriteStatus]:
         """The assign tasks route their shard's routing columns and hand the routing on by write slot;
         each write task takes its slot's rows from the prepare tasks' files, in file-group order."""
-        exchange, routing, prepared, tasks = self.exchange, self.routing, self.prepared, self.tasks
+        exchange, routing, prepared, firsts = self.exchange, self.routing, self.prepared, self.firsts
 
         def assign(shard: int) -> Handoff | None:
             rows = exchange.take(routing, shard)
@@ -231,8 +234,6 @@ class SparkBatch:
                 return iter(())
             # the prepare tasks' rows end to end, memory-mapped: a routing row's ``ROW`` names its task and row
             whole = exchange.tables(prepared, WHOLE)
-            firsts = np.zeros(max(tasks) + 1, np.int64)
-            firsts[tasks] = np.cumsum([0] + [t.num_rows for t in whole[:-1]])
             at = routed[ROW].to_numpy()
             routed = routed.set_column(routed.schema.get_field_index(ROW), ROW, pa.array(firsts[at >> TASK_SHIFT] + (at & ((1 << TASK_SHIFT) - 1))))
             rows = stages.slot_rows(pa.concat_tables(whole), routed, assigned_arrow)
@@ -245,13 +246,7 @@ class SparkBatch:
         whole for a bulk insert that the plan did not make, cut by shard now."""
         if self.layout is Layout.SHARDS:
             return self.prepared
-        exchange, prepared = self.exchange, self.prepared
-
-        def cut_by_shard(n: int) -> Handoff | None:
-            rows = exchange.take([prepared[n]], None)
-            return None if rows is None else exchange.put(_file_name("shards", n), split_by(rows, rows[SHARD].to_numpy()))
-
-        return self._handoffs(len(prepared), "assign", cut_by_shard)
+        return self._cut("shards", "assign", lambda rows: split_by(rows, rows[SHARD].to_numpy()))
 
     def bulk_insert(self, plan: stages.BatchPlan) -> list[stages.WriteStatus]:
         """Each write task takes one key range of the micro-batch (``writer.ranges``) and writes it, sorted
@@ -260,7 +255,9 @@ class SparkBatch:
         order = bulk_stage.bulk_sort_keys(plan.assign.ordering_field, global_keys)
         cuts = ranges.cut_points(self.samples, self.write_tasks, plan.assign.new_group_records)
         exchange, prepared = self.exchange, self.prepared
-        by_range = self._cut_by_range(cuts, global_keys) if self.layout is not Layout.ROUTING else None
+        by_range = None
+        if self.layout is not Layout.ROUTING:
+            by_range = self._cut("ranges", "write", lambda rows: ranges.split_unsorted(rows.drop_columns([SHARD, KEY_HASH]), cuts, global_keys))
         # a task's range numbers of the whole micro-batch, made once for all the ranges it writes
         numbered: list[tuple[pa.Table, np.ndarray]] = []
 
@@ -285,17 +282,16 @@ class SparkBatch:
 
         return self._written(insert_sorted)
 
-    def _cut_by_range(self, cuts: list[str], global_keys: bool) -> list[Handoff]:
-        """The prepared rows cut into the write tasks' key ranges, by one task per prepare task's file."""
+    def _cut(self, kind: str, stage: str, split: Callable[[pa.Table], list[tuple[int, pa.Table]]]) -> list[Handoff]:
+        """Each prepare task's file read whole and cut into (destination, rows) by ``split``, one file a
+        task: rows kept whole that the next stage takes by shard or by key range."""
         exchange, prepared = self.exchange, self.prepared
 
         def cut(n: int) -> Handoff | None:
             rows = exchange.take([prepared[n]], None)
-            if rows is None:
-                return None
-            return exchange.put(_file_name("ranges", n), ranges.split_unsorted(rows.drop_columns([SHARD, KEY_HASH]), cuts, global_keys))
+            return None if rows is None else exchange.put(_file_name(kind, n), split(rows))
 
-        return self._handoffs(len(prepared), "write", cut)
+        return self._handoffs(len(prepared), stage, cut)
 
     def release(self) -> None:
         """Delete the micro-batch's exchange files now that it ended."""
