@@ -27,10 +27,14 @@ SUBMITTED_ENV = "PYSPARK_GATEWAY_PORT"
 # (``writer.exchange``), not Spark's shuffle. The driver's JVM only plans and schedules, so its JIT stops at
 # the quick compiler: the optimizing one took the cores from the first micro-batch's Python tasks (a 1M-row
 # load on local[2], 1.84 to 1.91 s against 2.06 to 2.39, its prepare stage 1.0 to 1.1 task-s against 1.2
-# to 1.5).
+# to 1.5). The Python workers allocate Arrow memory with the C library's malloc rather than pyarrow's
+# default mimalloc: a fresh worker's first large micro-batch ran much slower on mimalloc, warm-up or not
+# (a 1M-row load on local[2], 1.45 s against 1.82 to 1.92, its prepare stage 0.77 to 0.80 task-s against
+# 0.95 to 1.36; later micro-batches and the peak RSS the same).
 WANTED = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     "spark.ui.showConsoleProgress": "false",
 }

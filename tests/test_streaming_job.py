@@ -120,3 +120,10 @@ def test_rows_kept_whole_for_a_bulk_insert_the_plan_did_not_make_are_cut_by_shar
     assert all(r.stage_seconds["assign_tasks"] > 0 for r in writer.status.recent[1:])
     assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(BATCHES)
     assert not list((tmp_path / "table" / ".hoodie" / ".laketide" / "exchange").iterdir()), "each micro-batch deletes its exchange files"
+
+
+def test_sparks_python_workers_allocate_arrow_memory_with_the_c_librarys_malloc(spark):
+    """The session sets the workers' Arrow memory pool (``session.WANTED``): on pyarrow's default, a fresh
+    worker's first large micro-batch ran far slower."""
+    names = spark.sparkContext.parallelize(range(2), 2).map(lambda _: __import__("pyarrow").default_memory_pool().backend_name).collect()
+    assert names == ["system", "system"]
