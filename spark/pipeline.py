@@ -139,7 +139,7 @@ class MicroBatchWriter(BatchWriter):
         straight into Arrow, one piece a task, which skips Spark's reader and its conversion of every value."""
         spec, options = self.spec, self.config.storage.io_options
         exchange = Exchange.for_batch(self.exchange_dir, batch_id, options)
-        layout = Layout.ROUTING if self.exchange_on_disk else Layout.WHOLE if self._bulk_inserted() else Layout.SHARDS
+        layout = Layout.WHOLE if self._bulk_inserted() else Layout.ROUTING if self.exchange_on_disk else Layout.SHARDS
 
         def chunked(prepared: Iterator[pa.Table]) -> Iterator[pa.Table]:
             # Spark's Arrow batches are small: prepared rows are handed on about PREPARED_CHUNK_BYTES at a
@@ -179,9 +179,9 @@ class MicroBatchWriter(BatchWriter):
 
     def _bulk_inserted(self) -> bool:
         """Whether the micro-batch will likely be bulk inserted: under ``bulk_insert``, or an upsert into a table
-        with no file slice (``plan.table_empty``), the first micro-batch of a new table. Through an object store
-        its rows are then handed on whole rather than by shard; should another writer fill the table before
-        the plan, they are cut by shard then."""
+        with no file slice (``plan.table_empty``), the first micro-batch of a new table. Its rows are then
+        handed on whole, with no routing columns and not by shard; should another writer fill the table
+        before the plan, they are cut by shard then."""
         if self.operation == "bulk_insert":
             return True
         if self.operation != "upsert" or self._had_slices:

@@ -9,11 +9,13 @@ and one small write status per file.
 How rows travel depends on where the exchange is (``Layout``). On a disk the tasks memory-map, the
 prepared rows stay where the prepare task wrote them: only their routing columns go to the assign
 tasks, by shard, and each write task takes its rows straight from every prepare task's file, as the
-driver's write threads take theirs from the batch (``writer.driver_batch``); a bulk insert's write task
-takes its key range (``writer.ranges``) from them the same way. On an object store, where each task
-reading every file would download the micro-batch once per write task, whole rows go to the assign task
-of their shard and from there to the write task of their slot, and a bulk insert's rows are cut by key
-range in a stage of their own.
+driver's write threads take theirs from the batch (``writer.driver_batch``). A micro-batch the job
+expects to bulk insert (the first of a new table) hands on no routing columns: each write task takes its
+key range (``writer.ranges``) from the prepare tasks' files the same way. On an object store, where each
+task reading every file would download the micro-batch once per write task, whole rows go to the assign
+task of their shard and from there to the write task of their slot, and a bulk insert's rows are cut by
+key range in a stage of their own. Rows kept whole for a bulk insert the plan did not make (another
+writer filled the table first) are cut by shard in a stage, then travel as on an object store.
 """
 
 from __future__ import annotations
@@ -53,9 +55,9 @@ TASK_SHIFT = 40
 class Layout(enum.Enum):
     """How a prepare task hands its good rows on (see the module's docstring)."""
 
-    ROUTING = "routing"  # kept whole, their routing columns by index shard: an exchange on disk
+    ROUTING = "routing"  # kept whole, their routing columns by index shard: an upsert through an exchange on disk
     SHARDS = "shards"  # by index shard: an upsert through an object store
-    WHOLE = "whole"  # kept whole: a bulk insert through an object store, cut by key range later
+    WHOLE = "whole"  # kept whole: a bulk insert, its rows taken by key range later
 
 
 def _file_name(kind: str, n: int) -> str:
@@ -256,16 +258,17 @@ class SparkBatch:
         cuts = ranges.cut_points(self.samples, self.write_tasks, plan.assign.new_group_records)
         exchange, prepared = self.exchange, self.prepared
         by_range = None
-        if self.layout is not Layout.ROUTING:
+        if not exchange.on_disk:
             by_range = self._cut("ranges", "write", lambda rows: ranges.split_unsorted(rows.drop_columns([SHARD, KEY_HASH]), cuts, global_keys))
         # a task's range numbers of the whole micro-batch, made once for all the ranges it writes
         numbered: list[tuple[pa.Table, np.ndarray]] = []
 
         def mine(task: int) -> pa.Table | None:
-            """The task's range of rows: from the tasks that cut them by range, or, from files on a disk,
-            straight from every prepare task's file, memory-mapped."""
+            """The task's range of rows, sorted by ``order``: from the tasks that cut them by range, or, from
+            files on a disk, straight from every prepare task's file, memory-mapped."""
             if by_range is not None:
-                return exchange.take(by_range, task)
+                rows = exchange.take(by_range, task)
+                return None if rows is None else rows.sort_by(order)
             if not numbered:
                 whole = exchange.take(prepared, WHOLE)
                 if whole is None:
@@ -273,12 +276,16 @@ class SparkBatch:
                 numbered.append((whole, ranges.range_numbers(whole, cuts, global_keys)))
             whole, numbers = numbered[0]
             at = np.flatnonzero(numbers == task)
-            return whole.take(pa.array(at)).drop_columns([SHARD, KEY_HASH]) if len(at) else None
+            if not len(at):
+                return None
+            # sorted by the sort columns alone, then every column taken once, in that order
+            at = at[pc.sort_indices(whole.select([name for name, _ in order]).take(pa.array(at)), sort_keys=order).to_numpy()]
+            return whole.take(pa.array(at)).drop_columns([SHARD, KEY_HASH])
 
         def insert_sorted(task: int, token: str) -> Iterator[pa.RecordBatch]:
             # a task's range comes from every prepare task: sorted once, here
             rows = mine(task)
-            return iter(()) if rows is None else bulk_stage.bulk_insert(plan, iter(rows.sort_by(order).to_batches()), task, token)
+            return iter(()) if rows is None else bulk_stage.bulk_insert(plan, iter(rows.to_batches()), task, token)
 
         return self._written(insert_sorted)
 

@@ -109,12 +109,13 @@ def test_time_travel_by_a_readable_timestamp(job_run):
         table.snapshot(as_of="last tuesday")
 
 
-def test_rows_kept_whole_for_a_bulk_insert_the_plan_did_not_make_are_cut_by_shard(spark, tmp_path, monkeypatch):
-    """Through an object store, the job hands the first micro-batch of an empty table on whole, for a bulk
-    insert; should the table have filled by the plan (another writer), the rows are cut by shard then.
-    Here every micro-batch is laid out so, the exchange taken for an object store's."""
+@pytest.mark.parametrize("on_disk", [True, False], ids=["disk", "object-store"])
+def test_rows_kept_whole_for_a_bulk_insert_the_plan_did_not_make_are_cut_by_shard(spark, tmp_path, monkeypatch, on_disk):
+    """The job hands the first micro-batch of an empty table on whole, for a bulk insert; should the table
+    have filled by the plan (another writer), the rows are cut by shard then. Here every micro-batch is
+    laid out so, the exchange on a disk or taken for an object store's."""
     monkeypatch.setattr(MicroBatchWriter, "_bulk_inserted", lambda self: True)
-    monkeypatch.setattr(Exchange, "on_disk", property(lambda self: False))
+    monkeypatch.setattr(Exchange, "on_disk", property(lambda self: on_disk))
     land_all(tmp_path)
     writer = run(job_config(tmp_path, write__driver_batch_bytes=0))
     assert all(r.stage_seconds["assign_tasks"] > 0 for r in writer.status.recent[1:])

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -13,9 +15,11 @@ from laketide.index.assigner import first_of_each_key
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, PARTITION
 from laketide.table.io import FileIO
 from laketide.table.markers import CREATE, WriteMarkers
+from laketide.table.encoding import records_dictionary_columns
 from laketide.table.schema import IS_DELETED, RECORD_KEY
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
+from laketide.writer.slots import split_by
 from laketide.writer.stages import STATUS_SCHEMA, BatchPlan, WriteStatus, repeated, write_entries
 
 
@@ -38,6 +42,20 @@ def _winners(rows: pa.Table, global_keys: bool, previous: tuple[str, str] | None
     if previous is not None and rows.num_rows:
         first[0] = _run_key(rows, 0, global_keys) != previous
     return rows.filter(pa.array(first))
+
+
+def _by_partition(rows: pa.Table) -> list[tuple[str, pa.Table]]:
+    """Each partition's rows, without the partition column, partitions in the order they first come:
+    slices of rows that come sorted by partition, else each partition's rows taken in the order they came."""
+    if not rows.num_rows:
+        return []
+    encoded = rows[PARTITION].combine_chunks().dictionary_encode()
+    codes, names = encoded.indices.to_numpy(), encoded.dictionary.to_pylist()
+    rows = rows.drop_columns([PARTITION])
+    if np.all(codes[1:] >= codes[:-1]):
+        starts = np.concatenate([[0], np.flatnonzero(codes[1:] != codes[:-1]) + 1, [len(codes)]])
+        return [(names[codes[start]], rows.slice(start, end - start)) for start, end in zip(starts[:-1], starts[1:])]
+    return [(names[code], part) for code, part in split_by(rows, codes)]
 
 
 class _BulkFiles:
@@ -122,7 +140,7 @@ def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, t
     merge; every key gets an index entry.
     """
     io = plan.table_io()
-    files = _BulkFiles(plan, io, task, token)
+    files: _BulkFiles | None = None
     global_keys = plan.index.global_keys
     previous: tuple[str, str] | None = None
     try:
@@ -130,15 +148,20 @@ def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, t
             if batch.num_rows == 0:
                 continue
             rows = pa.Table.from_batches([batch])
+            if files is None:
+                # the columns to dictionary-encode, decided once for the task's files from its first rows
+                dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
+                files = _BulkFiles(replace(plan, dictionary=dictionary), io, task, token)
             last = _run_key(rows, rows.num_rows - 1, global_keys)
             rows, previous = _winners(rows, global_keys, previous), last
             if IS_DELETED in rows.column_names:
                 rows = rows.filter(pc.invert(pc.fill_null(rows[IS_DELETED], False)))
-            for partition in pc.unique(rows[PARTITION]).to_pylist():
-                files.append(partition, rows.filter(pc.equal(rows[PARTITION], partition)).drop_columns([PARTITION]))
-        statuses = files.finish()
+            for partition, part in _by_partition(rows):
+                files.append(partition, part)
+        statuses = files.finish() if files is not None else []
     except BaseException:
-        files.abort()
+        if files is not None:
+            files.abort()
         raise
     if statuses:
         yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
