@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import KEY_HASH, PARTITION, RAW, REASON, ROW, SHARD, WRITE_SLOT
+from laketide.index.columns import PARTITION, RAW, REASON, ROW, SHARD, WRITE_SLOT
 from laketide.table.schema import RECORD_KEY
 from laketide.spark.stage_clock import StageClock
 from laketide.writer import bulk_stage, quarantine, ranges, stages
@@ -254,21 +254,22 @@ class SparkBatch:
         """Each write task takes one key range of the micro-batch (``writer.ranges``) and writes it, sorted
         by ``bulk_sort_keys``, into new file groups: each file group holds a contiguous range of keys."""
         global_keys = plan.index.global_keys
-        order = bulk_stage.bulk_sort_keys(plan.assign.ordering_field, global_keys)
+        ordering_field = plan.assign.ordering_field
+        sort_columns = [name for name, _ in bulk_stage.bulk_sort_keys(ordering_field, global_keys)]
         cuts = ranges.cut_points(self.samples, self.write_tasks, plan.assign.new_group_records)
         exchange, prepared = self.exchange, self.prepared
         by_range = None
         if not exchange.on_disk:
-            by_range = self._cut("ranges", "write", lambda rows: ranges.split_unsorted(rows.drop_columns([SHARD, KEY_HASH]), cuts, global_keys))
+            by_range = self._cut("ranges", "write", lambda rows: ranges.split_unsorted(rows.drop_columns([SHARD]), cuts, global_keys))
         # a task's range numbers of the whole micro-batch, made once for all the ranges it writes
         numbered: list[tuple[pa.Table, np.ndarray]] = []
 
         def mine(task: int) -> pa.Table | None:
-            """The task's range of rows, sorted by ``order``: from the tasks that cut them by range, or, from
+            """The task's range of rows in ``bulk_order``: from the tasks that cut them by range, or, from
             files on a disk, straight from every prepare task's file, memory-mapped."""
             if by_range is not None:
                 rows = exchange.take(by_range, task)
-                return None if rows is None else rows.sort_by(order)
+                return None if rows is None else rows.take(bulk_stage.bulk_order(rows, ordering_field, global_keys))
             if not numbered:
                 whole = exchange.take(prepared, WHOLE)
                 if whole is None:
@@ -278,14 +279,14 @@ class SparkBatch:
             at = np.flatnonzero(numbers == task)
             if not len(at):
                 return None
-            # sorted by the sort columns alone, then every column taken once, in that order
-            at = at[pc.sort_indices(whole.select([name for name, _ in order]).take(pa.array(at)), sort_keys=order).to_numpy()]
-            return whole.take(pa.array(at)).drop_columns([SHARD, KEY_HASH])
+            # ordered (and a duplicate key's losers left out) on the sort columns alone; every column taken once
+            at = at[bulk_stage.bulk_order(whole.select(sort_columns).take(pa.array(at)), ordering_field, global_keys)]
+            return whole.take(pa.array(at)).drop_columns([SHARD])
 
         def insert_sorted(task: int, token: str) -> Iterator[pa.RecordBatch]:
-            # a task's range comes from every prepare task: sorted once, here
+            # a task's range comes from every prepare task: ordered once, here
             rows = mine(task)
-            return iter(()) if rows is None else bulk_stage.bulk_insert(plan, iter(rows.to_batches()), task, token)
+            return iter(()) if rows is None else bulk_stage.bulk_insert(plan, iter(rows.to_batches()), task, token, rows.num_rows)
 
         return self._written(insert_sorted)
 

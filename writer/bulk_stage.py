@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.assigner import first_of_each_key
-from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, PARTITION
+from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, KEY_HASH, PARTITION
 from laketide.table.io import FileIO
 from laketide.table.markers import CREATE, WriteMarkers
 from laketide.table.encoding import records_dictionary_columns
@@ -32,6 +32,16 @@ def bulk_sort_keys(ordering_field: str | None, global_keys: bool) -> list[tuple[
     return keys + winner + [(ARRIVAL_FILE, "descending"), (ARRIVAL, "descending")]
 
 
+def bulk_order(rows: pa.Table, ordering_field: str | None, global_keys: bool) -> np.ndarray:
+    """Where ``rows``'s records go in a bulk insert, one per key (the one that wins it), in
+    ``bulk_sort_keys`` order: found on the sort columns alone, so the caller takes every column once."""
+    order = bulk_sort_keys(ordering_field, global_keys)
+    sort_columns = rows.select([name for name, _ in order])
+    at = pc.sort_indices(sort_columns, sort_keys=order)
+    keys = sort_columns.select([RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]).take(at)
+    return at.to_numpy()[first_of_each_key(keys, global_keys)]
+
+
 def _run_key(rows: pa.Table, at: int, global_keys: bool) -> tuple[str, str]:
     return ("" if global_keys else rows[PARTITION][at].as_py(), rows[RECORD_KEY][at].as_py())
 
@@ -41,7 +51,7 @@ def _winners(rows: pa.Table, global_keys: bool, previous: tuple[str, str] | None
     first = first_of_each_key(rows, global_keys)
     if previous is not None and rows.num_rows:
         first[0] = _run_key(rows, 0, global_keys) != previous
-    return rows.filter(pa.array(first))
+    return rows if first.all() else rows.filter(pa.array(first))
 
 
 def _by_partition(rows: pa.Table) -> list[tuple[str, pa.Table]]:
@@ -61,17 +71,18 @@ def _by_partition(rows: pa.Table) -> list[tuple[str, pa.Table]]:
 class _BulkFiles:
     """The new file groups one bulk-insert task writes, one open per partition, each up to the target size."""
 
-    def __init__(self, plan: BatchPlan, io: FileIO, task: int, token: str | None):
+    def __init__(self, plan: BatchPlan, io: FileIO, task: int, token: str | None, rows: int):
         self.plan, self.io, self.task, self.token = plan, io, task, token
         self.markers = WriteMarkers(io, plan.instant)
         self.ensured: set[str] = set()  # partitions whose metadata file is known to be there
         self.open: dict[str, BucketWriter] = {}
         self.opened = 0
         # one count for the task, however many files are open: seqnos stay unique in the instant
-        self.seqnos = SequenceNumbers(plan.instant, task)
+        self.seqnos = SequenceNumbers(plan.instant, task, rows)
         self.statuses: list[dict] = []
         # the keys written, and their partition and file group: index entries at the end
         self.keys: list[pa.Array] = []
+        self.hashes: list[np.ndarray] = []  # their index hashes, as the prepare step made them
         self.partitions: list[pa.Array] = []
         self.file_ids: list[pa.Array] = []
 
@@ -99,6 +110,7 @@ class _BulkFiles:
             part = rows.slice(0, max(1, self._room(writer)))
             writer.append_inserts(part)
             self.keys.append(part[RECORD_KEY].combine_chunks())
+            self.hashes.append(part[KEY_HASH].to_numpy())
             self.partitions.append(repeated(partition, part.num_rows))
             self.file_ids.append(repeated(writer.target.file_id, part.num_rows))
             if self._room(writer) <= 0:
@@ -124,7 +136,8 @@ class _BulkFiles:
         for partition in list(self.open):
             self._close(partition)
         if self.keys:
-            write_entries(self.plan, self.io, *(pa.concat_arrays(columns) for columns in (self.keys, self.partitions, self.file_ids)), self.task)
+            keys, partitions, file_ids = (pa.concat_arrays(columns) for columns in (self.keys, self.partitions, self.file_ids))
+            write_entries(self.plan, self.io, keys, partitions, file_ids, self.task, np.concatenate(self.hashes))
         return self.statuses
 
     def abort(self) -> None:
@@ -132,8 +145,9 @@ class _BulkFiles:
             writer.abort()
 
 
-def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None) -> Iterator[pa.RecordBatch]:
-    """Write one task's range of a bulk insert: rows arrive sorted by ``bulk_sort_keys``.
+def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None, rows: int = 0) -> Iterator[pa.RecordBatch]:
+    """Write one task's range of a bulk insert: rows arrive sorted by ``bulk_sort_keys``, with their
+    ``KEY_HASH``; ``rows``, when known, is how many, so their sequence numbers are made at once.
 
     Each key is written once (the first row of its run wins; a delete that wins
     writes nothing), straight into new file groups, with no index lookup and no
@@ -147,16 +161,16 @@ def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, t
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            rows = pa.Table.from_batches([batch])
+            part_rows = pa.Table.from_batches([batch])
             if files is None:
                 # the columns to dictionary-encode, decided once for the task's files from its first rows
-                dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
-                files = _BulkFiles(replace(plan, dictionary=dictionary), io, task, token)
-            last = _run_key(rows, rows.num_rows - 1, global_keys)
-            rows, previous = _winners(rows, global_keys, previous), last
-            if IS_DELETED in rows.column_names:
-                rows = rows.filter(pc.invert(pc.fill_null(rows[IS_DELETED], False)))
-            for partition, part in _by_partition(rows):
+                dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(part_rows)
+                files = _BulkFiles(replace(plan, dictionary=dictionary), io, task, token, rows)
+            last = _run_key(part_rows, part_rows.num_rows - 1, global_keys)
+            part_rows, previous = _winners(part_rows, global_keys, previous), last
+            if IS_DELETED in part_rows.column_names and pc.any(part_rows[IS_DELETED]).as_py():
+                part_rows = part_rows.filter(pc.invert(pc.fill_null(part_rows[IS_DELETED], False)))
+            for partition, part in _by_partition(part_rows):
                 files.append(partition, part)
         statuses = files.finish() if files is not None else []
     except BaseException:

@@ -20,7 +20,7 @@ from functools import partial
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import KEY_HASH, PARTITION, RAW, REASON, SHARD, WRITE_SLOT
+from laketide.index.columns import PARTITION, RAW, REASON, SHARD, WRITE_SLOT
 from laketide.table.encoding import records_dictionary_columns
 from laketide.table.files import write_token
 from laketide.writer import bulk_stage, quarantine, ranges, stages
@@ -165,15 +165,15 @@ class DriverBatch:
         as Spark's tasks cut them: each new file group holds a contiguous range of keys."""
         global_keys = plan.index.global_keys
         plan = self._with_dictionary(plan)
-        order = bulk_stage.bulk_sort_keys(plan.assign.ordering_field, global_keys)
 
         def by_range(good: pa.Table) -> list[tuple[int, pa.Table]]:
-            good = good.drop_columns([SHARD, KEY_HASH])
+            good = good.drop_columns([SHARD])
             cuts = ranges.cut_points([ranges.sample(good, global_keys)], self.threads, plan.assign.new_group_records)
-            return ranges.split_sorted(good.sort_by(order), cuts, global_keys)
+            return ranges.split_sorted(good.take(bulk_stage.bulk_order(good, plan.assign.ordering_field, global_keys)), cuts, global_keys)
 
         parts = by_range(self._take_good())
-        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: bulk_stage.bulk_insert(plan, batches, slot, write_token(slot)), parts))
+        sizes = {slot: part.num_rows for slot, part in parts}
+        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: bulk_stage.bulk_insert(plan, batches, slot, write_token(slot), sizes[slot]), parts))
 
 
 def _routing_batches(plan: stages.BatchPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:

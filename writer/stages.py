@@ -232,9 +232,9 @@ def _index_whole_group(plan: BatchPlan, io: FileIO, paths: list[str], partition:
     write_entries(plan, io, keys, repeated(partition, len(keys)), repeated(file_id, len(keys)), task)
 
 
-def write_entries(plan: BatchPlan, io: FileIO, keys: pa.Array, partitions: pa.Array, file_ids: pa.Array, task: int) -> None:
-    """Index entries a write task adds, one delta run per shard."""
-    hashes = index_keys(partitions, keys, plan.index.global_keys)
+def write_entries(plan: BatchPlan, io: FileIO, keys: pa.Array, partitions: pa.Array, file_ids: pa.Array, task: int, hashes: np.ndarray | None = None) -> None:
+    """Index entries a write task adds, one delta run per shard; ``hashes``: the keys' index hashes, when known."""
+    hashes = index_keys(partitions, keys, plan.index.global_keys) if hashes is None else hashes
     shards = shard_of(hashes, plan.index.shards)
     index = StateIndex(io, plan.index.shards)
     for shard in np.unique(shards):
