@@ -20,7 +20,8 @@ whatever the keys.
 laketide (both table types), delta-rs and DuckLake, whose medians the ratios compare, run ``--rounds`` times
 (3), interleaved: round after round each runs once, so a stretch of a slower machine falls on all of them. An
 engine's row is the round of its median median batch, with every round's median and load beside it: one
-run's median moved a ratio by up to a fifth between runs of the same code.
+run's median moved a ratio by up to a fifth between runs of the same code. Its load is the median of the
+rounds' loads, and the load ratios compare those.
 
 PyIceberg's upsert takes about a minute a batch at 1M rows, so it runs ``--iceberg-batches`` batches (3) and
 its table is checked against the rows of those batches. pypaimon runs from ``.venv-paimon`` (it needs
@@ -118,7 +119,8 @@ def run_workload(skew: str, args: argparse.Namespace) -> dict:
 
 def median_round(rows: list[dict]) -> dict:
     """An engine's row over its rounds: the round whose median batch is the median (the lower of the middle
-    two), with every round's median batch and load; a failed round fails the row."""
+    two), with every round's median batch and load, and the median load over the rounds (a load is one
+    measurement a round, so the round picked by its batches says little of it); a failed round fails the row."""
     failed = [r for r in rows if "error" in r]
     if failed:
         return failed[0]
@@ -127,6 +129,7 @@ def median_round(rows: list[dict]) -> dict:
     if len(rows) > 1:
         row["round_median_batch_seconds"] = [r["median_batch_seconds"] for r in rows]
         row["round_load_seconds"] = [r["load_seconds"] for r in rows]
+        row["load_seconds"] = sorted(row["round_load_seconds"])[(len(rows) - 1) // 2]
         row["verified"] = all(r["verified"] for r in rows)
     return row
 
