@@ -74,3 +74,16 @@ def test_a_small_batch_is_cut_only_where_partitions_start_and_a_cut_near_a_parti
     assert cuts == ["b\x00"], "the middle (5,000) is within a quarter range of b's start (4,000)"
     parts = ranges.split_sorted(rows, cuts, False)
     assert [(task, t.num_rows) for task, t in parts] == [(0, 4_000), (1, 6_000)]
+
+
+def test_range_numbers_compare_partition_then_key_as_the_joined_range_keys_order():
+    """``range_numbers`` compares column by column; a row's range is the number of cuts at or below its
+    joined range key, also where one partition path is the start of another's and a cut falls inside a
+    partition, and by key alone under a global index."""
+    partitions = ["a", "ab", "a", "b", "ab", "a", "b", ""]
+    keys = ["9", "1", "10", "0", "5", "", "7", "3"]
+    rows = pa.table({RECORD_KEY: pa.chunked_array([keys[:3], keys[3:]]), PARTITION: pa.chunked_array([partitions[:3], partitions[3:]])})
+    for global_keys, cuts in [(False, ["a\x001", "a\x00", "ab\x003", "b\x00"]), (False, []), (True, ["10", "5"])]:
+        cuts = sorted(cuts)
+        joined = ranges.range_keys(rows, global_keys).to_pylist()
+        assert ranges.range_numbers(rows, cuts, global_keys).tolist() == [bisect.bisect_right(cuts, k) for k in joined]

@@ -102,8 +102,8 @@ def split_sorted(rows: pa.Table, cuts: list[str], global_keys: bool) -> list[tup
     """Rows sorted by range key, cut into (task, rows) at ``cuts``: a task's rows are those from its cut up to the next."""
     if not rows.num_rows:
         return []
-    keys = range_keys(rows, global_keys)
-    starts = [0] + [bisect.bisect_left(_Keys(keys), cut) for cut in cuts] + [rows.num_rows]
+    keys = _Keys(rows, global_keys)
+    starts = [0] + [bisect.bisect_left(keys, cut) for cut in cuts] + [rows.num_rows]
     return [(task, rows.slice(start, end - start)) for task, (start, end) in enumerate(zip(starts, starts[1:])) if end > start]
 
 
@@ -119,23 +119,34 @@ def split_unsorted(rows: pa.Table, cuts: list[str], global_keys: bool) -> list[t
 
 
 def range_numbers(rows: pa.Table, cuts: list[str], global_keys: bool) -> np.ndarray:
-    """Each row's range, as ``split_sorted`` cuts them: the number of cuts at or below its range key."""
+    """Each row's range, as ``split_sorted`` cuts them: the number of cuts at or below its range key.
+
+    Compared column by column (partition path, then key), as ordering by range key does, rather than on
+    the joined range keys: a write task numbers a whole micro-batch, and joining its keys cost a copy of
+    every key (tens of millions at a time when a bulk insert loads a large table), in every task."""
     task = np.zeros(rows.num_rows, np.int64)
     if cuts and rows.num_rows:
-        keys = range_keys(rows, global_keys)
+        keys, partitions = rows[RECORD_KEY], None if global_keys else rows[PARTITION]
         for cut in cuts:
-            task += pc.greater_equal(keys, cut).to_numpy(zero_copy_only=False)
+            if partitions is None:
+                at_or_above = pc.greater_equal(keys, cut)
+            else:
+                partition, key = cut.split(_SEPARATOR, 1)
+                at_or_above = pc.or_(pc.greater(partitions, partition), pc.and_(pc.equal(partitions, partition), pc.greater_equal(keys, key)))
+            task += np.asarray(at_or_above, dtype=bool)
     return task
 
 
 class _Keys:
-    """Sorted range keys as a sequence ``bisect`` searches, reading only the keys it probes."""
+    """The range keys of rows sorted by them, as a sequence ``bisect`` searches: only the keys it probes are made."""
 
-    def __init__(self, keys: pa.Array):
-        self._keys = keys
+    def __init__(self, rows: pa.Table, global_keys: bool):
+        self._keys = rows[RECORD_KEY]
+        self._partitions = None if global_keys else rows[PARTITION]
 
     def __len__(self) -> int:
         return len(self._keys)
 
     def __getitem__(self, at: int) -> str:
-        return self._keys[at].as_py()
+        key = self._keys[at].as_py()
+        return key if self._partitions is None else self._partitions[at].as_py() + _SEPARATOR + key
