@@ -71,18 +71,17 @@ def _by_partition(rows: pa.Table) -> list[tuple[str, pa.Table]]:
 class _BulkFiles:
     """The new file groups one bulk-insert task writes, one open per partition, each up to the target size."""
 
-    def __init__(self, plan: BatchPlan, io: FileIO, task: int, token: str | None, rows: int):
+    def __init__(self, plan: BatchPlan, io: FileIO, task: int, token: str | None, expected: int):
         self.plan, self.io, self.task, self.token = plan, io, task, token
         self.markers = WriteMarkers(io, plan.instant)
         self.ensured: set[str] = set()  # partitions whose metadata file is known to be there
         self.open: dict[str, BucketWriter] = {}
         self.opened = 0
         # one count for the task, however many files are open: seqnos stay unique in the instant
-        self.seqnos = SequenceNumbers(plan.instant, task, rows)
+        self.seqnos = SequenceNumbers(plan.instant, task, expected)
         self.statuses: list[dict] = []
         # the keys written, and their partition and file group: index entries at the end
-        self.keys: list[pa.Array] = []
-        self.hashes: list[np.ndarray] = []  # their index hashes, as the prepare step made them
+        self.hashes: list[np.ndarray] = []  # their index hashes (``KEY_HASH``), as the prepare step made them
         self.partitions: list[pa.Array] = []
         self.file_ids: list[pa.Array] = []
 
@@ -109,7 +108,6 @@ class _BulkFiles:
             writer = self.open.get(partition) or self.open.setdefault(partition, self._new_writer(partition, rows.num_rows))
             part = rows.slice(0, max(1, self._room(writer)))
             writer.append_inserts(part)
-            self.keys.append(part[RECORD_KEY].combine_chunks())
             self.hashes.append(part[KEY_HASH].to_numpy())
             self.partitions.append(repeated(partition, part.num_rows))
             self.file_ids.append(repeated(writer.target.file_id, part.num_rows))
@@ -135,9 +133,8 @@ class _BulkFiles:
     def finish(self) -> list[dict]:
         for partition in list(self.open):
             self._close(partition)
-        if self.keys:
-            keys, partitions, file_ids = (pa.concat_arrays(columns) for columns in (self.keys, self.partitions, self.file_ids))
-            write_entries(self.plan, self.io, keys, partitions, file_ids, self.task, np.concatenate(self.hashes))
+        if self.hashes:
+            write_entries(self.plan, self.io, np.concatenate(self.hashes), pa.concat_arrays(self.partitions), pa.concat_arrays(self.file_ids), self.task)
         return self.statuses
 
     def abort(self) -> None:
@@ -145,9 +142,9 @@ class _BulkFiles:
             writer.abort()
 
 
-def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None, rows: int = 0) -> Iterator[pa.RecordBatch]:
+def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None, expected: int = 0) -> Iterator[pa.RecordBatch]:
     """Write one task's range of a bulk insert: rows arrive sorted by ``bulk_sort_keys``, with their
-    ``KEY_HASH``; ``rows``, when known, is how many, so their sequence numbers are made at once.
+    ``KEY_HASH``; ``expected``, when known, is how many, so their sequence numbers are made at once.
 
     Each key is written once (the first row of its run wins; a delete that wins
     writes nothing), straight into new file groups, with no index lookup and no
@@ -161,16 +158,16 @@ def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, t
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            part_rows = pa.Table.from_batches([batch])
+            rows = pa.Table.from_batches([batch])
             if files is None:
                 # the columns to dictionary-encode, decided once for the task's files from its first rows
-                dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(part_rows)
-                files = _BulkFiles(replace(plan, dictionary=dictionary), io, task, token, rows)
-            last = _run_key(part_rows, part_rows.num_rows - 1, global_keys)
-            part_rows, previous = _winners(part_rows, global_keys, previous), last
-            if IS_DELETED in part_rows.column_names and pc.any(part_rows[IS_DELETED]).as_py():
-                part_rows = part_rows.filter(pc.invert(pc.fill_null(part_rows[IS_DELETED], False)))
-            for partition, part in _by_partition(part_rows):
+                dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
+                files = _BulkFiles(replace(plan, dictionary=dictionary), io, task, token, expected)
+            last = _run_key(rows, rows.num_rows - 1, global_keys)
+            rows, previous = _winners(rows, global_keys, previous), last
+            if IS_DELETED in rows.column_names and pc.any(rows[IS_DELETED]).as_py():
+                rows = rows.filter(pc.invert(pc.fill_null(rows[IS_DELETED], False)))
+            for partition, part in _by_partition(rows):
                 files.append(partition, part)
         statuses = files.finish() if files is not None else []
     except BaseException:

@@ -229,12 +229,12 @@ def _index_whole_group(plan: BatchPlan, io: FileIO, paths: list[str], partition:
     """Add every key of a file group the index did not cover, so it is covered from now on."""
     read = _read_keys(io)
     keys = pc.unique(pa.concat_arrays([read(p) for p in paths]))
-    write_entries(plan, io, keys, repeated(partition, len(keys)), repeated(file_id, len(keys)), task)
+    partitions = repeated(partition, len(keys))
+    write_entries(plan, io, index_keys(partitions, keys, plan.index.global_keys), partitions, repeated(file_id, len(keys)), task)
 
 
-def write_entries(plan: BatchPlan, io: FileIO, keys: pa.Array, partitions: pa.Array, file_ids: pa.Array, task: int, hashes: np.ndarray | None = None) -> None:
-    """Index entries a write task adds, one delta run per shard; ``hashes``: the keys' index hashes, when known."""
-    hashes = index_keys(partitions, keys, plan.index.global_keys) if hashes is None else hashes
+def write_entries(plan: BatchPlan, io: FileIO, hashes: np.ndarray, partitions: pa.Array, file_ids: pa.Array, task: int) -> None:
+    """Index entries a write task adds, one delta run per shard: each key's index hash (``index_keys``), partition and file group."""
     shards = shard_of(hashes, plan.index.shards)
     index = StateIndex(io, plan.index.shards)
     for shard in np.unique(shards):
