@@ -255,7 +255,6 @@ class SparkBatch:
         by ``bulk_sort_keys``, into new file groups: each file group holds a contiguous range of keys."""
         global_keys = plan.index.global_keys
         ordering_field = plan.assign.ordering_field
-        sort_columns = [name for name, _ in bulk_stage.bulk_sort_keys(ordering_field, global_keys)]
         cuts = ranges.cut_points(self.samples, self.write_tasks, plan.assign.new_group_records)
         exchange, prepared = self.exchange, self.prepared
         by_range = None
@@ -279,9 +278,7 @@ class SparkBatch:
             at = np.flatnonzero(numbers == task)
             if not len(at):
                 return None
-            # ordered (and a duplicate key's losers left out) on the sort columns alone; every column taken once
-            at = at[bulk_stage.bulk_order(whole.select(sort_columns).take(pa.array(at)), ordering_field, global_keys)]
-            return whole.take(pa.array(at)).drop_columns([SHARD])
+            return whole.take(pa.array(bulk_stage.bulk_order(whole, ordering_field, global_keys, among=at))).drop_columns([SHARD])
 
         def insert_sorted(task: int, token: str) -> Iterator[pa.RecordBatch]:
             # a task's range comes from every prepare task: ordered once, here
