@@ -12,6 +12,10 @@ class Metrics:
         self.micro_batches = Counter("laketide_micro_batches", "micro-batches processed", ["outcome"], registry=r)
         self.records = Counter("laketide_records", "records read from the source", registry=r)
         self.quarantined = Counter("laketide_quarantined_rows", "rows sent to quarantine", registry=r)
+        self.skipped_messages = Counter(
+            "laketide_skipped_messages", "messages of a change feed that are not row changes, skipped (transaction markers, heartbeats, ...)",
+            ["kind"], registry=r,
+        )
         self.commits = Counter("laketide_commits", "instants committed", registry=r)
         self.rollbacks = Counter("laketide_rollbacks", "instants rolled back", registry=r)
         self.commit_seconds = Histogram(

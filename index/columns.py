@@ -30,8 +30,14 @@ SOURCE_OFFSET = "_lt_source_offset"
 SOURCE_COLUMNS = (SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)  # a landing file's
 # why a record could not become a row (a Kafka value that does not decode, a change event without its key)
 DECODE_REASON = "_lt_decode_reason"
+# a change event's: a message that is not a row change says what it is (skipped and counted, not written),
+# and a row change names its source table (db.schema.table), which one table must not mix
+EVENT_KIND = "_lt_event_kind"
+SOURCE_TABLE = "_lt_source_table"
 # what a source adds to its rows, beside the record's own columns
-LANDED_COLUMNS = (CORRUPT, DECODE_REASON, *SOURCE_COLUMNS, SOURCE_OFFSET)
+LANDED_COLUMNS = (CORRUPT, DECODE_REASON, *SOURCE_COLUMNS, SOURCE_OFFSET, EVENT_KIND, SOURCE_TABLE)
+# the column a change event's position in its database's log fills: the table's ordering field by default
+EVENT_POSITION = "_event_position"
 
 # -- prepared
 PARTITION = "_lt_partition"

@@ -34,7 +34,7 @@ from laketide.writer.landing import (
     read_piece,
     source_offsets,
 )
-from laketide.writer.prepare import ArrivalCounter, prepare, prepare_in_order
+from laketide.writer.prepare import ArrivalCounter, Tally, prepare, prepare_in_order, set_aside
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
@@ -156,9 +156,17 @@ class MicroBatchWriter(BatchWriter):
         def prepare_rows(batches):
             from pyspark import TaskContext
 
-            arrival = ArrivalCounter(TaskContext.get().partitionId() << 40)
-            prepared = (prepare(pa.Table.from_batches([b]), spec, arrival) for b in batches)
-            yield pa.RecordBatch.from_pylist([hand_on_prepared(chunked(prepared), exchange, layout, spec.global_keys, spec.ordering_field)], schema=PREPARED_SCHEMA)
+            arrival, tally = ArrivalCounter(TaskContext.get().partitionId() << 40), Tally()
+
+            def rows_of_records():
+                for batch in batches:
+                    rows, seen = set_aside(pa.Table.from_batches([batch]))
+                    tally.add(seen)
+                    yield rows
+
+            prepared = (prepare(rows, spec, arrival) for rows in rows_of_records())
+            answer = hand_on_prepared(chunked(prepared), exchange, layout, spec.global_keys, spec.ordering_field, tally)
+            yield pa.RecordBatch.from_pylist([answer], schema=PREPARED_SCHEMA)
 
         def prepare_pieces(listed):
             pieces = (read_piece(piece, declared, options) for piece in listed)

@@ -20,6 +20,7 @@ from laketide.spark.change_feed import (
     VALUE,
     change_rows,
     change_schema,
+    debezium_records,
     decode_records,
     envelope_schema,
     kafka_stream,
@@ -107,6 +108,8 @@ def read_stream(spark: SparkSession, source: SourceSection, record_key: list[str
 def kafka_rows(spark: SparkSession, source: SourceSection, record_key: list[str]) -> DataFrame:
     """The topics' records as rows: values decoded, change events flattened, each with its origin."""
     row_schema = declared_schema(spark, source)
+    if source.envelope == "debezium" and source.value_format == "json":
+        return with_record_origin(debezium_records(kafka_stream(spark, source.kafka), source, row_schema, record_key))
     value_schema = envelope_schema(row_schema) if source.envelope == "debezium" else row_schema
     decoded = decode_records(kafka_stream(spark, source.kafka), source, value_schema)
     rows = change_rows(decoded, VALUE, row_schema, record_key) if source.envelope == "debezium" else plain_rows(decoded, row_schema)

@@ -32,6 +32,7 @@ from laketide.table.schema import RECORD_KEY
 from laketide.spark.stage_clock import StageClock
 from laketide.writer import bulk_stage, quarantine, ranges, stages
 from laketide.writer.exchange import HANDOFF_FIELDS, Exchange, Handoff
+from laketide.writer.prepare import Tally
 from laketide.writer.slots import split_by
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -43,7 +44,8 @@ log = logging.getLogger(__name__)
 PREPARED_SCHEMA = pa.schema(
     [pa.field("task", pa.int32()), *HANDOFF_FIELDS, pa.field("routing_path", pa.string()), pa.field("routing_dests", pa.list_(pa.int32())),
      pa.field("bad_path", pa.string()), pa.field("rows", pa.int64()), pa.field("bad", pa.int64()),
-     pa.field("sample", pa.list_(pa.string())), pa.field("sample_weight", pa.float64()), pa.field("partitions", pa.list_(pa.string()))]
+     pa.field("sample", pa.list_(pa.string())), pa.field("sample_weight", pa.float64()), pa.field("partitions", pa.list_(pa.string())),
+     pa.field("tally", pa.string())]
 )
 PREPARED_STRUCT = from_arrow_schema(PREPARED_SCHEMA)
 # the destination of rows that are not cut (a prepare task's rows kept whole, its bad rows)
@@ -98,9 +100,10 @@ def _routing(good: pa.Table, ordering_field: str | None, task: int, first: int) 
     return routing.set_column(routing.schema.get_field_index(ROW), ROW, pa.array(rows))
 
 
-def hand_on_prepared(prepared: Iterator[pa.Table], exchange: Exchange, layout: Layout, global_keys: bool, ordering_field: str | None) -> dict:
+def hand_on_prepared(prepared: Iterator[pa.Table], exchange: Exchange, layout: Layout, global_keys: bool, ordering_field: str | None,
+                     tally: Tally | None = None) -> dict:
     """A prepare task's rows handed on as ``layout`` says, its bad rows to a file of their own. Answers
-    a ``PREPARED_SCHEMA`` row. The sample is drawn whatever the layout: an upsert the plan finds to be
+    a ``PREPARED_SCHEMA`` row, with ``tally`` (what the task set aside, filled as ``prepared`` is read). The sample is drawn whatever the layout: an upsert the plan finds to be
     into an empty table is bulk inserted too."""
     from pyspark import TaskContext
 
@@ -127,7 +130,8 @@ def hand_on_prepared(prepared: Iterator[pa.Table], exchange: Exchange, layout: L
     bad_handoff = exchange.put(_file_name("bad", task), [(WHOLE, pa.concat_tables(bad))]) if bad else None
     sample, weight = ranges.sample(pa.concat_tables(keys), global_keys, seed=task) if keys else ([], 0.0)
     return {"task": task, **(handoff or Handoff("", ())).to_row(), "routing_path": routing.path if routing else "", "routing_dests": list(routing.dests) if routing else [],
-           "bad_path": bad_handoff.path if bad_handoff else "", "rows": counts[0], "bad": counts[1], "sample": sample, "sample_weight": weight, "partitions": sorted(partitions)}
+           "bad_path": bad_handoff.path if bad_handoff else "", "rows": counts[0], "bad": counts[1], "sample": sample, "sample_weight": weight, "partitions": sorted(partitions),
+           "tally": (tally or Tally()).to_json()}
 
 
 class SparkBatch:
@@ -150,6 +154,9 @@ class SparkBatch:
         self.routing = [Handoff(r["routing_path"], tuple(r["routing_dests"])) for r in prepared if r["routing_path"]]
         self.bad = [Handoff(r["bad_path"], (WHOLE,)) for r in prepared if r["bad_path"]]
         self.records, self.bad_rows = sum(r["rows"] for r in prepared), sum(r["bad"] for r in prepared)
+        self.tally = Tally()
+        for r in prepared:
+            self.tally.add(Tally.from_json(r["tally"]))
         # every task's sample of its good rows' range keys, for a bulk insert's cut points
         self.samples = [(r["sample"], r["sample_weight"]) for r in prepared if r["sample"]]
         self._partitions = sorted({p for r in prepared for p in r["partitions"]})

@@ -186,12 +186,12 @@ def test_nothing_to_clean_on_a_young_table(tmp_path, commits):
 
 @pytest.mark.parametrize("background", [True, False], ids=["async", "inline"])
 def test_the_job_cleans_after_its_commits(spark, tmp_path, background):
-    from laketide.cli import DEFAULTS
+    from laketide.cli import embedded_defaults
     from laketide.config import load_config
     from laketide.spark.job import run
 
     config = load_config(
-        base=DEFAULTS,
+        base=embedded_defaults([]),
         overrides=[
             f"table.path={tmp_path / 'table'}",
             f"stream.checkpoint={tmp_path / 'checkpoint'}",

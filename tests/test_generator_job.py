@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from laketide.cli import DEFAULTS
+from laketide.cli import embedded_defaults
 from laketide.config import load_config
 from laketide.spark.generator import GeneratorSpec, generate
 from laketide.spark.job import run
@@ -29,7 +29,7 @@ def expected_rows(spec: GeneratorSpec) -> dict[int, dict]:
 
 def test_generator_micro_batches_match_the_generated_changes(spark, tmp_path):
     config = load_config(
-        base=DEFAULTS,
+        base=embedded_defaults([]),
         overrides=[
             f"table.path={tmp_path / 'table'}",
             f"stream.checkpoint={tmp_path / 'checkpoint'}",

@@ -20,7 +20,7 @@ def batch_writer(table: Table, coordinator: Coordinator, **write) -> BatchWriter
     config = JobConfig.model_validate(
         {"table": {"path": table.uri, "record_key": table.config.record_key_fields}, "write": {"index_shards": 2, "parallelism": 2, **write}}
     )
-    index = StateIndex.open(table.io, config.write.index_shards, config.index.global_)
+    index = StateIndex.open(table.io, config.write.index_shards, config.global_index(bool(table.config.partition_fields)))
     return BatchWriter(config, table, coordinator, index, quarantine_path(config))
 
 

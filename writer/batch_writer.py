@@ -37,7 +37,8 @@ from laketide.writer.driver_batch import DriverPool
 from laketide.writer.landing import copy_aside
 from laketide.writer.planning import FirstKeys, plan_instant
 from laketide.writer.preflight import complex_key_encoding
-from laketide.writer.prepare import PrepareSpec
+from laketide.writer.source_table import SOURCE_TABLE_KEY, SourceTable
+from laketide.writer.prepare import PrepareSpec, Tally
 from laketide.writer.report import RECENT_BATCHES, BatchReport, WriterStatus
 
 from laketide.config import JobConfig
@@ -52,6 +53,7 @@ class MicroBatch(Protocol):
     """The prepared rows of one micro-batch, wherever they are held; ``ran_on`` names who runs its stages."""
 
     ran_on: str
+    tally: Tally  # what its messages held besides rows: those skipped, and the source tables of change events
 
     @property
     def records(self) -> int: ...
@@ -130,6 +132,7 @@ class BatchWriter:
         self.observers: list[Callable[[BatchReport], None]] = []
         self.views = views or ViewSync(table)
         self.first_keys = FirstKeys(table.io)  # where the small file groups' keys begin, kept between micro-batches
+        self.source_table = SourceTable(table)  # a change feed's one source table
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
         self.batch_lock = threading.RLock()
         self.metrics = coordinator.metrics
@@ -169,9 +172,13 @@ class BatchWriter:
         loaded = load()
         self.clock.lap("read")
         try:
+            skipped = dict(loaded.batch.tally.skipped)
+            self._count_skipped(skipped)
+            # before an instant is begun: events of another source table must not be written at all
+            self.source_table.check(batch_id, loaded.batch.tally.source_tables)
             if loaded.batch.records + len(loaded.bad_files) == 0:
                 # no instant for an empty micro-batch: an idle stream must not fill the timeline
-                return BatchReport(batch_id, None, skipped=True, empty=True)
+                return BatchReport(batch_id, None, skipped=True, empty=True, skipped_messages=skipped)
             staged = self.stage(batch_id, loaded)
             if staged is None:
                 return BatchReport(batch_id, None, skipped=True)
@@ -187,6 +194,10 @@ class BatchWriter:
         report.retries = report.requests.pop(RETRY, 0)
         self._count(report)
         return report
+
+    def _count_skipped(self, skipped: dict[str, int]) -> None:
+        for kind, n in skipped.items():
+            self.metrics.skipped_messages.labels(kind).inc(n)
 
     def stage(self, batch_id: int, loaded: LoadedBatch) -> StagedWrite | None:
         """Begin an instant and write its files, marked, without completing it; ``None`` when the batch is
@@ -264,6 +275,7 @@ class BatchWriter:
 
     def _write(self, loaded: LoadedBatch, batch_id: int, instant: str) -> StagedWrite:
         batch, bad_files = loaded.batch, loaded.bad_files
+        source_table = self.source_table.check(batch_id, batch.tally.source_tables)
         quarantined = self._quarantine(batch, bad_files, batch_id, instant)
         self.clock.lap("quarantine")
         plan, foreign = self._plan(instant, loaded.incoming)
@@ -290,8 +302,11 @@ class BatchWriter:
             files=len(stats),
             late=sum(status.late for status in statuses),
             replaced=sum(len(ids) for ids in replaced.values()),
+            skipped_messages=dict(batch.tally.skipped),
         )
         extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata()}
+        if source_table is not None:
+            extra[SOURCE_TABLE_KEY] = source_table
         return StagedWrite(batch_id, instant, report, stats, extra, replaced, [(status.partition, status.file_id) for status in statuses], foreign)
 
     def _commit(self, staged: StagedWrite) -> None:
@@ -299,6 +314,7 @@ class BatchWriter:
         self.index.write_coverage(staged.instant, staged.written, uncovered=foreign.touched, uncover_all=foreign.everything)
         operation = OPERATION_TYPES[self.operation]
         self.coordinator.commit(staged.instant, staged.stats, staged.extra, action=self.action, operation=operation, replaced_file_ids=staged.replaced)
+        self.source_table.committed(staged.extra.get(SOURCE_TABLE_KEY))
         self.clock.lap("commit")
         self._on_step("committed", staged.batch_id)
 

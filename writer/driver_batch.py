@@ -24,7 +24,7 @@ from laketide.index.columns import PARTITION, RAW, REASON, SHARD, WRITE_SLOT
 from laketide.table.encoding import records_dictionary_columns
 from laketide.table.files import write_token
 from laketide.writer import bulk_stage, quarantine, ranges, stages
-from laketide.writer.prepare import PrepareSpec, batch_arrival, prepare_in_order
+from laketide.writer.prepare import PrepareSpec, Tally, batch_arrival, prepare_in_order, set_aside
 from laketide.writer.slots import split_lazily
 
 # the rows a micro-batch's dictionary encodings are decided from, once for all its files: a quarter of a
@@ -76,8 +76,9 @@ class DriverBatch:
 
     ran_on = "driver"
 
-    def __init__(self, prepared: pa.Table, pool: DriverPool, timed: Timed):
+    def __init__(self, prepared: pa.Table, pool: DriverPool, timed: Timed, tally: Tally | None = None):
         self.rows = prepared
+        self.tally = tally or Tally()
         self._records = prepared.num_rows
         self.pool = pool
         self.threads = pool.threads
@@ -87,7 +88,9 @@ class DriverBatch:
     @classmethod
     def prepare(cls, landed: pa.Table, spec: PrepareSpec, pool: DriverPool, timed: Timed, arrival: pa.Array | None = None) -> DriverBatch:
         """Rows prepared in as many slices as threads, once their arrival order is known: ``arrival``, one
-        number per row, where the reader knows it (``landing.read_landed_parquet``), else from the rows."""
+        number per row, where the reader knows it (``landing.read_landed_parquet``), else from the rows.
+        Messages that are not rows (a change feed's transaction markers, heartbeats, ...) are set aside first."""
+        landed, tally = set_aside(landed)
         if arrival is None:
             arrival_file, arrival_row = batch_arrival(landed)
         else:
@@ -99,7 +102,7 @@ class DriverBatch:
             rows = pa.Table.from_batches(list(batches), landed.schema)
             yield prepare_in_order(rows, spec, arrival_file.slice(start, rows.num_rows), arrival_row.slice(start, rows.num_rows))
 
-        return cls(pa.concat_tables(pool.run(timed, "prepare", prepare_slice, slices)), pool, timed)
+        return cls(pa.concat_tables(pool.run(timed, "prepare", prepare_slice, slices)), pool, timed, tally)
 
     @property
     def records(self) -> int:

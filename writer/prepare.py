@@ -8,7 +8,8 @@ Nothing is dropped here.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -16,12 +17,14 @@ import pyarrow.compute as pc
 from laketide.index.columns import (
     CORRUPT,
     DECODE_REASON,
+    EVENT_KIND,
     LANDED_COLUMNS,
     PREPARED_FIELDS,
     SOURCE_BLOCK,
     SOURCE_FILE,
     SOURCE_MTIME,
     SOURCE_OFFSET,
+    SOURCE_TABLE,
 )
 from laketide.index.state import index_keys, shard_of
 from laketide.table.keygen import first_reason, partition_paths, record_keys
@@ -38,6 +41,40 @@ class PrepareSpec:
     source_format: str = "json"
     complex_key: bool = False  # the table's key generator is ComplexKeyGenerator
     global_keys: bool = False  # the index hashes keys alone, so a key's shard does not depend on its partition
+
+
+@dataclass
+class Tally:
+    """What a micro-batch's messages held besides rows: those skipped, by kind (a change feed's transaction
+    markers, heartbeats, schema changes, tombstones), and the source tables its change events came from."""
+
+    skipped: Counter = field(default_factory=Counter)
+    source_tables: set[str] = field(default_factory=set)
+
+    def add(self, other: Tally) -> Tally:
+        self.skipped.update(other.skipped)
+        self.source_tables |= other.source_tables
+        return self
+
+    def to_json(self) -> str:
+        return json.dumps({"skipped": dict(self.skipped), "source_tables": sorted(self.source_tables)})
+
+    @classmethod
+    def from_json(cls, text: str) -> Tally:
+        data = json.loads(text or "{}")
+        return cls(Counter(data.get("skipped", {})), set(data.get("source_tables", [])))
+
+
+def set_aside(rows: pa.Table) -> tuple[pa.Table, Tally]:
+    """``rows`` without the messages that are not rows (``EVENT_KIND``), and what they were."""
+    tally = Tally()
+    if EVENT_KIND in rows.column_names and rows[EVENT_KIND].null_count < rows.num_rows:
+        kinds = rows[EVENT_KIND]
+        tally.skipped = Counter({c["values"]: c["counts"] for c in pc.value_counts(kinds.drop_null()).to_pylist()})
+        rows = rows.filter(pc.is_null(kinds))
+    if SOURCE_TABLE in rows.column_names:
+        tally.source_tables = {t for t in pc.unique(rows[SOURCE_TABLE]).to_pylist() if t is not None}
+    return rows, tally
 
 
 class ArrivalCounter:

@@ -38,16 +38,20 @@ class BatchReport:
     retries: int = 0
     # a Kafka source's lag once the micro-batch committed: per "topic/partition", the newest offset minus the next one to read
     lag: dict[str, int] = field(default_factory=dict)
+    # messages of a change feed that are not row changes, by kind (transaction, heartbeat, schema_change, ...): counted, not written
+    skipped_messages: dict[str, int] = field(default_factory=dict)
 
     def line(self) -> str:
+        skipped = " skipped=" + ",".join(f"{kind}:{n}" for kind, n in sorted(self.skipped_messages.items())) if self.skipped_messages else ""
         if self.empty:
-            return f"micro-batch {self.batch_id}: empty, no instant"
+            return f"micro-batch {self.batch_id}: empty, no instant{skipped}"
         if self.skipped:
             return f"micro-batch {self.batch_id}: already committed, skipped"
         replaced = f" replaced={self.replaced}" if self.replaced else ""
         replaced += " requests=" + ",".join(f"{kind}:{n}" for kind, n in self.requests.items()) if self.requests else ""
         replaced += f" retries={self.retries}" if self.retries else ""
         replaced += " lag=" + ",".join(f"{place}:{n}" for place, n in self.lag.items()) if self.lag else ""
+        replaced += skipped
         steps = " ".join(f"{name}={seconds:.2f}" for name, seconds in self.stage_seconds.items())
         return (
             f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "

@@ -23,9 +23,10 @@ from laketide.coordinator.lease import ZooKeeperLease
 from laketide.coordinator.savepoints import Savepoints
 from laketide.coordinator.storage_lease import StorageLease
 from laketide.coordinator.services import ServiceFailures, TableServices
-from laketide.index.state import StateIndex
+from laketide.index.state import INDEX_DIR, StateIndex
 from laketide.table import FileIO, Table, TableNotFound, properties_file
 from laketide.table.delta_mirror import DeltaMirror, has_mirror
+from laketide.table.errors import Invalid
 from laketide.table.instant import COMPACTION
 from laketide.table.view_sync import ViewSync
 from laketide.writer.batch_writer import BatchWriter
@@ -222,12 +223,29 @@ def _after_commit(config: JobConfig, compactor: Compactor | None, services: Tabl
     return after
 
 
+def open_index(config: JobConfig, table: Table) -> StateIndex:
+    """The table's state index, keyed as ``index.global`` (or its default) says."""
+    partitioned = bool(table.config.partition_fields)
+    global_keys = config.global_index(partitioned)
+    try:
+        return StateIndex.open(table.io, config.write.index_shards, global_keys)
+    except ValueError:
+        if config.index.global_ is not None or not global_keys:
+            raise
+        # a change feed's table indexed per partition by an earlier version: its key-only deletes were dropped
+        raise Invalid(
+            f"the state index of {table.uri} finds keys per partition, but change events (source.envelope = 'debezium') into a "
+            "partitioned table need a key found in any partition. With no job running, delete the folder "
+            f"{table.io.full_path(INDEX_DIR)}: the next job rebuilds it, keyed by the record key alone"
+        ) from None
+
+
 def start(
     config: JobConfig, table: Table, lease: Lease, writer_id: str, factory: WriterFactory = BatchWriter, on_step: Callable[[str, int], None] | None = None
 ) -> RunningJob:
     """Everything a writer needs, under ``lease`` (held): what a previous holder left is recovered first,
     a restore cut short is finished, and a compaction left pending is run."""
-    index = StateIndex.open(table.io, config.write.index_shards, config.index.global_)
+    index = open_index(config, table)
     coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
     for result in coordinator.recover():
         log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from laketide.config_types import Codec, Size, Trigger, parse_size
+from laketide.index.columns import EVENT_POSITION
 from laketide.table.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC
 from laketide.table.errors import Invalid
 
@@ -66,8 +67,6 @@ class GeneratorSection(_Section):
     key_space: int = Field(0, ge=0)
 
 
-# the column a Debezium change event's source position fills (``spark/change_feed.py``): the table's ordering field
-EVENT_POSITION = "_event_position"
 
 
 class KafkaSection(_Section):
@@ -87,6 +86,28 @@ class KafkaSection(_Section):
     options: dict[str, str] = Field(default_factory=dict)
 
 
+class DebeziumSection(_Section):
+    """How ``source.envelope = "debezium"`` reads change events (``writer/change_events.py``).
+
+    Events that carry their schema (the JSON converter with ``schemas.enable``) are decoded by it; these
+    settings say how to read values of events without one, as the connector was configured.
+    """
+
+    # the unit of an integer under a TIMESTAMP column of an event without its schema: Debezium's adaptive
+    # mode sends ms for a column of precision 0-3 and µs for 4-6, so it cannot be guessed; unset, such a
+    # value goes to quarantine with this setting named
+    timestamp_unit: Literal["ms", "us", "ns"] | None = None
+    # the connector's decimal.handling.mode, for DECIMAL columns of events without their schema: precise
+    # (base64 of the unscaled value, at the declared scale), string (the number as text); a JSON number is
+    # read as a number whatever this says
+    decimal_handling: Literal["precise", "string"] = "precise"
+
+    def decoding(self):
+        from laketide.writer.connect_values import Decoding
+
+        return Decoding(self.timestamp_unit, self.decimal_handling)
+
+
 class SourceSection(_Section):
     format: Literal["json", "parquet", "csv", "generator", "kafka"] = "generator"
     path: str | None = None
@@ -100,6 +121,7 @@ class SourceSection(_Section):
     avro_schema: str | None = None  # an .avsc file
     # "debezium": each record is a change event (op, before, after, source), its row in before or after
     envelope: Literal["none", "debezium"] = "none"
+    debezium: DebeziumSection = Field(default_factory=DebeziumSection)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -175,11 +197,15 @@ class WriteSection(_Section):
 class IndexSection(_Section):
     """``global = true``: a record key is unique across partitions (Hudi's global index). A record
     whose partition value changes moves: its old copy is deleted in the same commit. Chosen when
-    the table's index is created; an index built the other way is refused."""
+    the table's index is created; an index built the other way is refused.
+
+    Unset: false, except for change events (``source.envelope = "debezium"``) into a partitioned table, whose
+    identity is the source's primary key, table-wide: a delete that carries the key alone, or an update that
+    moves a row to another partition, must find the stored row wherever it is."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
-    global_: bool = Field(False, alias="global")
+    global_: bool | None = Field(None, alias="global")
 
 
 class CoordinatorSection(_Section):
@@ -318,6 +344,23 @@ class JobConfig(_Section):
         if self.archive.enabled and self.clean.policy == "KEEP_LATEST_COMMITS" and self.archive.min_commits <= self.clean.retain_commits:
             raise ValueError(
                 f"archive.min_commits ({self.archive.min_commits}) must be above clean.retain_commits ({self.clean.retain_commits})"
+            )
+        return self
+
+    def global_index(self, partitioned: bool) -> bool:
+        """Whether the keys of a table (``partitioned`` or not) are unique across partitions: ``index.global``,
+        or its default (see ``IndexSection``)."""
+        if self.index.global_ is not None:
+            return self.index.global_
+        return self.source.envelope == "debezium" and partitioned
+
+    @model_validator(mode="after")
+    def _change_events_find_their_row_anywhere(self) -> JobConfig:
+        if self.source.envelope == "debezium" and self.table.partition_by and self.index.global_ is False:
+            raise ValueError(
+                "index.global = false with source.envelope = 'debezium' on a partitioned table would drop deletes that carry "
+                "the key alone (Postgres' REPLICA IDENTITY DEFAULT) and keep two rows of a key whose partition column changed: "
+                "leave index.global unset (a global index), or set table.partition_by = []"
             )
         return self
 

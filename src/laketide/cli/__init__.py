@@ -30,9 +30,26 @@ app.add_typer(metadata_app, name="metadata")
 
 # Embedded defaults: the generator source into ./demo/table, so `laketide run` works with no config at all.
 DEFAULTS = {
-    "table": {"path": "./demo/table", "name": "demo", "record_key": ["id"], "partition_by": ["region"], "ordering_field": "ts"},
+    "table": {"path": "./demo/table", "name": "demo", "record_key": ["id"], "partition_by": ["region"]},
     "stream": {"checkpoint": "./demo/checkpoint", "trigger": "available-now"},
 }
+# the generator's rows order by their ``ts``; another source keeps its own default (a change feed's position)
+GENERATOR_ORDERING = "ts"
+
+
+def embedded_defaults(overrides: list[str]) -> dict:
+    """The embedded defaults for a run without a config file: the demo's, with the generator's ordering
+    field only when the generator is the source."""
+    from laketide.config import apply_override
+
+    given: dict = {}
+    for assignment in overrides:
+        apply_override(given, assignment)
+    defaults = {section: dict(values) for section, values in DEFAULTS.items()}
+    source = given.get("source", {})
+    if source.get("format", "generator") == "generator" and source.get("envelope", "none") == "none":
+        defaults["table"]["ordering_field"] = GENERATOR_ORDERING
+    return defaults
 
 
 @app.callback()
@@ -66,7 +83,7 @@ def run(
     """Run the streaming upsert job (builds its Spark session, or joins the one spark-submit made)."""
     from laketide.config import load_config
 
-    job_config = load_config(config, conf or [], base=None if config else DEFAULTS)
+    job_config = load_config(config, conf or [], base=None if config else embedded_defaults(conf or []))
     _logging()
     from laketide.service import run_service
 
