@@ -190,6 +190,11 @@ def _decode_group(values: pa.Array, deleted: pa.Array, encodings: dict[str, Enco
     else:
         unreadable = []
         parsed, bad = parse_values(values)
+        as_read = _text_for_timestamps(parsed.schema)
+        if as_read != parsed.schema:
+            # the JSON reader takes ISO-8601 text for timestamps when it infers: read as text, it is decoded
+            # by the declared type, and a STRING column keeps the text as it came
+            parsed, bad = parse_values(values, as_read)
     rows = _image(parsed, deleted)
     n = len(values)
     reasons = [pa.array([bad.get(i) for i in range(n)], pa.string())]
@@ -208,6 +213,19 @@ def _decode_group(values: pa.Array, deleted: pa.Array, encodings: dict[str, Enco
         columns[f.name] = decoded.values
         reasons.append(decoded.reasons)
     return columns, pc.coalesce(*reasons)
+
+
+def _text_for_timestamps(schema: pa.Schema) -> pa.Schema:
+    def text(kind: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+            return pa.string()
+        if pa.types.is_struct(kind):
+            return pa.struct([f.with_type(text(f.type)) for f in kind])
+        if pa.types.is_list(kind):
+            return pa.list_(text(kind.value_type))
+        return kind
+
+    return pa.schema([f.with_type(text(f.type)) for f in schema])
 
 
 def _image(parsed: pa.Table, deleted: pa.Array) -> pa.StructArray | None:

@@ -56,7 +56,8 @@ ISO_TIMES = {TIME + "ZonedTime", TIME + "IsoTime"}
 PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 US_PER_DAY = 86_400_000_000
 INTEGERS = {"int8", "int16", "int32", "int64"}
-FLOATS = {"float32", "float64"}
+# the JSON converter names Connect's FLOAT32 and FLOAT64 "float" and "double" (JsonSchema)
+FLOATS = {"float", "double", "float32", "float64"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,176 @@
+"""Debezium change events as its Postgres and MySQL connectors write them through Kafka Connect's JSON
+converter, with and without their Connect schema, and the model of the source table they describe.
+
+The shapes follow Debezium's documentation (connectors/postgresql.adoc: the envelope, REPLICA IDENTITY
+DEFAULT deletes whose ``before`` holds the key alone, truncate, logical decoding messages, transaction
+metadata; shared-mariadb-mysql.adoc: the schema change topic) and its test resources
+(debezium-connector-common/src/test/resources/json/serde-with-schema.json). Under Debezium's defaults
+(``decimal.handling.mode = precise``, ``time.precision.mode = adaptive``) a column's value is encoded by its
+database type, which the ``Column`` entries below pair with what a reader of the table must see.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Callable
+
+UTC = dt.timezone.utc
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def decimal_bytes(value: Decimal, scale: int) -> str:
+    """Kafka Connect's Decimal: the unscaled value, big-endian two's complement, base64."""
+    unscaled = int(value.scaleb(scale))
+    return base64.b64encode(unscaled.to_bytes(max(1, (unscaled.bit_length() + 8) // 8), "big", signed=True)).decode()
+
+
+def micros(when: dt.datetime) -> int:
+    return (when - EPOCH) // dt.timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its declared type, its field in the Connect schema, and how a value is sent."""
+
+    name: str
+    ddl: str
+    schema: dict
+    encode: Callable[[Any], Any] = lambda v: v
+
+
+POSTGRES_COLUMNS = [
+    Column("id", "BIGINT", {"type": "int64", "optional": False}),
+    Column("name", "STRING", {"type": "string", "optional": True}),
+    Column("region", "STRING", {"type": "string", "optional": False, "default": "eu"}),
+    # numeric(10,2)
+    Column("amount", "DECIMAL(10,2)", {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+                                       "parameters": {"scale": "2", "connect.decimal.precision": "10"}}, lambda v: decimal_bytes(v, 2)),
+    # numeric without precision or scale
+    Column("price", "DECIMAL(20,4)", {"type": "struct", "optional": True, "name": "io.debezium.data.VariableScaleDecimal", "version": 1,
+                                      "doc": "Variable scaled decimal", "fields": [{"type": "int32", "optional": False, "field": "scale"},
+                                                                                   {"type": "bytes", "optional": False, "field": "value"}]},
+           lambda v: {"scale": -v.as_tuple().exponent, "value": decimal_bytes(v, -v.as_tuple().exponent)}),
+    # timestamp(6)
+    Column("created_at", "TIMESTAMP", {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "version": 1}, micros),
+    # timestamp(3)
+    Column("updated_ms", "TIMESTAMP", {"type": "int64", "optional": True, "name": "io.debezium.time.Timestamp", "version": 1},
+           lambda v: micros(v) // 1000),
+    # timestamptz
+    Column("seen_at", "TIMESTAMP", {"type": "string", "optional": True, "name": "io.debezium.time.ZonedTimestamp", "version": 1},
+           lambda v: v.isoformat().replace("+00:00", "Z")),
+    # date
+    Column("birthday", "DATE", {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1},
+           lambda v: (v - dt.date(1970, 1, 1)).days),
+    Column("doc", "STRING", {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1}),
+    Column("uid", "STRING", {"type": "string", "optional": True, "name": "io.debezium.data.Uuid", "version": 1}),
+    Column("active", "BOOLEAN", {"type": "boolean", "optional": True, "default": False}),
+    Column("ratio", "DOUBLE", {"type": "double", "optional": True}),
+]
+DDL = ", ".join(f"{c.name} {c.ddl}" for c in POSTGRES_COLUMNS)
+NAMES = [c.name for c in POSTGRES_COLUMNS]
+
+
+def row_schema(columns: list[Column], name: str) -> dict:
+    return {"type": "struct", "optional": True, "name": name, "field": "",
+            "fields": [{**c.schema, "field": c.name} for c in columns]}
+
+
+def envelope_schema(columns: list[Column], prefix: str = "pg.public.orders") -> dict:
+    value = row_schema(columns, f"{prefix}.Value")
+    source = {"type": "struct", "optional": False, "name": "io.debezium.connector.postgresql.Source", "field": "source", "fields": [
+        {"type": "string", "optional": False, "field": "version"}, {"type": "string", "optional": False, "field": "connector"},
+        {"type": "string", "optional": False, "field": "name"}, {"type": "int64", "optional": False, "field": "ts_ms"},
+        {"type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1, "default": "false",
+         "parameters": {"allowed": "true,last,false,incremental"}, "field": "snapshot"},
+        {"type": "string", "optional": False, "field": "db"}, {"type": "string", "optional": False, "field": "schema"},
+        {"type": "string", "optional": False, "field": "table"}, {"type": "int64", "optional": True, "field": "txId"},
+        {"type": "int64", "optional": True, "field": "lsn"},
+    ]}
+    return {"type": "struct", "optional": False, "name": f"{prefix}.Envelope", "version": 1, "fields": [
+        {**value, "field": "before"}, {**value, "field": "after"}, source,
+        {"type": "string", "optional": False, "field": "op"}, {"type": "int64", "optional": True, "field": "ts_ms"},
+    ]}
+
+
+@dataclass
+class PostgresTable:
+    """A Postgres table's change events (``op`` c/r/u/d, REPLICA IDENTITY DEFAULT unless ``full``) at rising
+    LSNs, and the table they leave (``rows``: what a correct sink holds)."""
+
+    columns: list[Column] = field(default_factory=lambda: list(POSTGRES_COLUMNS))
+    with_schema: bool = True
+    full: bool = False
+    table: str = "orders"
+    lsn: int = 1000
+    rows: dict[int, dict] = field(default_factory=dict)
+
+    def _event(self, op: str, before: dict | None, after: dict | None) -> dict:
+        self.lsn += 8
+        encode = {c.name: c.encode for c in self.columns}
+
+        def image(values: dict | None) -> dict | None:
+            return None if values is None else {k: (None if v is None else encode[k](v)) for k, v in values.items()}
+
+        source = {"version": "3.3.1.Final", "connector": "postgresql", "name": "pg", "ts_ms": 1_732_000_000_000 + self.lsn,
+                  "snapshot": "true" if op == "r" else "false", "db": "shop", "schema": "public", "table": self.table,
+                  "txId": 700 + self.lsn, "lsn": self.lsn, "xmin": None}
+        payload = {"before": image(before), "after": image(after), "source": source, "op": op, "ts_ms": 1_732_000_000_500 + self.lsn,
+                   "ts_us": (1_732_000_000_500 + self.lsn) * 1000, "transaction": None}
+        return {"schema": envelope_schema(self.columns, f"pg.public.{self.table}"), "payload": payload} if self.with_schema else payload
+
+    def upsert(self, values: dict, op: str | None = None) -> dict:
+        key = values["id"]
+        old = self.rows.get(key)
+        op = op or ("u" if old is not None else "c")
+        before = dict(old) if (op == "u" and self.full and old is not None) else None
+        self.rows[key] = dict(values)
+        return self._event(op, before, values)
+
+    def delete(self, key: int) -> dict:
+        old = self.rows.pop(key)
+        before = dict(old) if self.full else {c.name: (key if c.name == "id" else None) for c in self.columns}
+        return self._event("d", before, None)
+
+    def truncate(self) -> dict:
+        self.rows.clear()
+        return self._event("t", None, None)
+
+    def expected(self, names: list[str]) -> list[dict]:
+        return [{n: self.rows[k].get(n) for n in names} for k in sorted(self.rows)]
+
+
+def sample_row(i: int, version: int = 0, region: str | None = None) -> dict:
+    base = dt.datetime(2024, 3, 1, 10, 20, 30, 123456, tzinfo=UTC)
+    return {
+        "id": i, "name": f"name {i} v{version}", "region": region or ("eu", "us", "apac")[i % 3],
+        "amount": Decimal(f"{i * 3 + version}.{(i * 7 + version) % 100:02d}") * (-1 if i % 5 == 0 else 1),
+        "price": Decimal(f"{i}.{version % 10}{i % 10}5"), "created_at": base + dt.timedelta(days=i, microseconds=version),
+        "updated_ms": (base + dt.timedelta(hours=version)).replace(microsecond=123000),
+        "seen_at": base - dt.timedelta(days=365 * 60 + i),  # before 1970 too
+        "birthday": dt.date(1960 + i % 60, 1 + i % 12, 1 + i % 28), "doc": json.dumps({"i": i, "v": version}),
+        "uid": f"00000000-0000-0000-0000-{i:012d}", "active": bool((i + version) % 2), "ratio": i / 7 + version,
+    }
+
+
+TRANSACTION_BEGIN = {"status": "BEGIN", "id": "571:53195829", "ts_ms": 1486500577125, "event_count": None, "data_collections": None}
+TRANSACTION_END = {"status": "END", "id": "571:53195832", "ts_ms": 1486500577691, "event_count": 2,
+                   "data_collections": [{"data_collection": "s1.a", "event_count": 1}, {"data_collection": "s2.a", "event_count": 1}]}
+HEARTBEAT = {"schema": {"type": "struct", "name": "io.debezium.connector.common.Heartbeat", "optional": False,
+                        "fields": [{"type": "int64", "optional": False, "field": "ts_ms"}]}, "payload": {"ts_ms": 1588252618953}}
+LOGICAL_MESSAGE = {"before": None, "after": None, "op": "m", "ts_ms": 1559033904961, "message": {"prefix": "foo", "content": "Ymfy"},
+                   "source": {"version": "3.3.1.Final", "connector": "postgresql", "name": "pg", "ts_ms": 1559033904863, "snapshot": False,
+                              "db": "postgres", "schema": "", "table": "", "txId": 556, "lsn": 46523128, "xmin": None}}
+# MySQL's schema change topic (shared-mariadb-mysql.adoc)
+SCHEMA_CHANGE = {
+    "source": {"version": "3.0.0.Final", "connector": "mysql", "name": "mysql", "ts_ms": 0, "snapshot": "false", "db": "inventory",
+               "table": "customers", "server_id": 0, "gtid": None, "file": "mysql-bin.000003", "pos": 219, "row": 0, "thread": None, "query": None},
+    "ts_ms": 1588252618953, "databaseName": "inventory", "schemaName": None,
+    "ddl": "ALTER TABLE customers ADD middle_name varchar(255) AFTER first_name",
+    "tableChanges": [{"type": "ALTER", "id": "\"inventory\".\"customers\"", "table": {"defaultCharsetName": "utf8mb4", "primaryKeyColumnNames": ["id"],
+                      "columns": [{"name": "id", "jdbcType": 4, "typeName": "INT", "length": 11, "position": 1, "optional": False,
+                                   "autoIncremented": True, "generated": True}]}}],
+}

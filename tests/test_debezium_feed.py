@@ -1,0 +1,114 @@
+"""`laketide run` fed by Kafka (Tansu) with Debezium's own event shapes (``connect_events``), each table read
+back with hudi-rs and compared with the source table the events describe, after every run.
+
+Postgres under REPLICA IDENTITY DEFAULT (a delete's ``before`` holds the key alone, an update has no
+``before``), into a table partitioned on a column that is not the key; rows that move partition; every
+logical type under Debezium's defaults; and the connector's other messages (transaction metadata,
+heartbeats, schema changes, logical decoding messages) on matched topics.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import hudi_read, rows
+from connect_events import DDL, HEARTBEAT, LOGICAL_MESSAGE, NAMES, SCHEMA_CHANGE, TRANSACTION_BEGIN, TRANSACTION_END, PostgresTable, sample_row
+from opslib import CLI, ENV
+
+TOPIC, TRANSACTIONS, HEARTBEATS, SCHEMA_TOPIC = "pg.public.orders", "pg.transaction", "__debezium-heartbeat.pg", "pg"
+
+
+def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.CompletedProcess:
+    settings = {
+        "table.path": str(root / "table"), "table.name": "orders", "table.record_key": '["id"]', "table.partition_by": '["region"]',
+        "source.format": "kafka", "source.kafka.bootstrap_servers": bootstrap,
+        "source.kafka.topics": json.dumps([TOPIC, TRANSACTIONS, HEARTBEATS, SCHEMA_TOPIC]),
+        "source.schema": DDL, "source.envelope": "debezium", "stream.checkpoint": str(root / "checkpoint"),
+        "stream.trigger": "available-now", "write.index_shards": "2", "write.parallelism": "2", **more,
+    }
+    args = [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]
+    done = subprocess.run([CLI, "run", *args], capture_output=True, text=True, env=ENV, timeout=600)
+    with open(root / "runs.log", "a") as log:
+        log.write(done.stderr)
+    assert done.returncode == expect, f"laketide run exited {done.returncode} (all of it in {root / 'runs.log'}):\n{done.stderr[-3000:]}"
+    return done
+
+
+def send(kafka, events: list[dict]) -> None:
+    """Each change event to the partition of its key, as Debezium's producer does."""
+    for e in events:
+        payload = e.get("payload", e)
+        image = payload["before"] if payload["op"] == "d" else payload["after"]
+        kafka.produce(TOPIC, image["id"] % 3, {"id": image["id"]}, e)
+
+
+def table_rows(root) -> list[dict]:
+    read = rows(hudi_read(root / "table"), "id", NAMES)
+    for r in read:
+        for name, value in r.items():
+            if isinstance(value, dt.datetime):
+                r[name] = value.astimezone(dt.timezone.utc)
+    return read
+
+
+def expected(source: PostgresTable) -> list[dict]:
+    out = source.expected(NAMES)
+    for r in out:
+        for name, value in r.items():
+            if isinstance(value, dt.datetime):
+                r[name] = value.astimezone(dt.timezone.utc)
+    return out
+
+
+def quarantined(root) -> list[dict]:
+    return [r for f in (root / "table_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()] if (root / "table_quarantine").exists() else []
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_postgres_events_keep_one_row_per_key_with_every_type_decoded(kafka, tmp_path, table_type):
+    for topic, partitions in ((TOPIC, 3), (TRANSACTIONS, 1), (HEARTBEATS, 1), (SCHEMA_TOPIC, 1)):
+        kafka.create_topic(topic, partitions)
+    source = PostgresTable()
+    send(kafka, [source.upsert(sample_row(i, 0), op="r") for i in range(30)])  # the snapshot
+    kafka.produce(HEARTBEATS, 0, {"serverName": "pg"}, HEARTBEAT)
+    first = run(tmp_path, kafka.bootstrap, **{"table.type": table_type})
+    assert table_rows(tmp_path) == expected(source)
+
+    kafka.produce(TRANSACTIONS, 0, {"id": "571:53195829"}, TRANSACTION_BEGIN)
+    changes = [source.upsert(sample_row(i, 1)) for i in range(0, 30, 3)]  # updates in place
+    moved = [i for i in range(1, 30, 3)]
+    changes += [source.upsert(sample_row(i, 2, region="moved")) for i in moved]  # to another partition
+    changes += [source.delete(i) for i in range(2, 30, 6)]  # the key alone in before
+    changes += [source.upsert(sample_row(i, 3)) for i in range(30, 36)]  # new keys
+    changes += [source.upsert(sample_row(4, 5, region="eu"))]  # moves and moves back in one micro-batch
+    send(kafka, changes)
+    kafka.produce(TRANSACTIONS, 0, {"id": "571:53195832"}, TRANSACTION_END)
+    kafka.produce(HEARTBEATS, 0, {"serverName": "pg"}, HEARTBEAT)
+    kafka.produce(SCHEMA_TOPIC, 0, {"databaseName": "inventory"}, SCHEMA_CHANGE)
+    kafka.produce(TOPIC, 0, {"id": 0}, LOGICAL_MESSAGE)
+    second = run(tmp_path, kafka.bootstrap)
+    assert table_rows(tmp_path) == expected(source)
+    assert quarantined(tmp_path) == []
+    read = hudi_read(tmp_path / "table").to_pylist()
+    assert {r["id"]: r["_hoodie_partition_path"] for r in read if r["id"] in moved} == {i: source.rows[i]["region"] for i in moved if i in source.rows}
+    assert "skipped=heartbeat:1" in first.stderr
+    assert "heartbeat:1" in second.stderr and "transaction:2" in second.stderr and "schema_change:1" in second.stderr and "message:1" in second.stderr
+
+    # a third run deletes what moved, by key alone, from its new partition
+    send(kafka, [source.delete(i) for i in moved if i in source.rows])
+    run(tmp_path, kafka.bootstrap)
+    assert table_rows(tmp_path) == expected(source)
+
+
+def test_events_of_two_source_tables_stop_the_job_before_writing(kafka, tmp_path):
+    kafka.create_topic(TOPIC, 3)
+    orders, customers = PostgresTable(), PostgresTable(table="customers")
+    send(kafka, [orders.upsert(sample_row(1)), customers.upsert(sample_row(2))])
+    done = run(tmp_path, kafka.bootstrap, expect=2)
+    assert "shop.public.customers, shop.public.orders" in done.stderr and "its own job" in done.stderr
+    assert not (tmp_path / "table" / ".hoodie").exists() or not list((tmp_path / "table" / ".hoodie").glob("*.commit"))
