@@ -90,6 +90,9 @@ class AssignPlan:
     lookup: bool = True  # False for the insert operation: every record is an insert
     global_keys: bool = False  # keys are unique across partitions; records move
     event_time: bool = False  # a stored row with a higher ordering value wins over an incoming one
+    # a change feed's stand-in for a value it did not send, which the write stage replaces by the stored
+    # value (``table.unchanged``); None: every value is real
+    placeholder: str | None = None
 
     def share(self, room: int, shard: int) -> int:
         """This shard's part of ``room`` records: keys hash evenly over the shards, so each takes as many."""

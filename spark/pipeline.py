@@ -34,7 +34,7 @@ from laketide.writer.landing import (
     read_piece,
     source_offsets,
 )
-from laketide.writer.prepare import ArrivalCounter, Tally, prepare, prepare_in_order, set_aside
+from laketide.writer.prepare import ArrivalCounter, Tally, prepare, prepare_in_order, set_aside, with_earlier_values
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
@@ -159,6 +159,16 @@ class MicroBatchWriter(BatchWriter):
             arrival, tally = ArrivalCounter(TaskContext.get().partitionId() << 40), Tally()
 
             def rows_of_records():
+                if spec.placeholder is not None:
+                    # a change feed: the task's records are held whole, so that a value an event did not send
+                    # is filled from an earlier event of its key in any Arrow batch of the task (one Kafka split
+                    # holds every event of its keys: Debezium keys records by the primary key)
+                    batches_read = list(batches)
+                    if batches_read:
+                        rows, seen = set_aside(pa.Table.from_batches(batches_read))
+                        tally.add(seen)
+                        yield with_earlier_values(rows, spec)
+                    return
                 for batch in batches:
                     rows, seen = set_aside(pa.Table.from_batches([batch]))
                     tally.add(seen)

@@ -275,7 +275,7 @@ class SparkBatch:
             files on a disk, straight from every prepare task's file, memory-mapped."""
             if by_range is not None:
                 rows = exchange.take(by_range, task)
-                return None if rows is None else rows.take(bulk_stage.bulk_order(rows, ordering_field, global_keys))
+                return None if rows is None else bulk_stage.bulk_winners(rows, ordering_field, global_keys)
             if not numbered:
                 whole = exchange.take(prepared, WHOLE)
                 if whole is None:
@@ -285,7 +285,7 @@ class SparkBatch:
             at = np.flatnonzero(numbers == task)
             if not len(at):
                 return None
-            return whole.take(pa.array(bulk_stage.bulk_order(whole, ordering_field, global_keys, among=at))).drop_columns([SHARD])
+            return bulk_stage.bulk_winners(whole, ordering_field, global_keys, among=at).drop_columns([SHARD])
 
         def insert_sorted(task: int, token: str) -> Iterator[pa.RecordBatch]:
             # a task's range comes from every prepare task: ordered once, here

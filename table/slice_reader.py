@@ -305,6 +305,15 @@ def stored_ordering(
     return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns, keys)), promote_options="permissive")
 
 
+def stored_rows(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, keys: pa.Array, columns: list[str]) -> pa.Table:
+    """The stored rows of ``keys`` (their key and ``columns``): the slice merged for those keys alone."""
+    wanted = list(dict.fromkeys([RECORD_KEY, *columns, *([rule.ordering_field] if rule.ordering_field else [])]))
+    if fs.base_file is None and not fs.log_files:
+        return pa.table({RECORD_KEY: pa.array([], pa.string())})
+    ops = _log_ops(io, fs, visible, wanted)
+    return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, wanted, keys)), promote_options="permissive")
+
+
 def merge_slice(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule) -> pa.Table:
     """The records of one file slice: its base file with every counted log block applied in order."""
     return pa.concat_tables(list(merge_slice_batches(io, fs, visible, rule)), promote_options="permissive")

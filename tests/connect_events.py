@@ -68,6 +68,8 @@ POSTGRES_COLUMNS = [
     Column("doc", "STRING", {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1}),
     Column("uid", "STRING", {"type": "string", "optional": True, "name": "io.debezium.data.Uuid", "version": 1}),
     Column("active", "BOOLEAN", {"type": "boolean", "optional": True, "default": False}),
+    # bytea
+    Column("blob", "BINARY", {"type": "bytes", "optional": True}, lambda v: base64.b64encode(v).decode()),
     Column("ratio", "DOUBLE", {"type": "double", "optional": True}),
 ]
 DDL = ", ".join(f"{c.name} {c.ddl}" for c in POSTGRES_COLUMNS)
@@ -113,7 +115,9 @@ class PostgresTable:
         encode = {c.name: c.encode for c in self.columns}
 
         def image(values: dict | None) -> dict | None:
-            return None if values is None else {k: (None if v is None else encode[k](v)) for k, v in values.items()}
+            if values is None:
+                return None
+            return {k: (None if v is None else v.sent if isinstance(v, Placeholder) else encode[k](v)) for k, v in values.items()}
 
         source = {"version": "3.3.1.Final", "connector": "postgresql", "name": "pg", "ts_ms": 1_732_000_000_000 + self.lsn,
                   "snapshot": "true" if op == "r" else "false", "db": "shop", "schema": "public", "table": self.table,
@@ -122,13 +126,16 @@ class PostgresTable:
                    "ts_us": (1_732_000_000_500 + self.lsn) * 1000, "transaction": None}
         return {"schema": envelope_schema(self.columns, f"pg.public.{self.table}"), "payload": payload} if self.with_schema else payload
 
-    def upsert(self, values: dict, op: str | None = None) -> dict:
+    def upsert(self, values: dict, op: str | None = None, unchanged: tuple[str, ...] = ()) -> dict:
+        """An insert or update of ``values``; the ``unchanged`` columns (TOASTed, unchanged) are sent as
+        Debezium's placeholder, and the row keeps what it held."""
         key = values["id"]
         old = self.rows.get(key)
         op = op or ("u" if old is not None else "c")
         before = dict(old) if (op == "u" and self.full and old is not None) else None
-        self.rows[key] = dict(values)
-        return self._event(op, before, values)
+        self.rows[key] = {**values, **{c: old[c] for c in unchanged}} if unchanged else dict(values)
+        sent = {**values, **{c: UNAVAILABLE[c] for c in unchanged}}
+        return self._event(op, before, sent)
 
     def delete(self, key: int) -> dict:
         old = self.rows.pop(key)
@@ -143,6 +150,17 @@ class PostgresTable:
         return [{n: self.rows[k].get(n) for n in names} for k in sorted(self.rows)]
 
 
+@dataclass(frozen=True)
+class Placeholder:
+    """Debezium's stand-in for a value Postgres did not send (an unchanged TOASTed column), as it is sent."""
+
+    sent: str
+
+
+TOAST = "__debezium_unavailable_value"
+UNAVAILABLE = {"name": Placeholder(TOAST), "doc": Placeholder(TOAST), "blob": Placeholder(base64.b64encode(TOAST.encode()).decode())}
+
+
 def sample_row(i: int, version: int = 0, region: str | None = None) -> dict:
     base = dt.datetime(2024, 3, 1, 10, 20, 30, 123456, tzinfo=UTC)
     return {
@@ -153,6 +171,7 @@ def sample_row(i: int, version: int = 0, region: str | None = None) -> dict:
         "seen_at": base - dt.timedelta(days=365 * 60 + i),  # before 1970 too
         "birthday": dt.date(1960 + i % 60, 1 + i % 12, 1 + i % 28), "doc": json.dumps({"i": i, "v": version}),
         "uid": f"00000000-0000-0000-0000-{i:012d}", "active": bool((i + version) % 2), "ratio": i / 7 + version,
+        "blob": bytes([i % 256, version % 256]) * (1 + i % 4),
     }
 
 

@@ -25,7 +25,8 @@ from laketide.writer.change_events import ChangeSpec, change_rows
 from laketide.writer.connect_values import Decoding
 
 ARROW = {"BIGINT": pa.int64(), "STRING": pa.string(), "DECIMAL(10,2)": pa.decimal128(10, 2), "DECIMAL(20,4)": pa.decimal128(20, 4),
-         "TIMESTAMP": pa.timestamp("us", "UTC"), "DATE": pa.date32(), "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64()}
+         "TIMESTAMP": pa.timestamp("us", "UTC"), "DATE": pa.date32(), "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64(),
+         "BINARY": pa.binary()}
 SPEC = ChangeSpec(pa.schema([(c.name, ARROW[c.ddl]) for c in POSTGRES_COLUMNS]), ("id",))
 
 

@@ -17,10 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import hudi_read, rows
-from connect_events import DDL, HEARTBEAT, LOGICAL_MESSAGE, NAMES, SCHEMA_CHANGE, TRANSACTION_BEGIN, TRANSACTION_END, PostgresTable, sample_row
+from connect_events import DDL, HEARTBEAT, TOAST, LOGICAL_MESSAGE, NAMES, SCHEMA_CHANGE, TRANSACTION_BEGIN, TRANSACTION_END, PostgresTable, sample_row
 from opslib import CLI, ENV
 
 TOPIC, TRANSACTIONS, HEARTBEATS, SCHEMA_TOPIC = "pg.public.orders", "pg.transaction", "__debezium-heartbeat.pg", "pg"
+TOASTED = ("name", "doc", "blob")  # text and bytes columns Postgres may store out of line
 
 
 def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.CompletedProcess:
@@ -69,14 +70,19 @@ def quarantined(root) -> list[dict]:
     return [r for f in (root / "table_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()] if (root / "table_quarantine").exists() else []
 
 
-@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
-def test_postgres_events_keep_one_row_per_key_with_every_type_decoded(kafka, tmp_path, table_type):
+@pytest.mark.parametrize("table_type,driver_batch_bytes", [("COPY_ON_WRITE", "64m"), ("MERGE_ON_READ", "0")], ids=["cow-driver", "mor-tasks"])
+def test_postgres_events_keep_one_row_per_key_with_every_type_decoded(kafka, tmp_path, table_type, driver_batch_bytes):
+    """Copy-on-write written by the driver's threads, merge-on-read by Spark's tasks (``write.driver_batch_bytes = 0``)."""
     for topic, partitions in ((TOPIC, 3), (TRANSACTIONS, 1), (HEARTBEATS, 1), (SCHEMA_TOPIC, 1)):
         kafka.create_topic(topic, partitions)
     source = PostgresTable()
-    send(kafka, [source.upsert(sample_row(i, 0), op="r") for i in range(30)])  # the snapshot
+    snapshot = [source.upsert(sample_row(i, 0), op="r") for i in range(30)]
+    # streaming begins while the snapshot is read: a TOASTed value unchanged keeps the one just inserted
+    snapshot += [source.upsert(sample_row(i, 1)) for i in (40, 41)] + [source.upsert(sample_row(i, 2), unchanged=TOASTED) for i in (40, 41)]
+    send(kafka, snapshot)
     kafka.produce(HEARTBEATS, 0, {"serverName": "pg"}, HEARTBEAT)
-    first = run(tmp_path, kafka.bootstrap, **{"table.type": table_type})
+    on = {"write.driver_batch_bytes": driver_batch_bytes}
+    first = run(tmp_path, kafka.bootstrap, **{"table.type": table_type}, **on)
     assert table_rows(tmp_path) == expected(source)
 
     kafka.produce(TRANSACTIONS, 0, {"id": "571:53195829"}, TRANSACTION_BEGIN)
@@ -86,22 +92,29 @@ def test_postgres_events_keep_one_row_per_key_with_every_type_decoded(kafka, tmp
     changes += [source.delete(i) for i in range(2, 30, 6)]  # the key alone in before
     changes += [source.upsert(sample_row(i, 3)) for i in range(30, 36)]  # new keys
     changes += [source.upsert(sample_row(4, 5, region="eu"))]  # moves and moves back in one micro-batch
+    # unchanged TOASTed columns: from the stored row, or from an earlier event of the micro-batch
+    changes += [source.upsert(sample_row(i, 6), unchanged=TOASTED) for i in (5, 7, 9, 40)]
+    changes += [source.upsert(sample_row(50, 1)), source.upsert(sample_row(50, 2), unchanged=TOASTED)]
+    changes += [source.upsert(sample_row(11, 7)), source.upsert(sample_row(11, 8), unchanged=("doc",))]
     send(kafka, changes)
     kafka.produce(TRANSACTIONS, 0, {"id": "571:53195832"}, TRANSACTION_END)
     kafka.produce(HEARTBEATS, 0, {"serverName": "pg"}, HEARTBEAT)
     kafka.produce(SCHEMA_TOPIC, 0, {"databaseName": "inventory"}, SCHEMA_CHANGE)
     kafka.produce(TOPIC, 0, {"id": 0}, LOGICAL_MESSAGE)
-    second = run(tmp_path, kafka.bootstrap)
+    second = run(tmp_path, kafka.bootstrap, **on)
     assert table_rows(tmp_path) == expected(source)
     assert quarantined(tmp_path) == []
+    assert not any(TOAST in str(v) for r in table_rows(tmp_path) for v in r.values())
     read = hudi_read(tmp_path / "table").to_pylist()
     assert {r["id"]: r["_hoodie_partition_path"] for r in read if r["id"] in moved} == {i: source.rows[i]["region"] for i in moved if i in source.rows}
+    assert (" on tasks " in second.stderr) == (driver_batch_bytes == "0")
     assert "skipped=heartbeat:1" in first.stderr
     assert "heartbeat:1" in second.stderr and "transaction:2" in second.stderr and "schema_change:1" in second.stderr and "message:1" in second.stderr
 
-    # a third run deletes what moved, by key alone, from its new partition
-    send(kafka, [source.delete(i) for i in moved if i in source.rows])
-    run(tmp_path, kafka.bootstrap)
+    # a third run deletes what moved, by key alone, from its new partition; a TOASTed value unchanged again
+    # keeps the value of a row that a log holds (merge-on-read) or a base file (copy-on-write)
+    send(kafka, [source.delete(i) for i in moved if i in source.rows] + [source.upsert(sample_row(i, 9), unchanged=TOASTED) for i in (5, 11, 50)])
+    run(tmp_path, kafka.bootstrap, **on)
     assert table_rows(tmp_path) == expected(source)
 
 

@@ -151,6 +151,7 @@ class BatchWriter:
             # the first view lists the table; micro-batches then only apply new instants to it
             complex_key_encoding(table, self.views.view()),
             index.global_keys,
+            self._placeholder(),
         )
         self.operation = config.write.operation
         self.merge_on_read = settings.table_type == "MERGE_ON_READ"
@@ -259,7 +260,12 @@ class BatchWriter:
     # -- the stages ---------------------------------------------------------
 
     def _plan(self, instant: str, incoming: pa.Schema) -> tuple[stages.BatchPlan, ForeignWrites]:
-        return plan_instant(self.table, self.views, self.index, self.config.write, instant, incoming, self.first_keys)
+        return plan_instant(self.table, self.views, self.index, self.config.write, instant, incoming, self.first_keys, self._placeholder())
+
+    def _placeholder(self) -> str | None:
+        """A change feed's stand-in for a value it did not send (``table.unchanged``)."""
+        source = self.config.source
+        return source.debezium.unavailable_value if source.envelope == "debezium" else None
 
     def _quarantine(self, batch: MicroBatch, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
         """Rows with their reason, and whole landing files that could not be read, copied aside."""

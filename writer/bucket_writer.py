@@ -30,6 +30,7 @@ from laketide.table.schema import (
     with_meta_schema,
 )
 from laketide.table.slice_reader import key_ordered_batches, rows_of_keys
+from laketide.table.unchanged import fill_from_stored
 from laketide.writer.base_file import BaseFileWriter, FileLayout
 
 
@@ -121,8 +122,11 @@ class BucketWriter:
         seqnos: SequenceNumbers | None = None,
         dictionary: list[str] | None = None,
         compression: str = BASE_FILE_CODEC,
+        placeholder: str | None = None,
     ):
         """``ordering_field`` set means event-time ordering: a stored row with a higher value wins.
+        ``placeholder``: a change feed's stand-in for a value it did not send, replaced by the stored value
+        (``table.unchanged``).
 
         ``token`` is the write token in the file name; each task attempt has its
         own, so a retried or speculative attempt never writes another's file.
@@ -144,6 +148,7 @@ class BucketWriter:
         self.seqnos = seqnos or SequenceNumbers(instant_time, task_partition)
         self.dictionary = dictionary
         self.compression = compression
+        self.placeholder = placeholder
 
     def _stamp(self, rows: pa.Table) -> pa.Table:
         return stamp_meta_columns(rows, self.schema, self.instant_time, self.seqnos, self.target.partition, self.new_file.name)
@@ -185,6 +190,7 @@ class BucketWriter:
             return self._keep_old(old), None
         existed = at >= 0
         deleted = flag_mask(incoming, IS_DELETED)
+        incoming = fill_from_stored(incoming, at, old, self.placeholder, deleted)
         inserting = ~deleted & ~existed
         self.counts.deletes += int((deleted & existed).sum())
         self.counts.updates += int((~deleted & existed).sum())

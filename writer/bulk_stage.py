@@ -32,10 +32,9 @@ def bulk_sort_keys(ordering_field: str | None, global_keys: bool) -> list[tuple[
     return keys + winner + [(ARRIVAL_FILE, "descending"), (ARRIVAL, "descending")]
 
 
-def bulk_order(rows: pa.Table, ordering_field: str | None, global_keys: bool, among: np.ndarray | None = None) -> np.ndarray:
-    """The positions in ``rows`` (of those ``among``, when given) of the records a bulk insert writes, one per
-    key (the one that wins it), in ``bulk_sort_keys`` order: found on the sort columns alone, so the
-    caller takes every column once."""
+def bulk_winners(rows: pa.Table, ordering_field: str | None, global_keys: bool, among: np.ndarray | None = None) -> pa.Table:
+    """The records a bulk insert writes of ``rows`` (of those ``among``, when given), one per key (the one that
+    wins it), in ``bulk_sort_keys`` order: ordered on the sort columns alone, then every column taken once."""
     order = bulk_sort_keys(ordering_field, global_keys)
     sort_columns = rows.select([name for name, _ in order])
     if among is not None:
@@ -43,7 +42,7 @@ def bulk_order(rows: pa.Table, ordering_field: str | None, global_keys: bool, am
     at = pc.sort_indices(sort_columns, sort_keys=order)
     keys = sort_columns.select([RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]).take(at)
     winners = at.to_numpy()[first_of_each_key(keys, global_keys)]
-    return winners if among is None else among[winners]
+    return rows.take(pa.array(winners if among is None else among[winners]))
 
 
 def _run_key(rows: pa.Table, at: int, global_keys: bool) -> tuple[str, str]:

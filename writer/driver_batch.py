@@ -24,7 +24,7 @@ from laketide.index.columns import PARTITION, RAW, REASON, SHARD, WRITE_SLOT
 from laketide.table.encoding import records_dictionary_columns
 from laketide.table.files import write_token
 from laketide.writer import bulk_stage, quarantine, ranges, stages
-from laketide.writer.prepare import PrepareSpec, Tally, batch_arrival, prepare_in_order, set_aside
+from laketide.writer.prepare import PrepareSpec, Tally, batch_arrival, prepare_in_order, set_aside, with_earlier_values
 from laketide.writer.slots import split_lazily
 
 # the rows a micro-batch's dictionary encodings are decided from, once for all its files: a quarter of a
@@ -91,6 +91,7 @@ class DriverBatch:
         number per row, where the reader knows it (``landing.read_landed_parquet``), else from the rows.
         Messages that are not rows (a change feed's transaction markers, heartbeats, ...) are set aside first."""
         landed, tally = set_aside(landed)
+        landed = with_earlier_values(landed, spec)
         if arrival is None:
             arrival_file, arrival_row = batch_arrival(landed)
         else:
@@ -172,7 +173,7 @@ class DriverBatch:
         def by_range(good: pa.Table) -> list[tuple[int, pa.Table]]:
             good = good.drop_columns([SHARD])
             cuts = ranges.cut_points([ranges.sample(good, global_keys)], self.threads, plan.assign.new_group_records)
-            return ranges.split_sorted(good.take(bulk_stage.bulk_order(good, plan.assign.ordering_field, global_keys)), cuts, global_keys)
+            return ranges.split_sorted(bulk_stage.bulk_winners(good, plan.assign.ordering_field, global_keys), cuts, global_keys)
 
         parts = by_range(self._take_good())
         sizes = {slot: part.num_rows for slot, part in parts}

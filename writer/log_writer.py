@@ -22,7 +22,8 @@ from laketide.table.io import FileIO
 from laketide.table.logfile import Header, delete_block, parquet_data_block
 from laketide.table.schema import IS_DELETED, RECORD_KEY
 from laketide.table.ordering_bounds import remember_log_bound
-from laketide.table.slice_reader import MergeRule, rows_of_keys, stored_ordering
+from laketide.table.slice_reader import MergeRule, rows_of_keys, stored_ordering, stored_rows
+from laketide.table.unchanged import fill_from_stored_rows
 from laketide.table.view import FileSlice
 from laketide.writer.bucket_writer import SequenceNumbers, stamp_meta_columns
 
@@ -109,10 +110,12 @@ class LogWriter:
         seqnos: SequenceNumbers | None = None,
         dictionary: list[str] | None = None,
         compression: str = LOG_BLOCK_CODEC,
+        placeholder: str | None = None,
     ):
         """``schema`` includes the meta columns. ``ordering_field`` is set under event-time
         ordering; a delete then carries its ordering value, so a reader keeps a newer stored row.
-        ``dictionary``: the columns to dictionary-encode, decided for the whole task."""
+        ``dictionary``: the columns to dictionary-encode, decided for the whole task. ``placeholder``: a
+        change feed's stand-in for a value it did not send, replaced by the stored value (``table.unchanged``)."""
         self.io = io
         self.target = target
         self.instant_time = instant_time
@@ -122,6 +125,7 @@ class LogWriter:
         self.seqnos = seqnos or SequenceNumbers(instant_time, task_partition)
         self.dictionary = dictionary
         self.compression = compression
+        self.placeholder = placeholder
         self.log_file = LogFile(target.partition, target.file_id, target.base_instant, target.version, log_write_token(token, instant_time))
 
     def drop_late(self, incoming: pa.Table, span: OrderingSpan | None = None) -> tuple[pa.Table, int]:
@@ -139,8 +143,7 @@ class LogWriter:
         lowest = (span or OrderingSpan.of(incoming, field, kind)).lowest
         if not lowest.is_valid:
             return incoming, 0
-        visible = lambda instant: instant < self.instant_time  # noqa: E731  (one writer: every earlier log block is committed)
-        stored = stored_ordering(self.io, self.target.file_slice, visible, MergeRule(field), lowest, incoming[RECORD_KEY].combine_chunks())
+        stored = stored_ordering(self.io, self.target.file_slice, self._visible, MergeRule(field), lowest, incoming[RECORD_KEY].combine_chunks())
         if stored is None or not stored.num_rows:
             return incoming, 0
         at = rows_of_keys(incoming[RECORD_KEY], stored[RECORD_KEY])
@@ -148,10 +151,17 @@ class LogWriter:
         count = pc.sum(late).as_py() or 0
         return (incoming.filter(pc.invert(late)), count) if count else (incoming, 0)
 
+    def _visible(self, instant: str) -> bool:
+        return instant < self.instant_time  # one writer: every earlier log block is committed
+
+    def _stored(self, keys: pa.Array, columns: list[str]) -> pa.Table:
+        return stored_rows(self.io, self.target.file_slice, self._visible, MergeRule(self.ordering_field), keys, columns)
+
     def write(self, incoming: pa.Table, existed: pa.Array, highest: pa.Scalar | None = None) -> WriteStat:
         """Append ``incoming`` (one row per key); ``existed`` tells which keys the group already holds.
         ``highest``: an upper bound of the upserts' ordering values, when the caller has it (``OrderingSpan``)."""
         deleted, existed = flag_mask(incoming, IS_DELETED), as_mask(existed)
+        incoming = fill_from_stored_rows(incoming, existed, deleted, self.placeholder, self._stored, RECORD_KEY)
         if deleted.any():
             upserts, deletes = incoming.filter(pa.array(~deleted)), incoming.filter(pa.array(deleted))
         else:  # the common case: no copy

@@ -76,6 +76,7 @@ def average_record_size(timeline: Timeline) -> int:
 
 def plan_instant(
     table: Table, views: ViewSync, index: StateIndex, write: WriteSection, instant: str, incoming: pa.Schema, first_keys: FirstKeys,
+    placeholder: str | None = None,
 ) -> tuple[stages.BatchPlan, ForeignWrites]:
     """What the stages of one instant need: where each key may live (the index snapshot, the groups it
     does not cover, the small groups with room and where their keys begin), the schema, the write slots
@@ -105,6 +106,7 @@ def plan_instant(
         lookup=write.operation != "insert",
         global_keys=index.global_keys,
         event_time=settings.merge_mode == EVENT_TIME and settings.ordering_field is not None,
+        placeholder=placeholder,
     )
     _uncovered_and_small_groups(assign, slices, uncovered, write, record_size, first_keys)
     # checked at start; a schema another writer changed since then is checked again here

@@ -26,7 +26,10 @@ from laketide.index.columns import (
     SOURCE_OFFSET,
     SOURCE_TABLE,
 )
+from laketide.index.columns import flag_mask
 from laketide.index.state import index_keys, shard_of
+from laketide.table.schema import IS_DELETED
+from laketide.table.unchanged import fill_from_earlier_events
 from laketide.table.keygen import first_reason, partition_paths, record_keys
 
 
@@ -41,6 +44,9 @@ class PrepareSpec:
     source_format: str = "json"
     complex_key: bool = False  # the table's key generator is ComplexKeyGenerator
     global_keys: bool = False  # the index hashes keys alone, so a key's shard does not depend on its partition
+    # a change feed's stand-in for a value it did not send (``table.unchanged``): filled from the key's earlier
+    # event of the micro-batch before prepare, else from the stored row when written
+    placeholder: str | None = None
 
 
 @dataclass
@@ -63,6 +69,15 @@ class Tally:
     def from_json(cls, text: str) -> Tally:
         data = json.loads(text or "{}")
         return cls(Counter(data.get("skipped", {})), set(data.get("source_tables", [])))
+
+
+def with_earlier_values(rows: pa.Table, spec: PrepareSpec) -> pa.Table:
+    """``rows`` whose cells hold the change feed's placeholder filled from the newest earlier event of their key
+    among ``rows`` (``table.unchanged``): those events are gone once a micro-batch keeps one row per key."""
+    if spec.placeholder is None:
+        return rows
+    order = [c for c in (spec.ordering_field, SOURCE_FILE, SOURCE_OFFSET) if c and c in rows.column_names]
+    return fill_from_earlier_events(rows, list(spec.record_key), order, flag_mask(rows, IS_DELETED), spec.placeholder)
 
 
 def set_aside(rows: pa.Table) -> tuple[pa.Table, Tally]:

@@ -312,6 +312,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
             writer = LogWriter(
                 io, log_target, plan.instant, task, log_schema, plan.avro_schema,
                 token or write_token(task), plan.ordering_field, seqnos=seqnos, dictionary=dictionary, compression=plan.log_compression,
+                placeholder=plan.assign.placeholder,
             )
             span = spans[at] if spans else None
             incoming, late = writer.drop_late(incoming, span)
@@ -327,6 +328,7 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
             bucket = BucketWriter(
                 io, FileGroupTarget(partition, file_id, base), plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom,
                 plan.ordering_field, token, seqnos=seqnos, dictionary=dictionary, compression=plan.compression,
+                placeholder=plan.assign.placeholder,
             )
             markers.create(bucket.new_file.path, MERGE if base else CREATE)
             stat = bucket.write(incoming)

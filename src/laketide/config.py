@@ -101,6 +101,9 @@ class DebeziumSection(_Section):
     # (base64 of the unscaled value, at the declared scale), string (the number as text); a JSON number is
     # read as a number whatever this says
     decimal_handling: Literal["precise", "string"] = "precise"
+    # the connector's unavailable.value.placeholder: a text or bytes value that holds it keeps the value stored
+    # before (Postgres' unchanged TOASTed columns)
+    unavailable_value: str = "__debezium_unavailable_value"
 
     def decoding(self):
         from laketide.writer.connect_values import Decoding
