@@ -125,3 +125,32 @@ def test_events_of_two_source_tables_stop_the_job_before_writing(kafka, tmp_path
     done = run(tmp_path, kafka.bootstrap, expect=2)
     assert "shop.public.customers, shop.public.orders" in done.stderr and "its own job" in done.stderr
     assert not (tmp_path / "table" / ".hoodie").exists() or not list((tmp_path / "table" / ".hoodie").glob("*.commit"))
+
+
+def test_a_truncate_empties_the_table_where_it_stands_in_the_feed(kafka, tmp_path):
+    """Rows before the truncate are gone, stored or in the same micro-batch; those after it stay. With
+    ``source.debezium.truncate = "skip"`` it is counted and the rows stay."""
+    kafka.create_topic(TOPIC, 3)
+    source = PostgresTable()
+    send(kafka, [source.upsert(sample_row(i, 0), op="r") for i in range(12)])
+    run(tmp_path, kafka.bootstrap, **{"table.type": "MERGE_ON_READ"})
+    events = [source.upsert(sample_row(i, 1)) for i in range(3)] + [source.upsert(sample_row(20, 1))]
+    truncate = source.truncate()
+    kafka.produce(TOPIC, 1, None, truncate)  # a truncate has no key: any partition
+    send(kafka, events)
+    after = [source.upsert(sample_row(i, 2)) for i in (1, 30, 31)]
+    send(kafka, after)
+    done = run(tmp_path, kafka.bootstrap)
+    assert table_rows(tmp_path) == expected(source) and len(expected(source)) == 3
+    assert "replaced=" in done.stderr
+    from laketide.table import Table
+
+    timeline = Table.open(str(tmp_path / "table")).timeline
+    assert timeline.completed_writes()[-1].action == "replacecommit"
+
+    kept = PostgresTable()
+    send(kafka, [kept.upsert(sample_row(i, 3)) for i in (40, 41)])
+    kafka.produce(TOPIC, 0, None, kept.truncate())
+    skipped = run(tmp_path, kafka.bootstrap, **{"source.debezium.truncate": "skip"})
+    assert "truncate:1" in skipped.stderr
+    assert [r["id"] for r in table_rows(tmp_path)] == [1, 30, 31, 40, 41]

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
 import pyarrow as pa
@@ -35,7 +35,7 @@ from laketide.writer import stages
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.landing import copy_aside
-from laketide.writer.planning import FirstKeys, plan_instant
+from laketide.writer.planning import FirstKeys, every_file_group, plan_instant
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.source_table import SOURCE_TABLE_KEY, SourceTable
 from laketide.writer.prepare import PrepareSpec, Tally
@@ -94,6 +94,8 @@ class StagedWrite:
     replaced: dict[str, list[str]]
     written: list[tuple[str, str]]  # (partition, file id) of every file group written
     foreign: ForeignWrites
+    action: str = COMMIT  # the instant's action, and Hudi's name of its operation
+    operation: str = "UPSERT"
 
 
 class BatchWriter:
@@ -204,11 +206,25 @@ class BatchWriter:
         """Begin an instant and write its files, marked, without completing it; ``None`` when the batch is
         committed already. ``commit_staged`` completes it; an instant left staged is what a writer that
         died before its commit leaves, and the next holder of the lease rolls it back."""
-        instant = self.coordinator.begin(batch_id, self.action, OPERATION_TYPES[self.operation])
+        truncated_at = self._truncated_at(batch_id, loaded.batch.tally)
+        # a truncate of the source table replaces every file group, as Hudi's INSERT_OVERWRITE_TABLE does
+        action, operation = (REPLACE_COMMIT, "INSERT_OVERWRITE_TABLE") if truncated_at else (self.action, OPERATION_TYPES[self.operation])
+        instant = self.coordinator.begin(batch_id, action, operation)
         if instant is None:
             return None
         self._on_step("begun", batch_id)
-        return self._guarded(batch_id, instant, lambda: self._write(loaded, batch_id, instant))
+        staged = self._guarded(batch_id, instant, lambda: self._write(loaded, batch_id, instant, truncated_at))
+        staged.action, staged.operation = action, operation
+        return staged
+
+    def _truncated_at(self, batch_id: int, tally: Tally) -> str | None:
+        """The position of the micro-batch's newest truncate of the source table, when truncates are applied."""
+        if tally.truncated_at is None:
+            return None
+        if self.config.source.debezium.truncate == "skip":
+            log.warning("micro-batch %s: %d truncate(s) of the source table skipped (source.debezium.truncate = 'skip')", batch_id, tally.skipped["truncate"])
+            return None
+        return tally.truncated_at
 
     def commit_staged(self, staged: StagedWrite) -> BatchReport:
         """Complete a staged instant, while the lease holds: its index coverage, then its commit."""
@@ -279,7 +295,7 @@ class BatchWriter:
         log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, batch.bad_rows, len(bad_files), target)
         return batch.bad_rows + len(bad_files)
 
-    def _write(self, loaded: LoadedBatch, batch_id: int, instant: str) -> StagedWrite:
+    def _write(self, loaded: LoadedBatch, batch_id: int, instant: str, truncated_at: str | None = None) -> StagedWrite:
         batch, bad_files = loaded.batch, loaded.bad_files
         source_table = self.source_table.check(batch_id, batch.tally.source_tables)
         quarantined = self._quarantine(batch, bad_files, batch_id, instant)
@@ -287,7 +303,10 @@ class BatchWriter:
         plan, foreign = self._plan(instant, loaded.incoming)
         self.clock.lap("plan")
         replaced: dict[str, list[str]] = {}
-        if self.operation == "delete_partition":
+        if truncated_at is not None:
+            # every stored row is gone, and those of events before the truncate: the rest is written anew
+            statuses, replaced = batch.bulk_insert(replace(plan, table_empty=True, after=truncated_at)), every_file_group(plan)
+        elif self.operation == "delete_partition":
             statuses, replaced = [], self._file_groups_to_replace(batch, plan)
         elif self.operation == "bulk_insert" or (self.operation == "upsert" and plan.table_empty):
             # an upsert into an empty table has no key to look up or merge: it is written as a bulk insert
@@ -318,8 +337,7 @@ class BatchWriter:
     def _commit(self, staged: StagedWrite) -> None:
         foreign = staged.foreign
         self.index.write_coverage(staged.instant, staged.written, uncovered=foreign.touched, uncover_all=foreign.everything)
-        operation = OPERATION_TYPES[self.operation]
-        self.coordinator.commit(staged.instant, staged.stats, staged.extra, action=self.action, operation=operation, replaced_file_ids=staged.replaced)
+        self.coordinator.commit(staged.instant, staged.stats, staged.extra, action=staged.action, operation=staged.operation, replaced_file_ids=staged.replaced)
         self.source_table.committed(staged.extra.get(SOURCE_TABLE_KEY))
         self.clock.lap("commit")
         self._on_step("committed", staged.batch_id)

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.assigner import first_of_each_key
-from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, KEY_HASH, PARTITION
+from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EVENT_POSITION, KEY_HASH, PARTITION
 from laketide.table.io import FileIO
 from laketide.table.markers import CREATE, WriteMarkers
 from laketide.table.encoding import records_dictionary_columns
@@ -170,6 +170,8 @@ def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, t
             rows, previous = _winners(rows, global_keys, previous), last
             if IS_DELETED in rows.column_names and pc.any(rows[IS_DELETED]).as_py():
                 rows = rows.filter(pc.invert(pc.fill_null(rows[IS_DELETED], False)))
+            if plan.after is not None:  # a truncate's: what came before it is gone
+                rows = rows.filter(pc.fill_null(pc.greater(rows[EVENT_POSITION], plan.after), False))
             for partition, part in _by_partition(rows):
                 files.append(partition, part)
         statuses = files.finish() if files is not None else []

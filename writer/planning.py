@@ -166,3 +166,11 @@ def _log_targets(view: FileSystemView, slices: list[FileSlice]) -> dict[tuple[st
     for s in slices:
         targets[(s.partition, s.file_id)] = LogTarget(view.next_log_version(s.partition, s.file_id, s.base_instant), s)
     return targets
+
+
+def every_file_group(plan: stages.BatchPlan) -> dict[str, list[str]]:
+    """Every file group of the table when ``plan`` was made, by partition: what a truncate replaces."""
+    groups: dict[str, list[str]] = {}
+    for partition, file_id in sorted(set(plan.current) | set(plan.log_targets or {})):
+        groups.setdefault(partition, []).append(file_id)
+    return groups

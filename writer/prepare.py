@@ -18,6 +18,7 @@ from laketide.index.columns import (
     CORRUPT,
     DECODE_REASON,
     EVENT_KIND,
+    EVENT_POSITION,
     LANDED_COLUMNS,
     PREPARED_FIELDS,
     SOURCE_BLOCK,
@@ -56,19 +57,22 @@ class Tally:
 
     skipped: Counter = field(default_factory=Counter)
     source_tables: set[str] = field(default_factory=set)
+    # the ordering value of the newest truncate of the source table among them, if any
+    truncated_at: str | None = None
 
     def add(self, other: Tally) -> Tally:
         self.skipped.update(other.skipped)
         self.source_tables |= other.source_tables
+        self.truncated_at = max(filter(None, (self.truncated_at, other.truncated_at)), default=None)
         return self
 
     def to_json(self) -> str:
-        return json.dumps({"skipped": dict(self.skipped), "source_tables": sorted(self.source_tables)})
+        return json.dumps({"skipped": dict(self.skipped), "source_tables": sorted(self.source_tables), "truncated_at": self.truncated_at})
 
     @classmethod
     def from_json(cls, text: str) -> Tally:
         data = json.loads(text or "{}")
-        return cls(Counter(data.get("skipped", {})), set(data.get("source_tables", [])))
+        return cls(Counter(data.get("skipped", {})), set(data.get("source_tables", [])), data.get("truncated_at"))
 
 
 def with_earlier_values(rows: pa.Table, spec: PrepareSpec) -> pa.Table:
@@ -80,12 +84,17 @@ def with_earlier_values(rows: pa.Table, spec: PrepareSpec) -> pa.Table:
     return fill_from_earlier_events(rows, list(spec.record_key), order, flag_mask(rows, IS_DELETED), spec.placeholder)
 
 
+TRUNCATE = "truncate"  # the EVENT_KIND of a change feed's truncate of its source table
+
+
 def set_aside(rows: pa.Table) -> tuple[pa.Table, Tally]:
     """``rows`` without the messages that are not rows (``EVENT_KIND``), and what they were."""
     tally = Tally()
     if EVENT_KIND in rows.column_names and rows[EVENT_KIND].null_count < rows.num_rows:
         kinds = rows[EVENT_KIND]
         tally.skipped = Counter({c["values"]: c["counts"] for c in pc.value_counts(kinds.drop_null()).to_pylist()})
+        if tally.skipped.get(TRUNCATE) and EVENT_POSITION in rows.column_names:
+            tally.truncated_at = pc.max(rows[EVENT_POSITION].filter(pc.fill_null(pc.equal(kinds, TRUNCATE), False))).as_py()
         rows = rows.filter(pc.is_null(kinds))
     if SOURCE_TABLE in rows.column_names:
         tally.source_tables = {t for t in pc.unique(rows[SOURCE_TABLE]).to_pylist() if t is not None}

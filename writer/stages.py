@@ -111,6 +111,8 @@ class BatchPlan:
     log_compression: str = LOG_BLOCK_CODEC  # of parquet log blocks
     # how a task reaches the table's storage (object_store's keys; empty for a local or HDFS table)
     storage_options: dict[str, str] = field(default_factory=dict)
+    # a truncate's position in the change feed: only records after it are written (``EVENT_POSITION`` above it)
+    after: str | None = None
 
     def table_io(self) -> FileIO:
         return FileIO.for_uri(self.table_uri, self.storage_options)

@@ -104,6 +104,9 @@ class DebeziumSection(_Section):
     # the connector's unavailable.value.placeholder: a text or bytes value that holds it keeps the value stored
     # before (Postgres' unchanged TOASTed columns)
     unavailable_value: str = "__debezium_unavailable_value"
+    # op = "t": apply empties the table where the truncate stands in the feed (what came after it stays), in one
+    # replacecommit; skip logs and counts it
+    truncate: Literal["apply", "skip"] = "apply"
 
     def decoding(self):
         from laketide.writer.connect_values import Decoding
