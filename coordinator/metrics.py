@@ -16,6 +16,10 @@ class Metrics:
             "laketide_skipped_messages", "messages of a change feed that are not row changes, skipped (transaction markers, heartbeats, ...)",
             ["kind"], registry=r,
         )
+        self.unknown_fields = Counter(
+            "laketide_unknown_fields", "change events that carried a column the table's rows lack (not in source.schema), by column",
+            ["field"], registry=r,
+        )
         self.commits = Counter("laketide_commits", "instants committed", registry=r)
         self.rollbacks = Counter("laketide_rollbacks", "instants rolled back", registry=r)
         self.commit_seconds = Histogram(

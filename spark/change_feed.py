@@ -18,16 +18,10 @@ key go to the later offset.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-
-import pyarrow as pa
 
 from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_FILE, SOURCE_OFFSET
 from laketide.table.schema import IS_DELETED
-from laketide.writer import change_events
-from laketide.writer.change_events import ChangeSpec, output_schema
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
@@ -182,23 +176,11 @@ def position(source: Column, ts_ms: Column) -> Column:
     )
 
 
-def debezium_records(records: DataFrame, source: SourceSection, row_schema: StructType, record_key: list[str]) -> DataFrame:
-    """Kafka records of Debezium change events (JSON) as rows, decoded in the tasks by ``writer.change_events``:
-    each column by its encoding in the event's schema, or by its declared type; messages that are not row
-    changes marked (``EVENT_KIND``), not quarantined. The records' own columns stay until ``with_record_origin``."""
-    spec = ChangeSpec(to_arrow_schema(row_schema, timezone="UTC"), tuple(record_key), source.debezium.decoding())
-    records = records.withColumn(PAYLOAD, _unframed(F.col("value")))
-    records = records.withColumn(VALUE_TEXT, F.try_validate_utf8(F.col(PAYLOAD).cast("string")))
-    decoded = output_schema(spec)
-    struct = StructType([*records.schema.fields, *from_arrow_schema(decoded).fields])
-    names = [*records.columns, *decoded.names]
-
-    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            rows = change_events.change_rows(batch.column(PAYLOAD), batch.column("topic"), spec).rows
-            yield pa.RecordBatch.from_arrays([*batch.columns, *(c.combine_chunks() for c in rows.columns)], names=names)
-
-    return records.mapInArrow(decode, struct)
+def change_records(records: DataFrame) -> DataFrame:
+    """Kafka records of Debezium change events as the core decodes them (``writer.change_decoder``): each
+    value without Confluent's framing, and where it was. Decoding happens in ``foreachBatch``, where the
+    columns of the micro-batch are known (they may come from the events)."""
+    return records.select(_unframed(F.col("value")).alias("value"), "topic", "partition", "offset")
 
 
 def change_rows(events: DataFrame, value: str, row_schema: StructType, record_key: list[str]) -> DataFrame:

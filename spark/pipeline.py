@@ -8,21 +8,25 @@ it the same way for both.
 
 from __future__ import annotations
 
+import json
 import logging
 import posixpath
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 from laketide.coordinator import Coordinator
 from laketide.index.columns import LANDED_COLUMNS
 from laketide.index.state import StateIndex
-from laketide.spark.sources import read_files, unreadable_files
+from laketide.spark.sources import change_decoder, decodes_changes, read_files, unreadable_files
 from laketide.spark.spark_batch import PREPARED_SCHEMA, PREPARED_STRUCT, Layout, SparkBatch, hand_on_prepared
 from laketide.spark.stage_clock import StageClock
 from laketide.table import Table
 from laketide.table.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
+from laketide.writer.change_decoder import schemas_of
+from laketide.writer.change_events import ChangeSpec, output_schema
 from laketide.writer.exchange import Exchange
 from laketide.writer.landing import (
     batch_files,
@@ -77,6 +81,8 @@ class MicroBatchWriter(BatchWriter):
         exchange.delete()
         self.exchange_on_disk = exchange.on_disk
         self._had_slices = False  # once the table had a file slice, micro-batches are not laid out for a bulk insert
+        # a change feed the core decodes (Debezium's JSON from Kafka); its columns are source.schema's, or the events'
+        self.changes = change_decoder(spark, config, table) if decodes_changes(config.source) else None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         # a service that failed too often in the background stops the job before it writes more
@@ -128,15 +134,26 @@ class MicroBatchWriter(BatchWriter):
             return None
         return sum(max(0, int(o) - marks[(t, int(p))][0]) for t, parts in end.items() for p, o in parts.items()) if end else None
 
+    def _kafka_fits_driver(self, batch_id: int) -> bool:
+        """Whether a Kafka micro-batch is small enough for the driver (``write.driver_batch_bytes``), by its offsets."""
+        if not self.config.write.driver_batch_bytes:
+            return False
+        records = kafka_records(self.config.stream.checkpoint, batch_id, self.config.storage.io_options)
+        if records is None:
+            records = self._first_kafka_records(batch_id)
+        return records is not None and records * KAFKA_RECORD_BYTES <= self.config.write.driver_batch_bytes
+
     def close(self) -> None:
         if self._brokers is not None:
             self._brokers.close()
         super().close()
 
-    def _prepared(self, df: DataFrame, batch_id: int, pieces: list[Piece] | None = None, declared: pa.Schema | None = None) -> SparkBatch:
+    def _prepared(self, df: DataFrame, batch_id: int, pieces: list[Piece] | None = None, declared: pa.Schema | None = None,
+                  decode: Callable[[pa.Table], tuple[pa.Table, Counter]] | None = None) -> SparkBatch:
         """The micro-batch prepared in Spark's tasks and handed on through its exchange: from Spark's rows
         of ``df``, or, given ``pieces`` of parquet landing files (``parquet_pieces``), from those read
-        straight into Arrow, one piece a task, which skips Spark's reader and its conversion of every value."""
+        straight into Arrow, one piece a task, which skips Spark's reader and its conversion of every value.
+        ``decode``: what turns Spark's rows (Kafka records of a change feed) into the micro-batch's rows."""
         spec, options = self.spec, self.config.storage.io_options
         exchange = Exchange.for_batch(self.exchange_dir, batch_id, options)
         layout = Layout.WHOLE if self._bulk_inserted() else Layout.ROUTING if self.exchange_on_disk else Layout.SHARDS
@@ -158,21 +175,25 @@ class MicroBatchWriter(BatchWriter):
 
             arrival, tally = ArrivalCounter(TaskContext.get().partitionId() << 40), Tally()
 
-            def rows_of_records():
-                if spec.placeholder is not None:
-                    # a change feed: the task's records are held whole, so that a value an event did not send
-                    # is filled from an earlier event of its key in any Arrow batch of the task (one Kafka split
-                    # holds every event of its keys: Debezium keys records by the primary key)
-                    batches_read = list(batches)
-                    if batches_read:
-                        rows, seen = set_aside(pa.Table.from_batches(batches_read))
-                        tally.add(seen)
-                        yield with_earlier_values(rows, spec)
-                    return
-                for batch in batches:
-                    rows, seen = set_aside(pa.Table.from_batches([batch]))
+            def rows_of(tables):
+                for table in tables:
+                    if decode is not None:
+                        table, unknown = decode(table)
+                        tally.unknown_fields.update(unknown)
+                    rows, seen = set_aside(table)
                     tally.add(seen)
                     yield rows
+
+            def rows_of_records():
+                if spec.placeholder is None:
+                    yield from rows_of(pa.Table.from_batches([batch]) for batch in batches)
+                    return
+                # a change feed: the task's records are held whole, so that a value an event did not send
+                # is filled from an earlier event of its key in any Arrow batch of the task (one Kafka split
+                # holds every event of its keys: Debezium keys records by the primary key)
+                held = list(batches)
+                if held:
+                    yield from (with_earlier_values(rows, spec) for rows in rows_of([pa.Table.from_batches(held)]))
 
             prepared = (prepare(rows, spec, arrival) for rows in rows_of_records())
             answer = hand_on_prepared(chunked(prepared), exchange, layout, spec.global_keys, spec.ordering_field, tally)
@@ -214,6 +235,8 @@ class MicroBatchWriter(BatchWriter):
         prepared by Spark's tasks, which hand it on through files (``writer.exchange``). When Spark cannot read the
         micro-batch, its files are read one by one and the unreadable ones set aside.
         """
+        if self.changes is not None:
+            return self._read_changes(df, batch_id)
         data_fields = _data_fields(df)
         records = StructType(data_fields)
         incoming, data_schema = to_arrow_schema(records, timezone="UTC"), to_arrow_schema(records, timezone=self.timezone)
@@ -231,6 +254,31 @@ class MicroBatchWriter(BatchWriter):
             self.coordinator.lease.check()
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
         return LoadedBatch(self._prepared(readable, batch_id), incoming, data_schema, bad)
+
+    def _read_changes(self, df: DataFrame, batch_id: int) -> LoadedBatch:
+        """A change feed's micro-batch (Kafka records, ``change_feed.change_records``), decoded by the core into the
+        columns found for the whole micro-batch: on the driver when it fits, else in Spark's prepare tasks."""
+        changes, table_schema = self.changes, self.table.schema(self.table.timeline)
+        if self._kafka_fits_driver(batch_id):
+            records = df.toArrow()
+            columns = changes.columns(schemas_of(records), table_schema)
+            rows, unknown = changes.rows(records, columns)
+            batch = DriverBatch.prepare(rows, self.spec, self.driver_pool, self.clock.timed)
+            batch.tally.unknown_fields.update(unknown)
+        else:
+            columns = changes.columns(self._row_schemas(df) if changes.declared is None else [], table_schema)
+            batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns))
+        incoming = pa.schema([f for f in output_schema(ChangeSpec(columns, changes.record_key)) if f.name not in LANDED_COLUMNS])
+        return LoadedBatch(batch, incoming, incoming)
+
+    def _row_schemas(self, df: DataFrame) -> list[list[dict]]:
+        """The distinct row schemas of a micro-batch's change events, found by Spark's tasks."""
+
+        def found(batches):
+            seen = {json.dumps(columns, sort_keys=True) for batch in batches for columns in schemas_of(pa.Table.from_batches([batch]))}
+            yield pa.RecordBatch.from_pylist([{"schema": text} for text in sorted(seen)], schema=pa.schema([("schema", pa.string())]))
+
+        return [json.loads(row["schema"]) for row in df.mapInArrow(found, "schema string").distinct().collect()]
 
     def _landing_files(self, batch_id: int) -> tuple[dict[str, FileEntry], int] | None:
         """The micro-batch's landing files (size and modification time, by path) and what they weigh decoded
@@ -259,10 +307,7 @@ class MicroBatchWriter(BatchWriter):
                 return None
             landed = df.toArrow()
         elif source.format == "kafka":
-            records = kafka_records(self.config.stream.checkpoint, batch_id, self.config.storage.io_options)
-            if records is None:
-                records = self._first_kafka_records(batch_id)
-            if records is None or records * KAFKA_RECORD_BYTES > self.config.write.driver_batch_bytes:
+            if not self._kafka_fits_driver(batch_id):
                 return None
             landed = df.toArrow()
         else:

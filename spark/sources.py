@@ -15,12 +15,12 @@ import re
 from dataclasses import asdict
 
 import pyarrow as pa
-from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
+from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
 from laketide.spark.change_feed import (
     VALUE,
     change_rows,
     change_schema,
-    debezium_records,
+    change_records,
     decode_records,
     envelope_schema,
     kafka_stream,
@@ -30,14 +30,17 @@ from laketide.spark.change_feed import (
 from laketide.spark.generator import ARROW_SCHEMA as GENERATOR_SCHEMA
 from laketide.spark.generator import NAME as GENERATOR
 from laketide.spark.generator import GeneratorDataSource, GeneratorSpec
+from laketide.table import Table
 from laketide.table.io import FileIO
+from laketide.table.schema import IS_DELETED
+from laketide.writer.change_decoder import ChangeDecoder
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StringType, StructField, StructType
 
-from laketide.config import ConfigError, SourceSection
+from laketide.config import ConfigError, JobConfig, SourceSection
 
 # CSV as people write it (RFC 4180): a doubled quote inside a quoted field, newlines inside quotes,
 # and a header naming the columns, which Spark checks against the schema instead of ignoring it.
@@ -59,9 +62,28 @@ def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
     return parsed
 
 
-def source_schema(spark: SparkSession, source: SourceSection) -> pa.Schema:
+def decodes_changes(source: SourceSection) -> bool:
+    """Whether the core decodes the micro-batches' records (``writer.change_decoder``): Debezium's JSON from Kafka."""
+    return source.format == "kafka" and source.envelope == "debezium" and source.value_format == "json"
+
+
+def change_decoder(spark: SparkSession, config: JobConfig, table: Table) -> ChangeDecoder:
+    """The decoder of a change feed into ``table``: into ``source.schema``'s columns, or the events'."""
+    source, settings = config.source, table.config
+    declared = None
+    if source.schema_ddl is not None:
+        declared = to_arrow_schema(change_schema(declared_schema(spark, source)), timezone="UTC")
+        declared = pa.schema([f for f in declared if f.name != IS_DELETED])
+    required = (*settings.record_key_fields, *settings.partition_fields, *([settings.ordering_field] if settings.ordering_field else []))
+    return ChangeDecoder(declared, tuple(settings.record_key_fields), tuple(r for r in required if r != EVENT_POSITION), source.debezium.decoding())
+
+
+def source_schema(spark: SparkSession, source: SourceSection) -> pa.Schema | None:
     """The columns of the stream's rows as Arrow types (timestamps in UTC), for the checks at start:
-    the declared ones, and for change events whether each is a delete and its position."""
+    the declared ones, and for change events whether each is a delete and its position; ``None`` when
+    change events bring their own."""
+    if source.schema_ddl is None and decodes_changes(source):
+        return None
     declared = declared_schema(spark, source)
     return to_arrow_schema(change_schema(declared) if source.envelope == "debezium" else declared, timezone="UTC")
 
@@ -107,9 +129,9 @@ def read_stream(spark: SparkSession, source: SourceSection, record_key: list[str
 
 def kafka_rows(spark: SparkSession, source: SourceSection, record_key: list[str]) -> DataFrame:
     """The topics' records as rows: values decoded, change events flattened, each with its origin."""
+    if decodes_changes(source):
+        return change_records(kafka_stream(spark, source.kafka))
     row_schema = declared_schema(spark, source)
-    if source.envelope == "debezium" and source.value_format == "json":
-        return with_record_origin(debezium_records(kafka_stream(spark, source.kafka), source, row_schema, record_key))
     value_schema = envelope_schema(row_schema) if source.envelope == "debezium" else row_schema
     decoded = decode_records(kafka_stream(spark, source.kafka), source, value_schema)
     rows = change_rows(decoded, VALUE, row_schema, record_key) if source.envelope == "debezium" else plain_rows(decoded, row_schema)

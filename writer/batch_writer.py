@@ -135,6 +135,7 @@ class BatchWriter:
         self.views = views or ViewSync(table)
         self.first_keys = FirstKeys(table.io)  # where the small file groups' keys begin, kept between micro-batches
         self.source_table = SourceTable(table)  # a change feed's one source table
+        self._warned_fields: set[str] = set()  # columns of change events not written, each warned of once
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
         self.batch_lock = threading.RLock()
         self.metrics = coordinator.metrics
@@ -176,7 +177,7 @@ class BatchWriter:
         self.clock.lap("read")
         try:
             skipped = dict(loaded.batch.tally.skipped)
-            self._count_skipped(skipped)
+            self._count_skipped(loaded.batch.tally)
             # before an instant is begun: events of another source table must not be written at all
             self.source_table.check(batch_id, loaded.batch.tally.source_tables)
             if loaded.batch.records + len(loaded.bad_files) == 0:
@@ -198,9 +199,16 @@ class BatchWriter:
         self._count(report)
         return report
 
-    def _count_skipped(self, skipped: dict[str, int]) -> None:
-        for kind, n in skipped.items():
+    def _count_skipped(self, tally: Tally) -> None:
+        """Messages skipped, and columns the events carried that the rows lack: counted, each column warned of once."""
+        for kind, n in tally.skipped.items():
             self.metrics.skipped_messages.labels(kind).inc(n)
+        for name, n in tally.unknown_fields.items():
+            self.metrics.unknown_fields.labels(name).inc(n)
+            if name not in self._warned_fields:
+                self._warned_fields.add(name)
+                log.warning("change events carry column %r, which source.schema does not declare: it is not written "
+                            "(add it to source.schema, or leave source.schema out to take every column from the events)", name)
 
     def stage(self, batch_id: int, loaded: LoadedBatch) -> StagedWrite | None:
         """Begin an instant and write its files, marked, without completing it; ``None`` when the batch is
@@ -328,6 +336,7 @@ class BatchWriter:
             late=sum(status.late for status in statuses),
             replaced=sum(len(ids) for ids in replaced.values()),
             skipped_messages=dict(batch.tally.skipped),
+            unknown_fields=dict(batch.tally.unknown_fields),
         )
         extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata()}
         if source_table is not None:

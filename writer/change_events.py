@@ -24,6 +24,7 @@ bare, by its declared type. Values are parsed in bulk (``json_values``): once fo
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,7 +78,18 @@ def output_schema(spec: ChangeSpec) -> pa.Schema:
 @dataclass
 class ChangeRows:
     rows: pa.Table  # ``output_schema``, one row per value
-    unknown_fields: set[str]  # columns events carried that the declared row lacks
+    unknown_fields: Counter  # columns events carried that the row lacks: how many events carried each
+
+
+def row_schemas(values: pa.Array) -> list[list[dict]]:
+    """The distinct row schemas (each column's Connect schema, as the converter wrote it) the change events
+    ``values`` carry; events without a schema add none."""
+    present = values.filter(values.is_valid())
+    parsed, _ = parse_values(present, MESSAGE)
+    event = _event(parsed)
+    changes = pc.fill_null(pc.is_in(event["op"], pa.array(CHANGES)), False).to_numpy(zero_copy_only=False)
+    _, representatives = _schema_groups(parsed["schema"].combine_chunks(), changes)
+    return [columns for columns in representatives.values() if columns is not None]
 
 
 def change_rows(values: pa.Array, topics: pa.Array, spec: ChangeSpec) -> ChangeRows:
@@ -158,12 +170,13 @@ def _images(values: pa.Array, schema: pa.ChunkedArray, changes: np.ndarray, dele
     declared = [f for f in spec.columns if f.name not in (IS_DELETED, EVENT_POSITION)]
     groups, representatives = _schema_groups(schema.combine_chunks(), changes)
     parts: list[tuple[np.ndarray, dict[str, pa.Array], pa.Array]] = []
-    unknown: set[str] = set()
+    unknown: Counter = Counter()
     for code, row_schema in representatives.items():
         at = np.nonzero(groups == code)[0]
         encodings = {c["field"]: Encoding.of(c) for c in row_schema} if row_schema is not None else None
         if encodings is not None:
-            unknown |= set(encodings) - {f.name for f in declared}
+            for name in set(encodings) - {f.name for f in declared}:
+                unknown[name] += len(at)
         columns, reasons = _decode_group(values.take(pa.array(at)), pc.take(deleted, pa.array(at)), encodings, declared, spec.decoding)
         parts.append((at, columns, reasons))
     order = np.full(n, -1, np.int64)

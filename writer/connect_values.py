@@ -20,8 +20,8 @@ encoding it is, and ``decode`` follows them:
 | ``io.debezium.data.Json``, ``Uuid``, ``Enum``, ``Xml``, ``EnumSet`` (string) | text    | STRING                    |
 | ``io.debezium.data.Bits`` (bytes), any bytes          | base64                         | BINARY                    |
 
-An integer declared as an integer column stays the integer the connector sent: declare the column DATE,
-TIMESTAMP or TIME to have it decoded. Without the event's schema, the declared type decides: a string under
+A time of day or a timestamp under an integer column is its microseconds (of the day, since the epoch),
+whatever unit the connector sent; a date under an integer column stays days. Without the event's schema, the declared type decides: a string under
 a DATE or TIMESTAMP column is ISO-8601; an integer under DATE is days; an integer under TIMESTAMP needs
 ``source.debezium.timestamp_unit`` (its unit differs by the column's precision in the database); a string
 under DECIMAL is ``source.debezium.decimal_handling``'s encoding (``precise``: base64 at the declared scale;
@@ -68,6 +68,7 @@ class Encoding:
     type: str
     name: str | None = None
     scale: int | None = None
+    precision: int | None = None  # a Decimal's connect.decimal.precision, when the connector gives it
     items: Encoding | None = None
     fields: tuple[tuple[str, Encoding], ...] = ()
 
@@ -75,15 +76,46 @@ class Encoding:
     def of(cls, schema: dict) -> Encoding:
         """From one field of a Connect schema as the JSON converter writes it."""
         parameters = schema.get("parameters") or {}
-        scale = parameters.get("scale")
+        scale, precision = parameters.get("scale"), parameters.get("connect.decimal.precision")
         items = schema.get("items")
         return cls(
             type=schema.get("type") or "",
             name=schema.get("name"),
             scale=int(scale) if scale is not None else None,
+            precision=int(precision) if precision is not None else None,
             items=cls.of(items) if isinstance(items, dict) else None,
             fields=tuple((f["field"], cls.of(f)) for f in schema.get("fields") or ()),
         )
+
+
+def arrow_type(encoding: Encoding) -> pa.DataType | None:
+    """The column type a value of ``encoding`` is stored as when the table takes its columns from the events,
+    as Hudi's Spark writer stores Debezium's: temporal names as dates and UTC timestamps, times of day as
+    microseconds, a Decimal at its precision and scale; ``None`` for what has no such type (a map)."""
+    name, kind = encoding.name or "", encoding.type
+    if name in DAYS or name in ISO_DATES:
+        return pa.date32()
+    if name in EPOCH_UNITS or name in ISO_TIMESTAMPS:
+        return pa.timestamp("us", "UTC")
+    if name in DAY_UNITS:
+        return pa.int64()
+    if name == DECIMAL:
+        precision = int(encoding.precision or 38)
+        return pa.decimal128(max(precision, encoding.scale or 0), encoding.scale or 0)
+    if name == VARIABLE_DECIMAL:
+        return pa.string()  # its scale differs by row: kept exactly, as text
+    simple = {"int8": pa.int32(), "int16": pa.int32(), "int32": pa.int32(), "int64": pa.int64(), "float": pa.float32(),
+              "float32": pa.float32(), "double": pa.float64(), "float64": pa.float64(), "boolean": pa.bool_(), "string": pa.string(),
+              "bytes": pa.binary()}
+    if kind in simple:
+        return simple[kind]
+    if kind == "array" and encoding.items is not None:
+        item = arrow_type(encoding.items)
+        return pa.list_(item) if item is not None else None
+    if kind == "struct" and encoding.fields:
+        fields = [(field_name, arrow_type(e)) for field_name, e in encoding.fields]
+        return pa.struct(fields) if all(t is not None for _, t in fields) else None
+    return None
 
 
 def wire_type(encoding: Encoding) -> pa.DataType | None:
@@ -281,6 +313,9 @@ class Column:
     def _number(self, values: pa.Array) -> Decoded:
         """DECIMAL, DOUBLE, FLOAT and integer columns."""
         wire, e = values.type, self.encoding
+        if pa.types.is_integer(self.target) and pa.types.is_integer(wire) and e is not None and (e.name in DAY_UNITS or e.name in EPOCH_UNITS):
+            unit = DAY_UNITS.get(e.name) or EPOCH_UNITS[e.name]
+            return self.cast(_to_micros(values.cast(pa.int64()), unit), self.target)
         if pa.types.is_struct(wire) and (e is None or e.name == VARIABLE_DECIMAL) and {"scale", "value"} <= {f.name for f in wire}:
             return self._from_decimals(_variable_decimals(values))
         if pa.types.is_string(wire):

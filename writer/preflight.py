@@ -229,14 +229,17 @@ def check_schema(source: pa.Schema, current: pa.Schema | None) -> pa.Schema:
         raise JobRefused(f"source.schema: {exc}") from None
 
 
-def table_config_for(job: TableSection, existing: TableConfig | None, current_schema: pa.Schema | None, source: pa.Schema, uri: str) -> TableConfig:
-    """Every check, in the order a user would fix them; returns the settings to write with."""
+def table_config_for(job: TableSection, existing: TableConfig | None, current_schema: pa.Schema | None, source: pa.Schema | None,
+                     uri: str) -> TableConfig:
+    """Every check, in the order a user would fix them; returns the settings to write with. ``source``: ``None``
+    when the columns come from change events, which are checked as each micro-batch brings them."""
     table = settled_config(job, existing, uri)
     keys = {"record_key": "table.record_key", "partition_by": "table.partition_by", "ordering_field": "table.ordering_field"}
     if existing is not None:
         keys = {k: f"{v} (from the table's hoodie.properties)" for k, v in keys.items()}
-    check_fields(table, source, keys)
-    check_schema(source, current_schema)
+    if source is not None:
+        check_fields(table, source, keys)
+        check_schema(source, current_schema)
     if table.merge_mode == EVENT_TIME and not table.ordering_field:
         raise JobRefused("table.merge_mode = EVENT_TIME_ORDERING needs table.ordering_field")
     return table

@@ -59,20 +59,24 @@ class Tally:
     source_tables: set[str] = field(default_factory=set)
     # the ordering value of the newest truncate of the source table among them, if any
     truncated_at: str | None = None
+    # columns change events carried that the table's rows lack (``source.schema`` leaves them out): events per column
+    unknown_fields: Counter = field(default_factory=Counter)
 
     def add(self, other: Tally) -> Tally:
         self.skipped.update(other.skipped)
         self.source_tables |= other.source_tables
         self.truncated_at = max(filter(None, (self.truncated_at, other.truncated_at)), default=None)
+        self.unknown_fields.update(other.unknown_fields)
         return self
 
     def to_json(self) -> str:
-        return json.dumps({"skipped": dict(self.skipped), "source_tables": sorted(self.source_tables), "truncated_at": self.truncated_at})
+        return json.dumps({"skipped": dict(self.skipped), "source_tables": sorted(self.source_tables), "truncated_at": self.truncated_at,
+                           "unknown_fields": dict(self.unknown_fields)})
 
     @classmethod
     def from_json(cls, text: str) -> Tally:
         data = json.loads(text or "{}")
-        return cls(Counter(data.get("skipped", {})), set(data.get("source_tables", [])), data.get("truncated_at"))
+        return cls(Counter(data.get("skipped", {})), set(data.get("source_tables", [])), data.get("truncated_at"), Counter(data.get("unknown_fields", {})))
 
 
 def with_earlier_values(rows: pa.Table, spec: PrepareSpec) -> pa.Table:

@@ -40,6 +40,8 @@ class BatchReport:
     lag: dict[str, int] = field(default_factory=dict)
     # messages of a change feed that are not row changes, by kind (transaction, heartbeat, schema_change, ...): counted, not written
     skipped_messages: dict[str, int] = field(default_factory=dict)
+    # columns change events carried that the table's rows lack (not in source.schema): how many events carried each
+    unknown_fields: dict[str, int] = field(default_factory=dict)
 
     def line(self) -> str:
         skipped = " skipped=" + ",".join(f"{kind}:{n}" for kind, n in sorted(self.skipped_messages.items())) if self.skipped_messages else ""
@@ -52,6 +54,7 @@ class BatchReport:
         replaced += f" retries={self.retries}" if self.retries else ""
         replaced += " lag=" + ",".join(f"{place}:{n}" for place, n in self.lag.items()) if self.lag else ""
         replaced += skipped
+        replaced += " unknown_fields=" + ",".join(f"{name}:{n}" for name, n in sorted(self.unknown_fields.items())) if self.unknown_fields else ""
         steps = " ".join(f"{name}={seconds:.2f}" for name, seconds in self.stage_seconds.items())
         return (
             f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "

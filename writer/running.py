@@ -45,7 +45,7 @@ WAITING_SECONDS = 10.0
 WriterFactory = Callable[..., BatchWriter]
 
 
-def open_table(config: JobConfig, source: pa.Schema) -> Table:
+def open_table(config: JobConfig, source: pa.Schema | None) -> Table:
     """Open the table (or create it) once every check has passed; a refused job writes nothing."""
     io = FileIO.for_uri(config.table.path, config.storage.io_options)
     properties_file.recover(io)

@@ -143,7 +143,9 @@ class SourceSection(_Section):
                 raise ValueError("source.avro_schema (an .avsc file) is required for source.value_format = 'avro'")
         elif self.format != "generator" and not self.path:
             raise ValueError(f"source.path is required for source.format = {self.format!r}")
-        if self.format != "generator" and not self.schema_ddl:
+        # change events through the JSON converter with schemas carry their columns (``writer.change_decoder``)
+        from_events = self.format == "kafka" and self.envelope == "debezium" and self.value_format == "json"
+        if self.format != "generator" and not self.schema_ddl and not from_events:
             raise ValueError(f"source.schema (Spark DDL) is required for source.format = {self.format!r}")
         return self
 

@@ -1,0 +1,100 @@
+"""Kafka records of a Debezium feed into the rows of one micro-batch: the columns it is decoded into, the
+rows, and where each came from. Spark-free: the driver runs it on a micro-batch it collected, Spark's
+prepare tasks on their part of a larger one.
+
+The columns are ``source.schema`` when it is given. Otherwise they come from the events: the table's
+columns, and those the events' schemas add (``connect_values.arrow_type``) through the table's schema
+evolution rules (``table.schema.evolve``): a column added in the source database is added to the table,
+nullable, by the first micro-batch that carries it; a change that is not a widening stops the job, naming
+the column. Every part of one micro-batch is decoded into the same columns, found first from all of it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, SOURCE_FILE, SOURCE_OFFSET
+from laketide.table.errors import Invalid
+from laketide.table.schema import IS_DELETED, check_avro_names, data_schema, evolve
+
+from laketide.writer.change_events import ChangeSpec, change_rows, row_schemas
+from laketide.writer.connect_values import Decoding, Encoding, arrow_type
+
+# what a reader hands on for each Kafka record: its value without Confluent's framing, and where it was
+RECORD_SCHEMA = pa.schema([("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
+
+
+class ChangeDecoder:
+    """Decodes one table's change feed. ``declared``: ``source.schema`` as Arrow types, or ``None`` to take
+    the columns from the events; ``required``: the columns the table's key, partitioning and ordering need."""
+
+    def __init__(self, declared: pa.Schema | None, record_key: tuple[str, ...], required: tuple[str, ...], decoding: Decoding):
+        self.declared, self.record_key, self.required, self.decoding = declared, record_key, required, decoding
+
+    def columns(self, schemas: list[list[dict]], table: pa.Schema | None) -> pa.Schema:
+        """The columns a micro-batch whose events carry ``schemas`` (``change_events.row_schemas``) is decoded
+        into, for a table of ``table`` columns (``None`` before its first commit)."""
+        if self.declared is not None:
+            return self.declared
+        events = None
+        for columns in schemas:
+            events = evolve(events, _arrow_schema(columns))
+        current = data_schema(table) if table is not None and len(table) else None
+        if events is None and current is None:
+            raise Invalid("the change events carry no schema (the JSON converter's schemas.enable = false) and the table has no "
+                          "columns yet: give source.schema, or turn on the converter's schemas")
+        merged = evolve(current, events) if events is not None else current
+        check_avro_names(merged)
+        missing = [name for name in self.required if name not in merged.names]
+        if missing:
+            raise Invalid(f"the change events have no column {', '.join(repr(m) for m in missing)}, which the table's key, "
+                          f"partitioning or ordering names; columns: {', '.join(merged.names)}")
+        return merged
+
+    def rows(self, records: pa.Table, columns: pa.Schema) -> tuple[pa.Table, Counter]:
+        """One row per record (``RECORD_SCHEMA``), decoded into ``columns``, with where it came from and, for
+        one that goes to quarantine, its raw form; and the columns events carried that ``columns`` lack."""
+        if EVENT_POSITION not in columns.names:
+            columns = columns.append(pa.field(EVENT_POSITION, pa.string()))
+        values = records["value"].combine_chunks()
+        changed = change_rows(values, records["topic"].combine_chunks(), ChangeSpec(columns, self.record_key, self.decoding))
+        rows = changed.rows
+        partition = pc.utf8_lpad(records["partition"].combine_chunks().cast(pa.string()), 10, "0")
+        origin = pc.binary_join_element_wise(records["topic"].combine_chunks(), partition, "/")
+        rows = rows.append_column(SOURCE_FILE, origin).append_column(SOURCE_OFFSET, records["offset"].combine_chunks().cast(pa.int64()))
+        return rows.append_column(CORRUPT, _raw_records(records, rows[DECODE_REASON])), changed.unknown_fields
+
+
+def schemas_of(records: pa.Table) -> list[list[dict]]:
+    return row_schemas(records["value"].combine_chunks())
+
+
+def _arrow_schema(columns: list[dict]) -> pa.Schema:
+    fields = []
+    for column in columns:
+        kind = arrow_type(Encoding.of(column))
+        if kind is not None and column.get("field") not in (IS_DELETED,):
+            fields.append(pa.field(column["field"], kind))
+    return pa.schema(fields)
+
+
+def _raw_records(records: pa.Table, reasons: pa.ChunkedArray) -> pa.Array:
+    """A bad record's raw form for quarantine: where it was, and its value as text, or base64 when not UTF-8."""
+    bad = pc.is_valid(reasons).to_numpy(zero_copy_only=False)
+    out: list[str | None] = [None] * records.num_rows
+    if not bad.any():
+        return pa.array(out, pa.string())
+    import base64
+
+    for i in bad.nonzero()[0].tolist():
+        value = records["value"][i].as_py()
+        raw: dict = {"topic": records["topic"][i].as_py(), "partition": records["partition"][i].as_py(), "offset": records["offset"][i].as_py()}
+        try:
+            raw["value"] = None if value is None else value.decode("utf-8")
+        except UnicodeDecodeError:
+            raw["value"], raw["value_base64"] = None, base64.b64encode(value).decode()
+        out[i] = json.dumps(raw)
+    return pa.array(out, pa.string())
