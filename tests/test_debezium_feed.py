@@ -16,15 +16,16 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
+from chaoslib import Job, wait_until
 from conftest import hudi_read, rows
-from connect_events import DDL, HEARTBEAT, TOAST, LOGICAL_MESSAGE, NAMES, SCHEMA_CHANGE, TRANSACTION_BEGIN, TRANSACTION_END, PostgresTable, sample_row
+from connect_events import DDL, HEARTBEAT, POSTGRES_COLUMNS, TOAST, Column, LOGICAL_MESSAGE, NAMES, SCHEMA_CHANGE, TRANSACTION_BEGIN, TRANSACTION_END, PostgresTable, sample_row
 from opslib import CLI, ENV
 
 TOPIC, TRANSACTIONS, HEARTBEATS, SCHEMA_TOPIC = "pg.public.orders", "pg.transaction", "__debezium-heartbeat.pg", "pg"
 TOASTED = ("name", "doc", "blob")  # text and bytes columns Postgres may store out of line
 
 
-def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.CompletedProcess:
+def conf(root, bootstrap: str, **more: str) -> list[str]:
     settings = {
         "table.path": str(root / "table"), "table.name": "orders", "table.record_key": '["id"]', "table.partition_by": '["region"]',
         "source.format": "kafka", "source.kafka.bootstrap_servers": bootstrap,
@@ -32,8 +33,12 @@ def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.Comple
         "source.schema": DDL, "source.envelope": "debezium", "stream.checkpoint": str(root / "checkpoint"),
         "stream.trigger": "available-now", "write.index_shards": "2", "write.parallelism": "2", **more,
     }
-    args = [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]
-    done = subprocess.run([CLI, "run", *args], capture_output=True, text=True, env=ENV, timeout=600)
+    # an empty source.schema leaves it out: the columns come from the events
+    return [a for k, v in settings.items() if not (k == "source.schema" and v == "") for a in ("--conf", f"{k}={v}")]
+
+
+def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([CLI, "run", *conf(root, bootstrap, **more)], capture_output=True, text=True, env=ENV, timeout=600)
     with open(root / "runs.log", "a") as log:
         log.write(done.stderr)
     assert done.returncode == expect, f"laketide run exited {done.returncode} (all of it in {root / 'runs.log'}):\n{done.stderr[-3000:]}"
@@ -154,3 +159,75 @@ def test_a_truncate_empties_the_table_where_it_stands_in_the_feed(kafka, tmp_pat
     skipped = run(tmp_path, kafka.bootstrap, **{"source.debezium.truncate": "skip"})
     assert "truncate:1" in skipped.stderr
     assert [r["id"] for r in table_rows(tmp_path)] == [1, 30, 31, 40, 41]
+
+
+def test_columns_come_from_the_events_and_an_added_one_joins_without_a_restart(kafka, tmp_path):
+    """No source.schema: the table takes the events' columns; a column added in the source database (its events
+    carry it from then on) is added to the running job's table, and rows written before read null."""
+    kafka.create_topic(TOPIC, 3)
+    base = [c for c in POSTGRES_COLUMNS if c.name in ("id", "name", "region", "amount", "created_at", "birthday")]
+    middle = Column("middle_name", "STRING", {"type": "string", "optional": True})
+    before, after = PostgresTable(columns=base), PostgresTable(columns=[*base, middle])
+    names = [c.name for c in base]
+
+    def row(i: int, version: int, with_middle: bool = False) -> dict:
+        values = {k: v for k, v in sample_row(i, version).items() if k in names}
+        return {**values, "middle_name": f"m{i}.{version}"} if with_middle else values
+
+    send(kafka, [before.upsert(row(i, 0), op="r") for i in range(10)])
+    settings = {"source.schema": "", "stream.trigger": "1 second", "table.type": "MERGE_ON_READ"}
+    job = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap, **settings)], tmp_path / "job.log").start()
+    try:
+        wait_until(lambda: job.running() and _read_or_none(tmp_path, names) == _model(before.rows, names), 240, "the first rows")
+        after.rows, after.lsn = {k: {**v, "middle_name": None} for k, v in before.rows.items()}, before.lsn
+        send(kafka, [after.upsert(row(i, 1, with_middle=True)) for i in (2, 3, 20)])
+        wanted = [*names, "middle_name"]
+        wait_until(lambda: job.running() and _read_or_none(tmp_path, wanted) == _model(after.rows, wanted), 240, "the added column")
+    finally:
+        job.kill()
+    assert "middle_name" not in (job.log_tail(200_000).split("unknown_fields=")[1] if "unknown_fields=" in job.log_tail(200_000) else "")
+
+
+def test_a_column_that_narrows_stops_the_job_naming_it(kafka, tmp_path):
+    kafka.create_topic(TOPIC, 3)
+    columns = [c for c in POSTGRES_COLUMNS if c.name in ("id", "name", "region", "amount")]
+    source = PostgresTable(columns=columns)
+    send(kafka, [source.upsert({k: v for k, v in sample_row(i, 0).items() if k in ("id", "name", "region", "amount")}) for i in range(3)])
+    run(tmp_path, kafka.bootstrap, **{"source.schema": ""})
+    narrowed = [c if c.name != "amount" else Column("amount", "INT", {"type": "int32", "optional": True}) for c in columns]
+    changed = PostgresTable(columns=narrowed, lsn=5000)
+    send(kafka, [changed.upsert({"id": 1, "name": "x", "region": "eu", "amount": 5})])
+    done = run(tmp_path, kafka.bootstrap, expect=2, **{"source.schema": ""})
+    assert "'amount'" in done.stderr and "decimal128(10, 2) in the table and int32" in done.stderr
+
+
+def test_columns_the_declared_schema_lacks_are_counted_and_warned_about(kafka, tmp_path):
+    kafka.create_topic(TOPIC, 3)
+    source = PostgresTable()
+    send(kafka, [source.upsert(sample_row(i, 0)) for i in range(4)])
+    declared = ", ".join(f"{c.name} {c.ddl}" for c in POSTGRES_COLUMNS if c.name not in ("uid", "ratio"))
+    done = run(tmp_path, kafka.bootstrap, **{"source.schema": declared})
+    assert "unknown_fields=ratio:4,uid:4" in done.stderr
+    assert done.stderr.count("change events carry column 'uid'") == 1
+
+
+def _read_or_none(root, names: list[str]) -> list[dict] | None:
+    try:
+        read = hudi_read(root / "table")
+    except Exception:
+        return None
+    if read.num_rows == 0 or any(n not in read.column_names for n in names):
+        return None
+    return _normal(rows(read, "id", names))
+
+
+def _model(table_rows: dict[int, dict], names: list[str]) -> list[dict]:
+    return _normal([{n: table_rows[k].get(n) for n in names} for k in sorted(table_rows)])
+
+
+def _normal(read: list[dict]) -> list[dict]:
+    for r in read:
+        for name, value in r.items():
+            if isinstance(value, dt.datetime):
+                r[name] = value.astimezone(dt.timezone.utc)
+    return read

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, SOURCE_FILE, SOURCE_OFFSET
 from laketide.table.errors import Invalid
-from laketide.table.schema import IS_DELETED, check_avro_names, data_schema, evolve
+from laketide.table.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
 
 from laketide.writer.change_events import ChangeSpec, change_rows, row_schemas
 from laketide.writer.connect_values import Decoding, Encoding, arrow_type
@@ -39,15 +39,18 @@ class ChangeDecoder:
         into, for a table of ``table`` columns (``None`` before its first commit)."""
         if self.declared is not None:
             return self.declared
-        events = None
-        for columns in schemas:
-            events = evolve(events, _arrow_schema(columns))
         current = data_schema(table) if table is not None and len(table) else None
-        if events is None and current is None:
-            raise Invalid("the change events carry no schema (the JSON converter's schemas.enable = false) and the table has no "
-                          "columns yet: give source.schema, or turn on the converter's schemas")
-        merged = evolve(current, events) if events is not None else current
-        check_avro_names(merged)
+        try:
+            events = None
+            for columns in schemas:
+                events = evolve(events, _arrow_schema(columns))
+            if events is None and current is None:
+                raise Invalid("the change events carry no schema (the JSON converter's schemas.enable = false) and the table has no "
+                              "columns yet: give source.schema, or turn on the converter's schemas")
+            merged = evolve(current, events) if events is not None else current
+            check_avro_names(merged)
+        except SchemaError as error:
+            raise Invalid(f"the change events' columns cannot be written to the table: {error}") from None
         missing = [name for name in self.required if name not in merged.names]
         if missing:
             raise Invalid(f"the change events have no column {', '.join(repr(m) for m in missing)}, which the table's key, "

@@ -47,7 +47,7 @@ _SOURCE = pa.struct([
 ])
 _EVENT = [("op", pa.string()), ("ts_ms", pa.int64()), ("source", _SOURCE), ("status", pa.string()), ("ddl", pa.string()),
           ("tableChanges", pa.list_(pa.struct([("type", pa.string())])))]
-_SCALE = pa.struct([("scale", pa.string())])
+_SCALE = pa.struct([("scale", pa.string()), ("connect.decimal.precision", pa.string())])
 _ITEMS = pa.struct([("type", pa.string()), ("name", pa.string()), ("parameters", _SCALE)])
 _COLUMN = pa.struct([
     ("field", pa.string()), ("type", pa.string()), ("name", pa.string()), ("parameters", _SCALE), ("items", _ITEMS),
