@@ -16,6 +16,9 @@ class Metrics:
             "laketide_skipped_messages", "messages of a change feed that are not row changes, skipped (transaction markers, heartbeats, ...)",
             ["kind"], registry=r,
         )
+        self.binlog_behind = Counter(
+            "laketide_binlog_behind", "MySQL change events whose binlog file number is below one seen before them (a failover)", registry=r,
+        )
         self.unknown_fields = Counter(
             "laketide_unknown_fields", "change events that carried a column the table's rows lack (not in source.schema), by column",
             ["field"], registry=r,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
-from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
@@ -149,7 +148,7 @@ class MicroBatchWriter(BatchWriter):
         super().close()
 
     def _prepared(self, df: DataFrame, batch_id: int, pieces: list[Piece] | None = None, declared: pa.Schema | None = None,
-                  decode: Callable[[pa.Table], tuple[pa.Table, Counter]] | None = None) -> SparkBatch:
+                  decode: Callable[[pa.Table], tuple[pa.Table, Tally]] | None = None) -> SparkBatch:
         """The micro-batch prepared in Spark's tasks and handed on through its exchange: from Spark's rows
         of ``df``, or, given ``pieces`` of parquet landing files (``parquet_pieces``), from those read
         straight into Arrow, one piece a task, which skips Spark's reader and its conversion of every value.
@@ -178,8 +177,8 @@ class MicroBatchWriter(BatchWriter):
             def rows_of(tables):
                 for table in tables:
                     if decode is not None:
-                        table, unknown = decode(table)
-                        tally.unknown_fields.update(unknown)
+                        table, decoded = decode(table)
+                        tally.add(decoded)
                     rows, seen = set_aside(table)
                     tally.add(seen)
                     yield rows
@@ -262,13 +261,16 @@ class MicroBatchWriter(BatchWriter):
         if self._kafka_fits_driver(batch_id):
             records = df.toArrow()
             columns = changes.columns(schemas_of(records), table_schema)
-            rows, unknown = changes.rows(records, columns)
+            rows, decoded = changes.rows(records, columns)
             batch = DriverBatch.prepare(rows, self.spec, self.driver_pool, self.clock.timed)
-            batch.tally.unknown_fields.update(unknown)
+            batch.tally.add(decoded)
         else:
             columns = changes.columns(self._row_schemas(df) if changes.declared is None else [], table_schema)
             batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns))
         incoming = pa.schema([f for f in output_schema(ChangeSpec(columns, changes.record_key)) if f.name not in LANDED_COLUMNS])
+        highest = batch.tally.binlog_highest
+        if highest is not None:
+            changes.binlog_highest = max(highest, changes.binlog_highest or highest)
         return LoadedBatch(batch, incoming, incoming)
 
     def _row_schemas(self, df: DataFrame) -> list[list[dict]]:

@@ -193,3 +193,34 @@ SCHEMA_CHANGE = {
                       "columns": [{"name": "id", "jdbcType": 4, "typeName": "INT", "length": 11, "position": 1, "optional": False,
                                    "autoIncremented": True, "generated": True}]}}],
 }
+
+
+@dataclass
+class MySqlTable:
+    """A MySQL table's change events (schemas off, as ``serde-without-schema.json``), at rising binlog positions
+    of one server; ``fail_over`` moves to another server whose binlog starts again at a lower file number."""
+
+    server: int = 1
+    file: int = 10
+    pos: int = 4
+    ts_ms: int = 1_732_000_000_000
+    rows: dict[int, dict] = field(default_factory=dict)
+
+    def upsert(self, values: dict) -> dict:
+        old = self.rows.get(values["id"])
+        self.rows[values["id"]] = dict(values)
+        return self._event("u" if old is not None else "c", None, values)
+
+    def delete(self, key: int) -> dict:
+        return self._event("d", self.rows.pop(key), None)
+
+    def fail_over(self) -> None:
+        self.server, self.file, self.pos = self.server + 1, 1, 4
+
+    def _event(self, op: str, before: dict | None, after: dict | None) -> dict:
+        self.pos += 200
+        self.ts_ms += 7
+        source = {"version": "3.0.0.Final", "connector": "mysql", "name": "mysql", "ts_ms": self.ts_ms, "snapshot": "false", "db": "inventory",
+                  "table": "customers", "server_id": self.server, "gtid": f"00000000-0000-0000-0000-00000000000{self.server}:{self.pos}",
+                  "file": f"mysql-bin.{self.file:06d}", "pos": self.pos, "row": 0, "thread": 7, "query": None}
+        return {"op": op, "ts_ms": self.ts_ms + 3, "before": before, "after": after, "source": source}

@@ -14,6 +14,7 @@ from connect_events import (
     LOGICAL_MESSAGE,
     NAMES,
     POSTGRES_COLUMNS,
+    MySqlTable,
     SCHEMA_CHANGE,
     TRANSACTION_BEGIN,
     TRANSACTION_END,
@@ -152,3 +153,26 @@ def test_two_schemas_in_one_batch_each_decoded_by_its_own():
     rows = decode(events)
     assert rows[0]["amount"] is None and rows[1]["amount"] == sample_row(2)["amount"]
     same(rows[1], sample_row(2))
+
+
+def test_a_mysql_failover_is_counted_and_ts_ms_ordering_keeps_it_in_order():
+    """A failover to a server whose binlog numbers are lower: ordered by position its events are older than
+    those before it (counted as behind the binlog); ordered by ts_ms they keep their order."""
+    from laketide.writer.change_decoder import ChangeDecoder
+
+    mysql = MySqlTable()
+    events = [mysql.upsert({"id": i, "name": f"a{i}"}) for i in range(3)]
+    mysql.fail_over()
+    events += [mysql.upsert({"id": i, "name": f"b{i}"}) for i in range(2)]
+    records = pa.table({"value": pa.array([json.dumps(e).encode() for e in events], pa.binary()), "topic": ["mysql.inventory.customers"] * 5,
+                        "partition": pa.array([0] * 5, pa.int32()), "offset": pa.array(range(5), pa.int64())})
+    columns = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    by_position = ChangeDecoder(columns, ("id",), ("id",), Decoding())
+    rows, tally = by_position.rows(records, columns)
+    positions = rows["_event_position"].to_pylist()
+    assert positions[3] < positions[2] and tally.binlog_behind == 2 and tally.binlog_highest == 10
+    by_time = ChangeDecoder(columns, ("id",), ("id",), Decoding(ordering="ts_ms"))
+    positions = by_time.rows(records, columns)[0]["_event_position"].to_pylist()
+    assert positions == sorted(positions)
+    by_position.binlog_highest = 10  # a later micro-batch of the job: behind what came before
+    assert by_position.rows(records.slice(3), columns)[1].binlog_behind == 2

@@ -108,3 +108,25 @@ def test_driver_batch_bytes_takes_sizes_and_zero_but_not_negatives():
     assert load_config(overrides=[*REQUIRED, "write.driver_batch_bytes=0"]).write.driver_batch_bytes == 0
     with pytest.raises(ConfigError, match="driver_batch_bytes"):
         load_config(overrides=[*REQUIRED, "write.driver_batch_bytes=-1"])
+
+
+def test_the_clis_demo_defaults_leave_a_change_feeds_ordering_to_the_envelope():
+    """`laketide run --conf source.envelope=debezium ...` without a config file: the demo's `ts` ordering field is
+    the generator's, and the change feed orders by its position."""
+    from laketide.cli import embedded_defaults
+    from laketide.config import load_config
+
+    overrides = ["source.format=kafka", "source.envelope=debezium", "source.kafka.bootstrap_servers=127.0.0.1:9092", 'source.kafka.topics=["t"]']
+    assert load_config(None, overrides, base=embedded_defaults(overrides)).table.ordering_field == "_event_position"
+    assert load_config(None, [], base=embedded_defaults([])).table.ordering_field == "ts"
+
+
+def test_a_change_feed_into_a_partitioned_table_has_a_global_index_and_refuses_a_per_partition_one():
+    from laketide.config import ConfigError, load_config
+
+    base = {"table": {"path": "/t", "record_key": ["id"], "partition_by": ["region"]},
+            "source": {"format": "kafka", "envelope": "debezium", "kafka": {"bootstrap_servers": "b:9092", "topics": ["t"]}}}
+    config = load_config(None, [], base=base)
+    assert config.global_index(partitioned=True) and not config.global_index(partitioned=False)
+    with pytest.raises(ConfigError, match="index.global = false"):
+        load_config(None, ["index.global=false"], base=base)

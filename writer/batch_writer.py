@@ -136,6 +136,7 @@ class BatchWriter:
         self.first_keys = FirstKeys(table.io)  # where the small file groups' keys begin, kept between micro-batches
         self.source_table = SourceTable(table)  # a change feed's one source table
         self._warned_fields: set[str] = set()  # columns of change events not written, each warned of once
+        self._warned_binlog = False
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
         self.batch_lock = threading.RLock()
         self.metrics = coordinator.metrics
@@ -203,6 +204,14 @@ class BatchWriter:
         """Messages skipped, and columns the events carried that the rows lack: counted, each column warned of once."""
         for kind, n in tally.skipped.items():
             self.metrics.skipped_messages.labels(kind).inc(n)
+        if tally.binlog_behind:
+            self.metrics.binlog_behind.inc(tally.binlog_behind)
+            if not self._warned_binlog:
+                self._warned_binlog = True
+                log.warning("%d MySQL change events have a binlog file number below one seen before them (up to %s): the binlog went "
+                            "back (a failover to another server, or RESET MASTER). Ordered by position they are older than the rows "
+                            "they follow and are dropped as late; set source.debezium.ordering = 'ts_ms' to order by commit time",
+                            tally.binlog_behind, tally.binlog_highest)
         for name, n in tally.unknown_fields.items():
             self.metrics.unknown_fields.labels(name).inc(n)
             if name not in self._warned_fields:
@@ -337,6 +346,7 @@ class BatchWriter:
             replaced=sum(len(ids) for ids in replaced.values()),
             skipped_messages=dict(batch.tally.skipped),
             unknown_fields=dict(batch.tally.unknown_fields),
+            binlog_behind=batch.tally.binlog_behind,
         )
         extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata()}
         if source_table is not None:

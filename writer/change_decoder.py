@@ -12,8 +12,8 @@ the column. Every part of one micro-batch is decoded into the same columns, foun
 from __future__ import annotations
 
 import json
-from collections import Counter
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, SOURCE_FILE, SOURCE_OFFSET
@@ -21,7 +21,9 @@ from laketide.table.errors import Invalid
 from laketide.table.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
 
 from laketide.writer.change_events import ChangeSpec, change_rows, row_schemas
-from laketide.writer.connect_values import Decoding, Encoding, arrow_type
+from laketide.writer.connect_schema import Encoding, arrow_type
+from laketide.writer.connect_values import Decoding
+from laketide.writer.prepare import Tally
 
 # what a reader hands on for each Kafka record: its value without Confluent's framing, and where it was
 RECORD_SCHEMA = pa.schema([("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
@@ -33,6 +35,9 @@ class ChangeDecoder:
 
     def __init__(self, declared: pa.Schema | None, record_key: tuple[str, ...], required: tuple[str, ...], decoding: Decoding):
         self.declared, self.record_key, self.required, self.decoding = declared, record_key, required, decoding
+        # the highest MySQL binlog file number of the micro-batches decoded so far by this job (the micro-batch
+        # thread sets it between micro-batches; tasks get a copy)
+        self.binlog_highest: int | None = None
 
     def columns(self, schemas: list[list[dict]], table: pa.Schema | None) -> pa.Schema:
         """The columns a micro-batch whose events carry ``schemas`` (``change_events.row_schemas``) is decoded
@@ -57,9 +62,10 @@ class ChangeDecoder:
                           f"partitioning or ordering names; columns: {', '.join(merged.names)}")
         return merged
 
-    def rows(self, records: pa.Table, columns: pa.Schema) -> tuple[pa.Table, Counter]:
+    def rows(self, records: pa.Table, columns: pa.Schema) -> tuple[pa.Table, Tally]:
         """One row per record (``RECORD_SCHEMA``), decoded into ``columns``, with where it came from and, for
-        one that goes to quarantine, its raw form; and the columns events carried that ``columns`` lack."""
+        one that goes to quarantine, its raw form; and what the records held besides (``Tally``: the columns
+        events carried that ``columns`` lack, MySQL events behind the binlog)."""
         if EVENT_POSITION not in columns.names:
             columns = columns.append(pa.field(EVENT_POSITION, pa.string()))
         values = records["value"].combine_chunks()
@@ -68,7 +74,25 @@ class ChangeDecoder:
         partition = pc.utf8_lpad(records["partition"].combine_chunks().cast(pa.string()), 10, "0")
         origin = pc.binary_join_element_wise(records["topic"].combine_chunks(), partition, "/")
         rows = rows.append_column(SOURCE_FILE, origin).append_column(SOURCE_OFFSET, records["offset"].combine_chunks().cast(pa.int64()))
-        return rows.append_column(CORRUPT, _raw_records(records, rows[DECODE_REASON])), changed.unknown_fields
+        tally = Tally(unknown_fields=changed.unknown_fields)
+        tally.binlog_behind, tally.binlog_highest = _binlog_behind(rows[EVENT_POSITION].combine_chunks(), origin, self.binlog_highest)
+        return rows.append_column(CORRUPT, _raw_records(records, rows[DECODE_REASON])), tally
+
+
+def _binlog_behind(positions: pa.Array, partitions: pa.Array, highest: int | None) -> tuple[int, int | None]:
+    """How many MySQL events (positions ``m<file number>...``) come after, in their Kafka partition, one of a
+    higher binlog file number, or are below ``highest``; and the highest file number among them."""
+    mysql = pc.fill_null(pc.starts_with(positions, "m"), False)
+    if not pc.any(mysql).as_py():
+        return 0, None
+    files = pc.cast(pc.utf8_slice_codeunits(positions.filter(mysql), 1, 11), pa.int64()).to_numpy(zero_copy_only=False)
+    behind = 0
+    places = partitions.filter(mysql).dictionary_encode().indices.to_numpy(zero_copy_only=False)
+    for place in np.unique(places):
+        seen = files[places == place]
+        before = np.maximum.accumulate(np.concatenate([[highest if highest is not None else -1], seen]))[:-1]
+        behind += int((seen < before).sum())
+    return behind, int(files.max())
 
 
 def schemas_of(records: pa.Table) -> list[list[dict]]:

@@ -33,7 +33,8 @@ import pyarrow.compute as pc
 from laketide.index.columns import DECODE_REASON, EVENT_KIND, EVENT_POSITION, SOURCE_TABLE
 from laketide.table.schema import IS_DELETED
 
-from laketide.writer.connect_values import Column, Decoding, Encoding, wire_type
+from laketide.writer.connect_schema import Encoding, wire_type
+from laketide.writer.connect_values import Column, Decoding
 from laketide.writer.json_values import parse_values
 
 CHANGES = ("c", "r", "u", "d")
@@ -115,7 +116,7 @@ def change_rows(values: pa.Array, topics: pa.Array, spec: ChangeSpec) -> ChangeR
     key_reason = _keyless(columns, is_change, deleted, spec)
     out = output_schema(spec)
     arrays = [columns[f.name] for f in out if f.name in columns]
-    arrays += [deleted, _position(event), pc.coalesce(reasons_array, column_reasons, key_reason), kinds, _source_table(event)]
+    arrays += [deleted, _position(event, spec.decoding.ordering), pc.coalesce(reasons_array, column_reasons, key_reason), kinds, _source_table(event)]
     return ChangeRows(pa.Table.from_arrays(arrays, schema=out), unknown)
 
 
@@ -342,11 +343,13 @@ def _keyless(columns: dict[str, pa.Array], is_change: pa.Array, deleted: pa.Arra
     return pc.if_else(pc.and_(is_change, missing), text, pa.scalar(None, pa.string()))
 
 
-def _position(event: dict[str, pa.Array]) -> pa.Array:
+def _position(event: dict[str, pa.Array], ordering: str = "position") -> pa.Array:
     """The event's place in its database's log, as a fixed-width string that sorts as the log does:
     Postgres by LSN (Hudi's ``PostgresDebeziumAvroPayload``); MySQL by binlog file number, position and row
     within the event (Hudi's ``MySqlDebeziumAvroPayload`` orders by file and position only, so the rows of
-    one binlog event tie there); else by ``ts_ms``."""
+    one binlog event tie there); else by ``ts_ms``. Under ``ordering = "ts_ms"`` the source's commit time comes
+    first and the position breaks its ties: a MySQL failover to a server whose binlog numbers are lower then
+    keeps its order. (A GTID orders events only within one server, as its binlog position does.)"""
     source = event["source"]
 
     def pad(column: pa.Array, width: int) -> pa.Array:
@@ -358,7 +361,10 @@ def _position(event: dict[str, pa.Array]) -> pa.Array:
     mysql = pc.binary_join_element_wise("m", pad(number, 10), pad(pos, 20), pad(pc.fill_null(row, 0), 10), "")
     clock = pc.binary_join_element_wise("t", pad(pc.coalesce(source.field("ts_ms"), event["ts_ms"]), 20), "")
     is_mysql = pc.and_(pc.is_valid(number), pc.is_valid(pos))
-    return pc.case_when(pc.make_struct(pc.is_valid(lsn), pc.fill_null(is_mysql, False)), postgres, mysql, clock)
+    position = pc.case_when(pc.make_struct(pc.is_valid(lsn), pc.fill_null(is_mysql, False)), postgres, mysql, clock)
+    if ordering == "ts_ms":
+        return pc.binary_join_element_wise(clock, position, "")
+    return position
 
 
 def _source_table(event: dict[str, pa.Array]) -> pa.Array:

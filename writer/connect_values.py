@@ -33,9 +33,6 @@ goes to quarantine: a value is never stored wrong.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -43,108 +40,28 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-CONNECT = "org.apache.kafka.connect.data."
-TIME = "io.debezium.time."
-DECIMAL = CONNECT + "Decimal"
-VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
-DAYS = {TIME + "Date", CONNECT + "Date"}
-EPOCH_UNITS = {TIME + "Timestamp": "ms", CONNECT + "Timestamp": "ms", TIME + "MicroTimestamp": "us", TIME + "NanoTimestamp": "ns"}
-DAY_UNITS = {TIME + "Time": "ms", CONNECT + "Time": "ms", TIME + "MicroTime": "us", TIME + "NanoTime": "ns"}
-ISO_TIMESTAMPS = {TIME + "ZonedTimestamp", TIME + "IsoTimestamp"}
-ISO_DATES = {TIME + "IsoDate"}
-ISO_TIMES = {TIME + "ZonedTime", TIME + "IsoTime"}
-PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
-US_PER_DAY = 86_400_000_000
-INTEGERS = {"int8", "int16", "int32", "int64"}
-# the JSON converter names Connect's FLOAT32 and FLOAT64 "float" and "double" (JsonSchema)
-FLOATS = {"float", "double", "float32", "float64"}
-
-
-@dataclass(frozen=True)
-class Encoding:
-    """One value as a Connect schema describes it: its Connect type, semantic name, a Decimal's scale,
-    an array's items and a struct's fields."""
-
-    type: str
-    name: str | None = None
-    scale: int | None = None
-    precision: int | None = None  # a Decimal's connect.decimal.precision, when the connector gives it
-    items: Encoding | None = None
-    fields: tuple[tuple[str, Encoding], ...] = ()
-
-    @classmethod
-    def of(cls, schema: dict) -> Encoding:
-        """From one field of a Connect schema as the JSON converter writes it."""
-        parameters = schema.get("parameters") or {}
-        scale, precision = parameters.get("scale"), parameters.get("connect.decimal.precision")
-        items = schema.get("items")
-        return cls(
-            type=schema.get("type") or "",
-            name=schema.get("name"),
-            scale=int(scale) if scale is not None else None,
-            precision=int(precision) if precision is not None else None,
-            items=cls.of(items) if isinstance(items, dict) else None,
-            fields=tuple((f["field"], cls.of(f)) for f in schema.get("fields") or ()),
-        )
-
-
-def arrow_type(encoding: Encoding) -> pa.DataType | None:
-    """The column type a value of ``encoding`` is stored as when the table takes its columns from the events,
-    as Hudi's Spark writer stores Debezium's: temporal names as dates and UTC timestamps, times of day as
-    microseconds, a Decimal at its precision and scale; ``None`` for what has no such type (a map)."""
-    name, kind = encoding.name or "", encoding.type
-    if name in DAYS or name in ISO_DATES:
-        return pa.date32()
-    if name in EPOCH_UNITS or name in ISO_TIMESTAMPS:
-        return pa.timestamp("us", "UTC")
-    if name in DAY_UNITS:
-        return pa.int64()
-    if name == DECIMAL:
-        precision = int(encoding.precision or 38)
-        return pa.decimal128(max(precision, encoding.scale or 0), encoding.scale or 0)
-    if name == VARIABLE_DECIMAL:
-        return pa.string()  # its scale differs by row: kept exactly, as text
-    simple = {"int8": pa.int32(), "int16": pa.int32(), "int32": pa.int32(), "int64": pa.int64(), "float": pa.float32(),
-              "float32": pa.float32(), "double": pa.float64(), "float64": pa.float64(), "boolean": pa.bool_(), "string": pa.string(),
-              "bytes": pa.binary()}
-    if kind in simple:
-        return simple[kind]
-    if kind == "array" and encoding.items is not None:
-        item = arrow_type(encoding.items)
-        return pa.list_(item) if item is not None else None
-    if kind == "struct" and encoding.fields:
-        fields = [(field_name, arrow_type(e)) for field_name, e in encoding.fields]
-        return pa.struct(fields) if all(t is not None for _, t in fields) else None
-    return None
-
-
-def wire_type(encoding: Encoding) -> pa.DataType | None:
-    """The Arrow type a JSON parser reads a value of ``encoding`` as; ``None`` for what has no JSON form here."""
-    kind = encoding.type
-    if kind in INTEGERS:
-        return pa.int64()
-    if kind in FLOATS:
-        # the JSON converter writes NaN and the infinities as strings: such a column is read as text
-        return pa.float64()
-    if kind == "boolean":
-        return pa.bool_()
-    if kind in ("string", "bytes"):
-        return pa.string()
-    if kind == "array" and encoding.items is not None:
-        item = wire_type(encoding.items)
-        return pa.list_(item) if item is not None else None
-    if kind == "struct":
-        fields = [(name, wire_type(e)) for name, e in encoding.fields]
-        return pa.struct(fields) if all(t is not None for _, t in fields) else None
-    return None
+from laketide.writer import connect_codecs as codecs
+from laketide.writer.connect_schema import (
+    DAY_UNITS,
+    DAYS,
+    DECIMAL,
+    EPOCH_UNITS,
+    ISO_DATES,
+    ISO_TIMES,
+    ISO_TIMESTAMPS,
+    VARIABLE_DECIMAL,
+    Encoding,
+)
 
 
 @dataclass(frozen=True)
 class Decoding:
-    """How values without a schema are read: ``source.debezium.timestamp_unit`` and ``decimal_handling``."""
+    """How values without a schema are read (``source.debezium.timestamp_unit`` and ``decimal_handling``), and
+    what orders events (``ordering``: their position in the database's log, or its commit time first)."""
 
     timestamp_unit: str | None = None
     decimal_handling: str = "precise"
+    ordering: str = "position"
 
 
 @dataclass
@@ -235,16 +152,16 @@ class Column:
         target = self.target
         if pa.types.is_integer(values.type):
             if self._name_in(DAYS):
-                return self._cast_micros(pc.multiply_checked(values.cast(pa.int64()), US_PER_DAY), values)
+                return self._cast_micros(pc.multiply_checked(values.cast(pa.int64()), codecs.US_PER_DAY), values)
             unit = self._epoch_unit()
             if unit is None:
                 what = ("an integer timestamp without the event's schema, whose unit (ms, µs, ns) differs by the column's "
                         "precision: turn on the converter's schemas (value.converter.schemas.enable = true), or set "
                         "source.debezium.timestamp_unit") if self.encoding is None else "an integer that is not a timestamp"
                 return self.refuse(values, what)
-            return self._cast_micros(_to_micros(values.cast(pa.int64()), unit), values)
+            return self._cast_micros(codecs.to_micros(values.cast(pa.int64()), unit), values)
         if pa.types.is_string(values.type):
-            if self._name_in(ISO_DATES) or (self.encoding is None and _all_dates(values)):
+            if self._name_in(ISO_DATES) or (self.encoding is None and codecs.all_dates(values)):
                 days = self._iso_dates(values)
                 return Decoded(pc.cast(pc.cast(days.values, pa.timestamp("s")), target, safe=False), days.reasons)
             if self.encoding is not None and not self._name_in(ISO_TIMESTAMPS):
@@ -275,15 +192,15 @@ class Column:
     def _date(self, values: pa.Array) -> Decoded:
         if pa.types.is_integer(values.type):
             if self.encoding is None or self._name_in(DAYS):
-                return self.cast(values.cast(pa.int64()).cast(pa.int32()), pa.date32()) if _fits_int32(values) else self.refuse(values, "days out of range")
+                return self.cast(values.cast(pa.int64()).cast(pa.int32()), pa.date32()) if codecs.fits_int32(values) else self.refuse(values, "days out of range")
             unit = self._epoch_unit()
             if unit is None:
                 return self.refuse(values, "an integer that is not a date")
-            micros = _to_micros(values.cast(pa.int64()), unit)
-            return Decoded(pc.cast(pc.floor(pc.divide(micros.cast(pa.float64()), US_PER_DAY)).cast(pa.int32()), pa.date32()))
+            micros = codecs.to_micros(values.cast(pa.int64()), unit)
+            return Decoded(pc.cast(pc.floor(pc.divide(micros.cast(pa.float64()), codecs.US_PER_DAY)).cast(pa.int32()), pa.date32()))
         if pa.types.is_string(values.type):
             if self.encoding is None or self._name_in(ISO_DATES):
-                if self.encoding is None and not _all_dates(values):
+                if self.encoding is None and not codecs.all_dates(values):
                     stamps = Column(self.name, None, pa.timestamp("us", "UTC"), self.decoding)._iso_timestamps(values)
                     return Decoded(pc.cast(stamps.values, pa.date32()), stamps.reasons)
                 return self._iso_dates(values)
@@ -302,10 +219,10 @@ class Column:
     def _time(self, values: pa.Array) -> Decoded:
         unit = DAY_UNITS.get(self.encoding.name or "") if self.encoding is not None else None
         if pa.types.is_integer(values.type) and (unit or self.encoding is None):
-            micros = _to_micros(values.cast(pa.int64()), unit or "us")
-            return self.cast(micros.cast(pa.time64("us")) if _fits_day(micros) else micros, self.target)
+            micros = codecs.to_micros(values.cast(pa.int64()), unit or "us")
+            return self.cast(micros.cast(pa.time64("us")) if codecs.fits_day(micros) else micros, self.target)
         if pa.types.is_string(values.type) and (self.encoding is None or self._name_in(ISO_TIMES)):
-            parsed = [_time_of_day(v) for v in values.to_pylist()]
+            parsed = [codecs.time_of_day(v) for v in values.to_pylist()]
             bad = np.array([v is not None and p is None for v, p in zip(values.to_pylist(), parsed)])
             return self.fail(pa.array(parsed, pa.time64("us")).cast(self.target), bad, "text that is not an ISO-8601 time")
         return self.refuse(values, f"a {values.type} value is not a time of day")
@@ -315,13 +232,13 @@ class Column:
         wire, e = values.type, self.encoding
         if pa.types.is_integer(self.target) and pa.types.is_integer(wire) and e is not None and (e.name in DAY_UNITS or e.name in EPOCH_UNITS):
             unit = DAY_UNITS.get(e.name) or EPOCH_UNITS[e.name]
-            return self.cast(_to_micros(values.cast(pa.int64()), unit), self.target)
+            return self.cast(codecs.to_micros(values.cast(pa.int64()), unit), self.target)
         if pa.types.is_struct(wire) and (e is None or e.name == VARIABLE_DECIMAL) and {"scale", "value"} <= {f.name for f in wire}:
-            return self._from_decimals(_variable_decimals(values))
+            return self._from_decimals(codecs.variable_decimals(values))
         if pa.types.is_string(wire):
             if (e is not None and e.name == DECIMAL) or (e is None and pa.types.is_decimal(self.target) and self.decoding.decimal_handling == "precise"):
                 scale = e.scale if e is not None and e.scale is not None else getattr(self.target, "scale", 0)
-                return self._from_decimals(_base64_decimals(values, scale))
+                return self._from_decimals(codecs.base64_decimals(values, scale))
             return self.cast(pc.utf8_trim_whitespace(values), self.target)
         if pa.types.is_floating(wire) and pa.types.is_decimal(self.target):
             return self.cast(pc.round(values, self.target.scale), self.target)
@@ -337,7 +254,7 @@ class Column:
             exact.append(None if p is None or p is False else p)
         target = self.target
         if pa.types.is_decimal(target):
-            fits = [_fits_decimal(p, target) for p in exact]
+            fits = [codecs.fits_decimal(p, target) for p in exact]
             too_big = np.array([p is not None and not ok for p, ok in zip(exact, fits)])
             kept = [p if ok else None for p, ok in zip(exact, fits)]
             out = self.fail(pa.array(kept, target), bad, "a value that is not a valid decimal")
@@ -352,7 +269,7 @@ class Column:
         if pa.types.is_string(wire):
             return Decoded(values)
         if pa.types.is_struct(wire) and (self.encoding is None or self.encoding.name == VARIABLE_DECIMAL) and {"scale", "value"} <= {f.name for f in wire}:
-            parsed = _variable_decimals(values)
+            parsed = codecs.variable_decimals(values)
             return self.fail(pa.array([None if p is None or p is False else str(p) for p in parsed], pa.string()), np.array([p is False for p in parsed]), "a value that is not a valid decimal")
         if pa.types.is_integer(wire) or pa.types.is_floating(wire) or pa.types.is_boolean(wire):
             return self.cast(values, pa.string())
@@ -363,7 +280,7 @@ class Column:
             return self.refuse(values, f"a {values.type} value is not bytes")
         if self.encoding is not None and self.encoding.type != "bytes":
             return self.cast(values, self.target)  # text declared BINARY: its UTF-8 bytes
-        decoded = [_b64(v) for v in values.to_pylist()]
+        decoded = [codecs.b64(v) for v in values.to_pylist()]
         bad = np.array([v is False for v in decoded])
         return self.fail(pa.array([None if v is False else v for v in decoded], self.target), bad, "text that is not base64")
 
@@ -394,107 +311,3 @@ class Column:
             reasons.append(decoded.reasons)
         rebuilt = pa.StructArray.from_arrays(children, fields=list(self.target), mask=values.is_null())
         return Decoded(rebuilt, pc.coalesce(*reasons) if reasons else None)
-
-
-# -- helpers --------------------------------------------------------------------
-
-
-def _to_micros(values: pa.Array, unit: str) -> pa.Array:
-    per = PER_SECOND[unit]
-    if per < 1_000_000:
-        return pc.multiply_checked(values, 1_000_000 // per)
-    if per > 1_000_000:
-        return _floor_div(values, per // 1_000_000)
-    return values
-
-
-def _floor_div(values: pa.Array, by: int) -> pa.Array:
-    """Integer division rounding down, so that a time before 1970 keeps its microsecond rather than
-    being rounded towards zero."""
-    numbers = pc.fill_null(values, 0).to_numpy(zero_copy_only=False)
-    mask = values.is_null().to_numpy(zero_copy_only=False)
-    return pa.array(np.floor_divide(numbers, by), pa.int64(), mask=mask)
-
-
-def _fits_int32(values: pa.Array) -> bool:
-    low, high = pc.min_max(values).values()
-    return low.as_py() is None or (-(2**31) <= low.as_py() and high.as_py() < 2**31)
-
-
-def _fits_day(micros: pa.Array) -> bool:
-    low, high = pc.min_max(micros).values()
-    return low.as_py() is None or (0 <= low.as_py() and high.as_py() < US_PER_DAY)
-
-
-_DATE = re.compile(r"^\s*[+-]?\d{4,}-\d{2}-\d{2}(Z|[+-]\d{2}:?\d{2})?\s*$")
-
-
-def _all_dates(values: pa.Array) -> bool:
-    """Whether every value is a date alone (IsoDate), not a date and time."""
-    valid = values.drop_null()
-    return len(valid) > 0 and pc.all(pc.match_substring_regex(valid, _DATE.pattern)).as_py()
-
-
-_TIME = re.compile(r"^\s*(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|[+-]\d{2}:?\d{2})?\s*$")
-
-
-def _time_of_day(text: str | None):
-    import datetime
-
-    if text is None:
-        return None
-    m = _TIME.match(text)
-    if not m:
-        return None
-    hours, minutes, seconds = int(m[1]), int(m[2]), int(m[3] or 0)
-    micros = int((m[4] or "0").ljust(6, "0")[:6])
-    try:
-        return datetime.time(hours, minutes, seconds, micros)
-    except ValueError:
-        return None
-
-
-def _b64(text: str | None) -> bytes | None | bool:
-    if text is None:
-        return None
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-
-
-def _base64_decimals(values: pa.Array, scale: int) -> list[Decimal | None | bool]:
-    """Kafka Connect's Decimal: the unscaled value, big-endian two's complement, in base64."""
-    out: list[Decimal | None | bool] = []
-    for text in values.to_pylist():
-        raw = _b64(text)
-        out.append(raw if raw is None or raw is False else Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale))
-    return out
-
-
-def _variable_decimals(values: pa.Array) -> list[Decimal | None | bool]:
-    """Debezium's VariableScaleDecimal: ``{"scale": s, "value": <Connect Decimal's bytes>}`` per row."""
-    out: list[Decimal | None | bool] = []
-    for item in values.to_pylist():
-        if item is None:
-            out.append(None)
-            continue
-        raw, scale = _b64(item.get("value")), item.get("scale")
-        if raw is None or raw is False or not isinstance(scale, int):
-            out.append(False)
-            continue
-        out.append(Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale))
-    return out
-
-
-def _fits_decimal(value: Decimal | None, target: pa.Decimal128Type) -> bool:
-    """Whether ``value`` is held exactly by ``target``: no digit below its scale, none beyond its precision."""
-    if value is None:
-        return True
-    if not value.is_finite():
-        return False
-    quantum = Decimal(1).scaleb(-target.scale)
-    if value != value.quantize(quantum, rounding="ROUND_DOWN"):
-        return False
-    digits = len(value.quantize(quantum).as_tuple().digits)
-    return digits <= target.precision

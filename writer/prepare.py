@@ -61,22 +61,29 @@ class Tally:
     truncated_at: str | None = None
     # columns change events carried that the table's rows lack (``source.schema`` leaves them out): events per column
     unknown_fields: Counter = field(default_factory=Counter)
+    # MySQL: events whose binlog file number is below one seen before them (the binlog went back: a failover to
+    # another server, or RESET MASTER), and the highest binlog file number among them
+    binlog_behind: int = 0
+    binlog_highest: int | None = None
 
     def add(self, other: Tally) -> Tally:
         self.skipped.update(other.skipped)
         self.source_tables |= other.source_tables
         self.truncated_at = max(filter(None, (self.truncated_at, other.truncated_at)), default=None)
         self.unknown_fields.update(other.unknown_fields)
+        self.binlog_behind += other.binlog_behind
+        self.binlog_highest = max(filter(lambda n: n is not None, (self.binlog_highest, other.binlog_highest)), default=None)
         return self
 
     def to_json(self) -> str:
         return json.dumps({"skipped": dict(self.skipped), "source_tables": sorted(self.source_tables), "truncated_at": self.truncated_at,
-                           "unknown_fields": dict(self.unknown_fields)})
+                           "unknown_fields": dict(self.unknown_fields), "binlog_behind": self.binlog_behind, "binlog_highest": self.binlog_highest})
 
     @classmethod
     def from_json(cls, text: str) -> Tally:
         data = json.loads(text or "{}")
-        return cls(Counter(data.get("skipped", {})), set(data.get("source_tables", [])), data.get("truncated_at"), Counter(data.get("unknown_fields", {})))
+        return cls(Counter(data.get("skipped", {})), set(data.get("source_tables", [])), data.get("truncated_at"),
+                   Counter(data.get("unknown_fields", {})), data.get("binlog_behind", 0), data.get("binlog_highest"))
 
 
 def with_earlier_values(rows: pa.Table, spec: PrepareSpec) -> pa.Table:
@@ -260,6 +267,6 @@ def prepare_in_order(rows: pa.Table, spec: PrepareSpec, arrival_file: pa.Array, 
         reason,
         _raw(rows, bad),
     ]
-    for field, column in zip(PREPARED_FIELDS, columns):
-        data = data.append_column(field, column)
+    for prepared, column in zip(PREPARED_FIELDS, columns):
+        data = data.append_column(prepared, column)
     return data

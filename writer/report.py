@@ -42,6 +42,8 @@ class BatchReport:
     skipped_messages: dict[str, int] = field(default_factory=dict)
     # columns change events carried that the table's rows lack (not in source.schema): how many events carried each
     unknown_fields: dict[str, int] = field(default_factory=dict)
+    # MySQL events whose binlog file number is below one seen before them (a failover, RESET MASTER)
+    binlog_behind: int = 0
 
     def line(self) -> str:
         skipped = " skipped=" + ",".join(f"{kind}:{n}" for kind, n in sorted(self.skipped_messages.items())) if self.skipped_messages else ""
@@ -54,6 +56,7 @@ class BatchReport:
         replaced += f" retries={self.retries}" if self.retries else ""
         replaced += " lag=" + ",".join(f"{place}:{n}" for place, n in self.lag.items()) if self.lag else ""
         replaced += skipped
+        replaced += f" binlog_behind={self.binlog_behind}" if self.binlog_behind else ""
         replaced += " unknown_fields=" + ",".join(f"{name}:{n}" for name, n in sorted(self.unknown_fields.items())) if self.unknown_fields else ""
         steps = " ".join(f"{name}={seconds:.2f}" for name, seconds in self.stage_seconds.items())
         return (

@@ -108,10 +108,14 @@ class DebeziumSection(_Section):
     # replacecommit; skip logs and counts it
     truncate: Literal["apply", "skip"] = "apply"
 
+    # what orders events: their position in the database's log (Postgres LSN, MySQL binlog file and position),
+    # or ts_ms, the source's commit time, first (after a MySQL failover to a server whose binlog numbers are lower)
+    ordering: Literal["position", "ts_ms"] = "position"
+
     def decoding(self):
         from laketide.writer.connect_values import Decoding
 
-        return Decoding(self.timestamp_unit, self.decimal_handling)
+        return Decoding(self.timestamp_unit, self.decimal_handling, self.ordering)
 
 
 class SourceSection(_Section):
