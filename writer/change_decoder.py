@@ -11,6 +11,7 @@ the column. Every part of one micro-batch is decoded into the same columns, foun
 
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
@@ -114,14 +115,13 @@ def _raw_records(records: pa.Table, reasons: pa.ChunkedArray) -> pa.Array:
     out: list[str | None] = [None] * records.num_rows
     if not bad.any():
         return pa.array(out, pa.string())
-    import base64
 
     for i in bad.nonzero()[0].tolist():
         value = records["value"][i].as_py()
         raw: dict = {"topic": records["topic"][i].as_py(), "partition": records["partition"][i].as_py(), "offset": records["offset"][i].as_py()}
         try:
             raw["value"] = None if value is None else value.decode("utf-8")
-        except UnicodeDecodeError:
-            raw["value"], raw["value_base64"] = None, base64.b64encode(value).decode()
+        except UnicodeDecodeError:  # as text where it is UTF-8, else as base64 only
+            raw["value_base64"] = base64.b64encode(value).decode()
         out[i] = json.dumps(raw)
     return pa.array(out, pa.string())
