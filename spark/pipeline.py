@@ -257,21 +257,28 @@ class MicroBatchWriter(BatchWriter):
     def _read_changes(self, df: DataFrame, batch_id: int) -> LoadedBatch:
         """A change feed's micro-batch (Kafka records, ``change_feed.change_records``), decoded by the core into the
         columns found for the whole micro-batch: on the driver when it fits, else in Spark's prepare tasks."""
-        changes, table_schema = self.changes, self.table.schema(self.table.timeline)
+        changes = self.changes
         if self._kafka_fits_driver(batch_id):
             records = df.toArrow()
-            columns = changes.columns(schemas_of(records), table_schema)
+            columns = self._columns(lambda: schemas_of(records))
             rows, decoded = changes.rows(records, columns)
             batch = DriverBatch.prepare(rows, self.spec, self.driver_pool, self.clock.timed)
             batch.tally.add(decoded)
         else:
-            columns = changes.columns(self._row_schemas(df) if changes.declared is None else [], table_schema)
+            columns = self._columns(lambda: self._row_schemas(df))
             batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns))
         incoming = pa.schema([f for f in output_schema(ChangeSpec(columns, changes.record_key)) if f.name not in LANDED_COLUMNS])
         highest = batch.tally.binlog_highest
         if highest is not None:
             changes.binlog_highest = max(highest, changes.binlog_highest or highest)
         return LoadedBatch(batch, incoming, incoming)
+
+    def _columns(self, row_schemas: Callable[[], list[list[dict]]]) -> pa.Schema:
+        """The columns of a change feed's micro-batch: ``source.schema``'s, else the table's with those of the events'
+        ``row_schemas``, which are found (and the table's schema read) only then."""
+        if self.changes.declared is not None:
+            return self.changes.declared
+        return self.changes.columns(row_schemas(), self.table.schema(self.table.timeline))
 
     def _row_schemas(self, df: DataFrame) -> list[list[dict]]:
         """The distinct row schemas of a micro-batch's change events, found by Spark's tasks."""

@@ -53,14 +53,14 @@ def with_cells(rows: pa.Table, column: str, at: np.ndarray, donors: pa.Array) ->
     return rows.set_column(rows.schema.get_field_index(column), rows.schema.field(column), merged)
 
 
-def fill_from_stored(incoming: pa.Table, at: np.ndarray, stored: pa.Table, placeholder: str | None, deleted: np.ndarray | None = None) -> pa.Table:
+def fill_from_stored(incoming: pa.Table, at: np.ndarray, stored: pa.Table, placeholder: str | None, deleted: np.ndarray) -> pa.Table:
     """``incoming`` with each placeholder cell of an upsert whose key is stored (``at``: its stored row, or -1)
     replaced by the stored value."""
     cells = placeholder_cells(incoming, placeholder)
     for column, mask in cells.items():
         if column not in stored.column_names:
             continue
-        take = mask & (at >= 0) if deleted is None else mask & (at >= 0) & ~deleted
+        take = mask & (at >= 0) & ~deleted
         if take.any():
             rows = np.nonzero(take)[0]
             incoming = with_cells(incoming, column, rows, stored[column].take(pa.array(at[rows])).combine_chunks())

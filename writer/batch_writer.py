@@ -38,7 +38,7 @@ from laketide.writer.landing import copy_aside
 from laketide.writer.planning import FirstKeys, every_file_group, plan_instant
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.source_table import SOURCE_TABLE_KEY, SourceTable
-from laketide.writer.prepare import PrepareSpec, Tally
+from laketide.writer.prepare import TRUNCATE, PrepareSpec, Tally
 from laketide.writer.report import RECENT_BATCHES, BatchReport, WriterStatus
 
 from laketide.config import JobConfig
@@ -179,8 +179,6 @@ class BatchWriter:
         try:
             skipped = dict(loaded.batch.tally.skipped)
             self._count_skipped(loaded.batch.tally)
-            # before an instant is begun: events of another source table must not be written at all
-            self.source_table.check(batch_id, loaded.batch.tally.source_tables)
             if loaded.batch.records + len(loaded.bad_files) == 0:
                 # no instant for an empty micro-batch: an idle stream must not fill the timeline
                 return BatchReport(batch_id, None, skipped=True, empty=True, skipped_messages=skipped)
@@ -223,6 +221,8 @@ class BatchWriter:
         """Begin an instant and write its files, marked, without completing it; ``None`` when the batch is
         committed already. ``commit_staged`` completes it; an instant left staged is what a writer that
         died before its commit leaves, and the next holder of the lease rolls it back."""
+        # before an instant is begun: events of another source table must not be written at all
+        source_table = self.source_table.check(batch_id, loaded.batch.tally.source_tables)
         truncated_at = self._truncated_at(batch_id, loaded.batch.tally)
         # a truncate of the source table replaces every file group, as Hudi's INSERT_OVERWRITE_TABLE does
         action, operation = (REPLACE_COMMIT, "INSERT_OVERWRITE_TABLE") if truncated_at else (self.action, OPERATION_TYPES[self.operation])
@@ -230,7 +230,7 @@ class BatchWriter:
         if instant is None:
             return None
         self._on_step("begun", batch_id)
-        staged = self._guarded(batch_id, instant, lambda: self._write(loaded, batch_id, instant, truncated_at))
+        staged = self._guarded(batch_id, instant, lambda: self._write(loaded, batch_id, instant, source_table, truncated_at))
         staged.action, staged.operation = action, operation
         return staged
 
@@ -239,7 +239,7 @@ class BatchWriter:
         if tally.truncated_at is None:
             return None
         if self.config.source.debezium.truncate == "skip":
-            log.warning("micro-batch %s: %d truncate(s) of the source table skipped (source.debezium.truncate = 'skip')", batch_id, tally.skipped["truncate"])
+            log.warning("micro-batch %s: %d truncate(s) of the source table skipped (source.debezium.truncate = 'skip')", batch_id, tally.skipped[TRUNCATE])
             return None
         return tally.truncated_at
 
@@ -312,9 +312,8 @@ class BatchWriter:
         log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, batch.bad_rows, len(bad_files), target)
         return batch.bad_rows + len(bad_files)
 
-    def _write(self, loaded: LoadedBatch, batch_id: int, instant: str, truncated_at: str | None = None) -> StagedWrite:
+    def _write(self, loaded: LoadedBatch, batch_id: int, instant: str, source_table: str | None, truncated_at: str | None) -> StagedWrite:
         batch, bad_files = loaded.batch, loaded.bad_files
-        source_table = self.source_table.check(batch_id, batch.tally.source_tables)
         quarantined = self._quarantine(batch, bad_files, batch_id, instant)
         self.clock.lap("quarantine")
         plan, foreign = self._plan(instant, loaded.incoming)

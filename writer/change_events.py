@@ -36,9 +36,9 @@ from laketide.table.schema import IS_DELETED
 from laketide.writer.connect_schema import Encoding, wire_type
 from laketide.writer.connect_values import Column, Decoding
 from laketide.writer.json_values import parse_values
+from laketide.writer.prepare import TRUNCATE
 
 CHANGES = ("c", "r", "u", "d")
-KINDS = {"t": "truncate", "m": "message"}
 HEARTBEAT_TOPIC = "__debezium-heartbeat"
 
 _SOURCE = pa.struct([
@@ -109,7 +109,7 @@ def change_rows(values: pa.Array, topics: pa.Array, spec: ChangeSpec) -> ChangeR
     event = _event(parsed)
     kinds = _kinds(event, topics, parsed["schema"], tombstone)
     op = event["op"]
-    reasons_array = pc.coalesce(pa.array(reasons, pa.string()), _unknown_op(op, kinds, tombstone))
+    reasons_array = pc.coalesce(pa.array(reasons, pa.string()), _unknown_op(op, kinds))
     is_change = pc.and_(pc.fill_null(pc.is_in(op, pa.array(CHANGES)), False), pc.is_null(reasons_array))
     deleted = pc.fill_null(pc.equal(op, "d"), False)
     columns, column_reasons, unknown = _images(values, parsed["schema"], is_change.to_numpy(zero_copy_only=False), deleted, spec)
@@ -153,12 +153,12 @@ def _kinds(event: dict[str, pa.Array], topics: pa.Array, schema: pa.Array, tombs
             pa.array(tombstone), pc.fill_null(pc.equal(op, "t"), False), pc.fill_null(pc.equal(op, "m"), False),
             pc.and_(no_op, pc.fill_null(transaction, False)), pc.and_(no_op, schema_change), pc.and_(no_op, heartbeat),
         ),
-        "tombstone", "truncate", "message", "transaction", "schema_change", "heartbeat",
+        "tombstone", TRUNCATE, "message", "transaction", "schema_change", "heartbeat",
     )
     return kind.cast(pa.string())
 
 
-def _unknown_op(op: pa.Array, kinds: pa.Array, tombstone: np.ndarray) -> pa.Array:
+def _unknown_op(op: pa.Array, kinds: pa.Array) -> pa.Array:
     unknown = pc.and_(pc.is_null(kinds), pc.invert(pc.fill_null(pc.is_in(op, pa.array(CHANGES)), False)))
     text = pc.binary_join_element_wise("unknown Debezium op '", pc.fill_null(op, "null"), "' (not a change event Debezium sends)", "")
     return pc.if_else(unknown, text, pa.scalar(None, pa.string()))
@@ -194,7 +194,6 @@ def _images(values: pa.Array, schema: pa.ChunkedArray, changes: np.ndarray, dele
 
 def _decode_group(values: pa.Array, deleted: pa.Array, encodings: dict[str, Encoding] | None, declared: list[pa.Field], decoding: Decoding):
     """The declared columns of events of one row schema (``encodings``; ``None``: no schema, types inferred)."""
-    wires = None
     if encodings is not None:
         wires = {f.name: wire_type(encodings[f.name]) for f in declared if f.name in encodings}
         unreadable = [name for name, t in wires.items() if t is None]
@@ -213,8 +212,8 @@ def _decode_group(values: pa.Array, deleted: pa.Array, encodings: dict[str, Enco
     n = len(values)
     reasons = [pa.array([bad.get(i) for i in range(n)], pa.string())]
     columns = {}
+    names = {field.name for field in rows.type} if rows is not None else set()
     for f in declared:
-        names = {field.name for field in rows.type} if rows is not None else set()
         if f.name in unreadable:
             what = f"column '{f.name}': its encoding ({encodings[f.name].type}) cannot be read"
             columns[f.name] = pa.nulls(n, f.type)
