@@ -6,38 +6,21 @@ spark-avro package, which pyspark does not ship). The writer's schema is the ``.
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterator
 
 import pyarrow as pa
 from laketide.index.columns import DECODE_REASON
-from laketide.table.io import FileIO
+from laketide.writer.connect_avro import read_schema
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import StringType, StructField, StructType
 
-from laketide.config import ConfigError
-
 VALUE, PAYLOAD = "_lt_value", "_lt_payload"
-
-
-def read_schema(path: str) -> dict:
-    """The ``.avsc`` file, parsed and checked, on the driver: a bad file stops the job at start."""
-    import fastavro
-
-    try:
-        schema = json.loads(FileIO.for_uri(path).read_text(""))
-        fastavro.parse_schema(schema)
-    except FileNotFoundError:
-        raise ConfigError(f"source.avro_schema = {path!r}: no such file") from None
-    except (ValueError, fastavro.schema.SchemaParseException) as error:
-        raise ConfigError(f"source.avro_schema = {path!r} is not an Avro schema: {error}") from None
-    return schema
 
 
 def decode_avro(records: DataFrame, schema_path: str, value_schema: StructType) -> DataFrame:
     """``records`` with ``VALUE`` (the datum, as ``value_schema``) and ``DECODE_REASON`` beside them."""
-    writer_schema = read_schema(schema_path)
+    writer_schema = read_schema(schema_path)  # on the driver: a bad file stops the job at start
     value_type = to_arrow_type(value_schema)
     out = StructType([*records.schema.fields, StructField(VALUE, value_schema), StructField(DECODE_REASON, StringType())])
 

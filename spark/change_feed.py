@@ -4,9 +4,8 @@
 else with laketide's (``kafka_source.py``); both give Spark's Kafka columns. ``decode_records`` turns
 each record's value into the declared columns: JSON through Spark's ``from_json`` (as landing JSON files
 are read), Avro through fastavro (``avro_values.py``); Confluent's wire format (a zero byte and a
-4-byte schema id before the payload) is recognised and its framing removed. ``change_rows`` turns
-Debezium change events, from Kafka or from landing files, into upserts and deletes ordered by their
-position in the database's log.
+4-byte schema id before the payload) is recognised and its framing removed. Debezium change events are
+handed on as they came (``change_records``), and decoded by the core (``writer.change_decoder``).
 
 A record that cannot become a row goes to quarantine with its reason (``DECODE_REASON``) and, as its raw
 form, a JSON object naming its topic, partition and offset with its value (text when it is UTF-8, else
@@ -23,7 +22,7 @@ from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_FILE, SOURCE_O
 from laketide.table.schema import IS_DELETED
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from laketide.config import EVENT_POSITION, ConfigError, KafkaSection, SourceSection
 from laketide.spark.kafka_source import NAME as PYTHON_KAFKA
@@ -31,7 +30,6 @@ from laketide.spark.kafka_source import KafkaDataSource
 
 log = logging.getLogger(__name__)
 SPARK_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-OPERATIONS = ("c", "r", "u", "d")
 VALUE = "_lt_value"  # a record's decoded value, a struct
 VALUE_TEXT = "_lt_value_text"
 PAYLOAD = "_lt_payload"  # a record's value without Confluent's framing
@@ -140,40 +138,10 @@ def _beside(df: DataFrame, *taken: str) -> list[str]:
 # -- Debezium -------------------------------------------------------------------
 
 
-SOURCE_INFO = StructType([
-    StructField("connector", StringType()), StructField("lsn", LongType()), StructField("file", StringType()),
-    StructField("pos", LongType()), StructField("row", LongType()), StructField("ts_ms", LongType()),
-])
-
-
-def envelope_schema(row_schema: StructType) -> StructType:
-    """A Debezium change event, with or without the JSON converter's ``{"schema", "payload"}`` wrapper."""
-    event = [StructField("before", row_schema), StructField("after", row_schema), StructField("source", SOURCE_INFO),
-             StructField("op", StringType()), StructField("ts_ms", LongType())]
-    return StructType([*event, StructField("payload", StructType(event))])
-
-
 def change_schema(row_schema: StructType) -> StructType:
     """The rows change events become: the row, whether it is a delete, and the event's position."""
     fields = [f for f in row_schema.fields if f.name not in (IS_DELETED, EVENT_POSITION)]
     return StructType([*fields, StructField(IS_DELETED, BooleanType()), StructField(EVENT_POSITION, StringType())])
-
-
-def position(source: Column, ts_ms: Column) -> Column:
-    """The event's place in its database's log, as a fixed-width string that sorts as the log does:
-    Postgres by LSN; MySQL by binlog file number, position and row within the event; else by ``ts_ms``.
-    (Hudi's ``MySqlDebeziumAvroPayload`` orders by file and position only, so the rows of one binlog
-    event tie there; ``PostgresDebeziumAvroPayload`` by LSN, as here.)"""
-    def pad(column: Column, width: int) -> Column:
-        return F.lpad(column.cast("string"), width, "0")
-
-    file_number = F.regexp_extract(source["file"], r"(\d+)$", 1)
-    mysql = F.concat(F.lit("m"), pad(file_number, 10), pad(source["pos"], 20), pad(F.coalesce(source["row"], F.lit(0)), 10))
-    return (
-        F.when(source["lsn"].isNotNull(), F.concat(F.lit("p"), pad(source["lsn"], 20)))
-        .when(source["file"].isNotNull() & source["pos"].isNotNull(), mysql)
-        .otherwise(F.concat(F.lit("t"), pad(F.coalesce(source["ts_ms"], ts_ms), 20)))
-    )
 
 
 def change_records(records: DataFrame) -> DataFrame:
@@ -181,31 +149,3 @@ def change_records(records: DataFrame) -> DataFrame:
     value without Confluent's framing, and where it was. Decoding happens in ``foreachBatch``, where the
     columns of the micro-batch are known (they may come from the events)."""
     return records.select(_unframed(F.col("value")).alias("value"), "topic", "partition", "offset")
-
-
-def change_rows(events: DataFrame, value: str, row_schema: StructType, record_key: list[str]) -> DataFrame:
-    """Change events (the struct column ``value``) as rows: c, r and u upsert ``after``; d deletes the key
-    found in ``before``. An unknown op, or an event without its key, is given its reason."""
-    wrapped = F.col(value)
-    # the JSON converter with schemas wraps the event in "payload"; without them, or from Avro, it is bare
-    event = {name: F.coalesce(wrapped["payload"][name], wrapped[name]) for name in ("before", "after", "source", "op", "ts_ms")}
-    op = event["op"]
-    deleted = op == F.lit("d")
-    row = F.when(deleted, event["before"]).otherwise(event["after"])
-    keyless = row.isNull()
-    for key in record_key:
-        keyless = keyless | row[key].isNull()
-    earlier = F.col(DECODE_REASON) if DECODE_REASON in events.columns else F.lit(None).cast("string")
-    reason = (
-        F.when(earlier.isNotNull(), earlier)
-        .when(op.isNull() | ~op.isin(*OPERATIONS), F.concat(F.lit("unknown Debezium op '"), F.coalesce(op, F.lit("null")), F.lit("'")))
-        .when(keyless, F.lit("the change event has no key (in before for a delete, in after otherwise)"))
-    )
-    fields = change_schema(row_schema).fields[:-2]
-    return events.select(
-        *[row[f.name].alias(f.name) for f in fields],
-        deleted.alias(IS_DELETED),
-        position(event["source"], event["ts_ms"]).alias(EVENT_POSITION),
-        reason.alias(DECODE_REASON),
-        *[c for c in _beside(events, value, DECODE_REASON)],
-    )

@@ -106,7 +106,7 @@ def run(
 
 def _start_query(spark, config: JobConfig, writer: MicroBatchWriter):
     stream = (
-        read_stream(spark, config.source, config.table.record_key)
+        read_stream(spark, config.source)
         .writeStream.queryName(config.stream.query_name)
         .option("checkpointLocation", config.stream.checkpoint)
         .foreachBatch(writer)

@@ -24,7 +24,6 @@ from laketide.table import Table
 from laketide.table.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
-from laketide.writer.change_decoder import schemas_of
 from laketide.writer.change_events import ChangeSpec, output_schema
 from laketide.writer.exchange import Exchange
 from laketide.writer.landing import (
@@ -255,12 +254,13 @@ class MicroBatchWriter(BatchWriter):
         return LoadedBatch(self._prepared(readable, batch_id), incoming, data_schema, bad)
 
     def _read_changes(self, df: DataFrame, batch_id: int) -> LoadedBatch:
-        """A change feed's micro-batch (Kafka records, ``change_feed.change_records``), decoded by the core into the
-        columns found for the whole micro-batch: on the driver when it fits, else in Spark's prepare tasks."""
+        """A change feed's micro-batch (Kafka records, ``change_feed.change_records``, or landing lines,
+        ``sources.landed_lines``), decoded by the core into the columns found for the whole micro-batch: on the
+        driver when it fits, else in Spark's prepare tasks."""
         changes = self.changes
-        if self._kafka_fits_driver(batch_id):
+        if self._changes_fit_driver(batch_id):
             records = df.toArrow()
-            columns = self._columns(lambda: schemas_of(records))
+            columns = self._columns(lambda: changes.schemas(records))
             rows, decoded = changes.rows(records, columns)
             batch = DriverBatch.prepare(rows, self.spec, self.driver_pool, self.clock.timed)
             batch.tally.add(decoded)
@@ -280,11 +280,20 @@ class MicroBatchWriter(BatchWriter):
             return self.changes.declared
         return self.changes.columns(row_schemas(), self.table.schema(self.table.timeline))
 
+    def _changes_fit_driver(self, batch_id: int) -> bool:
+        if self.config.source.format == "kafka":
+            return self._kafka_fits_driver(batch_id)
+        files = self._landing_files(batch_id)
+        return bool(self.config.write.driver_batch_bytes) and files is not None and files[1] <= self.config.write.driver_batch_bytes
+
     def _row_schemas(self, df: DataFrame) -> list[list[dict]]:
         """The distinct row schemas of a micro-batch's change events, found by Spark's tasks."""
+        changes = self.changes
+        if changes.avro is not None:  # one schema, the .avsc's: no Spark job
+            return [changes.avro.row_columns()]
 
         def found(batches):
-            seen = {json.dumps(columns, sort_keys=True) for batch in batches for columns in schemas_of(pa.Table.from_batches([batch]))}
+            seen = {json.dumps(columns, sort_keys=True) for batch in batches for columns in changes.schemas(pa.Table.from_batches([batch]))}
             yield pa.RecordBatch.from_pylist([{"schema": text} for text in sorted(seen)], schema=pa.schema([("schema", pa.string())]))
 
         return [json.loads(row["schema"]) for row in df.mapInArrow(found, "schema string").distinct().collect()]
@@ -348,6 +357,6 @@ class MicroBatchWriter(BatchWriter):
             raise failure from None
         if bad:
             log.warning("landing files Spark cannot read under source.schema: %s", bad)
-        readable = read_files(self.spark, self.config.source, good, self.config.table.record_key)
+        readable = read_files(self.spark, self.config.source, good)
         return (readable if readable is not None else self.spark.createDataFrame([], df.schema)), bad
 

@@ -15,18 +15,8 @@ import re
 from dataclasses import asdict
 
 import pyarrow as pa
-from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
-from laketide.spark.change_feed import (
-    VALUE,
-    change_rows,
-    change_schema,
-    change_records,
-    decode_records,
-    envelope_schema,
-    kafka_stream,
-    plain_rows,
-    with_record_origin,
-)
+from laketide.index.columns import CORRUPT, EVENT_POSITION, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
+from laketide.spark.change_feed import change_records, change_schema, decode_records, kafka_stream, plain_rows, with_record_origin
 from laketide.spark.generator import ARROW_SCHEMA as GENERATOR_SCHEMA
 from laketide.spark.generator import NAME as GENERATOR
 from laketide.spark.generator import GeneratorDataSource, GeneratorSpec
@@ -34,6 +24,7 @@ from laketide.table import Table
 from laketide.table.io import FileIO
 from laketide.table.schema import IS_DELETED
 from laketide.writer.change_decoder import ChangeDecoder
+from laketide.writer.connect_avro import AvroChanges, read_schema
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -63,8 +54,9 @@ def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
 
 
 def decodes_changes(source: SourceSection) -> bool:
-    """Whether the core decodes the micro-batches' records (``writer.change_decoder``): Debezium's JSON from Kafka."""
-    return source.format == "kafka" and source.envelope == "debezium" and source.value_format == "json"
+    """Whether the core decodes the micro-batches' records (``writer.change_decoder``): Debezium's events, from
+    Kafka (JSON or Avro) or from landing files of JSON lines."""
+    return source.envelope == "debezium"
 
 
 def change_decoder(spark: SparkSession, config: JobConfig, table: Table) -> ChangeDecoder:
@@ -75,7 +67,9 @@ def change_decoder(spark: SparkSession, config: JobConfig, table: Table) -> Chan
         declared = to_arrow_schema(change_schema(declared_schema(spark, source)), timezone="UTC")
         declared = pa.schema([f for f in declared if f.name != IS_DELETED])
     required = (*settings.record_key_fields, *settings.partition_fields, *([settings.ordering_field] if settings.ordering_field else []))
-    return ChangeDecoder(declared, tuple(settings.record_key_fields), tuple(r for r in required if r != EVENT_POSITION), source.debezium.decoding())
+    avro = AvroChanges(read_schema(source.avro_schema, config.storage.io_options)) if source.format == "kafka" and source.value_format == "avro" else None
+    return ChangeDecoder(declared, tuple(settings.record_key_fields), tuple(r for r in required if r != EVENT_POSITION),
+                         source.debezium.decoding(), avro)
 
 
 def source_schema(spark: SparkSession, source: SourceSection) -> pa.Schema | None:
@@ -97,8 +91,6 @@ def _configure(reader, spark: SparkSession, source: SourceSection, schema: Struc
         options.update({"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
     options.update(source.options)
     full = schema or declared_schema(spark, source)
-    if source.envelope == "debezium":
-        full = envelope_schema(full)
     if source.format in ("json", "csv"):
         # a new struct: StructType.add changes the one it is called on, which may be the caller's
         full = StructType([*full.fields, StructField(CORRUPT, StringType())])
@@ -114,42 +106,38 @@ def with_origin(df: DataFrame) -> DataFrame:
     )
 
 
-def read_stream(spark: SparkSession, source: SourceSection, record_key: list[str]) -> DataFrame:
+def read_stream(spark: SparkSession, source: SourceSection) -> DataFrame:
     if source.format == "generator":
         spark.dataSource.register(GeneratorDataSource)
         spec = GeneratorSpec(**source.generator.model_dump())
         return spark.readStream.format(GENERATOR).options(**{k: str(v) for k, v in asdict(spec).items()}).load()
     if source.format == "kafka":
-        return kafka_rows(spark, source, record_key)
+        return kafka_rows(spark, source)
+    if decodes_changes(source):
+        return landed_lines(spark, source)
     reader: DataStreamReader = _configure(spark.readStream, spark, source)
     if source.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", source.max_files_per_trigger)
-    return landed_rows(with_origin(reader.load(source.path)), spark, source, record_key)
+    return with_origin(reader.load(source.path))
 
 
-def kafka_rows(spark: SparkSession, source: SourceSection, record_key: list[str]) -> DataFrame:
-    """The topics' records as rows: values decoded, change events flattened, each with its origin."""
+def kafka_rows(spark: SparkSession, source: SourceSection) -> DataFrame:
+    """The topics' records: change events as they came (the core decodes them), else values decoded into rows."""
     if decodes_changes(source):
         return change_records(kafka_stream(spark, source.kafka))
     row_schema = declared_schema(spark, source)
-    value_schema = envelope_schema(row_schema) if source.envelope == "debezium" else row_schema
-    decoded = decode_records(kafka_stream(spark, source.kafka), source, value_schema)
-    rows = change_rows(decoded, VALUE, row_schema, record_key) if source.envelope == "debezium" else plain_rows(decoded, row_schema)
-    return with_record_origin(rows)
+    return with_record_origin(plain_rows(decode_records(kafka_stream(spark, source.kafka), source, row_schema), row_schema))
 
 
-def landed_rows(df: DataFrame, spark: SparkSession, source: SourceSection, record_key: list[str]) -> DataFrame:
-    """Landing-file rows; change events (``source.envelope``) flattened into upserts and deletes."""
-    if source.envelope != "debezium":
-        return df
-    row_schema = declared_schema(spark, source)
-    event_fields = [f.name for f in envelope_schema(row_schema).fields]
-    events = df.select(
-        F.struct(*event_fields).alias(VALUE),
-        F.when(F.col(CORRUPT).isNotNull(), F.lit("malformed record (not valid JSON)")).alias(DECODE_REASON),
-        *[c for c in df.columns if c not in event_fields],
-    )
-    return change_rows(events, VALUE, row_schema, record_key)
+def landed_lines(spark: SparkSession, source: SourceSection) -> DataFrame:
+    """Landing files of change events, one JSON event a line (as Kafka Connect's file and S3 sinks write them),
+    each line with where it was; the core decodes them (``writer.change_decoder.LINE_SCHEMA``). Blank lines are
+    not events."""
+    reader = spark.readStream.format("text").options(**source.options)
+    if source.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", source.max_files_per_trigger)
+    lines = with_origin(reader.load(source.path))
+    return lines.filter(F.trim(F.col("value")) != "").select("value", SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)
 
 
 def _csv_header(path: str, source: SourceSection) -> list[str] | None:
@@ -175,8 +163,7 @@ def read_file(spark: SparkSession, source: SourceSection, path: str) -> DataFram
         if header and sorted(h.strip().lower() for h in header) == sorted(by_name) and [h.strip().lower() for h in header] != list(by_name):
             schema = StructType([by_name[h.strip().lower()] for h in header])
     df = with_origin(_configure(spark.read, spark, source, schema).load(path))
-    fields = envelope_schema(declared).fields if source.envelope == "debezium" else declared.fields
-    columns = [f.name for f in fields] + ([CORRUPT] if source.format in ("json", "csv") else [])
+    columns = [f.name for f in declared.fields] + ([CORRUPT] if source.format in ("json", "csv") else [])
     return df.select(*columns, SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK)
 
 
@@ -207,11 +194,11 @@ def _first_line(exc: Exception) -> str:
     return (causes[-1] if causes else text.strip().splitlines()[0] if text.strip() else type(exc).__name__)[:500]
 
 
-def read_files(spark: SparkSession, source: SourceSection, paths: list[str], record_key: list[str]) -> DataFrame | None:
+def read_files(spark: SparkSession, source: SourceSection, paths: list[str]) -> DataFrame | None:
     frames = [read_file(spark, source, p) for p in paths]
     if not frames:
         return None
     out = frames[0]
     for frame in frames[1:]:
         out = out.unionByName(frame)
-    return landed_rows(out, spark, source, record_key)
+    return out

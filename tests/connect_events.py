@@ -224,3 +224,82 @@ class MySqlTable:
                   "table": "customers", "server_id": self.server, "gtid": f"00000000-0000-0000-0000-00000000000{self.server}:{self.pos}",
                   "file": f"mysql-bin.{self.file:06d}", "pos": self.pos, "row": 0, "thread": 7, "query": None}
         return {"op": op, "ts_ms": self.ts_ms + 3, "before": before, "after": after, "source": source}
+
+
+# -- Avro, as Kafka Connect's AvroConverter writes the same events (Confluent's AvroData.fromConnectSchema) --
+
+AVRO_PRIMITIVES = {"int8": "int", "int16": "int", "int32": "int", "int64": "long", "float32": "float", "float64": "double",
+                   "float": "float", "double": "double", "boolean": "boolean", "string": "string", "bytes": "bytes"}
+CONNECT_LOGICAL = {"org.apache.kafka.connect.data.Date": "date", "org.apache.kafka.connect.data.Timestamp": "timestamp-millis",
+                   "org.apache.kafka.connect.data.Time": "time-millis"}
+
+
+def avro_schema(connect: dict, defined: set[str] | None = None):
+    """The Avro schema AvroData makes of a Connect schema: an optional type as a union with null, int8/int16
+    as int with ``connect.type``, a named type with ``connect.name`` (and Avro's logical type where Connect's
+    Decimal, Date, Timestamp and Time have one), a struct as a record named after it, defined once."""
+    defined = set() if defined is None else defined
+    kind, name = connect["type"], connect.get("name")
+    if kind == "struct":
+        full = name or "ConnectDefault"
+        if full in defined:
+            out = full
+        else:
+            defined.add(full)
+            namespace, _, short = full.rpartition(".")
+            out = {"type": "record", "name": short, **({"namespace": namespace} if namespace else {}),
+                   "fields": [_avro_field(f, defined) for f in connect["fields"]], **({"connect.name": name} if name else {})}
+    elif kind == "array":
+        out = {"type": "array", "items": avro_schema(connect["items"], defined)}
+    else:
+        out = {"type": AVRO_PRIMITIVES[kind]}
+        if kind in ("int8", "int16"):
+            out["connect.type"] = kind
+        if name:
+            out.update({"connect.version": connect.get("version", 1), "connect.name": name})
+            if connect.get("parameters"):
+                out["connect.parameters"] = dict(connect["parameters"])
+            if name == "org.apache.kafka.connect.data.Decimal":
+                parameters = connect["parameters"]
+                out.update({"logicalType": "decimal", "scale": int(parameters["scale"]),
+                            "precision": int(parameters.get("connect.decimal.precision", 64))})
+            elif name in CONNECT_LOGICAL:
+                out["logicalType"] = CONNECT_LOGICAL[name]
+        if set(out) == {"type"}:
+            out = out["type"]
+    return ["null", out] if connect.get("optional") else out
+
+
+def _avro_field(connect: dict, defined: set[str]) -> dict:
+    out = {"name": connect["field"], "type": avro_schema(connect, defined)}
+    return {**out, "default": None} if connect.get("optional") else out
+
+
+def avro_datum(connect: dict, value):
+    """A JSON converter value as the Avro datum of the same Connect schema: bytes from base64."""
+    if value is None:
+        return None
+    kind = connect["type"]
+    if kind == "struct":
+        return {f["field"]: avro_datum(f, value.get(f["field"])) for f in connect["fields"]}
+    if kind == "array":
+        return [avro_datum(connect["items"], v) for v in value]
+    if kind == "bytes":
+        return base64.b64decode(value)
+    return value
+
+
+def avro_value(event: dict, framed: bool = True) -> bytes:
+    """A change event of the JSON converter with schemas, as the Avro converter's value (Confluent's framing:
+    a zero byte and a 4-byte schema id, before the datum)."""
+    import io
+    import struct
+
+    import fastavro
+
+    parsed = fastavro.parse_schema(avro_schema(event["schema"]))
+    out = io.BytesIO()
+    if framed:
+        out.write(b"\x00" + struct.pack(">I", 41))
+    fastavro.schemaless_writer(out, parsed, avro_datum(event["schema"], event["payload"]))
+    return out.getvalue()

@@ -176,3 +176,42 @@ def test_a_mysql_failover_is_counted_and_ts_ms_ordering_keeps_it_in_order():
     assert positions == sorted(positions)
     by_position.binlog_highest = 10  # a later micro-batch of the job: behind what came before
     assert by_position.rows(records.slice(3), columns)[1].binlog_behind == 2
+
+
+def test_avro_events_decode_as_the_same_events_through_the_json_converter():
+    """The Avro converter's values (``avro_schema``: the schema AvroData makes) give the rows the JSON
+    converter's give, with every logical type; the columns taken from the events are the same too; a value
+    that is not a datum of the schema is quarantined, naming the schema setting."""
+    from connect_events import avro_schema, avro_value
+    from laketide.writer.change_decoder import ChangeDecoder
+    from laketide.writer.connect_avro import AvroChanges
+
+    table = PostgresTable(full=True)
+    events = [table.upsert(sample_row(i, 0), op="r") for i in range(6)] + [table.upsert(sample_row(i, 1)) for i in range(3)]
+    events += [table.delete(4), table.upsert(sample_row(2, 2), unchanged=("name", "blob"))]
+    kafka = {"topic": pa.array(["pg.public.orders"] * (len(events) + 2)), "partition": pa.array([0] * (len(events) + 2), pa.int32()),
+             "offset": pa.array(range(len(events) + 2), pa.int64())}
+    as_json = pa.table({"value": pa.array([json.dumps(e).encode() for e in events] + [None, b"{}"], pa.binary()), **kafka})
+    # framing is taken off before the core (``spark.change_feed.change_records``)
+    as_avro = pa.table({"value": pa.array([avro_value(e, framed=False) for e in events] + [None, b"\xff\xfe"], pa.binary()), **kafka})
+    by_json = ChangeDecoder(None, ("id",), ("id",), Decoding())
+    by_avro = ChangeDecoder(None, ("id",), ("id",), Decoding(), AvroChanges(avro_schema(events[0]["schema"])))
+    columns = by_json.columns(by_json.schemas(as_json), None)
+    assert by_avro.columns(by_avro.schemas(as_avro), None) == columns
+    assert columns.field("amount").type == pa.decimal128(10, 2) and columns.field("created_at").type == pa.timestamp("us", "UTC")
+    json_rows, _ = by_json.rows(as_json, columns)
+    avro_rows, _ = by_avro.rows(as_avro, columns)
+    names = [*NAMES, "_hoodie_is_deleted", "_event_position", "_lt_event_kind", "_lt_source_table"]
+    assert avro_rows.select(names).slice(0, len(events) + 1) == json_rows.select(names).slice(0, len(events) + 1)
+    for row, event in zip(avro_rows.to_pylist(), events):
+        assert row["_lt_decode_reason"] is None
+    bad = avro_rows.to_pylist()[-1]
+    assert "not Avro of source.avro_schema" in bad["_lt_decode_reason"] and json.loads(bad["_corrupt_record"])["value_base64"] == "//4="
+
+
+def test_an_avsc_that_is_not_a_change_event_is_refused():
+    from laketide.table.errors import Invalid
+    from laketide.writer.connect_avro import AvroChanges
+
+    with pytest.raises(Invalid, match="not a Debezium change event"):
+        AvroChanges({"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"}]})

@@ -2,6 +2,9 @@
 rows, and where each came from. Spark-free: the driver runs it on a micro-batch it collected, Spark's
 prepare tasks on their part of a larger one.
 
+Records are Kafka records (``RECORD_SCHEMA``) or lines of landing files (``LINE_SCHEMA``); a value is JSON,
+or Avro of ``source.avro_schema`` (``connect_avro``), read as the JSON converter would have written it.
+
 The columns are ``source.schema`` when it is given. Otherwise they come from the events: the table's
 columns, and those the events' schemas add (``connect_values.arrow_type``) through the table's schema
 evolution rules (``table.schema.evolve``): a column added in the source database is added to the table,
@@ -17,25 +20,30 @@ import json
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, SOURCE_FILE, SOURCE_OFFSET
+from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME, SOURCE_OFFSET
 from laketide.table.errors import Invalid
 from laketide.table.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
 
 from laketide.writer.change_events import ChangeSpec, change_rows, row_schemas
+from laketide.writer.connect_avro import AvroChanges
 from laketide.writer.connect_schema import Encoding, arrow_type
 from laketide.writer.connect_values import Decoding
 from laketide.writer.prepare import Tally
 
 # what a reader hands on for each Kafka record: its value without Confluent's framing, and where it was
 RECORD_SCHEMA = pa.schema([("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
+# and for a line of a landing file: the line, and where it was (as ``spark.sources.with_origin`` gives it)
+LINE_SCHEMA = pa.schema([("value", pa.string()), (SOURCE_FILE, pa.string()), (SOURCE_MTIME, pa.timestamp("us", "UTC")), (SOURCE_BLOCK, pa.int64())])
 
 
 class ChangeDecoder:
     """Decodes one table's change feed. ``declared``: ``source.schema`` as Arrow types, or ``None`` to take
-    the columns from the events; ``required``: the columns the table's key, partitioning and ordering need."""
+    the columns from the events; ``required``: the columns the table's key, partitioning and ordering need;
+    ``avro``: the values' Avro schema, when they are Avro."""
 
-    def __init__(self, declared: pa.Schema | None, record_key: tuple[str, ...], required: tuple[str, ...], decoding: Decoding):
-        self.declared, self.record_key, self.required, self.decoding = declared, record_key, required, decoding
+    def __init__(self, declared: pa.Schema | None, record_key: tuple[str, ...], required: tuple[str, ...], decoding: Decoding,
+                 avro: AvroChanges | None = None):
+        self.declared, self.record_key, self.required, self.decoding, self.avro = declared, record_key, required, decoding, avro
         # the highest MySQL binlog file number of the micro-batches decoded so far by this job (the micro-batch
         # thread sets it between micro-batches; tasks get a copy)
         self.binlog_highest: int | None = None
@@ -63,21 +71,41 @@ class ChangeDecoder:
                           f"partitioning or ordering names; columns: {', '.join(merged.names)}")
         return merged
 
+    def schemas(self, records: pa.Table) -> list[list[dict]]:
+        """The distinct row schemas the events of ``records`` carry (``change_events.row_schemas``)."""
+        if self.avro is not None:
+            return [self.avro.row_columns()]
+        return row_schemas(records["value"].combine_chunks())
+
     def rows(self, records: pa.Table, columns: pa.Schema) -> tuple[pa.Table, Tally]:
-        """One row per record (``RECORD_SCHEMA``), decoded into ``columns``, with where it came from and, for
-        one that goes to quarantine, its raw form; and what the records held besides (``Tally``: the columns
-        events carried that ``columns`` lack, MySQL events behind the binlog)."""
+        """One row per record (``RECORD_SCHEMA`` or ``LINE_SCHEMA``), decoded into ``columns``, with where it came
+        from and, for one that goes to quarantine, its raw form; and what the records held besides (``Tally``:
+        the columns events carried that ``columns`` lack, MySQL events behind the binlog)."""
         if EVENT_POSITION not in columns.names:
             columns = columns.append(pa.field(EVENT_POSITION, pa.string()))
-        values = records["value"].combine_chunks()
-        changed = change_rows(values, records["topic"].combine_chunks(), ChangeSpec(columns, self.record_key, self.decoding))
+        values, unread = records["value"].combine_chunks(), None
+        if self.avro is not None:
+            values, unread = self.avro.as_json(values)
+        kafka = "topic" in records.column_names
+        topics = records["topic"].combine_chunks() if kafka else pa.nulls(records.num_rows, pa.string())
+        changed = change_rows(values, topics, ChangeSpec(columns, self.record_key, self.decoding))
         rows = changed.rows
-        partition = pc.utf8_lpad(records["partition"].combine_chunks().cast(pa.string()), 10, "0")
-        origin = pc.binary_join_element_wise(records["topic"].combine_chunks(), partition, "/")
-        rows = rows.append_column(SOURCE_FILE, origin).append_column(SOURCE_OFFSET, records["offset"].combine_chunks().cast(pa.int64()))
+        if unread is not None and any(unread):
+            reasons = pc.coalesce(pa.array(unread, pa.string()), rows[DECODE_REASON])
+            rows = rows.set_column(rows.schema.get_field_index(DECODE_REASON), DECODE_REASON, reasons)
+        if kafka:
+            partition = pc.utf8_lpad(records["partition"].combine_chunks().cast(pa.string()), 10, "0")
+            origin = pc.binary_join_element_wise(records["topic"].combine_chunks(), partition, "/")
+            rows = rows.append_column(SOURCE_FILE, origin).append_column(SOURCE_OFFSET, records["offset"].combine_chunks().cast(pa.int64()))
+            raw = _raw_records(records, rows[DECODE_REASON])
+        else:
+            origin = records[SOURCE_FILE].combine_chunks()
+            for name in (SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK):
+                rows = rows.append_column(name, records[name])
+            raw = pc.if_else(pc.is_valid(rows[DECODE_REASON]), records["value"].cast(pa.string()), pa.scalar(None, pa.string()))
         tally = Tally(unknown_fields=changed.unknown_fields)
         tally.binlog_behind, tally.binlog_highest = _binlog_behind(rows[EVENT_POSITION].combine_chunks(), origin, self.binlog_highest)
-        return rows.append_column(CORRUPT, _raw_records(records, rows[DECODE_REASON])), tally
+        return rows.append_column(CORRUPT, raw), tally
 
 
 def _binlog_behind(positions: pa.Array, partitions: pa.Array, highest: int | None) -> tuple[int, int | None]:
@@ -94,10 +122,6 @@ def _binlog_behind(positions: pa.Array, partitions: pa.Array, highest: int | Non
         before = np.maximum.accumulate(np.concatenate([[highest if highest is not None else -1], seen]))[:-1]
         behind += int((seen < before).sum())
     return behind, int(files.max())
-
-
-def schemas_of(records: pa.Table) -> list[list[dict]]:
-    return row_schemas(records["value"].combine_chunks())
 
 
 def _arrow_schema(columns: list[dict]) -> pa.Schema:

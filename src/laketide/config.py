@@ -147,8 +147,11 @@ class SourceSection(_Section):
                 raise ValueError("source.avro_schema (an .avsc file) is required for source.value_format = 'avro'")
         elif self.format != "generator" and not self.path:
             raise ValueError(f"source.path is required for source.format = {self.format!r}")
-        # change events through the JSON converter with schemas carry their columns (``writer.change_decoder``)
-        from_events = self.format == "kafka" and self.envelope == "debezium" and self.value_format == "json"
+        if self.envelope == "debezium" and self.format in ("csv", "parquet"):
+            raise ValueError(f"source.envelope = 'debezium' reads change events from Kafka or from landing files of JSON lines, not "
+                             f"{self.format}: set source.format = 'json' (one event a line, as Kafka Connect's file and S3 sinks write them)")
+        # change events with their schema (the JSON converter's, Avro's .avsc) carry their columns (``writer.change_decoder``)
+        from_events = self.envelope == "debezium"
         if self.format != "generator" and not self.schema_ddl and not from_events:
             raise ValueError(f"source.schema (Spark DDL) is required for source.format = {self.format!r}")
         return self
