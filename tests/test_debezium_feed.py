@@ -4,7 +4,9 @@ back with hudi-rs and compared with the source table the events describe, after 
 Postgres under REPLICA IDENTITY DEFAULT (a delete's ``before`` holds the key alone, an update has no
 ``before``), into a table partitioned on a column that is not the key; rows that move partition; every
 logical type under Debezium's defaults; and the connector's other messages (transaction metadata,
-heartbeats, schema changes, logical decoding messages) on matched topics.
+heartbeats, schema changes, logical decoding messages) on matched topics. The same events as the Avro
+converter writes them (REPLICA IDENTITY FULL, columns from the .avsc), and MySQL's without their schema,
+through a failover, from landing files of JSON lines.
 """
 
 from __future__ import annotations
@@ -18,7 +20,24 @@ import pytest
 
 from chaoslib import Job, wait_until
 from conftest import hudi_read, rows
-from connect_events import DDL, HEARTBEAT, POSTGRES_COLUMNS, TOAST, Column, LOGICAL_MESSAGE, NAMES, SCHEMA_CHANGE, TRANSACTION_BEGIN, TRANSACTION_END, PostgresTable, sample_row
+from connect_events import (
+    DDL,
+    HEARTBEAT,
+    LOGICAL_MESSAGE,
+    NAMES,
+    POSTGRES_COLUMNS,
+    SCHEMA_CHANGE,
+    TOAST,
+    TRANSACTION_BEGIN,
+    TRANSACTION_END,
+    Column,
+    MySqlTable,
+    PostgresTable,
+    avro_schema,
+    avro_value,
+    decimal_bytes,
+    sample_row,
+)
 from opslib import CLI, ENV
 
 TOPIC, TRANSACTIONS, HEARTBEATS, SCHEMA_TOPIC = "pg.public.orders", "pg.transaction", "__debezium-heartbeat.pg", "pg"
@@ -34,7 +53,10 @@ def conf(root, bootstrap: str, **more: str) -> list[str]:
         "stream.trigger": "available-now", "write.index_shards": "2", "write.parallelism": "2", **more,
     }
     # an empty source.schema leaves it out: the columns come from the events
-    return [a for k, v in settings.items() if not (k == "source.schema" and v == "") for a in ("--conf", f"{k}={v}")]
+    left_out = {"source.schema"} if settings["source.schema"] == "" else set()
+    if settings["source.format"] != "kafka":
+        left_out |= {k for k in settings if k.startswith("source.kafka.")}
+    return [a for k, v in settings.items() if k not in left_out for a in ("--conf", f"{k}={v}")]
 
 
 def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.CompletedProcess:
@@ -45,12 +67,13 @@ def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.Comple
     return done
 
 
-def send(kafka, events: list[dict]) -> None:
-    """Each change event to the partition of its key, as Debezium's producer does."""
+def send(kafka, events: list[dict], avro: bool = False) -> None:
+    """Each change event to the partition of its key, as Debezium's producer does; as the Avro converter's
+    value (Confluent's framing) with ``avro``."""
     for e in events:
         payload = e.get("payload", e)
         image = payload["before"] if payload["op"] == "d" else payload["after"]
-        kafka.produce(TOPIC, image["id"] % 3, {"id": image["id"]}, e)
+        kafka.produce(TOPIC, image["id"] % 3, {"id": image["id"]}, avro_value(e) if avro else e)
 
 
 def table_rows(root) -> list[dict]:
@@ -121,6 +144,94 @@ def test_postgres_events_keep_one_row_per_key_with_every_type_decoded(kafka, tmp
     send(kafka, [source.delete(i) for i in moved if i in source.rows] + [source.upsert(sample_row(i, 9), unchanged=TOASTED) for i in (5, 11, 50)])
     run(tmp_path, kafka.bootstrap, **on)
     assert table_rows(tmp_path) == expected(source)
+
+
+def test_avro_events_with_replica_identity_full_take_their_columns_from_the_avsc(kafka, tmp_path):
+    """The Avro converter's values (Confluent's framing) under the .avsc AvroData makes of the connector's schema,
+    no source.schema: every logical type, full ``before`` images, moves, deletes and TOAST placeholders, on
+    merge-on-read written by Spark's tasks (the decoder travels to them)."""
+    kafka.create_topic(TOPIC, 3)
+    source = PostgresTable(full=True)
+    snapshot = [source.upsert(sample_row(i, 0), op="r") for i in range(24)]
+    (tmp_path / "orders.avsc").write_text(json.dumps(avro_schema(snapshot[0]["schema"])))
+    send(kafka, snapshot, avro=True)
+    on = {"source.schema": "", "source.value_format": "avro", "source.avro_schema": str(tmp_path / "orders.avsc"),
+          "table.type": "MERGE_ON_READ", "write.driver_batch_bytes": "0"}
+    run(tmp_path, kafka.bootstrap, **on)
+    assert table_rows(tmp_path) == as_text_price(expected(source))
+    changes = [source.upsert(sample_row(i, 1)) for i in range(0, 24, 4)]
+    changes += [source.upsert(sample_row(i, 2, region="moved")) for i in range(1, 24, 4)]
+    changes += [source.delete(i) for i in range(2, 24, 4)]
+    changes += [source.upsert(sample_row(i, 3), unchanged=TOASTED) for i in (3, 7, 1)]
+    send(kafka, changes, avro=True)
+    kafka.produce(TOPIC, 2, {"id": 999}, b"\x00\x00\x00\x00\x29\xff")  # framed, but not a datum of the .avsc
+    run(tmp_path, kafka.bootstrap, **on)
+    assert table_rows(tmp_path) == as_text_price(expected(source))
+    bad = quarantined(tmp_path)
+    assert len(bad) == 1 and "not Avro of source.avro_schema" in bad[0]["reason"]
+
+
+def as_text_price(rows: list[dict]) -> list[dict]:
+    """Columns taken from the events store a VariableScaleDecimal as its exact text (its scale varies by row)."""
+    return [{**r, "price": None if r["price"] is None else str(r["price"])} for r in rows]
+
+
+MYSQL_DDL = "id BIGINT, name STRING, region STRING, amount DECIMAL(10,2), born DATE, updated_at TIMESTAMP"
+MYSQL_NAMES = ["id", "name", "region", "amount", "born", "updated_at"]
+
+
+def _mysql_row(i: int, version: int, region: str | None = None) -> dict:
+    return {"id": i, "name": f"c{i}.{version}", "region": region or ("eu", "us")[i % 2], "amount": sample_row(i, version)["amount"],
+            "born": dt.date(1980 + i % 30, 1 + i % 12, 1 + i % 27),
+            "updated_at": dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=i * 37 + version * 1001)}
+
+
+def _mysql_sent(values: dict) -> dict:
+    """As the MySQL connector sends a row without its schema under Debezium's defaults (decimal precise,
+    DATE as days, DATETIME(3) as ms)."""
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return {**values, "amount": decimal_bytes(values["amount"], 2), "born": (values["born"] - dt.date(1970, 1, 1)).days,
+            "updated_at": (values["updated_at"] - epoch) // dt.timedelta(milliseconds=1)}
+
+
+def test_mysql_events_without_their_schema_from_landing_files_through_a_failover(tmp_path):
+    """Landing files of JSON lines (as Kafka Connect's file and S3 sinks write them), MySQL's events with
+    schemas off under a declared source.schema; full before images, moves between partitions; a failover to a
+    server whose binlog numbers start lower, kept in order by ``ordering = "ts_ms"`` and counted; a line that
+    is not JSON goes to quarantine with its file, a blank one is no event."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    mysql, model = MySqlTable(), {}
+
+    def upsert(values: dict) -> dict:
+        model[values["id"]] = values
+        return mysql.upsert(_mysql_sent(values))
+
+    def delete(key: int) -> dict:
+        model.pop(key)
+        return mysql.delete(key)
+
+    def land(name: str, events: list, extra: str = "") -> None:
+        (landing / name).write_text("".join(json.dumps(e) + "\n" for e in events) + extra)
+
+    def read() -> list[dict]:
+        return _normal(rows(hudi_read(tmp_path / "table"), "id", MYSQL_NAMES))
+
+    settings = {"source.format": "json", "source.path": str(landing), "source.schema": MYSQL_DDL, "source.debezium.timestamp_unit": "ms",
+                "source.debezium.ordering": "ts_ms", "table.type": "COPY_ON_WRITE"}
+    land("0001.json", [upsert(_mysql_row(i, 0)) for i in range(16)], extra="\n{not json\n")
+    run(tmp_path, "unused:1", **settings)
+    assert read() == _model(model, MYSQL_NAMES)
+    bad = quarantined(tmp_path)
+    assert len(bad) == 1 and bad[0]["raw"] == "{not json"
+    events = [upsert(_mysql_row(i, 1)) for i in range(0, 16, 3)] + [upsert(_mysql_row(i, 2, region="moved")) for i in (1, 4)]
+    events += [delete(i) for i in (2, 5)]
+    mysql.fail_over()
+    events += [upsert(_mysql_row(i, 3)) for i in (0, 1, 20)] + [delete(7)]
+    land("0002.json", events)
+    done = run(tmp_path, "unused:1", **settings)
+    assert read() == _model(model, MYSQL_NAMES)
+    assert "binlog_behind=4" in done.stderr
 
 
 def test_events_of_two_source_tables_stop_the_job_before_writing(kafka, tmp_path):

@@ -110,7 +110,11 @@ class ChangeDecoder:
 
 def _binlog_behind(positions: pa.Array, partitions: pa.Array, highest: int | None) -> tuple[int, int | None]:
     """How many MySQL events (positions ``m<file number>...``) come after, in their Kafka partition, one of a
-    higher binlog file number, or are below ``highest``; and the highest file number among them."""
+    higher binlog file number, or are below ``highest``; and the highest file number among them. Under
+    ``ordering = "ts_ms"`` a position is the commit time (``t`` and 20 digits) before the log position: such
+    events are counted all the same, as that is when the setting matters."""
+    timed = pc.and_(pc.fill_null(pc.starts_with(positions, "t"), False), pc.greater(pc.utf8_length(positions), 21))
+    positions = pc.if_else(timed, pc.utf8_slice_codeunits(positions, 21), positions)
     mysql = pc.fill_null(pc.starts_with(positions, "m"), False)
     if not pc.any(mysql).as_py():
         return 0, None
