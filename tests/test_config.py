@@ -130,3 +130,14 @@ def test_a_change_feed_into_a_partitioned_table_has_a_global_index_and_refuses_a
     assert config.global_index(partitioned=True) and not config.global_index(partitioned=False)
     with pytest.raises(ConfigError, match="index.global = false"):
         load_config(None, ["index.global=false"], base=base)
+
+
+def test_change_events_come_from_kafka_or_json_lines_and_may_leave_the_schema_out():
+    base = {"table": {"path": "/t", "record_key": ["id"]}, "source": {"format": "json", "path": "/landing", "envelope": "debezium"}}
+    assert load_config(None, [], base=base).source.schema_ddl is None
+    avro = ["source.format=kafka", "source.kafka.bootstrap_servers=b:9092", 'source.kafka.topics=["t"]', "source.value_format=avro",
+            "source.avro_schema=/t.avsc"]
+    assert load_config(None, avro, base=base).source.schema_ddl is None
+    for landing in ("csv", "parquet"):
+        with pytest.raises(ConfigError, match="set source.format = 'json'"):
+            load_config(None, [f"source.format={landing}"], base=base)

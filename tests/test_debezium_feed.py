@@ -232,6 +232,10 @@ def test_mysql_events_without_their_schema_from_landing_files_through_a_failover
     done = run(tmp_path, "unused:1", **settings)
     assert read() == _model(model, MYSQL_NAMES)
     assert "binlog_behind=4" in done.stderr
+    # back to ordering by position would sort every new event before the stored rows: refused before writing
+    land("0003.json", [upsert(_mysql_row(3, 4))])
+    refused = run(tmp_path, "unused:1", expect=2, **{**settings, "source.debezium.ordering": "position"})
+    assert "Keep source.debezium.ordering = 'ts_ms' for this table" in refused.stderr
 
 
 def test_events_of_two_source_tables_stop_the_job_before_writing(kafka, tmp_path):

@@ -37,7 +37,7 @@ from laketide.writer.driver_batch import DriverPool
 from laketide.writer.landing import copy_aside
 from laketide.writer.planning import FirstKeys, every_file_group, plan_instant
 from laketide.writer.preflight import complex_key_encoding
-from laketide.writer.source_table import SOURCE_TABLE_KEY, SourceTable
+from laketide.writer.source_table import SourceTable
 from laketide.writer.prepare import TRUNCATE, PrepareSpec, Tally
 from laketide.writer.report import RECENT_BATCHES, BatchReport, WriterStatus
 
@@ -134,7 +134,8 @@ class BatchWriter:
         self.observers: list[Callable[[BatchReport], None]] = []
         self.views = views or ViewSync(table)
         self.first_keys = FirstKeys(table.io)  # where the small file groups' keys begin, kept between micro-batches
-        self.source_table = SourceTable(table)  # a change feed's one source table
+        # a change feed's one source table, and the ordering of its events
+        self.source_table = SourceTable(table, config.source.debezium.ordering if config.source.envelope == "debezium" else None)
         self._warned_fields: set[str] = set()  # columns of change events not written, each warned of once
         self._warned_binlog = False
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
@@ -347,16 +348,15 @@ class BatchWriter:
             unknown_fields=dict(batch.tally.unknown_fields),
             binlog_behind=batch.tally.binlog_behind,
         )
-        extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata()}
-        if source_table is not None:
-            extra[SOURCE_TABLE_KEY] = source_table
+        extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata(),
+                 **self.source_table.commit_metadata(source_table)}
         return StagedWrite(batch_id, instant, report, stats, extra, replaced, [(status.partition, status.file_id) for status in statuses], foreign)
 
     def _commit(self, staged: StagedWrite) -> None:
         foreign = staged.foreign
         self.index.write_coverage(staged.instant, staged.written, uncovered=foreign.touched, uncover_all=foreign.everything)
         self.coordinator.commit(staged.instant, staged.stats, staged.extra, action=staged.action, operation=staged.operation, replaced_file_ids=staged.replaced)
-        self.source_table.committed(staged.extra.get(SOURCE_TABLE_KEY))
+        self.source_table.committed(staged.extra)
         self.clock.lap("commit")
         self._on_step("committed", staged.batch_id)
 
