@@ -146,6 +146,6 @@ def change_schema(row_schema: StructType) -> StructType:
 
 def change_records(records: DataFrame) -> DataFrame:
     """Kafka records of Debezium change events as the core decodes them (``writer.change_decoder``): each
-    value without Confluent's framing, and where it was. Decoding happens in ``foreachBatch``, where the
-    columns of the micro-batch are known (they may come from the events)."""
-    return records.select(_unframed(F.col("value")).alias("value"), "topic", "partition", "offset")
+    value as it came (its framing says an Avro value's schema id), and where it was. Decoding happens in
+    ``foreachBatch``, where the columns of the micro-batch are known (they may come from the events)."""
+    return records.select("value", "topic", "partition", "offset")

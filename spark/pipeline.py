@@ -38,6 +38,7 @@ from laketide.writer.landing import (
 )
 from laketide.writer.prepare import ArrivalCounter, Tally, prepare, prepare_in_order, set_aside, with_earlier_values
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
@@ -276,9 +277,13 @@ class MicroBatchWriter(BatchWriter):
     def _columns(self, row_schemas: Callable[[], list[list[dict]]]) -> pa.Schema:
         """The columns of a change feed's micro-batch: ``source.schema``'s, else the table's with those of the events'
         ``row_schemas``, which are found (and the table's schema read) only then."""
-        if self.changes.declared is not None:
-            return self.changes.declared
-        return self.changes.columns(row_schemas(), self.table.schema(self.table.timeline))
+        changes = self.changes
+        if not changes.reads_schemas:
+            return changes.declared
+        schemas = row_schemas()  # also looks the Avro values' schema ids up, before Spark's tasks get the decoder
+        if changes.declared is not None:
+            return changes.declared
+        return changes.columns(schemas, self.table.schema(self.table.timeline))
 
     def _changes_fit_driver(self, batch_id: int) -> bool:
         if self.config.source.format == "kafka":
@@ -289,8 +294,10 @@ class MicroBatchWriter(BatchWriter):
     def _row_schemas(self, df: DataFrame) -> list[list[dict]]:
         """The distinct row schemas of a micro-batch's change events, found by Spark's tasks."""
         changes = self.changes
-        if changes.avro is not None:  # one schema, the .avsc's: no Spark job
-            return [changes.avro.row_columns()]
+        if changes.avro is not None:  # the schemas of the values' ids (or the .avsc's), found on the driver
+            ids = df.select(F.when((F.length("value") >= 5) & (F.substring("value", 1, 1) == F.lit(bytes([0]))),
+                                   F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("long")).alias("id")).distinct().collect()
+            return changes.avro.row_schemas({row["id"] for row in ids})
 
         def found(batches):
             seen = {json.dumps(columns, sort_keys=True) for batch in batches for columns in changes.schemas(pa.Table.from_batches([batch]))}

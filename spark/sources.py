@@ -24,7 +24,8 @@ from laketide.table import Table
 from laketide.table.io import FileIO
 from laketide.table.schema import IS_DELETED
 from laketide.writer.change_decoder import ChangeDecoder
-from laketide.writer.connect_avro import AvroChanges, read_schema
+from laketide.writer.connect_avro import AvroValues, read_schema
+from laketide.writer.schema_registry import SchemaRegistry
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -67,7 +68,11 @@ def change_decoder(spark: SparkSession, config: JobConfig, table: Table) -> Chan
         declared = to_arrow_schema(change_schema(declared_schema(spark, source)), timezone="UTC")
         declared = pa.schema([f for f in declared if f.name != IS_DELETED])
     required = (*settings.record_key_fields, *settings.partition_fields, *([settings.ordering_field] if settings.ordering_field else []))
-    avro = AvroChanges(read_schema(source.avro_schema, config.storage.io_options)) if source.format == "kafka" and source.value_format == "avro" else None
+    avro = None
+    if source.format == "kafka" and source.value_format == "avro":
+        fixed = read_schema(source.avro_schema, config.storage.io_options) if source.avro_schema else None
+        registry = source.schema_registry
+        avro = AvroValues(fixed, SchemaRegistry(registry.url, registry.options) if registry.url else None)
     return ChangeDecoder(declared, tuple(settings.record_key_fields), tuple(r for r in required if r != EVENT_POSITION),
                          source.debezium.decoding(), avro)
 

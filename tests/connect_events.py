@@ -139,7 +139,9 @@ class PostgresTable:
 
     def delete(self, key: int) -> dict:
         old = self.rows.pop(key)
-        before = dict(old) if self.full else {c.name: (key if c.name == "id" else None) for c in self.columns}
+        # REPLICA IDENTITY DEFAULT: the old tuple holds the key alone; Debezium fills a required column it lacks with
+        # the column's default, else its type's fallback (JdbcValueConverters.convertValue), an optional one with null
+        before = dict(old) if self.full else {c.name: (key if c.name == "id" else _missing(c)) for c in self.columns}
         return self._event("d", before, None)
 
     def truncate(self) -> dict:
@@ -148,6 +150,15 @@ class PostgresTable:
 
     def expected(self, names: list[str]) -> list[dict]:
         return [{n: self.rows[k].get(n) for n in names} for k in sorted(self.rows)]
+
+
+FALLBACKS = {"int8": 0, "int16": 0, "int32": 0, "int64": 0, "float": 0.0, "double": 0.0, "boolean": False, "string": "", "bytes": ""}
+
+
+def _missing(column: Column):
+    if column.schema.get("optional", True):
+        return None
+    return column.schema["default"] if "default" in column.schema else FALLBACKS[column.schema["type"]]
 
 
 @dataclass(frozen=True)
@@ -289,7 +300,7 @@ def avro_datum(connect: dict, value):
     return value
 
 
-def avro_value(event: dict, framed: bool = True) -> bytes:
+def avro_value(event: dict, framed: bool = True, schema_id: int = 41) -> bytes:
     """A change event of the JSON converter with schemas, as the Avro converter's value (Confluent's framing:
     a zero byte and a 4-byte schema id, before the datum)."""
     import io
@@ -300,6 +311,6 @@ def avro_value(event: dict, framed: bool = True) -> bytes:
     parsed = fastavro.parse_schema(avro_schema(event["schema"]))
     out = io.BytesIO()
     if framed:
-        out.write(b"\x00" + struct.pack(">I", 41))
+        out.write(b"\x00" + struct.pack(">I", schema_id))
     fastavro.schemaless_writer(out, parsed, avro_datum(event["schema"], event["payload"]))
     return out.getvalue()

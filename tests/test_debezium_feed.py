@@ -67,13 +67,13 @@ def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.Comple
     return done
 
 
-def send(kafka, events: list[dict], avro: bool = False) -> None:
+def send(kafka, events: list[dict], avro: bool = False, schema_id: int = 41) -> None:
     """Each change event to the partition of its key, as Debezium's producer does; as the Avro converter's
-    value (Confluent's framing) with ``avro``."""
+    value (Confluent's framing, ``schema_id``) with ``avro``."""
     for e in events:
         payload = e.get("payload", e)
         image = payload["before"] if payload["op"] == "d" else payload["after"]
-        kafka.produce(TOPIC, image["id"] % 3, {"id": image["id"]}, avro_value(e) if avro else e)
+        kafka.produce(TOPIC, image["id"] % 3, {"id": image["id"]}, avro_value(e, schema_id=schema_id) if avro else e)
 
 
 def table_rows(root) -> list[dict]:
@@ -174,6 +174,51 @@ def test_avro_events_with_replica_identity_full_take_their_columns_from_the_avsc
 def as_text_price(rows: list[dict]) -> list[dict]:
     """Columns taken from the events store a VariableScaleDecimal as its exact text (its scale varies by row)."""
     return [{**r, "price": None if r["price"] is None else str(r["price"])} for r in rows]
+
+
+@pytest.fixture
+def registry():
+    from schema_registry import SchemaRegistryServer
+
+    server = SchemaRegistryServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_avro_values_under_the_schema_registry_take_an_added_column_as_it_comes(kafka, registry, tmp_path):
+    """Each value read under the registry's schema of the id in its framing: events before and after a column
+    was added, in one micro-batch, give the table both; each id is asked for once per job; an id the registry
+    lacks is quarantined. Copy-on-write, written by Spark's tasks (the ids are looked up before they start)."""
+    kafka.create_topic(TOPIC, 3)
+    four = [c for c in POSTGRES_COLUMNS if c.name in ("id", "name", "region", "amount", "created_at")]
+    middle = Column("middle_name", "STRING", {"type": "string", "optional": True})
+    old, new = PostgresTable(columns=four), PostgresTable(columns=[*four, middle])
+    names = [c.name for c in four]
+
+    def row(i: int, version: int) -> dict:
+        return {k: sample_row(i, version)[k] for k in names}
+
+    snapshot = [old.upsert(row(i, 0), op="r") for i in range(10)]
+    old_id = registry.register(f"{TOPIC}-value", avro_schema(snapshot[0]["schema"]))
+    send(kafka, snapshot, avro=True, schema_id=old_id)
+    new.rows, new.lsn = {k: {**v, "middle_name": None} for k, v in old.rows.items()}, old.lsn
+    added = [new.upsert({**row(i, 1), "middle_name": f"m{i}"}) for i in (2, 3, 20)]
+    new_id = registry.register(f"{TOPIC}-value", avro_schema(added[0]["schema"]))
+    send(kafka, added, avro=True, schema_id=new_id)
+    kafka.produce(TOPIC, 0, {"id": 1}, b"\x00\x00\x00\x03\xe7\x00\x02")  # framed with an id the registry lacks
+    on = {"source.schema": "", "source.value_format": "avro", "source.schema_registry.url": registry.url,
+          "write.driver_batch_bytes": "0"}
+    run(tmp_path, kafka.bootstrap, **on)
+    wanted = [*names, "middle_name"]
+    assert _read_or_none(tmp_path, wanted) == _model(new.rows, wanted)
+    bad = quarantined(tmp_path)
+    assert len(bad) == 1 and bad[0]["reason"] == f"schema id 999 is not in the schema registry {registry.url}"
+    assert sorted(registry.lookups) == sorted({old_id, new_id, 999})
+    send(kafka, [new.upsert({**row(i, 2), "middle_name": f"n{i}"}) for i in (4, 5)] + [new.delete(6)], avro=True, schema_id=new_id)
+    run(tmp_path, kafka.bootstrap, **on)
+    assert _read_or_none(tmp_path, wanted) == _model(new.rows, wanted)
 
 
 MYSQL_DDL = "id BIGINT, name STRING, region STRING, amount DECIMAL(10,2), born DATE, updated_at TIMESTAMP"

@@ -3,7 +3,8 @@ rows, and where each came from. Spark-free: the driver runs it on a micro-batch 
 prepare tasks on their part of a larger one.
 
 Records are Kafka records (``RECORD_SCHEMA``) or lines of landing files (``LINE_SCHEMA``); a value is JSON,
-or Avro of ``source.avro_schema`` (``connect_avro``), read as the JSON converter would have written it.
+or Avro under the schema registry's schema of its id or ``source.avro_schema`` (``connect_avro``), read as the
+JSON converter would have written it. Confluent's framing (a zero byte and a schema id) is taken off here.
 
 The columns are ``source.schema`` when it is given. Otherwise they come from the events: the table's
 columns, and those the events' schemas add (``connect_values.arrow_type``) through the table's schema
@@ -25,12 +26,13 @@ from laketide.table.errors import Invalid
 from laketide.table.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
 
 from laketide.writer.change_events import ChangeSpec, change_rows, row_schemas
-from laketide.writer.connect_avro import AvroChanges
+from laketide.writer.connect_avro import AvroValues, schema_ids
+from laketide.writer.schema_registry import MAGIC
 from laketide.writer.connect_schema import Encoding, arrow_type
 from laketide.writer.connect_values import Decoding
 from laketide.writer.prepare import Tally
 
-# what a reader hands on for each Kafka record: its value without Confluent's framing, and where it was
+# what a reader hands on for each Kafka record: its value, and where it was
 RECORD_SCHEMA = pa.schema([("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
 # and for a line of a landing file: the line, and where it was (as ``spark.sources.with_origin`` gives it)
 LINE_SCHEMA = pa.schema([("value", pa.string()), (SOURCE_FILE, pa.string()), (SOURCE_MTIME, pa.timestamp("us", "UTC")), (SOURCE_BLOCK, pa.int64())])
@@ -39,14 +41,20 @@ LINE_SCHEMA = pa.schema([("value", pa.string()), (SOURCE_FILE, pa.string()), (SO
 class ChangeDecoder:
     """Decodes one table's change feed. ``declared``: ``source.schema`` as Arrow types, or ``None`` to take
     the columns from the events; ``required``: the columns the table's key, partitioning and ordering need;
-    ``avro``: the values' Avro schema, when they are Avro."""
+    ``avro``: how the values are read, when they are Avro."""
 
     def __init__(self, declared: pa.Schema | None, record_key: tuple[str, ...], required: tuple[str, ...], decoding: Decoding,
-                 avro: AvroChanges | None = None):
+                 avro: AvroValues | None = None):
         self.declared, self.record_key, self.required, self.decoding, self.avro = declared, record_key, required, decoding, avro
         # the highest MySQL binlog file number of the micro-batches decoded so far by this job (the micro-batch
         # thread sets it between micro-batches; tasks get a copy)
         self.binlog_highest: int | None = None
+
+    @property
+    def reads_schemas(self) -> bool:
+        """Whether a micro-batch's schemas must be read before its rows: for its columns (no ``source.schema``),
+        or to look its Avro values' schema ids up in the registry."""
+        return self.declared is None or (self.avro is not None and self.avro.registry is not None)
 
     def columns(self, schemas: list[list[dict]], table: pa.Schema | None) -> pa.Schema:
         """The columns a micro-batch whose events carry ``schemas`` (``change_events.row_schemas``) is decoded
@@ -73,9 +81,10 @@ class ChangeDecoder:
 
     def schemas(self, records: pa.Table) -> list[list[dict]]:
         """The distinct row schemas the events of ``records`` carry (``change_events.row_schemas``)."""
+        values = records["value"].combine_chunks()
         if self.avro is not None:
-            return [self.avro.row_columns()]
-        return row_schemas(records["value"].combine_chunks())
+            return self.avro.row_schemas(schema_ids(values))
+        return row_schemas(_unframed(values))
 
     def rows(self, records: pa.Table, columns: pa.Schema) -> tuple[pa.Table, Tally]:
         """One row per record (``RECORD_SCHEMA`` or ``LINE_SCHEMA``), decoded into ``columns``, with where it came
@@ -86,6 +95,8 @@ class ChangeDecoder:
         values, unread = records["value"].combine_chunks(), None
         if self.avro is not None:
             values, unread = self.avro.as_json(values)
+        elif "topic" in records.column_names:
+            values = _unframed(values)
         kafka = "topic" in records.column_names
         topics = records["topic"].combine_chunks() if kafka else pa.nulls(records.num_rows, pa.string())
         changed = change_rows(values, topics, ChangeSpec(columns, self.record_key, self.decoding))
@@ -106,6 +117,16 @@ class ChangeDecoder:
         tally = Tally(unknown_fields=changed.unknown_fields)
         tally.binlog_behind, tally.binlog_highest = _binlog_behind(rows[EVENT_POSITION].combine_chunks(), origin, self.binlog_highest)
         return rows.append_column(CORRUPT, raw), tally
+
+
+def _unframed(values: pa.Array) -> pa.Array:
+    """JSON values without Confluent's framing, where they have it (the JSON Schema converter's); a JSON text
+    never begins with a zero byte."""
+    values = values.cast(pa.binary())
+    framed = pc.fill_null(pc.and_(pc.starts_with(values, bytes([MAGIC])), pc.greater_equal(pc.binary_length(values), 5)), False)
+    if not pc.any(framed).as_py():
+        return values
+    return pc.if_else(framed, pc.binary_slice(values, 5), values)
 
 
 def _binlog_behind(positions: pa.Array, partitions: pa.Array, highest: int | None) -> tuple[int, int | None]:

@@ -1,6 +1,7 @@
 """Debezium's Avro (Kafka Connect's AvroConverter) read as its JSON converter would have written it.
 
-The writer's schema is the ``.avsc`` file ``source.avro_schema`` names. Kafka Connect keeps a column's Connect
+The writer's schema of a value is the schema registry's schema of the id in its Confluent framing
+(``schema_registry``), else the ``.avsc`` file ``source.avro_schema`` names. Kafka Connect keeps a column's Connect
 type and semantic name in the Avro schema (``connect.type``, ``connect.name``, ``connect.parameters``; Confluent's
 ``AvroData.fromConnectSchema``), so the Connect schema of the envelope is derived from it once. Each datum is
 read with fastavro without its Avro logical types (a Decimal's bytes, a date's days, as they are on the wire)
@@ -18,6 +19,8 @@ import math
 import pyarrow as pa
 from laketide.table.errors import Invalid
 from laketide.table.io import FileIO
+
+from laketide.writer.schema_registry import SchemaRegistry, UnknownSchema, framing
 
 # Avro's primitive types as Connect's (AvroData: an int carries connect.type int8 or int16 when it was one)
 AVRO_TO_CONNECT = {"int": "int32", "long": "int64", "float": "float", "double": "double", "boolean": "boolean", "string": "string",
@@ -57,26 +60,22 @@ class AvroChanges:
         images = {f["field"]: f for f in self.connect["fields"]}
         return (images.get("after") or images["before"]).get("fields", [])
 
-    def as_json(self, payloads: pa.Array) -> tuple[pa.Array, list[str | None]]:
-        """Each Avro datum (without Confluent's framing) as a JSON converter value; a null stays null (a
-        tombstone); one that is not a datum of the schema gets an empty object and its reason."""
+    def as_json(self, payload: bytes) -> bytes:
+        """One Avro datum (without Confluent's framing) as a JSON converter value; raises ``ValueError``, with
+        why, when it is not a datum of the schema."""
         import fastavro
 
-        out: list[bytes | None] = []
-        reasons: list[str | None] = []
-        for payload in payloads.to_pylist():
-            reason = None
-            if payload is None:
-                value = None
-            else:
-                try:
-                    datum = fastavro.schemaless_reader(io.BytesIO(payload), self.parsed)
-                    value = b'{"schema":' + self._schema_json + b',"payload":' + json.dumps(_jsonable(datum)).encode() + b"}"
-                except Exception as error:  # fastavro raises what the bytes make it raise
-                    value, reason = b"{}", f"the value is not Avro of source.avro_schema ({type(error).__name__}: {error})"
-            out.append(value)
-            reasons.append(reason)
-        return pa.array(out, pa.binary()), reasons
+        read = io.BytesIO(payload)
+        try:
+            datum = fastavro.schemaless_reader(read, self.parsed)
+        except Exception as error:  # fastavro raises what the bytes make it raise
+            raise ValueError(f"{type(error).__name__}: {error}") from None
+        # Avro does not describe itself: a value written under another schema (a column added in the source)
+        # may still read as some datum, but then seldom ends where the value does
+        left = len(payload) - read.tell()
+        if left:
+            raise ValueError(f"{left} bytes left after its datum")
+        return b'{"schema":' + self._schema_json + b',"payload":' + json.dumps(_jsonable(datum)).encode() + b"}"
 
     def _connect(self, avro, optional: bool) -> dict:
         """The Connect schema (as the JSON converter writes it) of an Avro type."""
@@ -117,6 +116,72 @@ class AvroChanges:
         self._named.setdefault(name, avro)
         if namespace and "." not in name:
             self._named.setdefault(f"{namespace}.{name}", avro)
+
+
+class AvroValues:
+    """Avro values of change events: each under the registry's schema of its id, or the ``.avsc``'s (``fixed``).
+    The micro-batch thread resolves a micro-batch's ids (``resolve``) before Spark's tasks get a copy."""
+
+    def __init__(self, fixed: dict | None = None, registry: SchemaRegistry | None = None):
+        self.fixed = AvroChanges(fixed) if fixed is not None else None
+        self.registry = registry
+        self.by_id: dict[int, AvroChanges | str] = {}  # an id's schema, or why it has none
+
+    def resolve(self, ids: set[int]) -> None:
+        """The schemas of ``ids``, fetched from the registry once each (none without a registry)."""
+        if self.registry is None:
+            return
+        for schema_id in sorted(ids - set(self.by_id)):
+            try:
+                self.by_id[schema_id] = AvroChanges(self.registry.schema(schema_id))
+            except UnknownSchema as error:
+                self.by_id[schema_id] = str(error)
+            except Invalid as error:
+                if "not a Debezium change event" not in str(error):
+                    raise
+                self.by_id[schema_id] = f"schema id {schema_id} of the schema registry is not a change event's ({error})"
+
+    def row_schemas(self, ids: set[int | None]) -> list[list[dict]]:
+        """The row schemas of values framed with ``ids`` (``None``: not framed)."""
+        self.resolve({i for i in ids if i is not None})
+        found = [self._changes(i) for i in ids]
+        return [changes.row_columns() for changes in found if isinstance(changes, AvroChanges)]
+
+    def as_json(self, values: pa.Array) -> tuple[pa.Array, list[str | None]]:
+        """Each value as a JSON converter value; a null stays null (a tombstone); one that cannot be read gets an
+        empty object and its reason."""
+        out: list[bytes | None] = []
+        reasons: list[str | None] = []
+        for value in values.to_pylist():
+            schema_id, payload = framing(value)
+            reason = None
+            if payload is not None:
+                changes = self._changes(schema_id)
+                if isinstance(changes, str):
+                    payload, reason = b"{}", changes
+                else:
+                    try:
+                        payload = changes.as_json(payload)
+                    except ValueError as error:
+                        where = "source.avro_schema" if changes is self.fixed else f"schema id {schema_id} of the schema registry"
+                        payload, reason = b"{}", f"the value is not Avro of {where} ({error})" + (
+                            "; if the source's columns changed, put the topic's current schema in source.avro_schema, or use "
+                            "source.schema_registry" if changes is self.fixed else "")
+            out.append(payload)
+            reasons.append(reason)
+        return pa.array(out, pa.binary()), reasons
+
+    def _changes(self, schema_id: int | None) -> AvroChanges | str:
+        if self.registry is not None and schema_id is not None:
+            return self.by_id.get(schema_id, f"schema id {schema_id} was not looked up")
+        if self.fixed is not None:
+            return self.fixed
+        return "the value is not in Confluent's wire format (a zero byte and a schema id), so the schema registry cannot say its schema"
+
+
+def schema_ids(values: pa.Array) -> set[int | None]:
+    """The schema ids of Confluent-framed values (``None`` for a value that is not framed); nulls left out."""
+    return {framing(v)[0] for v in values.to_pylist() if v is not None}
 
 
 def _without_logical_types(avro):

@@ -118,6 +118,14 @@ class DebeziumSection(_Section):
         return Decoding(self.timestamp_unit, self.decimal_handling, self.ordering)
 
 
+class SchemaRegistrySection(_Section):
+    """A schema registry (Confluent's REST API) that gives each Avro value's schema by the id in its framing."""
+
+    url: str | None = None  # e.g. http://registry:8081
+    # the client's own options, as Confluent's clients name them: basic.auth.user.info = "user:password"
+    options: dict[str, str] = Field(default_factory=dict)
+
+
 class SourceSection(_Section):
     format: Literal["json", "parquet", "csv", "generator", "kafka"] = "generator"
     path: str | None = None
@@ -129,6 +137,7 @@ class SourceSection(_Section):
     # how a Kafka record's value is encoded: JSON under source.schema, or Avro under source.avro_schema
     value_format: Literal["json", "avro"] = "json"
     avro_schema: str | None = None  # an .avsc file
+    schema_registry: SchemaRegistrySection = Field(default_factory=SchemaRegistrySection)
     # "debezium": each record is a change event (op, before, after, source), its row in before or after
     envelope: Literal["none", "debezium"] = "none"
     debezium: DebeziumSection = Field(default_factory=DebeziumSection)
@@ -143,8 +152,9 @@ class SourceSection(_Section):
                 raise ValueError("source.kafka.bootstrap_servers is required for source.format = 'kafka'")
             if bool(kafka.topics) == bool(kafka.topic_pattern):
                 raise ValueError("give source.kafka.topics or source.kafka.topic_pattern, one of them")
-            if self.value_format == "avro" and not self.avro_schema:
-                raise ValueError("source.avro_schema (an .avsc file) is required for source.value_format = 'avro'")
+            if self.value_format == "avro" and not self.avro_schema and not (self.envelope == "debezium" and self.schema_registry.url):
+                raise ValueError("source.avro_schema (an .avsc file) is required for source.value_format = 'avro'"
+                                 + (", or source.schema_registry.url" if self.envelope == "debezium" else ""))
         elif self.format != "generator" and not self.path:
             raise ValueError(f"source.path is required for source.format = {self.format!r}")
         if self.envelope == "debezium" and self.format in ("csv", "parquet"):
