@@ -190,7 +190,8 @@ def registry():
 def test_avro_values_under_the_schema_registry_take_an_added_column_as_it_comes(kafka, registry, tmp_path):
     """Each value read under the registry's schema of the id in its framing: events before and after a column
     was added, in one micro-batch, give the table both; each id is asked for once per job; an id the registry
-    lacks is quarantined. Copy-on-write, written by Spark's tasks (the ids are looked up before they start)."""
+    lacks is quarantined. Copy-on-write without partitions, written by Spark's tasks (the ids are looked up
+    before they start)."""
     kafka.create_topic(TOPIC, 3)
     four = [c for c in POSTGRES_COLUMNS if c.name in ("id", "name", "region", "amount", "created_at")]
     middle = Column("middle_name", "STRING", {"type": "string", "optional": True})
@@ -209,7 +210,7 @@ def test_avro_values_under_the_schema_registry_take_an_added_column_as_it_comes(
     send(kafka, added, avro=True, schema_id=new_id)
     kafka.produce(TOPIC, 0, {"id": 1}, b"\x00\x00\x00\x03\xe7\x00\x02")  # framed with an id the registry lacks
     on = {"source.schema": "", "source.value_format": "avro", "source.schema_registry.url": registry.url,
-          "write.driver_batch_bytes": "0"}
+          "write.driver_batch_bytes": "0", "table.partition_by": "[]"}  # and a table without partitions
     run(tmp_path, kafka.bootstrap, **on)
     wanted = [*names, "middle_name"]
     assert _read_or_none(tmp_path, wanted) == _model(new.rows, wanted)
