@@ -8,6 +8,10 @@ As Apache Hudi's ``StorageBasedLockProvider`` (RFC-91) does, the lease is one ob
   thread; a renewal that finds another version means the lease was taken over;
 - release writes it expired, so the next writer takes it at once.
 
+A store that ignores the conditions (some S3-compatible servers do) would let two takers both win, so
+the first ``acquire`` of a lease proves both on a scratch object (``probe_conditional_writes``) and a
+store that fails is refused, naming what it lacks and the way out.
+
 Clocks: expiry is a wall-clock time that the holder writes and any taker compares with its own
 clock, so the hosts' clocks must agree to well within ``ttl / 3`` (NTP gives milliseconds). The
 holder stops counting itself the holder ``ttl / 3`` before the expiry it wrote: a heartbeat that is
@@ -22,6 +26,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 from laketide.coordinator.lease import Lease, LeaseHeld, LeaseHolder, LeaseLost
@@ -30,6 +35,31 @@ from laketide.table.io import FileIO
 
 log = logging.getLogger(__name__)
 LEASE_OBJECT = ".hoodie/.laketide/lease.json"
+PROBE_DIR = ".hoodie/.laketide/probe"
+
+
+def probe_conditional_writes(io: FileIO) -> None:
+    """Raise ``Invalid`` unless the store honours a create-if-absent PUT (If-None-Match: *) and a PUT on a stale
+    ETag (If-Match): a second create and a stale replace of one scratch object must both fail."""
+    path = f"{PROBE_DIR}/{uuid.uuid4().hex}"
+    lacks = []
+    try:
+        if io.create_versioned(path, b"first") is None:
+            raise Invalid(f"the object store of {io.base_path} did not create the new object {path}; check the table's path and credentials")
+        if io.create_versioned(path, b"second") is not None:
+            lacks.append("create-if-absent (a PUT with If-None-Match: *)")
+        found = io.read_versioned(path)
+        current = found[1] if found is not None else ""
+        if io.replace_versioned(path, b"third", current) is None:
+            lacks.append("replace-if-match (a PUT with If-Match on the current ETag failed)")
+        elif io.replace_versioned(path, b"fourth", current) is not None:
+            lacks.append("replace-if-match (a PUT with If-Match on a stale ETag succeeded)")
+    finally:
+        io.delete(path)
+    if lacks:
+        raise Invalid(f"the object store of {io.base_path} does not honour conditional writes: it lacks {' and '.join(lacks)}. "
+                      "The storage lease needs them to keep one writer per table; on this store use coordinator.lease = 'zookeeper' "
+                      "(with coordinator.zookeeper), or 'local' for a table only one machine writes.")
 
 
 class StorageLease(Lease):
@@ -50,6 +80,7 @@ class StorageLease(Lease):
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards the ETag and validity between the heartbeat and the caller
         self._heartbeat: threading.Thread | None = None
+        self._probed = False  # the store's conditional writes, proven once by the first acquire
         self.holder = None
 
     # -- reading ---------------------------------------------------------
@@ -75,6 +106,9 @@ class StorageLease(Lease):
     # -- taking and keeping ---------------------------------------------
 
     def acquire(self, timeout: float = 0.0) -> LeaseHolder:
+        if not self._probed:
+            probe_conditional_writes(self.io)
+            self._probed = True
         deadline = time.monotonic() + timeout
         while True:
             state, e_tag = self._read()

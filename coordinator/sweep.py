@@ -12,6 +12,15 @@ such markers name until ``MARKER_GRACE_SECONDS`` after the marker was
 written, and then the marker. The cost follows what is left over, not the
 table: one listing of ``.hoodie/.temp`` and of the outcomes, and one delete
 per marker of an instant that did not complete, written in the last hour.
+
+A compaction is the one write that a second writer completes at the same
+instant time as the first (it runs the same plan). A stale first writer that
+wakes after that completion may still finish a base file of that instant:
+a second base file of one instant in one file group, which readers refuse.
+Its marker may be gone already (the completion deleted the instant's
+markers), so for ``LATE_FILE_SECONDS`` after a compaction completes, its
+partitions are listed every ``LATE_CHECK_SECONDS`` and any base file of its
+instant that its commit does not name is deleted.
 """
 
 from __future__ import annotations
@@ -22,10 +31,10 @@ import time
 from typing import TYPE_CHECKING
 
 from laketide.table.commit import EPOCH_KEY, CommitMetadata
-from laketide.table.files import LogFile, parse_data_file
+from laketide.table.files import BaseFile, LogFile, parse_data_file
 from laketide.table.io import FileIO
 from laketide.table.logfile import CorruptLog, first_block_instant
-from laketide.table.instant import ROLLBACK, WRITE_ACTIONS, Instant, State
+from laketide.table.instant import COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, State
 from laketide.table.markers import APPEND, WriteMarkers, marked_instants
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.timeline import Timeline
@@ -36,6 +45,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # A marker whose data file is not there yet may belong to a stale task that is about to write it.
 MARKER_GRACE_SECONDS = 3600
+# how long after a compaction completed, and how often, its partitions are looked at for late base files
+LATE_FILE_SECONDS = MARKER_GRACE_SECONDS
+LATE_CHECK_SECONDS = 60
 
 
 def written_by(io: FileIO, data_path: str, instant_time: str) -> bool:
@@ -60,6 +72,7 @@ class Sweeper:
     def __init__(self, coordinator: Coordinator):
         self.coordinator = coordinator
         self._rolled_back: dict[str, str] = {}  # rollback instant -> its target
+        self._compactions_checked: dict[str, float] = {}  # a recent compaction -> when its partitions were last listed
 
     def _epoch_of(self, instant: Instant, timeline: Timeline) -> int | None:
         try:
@@ -117,6 +130,33 @@ class Sweeper:
         for instant_time in coordinator.fence.decided():
             if instant_time not in pending:
                 coordinator.fence.forget(instant_time)
+        deleted += self._late_base_files(timeline, now)
         if deleted:
-            log.warning("swept %d files written late by writers of rolled-back instants: %s", len(deleted), deleted[:5])
+            log.warning("swept %d files written late by stale writers: %s", len(deleted), deleted[:5])
+        return deleted
+
+    def _late_base_files(self, timeline: Timeline, now: float) -> list[str]:
+        """Delete the base files of compactions completed in the last ``LATE_FILE_SECONDS`` that their commits
+        do not name (see the module's text); each compaction's partitions listed once a ``LATE_CHECK_SECONDS``."""
+        io = self.coordinator.table.io
+        recent = {}
+        for instant in timeline.filter({State.COMPLETED}, [COMMIT]):
+            completed_ns = timeline.completed_at.get((instant.timestamp, instant.action))
+            if completed_ns is not None and now - completed_ns / 1e9 < LATE_FILE_SECONDS:
+                recent[instant.timestamp] = instant
+        self._compactions_checked = {t: at for t, at in self._compactions_checked.items() if t in recent}
+        deleted = []
+        for instant_time, instant in recent.items():
+            if now - self._compactions_checked.get(instant_time, 0.0) < LATE_CHECK_SECONDS:
+                continue
+            self._compactions_checked[instant_time] = now
+            metadata = timeline.commit_metadata(instant)
+            if not metadata.compacted and metadata.operation_type != "COMPACT":
+                continue
+            named = {s.path for s in metadata.write_stats()}
+            for partition in {s.partition_path or "" for s in metadata.write_stats()}:
+                for entry in io.list_dir(partition):
+                    found = None if entry.is_dir else parse_data_file(partition, entry.name)
+                    if isinstance(found, BaseFile) and found.instant_time == instant_time and entry.path not in named and io.delete(entry.path):
+                        deleted.append(entry.path)
         return deleted

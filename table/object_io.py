@@ -14,6 +14,7 @@ what is not given comes from the environment, as object_store reads it. ``allow_
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import posixpath
 import re
@@ -28,6 +29,8 @@ from obstore.store import from_url
 from laketide.table.errors import Invalid
 from laketide.table.io import FileEntry, FileIO, InstantFileExists
 from laketide.table.store_requests import RetryPolicy, StoreRequests
+
+log = logging.getLogger(__name__)
 
 CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout", "proxy_url", "user_agent"}
 # laketide's own keys among the options (``storage.max_retries``, ``storage.max_in_flight``), not object_store's:
@@ -210,7 +213,15 @@ class ObjectStoreFileIO(FileIO):
     def delete_dir(self, rel: str) -> None:
         keys = [meta["path"] for batch in self._pages(self._key(rel).rstrip("/") + "/") for meta in batch]
         for start in range(0, len(keys), 1000):
-            self.requests.call("DELETE", obstore.delete, self.store, keys[start : start + 1000])
+            chunk = keys[start : start + 1000]
+            try:
+                self.requests.call("DELETE", obstore.delete, self.store, chunk)
+            except (GenericError, NotSupportedError):  # a store without S3's batch delete (POST ?delete) answers 405 or 501
+                if len(chunk) == 1:
+                    raise
+                log.warning("the store refused a batch delete under %s; deleting %d objects one by one", rel, len(chunk))
+                for key in chunk:
+                    self.requests.call("DELETE", obstore.delete, self.store, key)
 
     def list_dir(self, rel: str = "") -> list[FileEntry]:
         prefix = self._key(rel)

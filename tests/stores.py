@@ -93,3 +93,47 @@ def expected_rows(batches: list[list[dict]]) -> list[dict]:
             if current is None or line["ts"] >= current["ts"]:
                 newest[line["id"]] = line
     return [{c: line.get(c) for c in DATA_COLUMNS} for _, line in sorted(newest.items()) if not line.get("_hoodie_is_deleted")]
+
+
+class UnconditionalProxy:
+    """An HTTP proxy in front of an S3 server that drops If-None-Match and If-Match from every request: a store
+    that ignores conditional writes, as some S3-compatible servers do. On 127.0.0.1, stopped by its user."""
+
+    def __init__(self, endpoint: str):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        import httpx
+
+        client = httpx.Client(base_url=endpoint, timeout=30)
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                dropped = {"if-none-match", "if-match", "host", "content-length", "transfer-encoding", "connection"}
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
+                answer = client.request(self.command, self.path, content=body, headers=headers)
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(answer.content)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -243,3 +243,39 @@ def test_a_query_that_fails_once_the_lease_ran_out_ends_as_lease_lost():
     job.coordinator.lease = PassedCheckLease(3)
     with pytest.raises(RuntimeError, match="Concurrent update"):
         _await(FailedQuery(), job, threading.Event())
+
+
+def test_a_base_file_a_stale_writer_adds_to_a_completed_compaction_is_swept(tmp_path):
+    """A second writer completed a compaction whose first writer was paused; the first wakes and finishes one
+    more base file of that instant in a compacted file group (its marker gone with the completion). The next
+    sweeps delete it (its partitions are listed at most once a minute), and hudi-rs reads the table again."""
+    from laketide.config import CompactionSection
+    from laketide.coordinator import sweep as sweeping
+    from laketide.table.properties import TableConfig
+    from laketide.writer.compactor import Compactor
+
+    t = Table.create_from_config(str(tmp_path / "t"), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["id"],
+                                                                    partition_fields=["region"], ordering_field="v"))
+    successor = Coordinator(t, PassedCheckLease(2), "w1")
+    for batch in range(3):
+        upsert(Table.open(t.uri), successor, batch, records(range(6), batch), SCHEMA)
+    compactor = Compactor(successor, CompactionSection(delta_commits=1, mode="inline"))
+    instant = compactor.schedule()
+    compactor.run()
+    table = Table.open(t.uri)
+    compacted = table.timeline.commit_metadata(table.timeline.find(instant)[0])
+    named = compacted.write_stats()[0]
+    late = BaseFile(named.partition_path, named.file_id, "7-7-7", instant)
+    table.io.write_bytes(late.path, table.io.read_bytes(named.path))  # a whole, readable base file of the same instant
+    with pytest.raises(Exception, match="already present"):
+        hudi_read(table.uri)  # two base files of one instant in one file group: readers refuse the table
+
+    swept = Coordinator(Table.open(t.uri), PassedCheckLease(2), "w1").sweeper
+    now = time.time()
+    assert swept.sweep(now) == [late.path]
+    assert {r["id"]: r["v"] for r in state(table.uri)} == {i: 2 for i in range(6)}
+    table.io.write_bytes(late.path, table.io.read_bytes(named.path))
+    assert swept.sweep(now + 10) == [], "listed at most once a minute"
+    assert swept.sweep(now + sweeping.LATE_CHECK_SECONDS + 1) == [late.path]
+    table.io.write_bytes(late.path, table.io.read_bytes(named.path))
+    assert swept.sweep(now + sweeping.LATE_FILE_SECONDS + 1) == [], "an hour after the completion the partitions are not listed"

@@ -18,10 +18,10 @@ from laketide.table.files import BaseFile, LogFile
 from laketide.table.schema import RECORD_KEY, storage_schema, schema_from_avro
 from laketide.spark.job import run
 
-from conftest import MOR_FIXTURE, REPO, hudi_read, rows
+from conftest import FIXTURES, MOR_FIXTURE, hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, expected_after, job_config, land, land_all, row
 
-LOG_FIXTURES = REPO.parent / "shared" / "fixtures" / "hudi-log-files"
+LOG_FIXTURES = FIXTURES / "hudi-log-files"
 
 
 def test_spark_mor_fixture_reads_as_hudi_rs(fixtures_dir):

@@ -167,3 +167,24 @@ def test_the_requests_of_a_micro_batch_do_not_grow_with_the_history(s3):
     assert all(r.requests.get("PUT", 0) > 0 for r in reports)
     assert abs(lists[-1] - lists[3]) <= 1, lists
     assert "requests=" in reports[-1].line()
+
+
+def test_a_store_that_ignores_conditional_writes_is_refused_by_the_storage_lease(s3):
+    """moto behind a proxy that drops If-None-Match and If-Match: the lease's probe finds both missing and
+    refuses, naming the way out; the probe leaves nothing behind. The same bucket straight from moto passes."""
+    from laketide.coordinator.storage_lease import PROBE_DIR, StorageLease
+    from laketide.table.errors import Invalid
+    from stores import UnconditionalProxy
+
+    proxy = UnconditionalProxy(s3["aws_endpoint_url"])
+    try:
+        io = FileIO.for_uri("s3://lake/unconditional", {**s3, "aws_endpoint_url": proxy.endpoint})
+        with pytest.raises(Invalid) as refused:
+            StorageLease(io, job_id="job-a", ttl=3).acquire()
+        assert "If-None-Match" in str(refused.value) and "If-Match" in str(refused.value) and "coordinator.lease = 'zookeeper'" in str(refused.value)
+        assert io.list_dir(PROBE_DIR) == []
+    finally:
+        proxy.stop()
+    lease = StorageLease(FileIO.for_uri("s3://lake/conditional", s3), job_id="job-b", ttl=3)
+    lease.acquire()
+    lease.release()

@@ -201,6 +201,10 @@ class Compactor:
             # key ranges come in order; within one, kept base rows and log records are sorted together
             for rows in merge_slice_batches(io, op.file_slice(), visible, rule):
                 writer.write(conform(rows.sort_by(RECORD_KEY), full, {FILE_NAME: pa.repeat(pa.scalar(new_file.name, pa.string()), rows.num_rows)}))
+            # the file appears on an object store when it is closed: a writer paused while it merged may have lost
+            # its lease meanwhile, and another may have completed this compaction; a second base file of one
+            # instant in a file group would make readers refuse the table (what slips past is swept, ``coordinator.sweep``)
+            self.coordinator.hold()
             result = writer.close()
         except BaseException:
             writer.abort()
