@@ -140,8 +140,8 @@ class ObjectStoreFileIO(FileIO):
 
     def open_output(self, rel: str) -> pa.NativeFile:
         """A buffered writer: one PUT for a small file, a multipart upload for a large one; the object
-        appears whole when the writer closes, and not at all when it fails."""
-        return pa.PythonFile(_Writer(self, self._key(rel)), mode="w")
+        appears whole when the writer closes, and not at all when it fails or is discarded."""
+        return _Output(_Writer(self, self._key(rel)), mode="w")
 
     def makedirs(self, rel: str) -> None:
         """Object stores have no folders to make."""
@@ -287,6 +287,16 @@ class _RangeReader:
         self.closed = True
 
 
+class _Output(pa.PythonFile):
+    """An object being written, which its writer can also ``discard``: closed then, it never appears."""
+
+    def __init__(self, writer: _Writer, mode: str = "w"):
+        self.writer = writer
+
+    def discard(self) -> None:
+        self.writer.discard()
+
+
 class _Writer:
     """A file that pyarrow's ``PythonFile`` writes: up to ``WRITE_BUFFER`` bytes are held and sent in one
     PUT (retried and counted as any request); a larger file streams as a multipart upload, whose parts
@@ -318,6 +328,12 @@ class _Writer:
 
     def flush(self) -> None:
         """Nothing to flush early: the object appears whole at ``close``."""
+
+    def discard(self) -> None:
+        """Never complete the object: what is held is dropped, and a multipart upload left unfinished (the
+        store drops its parts, by the bucket's lifecycle rule for incomplete uploads)."""
+        self.closed = True
+        self._held, self._upload = [], None
 
     def close(self) -> None:
         if self.closed:

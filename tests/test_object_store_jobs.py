@@ -280,3 +280,48 @@ def test_every_cli_command_works_on_an_s3_table(s3, tmp_path):
         server.wait(30)
     assert read() == states[1] and not table.timeline.pending()
     cli("--storage-option", "nonsense", "timeline", uri, expect=2)
+
+
+def test_a_holder_paused_in_its_compaction_leaves_no_second_base_file_when_it_wakes(s3, tmp_path):
+    """Merge-on-read on S3 under the storage lease: the first job pauses (SIGSTOP) while it compacts, just
+    before it closes a base file; a second job takes the lease over, finishes that compaction and the
+    stream; the first, woken, finds its lease gone before the file appears, so it never sends it, and stops.
+    hudi-rs reads the model, and every base file is named by the commit of its instant."""
+    import os
+
+    from streaming import PYTHON, RUNNER, expected_after
+    from test_merge_on_read import COMPACTING_BATCHES
+
+    uri = "s3://lake/paused-compaction"
+    for n, lines in enumerate(COMPACTING_BATCHES):
+        land(tmp_path, f"batch-{n:03d}.json", lines, 1_700_000_000 + n)
+    conf = [f"table.path={uri}", "table.type=MERGE_ON_READ", "compaction.mode=inline", "compaction.delta_commits=2", "coordinator.lease=storage",
+            "coordinator.lease_ttl=6", *(f"storage.options.{k}={v}" for k, v in s3.items())]
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    with open(tmp_path / "first.log", "w") as log:
+        first = subprocess.Popen([PYTHON, str(RUNNER), str(tmp_path), "freeze:compaction-closing", "-1", *conf], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        from chaoslib import wait_until
+
+        wait_until(lambda: first.poll() is None and _stopped(first.pid), 300, "the first job paused in its compaction")
+        time.sleep(8)  # past lease_ttl
+        second = subprocess.run([PYTHON, str(RUNNER), str(tmp_path), "-", "0", *conf, "coordinator.lease_wait=30"], env=env,
+                                capture_output=True, text=True, timeout=600)
+        assert second.returncode == 0, second.stderr[-3000:]
+        first.send_signal(signal.SIGCONT)
+        assert first.wait(120) != 0 and "LeaseLost" in (tmp_path / "first.log").read_text()[-3000:]  # `laketide run` exits 5 on it
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGCONT)
+            first.kill()
+    table = Table.open(uri, FileIO.for_uri(uri, s3))
+    assert not table.timeline.pending()
+    assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES)
+    named = {s.path for i in table.timeline.completed_writes() for s in table.timeline.commit_metadata(i).write_stats()}
+    base_files = [e.path for e in table.io.walk() if e.path.endswith(".parquet") and not e.path.startswith(".hoodie")]
+    assert base_files and set(base_files) <= named, sorted(set(base_files) - named)
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"

@@ -201,7 +201,11 @@ class BaseFileWriter:
         return BaseFileResult(self.path, self.num_rows, self.io.size(self.path), self.min_key, self.max_key)
 
     def abort(self) -> None:
-        """Close and delete a file that will not be committed."""
+        """Close and delete a file that will not be committed. On an object store it never appears (closing it
+        would complete the upload): a writer that lost its lease must not show a file even for a moment."""
+        discard = getattr(self._sink, "discard", None)
+        if discard is not None:
+            discard()
         try:
             if self._writer is not None:
                 self._writer.close()

@@ -77,8 +77,9 @@ class Compactor:
         view: Callable[[Timeline], FileSystemView] | None = None,
         on_step: Callable[[str], None] | None = None,
     ):
-        """``on_step(point)`` is called when the base files are written ("compaction-written") and
-        when the late logs are carried over ("compaction-carried"); crash tests kill the process there."""
+        """``on_step(point)`` is called before each base file is closed ("compaction-closing"), when the base
+        files are written ("compaction-written") and when the late logs are carried over ("compaction-carried");
+        crash tests kill or pause the process there."""
         self.coordinator = coordinator
         self._on_step = on_step or (lambda point: None)
         self.table = coordinator.table
@@ -204,6 +205,7 @@ class Compactor:
             # the file appears on an object store when it is closed: a writer paused while it merged may have lost
             # its lease meanwhile, and another may have completed this compaction; a second base file of one
             # instant in a file group would make readers refuse the table (what slips past is swept, ``coordinator.sweep``)
+            self._on_step("compaction-closing")
             self.coordinator.hold()
             result = writer.close()
         except BaseException:
