@@ -65,7 +65,10 @@ def probe_conditional_writes(io: FileIO) -> None:
 class StorageLease(Lease):
     """The lease object of one table on an object store; ``on_lost`` is called (once) when the holding ends."""
 
-    def __init__(self, io: FileIO, job_id: str = "", api_address: str | None = None, ttl: float = 30.0, on_lost: Callable[[], None] | None = None):
+    def __init__(self, io: FileIO, job_id: str = "", api_address: str | None = None, ttl: float = 30.0, on_lost: Callable[[], None] | None = None,
+                 probe: bool = True):
+        """``probe``: prove the store's conditional writes before the first take (``probe_conditional_writes``);
+        ``False`` when the caller has just done so."""
         if not hasattr(io, "replace_versioned"):
             raise Invalid(f"coordinator.lease = 'storage' needs a table on an object store (s3://, gs://, az://); {io.base_path} is not. Use 'local' or 'zookeeper'.")
         self.io = io
@@ -80,7 +83,7 @@ class StorageLease(Lease):
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards the ETag and validity between the heartbeat and the caller
         self._heartbeat: threading.Thread | None = None
-        self._probed = False  # the store's conditional writes, proven once by the first acquire
+        self._probed = not probe  # the store's conditional writes, proven once by the first acquire
         self.holder = None
 
     # -- reading ---------------------------------------------------------

@@ -40,6 +40,7 @@ from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.preflight import check_exchange_dir, check_quarantine_path
 from laketide.writer.running import (
     RunningJob,
+    check_table,
     finish,
     make_lease,
     open_table,
@@ -79,13 +80,14 @@ def run(
         faulthandler.enable(all_threads=True)
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
     check_exchange_dir(config.write.exchange_dir, config.storage.io_options)
+    check_table(config)
     spark = spark_session(config.spark)
     spark.sparkContext.setLogLevel("WARN")
     threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()
     table = open_table(config, source_schema(spark, config.source))
     writer_id = writer_id_for(config.stream.checkpoint, config.storage.io_options)
     lost = threading.Event()
-    lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set)
+    lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set, probed=True)
     holder = lease.acquire(config.coordinator.lease_wait)
     log.info("lease of %s taken: %s", table.uri, holder.describe())
     job = None

@@ -41,7 +41,6 @@ small_file_limit = "16MB"
     "overrides,named",
     [
         ([], "table"),
-        (["table.path=/x"], "table.record_key"),
         ([*REQUIRED, "write.index_shards=0"], "write.index_shards"),
         ([*REQUIRED, "source.format=avro"], "'json', 'parquet', 'csv', 'generator' or 'kafka'"),
         ([*REQUIRED, "write.colour=blue"], "write.colour"),
@@ -141,3 +140,14 @@ def test_change_events_come_from_kafka_or_json_lines_and_may_leave_the_schema_ou
     for landing in ("csv", "parquet"):
         with pytest.raises(ConfigError, match="set source.format = 'json'"):
             load_config(None, [f"source.format={landing}"], base=base)
+
+
+def test_the_clis_demo_table_settings_stay_off_a_table_the_user_names():
+    """`laketide run --conf table.path=...`: the demo's name, key and partitioning are not given to the user's table
+    (an existing one has its own, a new one needs table.record_key)."""
+    from laketide.cli import embedded_defaults
+
+    overrides = ["table.path=/lake/orders", "source.format=json", "source.path=/landing", "source.schema=id BIGINT"]
+    config = load_config(None, overrides, base=embedded_defaults(overrides))
+    assert config.table.record_key is None and config.table.partition_by is None and config.table.name is None
+    assert load_config(None, [], base=embedded_defaults([])).table.record_key == ["id"]

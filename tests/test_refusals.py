@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,9 +35,12 @@ def test_laketide_run_refuses_tables_it_does_not_write(fixture_copy, tmp_path, f
         f'[source]\nformat = "json"\npath = "{tmp_path / "landing"}"\nschema = "{key} STRING, {partition} STRING, {ordering} BIGINT"\n'
         f'[stream]\ncheckpoint = "{tmp_path / "checkpoint"}"\ntrigger = "available-now"\n'
     )
+    started = time.monotonic()
     result = subprocess.run([CLI, "run", "--config", str(config)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-2000:]
     assert reason in result.stderr
+    # refused before Spark starts: its reason alone, no JVM and none of Spark's errors
+    assert "Spark" not in result.stderr and "Executor" not in result.stderr and time.monotonic() - started < 15, result.stderr[-2000:]
     assert tree_digest(table) == before, "the table is byte for byte unchanged"
     assert not (tmp_path / "checkpoint").exists()
 
@@ -122,8 +126,15 @@ def test_settings_the_table_fixes_win(existing, table, named):
 
 
 def test_settings_left_out_take_the_tables(existing):
+    """A job on an existing table needs only its path and its source: the table's hoodie.properties gives the rest."""
     land(existing, "2.json", [row(4, 2)], 1_700_000_002)
-    config = _config(existing, GOOD, partition_by=None, ordering_field=None)
-    assert config.table.partition_by is None and config.table.ordering_field is None
+    config = _config(existing, GOOD, record_key=None, partition_by=None, ordering_field=None)
+    assert config.table.record_key is None and config.table.partition_by is None and config.table.ordering_field is None
     writer = run(config)
-    assert writer.spec.partition_by == ("region",) and writer.spec.ordering_field == "ts"
+    assert writer.spec.record_key == ("id",) and writer.spec.partition_by == ("region",) and writer.spec.ordering_field == "ts"
+
+
+def test_a_new_table_without_its_record_key_is_refused_naming_it(spark, tmp_path):
+    with pytest.raises(JobRefused, match=r"no table at .* table.record_key is not set"):
+        run(_config(tmp_path, GOOD, record_key=None))
+    assert not (tmp_path / "table").exists()

@@ -143,6 +143,9 @@ def _agree(key: str, wanted, prop: str, actual, uri: str) -> None:
 def settled_config(job: TableSection, existing: TableConfig | None, uri: str) -> TableConfig:
     """The table settings to write with: the table's own, after checking the job agrees with them."""
     if existing is None:
+        if not job.record_key:
+            raise JobRefused(f"there is no table at {uri} yet, and table.record_key is not set: give the column or columns that "
+                             "identify a record (table.record_key = [\"id\"]) to create it")
         return TableConfig(
             name=job.name or "laketide_table",
             table_type=job.type or "COPY_ON_WRITE",
@@ -156,7 +159,7 @@ def settled_config(job: TableSection, existing: TableConfig | None, uri: str) ->
     check_writable(existing, uri)
     _agree("name", job.name, "hoodie.table.name", existing.name, uri)
     _agree("type", job.type, "hoodie.table.type", existing.table_type, uri)
-    _agree("record_key", list(job.record_key), "hoodie.table.recordkey.fields", existing.record_key_fields, uri)
+    _agree("record_key", job.record_key, "hoodie.table.recordkey.fields", existing.record_key_fields, uri)
     _agree("partition_by", job.partition_by, "hoodie.table.partition.fields", existing.partition_fields, uri)
     _agree("ordering_field", job.ordering_field, "hoodie.table.precombine.field", existing.ordering_field, uri)
     _agree("merge_mode", job.merge_mode, "hoodie.record.merge.mode", existing.merge_mode, uri)

@@ -21,7 +21,7 @@ from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.index_compaction import IndexCompaction
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.coordinator.savepoints import Savepoints
-from laketide.coordinator.storage_lease import StorageLease
+from laketide.coordinator.storage_lease import StorageLease, probe_conditional_writes
 from laketide.coordinator.services import ServiceFailures, TableServices
 from laketide.index.state import INDEX_DIR, StateIndex
 from laketide.table import FileIO, Table, TableNotFound, properties_file
@@ -33,7 +33,7 @@ from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.compactor import Compactor
 from laketide.writer.landing import files_waiting
 from laketide.writer.operations import Operations
-from laketide.writer.preflight import table_config_for
+from laketide.writer.preflight import settled_config, table_config_for
 from laketide.writer.report import BatchReport, IndexCoverage, WriterView
 
 from laketide.config import ConfigError, JobConfig
@@ -58,10 +58,26 @@ def open_table(config: JobConfig, source: pa.Schema | None) -> Table:
     return existing or Table.create_from_config(config.table.path, settled, io=io)
 
 
-def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | None = None, on_lost=None) -> Lease:
+def check_table(config: JobConfig) -> None:
+    """The checks that need neither Spark nor the source's columns, run before Spark starts so that a refused job
+    stops at once with its reason alone: the table's format and the keys the job must agree with, or a new
+    table's record key; and, under the storage lease, the store's conditional writes."""
+    io = FileIO.for_uri(config.table.path, config.storage.io_options)
+    properties_file.recover(io)
+    try:
+        existing = Table.open(config.table.path, io).config
+    except TableNotFound:
+        existing = None
+    settled_config(config.table, existing, io.full_path(""))
+    if config.coordinator.lease == "storage" and hasattr(io, "replace_versioned"):
+        probe_conditional_writes(io)
+
+
+def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | None = None, on_lost=None, probed: bool = False) -> Lease:
+    """``probed``: the store's conditional writes were proven already (``check_table``)."""
     coordinator = config.coordinator
     if coordinator.lease == "storage":
-        return StorageLease(table.io, job_id=job_id, api_address=api_address, ttl=coordinator.lease_ttl, on_lost=on_lost)
+        return StorageLease(table.io, job_id=job_id, api_address=api_address, ttl=coordinator.lease_ttl, on_lost=on_lost, probe=not probed)
     if coordinator.lease == "local":
         if not table.io.is_local:
             raise ConfigError(f"coordinator.lease = 'local' needs a table on the local file system; {table.uri} is not. Use 'storage' or 'zookeeper'.")

@@ -43,7 +43,8 @@ class TableSection(_Section):
     name: str | None = None
     # COPY_ON_WRITE rewrites the file groups a micro-batch touches; MERGE_ON_READ appends to logs that compaction folds
     type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] | None = None
-    record_key: list[str] = Field(min_length=1)
+    # required for a new table; an existing table's hoodie.properties gives it
+    record_key: list[str] | None = Field(None, min_length=1)
     partition_by: list[str] | None = None
     ordering_field: str | None = None
     merge_mode: Literal["EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING"] | None = None

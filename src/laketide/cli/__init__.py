@@ -39,7 +39,7 @@ GENERATOR_ORDERING = "ts"
 
 def embedded_defaults(overrides: list[str]) -> dict:
     """The embedded defaults for a run without a config file: the demo's, with the generator's ordering
-    field only when the generator is the source."""
+    field only when the generator is the source; no table settings for the user's own table and source."""
     from laketide.config import apply_override
 
     given: dict = {}
@@ -49,6 +49,10 @@ def embedded_defaults(overrides: list[str]) -> dict:
     source = given.get("source", {})
     if source.get("format", "generator") == "generator" and source.get("envelope", "none") == "none":
         defaults["table"]["ordering_field"] = GENERATOR_ORDERING
+    elif "path" in given.get("table", {}):
+        # the user's own table and source: the demo's name, key and partitioning fit the generator's rows, not
+        # theirs (an existing table gives its own from hoodie.properties; a new one needs table.record_key)
+        defaults["table"] = {}
     return defaults
 
 
