@@ -86,6 +86,10 @@ class Lease(ABC):
     def advance_epoch(self, floor: int) -> None:
         """Raise the held epoch to at least ``floor`` (the table saw a higher one: the counter was reset)."""
 
+    def loss(self) -> LeaseLost:
+        """Why the holding ended, as the error to stop the job with."""
+        return LeaseLost(f"the lease of {getattr(self, 'table', 'the table')} was lost; the job stopped writing, and nothing uncommitted stays visible")
+
     @property
     def epoch(self) -> int:
         if self.holder is None:

@@ -10,7 +10,10 @@ makes them visible. So a rollback of a completed instant is refused when:
   the first; the second would break the savepoint's restore);
 - later writes put log files on the slices ``T`` started;
 - a slice a file group falls back to is not whole: a clean deleted it (as
-  with a compaction whose replaced slices were cleaned).
+  with a compaction whose replaced slices were cleaned);
+- a later completed compaction folded ``T``'s logs into its base files (or
+  carried them onto its slices): deleting ``T``'s log files would take back
+  nothing a reader sees, while the rollback would report ``T`` gone.
 
 ``force`` never overrides these. A restore checks the state it returns to as
 a whole before it starts, so its rollbacks skip the checks of each step.
@@ -49,6 +52,7 @@ def refuse_loss(io: FileIO, view: FileSystemView, target: str, files: set[str]) 
     """Raise ``DataLossRefused`` when rolling back the completed write ``target`` (deleting ``files``) loses rows."""
     timeline = view.timeline
     _savepoint_holds(timeline, target, files)
+    _folded_by_compaction(timeline, target)
     _dependent_logs(io, view, target, files)
     _fallback_slices(view, target, timeline.commit_metadata(timeline.find(target)[0]))
 
@@ -59,6 +63,25 @@ def _savepoint_holds(timeline: Timeline, target: str, files: set[str]) -> None:
             raise DataLossRefused(
                 f"savepoint {sp.instant} holds {target}: rolling it back would break the savepoint. "
                 f"Delete the savepoint first (laketide savepoint delete TABLE {sp.instant}) if you mean to roll {target} back"
+            )
+
+
+def _folded_by_compaction(timeline: Timeline, target: str) -> None:
+    written = timeline.commit_metadata(timeline.find(target)[0])
+    if written.compacted:
+        return
+    groups = written.file_ids()
+    for later in timeline.completed_writes():
+        if later.timestamp <= target:
+            continue
+        metadata = timeline.commit_metadata(later)
+        folded = groups & metadata.file_ids() if metadata.compacted or metadata.operation_type == "COMPACT" else set()
+        if folded:
+            partition, file_id = sorted(folded)[0]
+            raise DataLossRefused(
+                f"compaction {later.timestamp} folded {target} into its base files ({len(folded)} file groups, e.g. {file_id} in "
+                f"'{partition}'): rolling {target} back would delete its log files but not its rows, which readers see in the "
+                f"compacted files. Restore a savepoint from before {target} instead (laketide savepoint list TABLE, then laketide restore)"
             )
 
 

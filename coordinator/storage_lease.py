@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable
 
 from laketide.coordinator.lease import Lease, LeaseHeld, LeaseHolder, LeaseLost
-from laketide.table.errors import Invalid
+from laketide.table.errors import ErrorKind, Invalid
 from laketide.table.io import FileIO
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ class StorageLease(Lease):
         self._lock = threading.Lock()  # guards the ETag and validity between the heartbeat and the caller
         self._heartbeat: threading.Thread | None = None
         self._probed = not probe  # the store's conditional writes, proven once by the first acquire
+        self._unreachable: str | None = None  # why the heartbeat could not renew, when the store was what failed
         self.holder = None
 
     # -- reading ---------------------------------------------------------
@@ -163,10 +164,11 @@ class StorageLease(Lease):
                 if self._renew():
                     continue
                 log.error("the lease of %s was taken over by another writer", self.table)
-            except Exception:  # the store unreachable: keep trying until the holding runs out
+            except Exception as error:  # the store unreachable: keep trying until the holding runs out
                 log.warning("renewing the lease of %s failed; retrying", self.table, exc_info=True)
                 if time.time() < self._valid_until:
                     continue
+                self._unreachable = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
                 log.error("the lease of %s could not be renewed before it ran out", self.table)
             self._lose()
             return
@@ -181,7 +183,14 @@ class StorageLease(Lease):
             raise LeaseLost(f"the lease of {self.table} is not held")
         if self._lost.is_set() or time.time() >= self._valid_until:
             self._lose()
-            raise LeaseLost(f"the lease of {self.table} ran out or was taken over; this writer must not commit")
+            raise self.loss()
+
+    def loss(self) -> LeaseLost:
+        if self._unreachable is not None:
+            return LeaseLost(f"the object store of {self.table} could not be reached to renew the lease within {self.ttl:.0f}s "
+                             f"({self._unreachable}); the job stopped writing, and nothing uncommitted stays visible. Check that the store "
+                             "is reachable and its credentials valid; the next run recovers", kind=ErrorKind.UNAVAILABLE)
+        return LeaseLost(f"the lease of {self.table} ran out or was taken over; this writer must not commit")
 
     def announce(self, api_address: str) -> None:
         self.check()

@@ -122,12 +122,12 @@ def _start_query(spark, config: JobConfig, writer: MicroBatchWriter):
 
 def _await(query, job: RunningJob, lost: threading.Event) -> bool:
     """Wait for the query to end; ``True`` when it was stopped (by a stop request or Ctrl-C) rather than ending by itself."""
-    uri, failures = job.table.uri, job.services.failures
+    failures = job.services.failures
     try:
         while not query.awaitTermination(1):
             if lost.is_set():
                 query.stop()
-                raise LeaseLost(f"the lease of {uri} was lost; the job stopped writing")
+                raise job.coordinator.lease.loss()
             if failures.fatal is not None:
                 query.stop()
                 failures.raise_if_fatal()
@@ -141,7 +141,7 @@ def _await(query, job: RunningJob, lost: threading.Event) -> bool:
         raise
     except Exception as failure:
         if "LeaseLost" in str(failure) or _lease_gone(job, lost):
-            raise LeaseLost(f"the lease of {uri} was lost; the job stopped writing, and nothing uncommitted stays visible") from None
+            raise job.coordinator.lease.loss() from None
         # a service that failed too often stops the query from inside a micro-batch, after its commit
         failures.raise_if_fatal()
         if isinstance(job.writer.failure, LaketideError):

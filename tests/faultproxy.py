@@ -1,6 +1,8 @@
 """A small HTTP proxy between a client and an object-store server that misbehaves on purpose: it
-answers a share of requests with 503 SlowDown, resets a share of connections, and delays some. With no
-faults it is a request counter: ``requests`` counts what reached it, by kind (``kind_of``)."""
+answers a share of requests with 503 SlowDown, resets a share of connections, and delays some; with
+``drop_headers`` it leaves those request headers out (If-None-Match and If-Match: a store that ignores
+conditional writes). With no faults it is a request counter: ``requests`` counts what reached it, by
+kind (``kind_of``)."""
 
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection
 class FaultProxy:
     """Listens on 127.0.0.1 (a free port); forwards to ``upstream`` ("host:port"). Counts what it did."""
 
-    def __init__(self, upstream: str, slow_down: float = 0.0, reset: float = 0.0, delay: float = 0.0, seed: int = 7):
+    def __init__(self, upstream: str, slow_down: float = 0.0, reset: float = 0.0, delay: float = 0.0, seed: int = 7,
+                 drop_headers: tuple[str, ...] = ()):
         self.upstream = upstream
+        self.dropped = HOP_BY_HOP | {h.lower() for h in drop_headers}
         self.slow_down, self.reset, self.delay = slow_down, reset, delay
         self.random = random.Random(seed)
         self.counts = {"forwarded": 0, "slow_down": 0, "reset": 0, "delayed": 0}
@@ -93,7 +97,7 @@ class FaultProxy:
     def _forward(self, request: BaseHTTPRequestHandler, body: bytes) -> None:
         host, port = self.upstream.split(":")
         upstream = http.client.HTTPConnection(host, int(port), timeout=60)
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in self.dropped}
         upstream.request(request.command, request.path, body=body or None, headers=headers)
         answer = upstream.getresponse()
         data = answer.read()

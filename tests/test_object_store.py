@@ -172,11 +172,11 @@ def test_the_requests_of_a_micro_batch_do_not_grow_with_the_history(s3):
 def test_a_store_that_ignores_conditional_writes_is_refused_by_the_storage_lease(s3):
     """moto behind a proxy that drops If-None-Match and If-Match: the lease's probe finds both missing and
     refuses, naming the way out; the probe leaves nothing behind. The same bucket straight from moto passes."""
+    from faultproxy import FaultProxy
     from laketide.coordinator.storage_lease import PROBE_DIR, StorageLease
     from laketide.table.errors import Invalid
-    from stores import UnconditionalProxy
 
-    proxy = UnconditionalProxy(s3["aws_endpoint_url"])
+    proxy = FaultProxy(s3["aws_endpoint_url"].removeprefix("http://"), drop_headers=("If-None-Match", "If-Match")).start()
     try:
         io = FileIO.for_uri("s3://lake/unconditional", {**s3, "aws_endpoint_url": proxy.endpoint})
         with pytest.raises(Invalid) as refused:

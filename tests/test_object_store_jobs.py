@@ -325,3 +325,25 @@ def test_a_holder_paused_in_its_compaction_leaves_no_second_base_file_when_it_wa
 def _stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_store_that_stops_answering_while_the_job_waits_ends_the_lease_with_exit_6_naming_it(s3, tmp_path):
+    """No micro-batch in flight: the lease's renewal is what meets the outage. Once the holding runs out the job
+    stops with exit 6 (unavailable), naming the store and that the lease could not be renewed, not a takeover."""
+    from faultproxy import FaultProxy
+
+    from chaoslib import Job, job_args, wait_until
+
+    proxy = FaultProxy(s3["aws_endpoint_url"].removeprefix("http://")).start()
+    land(tmp_path, "batch-000.json", [row(i, 1) for i in range(5)], 1_700_000_000)
+    conf = ["table.path=s3://lake/outage", "coordinator.lease=storage", "coordinator.lease_ttl=6", "storage.max_retries=1"]
+    conf += [f"storage.options.{k}={v}" for k, v in {**s3, "aws_endpoint_url": proxy.endpoint}.items()]
+    log = tmp_path / "outage.log"
+    try:
+        job = Job(job_args(tmp_path, trigger="2 seconds", extra=conf), log).start()
+        wait_until(lambda: "micro-batch 0: instant" in log.read_text() or not job.running(), 180, "the first micro-batch")
+        proxy.slow_down = 1.0
+        assert job.wait(120) == 6, job.log_tail()
+        assert "could not be reached to renew the lease" in job.log_tail() and "s3://lake/outage" in job.log_tail()
+    finally:
+        proxy.stop()

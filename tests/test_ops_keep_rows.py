@@ -125,6 +125,11 @@ def test_rollbacks_that_would_lose_rows_are_refused_over_the_cli(tmp_path):
     for args in (["--force"], ["--force", "--dry-run"]):
         refused = t.cli("rollback", path, compaction, *args, expect_code=REFUSED)
         assert "whose files are gone" in refused.stderr and "Restore a savepoint" in refused.stderr, refused.stderr
+    # a deltacommit the compaction folded: deleting its logs would take back nothing readers see
+    folded = max(i["instant"] for i in t.timeline() if i["action"] == "deltacommit" and i["state"] == "COMPLETED" and i["instant"] < compaction)
+    for args in (["--force"], ["--force", "--dry-run"]):
+        refused = t.cli("rollback", path, folded, *args, expect_code=REFUSED)
+        assert f"compaction {compaction} folded {folded}" in refused.stderr and "Restore a savepoint" in refused.stderr, refused.stderr
     t.assert_matches(what="after the refused forced rollback")
 
     dry = json.loads(t.cli("rollback", path, newest, "--dry-run", "--json").stdout)
