@@ -38,6 +38,8 @@ CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_t
 OWN_KEYS = {"max_retries": (10, 0), "max_in_flight": (32, 1)}
 READ_BUFFER = 4 * 2**20
 EMPTY_RANGE = re.compile(r"416|non-partial|[Rr]ange [Nn]ot [Ss]atisfiable")
+# a store without S3's batch delete (DeleteObjects, POST ?delete), which object_store uses even for one object
+NO_BATCH_DELETE = re.compile(r"POST \S*\?delete\S* .*(405|501)")
 WRITE_BUFFER = 16 * 2**20
 
 
@@ -66,6 +68,7 @@ class ObjectStoreFileIO(FileIO):
         policy = RetryPolicy(max_retries=own["max_retries"])
         self.requests = StoreRequests(self.base_path, policy, own["max_in_flight"])
         self._suffix_ranges = True  # until the store says it has none (Azure)
+        self._batch_delete = True  # until the store says it has none: then one signed DELETE per object
         # retries are laketide's (counted, ``store_requests``) on this store; the parts of a multipart upload
         # go through a second one, on which object_store retries them itself
         self.store = from_url(root, config=options or None, client_options=client or None, retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(minutes=5)})
@@ -202,8 +205,32 @@ class ObjectStoreFileIO(FileIO):
         """Delete an object; ``False`` when it was already gone (a HEAD first: a DELETE succeeds either way)."""
         if not self.is_file(rel):
             return False
-        self.requests.call("DELETE", obstore.delete, self.store, self._key(rel))
+        self._delete_keys([self._key(rel)])
         return True
+
+    def _delete_keys(self, keys: list[str]) -> None:
+        """Delete objects in one batch request, or, on a store that has no batch delete, one DELETE each (a URL
+        object_store signs: its own delete always takes the batch API on S3)."""
+        if self._batch_delete:
+            try:
+                self.requests.call("DELETE", obstore.delete, self.store, keys)
+                return
+            except GenericError as error:
+                if not NO_BATCH_DELETE.search(str(error).split("\n", 1)[0]):
+                    raise
+                self._batch_delete = False
+                log.warning("the store of %s has no batch delete (POST ?delete answered %s); deleting one object at a time",
+                            self.base_path, NO_BATCH_DELETE.search(str(error)).group(1))
+        for key in keys:
+            self.requests.call("DELETE", self._signed_delete, key)
+
+    def _signed_delete(self, key: str) -> None:
+        import httpx
+
+        url = obstore.sign(self.store, "DELETE", key, datetime.timedelta(minutes=10))
+        answer = httpx.delete(url, timeout=60)
+        if answer.status_code not in (200, 202, 204, 404):
+            raise OSError(f"DELETE of {key} on the store of {self.base_path} answered HTTP {answer.status_code}: {answer.text[:200]}")
 
     def move(self, rel: str, to: str) -> None:
         """Copy, then delete: not atomic, so only for what is not on the commit path."""
@@ -213,15 +240,7 @@ class ObjectStoreFileIO(FileIO):
     def delete_dir(self, rel: str) -> None:
         keys = [meta["path"] for batch in self._pages(self._key(rel).rstrip("/") + "/") for meta in batch]
         for start in range(0, len(keys), 1000):
-            chunk = keys[start : start + 1000]
-            try:
-                self.requests.call("DELETE", obstore.delete, self.store, chunk)
-            except (GenericError, NotSupportedError):  # a store without S3's batch delete (POST ?delete) answers 405 or 501
-                if len(chunk) == 1:
-                    raise
-                log.warning("the store refused a batch delete under %s; deleting %d objects one by one", rel, len(chunk))
-                for key in chunk:
-                    self.requests.call("DELETE", obstore.delete, self.store, key)
+            self._delete_keys(keys[start : start + 1000])
 
     def list_dir(self, rel: str = "") -> list[FileEntry]:
         prefix = self._key(rel)

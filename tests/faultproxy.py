@@ -1,7 +1,7 @@
 """A small HTTP proxy between a client and an object-store server that misbehaves on purpose: it
 answers a share of requests with 503 SlowDown, resets a share of connections, and delays some; with
 ``drop_headers`` it leaves those request headers out (If-None-Match and If-Match: a store that ignores
-conditional writes). With no faults it is a request counter: ``requests`` counts what reached it, by
+conditional writes), and with ``batch_delete = False`` it answers S3's batch delete with 405. With no faults it is a request counter: ``requests`` counts what reached it, by
 kind (``kind_of``)."""
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ class FaultProxy:
     """Listens on 127.0.0.1 (a free port); forwards to ``upstream`` ("host:port"). Counts what it did."""
 
     def __init__(self, upstream: str, slow_down: float = 0.0, reset: float = 0.0, delay: float = 0.0, seed: int = 7,
-                 drop_headers: tuple[str, ...] = ()):
+                 drop_headers: tuple[str, ...] = (), batch_delete: bool = True):
         self.upstream = upstream
+        self.batch_delete = batch_delete
         self.dropped = HOP_BY_HOP | {h.lower() for h in drop_headers}
         self.slow_down, self.reset, self.delay = slow_down, reset, delay
         self.random = random.Random(seed)
@@ -77,6 +78,11 @@ class FaultProxy:
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length) if length else b""
         fault = self._draw(kind_of(request.command, request.path))
+        if not self.batch_delete and request.command == "POST" and request.path.partition("?")[2].startswith("delete"):
+            request.send_response(405)
+            request.send_header("Content-Length", "0")
+            request.end_headers()
+            return
         if fault == "reset":
             # an abortive close: the client sees its connection reset, not an answer
             request.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -22,13 +22,12 @@ DDL = "id INT, name STRING, isActive BOOLEAN, longField BIGINT, doubleField DOUB
 
 
 def _config(path, tmp_path):
-    """The job upserting the landing directory under ``tmp_path`` into the fixture copy at ``path``."""
+    """The job upserting the landing directory under ``tmp_path`` into the fixture copy at ``path``: only the
+    table's path, as for any existing table (its hoodie.properties give the key id, the partition field
+    byteField and the ordering field longField)."""
     return load_config(
         overrides=[
             f"table.path={path}",
-            'table.record_key=["id"]',
-            'table.partition_by=["byteField"]',
-            "table.ordering_field=longField",
             "source.format=json",
             f"source.path={tmp_path / 'landing'}",
             f"source.schema={DDL}",

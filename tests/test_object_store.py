@@ -188,3 +188,19 @@ def test_a_store_that_ignores_conditional_writes_is_refused_by_the_storage_lease
     lease = StorageLease(FileIO.for_uri("s3://lake/conditional", s3), job_id="job-b", ttl=3)
     lease.acquire()
     lease.release()
+
+
+def test_a_store_without_batch_delete_gets_single_deletes(s3):
+    from faultproxy import FaultProxy
+
+    proxy = FaultProxy(s3["aws_endpoint_url"].removeprefix("http://"), batch_delete=False).start()
+    try:
+        io = FileIO.for_uri("s3://lake/no-batch-delete", {**s3, "aws_endpoint_url": proxy.endpoint})
+        for i in range(3):
+            io.write_bytes(f"d/f{i}", b"x")
+        io.delete_dir("d")
+        assert io.list_dir("d") == []
+        io.write_bytes("e", b"y")
+        assert io.delete("e") and not io.is_file("e")
+    finally:
+        proxy.stop()
