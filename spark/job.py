@@ -41,6 +41,7 @@ from laketide.writer.preflight import check_exchange_dir, check_quarantine_path
 from laketide.writer.running import (
     RunningJob,
     check_table,
+    lease_choice,
     finish,
     make_lease,
     open_table,
@@ -92,6 +93,7 @@ def run(
     log.info("lease of %s taken: %s", table.uri, holder.describe())
     job = None
     try:
+        lease_choice(config).record(table.io)  # every later writer of the table takes this lease
         job = start(config, table, lease, writer_id, lambda **parts: MicroBatchWriter(spark, **parts), on_step)
         if on_ready is not None:
             on_ready(job)

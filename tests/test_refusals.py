@@ -138,3 +138,23 @@ def test_a_new_table_without_its_record_key_is_refused_naming_it(spark, tmp_path
     with pytest.raises(JobRefused, match=r"no table at .* table.record_key is not set"):
         run(_config(tmp_path, GOOD, record_key=None))
     assert not (tmp_path / "table").exists()
+
+
+def test_a_job_or_command_that_names_another_lease_than_the_tables_is_refused(existing):
+    """The table's first writer recorded its lease (the local one); a job naming ZooKeeper is refused before Spark
+    starts, and so is a CLI command given --zookeeper; a job that names no lease takes the recorded one."""
+    from laketide.coordinator.lease_choice import LEASE_CHOICE, LeaseChoice, LeaseMismatch
+    from laketide.table import FileIO
+
+    io = FileIO.for_uri(str(existing / "table"))
+    assert LeaseChoice.read(io) == LeaseChoice("local")
+    before = tree_digest(existing / "table")
+    config = load_config(overrides=[f"table.path={existing / 'table'}", "source.format=json", f"source.path={existing / 'landing'}",
+                                    f"source.schema={GOOD}", f"stream.checkpoint={existing / 'checkpoint'}", "stream.trigger=available-now",
+                                    "coordinator.lease=zookeeper", "coordinator.zookeeper=127.0.0.1:1"])
+    with pytest.raises(LeaseMismatch, match=r"take the local lease .* coordinator.lease = 'local'") as refused:
+        run(config)
+    assert LEASE_CHOICE in str(refused.value) and "delete" in str(refused.value)
+    command = subprocess.run([CLI, "clean", str(existing / "table"), "--zookeeper", "127.0.0.1:1"], capture_output=True, text=True, timeout=120)
+    assert command.returncode == 2 and "take the local lease" in command.stderr, command.stderr[-2000:]
+    assert tree_digest(existing / "table") == before

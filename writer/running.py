@@ -20,6 +20,7 @@ from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.index_compaction import IndexCompaction
 from laketide.coordinator.lease import ZooKeeperLease
+from laketide.coordinator.lease_choice import LeaseChoice
 from laketide.coordinator.savepoints import Savepoints
 from laketide.coordinator.storage_lease import StorageLease, probe_conditional_writes
 from laketide.coordinator.services import ServiceFailures, TableServices
@@ -69,8 +70,33 @@ def check_table(config: JobConfig) -> None:
     except TableNotFound:
         existing = None
     settled_config(config.table, existing, io.full_path(""))
+    if existing is not None:
+        take_recorded_lease(config, io)
     if config.coordinator.lease == "storage" and hasattr(io, "replace_versioned"):
         probe_conditional_writes(io)
+
+
+def take_recorded_lease(config: JobConfig, io: FileIO) -> None:
+    """The lease the table's writers recorded (``coordinator.lease_choice``) becomes this job's when its settings
+    name none; settings that name another are refused."""
+    recorded = LeaseChoice.read(io)
+    if recorded is None:
+        return
+    given = config.coordinator.model_fields_set & {"lease", "zookeeper", "zookeeper_root"}
+    if not given:
+        config.coordinator.lease = recorded.kind
+        if recorded.kind == "zookeeper":
+            config.coordinator.zookeeper, config.coordinator.zookeeper_root = recorded.zookeeper, recorded.root
+        return
+    lease_choice(config).agree(recorded, io)
+
+
+def lease_choice(config: JobConfig) -> LeaseChoice:
+    """The lease the job's settings name (``coordinator.lease_choice``: every writer of a table takes one)."""
+    coordinator = config.coordinator
+    if coordinator.lease == "zookeeper":
+        return LeaseChoice("zookeeper", coordinator.zookeeper, coordinator.zookeeper_root)
+    return LeaseChoice(coordinator.lease)
 
 
 def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | None = None, on_lost=None, probed: bool = False) -> Lease:

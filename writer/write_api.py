@@ -20,7 +20,9 @@ from laketide.writer.preflight import check_quarantine_path
 from laketide.writer.report import BatchReport
 from laketide.writer.running import (
     finish,
+    lease_choice,
     make_lease,
+    take_recorded_lease,
     open_table,
     quarantine_path,
     start,
@@ -62,10 +64,12 @@ def write(
     config = _config(table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings)
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
     table = open_table(config, rows.schema)
+    take_recorded_lease(config, table.io)
     lease = make_lease(config, table, job_id=f"{writer_id}-api")
     lease.acquire(config.coordinator.lease_wait)
     job = None
     try:
+        lease_choice(config).record(table.io)
         job = start(config, table, lease, writer_id, BatchWriter)
         batch_id = job.coordinator.committed_batches().get(writer_id, -1) + 1
         writer = job.writer

@@ -20,11 +20,19 @@ TableArg = Annotated[str, typer.Argument(help="table path or URI")]
 
 
 def lease_for(table, zookeeper: str | None, zookeeper_root: str, job_id: str = "laketide-ops"):
-    """The table's lease where it lives: ZooKeeper when hosts are given, else the lease object of a table
-    on an object store, else the table's lock file."""
+    """The table's lease where it lives: the one its writers recorded (``coordinator.lease_choice``); else
+    ZooKeeper when hosts are given, the lease object of a table on an object store, or the table's lock file.
+    ``--zookeeper`` that disagrees with the recorded lease is refused."""
     from laketide.coordinator import LocalLease, ZooKeeperLease
+    from laketide.coordinator.lease_choice import LeaseChoice
     from laketide.coordinator.storage_lease import StorageLease
 
+    recorded = LeaseChoice.read(table.io)
+    if recorded is not None:
+        if zookeeper:
+            LeaseChoice("zookeeper", zookeeper, zookeeper_root).agree(recorded, table.io)
+        elif recorded.kind == "zookeeper":
+            zookeeper, zookeeper_root = recorded.zookeeper, recorded.root
     if zookeeper:
         return ZooKeeperLease(zookeeper, zookeeper_root, table.uri, job_id=job_id, connect_timeout=10.0)
     if not table.io.is_local:
