@@ -140,3 +140,15 @@ def test_unreachable_zookeeper_stops_the_job_at_start(tmp_path):
         "--conf", f"coordinator.zookeeper=127.0.0.1:{free_port()}",
     )
     assert code == 6 and "cannot reach ZooKeeper" in err and "never falls back" in err
+
+
+def test_version():
+    from laketide import __version__
+
+    code, out, _ = laketide("--version")
+    assert code == 0 and out.strip() == f"laketide {__version__}"
+
+
+def test_a_timeline_page_before_what_is_not_an_instant_is_refused(written):
+    code, _, err = laketide("timeline", written[0].uri, "--before", "notaninstant")
+    assert code == 2 and "yyyyMMddHHmmssSSS" in err

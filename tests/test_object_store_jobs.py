@@ -157,7 +157,7 @@ def test_a_store_that_keeps_failing_stops_the_job_and_the_next_run_recovers(s3, 
     what the failed micro-batch left, writes it again, and the table equals the model."""
     from faultproxy import FaultProxy
 
-    from chaoslib import Job, job_args, wait_until
+    from chaoslib import Job, job_args
 
     proxy = FaultProxy(s3["aws_endpoint_url"].removeprefix("http://")).start()
     uri, model = "s3://lake/failing", Model(event_time=True)
@@ -165,15 +165,10 @@ def test_a_store_that_keeps_failing_stops_the_job_and_the_next_run_recovers(s3, 
         lines = [row(i, n + 1) for i in range(n * 5, n * 5 + 15)]
         land(tmp_path, f"batch-{n:03d}.json", lines, 1_700_000_000 + n)
         model.apply(lines)
-    conf = [f"table.path={uri}", "coordinator.lease=storage", "coordinator.lease_ttl=6", "storage.max_retries=2"]
-    conf += [f"storage.options.{k}={v}" for k, v in {**s3, "aws_endpoint_url": proxy.endpoint}.items()]
-    log = tmp_path / "failing.log"
     try:
-        job = Job(job_args(tmp_path, trigger="3 seconds", extra=conf), log).start()
-        wait_until(lambda: "micro-batch 0: instant" in log.read_text() or not job.running(), 180, "the first micro-batch")
-        proxy.slow_down = 1.0
-        assert job.wait(300) == 6, job.log_tail()
-        assert "storage.max_retries" in job.log_tail() and proxy.endpoint.removeprefix("http://") in job.log_tail()
+        code, tail, conf = _into_an_outage(tmp_path, s3, proxy, uri, "3 seconds", 2)
+        assert code == 6, tail
+        assert "storage.max_retries" in tail and proxy.endpoint.removeprefix("http://") in tail
     finally:
         proxy.stop()
     final = Job(job_args(tmp_path, extra=[*conf[:-len(s3)], *(f"storage.options.{k}={v}" for k, v in s3.items()), "coordinator.lease_wait=30"]), tmp_path / "final.log").start()
@@ -332,18 +327,26 @@ def test_a_store_that_stops_answering_while_the_job_waits_ends_the_lease_with_ex
     stops with exit 6 (unavailable), naming the store and that the lease could not be renewed, not a takeover."""
     from faultproxy import FaultProxy
 
-    from chaoslib import Job, job_args, wait_until
 
     proxy = FaultProxy(s3["aws_endpoint_url"].removeprefix("http://")).start()
     land(tmp_path, "batch-000.json", [row(i, 1) for i in range(5)], 1_700_000_000)
-    conf = ["table.path=s3://lake/outage", "coordinator.lease=storage", "coordinator.lease_ttl=6", "storage.max_retries=1"]
-    conf += [f"storage.options.{k}={v}" for k, v in {**s3, "aws_endpoint_url": proxy.endpoint}.items()]
-    log = tmp_path / "outage.log"
     try:
-        job = Job(job_args(tmp_path, trigger="2 seconds", extra=conf), log).start()
-        wait_until(lambda: "micro-batch 0: instant" in log.read_text() or not job.running(), 180, "the first micro-batch")
-        proxy.slow_down = 1.0
-        assert job.wait(120) == 6, job.log_tail()
-        assert "could not be reached to renew the lease" in job.log_tail() and "s3://lake/outage" in job.log_tail()
+        code, tail, _ = _into_an_outage(tmp_path, s3, proxy, "s3://lake/outage", "2 seconds", 1)
+        assert code == 6, tail
+        assert "could not be reached to renew the lease" in tail and "s3://lake/outage" in tail
     finally:
         proxy.stop()
+
+
+def _into_an_outage(tmp_path, s3: dict, proxy, uri: str, trigger: str, max_retries: int) -> tuple[int, str, list[str]]:
+    """A job on ``uri`` through ``proxy`` until its first micro-batch, then every request answered 503: its exit
+    code, its log's tail and its settings."""
+    from chaoslib import Job, job_args, wait_until
+
+    conf = [f"table.path={uri}", "coordinator.lease=storage", "coordinator.lease_ttl=6", f"storage.max_retries={max_retries}"]
+    conf += [f"storage.options.{k}={v}" for k, v in {**s3, "aws_endpoint_url": proxy.endpoint}.items()]
+    log = tmp_path / "outage.log"
+    job = Job(job_args(tmp_path, trigger=trigger, extra=conf), log).start()
+    wait_until(lambda: "micro-batch 0: instant" in log.read_text() or not job.running(), 180, "the first micro-batch")
+    proxy.slow_down = 1.0
+    return job.wait(300), job.log_tail(), conf

@@ -67,9 +67,18 @@ def _root(
             "environment. `laketide run` takes them as --conf storage.options.KEY=VALUE.",
         ),
     ] = None,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=lambda shown: _version(shown), help="print laketide's version and exit")] = False,
 ) -> None:
     """laketide: a streaming upsert writer for Apache Hudi tables."""
     STORAGE_OPTIONS.set(storage_pairs(storage_option or []))
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from laketide import __version__
+
+        typer.echo(f"laketide {__version__}")
+        raise typer.Exit()
 
 
 def _logging() -> None:
