@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
-from laketide.coordinator import Coordinator
+from laketide.coordinator import Coordinator, LeaseLost
 from laketide.coordinator.actions import TimelineAction
 from laketide.table.commit import BATCHES_KEY, NULL_COMMIT, WriteStat
 from laketide.table.compaction import (
@@ -210,6 +210,11 @@ class Compactor:
             result = writer.close()
         except BaseException:
             writer.abort()
+            raise
+        try:
+            self.coordinator.hold()
+        except LeaseLost:
+            io.delete(new_file.path)  # lost while it closed: gone at once rather than at the next writer's sweep
             raise
         return WriteStat(
             file_id=op.file_id,
