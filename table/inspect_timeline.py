@@ -17,8 +17,9 @@ from pydantic import BaseModel, Field
 from laketide.table import avro_models
 from laketide.table.archive import ENTRY, ArchivedInstant, ArchivedTimeline, archive_file_version, archived_instant
 from laketide.table.logfile import CorruptLog, LogBlock, avro_records, read_blocks
-from laketide.table.instant import CLEAN, COMMIT, COMPACTION, ROLLBACK, WRITE_ACTIONS, Instant, State, instant_to_datetime, validate_instant_time
+from laketide.table.instant import CLEAN, COMMIT, COMPACTION, ROLLBACK, WRITE_ACTIONS, Instant, State, INSTANT_TIME, instant_to_datetime
 from laketide.table.commit import CommitMetadata
+from laketide.table.errors import Invalid
 from laketide.table.lru import LruCache
 from laketide.table.savepoint import SavepointMetadata, savepoints
 
@@ -153,9 +154,9 @@ def timeline_page(
     table: Table, states: Iterable[State] | None, actions: Iterable[str] | None, before: str | None, limit: int, archived: bool = True
 ) -> TimelinePage:
     """Instants newest first, ``limit`` at a time, from the active timeline and then (``archived``) the archive;
-    ``before`` (the next page's start) must be an instant time."""
-    if before is not None:
-        validate_instant_time(before)
+    ``before`` (the next page's start) must have an instant time's 17 digits (any, as a bound)."""
+    if before is not None and not INSTANT_TIME.match(before):
+        raise Invalid(f"before must be an instant time, 17 digits yyyyMMddHHmmssSSS, not {before!r}")
     states = {State(s) for s in states} if states else None
     actions = set(actions) if actions else None
     timeline = table.timeline
