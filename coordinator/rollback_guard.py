@@ -68,14 +68,14 @@ def _savepoint_holds(timeline: Timeline, target: str, files: set[str]) -> None:
 
 def _folded_by_compaction(timeline: Timeline, target: str) -> None:
     written = timeline.commit_metadata(timeline.find(target)[0])
-    if written.compacted:
+    if written.is_compaction:
         return
     groups = written.file_ids()
     for later in timeline.completed_writes():
         if later.timestamp <= target:
             continue
         metadata = timeline.commit_metadata(later)
-        folded = groups & metadata.file_ids() if metadata.compacted or metadata.operation_type == "COMPACT" else set()
+        folded = groups & metadata.file_ids() if metadata.is_compaction else set()
         if folded:
             partition, file_id = sorted(folded)[0]
             raise DataLossRefused(

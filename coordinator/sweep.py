@@ -143,16 +143,15 @@ class Sweeper:
         for instant in timeline.filter({State.COMPLETED}, [COMMIT]):
             completed_ns = timeline.completed_at.get((instant.timestamp, instant.action))
             if completed_ns is not None and now - completed_ns / 1e9 < LATE_FILE_SECONDS:
-                recent[instant.timestamp] = instant
+                metadata = timeline.commit_metadata(instant)  # cached: completed instants never change
+                if metadata.is_compaction:
+                    recent[instant.timestamp] = metadata
         self._compactions_checked = {t: at for t, at in self._compactions_checked.items() if t in recent}
         deleted = []
-        for instant_time, instant in recent.items():
+        for instant_time, metadata in recent.items():
             if now - self._compactions_checked.get(instant_time, 0.0) < LATE_CHECK_SECONDS:
                 continue
             self._compactions_checked[instant_time] = now
-            metadata = timeline.commit_metadata(instant)
-            if not metadata.compacted and metadata.operation_type != "COMPACT":
-                continue
             named = {s.path for s in metadata.write_stats()}
             for partition in {s.partition_path or "" for s in metadata.write_stats()}:
                 for entry in io.list_dir(partition):

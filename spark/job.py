@@ -41,7 +41,6 @@ from laketide.writer.preflight import check_exchange_dir, check_quarantine_path
 from laketide.writer.running import (
     RunningJob,
     check_table,
-    lease_choice,
     finish,
     make_lease,
     open_table,
@@ -81,11 +80,11 @@ def run(
         faulthandler.enable(all_threads=True)
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
     check_exchange_dir(config.write.exchange_dir, config.storage.io_options)
-    check_table(config)
+    opened = check_table(config)
     spark = spark_session(config.spark)
     spark.sparkContext.setLogLevel("WARN")
     threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()
-    table = open_table(config, source_schema(spark, config.source))
+    table = open_table(config, source_schema(spark, config.source), opened)
     writer_id = writer_id_for(config.stream.checkpoint, config.storage.io_options)
     lost = threading.Event()
     lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set, probed=True)
@@ -93,7 +92,6 @@ def run(
     log.info("lease of %s taken: %s", table.uri, holder.describe())
     job = None
     try:
-        lease_choice(config).record(table.io)  # every later writer of the table takes this lease
         job = start(config, table, lease, writer_id, lambda **parts: MicroBatchWriter(spark, **parts), on_step)
         if on_ready is not None:
             on_ready(job)

@@ -26,6 +26,7 @@ from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.change_events import ChangeSpec, output_schema
 from laketide.writer.exchange import Exchange
+from laketide.writer.schema_registry import schema_ids
 from laketide.writer.landing import (
     batch_files,
     decoded_bytes,
@@ -38,7 +39,6 @@ from laketide.writer.landing import (
 )
 from laketide.writer.prepare import ArrivalCounter, Tally, prepare, prepare_in_order, set_aside, with_earlier_values
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
@@ -133,6 +133,11 @@ class MicroBatchWriter(BatchWriter):
             return None
         return sum(max(0, int(o) - marks[(t, int(p))][0]) for t, parts in end.items() for p, o in parts.items()) if end else None
 
+    def _fits_driver(self, weight: int | None) -> bool:
+        """Whether a micro-batch of ``weight`` bytes once decoded (``None``: unknown) is for the driver (``write.driver_batch_bytes``)."""
+        limit = self.config.write.driver_batch_bytes
+        return bool(limit) and weight is not None and weight <= limit
+
     def _kafka_fits_driver(self, batch_id: int) -> bool:
         """Whether a Kafka micro-batch is small enough for the driver (``write.driver_batch_bytes``), by its offsets."""
         if not self.config.write.driver_batch_bytes:
@@ -140,7 +145,7 @@ class MicroBatchWriter(BatchWriter):
         records = kafka_records(self.config.stream.checkpoint, batch_id, self.config.storage.io_options)
         if records is None:
             records = self._first_kafka_records(batch_id)
-        return records is not None and records * KAFKA_RECORD_BYTES <= self.config.write.driver_batch_bytes
+        return self._fits_driver(records * KAFKA_RECORD_BYTES if records is not None else None)
 
     def close(self) -> None:
         if self._brokers is not None:
@@ -289,15 +294,18 @@ class MicroBatchWriter(BatchWriter):
         if self.config.source.format == "kafka":
             return self._kafka_fits_driver(batch_id)
         files = self._landing_files(batch_id)
-        return bool(self.config.write.driver_batch_bytes) and files is not None and files[1] <= self.config.write.driver_batch_bytes
+        return self._fits_driver(files[1] if files is not None else None)
 
     def _row_schemas(self, df: DataFrame) -> list[list[dict]]:
         """The distinct row schemas of a micro-batch's change events, found by Spark's tasks."""
         changes = self.changes
-        if changes.avro is not None:  # the schemas of the values' ids (or the .avsc's), found on the driver
-            ids = df.select(F.when((F.length("value") >= 5) & (F.substring("value", 1, 1) == F.lit(bytes([0]))),
-                                   F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("long")).alias("id")).distinct().collect()
-            return changes.avro.row_schemas({row["id"] for row in ids})
+        if changes.avro is not None:
+            # the tasks find the values' schema ids; the driver looks them up, before the tasks get the decoder
+            def ids(batches):
+                found = set().union(*(schema_ids(batch.column("value")) for batch in batches))
+                yield pa.RecordBatch.from_pylist([{"id": i} for i in found], schema=pa.schema([("id", pa.int64())]))
+
+            return changes.avro.row_schemas({row["id"] for row in df.mapInArrow(ids, "id long").distinct().collect()})
 
         def found(batches):
             seen = {json.dumps(columns, sort_keys=True) for batch in batches for columns in changes.schemas(pa.Table.from_batches([batch]))}
@@ -328,7 +336,7 @@ class MicroBatchWriter(BatchWriter):
         if not self.config.write.driver_batch_bytes:
             return None
         if source.format == "generator":
-            if source.generator.rows_per_batch * GENERATED_ROW_BYTES > self.config.write.driver_batch_bytes:
+            if not self._fits_driver(source.generator.rows_per_batch * GENERATED_ROW_BYTES):
                 return None
             landed = df.toArrow()
         elif source.format == "kafka":
@@ -336,7 +344,7 @@ class MicroBatchWriter(BatchWriter):
                 return None
             landed = df.toArrow()
         else:
-            if files is None or files[1] > self.config.write.driver_batch_bytes:
+            if not self._fits_driver(files[1] if files is not None else None):
                 return None
             read = read_landed_parquet(files[0], data_schema) if source.format == "parquet" else None
             if read is not None:

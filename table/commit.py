@@ -62,6 +62,11 @@ class CommitMetadata(_Model):
     extra_metadata: dict[str, str] = Field(default_factory=dict)
     operation_type: str | None = None
 
+    @property
+    def is_compaction(self) -> bool:
+        """A completed compaction: laketide marks it ``compacted``; Apache Hudi's writer names its operation ``COMPACT``."""
+        return self.compacted or self.operation_type == "COMPACT"
+
     def write_stats(self) -> list[WriteStat]:
         return [s for stats in self.partition_to_write_stats.values() for s in stats]
 

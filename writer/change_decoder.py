@@ -26,8 +26,8 @@ from laketide.table.errors import Invalid
 from laketide.table.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
 
 from laketide.writer.change_events import ChangeSpec, change_rows, row_schemas
-from laketide.writer.connect_avro import AvroValues, schema_ids
-from laketide.writer.schema_registry import MAGIC
+from laketide.writer.connect_avro import AvroValues
+from laketide.writer.schema_registry import schema_ids, unframed
 from laketide.writer.connect_schema import Encoding, arrow_type
 from laketide.writer.connect_values import Decoding
 from laketide.writer.prepare import Tally
@@ -84,7 +84,7 @@ class ChangeDecoder:
         values = records["value"].combine_chunks()
         if self.avro is not None:
             return self.avro.row_schemas(schema_ids(values))
-        return row_schemas(_unframed(values))
+        return row_schemas(unframed(values))
 
     def rows(self, records: pa.Table, columns: pa.Schema) -> tuple[pa.Table, Tally]:
         """One row per record (``RECORD_SCHEMA`` or ``LINE_SCHEMA``), decoded into ``columns``, with where it came
@@ -96,7 +96,7 @@ class ChangeDecoder:
         if self.avro is not None:
             values, unread = self.avro.as_json(values)
         elif "topic" in records.column_names:
-            values = _unframed(values)
+            values = unframed(values)
         kafka = "topic" in records.column_names
         topics = records["topic"].combine_chunks() if kafka else pa.nulls(records.num_rows, pa.string())
         changed = change_rows(values, topics, ChangeSpec(columns, self.record_key, self.decoding))
@@ -117,16 +117,6 @@ class ChangeDecoder:
         tally = Tally(unknown_fields=changed.unknown_fields)
         tally.binlog_behind, tally.binlog_highest = _binlog_behind(rows[EVENT_POSITION].combine_chunks(), origin, self.binlog_highest)
         return rows.append_column(CORRUPT, raw), tally
-
-
-def _unframed(values: pa.Array) -> pa.Array:
-    """JSON values without Confluent's framing, where they have it (the JSON Schema converter's); a JSON text
-    never begins with a zero byte."""
-    values = values.cast(pa.binary())
-    framed = pc.fill_null(pc.and_(pc.starts_with(values, bytes([MAGIC])), pc.greater_equal(pc.binary_length(values), 5)), False)
-    if not pc.any(framed).as_py():
-        return values
-    return pc.if_else(framed, pc.binary_slice(values, 5), values)
 
 
 def _binlog_behind(positions: pa.Array, partitions: pa.Array, highest: int | None) -> tuple[int, int | None]:

@@ -41,6 +41,10 @@ def read_schema(path: str, io_options: dict[str, str] | None = None) -> dict:
     return schema
 
 
+class NotAChangeEvent(Invalid):
+    """An Avro schema that is not a Debezium change event's."""
+
+
 class AvroChanges:
     """Change events of one Avro envelope schema, as the JSON converter's values. Holds only plain data, so
     Spark's tasks get it by pickling."""
@@ -51,7 +55,7 @@ class AvroChanges:
         self._named: dict[str, dict] = {}
         self.connect = self._connect(schema, optional=False)
         if self.connect.get("type") != "struct" or not {"before", "after"} & {f["field"] for f in self.connect.get("fields", [])}:
-            raise Invalid("source.avro_schema is not a Debezium change event's schema (a record with before, after, source and op)")
+            raise NotAChangeEvent("source.avro_schema is not a Debezium change event's schema (a record with before, after, source and op)")
         self._schema_json = json.dumps(self.connect).encode()
         self.parsed = fastavro.parse_schema(_without_logical_types(schema))
 
@@ -136,10 +140,8 @@ class AvroValues:
                 self.by_id[schema_id] = AvroChanges(self.registry.schema(schema_id))
             except UnknownSchema as error:
                 self.by_id[schema_id] = str(error)
-            except Invalid as error:
-                if "not a Debezium change event" not in str(error):
-                    raise
-                self.by_id[schema_id] = f"schema id {schema_id} of the schema registry is not a change event's ({error})"
+            except NotAChangeEvent:
+                self.by_id[schema_id] = f"schema id {schema_id} of the schema registry is not a Debezium change event's schema"
 
     def row_schemas(self, ids: set[int | None]) -> list[list[dict]]:
         """The row schemas of values framed with ``ids`` (``None``: not framed)."""
@@ -177,11 +179,6 @@ class AvroValues:
         if self.fixed is not None:
             return self.fixed
         return "the value is not in Confluent's wire format (a zero byte and a schema id), so the schema registry cannot say its schema"
-
-
-def schema_ids(values: pa.Array) -> set[int | None]:
-    """The schema ids of Confluent-framed values (``None`` for a value that is not framed); nulls left out."""
-    return {framing(v)[0] for v in values.to_pylist() if v is not None}
 
 
 def _without_logical_types(avro):

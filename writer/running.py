@@ -46,34 +46,37 @@ WAITING_SECONDS = 10.0
 WriterFactory = Callable[..., BatchWriter]
 
 
-def open_table(config: JobConfig, source: pa.Schema | None) -> Table:
-    """Open the table (or create it) once every check has passed; a refused job writes nothing."""
+def _opened(config: JobConfig) -> tuple[FileIO, Table | None]:
+    """The table's storage, and the table when there is one yet."""
     io = FileIO.for_uri(config.table.path, config.storage.io_options)
     properties_file.recover(io)
     try:
-        existing = Table.open(config.table.path, io)
+        return io, Table.open(config.table.path, io)
     except TableNotFound:
-        existing = None
+        return io, None
+
+
+def open_table(config: JobConfig, source: pa.Schema | None, opened: tuple[FileIO, Table | None] | None = None) -> Table:
+    """Open the table (or create it) once every check has passed; a refused job writes nothing. ``opened``:
+    what ``check_table`` found, so that a job does not open the table twice at start."""
+    io, existing = opened or _opened(config)
     current = existing.schema() if existing is not None else None
     settled = table_config_for(config.table, existing.config if existing else None, current, source, io.full_path(""))
     return existing or Table.create_from_config(config.table.path, settled, io=io)
 
 
-def check_table(config: JobConfig) -> None:
+def check_table(config: JobConfig) -> tuple[FileIO, Table | None]:
     """The checks that need neither Spark nor the source's columns, run before Spark starts so that a refused job
     stops at once with its reason alone: the table's format and the keys the job must agree with, or a new
-    table's record key; and, under the storage lease, the store's conditional writes."""
-    io = FileIO.for_uri(config.table.path, config.storage.io_options)
-    properties_file.recover(io)
-    try:
-        existing = Table.open(config.table.path, io).config
-    except TableNotFound:
-        existing = None
-    settled_config(config.table, existing, io.full_path(""))
+    table's record key; and, under the storage lease, the store's conditional writes. Returns what it opened,
+    for ``open_table``."""
+    io, existing = _opened(config)
+    settled_config(config.table, existing.config if existing else None, io.full_path(""))
     if existing is not None:
         take_recorded_lease(config, io)
     if config.coordinator.lease == "storage" and hasattr(io, "replace_versioned"):
         probe_conditional_writes(io)
+    return io, existing
 
 
 def take_recorded_lease(config: JobConfig, io: FileIO) -> None:
@@ -286,7 +289,9 @@ def start(
     config: JobConfig, table: Table, lease: Lease, writer_id: str, factory: WriterFactory = BatchWriter, on_step: Callable[[str, int], None] | None = None
 ) -> RunningJob:
     """Everything a writer needs, under ``lease`` (held): what a previous holder left is recovered first,
-    a restore cut short is finished, and a compaction left pending is run."""
+    a restore cut short is finished, and a compaction left pending is run. The lease is recorded as the table's
+    (``coordinator.lease_choice``) if no writer did before."""
+    lease_choice(config).record(table.io)
     index = open_index(config, table)
     coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
     for result in coordinator.recover():

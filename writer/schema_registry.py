@@ -4,7 +4,8 @@ Kafka Connect's AvroConverter registers each new schema of a topic (a column add
 writes its id before every value (Confluent's wire format: a zero byte, the id in 4 bytes big-endian, the
 datum). ``GET /schemas/ids/{id}`` of Confluent's Schema Registry REST API (also Karapace's, Apicurio's
 compatible API and Redpanda's) answers ``{"schema": "<the Avro schema, as JSON text>"}``. An id's schema
-never changes, so each is asked for once per job.
+never changes, so each is asked for once per job. The framing itself is read here too (``framing``, ``unframed``,
+``schema_ids``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 import time
 
 import httpx
+import pyarrow as pa
+import pyarrow.compute as pc
 from laketide.table.errors import Invalid, Unavailable
 
 MAGIC = 0  # the first byte of Confluent's wire format
@@ -78,3 +81,26 @@ def framing(value: bytes | None) -> tuple[int | None, bytes | None]:
     if value is not None and len(value) >= 5 and value[0] == MAGIC:
         return int.from_bytes(value[1:5], "big"), value[5:]
     return None, value
+
+
+def _framed(values: pa.Array) -> pa.Array:
+    return pc.fill_null(pc.and_(pc.starts_with(values, bytes([MAGIC])), pc.greater_equal(pc.binary_length(values), 5)), False)
+
+
+def unframed(values: pa.Array) -> pa.Array:
+    """Every value (binary) without Confluent's framing, where it has it (``framing``, for many at once)."""
+    values = values.cast(pa.binary())
+    framed = _framed(values)
+    if not pc.any(framed).as_py():
+        return values
+    return pc.if_else(framed, pc.binary_slice(values, 5), values)
+
+
+def schema_ids(values: pa.Array) -> set[int | None]:
+    """The schema ids of the framed values (``None`` standing for those not framed); nulls (tombstones) left out."""
+    values = values.cast(pa.binary()).drop_null()
+    framed = _framed(values)
+    ids: set[int | None] = {int.from_bytes(head, "big") for head in pc.unique(pc.binary_slice(values.filter(framed), 1, 5)).to_pylist()}
+    if not pc.all(framed).as_py():
+        ids.add(None)
+    return ids

@@ -20,7 +20,6 @@ from laketide.writer.preflight import check_quarantine_path
 from laketide.writer.report import BatchReport
 from laketide.writer.running import (
     finish,
-    lease_choice,
     make_lease,
     take_recorded_lease,
     open_table,
@@ -69,7 +68,6 @@ def write(
     lease.acquire(config.coordinator.lease_wait)
     job = None
     try:
-        lease_choice(config).record(table.io)
         job = start(config, table, lease, writer_id, BatchWriter)
         batch_id = job.coordinator.committed_batches().get(writer_id, -1) + 1
         writer = job.writer
