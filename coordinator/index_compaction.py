@@ -9,6 +9,7 @@ the other table services, off the micro-batch's thread when they run in the back
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 from laketide.index.state import Fold, IndexSnapshot, StateIndex, has_base
@@ -32,8 +33,11 @@ class IndexCompaction:
     coverage files its snapshot listed, and must not find them gone.
     """
 
-    def __init__(self, table: Table, index: StateIndex, limit: int):
+    def __init__(self, table: Table, index: StateIndex, limit: int, hold: Callable[[], None] = lambda: None):
+        """``hold`` raises unless this writer still holds the lease: checked before each new run and before the
+        swap, so a writer paused past its lease neither writes runs nor deletes what the new holder reads."""
         self.table = table
+        self.hold = hold
         self.index = index
         self.limit = limit
         self.swap_lock: AbstractContextManager | None = None
@@ -41,6 +45,7 @@ class IndexCompaction:
     def _fold(self, snapshot: IndexSnapshot, shard: int, runs: tuple[str, ...]) -> Fold | None:
         """A new base for a shard without one or whose newer entries outgrew a level; a new level for one
         with too many runs; nothing for the others."""
+        self.hold()
         if not has_base(runs) or snapshot.delta_heavy(shard):
             return self.index.fold(snapshot, shard)
         if len(runs) > self.limit:
@@ -52,6 +57,7 @@ class IndexCompaction:
         snapshot = self.index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.start)
         # every new run first, outside the lock: a micro-batch may run meanwhile
         folds = [self._fold(snapshot, shard, runs) for shard, runs in snapshot.runs.items()]
+        self.hold()
         with self.swap_lock or nullcontext():
             for fold in folds:
                 if fold is not None:

@@ -92,10 +92,16 @@ def has_mirror(io) -> bool:
 class DeltaMirror:
     """Appends the Delta versions the Hudi timeline is ahead by; one run at a time per process."""
 
-    def __init__(self, table, log_retention_versions: int = 1000, data_files: Callable[[], tuple[list, list]] | None = None):
+    def __init__(
+        self, table, log_retention_versions: int = 1000, data_files: Callable[[], tuple[list, list]] | None = None,
+        hold: Callable[[], None] = lambda: None,
+    ):
         """``data_files`` gives the table's base and log files (a job passes its synced view's, so
-        that a micro-batch's version costs no listing of the table); by default the table is listed."""
+        that a micro-batch's version costs no listing of the table); by default the table is listed.
+        ``hold`` raises unless this writer still holds the table's lease: it runs before each version,
+        so a writer paused past its lease writes none from a timeline another holder has moved on."""
         self.table = table
+        self._hold = hold
         self._data_files = data_files or (lambda: list_data_files(table.io))
         self.log = DeltaLog(table.io)
         self.log_retention_versions = log_retention_versions
@@ -141,6 +147,7 @@ class DeltaMirror:
         partition_columns = metadata["partitionColumns"] if metadata else []
         actions += self._file_actions(state, view, schema, partition_columns, action.completed_ns // 1_000_000)
         actions.append({"commitInfo": _commit_info(action)})
+        self._hold()
         self.log.write_version(version, actions)
         state.apply(version, actions)
         log.info("delta version %d mirrors %s %s", version, action.instant.action, action.instant.timestamp)

@@ -156,3 +156,17 @@ def test_a_schema_change_is_a_metadata_action(tmp_path):
     assert DeltaLog(table.io).read_version(0)[1]["metaData"]["id"] == meta["id"], "the same table, a new schema"
     columns = ["id", "v", "region", "note"]
     assert rows(DeltaTable(table.uri).to_pyarrow_table(), "id", columns) == rows(hudi_read(table.uri), "id", columns)
+
+
+def test_a_writer_that_lost_its_lease_writes_no_version(tmp_path):
+    """The mirror checks the lease before each version: a writer paused past its lease publishes nothing."""
+    import pytest
+
+    from laketide.coordinator.lease import LeaseLost
+    from laketide.table.delta_log import commit_path
+
+    table, coordinator, lease, _, _ = history(tmp_path / "t", commits=2)
+    lease.release()
+    with pytest.raises(LeaseLost):
+        DeltaMirror(table, hold=coordinator.hold).catch_up()
+    assert not table.io.exists(commit_path(0))

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 import laketide
 from laketide.table import FileIO, Table
@@ -277,29 +278,46 @@ def test_every_cli_command_works_on_an_s3_table(s3, tmp_path):
     cli("--storage-option", "nonsense", "timeline", uri, expect=2)
 
 
-def test_a_holder_paused_in_its_compaction_leaves_no_second_base_file_when_it_wakes(s3, tmp_path):
-    """Merge-on-read on S3 under the storage lease: the first job pauses (SIGSTOP) while it compacts, just
-    before it closes a base file; a second job takes the lease over, finishes that compaction and the
-    stream; the first, woken, finds its lease gone and stops. After the next commit hudi-rs reads the model,
-    and every base file is named by the commit of its instant."""
+@pytest.mark.parametrize("where", ["s3-storage-inline", "local-zookeeper-async"])
+def test_a_holder_paused_in_its_compaction_leaves_no_second_base_file_when_it_wakes(where, request, tmp_path):
+    """Merge-on-read, on S3 under the storage lease (inline compaction) and on local disk under ZooKeeper
+    (async): the first job pauses (SIGSTOP) while it compacts, just before it closes a base file; a second
+    job takes the lease over, finishes that compaction and the stream; the first, woken, finds its lease
+    gone and stops. Then, and again after the next commit, hudi-rs reads the model and every base file is
+    named by the commit of its instant."""
     import os
 
     from streaming import PYTHON, RUNNER, expected_after
     from test_merge_on_read import COMPACTING_BATCHES
 
-    uri = "s3://lake/paused-compaction"
     for n, lines in enumerate(COMPACTING_BATCHES):
         land(tmp_path, f"batch-{n:03d}.json", lines, 1_700_000_000 + n)
-    conf = [f"table.path={uri}", "table.type=MERGE_ON_READ", "compaction.mode=inline", "compaction.delta_commits=2", "coordinator.lease=storage",
-            "coordinator.lease_ttl=6", *(f"storage.options.{k}={v}" for k, v in s3.items())]
+    if where.startswith("s3"):
+        options = request.getfixturevalue("s3")
+        uri = "s3://lake/paused-compaction"
+        conf = ["compaction.mode=inline", "coordinator.lease=storage", "coordinator.lease_ttl=6", *(f"storage.options.{k}={v}" for k, v in options.items())]
+    else:
+        options, uri = {}, str(tmp_path / "table")
+        conf = ["compaction.mode=async", "coordinator.lease=zookeeper", f"coordinator.zookeeper={request.getfixturevalue('zookeeper')}",
+                "coordinator.zookeeper_session_timeout=4"]
+    conf = [f"table.path={uri}", "table.type=MERGE_ON_READ", "compaction.delta_commits=2", *conf]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+    def matches_the_model(batches: list) -> Table:
+        table = Table.open(uri, FileIO.for_uri(uri, options))
+        assert rows(hudi_read_store(uri, options), "id", DATA_COLUMNS) == expected_after(batches)
+        named = {s.path for i in table.timeline.completed_writes() for s in table.timeline.commit_metadata(i).write_stats()}
+        base_files = [e.path for e in table.io.walk() if e.path.endswith(".parquet") and not e.path.startswith(".hoodie")]
+        assert base_files and set(base_files) <= named, sorted(set(base_files) - named)
+        return table
+
     with open(tmp_path / "first.log", "w") as log:
         first = subprocess.Popen([PYTHON, str(RUNNER), str(tmp_path), "freeze:compaction-closing", "-1", *conf], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         from chaoslib import wait_until
 
         wait_until(lambda: first.poll() is None and _stopped(first.pid), 300, "the first job paused in its compaction")
-        time.sleep(8)  # past lease_ttl
+        time.sleep(8)  # past the lease's ttl, the session's timeout
         second = subprocess.run([PYTHON, str(RUNNER), str(tmp_path), "-", "0", *conf, "coordinator.lease_wait=30"], env=env,
                                 capture_output=True, text=True, timeout=600)
         assert second.returncode == 0, second.stderr[-3000:]
@@ -309,16 +327,12 @@ def test_a_holder_paused_in_its_compaction_leaves_no_second_base_file_when_it_wa
         if first.poll() is None:
             first.send_signal(signal.SIGCONT)
             first.kill()
-    # the next commit's sweep takes whatever the woken writer left
+    # the woken writer deleted the base file it closed after its lease went; what else it left, the next commit's sweep takes
+    matches_the_model(COMPACTING_BATCHES)
     land(tmp_path, "batch-999.json", [row(1, 99)], 1_700_000_999)
     later = subprocess.run([PYTHON, str(RUNNER), str(tmp_path), "-", "0", *conf], env=env, capture_output=True, text=True, timeout=600)
     assert later.returncode == 0, later.stderr[-3000:]
-    table = Table.open(uri, FileIO.for_uri(uri, s3))
-    assert not table.timeline.pending()
-    assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == expected_after([*COMPACTING_BATCHES, [row(1, 99)]])
-    named = {s.path for i in table.timeline.completed_writes() for s in table.timeline.commit_metadata(i).write_stats()}
-    base_files = [e.path for e in table.io.walk() if e.path.endswith(".parquet") and not e.path.startswith(".hoodie")]
-    assert base_files and set(base_files) <= named, sorted(set(base_files) - named)
+    assert not matches_the_model([*COMPACTING_BATCHES, [row(1, 99)]]).timeline.pending()
 
 
 def _stopped(pid: int) -> bool:

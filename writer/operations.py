@@ -87,7 +87,7 @@ class Operations:
             coordinator = Coordinator(table, lease, OPS_WRITER_ID, instant_side_files=index.instant_files, metrics=metrics)
             if take:
                 Savepoints(coordinator).resume_restore()
-            yield cls(coordinator, index, DeltaMirror(table) if has_mirror(table.io) else None)
+            yield cls(coordinator, index, DeltaMirror(table, hold=coordinator.hold) if has_mirror(table.io) else None)
         finally:
             lease.release()
 
@@ -136,7 +136,7 @@ class Operations:
 
     def catch_up_mirror(self) -> MirrorOutcome:
         """Write or catch up the Delta log: from then on every writer keeps it current."""
-        mirror = self.mirror or DeltaMirror(self.table)
+        mirror = self.mirror or DeltaMirror(self.table, hold=self.coordinator.hold)
         written = self._between(mirror.catch_up)
         self.mirror = mirror
         versions = DeltaLog(self.table.io).versions()

@@ -219,11 +219,11 @@ def _rolled_back(report: BatchReport, completed: set[str], timeline_start: str |
     return timeline_start is not None and instant >= timeline_start
 
 
-def mirror_for(config: JobConfig, table: Table, views: ViewSync) -> DeltaMirror | None:
+def mirror_for(config: JobConfig, table: Table, views: ViewSync, hold: Callable[[], None]) -> DeltaMirror | None:
     """The Delta mirror, when configured or when the table already has one (it must not go stale);
     it takes the table's files from the job's synced view rather than listing the table."""
     if config.mirror.delta or has_mirror(table.io):
-        return DeltaMirror(table, config.mirror.log_retention_versions, views.files)
+        return DeltaMirror(table, config.mirror.log_retention_versions, views.files, hold)
     return None
 
 
@@ -299,8 +299,8 @@ def start(
     Savepoints(coordinator).resume_restore()
     views = ViewSync(table)
     compactor = compactor_for(config, table, coordinator, views, on_step)
-    mirror = mirror_for(config, table, views)
-    index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas)
+    mirror = mirror_for(config, table, views, coordinator.hold)
+    index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas, coordinator.hold)
     services = table_services(config, coordinator, index, views, index_compaction, compactor, mirror)
     writer = factory(
         config=config, table=table, coordinator=coordinator, index=index, quarantine_path=quarantine_path(config),
