@@ -4,7 +4,10 @@ A stale writer (one that lost its lease while paused) may go on writing
 after its instant was rolled back; its tasks mark each file first. The sweep
 rolls back its pending instants of an older epoch (the fence keeps them from
 completing), deletes the late files of rolled-back instants by their
-markers, and removes the markers and outcomes of finished instants.
+markers, and removes the markers and outcomes of finished instants. A
+completed instant's commit deletes its markers, so a marker of it found
+later is a late task's (a zombie attempt): the file it names is deleted
+unless the commit names it.
 
 A rollback keeps its target's markers, since a task paused between a marker
 and its data file writes the file later; each sweep deletes the files that
@@ -104,35 +107,45 @@ class Sweeper:
                 coordinator.rollback(instant.timestamp, force=True)
                 timeline = coordinator.table.timeline
         pending = {i.timestamp for i in timeline.pending()}
-        completed = {i.timestamp for i in timeline.filter({State.COMPLETED})}
+        completed = {i.timestamp: i for i in timeline.filter({State.COMPLETED})}
         rolled_back = self._rolled_back_targets(timeline)
         earliest = timeline.start
         deleted = []
         for instant_time in marked_instants(io):
             if instant_time in pending:
                 continue
-            markers = WriteMarkers(io, instant_time)
-            failed = instant_time not in completed and (instant_time in rolled_back or (earliest is not None and instant_time >= earliest))
-            if not failed:
-                markers.delete_all()
-                continue
-            waiting = False
-            for marker in markers.markers():
-                if marker.io_type != APPEND and written_by(io, marker.data_path, instant_time) and io.delete(marker.data_path):
-                    deleted.append(marker.data_path)
-                if now - marker.mtime_ns / 1e9 < MARKER_GRACE_SECONDS:
-                    waiting = True  # its writer may still be writing, or write the file again
-                else:
-                    io.delete(marker.path)
-            deleted += [p for p in coordinator.side_files(instant_time) if io.delete(p)]
-            if not waiting:
-                markers.delete_all()
+            if instant_time in completed:
+                # the commit deleted its markers: these are a late task's, whose file the commit does not name
+                named = {s.path for s in timeline.commit_metadata(completed[instant_time]).write_stats()}
+                deleted += self._files_of(WriteMarkers(io, instant_time), named, now)
+            elif instant_time in rolled_back or (earliest is not None and instant_time >= earliest):
+                deleted += self._files_of(WriteMarkers(io, instant_time), set(), now)
+                deleted += [p for p in coordinator.side_files(instant_time) if io.delete(p)]
+            else:
+                WriteMarkers(io, instant_time).delete_all()  # archived long ago
         for instant_time in coordinator.fence.decided():
             if instant_time not in pending:
                 coordinator.fence.forget(instant_time)
         deleted += self._late_base_files(timeline, now)
         if deleted:
             log.warning("swept %d files written late by stale writers: %s", len(deleted), deleted[:5])
+        return deleted
+
+    def _files_of(self, markers: WriteMarkers, named: set[str], now: float) -> list[str]:
+        """Delete the files ``markers`` name that are not in ``named`` (what the instant's commit keeps), and the
+        markers once past their grace; returns the files deleted."""
+        io, deleted, waiting = self.coordinator.table.io, [], False
+        for marker in markers.markers():
+            if marker.data_path in named:
+                continue
+            if marker.io_type != APPEND and written_by(io, marker.data_path, markers.instant_time) and io.delete(marker.data_path):
+                deleted.append(marker.data_path)
+            if now - marker.mtime_ns / 1e9 < MARKER_GRACE_SECONDS:
+                waiting = True  # its writer may still be writing, or write the file again
+            else:
+                io.delete(marker.path)
+        if not waiting:
+            markers.delete_all()
         return deleted
 
     def _late_base_files(self, timeline: Timeline, now: float) -> list[str]:

@@ -279,3 +279,31 @@ def test_a_base_file_a_stale_writer_adds_to_a_completed_compaction_is_swept(tmp_
     assert swept.sweep(now + sweeping.LATE_CHECK_SECONDS + 1) == [late.path]
     table.io.write_bytes(late.path, table.io.read_bytes(named.path))
     assert swept.sweep(now + sweeping.LATE_FILE_SECONDS + 1) == [], "an hour after the completion the partitions are not listed"
+
+
+def test_a_file_a_late_task_writes_after_its_instant_completed_is_swept(tmp_path):
+    """A task of a completed copy-on-write commit that was still running (a zombie attempt) marks and writes one more
+    base file of that instant in a file group the commit wrote: the next sweep deletes it, and keeps the marker
+    of a file not written yet until its grace runs out."""
+    from laketide.coordinator import sweep as sweeping
+    from laketide.table.properties import TableConfig
+
+    t = Table.create_from_config(str(tmp_path / "t"), TableConfig(name="t", record_key_fields=["id"], partition_fields=["region"], ordering_field="v"))
+    writer = Coordinator(t, PassedCheckLease(1), "w1")
+    instant = upsert(Table.open(t.uri), writer, 0, records(range(6), 0), SCHEMA)
+    table = Table.open(t.uri)
+    named = table.timeline.commit_metadata(table.timeline.find(instant)[0]).write_stats()[0]
+    late, later = (BaseFile(named.partition_path, named.file_id, token, instant) for token in ("7-7-7", "8-8-8"))
+    markers = WriteMarkers(table.io, instant)
+    for f in (late, later):
+        markers.create(f.path, CREATE)
+    table.io.write_bytes(late.path, table.io.read_bytes(named.path))
+    with pytest.raises(Exception, match="already present"):
+        hudi_read(table.uri)
+    sweeper = Coordinator(Table.open(t.uri), PassedCheckLease(1), "w1").sweeper
+    now = time.time()
+    assert sweeper.sweep(now) == [late.path]
+    assert {r["id"]: r["v"] for r in state(table.uri)} == {i: 0 for i in range(6)}
+    table.io.write_bytes(later.path, table.io.read_bytes(named.path))  # the other attempt wakes
+    assert sweeper.sweep(now + 10) == [later.path]
+    assert sweeper.sweep(now + sweeping.MARKER_GRACE_SECONDS + 1) == [] and not markers.markers()
