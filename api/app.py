@@ -16,6 +16,7 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query
 from fastapi.responses import Response
 
 from laketide.api import errors, ui
+from laketide.api.limits import Admission, ApiLimits
 from laketide.api.context import ApiContext, Ctx, JobHandle, ViewSettings, token_required
 from laketide.api.models import INSTANT_PATTERN, Action, ErrorOut, Health, LeaseOut, RestoreRequest, RollbackRequest, SavepointRequest
 from laketide.coordinator import Lease
@@ -31,14 +32,14 @@ from laketide.table.savepoint import SavepointMetadata
 from laketide.writer.quarantine import QuarantineSummary
 from laketide.writer.report import WriterView
 
-ERRORS = {status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 500, 503)}
+ERRORS = {status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 413, 429, 500, 503)}
 InstantPath = Annotated[str, Path(pattern=INSTANT_PATTERN)]
 # the filters and cursor of the two listings of instants (/v1/instants, /v1/timeline)
 StateQuery = Annotated[State | None, Query(description="REQUESTED, INFLIGHT or COMPLETED")]
 ActionQuery = Annotated[Action | None, Query(description="commit, deltacommit, replacecommit, rollback, ...")]
 LimitQuery = Annotated[int, Query(ge=1, le=1000)]
 BeforeQuery = Annotated[str | None, Query(pattern=INSTANT_PATTERN, description="only instants older than this one")]
-__all__ = ["ApiContext", "JobHandle", "ViewSettings", "create_app"]
+__all__ = ["ApiContext", "ApiLimits", "JobHandle", "ViewSettings", "create_app"]
 
 router = APIRouter(responses=ERRORS)
 changes = APIRouter(responses=ERRORS, dependencies=[Depends(token_required)])
@@ -66,12 +67,12 @@ def list_instants(
     limit: LimitQuery = 50,
     before: BeforeQuery = None,
 ) -> InstantPage:
-    return ctx.table().inspect.instants([state] if state else None, [action.value] if action else None, before, limit)
+    return ctx.read(lambda table: table.inspect.instants([state] if state else None, [action.value] if action else None, before, limit))
 
 
 @router.get("/v1/instants/{instant}", response_model=InstantDetail, tags=["instants"])
 def show_instant(ctx: Ctx, instant: InstantPath) -> InstantDetail:
-    return ctx.table().inspect.instant(instant)
+    return ctx.read(lambda table: table.inspect.instant(instant))
 
 
 @router.get("/v1/timeline", response_model=TimelinePage, tags=["instants"])
@@ -84,18 +85,18 @@ def timeline(
     archived: Annotated[bool, Query(description="go on into the archived timeline")] = True,
 ) -> TimelinePage:
     """Instants newest first with records, files, bytes and seconds, paging on into the archived timeline."""
-    return ctx.table().inspect.timeline([state] if state else None, [action.value] if action else None, before, limit, archived)
+    return ctx.read(lambda table: table.inspect.timeline([state] if state else None, [action.value] if action else None, before, limit, archived))
 
 
 @router.get("/v1/services", response_model=ServicesView, tags=["table"])
 def table_services(ctx: Ctx) -> ServicesView:
-    return ctx.table().inspect.services()
+    return ctx.read(lambda table: table.inspect.services())
 
 
 @router.get("/v1/layout", response_model=TableLayout, tags=["table"])
 def table_layout(ctx: Ctx, offset: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> TableLayout:
     """Partitions (a page of them) with sizes and small files; the table's live and total bytes."""
-    return ctx.table().inspect.layout(ctx.settings.small_file_bytes, offset, limit)
+    return ctx.read(lambda table: table.inspect.layout(ctx.settings.small_file_bytes, offset, limit))
 
 
 @router.get("/v1/layout/file-groups", response_model=FileGroupPage, tags=["table"])
@@ -106,7 +107,7 @@ def file_group_page(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[GroupOrder, Query(description="partition, or size (smallest first)")] = "partition",
 ) -> FileGroupPage:
-    return ctx.table().inspect.file_group_page(partition, offset, limit, order)
+    return ctx.read(lambda table: table.inspect.file_group_page(partition, offset, limit, order))
 
 
 @router.get("/v1/quarantine", response_model=QuarantineSummary, tags=["writer"])
@@ -117,12 +118,12 @@ def quarantined(ctx: Ctx, sample: Annotated[int, Query(ge=0, le=100)] = 10) -> Q
 
 @router.get("/v1/file-groups", response_model=list[FileGroupInfo], tags=["table"])
 def file_groups(ctx: Ctx, partition: Annotated[str | None, Query(max_length=1024)] = None) -> list[FileGroupInfo]:
-    return ctx.table().inspect.file_groups(partition)
+    return ctx.read(lambda table: table.inspect.file_groups(partition))
 
 
 @router.get("/v1/partitions", response_model=list[PartitionInfo], tags=["table"])
 def partitions(ctx: Ctx) -> list[PartitionInfo]:
-    return ctx.table().inspect.partitions()
+    return ctx.read(lambda table: table.inspect.partitions())
 
 
 @router.get("/v1/writer", response_model=WriterView, tags=["writer"])
@@ -138,7 +139,7 @@ def lease(ctx: Ctx) -> LeaseOut:
 
 @router.get("/v1/savepoints", response_model=list[SavepointMetadata], tags=["savepoints"])
 def list_savepoints(ctx: Ctx) -> list[SavepointMetadata]:
-    return ctx.table().inspect.savepoints()
+    return ctx.read(lambda table: table.inspect.savepoints())
 
 
 @changes.post("/v1/instants/{instant}/rollback", response_model=RollbackResult, tags=["instants"])
@@ -169,7 +170,10 @@ def create_app(
     lease_factory: Callable[[], Lease] | None = None,
     metrics: Metrics | None = None,
     settings: ViewSettings | None = None,
+    limits: ApiLimits | None = None,
 ) -> FastAPI:
+    """The app for ``table``: ``job`` when a running job serves it, else ``lease_factory`` for the changes;
+    ``limits`` bound what clients may ask of it (``api/limits.py``)."""
     app = FastAPI(
         title="laketide coordinator",
         version="1",
@@ -177,6 +181,7 @@ def create_app(
     )
     app.state.context = ApiContext(table, token, job, lease_factory, metrics or (job.coordinator.metrics if job else Metrics()), settings or ViewSettings())
     errors.install(app)
+    app.add_middleware(Admission, limits=limits or ApiLimits())
     app.include_router(router)
     app.include_router(changes)
     ui.install(app, app.state.context)

@@ -21,6 +21,7 @@ from laketide.writer.quarantine import QuarantineSummary
 from laketide.writer.report import WriterView
 
 T = TypeVar("T")
+_READ_ATTEMPTS = 3  # a view drawn again at most twice: archival and cleans move files a few times an hour, not a second
 DEFAULT_SMALL_FILE_BYTES = 100 * 2**20  # write.small_file_limit's default, Hudi's hoodie.parquet.small.file.limit
 
 
@@ -71,6 +72,18 @@ class ApiContext:
     def table(self) -> Table:
         """The table as it is now (each request reads the newest timeline)."""
         return Table.open(self.uri, self.io, self._shared)
+
+    def read(self, view: Callable[[Table], T]) -> T:
+        """``view`` of the table as it is now. A file it meant to read may go meanwhile (archival moves commit
+        files into the archive, a clean deletes old slices, a rollback its instant's files): then the view is
+        drawn again from the newer timeline, which names where the file went, rather than answered 500."""
+        for attempt in range(_READ_ATTEMPTS):
+            try:
+                return view(self.table())
+            except FileNotFoundError:
+                if attempt == _READ_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def quarantine(self, sample: int) -> QuarantineSummary:
         path = self.settings.quarantine_path or self.uri.rstrip("/") + "_quarantine"

@@ -1,19 +1,27 @@
 """How the REST API answers laketide's errors: one status per error kind, and a body that says what to do.
 
 A ``LaketideError`` answers ``{"detail", "kind"}`` with the status ``STATUSES`` gives its kind; a lease
-another job holds also names that job's API (``holder_api``), so a client can ask it instead. Anything
-else is a bug, and FastAPI answers it 500.
+another job holds also names that job's API (``holder_api``), so a client can ask it instead. The rest
+answer in the same shape: a request FastAPI cannot validate is ``invalid`` 400 (with its ``errors``), an
+unknown path or method the status Starlette gives it, and anything else, a bug, ``failed`` 500 naming
+the exception (the traceback goes to the log). The dashboard's requests (under ``/ui``) get the same
+words as an HTML fragment, shown where the panel's content would go.
 """
 
 from __future__ import annotations
 
+import logging
 from html import escape
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from laketide.coordinator import LeaseHeld
 from laketide.table.errors import ErrorKind, LaketideError
+
+log = logging.getLogger(__name__)
 
 STATUSES: dict[ErrorKind, int] = {
     ErrorKind.INVALID: 400,
@@ -25,30 +33,56 @@ STATUSES: dict[ErrorKind, int] = {
     ErrorKind.FAILED: 500,  # a damaged file, a corrupt commit, a service that keeps failing: the server's side
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.LEASE_LOST: 503,
+    ErrorKind.BUSY: 429,  # answered by ``api/limits.py`` before the app
 }
 
-# the kind a status stands for, for a client that got one (the CLI asking a job's API); 422 is FastAPI's own validation
-KIND_OF_STATUS: dict[int, ErrorKind] = {**{status: kind for kind, status in reversed(STATUSES.items())}, 422: ErrorKind.INVALID}
+# the kind a status stands for, for a client that got one (the CLI asking a job's API), and for Starlette's own answers
+KIND_OF_STATUS: dict[int, ErrorKind] = {
+    **{status: kind for kind, status in reversed(STATUSES.items())}, 405: ErrorKind.INVALID, 411: ErrorKind.INVALID,
+    413: ErrorKind.INVALID, 422: ErrorKind.INVALID,
+}
 
 
 # what the dashboard says instead of the REST API's wording, by kind
 _UI_WORDING = {ErrorKind.UNAUTHENTICATED: "This action needs the API token: enter it in the token field at the top of the page."}
 
 
-def _html(exc: LaketideError) -> HTMLResponse:
-    """The dashboard's answer (its requests are under ``/ui``): a fragment it shows where the result would go."""
-    text = _UI_WORDING.get(exc.kind, str(exc))
-    return HTMLResponse(f'<p class="error" role="alert"><b>{escape(exc.kind.value)}</b> {escape(text)}</p>', status_code=STATUSES[exc.kind])
+def _answer(request: Request, status: int, kind: ErrorKind, detail: str, **extra) -> Response:
+    """``{"detail", "kind", **extra}``; for the dashboard (its requests are under ``/ui``) a fragment it shows
+    where the result would go."""
+    if request.url.path.startswith("/ui/"):
+        text = _UI_WORDING.get(kind, detail)
+        return HTMLResponse(f'<p class="error" role="alert"><b>{escape(kind.value)}</b> {escape(text)}</p>', status_code=status)
+    return JSONResponse(status_code=status, content={"detail": detail, "kind": kind.value, **extra})
+
+
+def _invalid_detail(exc: RequestValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(part) for part in error.get('loc', ()))}: {error.get('msg', '')}" for error in exc.errors())
 
 
 def install(app: FastAPI) -> None:
-    """Answer every ``LaketideError`` from ``STATUSES``."""
+    """Answer every error as ``{"detail", "kind"}``: a ``LaketideError`` with the status ``STATUSES`` gives its kind."""
 
     @app.exception_handler(LaketideError)
-    async def _answer(request: Request, exc: LaketideError) -> Response:
-        if request.url.path.startswith("/ui/"):
-            return _html(exc)
-        body = {"detail": str(exc), "kind": exc.kind.value}
+    async def _laketide(request: Request, exc: LaketideError) -> Response:
+        extra = {}
         if isinstance(exc, LeaseHeld) and exc.holder is not None and exc.holder.api_address:
-            body["holder_api"] = exc.holder.api_address
-        return JSONResponse(status_code=STATUSES[exc.kind], content=body)
+            extra["holder_api"] = exc.holder.api_address
+        return _answer(request, STATUSES[exc.kind], exc.kind, str(exc), **extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        return _answer(request, 400, ErrorKind.INVALID, _invalid_detail(exc), errors=[
+            {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type", "")} for error in exc.errors()
+        ])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        response = _answer(request, exc.status_code, KIND_OF_STATUS.get(exc.status_code, ErrorKind.INVALID), str(exc.detail))
+        response.headers.update(exc.headers or {})
+        return response
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> Response:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return _answer(request, 500, ErrorKind.FAILED, f"the server failed to answer ({type(exc).__name__}: {exc}); its log has the traceback")

@@ -128,10 +128,12 @@ def _panels(ctx: ApiContext, table: Table) -> dict[str, Panel]:
 @router.get("")
 def page(request: Request, ctx: Ctx) -> HTMLResponse:
     """The whole page with every panel drawn in it: the first look needs no second round trip."""
-    table = ctx.table()
-    panels = {f"{name}_panel": _html(panel) for name, panel in _panels(ctx, table).items()}
-    values = {"uri": ctx.uri, "name": table.name, "table_type": table.config.table_type, "job": ctx.job is not None}
-    return _render(request, "page.html", {**values, **panels})
+
+    def drawn(table: Table) -> dict:
+        panels = {f"{name}_panel": _html(panel) for name, panel in _panels(ctx, table).items()}
+        return {"uri": ctx.uri, "name": table.name, "table_type": table.config.table_type, "job": ctx.job is not None, **panels}
+
+    return _render(request, "page.html", ctx.read(drawn))
 
 
 @router.get("/part/job")
@@ -152,24 +154,24 @@ def timeline_part(
     state: Annotated[State | Literal[""], Query(description="empty: any")] = "",
     before: Annotated[str | None, Query(pattern=INSTANT_PATTERN)] = None,
 ) -> HTMLResponse:
-    return _render(request, *_timeline(ctx.table(), action or None, state or None, before))
+    return _render(request, *ctx.read(lambda table: _timeline(table, action or None, state or None, before)))
 
 
 @router.get("/part/instant/{instant}")
 def instant_part(request: Request, ctx: Ctx, instant: str) -> HTMLResponse:
-    detail = ctx.table().inspect.instant(instant)
+    detail = ctx.read(lambda table: table.inspect.instant(instant))
     partitions = Counter(f.partition for f in detail.files)
     return _render(request, "instant.html", {"detail": detail, "partitions": sorted(partitions.items()), "files": detail.files[:200]})
 
 
 @router.get("/part/services")
 def services_part(request: Request, ctx: Ctx) -> HTMLResponse:
-    return _render(request, *_services(ctx.table()))
+    return _render(request, *ctx.read(_services))
 
 
 @router.get("/part/layout")
 def layout_part(request: Request, ctx: Ctx, offset: Annotated[int, Query(ge=0)] = 0) -> HTMLResponse:
-    return _render(request, *_layout(ctx, ctx.table(), _writer(ctx), offset))
+    return _render(request, *ctx.read(lambda table: _layout(ctx, table, _writer(ctx), offset)))
 
 
 @router.get("/part/file-groups")
@@ -180,7 +182,7 @@ def file_groups_part(
     offset: Annotated[int, Query(ge=0)] = 0,
     order: Annotated[GroupOrder, Query()] = "size",
 ) -> HTMLResponse:
-    return _render(request, *_file_groups(ctx, ctx.table(), partition, offset, order))
+    return _render(request, *ctx.read(lambda table: _file_groups(ctx, table, partition, offset, order)))
 
 
 @router.get("/part/quarantine")
@@ -223,7 +225,7 @@ def _warm(ctx: ApiContext) -> None:
     their templates, lists the table and decodes the newest archive block. Only a head start: a failure
     here is the first request's to report."""
     try:
-        for panel in _panels(ctx, ctx.table()).values():
+        for panel in ctx.read(lambda table: _panels(ctx, table)).values():
             _html(panel)
         templates.get_template("page.html")
     except Exception:

@@ -23,6 +23,7 @@ class ErrorKind(str, Enum):
     LEASE_LOST = "lease_lost"  # the writer lost its lease: its supervisor restarts it with a new epoch
     UNAUTHENTICATED = "unauthenticated"  # a change to the table was asked for without credentials
     FORBIDDEN = "forbidden"  # the credentials sent do not allow it
+    BUSY = "busy"  # the API is answering as many requests as it may beside the writer: ask again after Retry-After
 
 
 class LaketideError(Exception):

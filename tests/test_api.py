@@ -55,10 +55,10 @@ def test_one_instant_and_errors(server, written):
     assert detail["totals"]["writes"] >= 4 and detail["files"]
     assert detail["extra_metadata"]["laketide.batch.id"] == "1"
     assert httpx.get(f"{base}/v1/instants/20000101000000000").status_code == 404
-    assert httpx.get(f"{base}/v1/instants/not-an-instant").status_code == 422
-    assert httpx.get(f"{base}/v1/instants", params={"limit": 0}).status_code == 422
-    assert httpx.get(f"{base}/v1/instants", params={"state": "DONE"}).status_code == 422
-    assert httpx.get(f"{base}/v1/instants", params={"action": "bogus"}).status_code == 422
+    assert httpx.get(f"{base}/v1/instants/not-an-instant").status_code == 400
+    assert httpx.get(f"{base}/v1/instants", params={"limit": 0}).status_code == 400
+    assert httpx.get(f"{base}/v1/instants", params={"state": "DONE"}).status_code == 400
+    assert httpx.get(f"{base}/v1/instants", params={"action": "bogus"}).status_code == 400
 
 
 def test_file_groups_writer_lease_metrics_health(server, written):
@@ -85,7 +85,7 @@ def test_mutations_need_the_token(server, written):
     url = f"{server.address}/v1/instants/{instants[2]}/rollback"
     assert httpx.post(url, json={}).status_code == 401
     assert httpx.post(url, json={}, headers={"Authorization": "Bearer wrong"}).status_code == 403
-    assert httpx.post(url, json={"dry_run": "maybe"}, headers=AUTH).status_code == 422
+    assert httpx.post(url, json={"dry_run": "maybe"}, headers=AUTH).status_code == 400
 
 
 def test_standalone_rollback_refused_while_a_job_holds_the_lease(server, written):
@@ -187,3 +187,52 @@ def test_the_dashboards_actions_need_the_token_and_act_through_operations(server
     assert rows(hudi_read(table.uri), "id", ["id", "v", "region"]) == states[1]
     bad = httpx.post(f"{base}/ui/act/rollback", data={"instant": "20000101000000000", "dry_run": "true"}, headers=AUTH)
     assert bad.status_code == 404 and 'class="error"' in bad.text
+
+
+def test_every_error_answers_detail_and_kind(server, written):
+    """FastAPI's validation (400, not 422), an unknown path or method, a body too large or of no declared length:
+    each answers ``{detail, kind}``; the dashboard's requests get the same as a fragment."""
+    base = server.address
+    invalid = httpx.get(f"{base}/v1/instants", params={"limit": 0})
+    assert invalid.status_code == 400 and invalid.json()["kind"] == "invalid" and "limit" in invalid.json()["detail"]
+    assert invalid.json()["errors"][0]["loc"] == ["query", "limit"]
+    missing = httpx.get(f"{base}/v1/nothing-here")
+    assert missing.status_code == 404 and missing.json()["kind"] == "not_found"
+    wrong_method = httpx.put(f"{base}/v1/instants")
+    assert wrong_method.status_code == 405 and wrong_method.json()["kind"] == "invalid"
+    # a large body is refused from its length, before the token is looked at and before any of it is read
+    big = httpx.post(f"{base}/v1/savepoints", content=b"x" * 300_000, headers={"content-type": "application/json"})
+    assert big.status_code == 413 and big.json()["kind"] == "invalid" and "api_max_body" in big.json()["detail"]
+
+    def chunks():
+        yield b'{"comment": '
+        yield b'"x"}'
+
+    chunked = httpx.post(f"{base}/v1/savepoints", content=chunks(), headers=AUTH)
+    assert chunked.status_code == 411 and chunked.json()["kind"] == "invalid"
+    fragment = httpx.get(f"{base}/ui/part/instant/not-an-instant")
+    assert fragment.status_code == 400 and fragment.text.startswith('<p class="error"')
+
+
+def test_requests_past_the_rate_wait_their_turn_then_get_429(written):
+    """Beyond ``max_rate`` a request waits for its turn up to ``queue_seconds``, asleep; past that it is answered
+    429 ``busy`` with ``Retry-After``. The ones admitted are spread at the rate."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from laketide.api.limits import ApiLimits
+
+    table = written[0]
+    srv = ApiServer(create_app(table, TOKEN, limits=ApiLimits(max_rate=10, burst=1, queue_seconds=0.5))).start()
+    try:
+        start = time.monotonic()
+        with httpx.Client() as client, ThreadPoolExecutor(20) as pool:
+            answers = list(pool.map(lambda _: client.get(f"{srv.address}/healthz"), range(20)))
+        took = time.monotonic() - start
+    finally:
+        srv.stop()
+    ok = [a for a in answers if a.status_code == 200]
+    busy = [a for a in answers if a.status_code == 429]
+    assert len(ok) + len(busy) == 20 and 4 <= len(ok) <= 8, [a.status_code for a in answers]  # 1 at once, then 10 a second for 0.5 s
+    assert all(a.json()["kind"] == "busy" and a.headers["retry-after"] == "1" for a in busy)
+    assert took >= 0.3

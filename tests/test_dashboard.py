@@ -181,3 +181,27 @@ def test_the_page_loads_in_under_a_second_over_a_long_history(browser, tmp_path)
         page.screenshot(path=str(shots(tmp_path) / "dashboard-long-history.png"), full_page=False)
     finally:
         server.stop()
+
+
+def test_a_panel_that_fails_to_refresh_says_so_in_place_and_keeps_polling(browser, tmp_path):
+    """A refresh that fails (a damaged commit file appears, then is mended; then the server stops) leaves the
+    panel's last answer in place under a note saying what failed, and the panel goes on polling: the note
+    goes with the next good answer."""
+    from writes import history
+
+    table, instants, _, _ = history(tmp_path / "t", width=4)
+    server = ApiServer(create_app(table, TOKEN)).start()
+    try:
+        _, page = _load(browser, server.address)
+        damaged = f".hoodie/{int(instants[-1]) + 1}.commit"
+        table.io.write_atomic(damaged, b"{not json", overwrite=True)
+        note = page.locator("#timeline > .panel-error")
+        expect(note).to_contain_text("failed", timeout=10_000)
+        expect(note).to_contain_text("Way out")
+        expect(page.locator("#timeline tr.instant").first).to_be_attached()  # the last answer stays
+        table.io.delete(damaged)
+        expect(note).to_have_count(0, timeout=10_000)
+    finally:
+        server.stop()
+    expect(page.locator("#job > .panel-error")).to_contain_text("did not answer", timeout=10_000)
+    page.screenshot(path=str(shots(tmp_path) / "dashboard-refresh-failed.png"), full_page=False)

@@ -137,6 +137,11 @@ class CoordinatorSection(_Section):
     api_port: int | None = Field(None, ge=0, le=65535)
     api_host: str = "127.0.0.1"
     api_token: str | None = None
+    # what the API admits beside the writer (``api/limits.py``): requests a second, all clients together (0: no
+    # limit), requests answered at once, and the largest body; beyond them it answers 429 / 413
+    api_max_rate: float = Field(25.0, ge=0)
+    api_max_concurrent: int = Field(2, ge=1)
+    api_max_body: Size = 64 * 1024
 
 
 class CleanSection(_Section):

@@ -21,13 +21,14 @@ def run_service(config: JobConfig, on_ready: Callable | None = None, on_step: Ca
     def ready(job) -> None:
         settings = config.coordinator
         if settings.api_port is not None:
-            from laketide.api.app import ViewSettings, create_app
+            from laketide.api.app import ApiLimits, ViewSettings, create_app
             from laketide.api.server import ApiServer
             from laketide.writer.running import quarantine_path
 
             token = settings.api_token or os.environ.get(TOKEN_ENV)
+            limits = ApiLimits(settings.api_max_rate or None, settings.api_max_concurrent, settings.api_max_body)
             views = ViewSettings(quarantine_path(config), config.storage.io_options, config.write.small_file_limit)
-            server = ApiServer(create_app(job.table, token, job=job, settings=views), settings.api_host, settings.api_port).start()
+            server = ApiServer(create_app(job.table, token, job=job, settings=views, limits=limits), settings.api_host, settings.api_port).start()
             servers.append(server)
             job.coordinator.lease.announce(server.address)
             log.info("coordinator API on %s (OpenAPI at %s/docs, dashboard at %s/ui)", server.address, server.address, server.address)

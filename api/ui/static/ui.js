@@ -25,6 +25,35 @@
       else sessionStorage.removeItem(KEY);
     });
   });
+  // A panel that polls keeps what it showed and keeps polling when a refresh fails: the error (the server's
+  // fragment, or that it did not answer) is said in a note at the panel's top, gone with the next good answer.
+  function polls(elt) {
+    return elt && /\bevery\b/.test(elt.getAttribute("hx-trigger") || "");
+  }
+  function note(elt, html) {
+    let box = elt.querySelector(":scope > .panel-error");
+    if (!box) {
+      box = document.createElement("div");
+      box.className = "panel-error";
+      box.setAttribute("role", "status");
+      elt.prepend(box);
+    }
+    box.innerHTML = html;
+  }
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (event.detail.isError && polls(event.detail.elt)) {
+      event.detail.shouldSwap = false;
+      const body = event.detail.xhr.responseText || "";
+      note(event.detail.elt, body.startsWith("<p class=\"error\"") ? body
+        : '<p class="error" role="alert"><b>failed</b> the refresh answered ' + event.detail.xhr.status + "; showing the last answer</p>");
+    }
+  });
+  document.addEventListener("htmx:sendError", function (event) {
+    if (polls(event.detail.elt)) {
+      note(event.detail.elt, '<p class="error" role="alert"><b>unavailable</b> the server did not answer (has the job stopped?); ' +
+        "showing the last answer and trying again</p>");
+    }
+  });
   // the selected instant stays marked when the timeline refreshes
   let selected = null;
   document.addEventListener("click", function (event) {

@@ -28,6 +28,7 @@ EXIT_CODES: dict[ErrorKind, int] = {
     ErrorKind.FORBIDDEN: 4,
     ErrorKind.LEASE_LOST: 5,
     ErrorKind.UNAVAILABLE: 6,
+    ErrorKind.BUSY: 6,  # a job's API asked too fast: try again later
 }
 
 Progress = Callable[[int, int], None] | None

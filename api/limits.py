@@ -1,0 +1,115 @@
+"""Admission: what keeps the API from slowing the writer that serves it.
+
+The API runs in the job's process, beside the micro-batches it reports on, and every answer it computes
+holds the interpreter's lock for a while. So requests are admitted at a bounded rate (all clients
+together) and only a few at a time; a request beyond either waits its turn (asleep in the event loop,
+costing nothing) for up to ``queue_seconds``, and is answered 429 with ``Retry-After`` when its turn
+would come later. A client polling flat out is thereby slowed to its share of the rate instead of being
+answered faster and faster. A body longer than ``max_body_bytes`` is refused (413) from its
+``Content-Length`` before any of it is read, and a body without one (chunked) is refused (411): this
+happens before authentication, so nobody can make the server read a large body for nothing.
+
+Answers are ``{"detail", "kind"}`` as every other error's (``api/errors.py``); the dashboard's requests
+(under ``/ui``) get the same words as an HTML fragment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass
+from html import escape
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+
+@dataclass(frozen=True)
+class ApiLimits:
+    """``coordinator.api_max_rate`` / ``api_max_concurrent`` / ``api_max_body``; ``None`` rate: no limit."""
+
+    max_rate: float | None = 25.0  # requests admitted per second, all clients together
+    max_concurrent: int = 2  # requests being answered at once
+    max_body_bytes: int = 64 * 1024  # the API's bodies are a few hundred bytes of JSON or a form
+    queue_seconds: float = 2.0  # how long a request may wait for its turn before it is answered 429
+    burst: int = 8  # requests admitted at once after a quiet spell (a dashboard's panels load together)
+
+
+class Admission:
+    """Pure ASGI middleware in front of the app; one instance per app, used only on the server's event loop
+    (its turn-keeping needs no lock: nothing here runs on another thread)."""
+
+    def __init__(self, app: ASGIApp, limits: ApiLimits):
+        self.app = app
+        self.limits = limits
+        self._next_turn = 0.0  # monotonic time at which the next request may start (the rate's schedule)
+        self._slots: asyncio.Semaphore | None = None  # made on the loop that serves, at the first request
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        length, chunked = _body_headers(scope)
+        if chunked:
+            await _refuse(send, path, 411, "send the request's body with a Content-Length")
+            return
+        if length > self.limits.max_body_bytes:
+            await _refuse(send, path, 413, f"the request's body is larger than the API takes ({self.limits.max_body_bytes:,} bytes, "
+                                           "coordinator.api_max_body)")
+            return
+        wait = self._take_turn()
+        if wait is None:
+            await _refuse(send, path, 429, "the API is answering as many requests as it may beside the writer; ask again shortly",
+                          retry_after=math.ceil(self.limits.queue_seconds))
+            return
+        if wait > 0:
+            await asyncio.sleep(wait)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limits.max_concurrent)
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self.limits.queue_seconds)
+        except TimeoutError:
+            await _refuse(send, path, 429, "every slot of the API is busy; ask again shortly", retry_after=1)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._slots.release()
+
+    def _take_turn(self) -> float | None:
+        """Seconds until this request's turn under the rate, or ``None`` when that is past the queue's wait."""
+        rate = self.limits.max_rate
+        if rate is None:
+            return 0.0
+        now = time.monotonic()
+        turn = max(self._next_turn, now - self.limits.burst / rate)
+        if turn - now > self.limits.queue_seconds:
+            return None
+        self._next_turn = turn + 1 / rate
+        return max(turn - now, 0.0)
+
+
+def _body_headers(scope: Scope) -> tuple[int, bool]:
+    """The body's declared length (0 without one) and whether it comes chunked, of unknown length."""
+    length, chunked = 0, False
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length" and value.isdigit():
+            length = int(value)
+        elif name == b"transfer-encoding":
+            chunked = b"chunked" in value.lower()
+    return length, chunked
+
+
+async def _refuse(send: Send, path: str, status: int, detail: str, retry_after: int | None = None) -> None:
+    kind = "busy" if status == 429 else "invalid"
+    if path.startswith("/ui/"):
+        body, media = f'<p class="error" role="alert"><b>{kind}</b> {escape(detail)}</p>'.encode(), b"text/html; charset=utf-8"
+    else:
+        body, media = json.dumps({"detail": detail, "kind": kind}).encode(), b"application/json"
+    headers = [(b"content-type", media), (b"content-length", str(len(body)).encode()), (b"connection", b"keep-alive" if status == 429 else b"close")]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
