@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test-servers test test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory clean wheel
+.PHONY: install system-deps test-servers test test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-api clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +86,11 @@ bench-object-store: install system-deps
 bench-kafka: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/kafka_bench.py
+
+# micro-batch median idle and under 32 API clients asking flat out, with the answers' p50/p99 (about 4 minutes)
+bench-api: install system-deps
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/api_bench.py
 
 bench-memory: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query
 from fastapi.responses import Response
 
 from laketide.api import errors, ui
+from laketide.api.guard import Guard
 from laketide.api.limits import Admission, ApiLimits
 from laketide.api.context import ApiContext, Ctx, JobHandle, ViewSettings, token_required
 from laketide.api.models import INSTANT_PATTERN, Action, ErrorOut, Health, LeaseOut, RestoreRequest, RollbackRequest, SavepointRequest
@@ -128,7 +129,8 @@ def partitions(ctx: Ctx) -> list[PartitionInfo]:
 
 @router.get("/v1/writer", response_model=WriterView, tags=["writer"])
 def writer(ctx: Ctx) -> WriterView:
-    return WriterView.model_validate(ctx.job.status()) if ctx.job else WriterView(running=False)
+    """The running writer: its micro-batches, failures and health at a glance; with no job, the last job's word."""
+    return ctx.writer()
 
 
 @router.get("/v1/lease", response_model=LeaseOut, tags=["writer"])
@@ -171,9 +173,11 @@ def create_app(
     metrics: Metrics | None = None,
     settings: ViewSettings | None = None,
     limits: ApiLimits | None = None,
+    allowed_hosts: tuple[str, ...] | None = None,
 ) -> FastAPI:
     """The app for ``table``: ``job`` when a running job serves it, else ``lease_factory`` for the changes;
-    ``limits`` bound what clients may ask of it (``api/limits.py``)."""
+    ``limits`` bound what clients may ask of it (``api/limits.py``); ``allowed_hosts`` are the Host names it
+    answers to (``api/guard.py``; ``None``: any)."""
     app = FastAPI(
         title="laketide coordinator",
         version="1",
@@ -182,6 +186,7 @@ def create_app(
     app.state.context = ApiContext(table, token, job, lease_factory, metrics or (job.coordinator.metrics if job else Metrics()), settings or ViewSettings())
     errors.install(app)
     app.add_middleware(Admission, limits=limits or ApiLimits())
+    app.add_middleware(Guard, allowed=allowed_hosts)  # added last, so it runs first: a foreign Host is not admitted at all
     app.include_router(router)
     app.include_router(changes)
     ui.install(app, app.state.context)

@@ -16,6 +16,7 @@ from laketide.table.table import SharedCaches
 from laketide.table.view_sync import ViewSync
 from laketide.table.errors import ErrorKind, LaketideError
 from laketide.writer import quarantine
+from laketide.writer.job_state import JobState
 from laketide.writer.operations import Operations
 from laketide.writer.quarantine import QuarantineSummary
 from laketide.writer.report import WriterView
@@ -84,6 +85,12 @@ class ApiContext:
                 if attempt == _READ_ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")
+
+    def writer(self) -> WriterView:
+        """The job's published status; with no job here, the table's last job's last word."""
+        if self.job is not None:
+            return WriterView.model_validate(self.job.status())
+        return WriterView(running=False, last_job=JobState.read(self.io))
 
     def quarantine(self, sample: int) -> QuarantineSummary:
         path = self.settings.quarantine_path or self.uri.rstrip("/") + "_quarantine"

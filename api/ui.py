@@ -56,14 +56,23 @@ def _when(instant: str | None) -> str:
 def _ago(instant: str | None) -> str:
     if not instant:
         return "never"
-    seconds = (datetime.now(timezone.utc) - instant_to_datetime(instant)).total_seconds()
+    return f"{_seconds((datetime.now(timezone.utc) - instant_to_datetime(instant)).total_seconds())} ago"
+
+
+def _seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
     for unit, length in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= length:
-            return f"{seconds / length:.0f} {unit} ago"
-    return f"{max(seconds, 0):.0f} s ago"
+            return f"{seconds / length:.0f} {unit}"
+    return f"{max(seconds, 0):.0f} s"
 
 
-templates.env.filters.update(size=_size, when=_when, ago=_ago, number=lambda n: "-" if n is None else f"{n:,}")
+def _epoch_ago(at: float | None) -> str:
+    return "-" if at is None else f"{_seconds(datetime.now(timezone.utc).timestamp() - at)} ago"
+
+
+templates.env.filters.update(size=_size, when=_when, ago=_ago, seconds=_seconds, epoch_ago=_epoch_ago, number=lambda n: "-" if n is None else f"{n:,}")
 
 
 Panel = tuple[str, dict]  # a template and what it shows
@@ -79,7 +88,7 @@ def _html(panel: Panel) -> Markup:
 
 
 def _writer(ctx: ApiContext) -> WriterView:
-    return WriterView.model_validate(ctx.job.status()) if ctx.job else WriterView(running=False)
+    return ctx.writer()
 
 
 def _job(ctx: ApiContext, view: WriterView) -> Panel:

@@ -136,23 +136,21 @@ def _same(got: pa.Table, expected: pa.Table) -> bool:
 
 
 def run_laketide(args, workdir: Path, soak: Soak) -> Path:
-    from laketide.cli import DEFAULTS
+    from laketide.cli import embedded_defaults
     from laketide.config import load_config
     from laketide.spark.job import run
 
     table_path = workdir / "laketide"
-    config = load_config(
-        base=DEFAULTS,
-        overrides=[
-            f"table.path={table_path}",
-            f"stream.checkpoint={workdir / 'checkpoint'}",
-            "stream.trigger=available-now",
-            "source.format=generator",
-            f"source.generator.rows_per_batch={args.rows}",
-            f"source.generator.batches={args.batches}",
-            f"source.generator.key_space={args.key_space}",
-        ]
-    )
+    settings = [
+        f"table.path={table_path}",
+        f"stream.checkpoint={workdir / 'checkpoint'}",
+        "stream.trigger=available-now",
+        "source.format=generator",
+        f"source.generator.rows_per_batch={args.rows}",
+        f"source.generator.batches={args.batches}",
+        f"source.generator.key_space={args.key_space}",
+    ]
+    config = load_config(base=embedded_defaults(settings), overrides=settings)
     started = [time.perf_counter()]
 
     def on_ready(job):

@@ -44,6 +44,8 @@ class ServiceFailures:
         self._lock = threading.Lock()
         self._in_a_row: dict[str, int] = defaultdict(int)
         self.fatal: TableServiceFailed | TableDamaged | None = None
+        # told of each failure (service name, instant, error): the job's status shows them; set once, before services run
+        self.on_failure: Callable[[str, str | None, BaseException], None] | None = None
 
     def stop_with(self, damage: TableDamaged) -> None:
         """A damaged table stops the job at once: retrying cannot mend a file, and nothing more may be written."""
@@ -59,6 +61,7 @@ class ServiceFailures:
             raise
         except TableDamaged as damage:
             self.metrics.service_failures.labels(name).inc()
+            self._tell(name, instant, damage)
             log.error("%s after %s found a damaged table; the job stops and writes nothing more: %s", name, instant or "start", damage)
             self.stop_with(damage)
             return False
@@ -73,11 +76,16 @@ class ServiceFailures:
                         f"(services.max_consecutive_failures = {self.limit})"
                     )
             self.metrics.service_failures.labels(name).inc()
+            self._tell(name, instant, exc)
             log.exception("%s after %s failed (%d in a row); the commit stands, and %s runs again after the next micro-batch", name, instant or "start", count, name)
             return False
         with self._lock:
             self._in_a_row[name] = 0
         return True
+
+    def _tell(self, name: str, instant: str | None, error: BaseException) -> None:
+        if self.on_failure is not None:
+            self.on_failure(name, instant, error)
 
     def raise_if_fatal(self) -> None:
         with self._lock:

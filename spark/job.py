@@ -99,6 +99,10 @@ def run(
         stopped = _await(query, job, lost)
         finish(job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)
         return job.writer
+    except BaseException as failure:
+        if job is not None and job.state is not None:
+            job.state.ended(failure)  # skipped when the lease is what was lost: the new holder speaks now
+        raise
     finally:
         if job is not None:
             job.services.wait()

@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 
 from laketide.service import TOKEN_ENV, run_service
-from laketide.writer.landing import files_waiting
+from laketide.writer.job_state import JobState
+from laketide.writer.landing import landing_backlog
 from laketide.writer.running import WAITING_SECONDS
 
 from conftest import hudi_read, rows
@@ -84,7 +85,12 @@ def test_rollback_through_the_running_jobs_api(spark, tmp_path):
         wait_for(lambda: len(job.writer.status.recent) == 4)
         assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after([first, fourth]), "the job writes on after the restore"
         time.sleep(WAITING_SECONDS)  # the backlog is listed at most this often
-        assert httpx.get(f"{api}/v1/writer").json()["files_waiting"] == 0, "every landing file was taken"
+        writer = httpx.get(f"{api}/v1/writer").json()
+        assert writer["files_waiting"] == 0, "every landing file was taken"
+        health = writer["health"]
+        assert health["state"] == "idle" and health["backlog"]["files"] == 0 and health["last_commit_seconds_ago"] < 60
+        assert health["input_rate"] > 0 and health["processing_rate"] > 0 and not health["falling_behind"]
+        assert JobState.read(job.table.io).state == "running"
     finally:
         job.stop()
         thread.join(120)
@@ -94,4 +100,18 @@ def test_rollback_through_the_running_jobs_api(spark, tmp_path):
     land(tmp_path, "b5.json", [row(8, 5)], 1_700_000_005)
     land(tmp_path, ".hidden.json", [row(9, 5)], 1_700_000_006)
     last = job.writer.status.recent[-1].batch_id
-    assert files_waiting(str(tmp_path / "landing"), str(tmp_path / "checkpoint"), last) == 2
+    backlog = landing_backlog(str(tmp_path / "landing"), str(tmp_path / "checkpoint"), last)
+    assert backlog.files == 2 and backlog.bytes > 0 and backlog.age_seconds is not None
+    # the job's last word stays with the table: a server without the job shows it
+    stopped = JobState.read(job.table.io)
+    assert stopped.state == "stopped" and stopped.last_batch == last and stopped.writer_id == job.coordinator.writer_id
+
+    from laketide.api.app import create_app
+    from laketide.api.server import ApiServer
+
+    server = ApiServer(create_app(job.table, TOKEN)).start()
+    try:
+        assert httpx.get(f"{server.address}/v1/writer").json()["last_job"]["state"] == "stopped"
+        assert 'id="last-job"' in httpx.get(f"{server.address}/ui/part/job").text
+    finally:
+        server.stop()

@@ -158,3 +158,21 @@ def test_a_job_or_command_that_names_another_lease_than_the_tables_is_refused(ex
     command = subprocess.run([CLI, "clean", str(existing / "table"), "--zookeeper", "127.0.0.1:1"], capture_output=True, text=True, timeout=120)
     assert command.returncode == 2 and "take the local lease" in command.stderr, command.stderr[-2000:]
     assert tree_digest(existing / "table") == before
+
+
+def test_a_job_whose_api_port_is_in_use_stops_before_spark_naming_it(tmp_path):
+    """`laketide run` with coordinator.api_port taken by another process: exit 4 (conflict) in seconds, the port
+    and the way out named, nothing of Spark's."""
+    from laketide.api.server import bind
+
+    taken = bind("127.0.0.1", 0)
+    port = taken.getsockname()[1]
+    try:
+        started = time.monotonic()
+        result = subprocess.run([CLI, "run", "--conf", f"table.path={tmp_path / 'table'}", "--conf", f"stream.checkpoint={tmp_path / 'cp'}",
+                                 "--conf", f"coordinator.api_port={port}"], capture_output=True, text=True, timeout=120)
+    finally:
+        taken.close()
+    assert result.returncode == 4 and f"port {port} on 127.0.0.1 is in use" in result.stderr, result.stderr[-2000:]
+    assert "Spark" not in result.stderr and "Traceback" not in result.stderr and time.monotonic() - started < 15
+    assert not (tmp_path / "table").exists()

@@ -254,11 +254,13 @@ class BatchWriter:
         written (a lost lease, a damaged table), which leaves it to the next start."""
         try:
             return action()
-        except LeaseLost:
+        except LeaseLost as lost:
             log.error("micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back", batch_id, instant)
+            self.status.failed(f"micro-batch {batch_id}", lost, instant)
             raise
         except BaseException as failure:
             self.metrics.micro_batches.labels("failed").inc()
+            self.status.failed(f"micro-batch {batch_id}", failure, instant)
             damage = failure if isinstance(failure, TableDamaged) else TableDamaged.from_text(str(failure))
             if damage is not None:
                 log.error("micro-batch %s (instant %s) stopped: %s", batch_id, instant, damage)
@@ -276,6 +278,7 @@ class BatchWriter:
         self.metrics.records.inc(report.records)
         self.metrics.quarantined.inc(report.quarantined)
         self.metrics.commit_seconds.observe(report.seconds)
+        report.ended_at = time.time()
         self.status.last_instant = report.instant
         self.status.quarantined_total += report.quarantined
         self.status.recent = (self.status.recent + [report])[-RECENT_BATCHES:]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import posixpath
+import time
 import urllib.parse
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from laketide.table.io import FileEntry, FileIO
+from laketide.writer.report import Backlog
 
 # a piece of a parquet landing file (``parquet_pieces``): path, row group, the group's first arrival number,
 # the piece's first row in the group and its rows
@@ -219,8 +221,9 @@ def copy_aside(files: dict[str, str] | list[str], target: str, options: dict[str
         out.write_atomic(name, FileIO.for_uri(path, options).read_bytes(""), overwrite=True)
 
 
-def files_waiting(source_path: str, checkpoint: str, batch_id: int, options: dict[str, str] | None = None) -> int | None:
-    """Landing files newer than the newest one Spark's file source has taken, as of micro-batch ``batch_id``.
+def landing_backlog(source_path: str, checkpoint: str, batch_id: int, options: dict[str, str] | None = None) -> Backlog | None:
+    """Landing files newer than the newest one Spark's file source has taken, as of micro-batch ``batch_id``:
+    how many, their bytes, and the oldest one's age.
 
     Spark takes landing files oldest first (by modification time), and its source log
     (``<checkpoint>/sources/0/<logOffset>``, or ``.compact`` every tenth) names each file with its time: files
@@ -236,7 +239,9 @@ def files_waiting(source_path: str, checkpoint: str, batch_id: int, options: dic
     taken = [json.loads(line)["timestamp"] for line in log.read_text(name).splitlines()[1:] if line.startswith("{")]
     newest = max(taken, default=-1)
     landing = FileIO.for_uri(source_path, options)
-    return sum(1 for e in landing.walk("") if not e.is_dir and not _hidden(e.path) and e.mtime_ns // 1_000_000 > newest)
+    waiting = [e for e in landing.walk("") if not e.is_dir and not _hidden(e.path) and e.mtime_ns // 1_000_000 > newest]
+    oldest = min((e.mtime_ns for e in waiting), default=None)
+    return Backlog(files=len(waiting), bytes=sum(e.size for e in waiting), age_seconds=round(time.time() - oldest / 1e9, 1) if oldest else None)
 
 
 def _hidden(path: str) -> bool:

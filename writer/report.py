@@ -6,9 +6,14 @@ everywhere at once.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from laketide.writer.job_state import JobState
 
 
 @dataclass
@@ -44,6 +49,8 @@ class BatchReport:
     unknown_fields: dict[str, int] = field(default_factory=dict)
     # MySQL events whose binlog file number is below one seen before them (a failover, RESET MASTER)
     binlog_behind: int = 0
+    # wall clock (epoch seconds) when the micro-batch ended: rates and the age of a lag are taken from it
+    ended_at: float = 0.0
 
     def line(self) -> str:
         skipped = " skipped=" + ",".join(f"{kind}:{n}" for kind, n in sorted(self.skipped_messages.items())) if self.skipped_messages else ""
@@ -69,14 +76,57 @@ class BatchReport:
 RECENT_BATCHES = 120  # the micro-batches a running writer keeps reports of (the API, the dashboard's chart)
 
 
+class Failure(BaseModel):
+    """Something of the job's that failed: a micro-batch (which stops the job) or a table service (retried)."""
+
+    at: float = Field(description="wall clock, epoch seconds")
+    what: str = Field(description="'micro-batch N' or the table service's name")
+    instant: str | None = None
+    error: str
+
+
+RECENT_FAILURES = 20  # the failures a running writer keeps (the API, the dashboard)
+
+
 @dataclass
 class WriterStatus:
-    """What the running job tells the outside world (the API serves it)."""
+    """What the running job tells the outside world (the API serves it). The micro-batch thread and the
+    table-services thread write it, the API's threads read it: each field is replaced whole (never changed
+    in place), so a reader sees the old value or the new one."""
 
     current_batch: int | None = None
     last_instant: str | None = None
     recent: list[BatchReport] = field(default_factory=list)
     quarantined_total: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # both threads add failures
+
+    def failed(self, what: str, error: BaseException | str, instant: str | None = None) -> None:
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        with self._lock:
+            self.failures = (self.failures + [Failure(at=time.time(), what=what, instant=instant, error=text)])[-RECENT_FAILURES:]
+
+
+class Backlog(BaseModel):
+    """What waits for the job: landing files (with their bytes and the oldest one's age), or Kafka records."""
+
+    files: int | None = None
+    bytes: int | None = None
+    records: int | None = Field(None, description="Kafka: the lag, the newest offsets minus the next ones to read")
+    age_seconds: float | None = Field(None, description="landing: the oldest waiting file's age; Kafka: the age of the lag's figure")
+
+
+class Health(BaseModel):
+    """The on-call engineer's answer: healthy, how far behind, what failed, what to do."""
+
+    state: Literal["healthy", "idle", "behind", "failing", "stopped"]
+    summary: str = Field(description="one line: what is the matter, and what to do about it")
+    last_commit_seconds_ago: float | None = None
+    input_rate: float | None = Field(None, description="records a second that came in, over the last minutes")
+    processing_rate: float | None = Field(None, description="records a second while writing (records over micro-batch seconds)")
+    falling_behind: bool = Field(False, description="micro-batches take longer than the trigger's interval, or the backlog keeps growing")
+    backlog: Backlog | None = None
+    last_error: str | None = None
 
 
 class IndexCoverage(BaseModel):
@@ -100,3 +150,6 @@ class WriterView(BaseModel):
     recent: list[BatchReport] = Field(default_factory=list)
     quarantined_total: int = 0
     index: IndexCoverage | None = None
+    health: Health | None = None
+    last_job: JobState | None = Field(None, description="with no job in this server: the table's last job's own last word")
+    failures: list[Failure] = Field(default_factory=list, description="the job's recent failures, newest last")

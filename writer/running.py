@@ -28,20 +28,23 @@ from laketide.index.state import INDEX_DIR, StateIndex
 from laketide.table import FileIO, Table, TableNotFound, properties_file
 from laketide.table.delta_mirror import DeltaMirror, has_mirror
 from laketide.table.errors import Invalid
-from laketide.table.instant import COMPACTION
+from laketide.table.instant import COMPACTION, instant_to_datetime
 from laketide.table.view_sync import ViewSync
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.compactor import Compactor
-from laketide.writer.landing import files_waiting
+from laketide.writer.landing import landing_backlog
 from laketide.writer.operations import Operations
 from laketide.writer.preflight import settled_config, table_config_for
-from laketide.writer.report import BatchReport, IndexCoverage, WriterView
+from laketide.writer.job_health import assess
+from laketide.writer.job_state import JobState, JobStateRecorder
+from laketide.writer.report import Backlog, BatchReport, IndexCoverage, WriterView
 
 from laketide.config import ConfigError, JobConfig
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")
 WAITING_SECONDS = 10.0
+FACTS_SECONDS = 5.0  # how old the table's part of the status may be
 # builds the writer of micro-batches from (config, table, coordinator, index, quarantine path) and hooks
 WriterFactory = Callable[..., BatchWriter]
 
@@ -126,6 +129,18 @@ def quarantine_path(config: JobConfig) -> str:
     return config.write.quarantine_path or config.table.path.rstrip("/") + "_quarantine"
 
 
+@dataclass(frozen=True)
+class TableFacts:
+    """What the status takes from the table rather than from the writer's memory, and when it was drawn."""
+
+    drawn: float  # monotonic
+    as_of: str | None  # the writer's last instant when they were drawn
+    completed: set[str]
+    start: str | None
+    index: IndexCoverage
+    last_commit_at: float | None  # epoch seconds of the newest completed write's instant time
+
+
 @dataclass
 class RunningJob:
     """The parts of a running job that the coordinator service reads and acts through."""
@@ -138,47 +153,75 @@ class RunningJob:
     stop_requested: threading.Event
     services: TableServices
     mirror: DeltaMirror | None = None
-    _waiting: tuple[float, int | None] = field(default=(float("-inf"), None), init=False)  # (when listed, landing files waiting)
+    state: JobStateRecorder | None = None  # the job's last word, kept with the table
+    _waiting: tuple[float, Backlog | None] = field(default=(float("-inf"), None), init=False)  # (when listed, the landing backlog)
+    _facts: TableFacts | None = field(default=None, init=False)
 
     def stop(self) -> None:
         """Ask the query to stop after the micro-batch in progress."""
         self.stop_requested.set()
 
     def status(self) -> WriterView:
+        """The writer's published state, and what the table says of it (at most ``FACTS_SECONDS`` old): the API's
+        threads call this as often as clients ask, so nothing here lists the table more often than that."""
         status = self.writer.status
-        timeline = self.table.timeline
-        completed = {i.timestamp for i in timeline.completed_writes()}
-        snapshot = self.index.snapshot(completed, timeline.start)
-        groups = {(s.partition, s.file_id) for s in self.writer.views.view(timeline).latest_slices()}
+        facts = self._table_facts(status.last_instant)
+        landing = self._landing_backlog(status.recent)
+        running_batch = status.current_batch is not None and (not status.recent or status.recent[-1].batch_id != status.current_batch)
         return WriterView(
             running=True,
             writer_id=self.coordinator.writer_id,
             source=_describe_source(self.config),
             trigger=self.config.stream.trigger,
             stopping=self.stop_requested.is_set(),
-            files_waiting=self._files_waiting(status.recent),
+            files_waiting=landing.files if landing is not None else None,
             current_batch=status.current_batch,
             last_instant=status.last_instant,
-            recent=[replace(r, rolled_back=_rolled_back(r, completed, timeline.start)) for r in status.recent],
+            recent=[replace(r, rolled_back=_rolled_back(r, facts.completed, facts.start)) for r in status.recent],
             quarantined_total=status.quarantined_total,
-            index=IndexCoverage(shards=self.index.shards, file_groups=len(groups), covered_file_groups=len(groups & snapshot.covered)),
+            index=facts.index,
+            failures=status.failures,
+            health=assess(status.recent, status.failures, self.config.stream.trigger, landing, running_batch, facts.last_commit_at),
         )
 
-    def _files_waiting(self, recent: list[BatchReport]) -> int | None:
+    def _table_facts(self, last_instant: str | None) -> TableFacts:
+        """The completed writes, the index's coverage and the last commit's time, drawn again after each commit of
+        the writer's and once ``FACTS_SECONDS`` passed (an operator's change). API threads may race here; the loser
+        draws them again (no lock held over I/O)."""
+        facts = self._facts
+        if facts is not None and facts.as_of == last_instant and time.monotonic() - facts.drawn < FACTS_SECONDS:
+            return facts
+        for attempt in range(3):
+            try:
+                timeline = self.table.timeline
+                completed = {i.timestamp for i in timeline.completed_writes()}
+                snapshot = self.index.snapshot(completed, timeline.start)
+                groups = {(s.partition, s.file_id) for s in self.writer.views.view(timeline).latest_slices()}
+                break
+            except FileNotFoundError:  # archival or a clean moved a file as it was read: draw from the newer timeline
+                if attempt == 2:
+                    raise
+        last = timeline.latest_completed_write()
+        index = IndexCoverage(shards=self.index.shards, file_groups=len(groups), covered_file_groups=len(groups & snapshot.covered))
+        at = instant_to_datetime(last.timestamp).timestamp() if last is not None else None
+        self._facts = TableFacts(time.monotonic(), last_instant, completed, timeline.start, index, at)
+        return self._facts
+
+    def _landing_backlog(self, recent: list[BatchReport]) -> Backlog | None:
         """A landing source's backlog, listed at most every ``WAITING_SECONDS``: the API's readers poll, and
         a landing directory can be long. Threads of the API may race on ``_waiting``; the loser lists again."""
         done = [r.batch_id for r in recent if not r.skipped and not r.empty]
         if self.config.source.format in ("generator", "kafka") or not done:
             return None
-        at, count = self._waiting
+        at, backlog = self._waiting
         if time.monotonic() - at > WAITING_SECONDS:
             try:
-                count = files_waiting(self.config.source.path, self.config.stream.checkpoint, done[-1], self.config.storage.io_options)
+                backlog = landing_backlog(self.config.source.path, self.config.stream.checkpoint, done[-1], self.config.storage.io_options)
             except Exception:  # only for showing: the status answers without it
                 log.warning("the landing files waiting could not be counted", exc_info=True)
-                count = None
-            self._waiting = (time.monotonic(), count)
-        return count
+                backlog = None
+            self._waiting = (time.monotonic(), backlog)
+        return backlog
 
     @property
     def views(self) -> ViewSync:
@@ -193,7 +236,10 @@ class RunningJob:
     def between_batches(self, action: Callable[[], T]) -> T:
         """Run ``action`` while no micro-batch runs (under the writer's batch lock)."""
         with self.writer.batch_lock:
-            return action()
+            try:
+                return action()
+            finally:
+                self._facts = None  # an operator's change (a rollback, a restore) shows at the next status
 
 
 def _describe_source(config: JobConfig) -> str:
@@ -286,11 +332,13 @@ def open_index(config: JobConfig, table: Table) -> StateIndex:
 
 
 def start(
-    config: JobConfig, table: Table, lease: Lease, writer_id: str, factory: WriterFactory = BatchWriter, on_step: Callable[[str, int], None] | None = None
+    config: JobConfig, table: Table, lease: Lease, writer_id: str, factory: WriterFactory = BatchWriter, on_step: Callable[[str, int], None] | None = None,
+    streaming: bool = True,
 ) -> RunningJob:
     """Everything a writer needs, under ``lease`` (held): what a previous holder left is recovered first,
     a restore cut short is finished, and a compaction left pending is run. The lease is recorded as the table's
-    (``coordinator.lease_choice``) if no writer did before."""
+    (``coordinator.lease_choice``) if no writer did before. A ``streaming`` job keeps its state with the table
+    (``writer/job_state.py``); one ``laketide.write`` call does not speak over the last job's word."""
     lease_choice(config).record(table.io)
     index = open_index(config, table)
     coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
@@ -306,12 +354,26 @@ def start(
         config=config, table=table, coordinator=coordinator, index=index, quarantine_path=quarantine_path(config),
         on_step=on_step, after_commit=_after_commit(config, compactor, services), views=views, failures=services.failures,
     )
+    services.failures.on_failure = lambda name, instant, error: writer.status.failed(name, error, instant)
     if compactor is not None:
         compactor.finish_lock = writer.batch_lock
     index_compaction.swap_lock = writer.batch_lock
+    state = _job_state(table, coordinator, writer_id) if streaming else None
+    if state is not None:
+        writer.observers.append(lambda report: None if report.skipped or report.empty else state.committed(report.batch_id, report.instant))
     # a compaction the previous run left pending is finished now, not only after the next commit
     services.after_commit()
-    return RunningJob(config, table, coordinator, writer, index, threading.Event(), services, mirror)
+    return RunningJob(config, table, coordinator, writer, index, threading.Event(), services, mirror, state)
+
+
+def _job_state(table: Table, coordinator: Coordinator, writer_id: str) -> JobStateRecorder:
+    holder = coordinator.lease.holder
+    now = time.time()
+    state = JobState(state="running", writer_id=writer_id, job_id=holder.job_id if holder else None, host=holder.host if holder else None,
+                     pid=holder.pid if holder else None, started_at=now, updated_at=now)
+    recorder = JobStateRecorder(table.io, coordinator.hold, state)
+    recorder.started()
+    return recorder
 
 
 def finish(job: RunningJob, ended_by_itself: bool) -> None:
@@ -326,3 +388,5 @@ def finish(job: RunningJob, ended_by_itself: bool) -> None:
         # a commit that came while the last services round ran started none
         job.mirror.catch_up()
     _log_pending(job.table)
+    if job.state is not None:
+        job.state.ended()

@@ -68,7 +68,7 @@ def write(
     lease.acquire(config.coordinator.lease_wait)
     job = None
     try:
-        job = start(config, table, lease, writer_id, BatchWriter)
+        job = start(config, table, lease, writer_id, BatchWriter, streaming=False)
         batch_id = job.coordinator.committed_batches().get(writer_id, -1) + 1
         writer = job.writer
         with writer.batch_lock:

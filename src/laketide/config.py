@@ -142,6 +142,8 @@ class CoordinatorSection(_Section):
     api_max_rate: float = Field(25.0, ge=0)
     api_max_concurrent: int = Field(2, ge=1)
     api_max_body: Size = 64 * 1024
+    # the Host names the API answers to; unset: loopback names when api_host is a loopback address, else any
+    api_allowed_hosts: list[str] | None = None
 
 
 class CleanSection(_Section):

@@ -17,18 +17,26 @@ def run_service(config: JobConfig, on_ready: Callable | None = None, on_step: Ca
     from laketide.spark.job import run
 
     servers = []
+    settings = config.coordinator
+    listening = None
+    if settings.api_port is not None:
+        from laketide.api.server import bind
+
+        listening = bind(settings.api_host, settings.api_port)  # a port in use stops the job before Spark starts
 
     def ready(job) -> None:
-        settings = config.coordinator
-        if settings.api_port is not None:
+        if listening is not None:
             from laketide.api.app import ApiLimits, ViewSettings, create_app
+            from laketide.api.guard import default_hosts
             from laketide.api.server import ApiServer
             from laketide.writer.running import quarantine_path
 
             token = settings.api_token or os.environ.get(TOKEN_ENV)
             limits = ApiLimits(settings.api_max_rate or None, settings.api_max_concurrent, settings.api_max_body)
             views = ViewSettings(quarantine_path(config), config.storage.io_options, config.write.small_file_limit)
-            server = ApiServer(create_app(job.table, token, job=job, settings=views, limits=limits), settings.api_host, settings.api_port).start()
+            hosts = tuple(settings.api_allowed_hosts) if settings.api_allowed_hosts is not None else default_hosts(settings.api_host)
+            app = create_app(job.table, token, job=job, settings=views, limits=limits, allowed_hosts=hosts)
+            server = ApiServer(app, settings.api_host, sock=listening).start()
             servers.append(server)
             job.coordinator.lease.announce(server.address)
             log.info("coordinator API on %s (OpenAPI at %s/docs, dashboard at %s/ui)", server.address, server.address, server.address)
@@ -40,3 +48,5 @@ def run_service(config: JobConfig, on_ready: Callable | None = None, on_step: Ca
     finally:
         for server in servers:
             server.stop()
+        if listening is not None:
+            listening.close()

@@ -126,18 +126,23 @@ def serve(
     quarantine: Annotated[Optional[str], typer.Option(help="the job's write.quarantine_path (default: <table>_quarantine)")] = None,
     small_file_limit: Annotated[str, typer.Option(help="the job's write.small_file_limit: smaller file groups stand out in the dashboard")] = "100MB",
     max_rate: Annotated[float, typer.Option(min=0, help="requests a second it answers, all clients together (0: no limit); beyond, 429")] = 25.0,
+    allowed_host: Annotated[Optional[list[str]], typer.Option(help="a Host name it answers to (repeat); default: loopback names on a loopback --host, else any")] = None,
 ) -> None:
     """Serve the coordinator API and the dashboard (/ui) for a table whose job is down."""
-    import uvicorn
-
     from laketide.api.app import ApiLimits, ViewSettings, create_app
+    from laketide.api.guard import default_hosts
+    from laketide.api.server import ApiServer
     from laketide.config_types import parse_size
 
     _logging()
     t = open_table(table)
     views = ViewSettings(quarantine, small_file_bytes=parse_size(small_file_limit))
     lease = lambda: lease_for(t, zookeeper, zookeeper_root, job_id="laketide-serve")  # noqa: E731
-    uvicorn.run(create_app(t, token or os.environ.get(TOKEN_ENV), lease_factory=lease, settings=views, limits=ApiLimits(max_rate or None)), host=host, port=port, log_level="info")
+    app = create_app(t, token or os.environ.get(TOKEN_ENV), lease_factory=lease, settings=views, limits=ApiLimits(max_rate or None),
+                     allowed_hosts=tuple(allowed_host) if allowed_host else default_hosts(host))
+    server = ApiServer(app, host, port, log_level="info")
+    typer.echo(f"serving {t.uri} on {server.address} (dashboard at {server.address}/ui, OpenAPI at {server.address}/docs); Ctrl-C stops")
+    server.run()
 
 
 # the other commands live beside this module; importing them registers them on ``app``, after these two

@@ -1,0 +1,97 @@
+"""The job's health at a glance, from what it already keeps: its recent micro-batches, failures and backlog.
+
+Pure: ``assess`` takes the reports and the clock and returns ``Health``, so the rules are tested
+without a job. The rules, in the order they win:
+
+- **failing**: a failure in the last ``RATE_WINDOW_SECONDS`` (a micro-batch, which stops the job, or
+  a table service, which is retried); the summary names it and what to do.
+- **behind**: micro-batches take longer than the trigger's interval (Spark's "falling behind"), the
+  Kafka lag grew in each of the last three micro-batches, or landing files wait while no micro-batch
+  runs for longer than the trigger allows.
+- **idle**: nothing to do and nothing waiting; **healthy**: keeping up.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from laketide.writer.report import Backlog, BatchReport, Failure, Health
+
+RATE_WINDOW_SECONDS = 300  # the rates, and how long a failure counts against the job's health
+_INTERVAL = re.compile(r"^(\d+(?:\.\d+)?)\s*(millisecond|second|minute|hour)s?$")
+_UNIT = {"millisecond": 0.001, "second": 1, "minute": 60, "hour": 3600}
+
+
+def trigger_seconds(trigger: str | None) -> float | None:
+    """A processing-time trigger's interval ("10 seconds"); ``None`` for available-now or none."""
+    found = _INTERVAL.match((trigger or "").strip().lower())
+    return float(found.group(1)) * _UNIT[found.group(2)] if found else None
+
+
+def _rates(done: list[BatchReport], now: float) -> tuple[float | None, float | None]:
+    window = [r for r in done if r.ended_at and now - r.ended_at <= RATE_WINDOW_SECONDS]
+    if not window:
+        return None, None
+    records = sum(r.records for r in window)
+    span = now - min(r.ended_at - r.seconds for r in window)
+    busy = sum(r.seconds for r in window)
+    return round(records / span, 1) if span > 0 else None, round(records / busy, 1) if busy > 0 else None
+
+
+def _kafka_backlog(done: list[BatchReport], now: float) -> Backlog | None:
+    last = done[-1] if done else None
+    if last is None or not last.lag:
+        return None
+    return Backlog(records=sum(last.lag.values()), age_seconds=round(now - last.ended_at, 1) if last.ended_at else None)
+
+
+def _lag_growing(done: list[BatchReport]) -> bool:
+    lags = [sum(r.lag.values()) for r in done[-4:] if r.lag]
+    return len(lags) == 4 and all(b > a for a, b in zip(lags, lags[1:]))
+
+
+def assess(
+    recent: list[BatchReport], failures: list[Failure], trigger: str | None, landing: Backlog | None, running_batch: bool,
+    last_commit_at: float | None, now: float | None = None,
+) -> Health:
+    """``landing``: a landing source's backlog (``None`` for Kafka and the generator); ``running_batch``: a
+    micro-batch is in progress now; ``last_commit_at``: the newest completed write's time (epoch seconds)."""
+    now = time.time() if now is None else now
+    done = [r for r in recent if not r.skipped and not r.empty]
+    interval = trigger_seconds(trigger)
+    input_rate, processing_rate = _rates(done, now)
+    backlog = landing or _kafka_backlog(done, now)
+    slow = interval is not None and len(done) >= 3 and sorted(r.seconds for r in done[-3:])[1] > interval
+    stalled = bool(landing and landing.files) and not running_batch and bool(done) and now - done[-1].ended_at > (interval or 0) + 30
+    behind = slow or _lag_growing(done) or stalled
+    fresh = [f for f in failures if now - f.at <= RATE_WINDOW_SECONDS]
+    health = Health(
+        state="healthy", summary="keeping up", last_commit_seconds_ago=round(now - last_commit_at, 1) if last_commit_at else None,
+        input_rate=input_rate, processing_rate=processing_rate, falling_behind=behind, backlog=backlog,
+        last_error=f"{failures[-1].what}: {failures[-1].error}" if failures else None,
+    )
+    if fresh:
+        last = fresh[-1]
+        health.state = "failing"
+        health.summary = (f"{len(fresh)} failure{'s' if len(fresh) > 1 else ''} in the last {RATE_WINDOW_SECONDS // 60} minutes, the last of "
+                          f"{last.what}: {last.error}. A table service is retried after each micro-batch; the log has the traceback")
+    elif behind:
+        health.state = "behind"
+        health.summary = _behind_summary(slow, stalled, interval, done, backlog)
+    elif not running_batch and not (backlog and (backlog.files or backlog.records)):
+        health.state, health.summary = "idle", "nothing waiting: the job waits for data"
+    elif backlog and backlog.files and not running_batch:
+        health.summary = f"keeping up; {backlog.files} landing file{'s' if backlog.files != 1 else ''} wait for the next micro-batch"
+    return health
+
+
+def _behind_summary(slow: bool, stalled: bool, interval: float | None, done: list[BatchReport], backlog: Backlog | None) -> str:
+    if slow:
+        return (f"micro-batches take {sorted(r.seconds for r in done[-3:])[1]:.1f} s against a trigger of {interval:g} s: the backlog grows. "
+                "Give the job more cores or memory, raise the trigger interval, or cap a micro-batch (source.max_files_per_trigger, "
+                "source.kafka.max_offsets_per_trigger) so each takes less")
+    if stalled:
+        return (f"{backlog.files} landing file{'s' if backlog.files != 1 else ''} wait{'' if backlog.files != 1 else 's'} and no micro-batch "
+                "has started: check the job's log for a stuck stage or a source error")
+    return "the Kafka lag grew in each of the last micro-batches: the job reads slower than the topics fill"
