@@ -48,6 +48,7 @@ ARRIVAL_FILE = "_lt_arrival_file"
 ARRIVAL = "_lt_arrival"
 REASON = "_lt_reason"  # why a bad row goes to quarantine; null for a good one
 RAW = "_lt_raw"  # a bad row's text, as it came
+SOURCE = "_lt_source"  # where a bad row came from (its landing file, or topic/partition@offset); null for a good one
 
 PREPARED_FIELDS = [
     pa.field(RECORD_KEY, pa.string()),
@@ -58,7 +59,9 @@ PREPARED_FIELDS = [
     pa.field(ARRIVAL, pa.int64()),
     pa.field(REASON, pa.string()),
     pa.field(RAW, pa.string()),
+    pa.field(SOURCE, pa.string()),
 ]
+QUARANTINE_FIELDS = [REASON, RAW, SOURCE]  # what a good row leaves behind
 
 # -- assigned
 FILE_ID = "_lt_file_id"

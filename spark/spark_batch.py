@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import PARTITION, RAW, REASON, ROW, SHARD, WRITE_SLOT
+from laketide.index.columns import PARTITION, QUARANTINE_FIELDS, RAW, REASON, ROW, SHARD, SOURCE, WRITE_SLOT
 from laketide.table.schema import RECORD_KEY
 from laketide.spark.stage_clock import StageClock
 from laketide.writer import bulk_stage, quarantine, ranges, stages
@@ -84,13 +84,13 @@ def _good(rows: pa.Table) -> pa.Table:
     """The rows that do not go to quarantine, without the columns that say why."""
     if rows.column(REASON).null_count < rows.num_rows:
         rows = rows.filter(pc.is_null(rows[REASON]))
-    return rows.drop_columns([REASON, RAW])
+    return rows.drop_columns(QUARANTINE_FIELDS)
 
 
 def _bad(rows: pa.Table) -> pa.Table:
-    """The rows that go to quarantine: why, and the row as it came."""
+    """The rows that go to quarantine: why, the row as it came, and where it came from."""
     bad = rows.filter(pc.is_valid(rows[REASON]))
-    return pa.table([bad[c].cast(pa.string()) for c in (REASON, RAW)], names=["reason", "raw"])
+    return pa.table([bad[c].cast(pa.string()) for c in (REASON, RAW, SOURCE)], names=["reason", "raw", "source"])
 
 
 def _routing(good: pa.Table, ordering_field: str | None, task: int, first: int) -> pa.Table:
@@ -195,9 +195,11 @@ class SparkBatch:
             rows = exchange.take(bad, WHOLE)
             reasons = [rows["reason"].combine_chunks()] if rows is not None else []
             raws = [rows["raw"].combine_chunks()] if rows is not None else []
+            sources = [rows["source"].combine_chunks()] if rows is not None else []
             reasons.append(pa.array([r for r, _ in more], pa.string()))
             raws.append(pa.array([r for _, r in more], pa.string()))
-            table = quarantine.quarantine_rows(instant, pa.concat_arrays(reasons), pa.concat_arrays(raws))
+            sources.append(pa.nulls(len(more), pa.string()))
+            table = quarantine.quarantine_rows(instant, pa.concat_arrays(reasons), pa.concat_arrays(raws), pa.concat_arrays(sources))
             quarantine.write_part(target, table, 0, options)
             return [table.num_rows]
 

@@ -96,6 +96,9 @@ def test_debezium_events_from_kafka_land_as_the_model(kafka, tmp_path):
     assert "offset" in json.loads(malformed[0]["raw"])
     unknown = [r for r in quarantined if "unknown Debezium op 'x'" in r["reason"]]
     assert len(unknown) == 1 and json.loads(unknown[0]["raw"])["offset"] >= 0
+    # each row says where it came from: its topic, partition and offset
+    raw = json.loads(malformed[0]["raw"])
+    assert malformed[0]["source"] == f"{raw['topic']}/0@{raw['offset']}"
 
 
 def test_the_spark_reader_without_its_connector_is_refused_with_the_way_out(kafka, tmp_path):

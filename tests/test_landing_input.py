@@ -130,6 +130,11 @@ def test_an_empty_record_key_is_quarantined_not_written(spark, tmp_path):
     assert report.quarantined == 2
     reasons = {q["reason"] for q in pq.read_table(tmp_path / "table_quarantine").to_pylist()}
     assert reasons == {"record key field 'id' is null or empty"}
+    # the summary the API and the dashboard show says where each row came from, in which micro-batch and when
+    from laketide.writer import quarantine
+
+    sample = quarantine.summarize(str(tmp_path / "table_quarantine")).sample
+    assert len(sample) == 2 and all(r.source.endswith("landing/0.json") and r.batch_id == 0 and r.quarantined_at for r in sample)
 
 
 def test_an_empty_micro_batch_makes_no_instant(spark, tmp_path):

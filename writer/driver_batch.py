@@ -20,7 +20,7 @@ from functools import partial
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import PARTITION, RAW, REASON, SHARD, WRITE_SLOT
+from laketide.index.columns import PARTITION, QUARANTINE_FIELDS, RAW, REASON, SHARD, SOURCE, WRITE_SLOT
 from laketide.table.encoding import records_dictionary_columns
 from laketide.table.files import write_token
 from laketide.writer import bulk_stage, quarantine, ranges, stages
@@ -118,12 +118,13 @@ class DriverBatch:
         bad = self.rows.filter(pa.array(self._bad))
         reasons = pa.concat_arrays([bad[REASON].combine_chunks(), pa.array([r for r, _ in more], pa.string())])
         raws = pa.concat_arrays([bad[RAW].combine_chunks(), pa.array([r for _, r in more], pa.string())])
+        sources = pa.concat_arrays([bad[SOURCE].combine_chunks(), pa.nulls(len(more), pa.string())])
         quarantine.clear(target, options)
-        quarantine.write_part(target, quarantine.quarantine_rows(instant, reasons, raws), options=options)
+        quarantine.write_part(target, quarantine.quarantine_rows(instant, reasons, raws, sources), options=options)
 
     def good(self) -> pa.Table:
         good = self.rows.filter(pa.array(~self._bad)) if self.bad_rows else self.rows
-        return good.drop_columns([REASON, RAW])
+        return good.drop_columns(QUARANTINE_FIELDS)
 
     def release(self) -> None:
         self.rows = self.rows.slice(0, 0)

@@ -28,6 +28,7 @@ from laketide.index.columns import (
     SOURCE_TABLE,
 )
 from laketide.index.columns import flag_mask
+from laketide.writer.quarantine import sources_of
 from laketide.index.state import index_keys, shard_of
 from laketide.table.schema import IS_DELETED
 from laketide.table.unchanged import fill_from_earlier_events
@@ -186,6 +187,16 @@ def _landing_blocks(rows: pa.Table) -> tuple[list[str], np.ndarray, np.ndarray]:
     return names, codes, lines
 
 
+def _source(rows: pa.Table, bad: np.ndarray) -> pa.Array:
+    """Where each bad row came from (``quarantine.sources_of``); null for the good ones."""
+    out: list[str | None] = [None] * rows.num_rows
+    if bad.any():
+        where = np.nonzero(bad)[0]
+        for i, place in zip(where.tolist(), sources_of(rows.take(pa.array(where))).to_pylist()):
+            out[i] = place
+    return pa.array(out, pa.string())
+
+
 def _raw(rows: pa.Table, bad: np.ndarray) -> pa.Array:
     if not bad.any():
         return pa.nulls(rows.num_rows, pa.string())
@@ -266,6 +277,7 @@ def prepare_in_order(rows: pa.Table, spec: PrepareSpec, arrival_file: pa.Array, 
         arrival_row,
         reason,
         _raw(rows, bad),
+        _source(rows, bad),
     ]
     for prepared, column in zip(PREPARED_FIELDS, columns):
         data = data.append_column(prepared, column)

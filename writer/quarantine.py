@@ -8,6 +8,7 @@ micro-batch replaces what an earlier attempt wrote there, so each bad row is kep
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from datetime import datetime, timezone
 
@@ -16,19 +17,38 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
+from laketide.index.columns import SOURCE_FILE, SOURCE_OFFSET
 from laketide.table.io import FileEntry, FileIO
 from laketide.table.lru import LruCache
 
 RAW_SHOWN = 2000
 QUARANTINE_SCHEMA = pa.schema(
-    [("instant", pa.string()), ("reason", pa.string()), ("raw", pa.string()), ("quarantined_at", pa.timestamp("us", tz="UTC"))]
+    [("instant", pa.string()), ("reason", pa.string()), ("raw", pa.string()), ("quarantined_at", pa.timestamp("us", tz="UTC")),
+     ("source", pa.string())]  # the landing file, or "topic/partition@offset"; files written before it lack the column
 )
+_PLACE = re.compile(r"writer=([^/]+)/batch_id=(\d+)/")
 
 
-def quarantine_rows(instant: str, reasons: pa.Array, raws: pa.Array) -> pa.Table:
+def quarantine_rows(instant: str, reasons: pa.Array, raws: pa.Array, sources: pa.Array | None = None) -> pa.Table:
     n = len(reasons)
     now = pa.scalar(datetime.now(timezone.utc), pa.timestamp("us", tz="UTC"))
-    return pa.table([pa.repeat(pa.scalar(instant, pa.string()), n), reasons, raws, pa.repeat(now, n)], schema=QUARANTINE_SCHEMA)
+    sources = sources if sources is not None else pa.nulls(n, pa.string())
+    return pa.table([pa.repeat(pa.scalar(instant, pa.string()), n), reasons, raws, pa.repeat(now, n), sources], schema=QUARANTINE_SCHEMA)
+
+
+def sources_of(rows: pa.Table) -> pa.Array:
+    """Where each of ``rows`` came from: its landing file, or its Kafka topic, partition and offset."""
+    if SOURCE_FILE not in rows.column_names:
+        return pa.nulls(rows.num_rows, pa.string())
+    files = rows[SOURCE_FILE].combine_chunks().cast(pa.string())
+    if SOURCE_OFFSET not in rows.column_names:
+        return files
+    offsets = rows[SOURCE_OFFSET].combine_chunks().to_pylist()
+    places = []
+    for origin, offset in zip(files.to_pylist(), offsets):
+        topic, _, partition = (origin or "").rpartition("/")
+        places.append(f"{topic}/{int(partition)}@{offset}" if partition.isdigit() and offset is not None else origin)
+    return pa.array(places, pa.string())
 
 
 def clear(target: str, options: dict[str, str] | None = None) -> None:
@@ -46,6 +66,9 @@ class QuarantinedRow(BaseModel):
     reason: str
     raw: str = Field(description=f"the row as it came, cut to {RAW_SHOWN} characters")
     quarantined_at: str
+    source: str | None = Field(None, description="the landing file, or topic/partition@offset")
+    batch_id: int | None = Field(None, description="the micro-batch that read it")
+    writer: str | None = None
 
 
 class QuarantineSummary(BaseModel):
@@ -88,8 +111,10 @@ def summarize(target: str, options: dict[str, str] | None = None, sample: int = 
         with io.open_input(entry.path) as f:
             # the first rows only: a micro-batch of bad rows can make a large file, and this runs at every refresh
             table = pa.Table.from_batches(list(itertools.islice(pq.ParquetFile(f).iter_batches(batch_size=sample - len(rows)), 1)))
+        place = _PLACE.search(entry.path)
         rows += [
-            QuarantinedRow(instant=r["instant"], reason=r["reason"], raw=(r["raw"] or "")[:RAW_SHOWN], quarantined_at=r["quarantined_at"].isoformat())
+            QuarantinedRow(instant=r["instant"], reason=r["reason"], raw=(r["raw"] or "")[:RAW_SHOWN], quarantined_at=r["quarantined_at"].isoformat(),
+                           source=r.get("source"), writer=place.group(1) if place else None, batch_id=int(place.group(2)) if place else None)
             for r in table.to_pylist()
         ]
     return QuarantineSummary(
