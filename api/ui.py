@@ -104,7 +104,21 @@ def _batches(ctx: ApiContext, view: WriterView) -> Panel:
 def _timeline(table: Table, action: Action | None = None, state: State | None = None, before: str | None = None) -> Panel:
     page = table.inspect.timeline([state] if state else None, [action.value] if action else None, before, PAGE)
     filters = urlencode({k: v.value for k, v in (("action", action), ("state", state)) if v})
-    return "timeline.html", {"page": page, "before": before, "filters": filters}
+    return "timeline.html", {"page": page, "rows": _folded_cleans(page.items), "before": before, "filters": filters}
+
+
+def _folded_cleans(rows: list) -> list:
+    """The rows, with each run of completed cleans between two other instants shown as one row (a clean after
+    every commit would fill half the page); the ``clean`` filter lists them one by one."""
+    shown: list = []
+    for row in rows:
+        if row.kind == "clean" and row.state == "COMPLETED" and shown and isinstance(shown[-1], list):
+            shown[-1].append(row)
+        elif row.kind == "clean" and row.state == "COMPLETED":
+            shown.append([row])
+        else:
+            shown.append(row)
+    return [run[0] if isinstance(run, list) and len(run) == 1 else run for run in shown]
 
 
 def _services(table: Table) -> Panel:

@@ -33,6 +33,7 @@ class TimelineRow(BaseModel):
 
     instant: str
     action: str
+    kind: str = Field("", description="what the instant did: a commit that is a compaction says 'compaction'; else its action")
     state: str
     archived: bool = False
     operation: str | None = None
@@ -83,11 +84,13 @@ ARCHIVE_BLOCKS: LruCache[list[TimelineRow]] = LruCache(64)
 ARCHIVE_INFO: LruCache[ArchiveInfo] = LruCache(16)
 
 
-def _write_row(row: TimelineRow, totals: dict[str, int], operation: str | None) -> TimelineRow:
+def _write_row(row: TimelineRow, meta: CommitMetadata) -> TimelineRow:
+    totals = meta.totals()
     return row.model_copy(
         update={
-            "operation": operation, "records": totals["writes"], "inserts": totals["inserts"], "updates": totals["updates"],
+            "operation": meta.operation_type, "records": totals["writes"], "inserts": totals["inserts"], "updates": totals["updates"],
             "deletes": totals["deletes"], "files": totals["files"], "bytes": totals["bytes"],
+            "kind": "compaction" if meta.is_compaction else row.action,
         }
     )
 
@@ -103,22 +106,23 @@ def _seconds(instant: Instant, timeline: Timeline) -> float | None:
 def _active_rows(timeline: Timeline, instants: list[Instant]) -> list[TimelineRow]:
     rows = []
     for instant in instants:
-        row = TimelineRow(instant=instant.timestamp, action=instant.action, state=instant.state.value, seconds=_seconds(instant, timeline))
+        row = TimelineRow(instant=instant.timestamp, action=instant.action, kind=instant.action, state=instant.state.value,
+                          seconds=_seconds(instant, timeline))
         if instant.action in WRITE_ACTIONS and instant.is_completed:
             meta = timeline.commit_metadata(instant)
-            row = _write_row(row, meta.totals(), meta.operation_type)
+            row = _write_row(row, meta)
         rows.append(row)
     return rows
 
 
 def _archived_row(archived: ArchivedInstant) -> TimelineRow:
     instant, entry = archived.instant, archived.entry
-    row = TimelineRow(instant=instant.timestamp, action=instant.action, state=instant.state.value, archived=True)
+    row = TimelineRow(instant=instant.timestamp, action=instant.action, kind=instant.action, state=instant.state.value, archived=True)
     record = entry.get("hoodieCommitMetadata") or entry.get("hoodieReplaceCommitMetadata")
     if not record or not instant.is_completed:
         return row
     meta = CommitMetadata.from_avro_record(record)
-    return _write_row(row, meta.totals(), meta.operation_type)
+    return _write_row(row, meta)
 
 
 def _block_rows(block: LogBlock) -> list[TimelineRow]:

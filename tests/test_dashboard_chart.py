@@ -33,3 +33,16 @@ def test_each_bar_stacks_its_steps_to_the_batchs_seconds():
 
 def test_no_reports_no_bars():
     assert batch_chart([]).bars == []
+
+
+def test_runs_of_cleans_fold_into_one_row_of_the_timeline_panel():
+    from laketide.api.ui import _folded_cleans
+    from laketide.table.inspect_timeline import TimelineRow
+
+    def row(instant: str, kind: str, state: str = "COMPLETED") -> TimelineRow:
+        return TimelineRow(instant=instant, action="commit" if kind == "compaction" else kind, kind=kind, state=state)
+
+    rows = [row("9", "deltacommit"), row("8", "clean"), row("7", "clean"), row("6", "clean"), row("5", "compaction"), row("4", "clean"),
+            row("3", "clean", "INFLIGHT"), row("2", "clean")]
+    shown = _folded_cleans(rows)
+    assert [r.instant if not isinstance(r, list) else [c.instant for c in r] for r in shown] == ["9", ["8", "7", "6"], "5", "4", "3", "2"]

@@ -120,6 +120,8 @@ def test_rollbacks_that_would_lose_rows_are_refused_over_the_cli(tmp_path):
     t, compaction, newest = _mor_with_a_cleaned_slice_under_a_compaction(tmp_path)
     path = str(t.path)
     t.assert_matches()
+    # the timeline says what each instant did: the compaction is a commit, shown as a compaction
+    assert {i["kind"] for i in t.timeline() if i["instant"] == compaction} == {"compaction"}
     needs_force = t.cli("rollback", path, compaction, expect_code=REFUSED)
     assert "needs force" in needs_force.stderr
     for args in (["--force"], ["--force", "--dry-run"]):
