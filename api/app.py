@@ -14,6 +14,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query
 from fastapi.responses import Response
+from fastapi_offline import FastAPIOffline
 
 from laketide.api import errors, ui
 from laketide.api.guard import Guard
@@ -178,7 +179,7 @@ def create_app(
     """The app for ``table``: ``job`` when a running job serves it, else ``lease_factory`` for the changes;
     ``limits`` bound what clients may ask of it (``api/limits.py``); ``allowed_hosts`` are the Host names it
     answers to (``api/guard.py``; ``None``: any)."""
-    app = FastAPI(
+    app = FastAPIOffline(
         title="laketide coordinator",
         version="1",
         description=f"Instants, file groups, partitions, writer and lease of the Hudi table at {table.uri}.",

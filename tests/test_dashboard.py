@@ -205,3 +205,22 @@ def test_a_panel_that_fails_to_refresh_says_so_in_place_and_keeps_polling(browse
         server.stop()
     expect(page.locator("#job > .panel-error")).to_contain_text("did not answer", timeout=10_000)
     page.screenshot(path=str(shots(tmp_path) / "dashboard-refresh-failed.png"), full_page=False)
+
+
+def test_the_api_docs_render_offline_from_files_the_server_ships(browser, tmp_path):
+    """/docs is Swagger UI from the server itself (no CDN): it renders in a browser with no network."""
+    from writes import history
+
+    table = history(tmp_path / "t", width=2)[0]
+    server = ApiServer(create_app(table, TOKEN)).start()
+    try:
+        html = httpx.get(f"{server.address}/docs").text
+        assert "cdn." not in html and "/static-offline-docs/swagger-ui-bundle.js" in html
+        page = browser.new_page()
+        page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())  # nothing from outside
+        page.goto(f"{server.address}/docs")
+        expect(page.locator(".swagger-ui .info .title")).to_contain_text("laketide coordinator", timeout=15_000)
+        expect(page.locator(".opblock-summary-path").first).to_be_visible()
+        page.close()
+    finally:
+        server.stop()
