@@ -78,9 +78,9 @@ def run(
     # a crash in native code (librdkafka, Arrow, the JVM's bridge) leaves every thread's Python stack on stderr
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
+    opened = check_table(config)  # the table first: a store or bucket that is wrong is named by the table's path
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
     check_exchange_dir(config.write.exchange_dir, config.storage.io_options)
-    opened = check_table(config)
     spark = spark_session(config.spark)
     spark.sparkContext.setLogLevel("WARN")
     threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import obstore
 import pyarrow as pa
-from obstore.exceptions import AlreadyExistsError, GenericError, NotFoundError, NotSupportedError, PreconditionError
+from obstore.exceptions import AlreadyExistsError, BaseError, GenericError, NotFoundError, NotSupportedError, PreconditionError
 from obstore.store import from_url
 
 from laketide.table.errors import Invalid
@@ -71,12 +71,19 @@ class ObjectStoreFileIO(FileIO):
         self._batch_delete = True  # until the store says it has none: then one signed DELETE per object
         # retries are laketide's (counted, ``store_requests``) on this store; the parts of a multipart upload
         # go through a second one, on which object_store retries them itself
-        self.store = from_url(root, config=options or None, client_options=client or None, retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(minutes=5)})
-        self._upload_store = from_url(
-            root, config=options or None, client_options=client or None,
-            retry_config={"max_retries": policy.max_retries, "retry_timeout": datetime.timedelta(minutes=5),
-                          "backoff": {"init_backoff": datetime.timedelta(seconds=policy.base), "max_backoff": datetime.timedelta(seconds=policy.cap), "base": 2}},
-        )
+        try:
+            self.store = from_url(root, config=options or None, client_options=client or None, retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(minutes=5)})
+            self._upload_store = from_url(
+                root, config=options or None, client_options=client or None,
+                retry_config={"max_retries": policy.max_retries, "retry_timeout": datetime.timedelta(minutes=5),
+                              "backoff": {"init_backoff": datetime.timedelta(seconds=policy.base), "max_backoff": datetime.timedelta(seconds=policy.cap), "base": 2}},
+            )
+        except BaseException as error:  # a key the store does not know, a value it cannot parse (some make obstore panic)
+            if not isinstance(error, BaseError) and type(error).__name__ != "PanicException":
+                raise
+            detail = str(error).split("\n", 1)[0]
+            raise Invalid(f"the storage options of {uri} are not valid for its store: {detail}. Fix storage.options (--storage-option); "
+                          f"the keys are object_store's (aws_region, aws_endpoint_url, azure_storage_account_name, google_service_account, ...)") from None
 
     def _key(self, rel: str) -> str:
         return posixpath.join(self.prefix, rel) if rel else self.prefix

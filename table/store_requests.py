@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from obstore.exceptions import GenericError
+from obstore.exceptions import GenericError, PermissionDeniedError, UnauthenticatedError
 
-from laketide.table.errors import Unavailable
+from laketide.table.errors import ErrorKind, LaketideError, NotFound, Unavailable
 
 T = TypeVar("T")
 RETRY = "RETRY"  # the kind under which retries are counted, beside GET, PUT, LIST, DELETE and HEAD
@@ -85,6 +85,14 @@ class StoreUnavailable(Unavailable):
     """The store kept failing a request past ``storage.max_retries``."""
 
 
+class StoreRefused(LaketideError):
+    """The store refused the credentials, or the bucket (container) is not there: retrying cannot help."""
+
+
+# a listing or request of a bucket (container) that does not exist, as S3, GCS and Azure answer it
+NO_BUCKET = re.compile(r"NoSuchBucket|ContainerNotFound|bucket does not exist|The specified bucket does not exist", re.IGNORECASE)
+
+
 class StoreRequests:
     """The requests of one ``ObjectStoreFileIO``: its threads (the driver's file-group writers, a
     heartbeat) share ``_slots``, a semaphore of ``max_in_flight``; ``counts`` is the process's."""
@@ -106,6 +114,8 @@ class StoreRequests:
                     return request(*args, **kwargs)
             except GenericError as error:
                 retry = self._wait_to_retry(kind, error, retry)
+            except (PermissionDeniedError, UnauthenticatedError) as error:
+                raise self._refused(kind, error) from error
 
     def pages(self, listing: Callable[[str | None], Iterator[list[dict]]]) -> Iterator[list[dict]]:
         """A recursive listing, one LIST per page; a page that fails transiently is asked for again,
@@ -128,18 +138,32 @@ class StoreRequests:
                     yield page
             except GenericError as error:
                 retry = self._wait_to_retry("LIST", error, retry)
+            except (PermissionDeniedError, UnauthenticatedError) as error:
+                raise self._refused("LIST", error) from error
 
     def _wait_to_retry(self, kind: str, error: GenericError, retry: int) -> int:
         """After a failed ``kind`` request: raise what is not transient, or the store past ``max_retries``;
         else count the retry, wait its backoff, and give the next retry's number."""
         if not is_transient(error):
-            raise error
+            if NO_BUCKET.search(str(error)):
+                raise StoreRefused(f"the bucket (container) of {self.where} does not exist: check the path's bucket name and the "
+                                   "store's endpoint and region (storage.options, --storage-option), or create the bucket", kind=ErrorKind.NOT_FOUND) from error
+            raise error  # what a caller tells apart itself (an empty range, a store without batch delete), or a bug
         if retry >= self.policy.max_retries:
             raise self._gave_up(kind, error) from error
         retry += 1
         self.counts.add(RETRY)
         time.sleep(self.policy.delay(retry))
         return retry
+
+    def _refused(self, kind: str, error: BaseException) -> StoreRefused:
+        first_line = str(error).split("\n", 1)[0]
+        denied = isinstance(error, PermissionDeniedError)
+        return StoreRefused(
+            f"the object store at {self.where} refused a {kind}: {'the credentials may not do that' if denied else 'it does not accept the credentials'} "
+            f"({first_line}). Check the credentials in storage.options (--storage-option) or the environment",
+            kind=ErrorKind.FORBIDDEN if denied else ErrorKind.UNAUTHENTICATED,
+        )
 
     def _gave_up(self, kind: str, error: BaseException) -> StoreUnavailable:
         first_line = str(error).split("\n", 1)[0]

@@ -204,3 +204,26 @@ def test_a_store_without_batch_delete_gets_single_deletes(s3):
         assert io.delete("e") and not io.is_file("e")
     finally:
         proxy.stop()
+
+
+def test_a_wrong_bucket_or_storage_option_is_a_laketide_error_naming_the_table(s3):
+    """A bucket that is not there: the CLI exits 3 with JSON under --json, `laketide.write` raises a LaketideError
+    naming the table's path (not its quarantine's), and a storage option the store does not know exits 2."""
+    import json
+    import subprocess
+
+    from test_cli import CLI
+
+    from laketide.table.errors import ErrorKind, LaketideError
+
+    options = [a for k, v in s3.items() for a in ("-s", f"{k}={v}")]
+    missing = subprocess.run([CLI, *options, "timeline", "s3://no-such-bucket/orders", "--json"], capture_output=True, text=True, timeout=120)
+    answer = json.loads(missing.stdout)
+    assert missing.returncode == 3 and answer["kind"] == "not_found" and "s3://no-such-bucket/orders" in answer["error"], missing.stderr[-2000:]
+    assert "Traceback" not in missing.stderr
+    with pytest.raises(LaketideError) as refused:
+        laketide.write("s3://no-such-bucket/orders", pa.table({"id": [1], "ts": [1]}), record_key="id", ordering_field="ts",
+                       settings={"storage": {"options": s3}, "coordinator": {"lease": "storage"}})
+    assert refused.value.kind is ErrorKind.NOT_FOUND and "s3://no-such-bucket/orders " in str(refused.value), str(refused.value)
+    bogus = subprocess.run([CLI, *options, "-s", "aws_no_such_key=1", "timeline", "s3://lake/orders", "--json"], capture_output=True, text=True, timeout=120)
+    assert bogus.returncode == 2 and "aws_no_such_key" in json.loads(bogus.stdout)["error"], bogus.stderr[-2000:]

@@ -61,8 +61,8 @@ def write(
     """
     rows = _arrow(data)
     config = _config(table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings)
+    table = open_table(config, rows.schema)  # the table first: a store or bucket that is wrong is named by the table's path
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
-    table = open_table(config, rows.schema)
     take_recorded_lease(config, table.io)
     lease = make_lease(config, table, job_id=f"{writer_id}-api")
     lease.acquire(config.coordinator.lease_wait)
