@@ -227,3 +227,46 @@ def test_a_wrong_bucket_or_storage_option_is_a_laketide_error_naming_the_table(s
     assert refused.value.kind is ErrorKind.NOT_FOUND and "s3://no-such-bucket/orders " in str(refused.value), str(refused.value)
     bogus = subprocess.run([CLI, *options, "-s", "aws_no_such_key=1", "timeline", "s3://lake/orders", "--json"], capture_output=True, text=True, timeout=120)
     assert bogus.returncode == 2 and "aws_no_such_key" in json.loads(bogus.stdout)["error"], bogus.stderr[-2000:]
+
+
+KILLED_RESTORE = """
+import os, sys
+from laketide.coordinator.storage_lease import StorageLease
+from laketide.table import FileIO, Table
+from laketide.writer.operations import OPS_WRITER_ID, Operations
+
+uri, savepoint, options = sys.argv[1], sys.argv[2], dict(a.split("=", 1) for a in sys.argv[3:])
+table = Table.open(uri, FileIO.for_uri(uri, options))
+with Operations.under_lease(table, StorageLease(table.io, job_id=OPS_WRITER_ID, ttl=4)) as operations:
+    operations.restore(savepoint, progress=lambda done, total: os._exit(9))  # killed after its first rollback
+"""
+
+
+def test_a_restore_killed_part_way_is_finished_by_the_next_restore_command(s3, tmp_path):
+    """`laketide restore` dies after rolling back the first of two writes (its storage lease still held); the same
+    command run again waits for that holding to run out, finishes the restore, and the table is the savepoint's."""
+    import json
+    import subprocess
+    import sys
+
+    from test_cli import CLI
+
+    uri = "s3://lake/killed-restore"
+    settings = {"storage": {"options": s3}, "coordinator": {"lease": "storage"}}
+    data = lambda v: pa.Table.from_pylist([{"_hoodie_is_deleted": False, **row(i, v)} for i in range(1, 6)], SCHEMA)  # noqa: E731
+    laketide.write(uri, data(1), settings=settings, record_key="id", partition_by="region", ordering_field="ts")
+    options = [a for k, v in s3.items() for a in ("-s", f"{k}={v}")]
+    saved = subprocess.run([CLI, *options, "savepoint", "create", uri, "--json"], capture_output=True, text=True, timeout=120)
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    savepoint = json.loads(saved.stdout)["instant"]
+    expected = rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS)
+    for v in (2, 3):
+        laketide.write(uri, data(v), settings=settings)
+    killed = subprocess.run([sys.executable, "-c", KILLED_RESTORE, uri, savepoint, *(f"{k}={v}" for k, v in s3.items())], capture_output=True, text=True)
+    assert killed.returncode == 9, killed.stderr[-2000:]
+    assert Table.open(uri, FileIO.for_uri(uri, s3)).timeline.pending(["restore"]), "a restore is left part way"
+    again = subprocess.run([CLI, *options, "restore", uri, savepoint, "--json"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "held by another command" in again.stderr
+    table = Table.open(uri, FileIO.for_uri(uri, s3))
+    assert not table.timeline.pending() and rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == expected

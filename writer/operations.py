@@ -12,6 +12,7 @@ It sits in ``writer/`` rather than ``coordinator/`` because compaction writes ba
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,7 +37,9 @@ from laketide.config import CompactionSection, WriteSection
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None] | None
+log = logging.getLogger(__name__)
 OPS_WRITER_ID = "laketide-ops"
+COMMAND_WAIT_SECONDS = 90.0  # past the default storage lease's ttl (30 s) and ZooKeeper's session timeout (10 s)
 
 
 @dataclass
@@ -71,15 +74,22 @@ class Operations:
     @classmethod
     @contextmanager
     def under_lease(
-        cls, table: Table, lease: Lease, when_held: str = "ask the running job instead", take: bool = True, metrics: Metrics | None = None
+        cls, table: Table, lease: Lease, when_held: str = "ask the running job instead", take: bool = True, metrics: Metrics | None = None,
     ) -> Iterator[Operations]:
         """Take ``lease`` for one command (``take=False``: a dry run, which changes nothing) and release it after.
 
-        A lease a job holds raises ``LeaseHeld`` (a Conflict) with ``when_held`` as the way out."""
+        A lease a job holds raises ``LeaseHeld`` (a Conflict) with ``when_held`` as the way out. A lease another
+        command holds is waited for, up to ``COMMAND_WAIT_SECONDS``: that command may have died (a restore killed
+        part way), and its holding runs out; then this one finishes what it left (``resume_restore``)."""
         try:
             if take:
                 try:
-                    lease.acquire(timeout=0)
+                    holder = lease.current_holder()
+                    by_a_command = holder is not None and holder.job_id == OPS_WRITER_ID
+                    if by_a_command:
+                        log.warning("%s is held by another command (%s); waiting up to %.0f s for it to end or, if it died, for its holding "
+                                    "to run out", table.uri, holder.describe(), COMMAND_WAIT_SECONDS)
+                    lease.acquire(timeout=COMMAND_WAIT_SECONDS if by_a_command else 0)
                 except LeaseHeld as held:
                     raise LeaseHeld(table.uri, held.holder, when_held) from None
             table = Table.open(table.uri, table.io)  # what the table is once the lease is ours
