@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from laketide.coordinator.actions import TimelineAction
-from laketide.coordinator.rollback_guard import RollbackRefused, refuse_loss
+from laketide.coordinator.rollback_guard import NeedsForce, RollbackRefused, refuse_loss
 from laketide.coordinator.sweep import written_by
 from laketide.table.instant import (
     COMMIT,
@@ -65,6 +65,8 @@ class RollbackResult:
     # the rows the rolled-back write had changed, which go back to what they were (its commit's totals);
     # None for a write that never completed
     rows: RowChanges | None = None
+    # a dry run without force of what only a forced rollback may do: why (the run itself is refused without force)
+    needs_force: str | None = None
 
 
 class Rollbacks:
@@ -113,7 +115,7 @@ class Rollbacks:
         if target.is_completed:
             newest = timeline.latest_completed_write()
             if newest is not None and newest.timestamp != instant_time and not force:
-                raise RollbackRefused(
+                raise NeedsForce(
                     f"{instant_time} is completed and not the newest completed instant ({newest.timestamp}); "
                     "rolling it back needs force"
                 )
@@ -169,13 +171,24 @@ class Rollbacks:
             if not dry_run:
                 self.steps.remove_all_states(instant_time, meta.target_action)
             return RollbackResult(instant_time, meta.target_action, done.timestamp, meta.deleted, dry_run=dry_run)
-        plan = self.plan(instant_time, force, timeline, restoring)
         if dry_run:
-            was_completed = timeline.is_completed_write(instant_time)
-            return RollbackResult(instant_time, plan.target_action, None, list(plan.files), was_completed, True, _rows(timeline, instant_time))
+            return self._dry_run(instant_time, force, timeline, restoring)
+        plan = self.plan(instant_time, force, timeline, restoring)
         rollback_time = self.steps.new_time(timeline)
         self.steps.request(rollback_time, plan.to_bytes(self.table.uri))
         return self._execute(rollback_time, plan, timeline, progress)
+
+    def _dry_run(self, instant_time: str, force: bool, timeline: Timeline, restoring: bool) -> RollbackResult:
+        """What the rollback would do; without force, of an instant only force may roll back (one a micro-batch has
+        since committed after), what the forced one would do, saying so: the operator decides with it in view."""
+        needs_force = None
+        try:
+            plan = self.plan(instant_time, force, timeline, restoring)
+        except NeedsForce as refused:
+            needs_force = str(refused)
+            plan = self.plan(instant_time, True, timeline, restoring)
+        was_completed = timeline.is_completed_write(instant_time)
+        return RollbackResult(instant_time, plan.target_action, None, list(plan.files), was_completed, True, _rows(timeline, instant_time), needs_force)
 
     def _execute(
         self, rollback_time: str, plan: RollbackPlan, timeline: Timeline, progress: Callable[[int, int], None] | None = None

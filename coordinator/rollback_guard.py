@@ -39,6 +39,10 @@ class RollbackRefused(Refused, RuntimeError):
     """This rollback is not allowed: it needs ``force``, or it would lose rows (then nothing overrides it)."""
 
 
+class NeedsForce(RollbackRefused):
+    """The instant is completed and not the newest: only a forced rollback may take it."""
+
+
 class DataLossRefused(RollbackRefused):
     """Rolling back would leave rows unreadable that are not the instant's own."""
 

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from obstore.exceptions import GenericError, PermissionDeniedError, UnauthenticatedError
 
-from laketide.table.errors import ErrorKind, LaketideError, NotFound, Unavailable
+from laketide.table.errors import ErrorKind, LaketideError, Unavailable
 
 T = TypeVar("T")
 RETRY = "RETRY"  # the kind under which retries are counted, beside GET, PUT, LIST, DELETE and HEAD

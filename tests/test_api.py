@@ -177,6 +177,13 @@ def test_the_dashboards_actions_need_the_token_and_act_through_operations(server
     dry = httpx.post(f"{base}/ui/act/rollback", data={"instant": dangling, "dry_run": "true"}, headers=AUTH)
     assert dry.status_code == 200 and "would delete" in dry.text and "rollback-confirm" in dry.text
     assert httpx.get(f"{base}/v1/instants/{dangling}").json()["state"] == "INFLIGHT", "a dry run changes nothing"
+    # an instant a later commit came after (as in a running job, by the time the operator looks): the dry run shows
+    # what the forced rollback would do, says it needs force, and its confirmation is forced; the real run without force is refused
+    older = httpx.post(f"{base}/ui/act/rollback", data={"instant": instants[1], "dry_run": "true"}, headers=AUTH)
+    assert older.status_code == 200 and "Needs force" in older.text and 'name="force" value="true"' in older.text
+    api_dry = httpx.post(f"{base}/v1/instants/{instants[1]}/rollback", json={"dry_run": True}, headers=AUTH).json()
+    assert "needs force" in api_dry["needs_force"] and api_dry["files"]
+    assert httpx.post(f"{base}/v1/instants/{instants[1]}/rollback", json={}, headers=AUTH).status_code == 409
     done = httpx.post(f"{base}/ui/act/rollback", data={"instant": dangling, "dry_run": "false"}, headers=AUTH, timeout=60)
     assert done.status_code == 200 and f"Rolled back commit {dangling}" in done.text
     saved = httpx.post(f"{base}/ui/act/savepoint", data={"instant": instants[1], "comment": "before 3"}, headers=AUTH, timeout=60)

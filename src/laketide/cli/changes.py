@@ -104,7 +104,8 @@ def rollback(
     rows = data.get("rows")
     taken = f"; {'would take' if data['dry_run'] else 'took'} back {rows['inserts']} inserts, {rows['updates']} updates and {rows['deletes']} deletes" if rows else ""
     files = "\n".join(f"  {f}" for f in data["files"])
-    out.result(data, f"{data['instant']} ({data['action']}): {verb} {len(data['files'])} files{taken}\n{files}")
+    forced = f"\nneeds force: {data['needs_force']} (run it with --force)" if data.get("needs_force") else ""
+    out.result(data, f"{data['instant']} ({data['action']}): {verb} {len(data['files'])} files{taken}{forced}\n{files}")
 
 
 @savepoint_app.command("create")
