@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from laketide.table import Table
+from laketide.writer.job_state import JOB_STATE, JobState
 
 from conftest import hudi_read, rows
 from opslib import OpsTable, changes
@@ -31,12 +32,12 @@ def _tree(path: Path) -> dict[str, int]:
 
 
 def _written_after(before: dict[str, int], after: dict[str, int]) -> list[str]:
-    """Files a stopped run added or changed other than at its start (its lease epoch) and in the instant it
-    began before the finding (its requested and inflight files, data files and index runs, which readers
-    skip and the next start rolls back)."""
+    """Files a stopped run added or changed other than at its start (its lease epoch, its last word in
+    ``job.json``) and in the instant it began before the finding (its requested and inflight files, data files
+    and index runs, which readers skip and the next start rolls back)."""
     begun = set(_instants(after)) - set(_instants(before))
     changed = [p for p in after if before.get(p) != after[p]]
-    return [p for p in changed if "/.laketide/epochs/" not in p and not any(i in p for i in begun)]
+    return [p for p in changed if "/.laketide/epochs/" not in p and not p.endswith(JOB_STATE) and not any(i in p for i in begun)]
 
 
 def test_a_lost_hoodie_properties_is_refused_with_the_way_out(tmp_path):
@@ -88,6 +89,8 @@ def test_a_truncated_base_file_stops_the_job_naming_the_file(tmp_path, table_typ
         # a deltacommit does not read base files: it stands, and the compaction after it stops at the file
         assert not [i for i in ops.timeline() if i["action"] == "commit" and i["state"] == "COMPLETED" and i["instant"] > newest_before]
     assert path.stat().st_size == victim_size // 2, "the damaged file is left as it was found"
+    last_word = JobState.read(table.io)  # what `laketide serve` and the dashboard show once the job is gone
+    assert last_word.state == "failed" and victim.path in last_word.error
 
 
 def _instants(tree: dict[str, int]) -> list[str]:
