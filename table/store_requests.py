@@ -89,6 +89,13 @@ class StoreRefused(LaketideError):
     """The store refused the credentials, or the bucket (container) is not there: retrying cannot help."""
 
 
+def store_failure(error: BaseException, what: str) -> LaketideError:
+    """A store's error that no caller told apart (object_store's own), as laketide's, naming ``what`` (the table)."""
+    first_line = str(error).split("\n", 1)[0]
+    return LaketideError(f"the object store of {what} failed: {type(error).__name__}: {first_line}. Check the store's endpoint, "
+                         "credentials and the path; the table is as the last completed instant left it")
+
+
 # a listing or request of a bucket (container) that does not exist, as S3, GCS and Azure answer it
 NO_BUCKET = re.compile(r"NoSuchBucket|ContainerNotFound|bucket does not exist|The specified bucket does not exist", re.IGNORECASE)
 

@@ -88,3 +88,19 @@ def test_bad_rows_and_bad_calls(tmp_path):
     assert (report.inserts, report.quarantined) == (1, 1)
     quarantined = pa.parquet.read_table(tmp_path / "t_quarantine").to_pylist()
     assert len(quarantined) == 1 and "record key" in quarantined[0]["reason"]
+
+
+def test_a_store_error_no_step_told_apart_is_still_a_laketide_error(monkeypatch, tmp_path):
+    """Whatever object_store raises that no step handles comes out of `laketide.write` as a LaketideError naming the table."""
+    import pytest
+    from obstore.exceptions import GenericError
+
+    from laketide.table.errors import LaketideError
+    from laketide.writer import write_api
+
+    def failing(*args, **kwargs):
+        raise GenericError("Generic S3 error: something the store never said before")
+
+    monkeypatch.setattr(write_api, "_write", failing)
+    with pytest.raises(LaketideError, match=r"the object store of s3://lake/t failed: GenericError: Generic S3 error"):
+        write_api.write("s3://lake/t", None)

@@ -12,8 +12,11 @@ import logging
 from typing import Any, Literal
 
 import pyarrow as pa
+from obstore.exceptions import BaseError as ObstoreError
+
 from laketide.table import FileIO, Table, TableNotFound
 from laketide.table.errors import Invalid
+from laketide.table.store_requests import store_failure
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.preflight import check_quarantine_path
@@ -59,6 +62,13 @@ def write(
     returns what the write did (``BatchReport``: inserts, updates, deletes, late and quarantined rows).
     Raises a ``LaketideError``: ``Invalid`` for bad settings or data, ``Conflict`` when the lease stays held.
     """
+    try:
+        return _write(data, table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings, writer_id)
+    except ObstoreError as error:  # what the store failed that no step told apart: still one of laketide's errors
+        raise store_failure(error, table_uri) from error
+
+
+def _write(data, table_uri: str, operation, record_key, partition_by, ordering_field, table_type, name, settings, writer_id: str) -> BatchReport:
     rows = _arrow(data)
     config = _config(table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings)
     table = open_table(config, rows.schema)  # the table first: a store or bucket that is wrong is named by the table's path

@@ -126,6 +126,7 @@ def serve(
     quarantine: Annotated[Optional[str], typer.Option(help="the job's write.quarantine_path (default: <table>_quarantine)")] = None,
     small_file_limit: Annotated[str, typer.Option(help="the job's write.small_file_limit: smaller file groups stand out in the dashboard")] = "100MB",
     max_rate: Annotated[float, typer.Option(min=0, help="requests a second it answers, all clients together (0: no limit); beyond, 429")] = 25.0,
+    max_concurrent: Annotated[int, typer.Option(min=1, help="requests it answers at once")] = 2,
     allowed_host: Annotated[Optional[list[str]], typer.Option(help="a Host name it answers to (repeat); default: loopback names on a loopback --host, else any")] = None,
 ) -> None:
     """Serve the coordinator API and the dashboard (/ui) for a table whose job is down."""
@@ -138,7 +139,7 @@ def serve(
     t = open_table(table)
     views = ViewSettings(quarantine, small_file_bytes=parse_size(small_file_limit))
     lease = lambda: lease_for(t, zookeeper, zookeeper_root, job_id="laketide-serve")  # noqa: E731
-    app = create_app(t, token or os.environ.get(TOKEN_ENV), lease_factory=lease, settings=views, limits=ApiLimits(max_rate or None),
+    app = create_app(t, token or os.environ.get(TOKEN_ENV), lease_factory=lease, settings=views, limits=ApiLimits(max_rate or None, max_concurrent),
                      allowed_hosts=tuple(allowed_host) if allowed_host else default_hosts(host))
     server = ApiServer(app, host, port, log_level="info")
     typer.echo(f"serving {t.uri} on {server.address} (dashboard at {server.address}/ui, OpenAPI at {server.address}/docs); Ctrl-C stops")

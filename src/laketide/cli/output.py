@@ -90,5 +90,12 @@ def answers(command: Callable) -> Callable:
             return command(*args, **kwargs)
         except LaketideError as error:
             raise Output(kwargs.get("as_json", False)).fail(str(error), error.kind) from None
+        except Exception as error:
+            if not type(error).__module__.startswith("obstore"):
+                raise
+            from laketide.table.store_requests import store_failure  # the store's own error no step told apart: a sentence
+
+            failure = store_failure(error, kwargs.get("table") or "the table")
+            raise Output(kwargs.get("as_json", False)).fail(str(failure), failure.kind) from None
 
     return run
