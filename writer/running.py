@@ -40,6 +40,7 @@ from laketide.writer.job_state import JobState, JobStateRecorder
 from laketide.writer.report import Backlog, BatchReport, IndexCoverage, WriterView
 
 from laketide.config import ConfigError, JobConfig
+from laketide.config_tables import refuse_database_job
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")
@@ -73,6 +74,7 @@ def check_table(config: JobConfig) -> tuple[FileIO, Table | None]:
     stops at once with its reason alone: the table's format and the keys the job must agree with, or a new
     table's record key; and, under the storage lease, the store's conditional writes. Returns what it opened,
     for ``open_table``."""
+    refuse_database_job(config)
     io, existing = _opened(config)
     settled_config(config.table, existing.config if existing else None, io.full_path(""))
     if existing is not None:

@@ -31,6 +31,7 @@ from laketide.writer.running import (
 )
 
 from laketide.config import ConfigError, JobConfig
+from laketide.config_tables import refuse_database_job
 
 log = logging.getLogger("laketide.write")
 WRITER_ID = "laketide-write"
@@ -71,6 +72,7 @@ def write(
 def _write(data, table_uri: str, operation, record_key, partition_by, ordering_field, table_type, name, settings, writer_id: str) -> BatchReport:
     rows = _arrow(data)
     config = _config(table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings)
+    refuse_database_job(config)
     table = open_table(config, rows.schema)  # the table first: a store or bucket that is wrong is named by the table's path
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
     take_recorded_lease(config, table.io)

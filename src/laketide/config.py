@@ -29,6 +29,7 @@ from laketide.config_source import (  # noqa: F401 (part of this module's interf
     SourceSection,
     _Section,
 )
+from laketide.config_tables import TableOverride, placeholders
 from laketide.config_types import Codec, Size, Trigger, parse_size
 from laketide.index.columns import EVENT_POSITION
 from laketide.table.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC
@@ -262,6 +263,14 @@ class JobConfig(_Section):
     services: ServicesSection = Field(default_factory=ServicesSection)
     spark: SparkSection = Field(default_factory=SparkSection)
     storage: StorageSection = Field(default_factory=StorageSection)
+    # a job of a whole database (table.path holds {table}): one source table's table.* keys (``config_tables``)
+    tables: dict[str, TableOverride] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _tables_need_a_template(self) -> JobConfig:
+        if "table" not in placeholders(self.table.path) and self.tables:
+            raise ValueError(f"[tables.{next(iter(self.tables))}] applies to a job whose table.path holds {{table}} (one table per source table)")
+        return self
 
     @model_validator(mode="after")
     def _archive_keeps_the_clean_window(self) -> JobConfig:
