@@ -7,7 +7,6 @@ and what is allowed.
 
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,7 +16,6 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
@@ -29,36 +27,17 @@ from laketide.config_source import (  # noqa: F401 (part of this module's interf
     SourceSection,
     _Section,
 )
-from laketide.config_tables import TableOverride, placeholders
+from laketide.config_tables import TableKeys, TableOverride, placeholders
 from laketide.config_types import Codec, Size, Trigger, parse_size
 from laketide.index.columns import EVENT_POSITION
 from laketide.table.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC
 from laketide.table.errors import Invalid
 
 
-class TableSection(_Section):
-    """What a new table is created with. An existing table's hoodie.properties fixes these;
-    a key left out takes the table's value, and a key that disagrees stops the job at start."""
+class TableSection(TableKeys):
+    """``[table]``: where the table is, and what a new one is created with (``TableKeys``)."""
 
     path: str
-    name: str | None = None
-    # COPY_ON_WRITE rewrites the file groups a micro-batch touches; MERGE_ON_READ appends to logs that compaction folds
-    type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] | None = None
-    # required for a new table; an existing table's hoodie.properties gives it
-    record_key: list[str] | None = Field(None, min_length=1)
-    partition_by: list[str] | None = None
-    ordering_field: str | None = None
-    merge_mode: Literal["EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING"] | None = None
-    hive_style_partitioning: bool | None = None
-    urlencode_partitions: bool | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _avro_name(cls, name: str | None) -> str | None:
-        # Hudi names the table's Avro record <name>_record in namespace hoodie.<name>; readers reject other names
-        if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ValueError(f"{name!r} is not a valid table name: letters, digits and '_' only, not starting with a digit (it names the table's Avro schema)")
-        return name
 
 
 class StreamSection(_Section):

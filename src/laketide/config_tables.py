@@ -16,7 +16,7 @@ import string
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from laketide.config_source import _Section
 from laketide.table.errors import Invalid
@@ -29,17 +29,34 @@ PLACEHOLDERS = ("table", "schema", "db", "topic")
 _SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.$-]*$")
 
 
-class TableOverride(_Section):
-    """``[tables.<name>]``: the ``table.*`` keys of one source table's Hudi table, and its pinned columns."""
+class TableKeys(_Section):
+    """What a new table is created with (``[table]``, and ``[tables.<name>]`` over it). An existing table's
+    hoodie.properties fixes these; a key left out takes the table's value, and a key that disagrees stops
+    the job at start."""
 
     name: str | None = None
+    # COPY_ON_WRITE rewrites the file groups a micro-batch touches; MERGE_ON_READ appends to logs that compaction folds
     type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] | None = None
+    # required for a new table; an existing table's hoodie.properties gives it
     record_key: list[str] | None = Field(None, min_length=1)
     partition_by: list[str] | None = None
     ordering_field: str | None = None
     merge_mode: Literal["EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING"] | None = None
     hive_style_partitioning: bool | None = None
     urlencode_partitions: bool | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _avro_name(cls, name: str | None) -> str | None:
+        # Hudi names the table's Avro record <name>_record in namespace hoodie.<name>; readers reject other names
+        if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"{name!r} is not a valid table name: letters, digits and '_' only, not starting with a digit (it names the table's Avro schema)")
+        return name
+
+
+class TableOverride(TableKeys):
+    """``[tables.<name>]``: the ``table.*`` keys of one source table's Hudi table, and its pinned columns."""
+
     schema_: str | None = Field(None, alias="schema", description="the source table's columns as Spark DDL; unset: the events' own")
 
 
