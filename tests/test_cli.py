@@ -53,7 +53,7 @@ def test_timeline_show_and_lease(written):
     code, out, _ = laketide("show", table.uri, instants[0], "--json")
     assert code == 0 and json.loads(out)["totals"]["inserts"] == 3
     code, out, _ = laketide("lease", table.uri, "--json")
-    assert code == 0 and json.loads(out) == {"held": False, "holder": None}
+    assert code == 0 and json.loads(out) == {"held": False, "holder": None, "last_job": None}
 
 
 def test_exit_codes_tell_not_found_refused_and_usage(written, tmp_path):

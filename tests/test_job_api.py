@@ -109,6 +109,9 @@ def test_rollback_through_the_running_jobs_api(spark, tmp_path):
     from laketide.api.app import create_app
     from laketide.api.server import ApiServer
 
+    said = subprocess.run([CLI, "lease", str(tmp_path / "table"), "--json"], capture_output=True, text=True, timeout=120)
+    assert said.returncode == 0 and json.loads(said.stdout)["last_job"]["state"] == "stopped", said.stderr[-2000:]
+    assert "last job: stopped at" in subprocess.run([CLI, "lease", str(tmp_path / "table")], capture_output=True, text=True, timeout=120).stdout
     server = ApiServer(create_app(job.table, TOKEN)).start()
     try:
         assert httpx.get(f"{server.address}/v1/writer").json()["last_job"]["state"] == "stopped"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from typing import Annotated, Optional
 
 import typer
@@ -121,7 +123,17 @@ def savepoint_list(table: TableArg, as_json: JsonOpt = False) -> None:
 @app.command()
 @answers
 def lease(table: TableArg, zookeeper: ZkOpt = None, zookeeper_root: ZkRootOpt = "/laketide", as_json: JsonOpt = False) -> None:
-    """Who holds the table's lease."""
-    holder = current_holder(open_table(table), zookeeper, zookeeper_root)
-    data = {"held": holder is not None, "holder": holder}
-    Output(as_json).result(data, f"held by {holder.describe()}" if holder else "nobody holds the lease")
+    """Who holds the table's lease, and the last word of the table's job (running, stopped, or failed with its error)."""
+    from laketide.writer.job_state import JobState
+
+    t = open_table(table)
+    holder = current_holder(t, zookeeper, zookeeper_root)
+    last = JobState.read(t.io)
+    data = {"held": holder is not None, "holder": holder, "last_job": last}
+    lines = [f"held by {holder.describe()}" if holder else "nobody holds the lease"]
+    if last is not None:
+        when = datetime.fromtimestamp(last.updated_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        silent = " (its lease is free: it ended without a word)" if last.state == "running" and holder is None else ""
+        lines.append(f"last job: {last.state} at {when}{silent}; {last.job_id or last.writer_id} on {last.host} (pid {last.pid}), "
+                     f"last micro-batch {last.last_batch}, instant {last.last_instant}" + (f"\n  error: {last.error}" if last.error else ""))
+    Output(as_json).result(data, "\n".join(lines))
