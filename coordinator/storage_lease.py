@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable
 
 from laketide.coordinator.lease import Lease, LeaseHeld, LeaseHolder, LeaseLost
-from laketide.table.errors import ErrorKind, Invalid
+from laketide.table.errors import ErrorKind, Invalid, first_line
 from laketide.table.io import FileIO
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ class StorageLease(Lease):
                 log.warning("renewing the lease of %s failed; retrying", self.table, exc_info=True)
                 if time.time() < self._valid_until:
                     continue
-                self._unreachable = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                self._unreachable = f"{type(error).__name__}: {first_line(error)}"
                 log.error("the lease of %s could not be renewed before it ran out", self.table)
             self._lose()
             return

@@ -57,6 +57,13 @@ class Unavailable(LaketideError):
     kind = ErrorKind.UNAVAILABLE
 
 
+def first_line(error: BaseException) -> str:
+    """An error's message up to its first line break (a library's may go on for pages: a backtrace, a
+    request dump); empty when it has none."""
+    text = str(error)
+    return text.split("\n", 1)[0]
+
+
 def kind_of(error: BaseException) -> ErrorKind | None:
     """The kind of one of laketide's errors; ``None`` for anything else (a bug, or a library's own error)."""
     return error.kind if isinstance(error, LaketideError) else None

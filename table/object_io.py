@@ -26,7 +26,7 @@ import pyarrow as pa
 from obstore.exceptions import AlreadyExistsError, BaseError, GenericError, NotFoundError, NotSupportedError, PreconditionError
 from obstore.store import from_url
 
-from laketide.table.errors import Invalid
+from laketide.table.errors import Invalid, first_line
 from laketide.table.io import FileEntry, FileIO, InstantFileExists
 from laketide.table.store_requests import RetryPolicy, StoreRequests
 
@@ -81,8 +81,7 @@ class ObjectStoreFileIO(FileIO):
         except BaseException as error:  # a key the store does not know, a value it cannot parse (some make obstore panic)
             if not isinstance(error, BaseError) and type(error).__name__ != "PanicException":
                 raise
-            detail = str(error).split("\n", 1)[0]
-            raise Invalid(f"the storage options of {uri} are not valid for its store: {detail}. Fix storage.options (--storage-option); "
+            raise Invalid(f"the storage options of {uri} are not valid for its store: {first_line(error)}. Fix storage.options (--storage-option); "
                           f"the keys are object_store's (aws_region, aws_endpoint_url, azure_storage_account_name, google_service_account, ...)") from None
 
     def _key(self, rel: str) -> str:
@@ -141,7 +140,7 @@ class ObjectStoreFileIO(FileIO):
                 except NotSupportedError:
                     self._suffix_ranges = False
                 except GenericError as error:
-                    if not EMPTY_RANGE.search(str(error).split("\n", 1)[0]):
+                    if not EMPTY_RANGE.search(first_line(error)):
                         raise  # an empty object has no last bytes: a 416, or a whole (non-partial) answer
             size = self.requests.call("HEAD", obstore.head, self.store, key)["size"]
         except (NotFoundError, FileNotFoundError):
@@ -223,11 +222,12 @@ class ObjectStoreFileIO(FileIO):
                 self.requests.call("DELETE", obstore.delete, self.store, keys)
                 return
             except GenericError as error:
-                if not NO_BATCH_DELETE.search(str(error).split("\n", 1)[0]):
+                refused = NO_BATCH_DELETE.search(first_line(error))
+                if not refused:
                     raise
                 self._batch_delete = False
                 log.warning("the store of %s has no batch delete (POST ?delete answered %s); deleting one object at a time",
-                            self.base_path, NO_BATCH_DELETE.search(str(error)).group(1))
+                            self.base_path, refused.group(1))
         for key in keys:
             self.requests.call("DELETE", self._signed_delete, key)
 

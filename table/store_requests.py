@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from obstore.exceptions import GenericError, PermissionDeniedError, UnauthenticatedError
 
-from laketide.table.errors import ErrorKind, LaketideError, Unavailable
+from laketide.table.errors import ErrorKind, LaketideError, Unavailable, first_line
 
 T = TypeVar("T")
 RETRY = "RETRY"  # the kind under which retries are counted, beside GET, PUT, LIST, DELETE and HEAD
@@ -78,7 +78,7 @@ class RetryPolicy:
 
 def is_transient(error: BaseException) -> bool:
     """A failure worth sending the request again for: throttling, a server error, a lost connection."""
-    return isinstance(error, GenericError) and bool(TRANSIENT.search(str(error).split("\n", 1)[0]))
+    return isinstance(error, GenericError) and bool(TRANSIENT.search(first_line(error)))
 
 
 class StoreUnavailable(Unavailable):
@@ -91,8 +91,7 @@ class StoreRefused(LaketideError):
 
 def store_failure(error: BaseException, what: str) -> LaketideError:
     """A store's error that no caller told apart (object_store's own), as laketide's, naming ``what`` (the table)."""
-    first_line = str(error).split("\n", 1)[0]
-    return LaketideError(f"the object store of {what} failed: {type(error).__name__}: {first_line}. Check the store's endpoint, "
+    return LaketideError(f"the object store of {what} failed: {type(error).__name__}: {first_line(error)}. Check the store's endpoint, "
                          "credentials and the path; the table is as the last completed instant left it")
 
 
@@ -164,18 +163,16 @@ class StoreRequests:
         return retry
 
     def _refused(self, kind: str, error: BaseException) -> StoreRefused:
-        first_line = str(error).split("\n", 1)[0]
         denied = isinstance(error, PermissionDeniedError)
         return StoreRefused(
             f"the object store at {self.where} refused a {kind}: {'the credentials may not do that' if denied else 'it does not accept the credentials'} "
-            f"({first_line}). Check the credentials in storage.options (--storage-option) or the environment",
+            f"({first_line(error)}). Check the credentials in storage.options (--storage-option) or the environment",
             kind=ErrorKind.FORBIDDEN if denied else ErrorKind.UNAUTHENTICATED,
         )
 
     def _gave_up(self, kind: str, error: BaseException) -> StoreUnavailable:
-        first_line = str(error).split("\n", 1)[0]
         return StoreUnavailable(
-            f"the object store at {self.where} failed a {kind} {self.policy.max_retries + 1} times ({first_line}). "
+            f"the object store at {self.where} failed a {kind} {self.policy.max_retries + 1} times ({first_line(error)}). "
             "Check that the store is reachable and its credentials are valid, or raise storage.max_retries "
             "if it is throttling this job."
         )

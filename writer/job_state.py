@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from laketide.table.errors import first_line
 from laketide.table.io import FileIO
 
 log = logging.getLogger(__name__)
@@ -82,4 +83,4 @@ class JobStateRecorder:
         if error is None:
             self._write(state="stopped")
         else:
-            self._write(state="failed", error=f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            self._write(state="failed", error=f"{type(error).__name__}: {first_line(error)}")

@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from laketide.table.errors import first_line
+
 MIN_BLOCK = 1 << 20
 
 
@@ -72,7 +74,7 @@ def _read(values: pa.Array, schema: pa.Schema | None) -> pa.Table:
 
 
 def _reason(error: Exception) -> str:
-    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    text = first_line(error) or type(error).__name__
     if isinstance(error, _Misaligned):
         return "the value is not one JSON object (it is blank, or holds more than one)"
     if "changed from object to" in text or "Column() changed" in text:

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from laketide.table.errors import first_line
 from laketide.writer.job_state import JobState
 
 
@@ -101,8 +102,8 @@ class WriterStatus:
     failures: list[Failure] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # both threads add failures
 
-    def failed(self, what: str, error: BaseException | str, instant: str | None = None) -> None:
-        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    def failed(self, what: str, error: BaseException, instant: str | None = None) -> None:
+        text = first_line(error) or type(error).__name__
         with self._lock:
             self.failures = (self.failures + [Failure(at=time.time(), what=what, instant=instant, error=text)])[-RECENT_FAILURES:]
 
