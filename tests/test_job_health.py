@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from laketide.writer.job_health import RATE_WINDOW_SECONDS, assess, trigger_seconds
+from laketide.config_types import trigger_seconds
+from laketide.writer.job_health import RATE_WINDOW_SECONDS, assess
 from laketide.writer.report import Backlog, BatchReport, Failure
 
 NOW = 1_800_000_000.0
@@ -20,6 +21,8 @@ def batches(seconds: list[float], every: float = 10.0, records: int = 1000, lag:
 def test_trigger_intervals():
     assert trigger_seconds("10 seconds") == 10 and trigger_seconds("500 milliseconds") == 0.5 and trigger_seconds("2 minutes") == 120
     assert trigger_seconds("available-now") is None and trigger_seconds(None) is None
+    # every form the configuration takes (``parse_trigger``)
+    assert trigger_seconds("10s") == 10 and trigger_seconds("500ms") == 0.5 and trigger_seconds("1m") == 60 and trigger_seconds("2 HOURS") == 7200
 
 
 def test_keeping_up_then_idle_with_rates_and_the_last_commits_age():

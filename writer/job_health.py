@@ -13,20 +13,12 @@ without a job. The rules, in the order they win:
 
 from __future__ import annotations
 
-import re
 import time
 
+from laketide.config_types import trigger_seconds
 from laketide.writer.report import Backlog, BatchReport, Failure, Health
 
 RATE_WINDOW_SECONDS = 300  # the rates, and how long a failure counts against the job's health
-_INTERVAL = re.compile(r"^(\d+(?:\.\d+)?)\s*(millisecond|second|minute|hour)s?$")
-_UNIT = {"millisecond": 0.001, "second": 1, "minute": 60, "hour": 3600}
-
-
-def trigger_seconds(trigger: str | None) -> float | None:
-    """A processing-time trigger's interval ("10 seconds"); ``None`` for available-now or none."""
-    found = _INTERVAL.match((trigger or "").strip().lower())
-    return float(found.group(1)) * _UNIT[found.group(2)] if found else None
 
 
 def _rates(done: list[BatchReport], now: float) -> tuple[float | None, float | None]:

@@ -32,6 +32,16 @@ def parse_trigger(value: Any) -> str:
     return text
 
 
+_SECONDS = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1, "second": 1, "seconds": 1, "m": 60, "minute": 60,
+            "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600}
+
+
+def trigger_seconds(trigger: str | None) -> float | None:
+    """A processing-time trigger's interval in seconds ("10 seconds", "500ms"); ``None`` for available-now or none."""
+    found = _DURATION.match(trigger or "")
+    return float(found[1]) * _SECONDS[found[2].lower()] if found else None
+
+
 Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 Trigger = Annotated[str, BeforeValidator(parse_trigger)]
 Codec = Literal["zstd", "snappy", "gzip", "none"]  # parquet's, as pyarrow names them
