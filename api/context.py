@@ -13,6 +13,7 @@ from laketide.coordinator import Coordinator, Lease, LeaseHolder
 from laketide.coordinator.metrics import Metrics
 from laketide.table import Table
 from laketide.table.table import SharedCaches
+from laketide.table.timeline import drawn_again
 from laketide.table.view_sync import ViewSync
 from laketide.table.errors import ErrorKind, LaketideError
 from laketide.writer import quarantine
@@ -22,7 +23,6 @@ from laketide.writer.quarantine import QuarantineSummary
 from laketide.writer.report import WriterView
 
 T = TypeVar("T")
-_READ_ATTEMPTS = 3  # a view drawn again at most twice: archival and cleans move files a few times an hour, not a second
 DEFAULT_SMALL_FILE_BYTES = 100 * 2**20  # write.small_file_limit's default, Hudi's hoodie.parquet.small.file.limit
 
 
@@ -78,13 +78,7 @@ class ApiContext:
         """``view`` of the table as it is now. A file it meant to read may go meanwhile (archival moves commit
         files into the archive, a clean deletes old slices, a rollback its instant's files): then the view is
         drawn again from the newer timeline, which names where the file went, rather than answered 500."""
-        for attempt in range(_READ_ATTEMPTS):
-            try:
-                return view(self.table())
-            except FileNotFoundError:
-                if attempt == _READ_ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")
+        return drawn_again(lambda: view(self.table()))
 
     def writer(self) -> WriterView:
         """The job's published status; with no job here, the table's last job's last word."""

@@ -8,8 +8,9 @@ that every transition is one atomic file write.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cached_property
+from typing import TypeVar
 
 from laketide.table.commit import CommitMetadata
 from laketide.table.damage import reading_timeline_file
@@ -17,6 +18,21 @@ from laketide.table.errors import NotFound, UnsupportedTableError
 from laketide.table.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State
 from laketide.table.io import FileIO
 from laketide.table.properties import TableConfig
+
+T = TypeVar("T")
+DRAW_ATTEMPTS = 3  # archival and cleans move files a few times an hour, not a second
+
+
+def drawn_again(draw: Callable[[], T], attempts: int = DRAW_ATTEMPTS) -> T:
+    """``draw()``, again (up to ``attempts`` in all) when a file it read went meanwhile: archival moved a commit
+    file into the archive, a clean or a rollback deleted files. Each attempt loads the timeline anew, which
+    says where the file went."""
+    for _ in range(attempts - 1):
+        try:
+            return draw()
+        except FileNotFoundError:
+            pass
+    return draw()
 
 
 class InstantNotFound(NotFound, KeyError):

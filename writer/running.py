@@ -29,6 +29,7 @@ from laketide.table import FileIO, Table, TableNotFound, properties_file
 from laketide.table.delta_mirror import DeltaMirror, has_mirror
 from laketide.table.errors import Invalid
 from laketide.table.instant import COMPACTION, instant_to_datetime
+from laketide.table.timeline import drawn_again
 from laketide.table.view_sync import ViewSync
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.compactor import Compactor
@@ -193,21 +194,18 @@ class RunningJob:
         facts = self._facts
         if facts is not None and facts.as_of == last_instant and time.monotonic() - facts.drawn < FACTS_SECONDS:
             return facts
-        for attempt in range(3):
-            try:
-                timeline = self.table.timeline
-                completed = {i.timestamp for i in timeline.completed_writes()}
-                snapshot = self.index.snapshot(completed, timeline.start)
-                groups = {(s.partition, s.file_id) for s in self.writer.views.view(timeline).latest_slices()}
-                break
-            except FileNotFoundError:  # archival or a clean moved a file as it was read: draw from the newer timeline
-                if attempt == 2:
-                    raise
+        self._facts = drawn_again(lambda: self._draw_facts(last_instant))
+        return self._facts
+
+    def _draw_facts(self, last_instant: str | None) -> TableFacts:
+        timeline = self.table.timeline
+        completed = {i.timestamp for i in timeline.completed_writes()}
+        snapshot = self.index.snapshot(completed, timeline.start)
+        groups = {(s.partition, s.file_id) for s in self.writer.views.view(timeline).latest_slices()}
         last = timeline.latest_completed_write()
         index = IndexCoverage(shards=self.index.shards, file_groups=len(groups), covered_file_groups=len(groups & snapshot.covered))
         at = instant_to_datetime(last.timestamp).timestamp() if last is not None else None
-        self._facts = TableFacts(time.monotonic(), last_instant, completed, timeline.start, index, at)
-        return self._facts
+        return TableFacts(time.monotonic(), last_instant, completed, timeline.start, index, at)
 
     def _landing_backlog(self, recent: list[BatchReport]) -> Backlog | None:
         """A landing source's backlog, listed at most every ``WAITING_SECONDS``: the API's readers poll, and
