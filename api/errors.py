@@ -10,13 +10,15 @@ words as an HTML fragment, shown where the panel's content would go.
 
 from __future__ import annotations
 
+import json
 import logging
 from html import escape
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import Response
+from starlette.types import Send
 
 from laketide.coordinator import LeaseHeld
 from laketide.table.errors import ErrorKind, LaketideError
@@ -47,13 +49,26 @@ KIND_OF_STATUS: dict[int, ErrorKind] = {
 _UI_WORDING = {ErrorKind.UNAUTHENTICATED: "This action needs the API token: enter it in the token field at the top of the page."}
 
 
-def _answer(request: Request, status: int, kind: ErrorKind, detail: str, **extra) -> Response:
-    """``{"detail", "kind", **extra}``; for the dashboard (its requests are under ``/ui``) a fragment it shows
-    where the result would go."""
-    if request.url.path.startswith("/ui/"):
+def error_content(path: str, kind: ErrorKind, detail: str, **extra) -> tuple[bytes, str]:
+    """An error's body and media type: ``{"detail", "kind", **extra}``; for the dashboard (its requests are
+    under ``/ui``) a fragment it shows where the result would go."""
+    if path.startswith("/ui/"):
         text = _UI_WORDING.get(kind, detail)
-        return HTMLResponse(f'<p class="error" role="alert"><b>{escape(kind.value)}</b> {escape(text)}</p>', status_code=status)
-    return JSONResponse(status_code=status, content={"detail": detail, "kind": kind.value, **extra})
+        return f'<p class="error" role="alert"><b>{escape(kind.value)}</b> {escape(text)}</p>'.encode(), "text/html; charset=utf-8"
+    return json.dumps({"detail": detail, "kind": kind.value, **extra}, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
+
+
+def _answer(request: Request, status: int, kind: ErrorKind, detail: str, **extra) -> Response:
+    body, media = error_content(request.url.path, kind, detail, **extra)
+    return Response(body, status_code=status, media_type=media)
+
+
+async def send_error(send: Send, path: str, status: int, kind: ErrorKind, detail: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    """An error answered by ASGI middleware in front of the app (``api/limits.py``, ``api/guard.py``), in the same shape."""
+    body, media = error_content(path, kind, detail)
+    start = [(b"content-type", media.encode()), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _invalid_detail(exc: RequestValidationError) -> str:

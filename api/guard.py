@@ -9,9 +9,11 @@ that allows only the server's own scripts (htmx and ``ui.js``, shipped with it) 
 from __future__ import annotations
 
 import ipaddress
-import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from laketide.api.errors import send_error
+from laketide.table.errors import ErrorKind
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
@@ -49,10 +51,8 @@ class Guard:
             return
         host = next((value.decode("latin-1") for name, value in scope.get("headers", ()) if name == b"host"), "")
         if self.allowed is not None and _host_name(host).lower() not in self.allowed:
-            body = json.dumps({"detail": f"this server does not answer to the host name {host!r}; ask it by one of "
-                                         f"{', '.join(sorted(self.allowed))} (coordinator.api_allowed_hosts)", "kind": "invalid"}).encode()
-            await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json"), *HEADERS]})
-            await send({"type": "http.response.body", "body": body})
+            await send_error(send, scope.get("path", ""), 400, ErrorKind.INVALID, f"this server does not answer to the host name {host!r}; "
+                             f"ask it by one of {', '.join(sorted(self.allowed))} (coordinator.api_allowed_hosts)", HEADERS)
             return
         extra = [*HEADERS, UI_POLICY] if scope.get("path", "").startswith("/ui") else HEADERS
 

@@ -16,13 +16,17 @@ Answers are ``{"detail", "kind"}`` as every other error's (``api/errors.py``); t
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from dataclasses import dataclass
-from html import escape
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from laketide.api.errors import send_error
+from laketide.table.errors import ErrorKind
+
+# a refused body was not read: the connection cannot carry another request
+CLOSE = [(b"connection", b"close")]
 
 
 @dataclass(frozen=True)
@@ -53,16 +57,16 @@ class Admission:
         path = scope.get("path", "")
         length, chunked = _body_headers(scope)
         if chunked:
-            await _refuse(send, path, 411, "send the request's body with a Content-Length")
+            await send_error(send, path, 411, ErrorKind.INVALID, "send the request's body with a Content-Length", CLOSE)
             return
         if length > self.limits.max_body_bytes:
-            await _refuse(send, path, 413, f"the request's body is larger than the API takes ({self.limits.max_body_bytes:,} bytes, "
-                                           "coordinator.api_max_body)")
+            await send_error(send, path, 413, ErrorKind.INVALID, f"the request's body is larger than the API takes "
+                             f"({self.limits.max_body_bytes:,} bytes, coordinator.api_max_body)", CLOSE)
             return
         wait = self._take_turn()
         if wait is None:
-            await _refuse(send, path, 429, "the API is answering as many requests as it may beside the writer; ask again shortly",
-                          retry_after=math.ceil(self.limits.queue_seconds))
+            await send_error(send, path, 429, ErrorKind.BUSY, "the API is answering as many requests as it may beside the writer; ask again shortly",
+                             _retry_after(math.ceil(self.limits.queue_seconds)))
             return
         if wait > 0:
             await asyncio.sleep(wait)
@@ -71,7 +75,7 @@ class Admission:
         try:
             await asyncio.wait_for(self._slots.acquire(), self.limits.queue_seconds)
         except TimeoutError:
-            await _refuse(send, path, 429, "every slot of the API is busy; ask again shortly", retry_after=1)
+            await send_error(send, path, 429, ErrorKind.BUSY, "every slot of the API is busy; ask again shortly", _retry_after(1))
             return
         try:
             await self.app(scope, receive, send)
@@ -102,14 +106,5 @@ def _body_headers(scope: Scope) -> tuple[int, bool]:
     return length, chunked
 
 
-async def _refuse(send: Send, path: str, status: int, detail: str, retry_after: int | None = None) -> None:
-    kind = "busy" if status == 429 else "invalid"
-    if path.startswith("/ui/"):
-        body, media = f'<p class="error" role="alert"><b>{kind}</b> {escape(detail)}</p>'.encode(), b"text/html; charset=utf-8"
-    else:
-        body, media = json.dumps({"detail": detail, "kind": kind}).encode(), b"application/json"
-    headers = [(b"content-type", media), (b"content-length", str(len(body)).encode()), (b"connection", b"keep-alive" if status == 429 else b"close")]
-    if retry_after is not None:
-        headers.append((b"retry-after", str(retry_after).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+def _retry_after(seconds: int) -> list[tuple[bytes, bytes]]:
+    return [(b"connection", b"keep-alive"), (b"retry-after", str(seconds).encode())]
