@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from itertools import groupby
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Literal
@@ -87,10 +88,6 @@ def _html(panel: Panel) -> Markup:
     return Markup(templates.get_template(template).render({"refresh": REFRESH_SECONDS, **values}))
 
 
-def _writer(ctx: ApiContext) -> WriterView:
-    return ctx.writer()
-
-
 def _job(ctx: ApiContext, view: WriterView) -> Panel:
     last = next((r for r in reversed(view.recent) if not r.skipped and not r.empty), None)
     return "job.html", {"view": view, "holder": ctx.holder(), "last": last}
@@ -111,14 +108,10 @@ def _folded_cleans(rows: list) -> list:
     """The rows, with each run of completed cleans between two other instants shown as one row (a clean after
     every commit would fill half the page); the ``clean`` filter lists them one by one."""
     shown: list = []
-    for row in rows:
-        if row.kind == "clean" and row.state == "COMPLETED" and shown and isinstance(shown[-1], list):
-            shown[-1].append(row)
-        elif row.kind == "clean" and row.state == "COMPLETED":
-            shown.append([row])
-        else:
-            shown.append(row)
-    return [run[0] if isinstance(run, list) and len(run) == 1 else run for run in shown]
+    for cleans, run in groupby(rows, key=lambda row: row.kind == "clean" and row.state == "COMPLETED"):
+        run = list(run)
+        shown += [run] if cleans and len(run) > 1 else run
+    return shown
 
 
 def _services(table: Table) -> Panel:
@@ -141,7 +134,7 @@ def _quarantine(ctx: ApiContext) -> Panel:
 
 def _panels(ctx: ApiContext, table: Table) -> dict[str, Panel]:
     """Every panel of the page, read from one opened table and one status of the job."""
-    view = _writer(ctx)
+    view = ctx.writer()
     return {
         "job": _job(ctx, view), "batches": _batches(ctx, view), "timeline": _timeline(table), "services": _services(table),
         "layout": _layout(ctx, table, view), "file_groups": _file_groups(ctx, table), "quarantine": _quarantine(ctx),
@@ -161,12 +154,12 @@ def page(request: Request, ctx: Ctx) -> HTMLResponse:
 
 @router.get("/part/job")
 def job_part(request: Request, ctx: Ctx) -> HTMLResponse:
-    return _render(request, *_job(ctx, _writer(ctx)))
+    return _render(request, *_job(ctx, ctx.writer()))
 
 
 @router.get("/part/batches")
 def batches_part(request: Request, ctx: Ctx) -> HTMLResponse:
-    return _render(request, *_batches(ctx, _writer(ctx)))
+    return _render(request, *_batches(ctx, ctx.writer()))
 
 
 @router.get("/part/timeline")
@@ -194,7 +187,7 @@ def services_part(request: Request, ctx: Ctx) -> HTMLResponse:
 
 @router.get("/part/layout")
 def layout_part(request: Request, ctx: Ctx, offset: Annotated[int, Query(ge=0)] = 0) -> HTMLResponse:
-    return _render(request, *ctx.read(lambda table: _layout(ctx, table, _writer(ctx), offset)))
+    return _render(request, *ctx.read(lambda table: _layout(ctx, table, ctx.writer(), offset)))
 
 
 @router.get("/part/file-groups")
