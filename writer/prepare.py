@@ -189,11 +189,12 @@ def _landing_blocks(rows: pa.Table) -> tuple[list[str], np.ndarray, np.ndarray]:
 
 def _source(rows: pa.Table, bad: np.ndarray) -> pa.Array:
     """Where each bad row came from (``quarantine.sources_of``); null for the good ones."""
+    if not bad.any():
+        return pa.nulls(rows.num_rows, pa.string())  # the common case, on every micro-batch: no list of a None a row
     out: list[str | None] = [None] * rows.num_rows
-    if bad.any():
-        where = np.nonzero(bad)[0]
-        for i, place in zip(where.tolist(), sources_of(rows.take(pa.array(where))).to_pylist()):
-            out[i] = place
+    where = np.nonzero(bad)[0]
+    for i, place in zip(where.tolist(), sources_of(rows.take(pa.array(where))).to_pylist()):
+        out[i] = place
     return pa.array(out, pa.string())
 
 
