@@ -102,6 +102,10 @@ class TableServices:
         self.failures = failures or ServiceFailures()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        # the rounds several tables' services may run at once (a job of a whole database shares one); set before
+        # the first commit. A round the gate turns away is owed (``owed``) until ``after_commit`` is called again.
+        self.gate: threading.Semaphore | None = None
+        self.owed = False
 
     def after_commit(self, instant: str | None = None) -> None:
         if not self.background:
@@ -110,8 +114,20 @@ class TableServices:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
-            self._thread = threading.Thread(target=self._run, args=(instant,), name="laketide-table-services", daemon=True)
+            gate = self.gate
+            if gate is not None and not gate.acquire(blocking=False):
+                self.owed = True
+                return
+            self.owed = False
+            self._thread = threading.Thread(target=self._gated, args=(instant, gate), name="laketide-table-services", daemon=True)
             self._thread.start()
+
+    def _gated(self, instant: str | None, gate: threading.Semaphore | None) -> None:
+        try:
+            self._run(instant)
+        finally:
+            if gate is not None:
+                gate.release()
 
     def _run(self, instant: str | None) -> None:
         for name, run in self.services:

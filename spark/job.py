@@ -37,6 +37,7 @@ from laketide.spark.spark_batch import warm_workers
 from laketide.spark.sources import read_stream, source_schema
 from laketide.table import FileIO
 from laketide.writer.batch_writer import BatchWriter
+from laketide.writer.database import Database
 from laketide.writer.preflight import check_exchange_dir, check_quarantine_path
 from laketide.writer.running import (
     RunningJob,
@@ -49,6 +50,7 @@ from laketide.writer.running import (
 )
 
 from laketide.config import JobConfig
+from laketide.config_tables import is_database_job
 
 DATA_LOSS = re.compile(r"KafkaDataLoss: ([^\n]+)")
 log = logging.getLogger("laketide.job")
@@ -69,12 +71,17 @@ def run(
     config: JobConfig,
     on_step: Callable[[str, int], None] | None = None,
     on_ready: Callable[[RunningJob], None] | None = None,
-) -> BatchWriter:
-    """Run the job until its trigger ends it (available-now) or it is stopped.
+) -> BatchWriter | Database:
+    """Run the job until its trigger ends it (available-now) or it is stopped; a job of a whole database
+    (``table.path`` holding ``{table}``) runs as ``spark.database_job`` says.
 
     ``on_ready`` gets the running job once the lease is held and the table
     recovered, before the first micro-batch (the service starts its API there).
     """
+    if is_database_job(config):
+        from laketide.spark.database_job import run_database
+
+        return run_database(config, on_step, on_ready)
     # a crash in native code (librdkafka, Arrow, the JVM's bridge) leaves every thread's Python stack on stderr
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)

@@ -24,7 +24,6 @@ from laketide.table import Table
 from laketide.table.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
-from laketide.writer.change_events import ChangeSpec, output_schema
 from laketide.writer.exchange import Exchange
 from laketide.writer.schema_registry import schema_ids
 from laketide.writer.landing import (
@@ -35,7 +34,6 @@ from laketide.writer.landing import (
     parquet_pieces,
     read_landed_parquet,
     read_piece,
-    source_offsets,
 )
 from laketide.writer.prepare import ArrivalCounter, Tally, prepare, prepare_in_order, set_aside, with_earlier_values
 from pyspark.sql import DataFrame, SparkSession
@@ -43,7 +41,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from laketide.config import JobConfig
-from laketide.spark.change_feed import kafka_client
+from laketide.spark.kafka_offsets import KafkaOffsets
 
 log = logging.getLogger("laketide.job")
 # what a generated row weighs in a landing file, for ``write.driver_batch_bytes``
@@ -73,7 +71,7 @@ class MicroBatchWriter(BatchWriter):
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
         # the error that failed a micro-batch, as raised here: Spark hands the query's waiter only its text
         self.failure: BaseException | None = None
-        self._brokers = None  # a Kafka source's client for the lag, made at the first micro-batch
+        self.offsets = KafkaOffsets(config)  # a Kafka source's lag, and its first micro-batch's size
         self.exchange_dir = config.write.exchange_dir or posixpath.join(config.table.path.rstrip("/"), EXCHANGE_DIR)
         # what a crash left in the exchange: no other writer holds the table's lease meanwhile
         exchange = Exchange(self.exchange_dir, config.storage.io_options)
@@ -99,39 +97,10 @@ class MicroBatchWriter(BatchWriter):
     def _lag(self, batch_id: int) -> dict[str, int]:
         """Per topic-partition, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.
         Only for reporting: a failure to ask is logged, and the lag left out."""
-        try:
-            end, marks = self._end_and_watermarks(batch_id)
-            lag = {f"{t}/{p}": max(0, marks[(t, int(p))][1] - int(o)) for t, parts in end.items() for p, o in parts.items()}
-        except Exception:
-            log.warning("micro-batch %s: the Kafka lag could not be read", batch_id, exc_info=True)
-            return {}
+        lag = self.offsets.lag(batch_id)
         for place, n in lag.items():
             self.metrics.source_lag.labels(*place.rsplit("/", 1)).set(n)
         return lag
-
-    def _end_and_watermarks(self, batch_id: int) -> tuple[dict, dict[tuple[str, int], tuple[int, int]]]:
-        """The micro-batch's end offsets (from the checkpoint) and the brokers' (earliest, newest) of each partition."""
-        from laketide.spark.kafka_source import Brokers
-
-        end = source_offsets(self.config.stream.checkpoint, batch_id, self.config.storage.io_options) or {}
-        if self._brokers is None:
-            self._brokers = Brokers(kafka_client(self.config.source.kafka))
-        return end, self._brokers.watermarks([(t, int(p)) for t, parts in end.items() for p in parts])
-
-    def _first_kafka_records(self, batch_id: int) -> int | None:
-        """At most how many offsets the query's first Kafka micro-batch spans, whose start the checkpoint does not
-        log: ``max_offsets_per_trigger`` (the cap gives each partition with a backlog at least one, so a few more at
-        most), else its end offsets less the brokers' earliest. Without it the first micro-batch of every new job
-        went to Spark's tasks, a few seconds more however few its records. ``None`` when unknown."""
-        cap = self.config.source.kafka.max_offsets_per_trigger
-        if cap:
-            return cap
-        try:
-            end, marks = self._end_and_watermarks(batch_id)
-        except Exception:
-            log.warning("micro-batch %s: the brokers' earliest offsets could not be read", batch_id, exc_info=True)
-            return None
-        return sum(max(0, int(o) - marks[(t, int(p))][0]) for t, parts in end.items() for p, o in parts.items()) if end else None
 
     def _fits_driver(self, weight: int | None) -> bool:
         """Whether a micro-batch of ``weight`` bytes once decoded (``None``: unknown) is for the driver (``write.driver_batch_bytes``)."""
@@ -144,12 +113,11 @@ class MicroBatchWriter(BatchWriter):
             return False
         records = kafka_records(self.config.stream.checkpoint, batch_id, self.config.storage.io_options)
         if records is None:
-            records = self._first_kafka_records(batch_id)
+            records = self.offsets.first_records(batch_id)
         return self._fits_driver(records * KAFKA_RECORD_BYTES if records is not None else None)
 
     def close(self) -> None:
-        if self._brokers is not None:
-            self._brokers.close()
+        self.offsets.close()
         super().close()
 
     def _prepared(self, df: DataFrame, batch_id: int, pieces: list[Piece] | None = None, declared: pa.Schema | None = None,
@@ -265,30 +233,12 @@ class MicroBatchWriter(BatchWriter):
         driver when it fits, else in Spark's prepare tasks."""
         changes = self.changes
         if self._changes_fit_driver(batch_id):
-            records = df.toArrow()
-            columns = self._columns(lambda: changes.schemas(records))
-            rows, decoded = changes.rows(records, columns)
-            batch = DriverBatch.prepare(rows, self.spec, self.driver_pool, self.clock.timed)
-            batch.tally.add(decoded)
-        else:
-            columns = self._columns(lambda: self._row_schemas(df))
-            batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns))
-        incoming = pa.schema([f for f in output_schema(ChangeSpec(columns, changes.record_key)) if f.name not in LANDED_COLUMNS])
-        highest = batch.tally.binlog_highest
-        if highest is not None:
-            changes.binlog_highest = max(highest, changes.binlog_highest or highest)
+            return changes.load(df.toArrow(), self)
+        columns = changes.columns_for(lambda: self._row_schemas(df), self.table)
+        batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns))
+        changes.saw(batch.tally)
+        incoming = changes.incoming(columns)
         return LoadedBatch(batch, incoming, incoming)
-
-    def _columns(self, row_schemas: Callable[[], list[list[dict]]]) -> pa.Schema:
-        """The columns of a change feed's micro-batch: ``source.schema``'s, else the table's with those of the events'
-        ``row_schemas``, which are found (and the table's schema read) only then."""
-        changes = self.changes
-        if not changes.reads_schemas:
-            return changes.declared
-        schemas = row_schemas()  # also looks the Avro values' schema ids up, before Spark's tasks get the decoder
-        if changes.declared is not None:
-            return changes.declared
-        return changes.columns(schemas, self.table.schema(self.table.timeline))
 
     def _changes_fit_driver(self, batch_id: int) -> bool:
         if self.config.source.format == "kafka":

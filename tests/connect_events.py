@@ -108,7 +108,25 @@ class PostgresTable:
     full: bool = False
     table: str = "orders"
     lsn: int = 1000
-    rows: dict[int, dict] = field(default_factory=dict)
+    rows: dict[Any, dict] = field(default_factory=dict)
+    key: tuple[str, ...] = ("id",)  # the primary key's columns
+    schema: str = "public"
+
+    @property
+    def topic(self) -> str:
+        return f"pg.{self.schema}.{self.table}"
+
+    def key_of(self, values: dict) -> Any:
+        """A row's key in ``rows``: the key column's value, or a tuple of them."""
+        return values[self.key[0]] if len(self.key) == 1 else tuple(values[k] for k in self.key)
+
+    def kafka_key(self, values: dict) -> dict:
+        """The record's Kafka key as Debezium writes it: the primary key's columns, with their schema when schemas are on."""
+        payload = {k: values[k] for k in self.key}
+        if not self.with_schema:
+            return payload
+        fields = [{**c.schema, "field": c.name} for c in self.columns if c.name in self.key]
+        return {"schema": {"type": "struct", "optional": False, "name": f"{self.topic}.Key", "fields": fields}, "payload": payload}
 
     def _event(self, op: str, before: dict | None, after: dict | None) -> dict:
         self.lsn += 8
@@ -120,16 +138,16 @@ class PostgresTable:
             return {k: (None if v is None else v.sent if isinstance(v, Placeholder) else encode[k](v)) for k, v in values.items()}
 
         source = {"version": "3.3.1.Final", "connector": "postgresql", "name": "pg", "ts_ms": 1_732_000_000_000 + self.lsn,
-                  "snapshot": "true" if op == "r" else "false", "db": "shop", "schema": "public", "table": self.table,
+                  "snapshot": "true" if op == "r" else "false", "db": "shop", "schema": self.schema, "table": self.table,
                   "txId": 700 + self.lsn, "lsn": self.lsn, "xmin": None}
         payload = {"before": image(before), "after": image(after), "source": source, "op": op, "ts_ms": 1_732_000_000_500 + self.lsn,
                    "ts_us": (1_732_000_000_500 + self.lsn) * 1000, "transaction": None}
-        return {"schema": envelope_schema(self.columns, f"pg.public.{self.table}"), "payload": payload} if self.with_schema else payload
+        return {"schema": envelope_schema(self.columns, self.topic), "payload": payload} if self.with_schema else payload
 
     def upsert(self, values: dict, op: str | None = None, unchanged: tuple[str, ...] = ()) -> dict:
         """An insert or update of ``values``; the ``unchanged`` columns (TOASTed, unchanged) are sent as
         Debezium's placeholder, and the row keeps what it held."""
-        key = values["id"]
+        key = self.key_of(values)
         old = self.rows.get(key)
         op = op or ("u" if old is not None else "c")
         before = dict(old) if (op == "u" and self.full and old is not None) else None
@@ -137,11 +155,11 @@ class PostgresTable:
         sent = {**values, **{c: UNAVAILABLE[c] for c in unchanged}}
         return self._event(op, before, sent)
 
-    def delete(self, key: int) -> dict:
+    def delete(self, key: Any) -> dict:
         old = self.rows.pop(key)
         # REPLICA IDENTITY DEFAULT: the old tuple holds the key alone; Debezium fills a required column it lacks with
         # the column's default, else its type's fallback (JdbcValueConverters.convertValue), an optional one with null
-        before = dict(old) if self.full else {c.name: (key if c.name == "id" else _missing(c)) for c in self.columns}
+        before = dict(old) if self.full else {c.name: (old[c.name] if c.name in self.key else _missing(c)) for c in self.columns}
         return self._event("d", before, None)
 
     def truncate(self) -> dict:

@@ -118,12 +118,16 @@ class BatchWriter:
         after_commit: Callable[[str], None] | None = None,
         views: ViewSync | None = None,
         failures: ServiceFailures | None = None,
+        driver_pool: DriverPool | None = None,
+        label: str | None = None,
     ):
         """``on_step(point, batch_id)`` is called at each step ("begun", "written", "committed");
         crash tests use it to kill the process at an exact point. ``after_commit(instant)`` runs the
         table services once a micro-batch is committed; ``failures`` counts what they fail (a
         commit stands whatever they do). ``views`` is the file-system view kept between
-        micro-batches (shared with the table services)."""
+        micro-batches (shared with the table services). ``driver_pool``: the threads of the micro-batches the
+        driver writes, when several writers share them (the tables of a database job); ``label`` names the
+        table in its reports then."""
         self.config = config
         self.table = table
         self.coordinator = coordinator
@@ -166,7 +170,9 @@ class BatchWriter:
             self.action = DELTA_COMMIT if self.merge_on_read else COMMIT
         self.clock = clock or StepClock()
         # threads of a micro-batch the driver writes: the driver's cores, or fewer tasks
-        self.driver_pool = DriverPool(min(config.write.parallelism, os.cpu_count() or 1))
+        self._owns_pool = driver_pool is None
+        self.driver_pool = driver_pool or DriverPool(min(config.write.parallelism, os.cpu_count() or 1))
+        self.label = label
 
     def run(self, batch_id: int, load: Callable[[], LoadedBatch]) -> BatchReport:
         """Write micro-batch ``batch_id``, read by ``load`` unless the batch is already committed (a replay)."""
@@ -174,7 +180,7 @@ class BatchWriter:
         self.clock.start()
         self.status.current_batch = batch_id
         if self.coordinator.is_committed(batch_id):
-            return BatchReport(batch_id, None, skipped=True)
+            return BatchReport(batch_id, None, skipped=True, table=self.label)
         loaded = load()
         self.clock.lap("read")
         try:
@@ -182,10 +188,10 @@ class BatchWriter:
             self._count_skipped(loaded.batch.tally)
             if loaded.batch.records + len(loaded.bad_files) == 0:
                 # no instant for an empty micro-batch: an idle stream must not fill the timeline
-                return BatchReport(batch_id, None, skipped=True, empty=True, skipped_messages=skipped)
+                return BatchReport(batch_id, None, skipped=True, empty=True, skipped_messages=skipped, table=self.label)
             staged = self.stage(batch_id, loaded)
             if staged is None:
-                return BatchReport(batch_id, None, skipped=True)
+                return BatchReport(batch_id, None, skipped=True, table=self.label)
             report = self.commit_staged(staged)
         finally:
             loaded.batch.release()
@@ -292,7 +298,8 @@ class BatchWriter:
         self.failures.raise_if_fatal()
 
     def close(self) -> None:
-        self.driver_pool.shutdown()
+        if self._owns_pool:
+            self.driver_pool.shutdown()
 
     # -- the stages ---------------------------------------------------------
 
@@ -350,6 +357,7 @@ class BatchWriter:
             skipped_messages=dict(batch.tally.skipped),
             unknown_fields=dict(batch.tally.unknown_fields),
             binlog_behind=batch.tally.binlog_behind,
+            table=self.label,
         )
         extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata(),
                  **self.source_table.commit_metadata(source_table)}

@@ -15,22 +15,29 @@ the column. Every part of one micro-batch is decoded into the same columns, foun
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import base64
 import json
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME, SOURCE_OFFSET
+from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, LANDED_COLUMNS, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME, SOURCE_OFFSET
 from laketide.table.errors import Invalid
 from laketide.table.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
 
-from laketide.writer.change_events import ChangeSpec, change_rows, row_schemas
+from laketide.writer.change_events import ChangeSpec, change_rows, output_schema, row_schemas
 from laketide.writer.connect_avro import AvroValues
 from laketide.writer.schema_registry import schema_ids, unframed
 from laketide.writer.connect_schema import Encoding, arrow_type
 from laketide.writer.connect_values import Decoding
 from laketide.writer.prepare import Tally
+
+if TYPE_CHECKING:
+    from laketide.table import Table
+    from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 
 # what a reader hands on for each Kafka record: its value, and where it was
 RECORD_SCHEMA = pa.schema([("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
@@ -78,6 +85,38 @@ class ChangeDecoder:
             raise Invalid(f"the change events have no column {', '.join(repr(m) for m in missing)}, which the table's key, "
                           f"partitioning or ordering names; columns: {', '.join(merged.names)}")
         return merged
+
+    def columns_for(self, row_schemas: Callable[[], list[list[dict]]], table: Table) -> pa.Schema:
+        """The columns of a micro-batch into ``table``: ``source.schema``'s, else the table's with those of the events'
+        ``row_schemas``, which are found (and the table's schema read) only then."""
+        if not self.reads_schemas:
+            return self.declared
+        schemas = row_schemas()  # also looks the Avro values' schema ids up, before Spark's tasks get the decoder
+        if self.declared is not None:
+            return self.declared
+        return self.columns(schemas, table.schema(table.timeline))
+
+    def incoming(self, columns: pa.Schema) -> pa.Schema:
+        """The records' columns a micro-batch decoded into ``columns`` brings: what the table's schema evolves by."""
+        return pa.schema([f for f in output_schema(ChangeSpec(columns, self.record_key)) if f.name not in LANDED_COLUMNS])
+
+    def saw(self, tally: Tally) -> None:
+        """Keep the highest MySQL binlog file number a written micro-batch held (``rows`` compares the next with it)."""
+        if tally.binlog_highest is not None:
+            self.binlog_highest = max(tally.binlog_highest, self.binlog_highest or tally.binlog_highest)
+
+    def load(self, records: pa.Table, writer: BatchWriter) -> LoadedBatch:
+        """A micro-batch of ``records`` decoded and prepared in the driver's threads, for ``writer``'s table."""
+        from laketide.writer.batch_writer import LoadedBatch
+        from laketide.writer.driver_batch import DriverBatch
+
+        columns = self.columns_for(lambda: self.schemas(records), writer.table)
+        rows, decoded = self.rows(records, columns)
+        batch = DriverBatch.prepare(rows, writer.spec, writer.driver_pool, writer.clock.timed)
+        batch.tally.add(decoded)
+        self.saw(batch.tally)
+        incoming = self.incoming(columns)
+        return LoadedBatch(batch, incoming, incoming)
 
     def schemas(self, records: pa.Table) -> list[list[dict]]:
         """The distinct row schemas the events of ``records`` carry (``change_events.row_schemas``)."""

@@ -52,8 +52,13 @@ class BatchReport:
     binlog_behind: int = 0
     # wall clock (epoch seconds) when the micro-batch ended: rates and the age of a lag are taken from it
     ended_at: float = 0.0
+    # the table, in a job of a whole database (its path below the template's common folder)
+    table: str | None = None
 
     def line(self) -> str:
+        return f"table {self.table}: {self._line()}" if self.table else self._line()
+
+    def _line(self) -> str:
         skipped = " skipped=" + ",".join(f"{kind}:{n}" for kind, n in sorted(self.skipped_messages.items())) if self.skipped_messages else ""
         if self.empty:
             return f"micro-batch {self.batch_id}: empty, no instant{skipped}"

@@ -41,7 +41,6 @@ from laketide.writer.job_state import JobState, JobStateRecorder
 from laketide.writer.report import Backlog, BatchReport, IndexCoverage, WriterView
 
 from laketide.config import ConfigError, JobConfig
-from laketide.config_tables import refuse_database_job
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")
@@ -70,13 +69,14 @@ def open_table(config: JobConfig, source: pa.Schema | None, opened: tuple[FileIO
     return existing or Table.create_from_config(config.table.path, settled, io=io)
 
 
-def check_table(config: JobConfig) -> tuple[FileIO, Table | None]:
+def check_table(config: JobConfig, new_table_key: Callable[[], list[str]] | None = None) -> tuple[FileIO, Table | None]:
     """The checks that need neither Spark nor the source's columns, run before Spark starts so that a refused job
     stops at once with its reason alone: the table's format and the keys the job must agree with, or a new
-    table's record key; and, under the storage lease, the store's conditional writes. Returns what it opened,
-    for ``open_table``."""
-    refuse_database_job(config)
+    table's record key (``new_table_key`` gives it when the settings do not); and, under the storage lease, the
+    store's conditional writes. Returns what it opened, for ``open_table``."""
     io, existing = _opened(config)
+    if existing is None and not config.table.record_key and new_table_key is not None:
+        config.table.record_key = new_table_key()
     settled_config(config.table, existing.config if existing else None, io.full_path(""))
     if existing is not None:
         take_recorded_lease(config, io)

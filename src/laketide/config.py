@@ -27,7 +27,7 @@ from laketide.config_source import (  # noqa: F401 (part of this module's interf
     SourceSection,
     _Section,
 )
-from laketide.config_tables import TableKeys, TableOverride, placeholders
+from laketide.config_tables import DatabaseSection, TableKeys, TableOverride, placeholders
 from laketide.config_types import Codec, Size, Trigger, parse_size
 from laketide.index.columns import EVENT_POSITION
 from laketide.table.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC
@@ -244,6 +244,7 @@ class JobConfig(_Section):
     storage: StorageSection = Field(default_factory=StorageSection)
     # a job of a whole database (table.path holds {table}): one source table's table.* keys (``config_tables``)
     tables: dict[str, TableOverride] = Field(default_factory=dict)
+    database: DatabaseSection = Field(default_factory=DatabaseSection)
 
     @model_validator(mode="after")
     def _tables_need_a_template(self) -> JobConfig:

@@ -54,6 +54,23 @@ class TableKeys(_Section):
         return name
 
 
+class DatabaseSection(_Section):
+    """``[database]``: how a job of a whole database treats its tables (``table.path`` holding ``{table}``).
+
+    ``on_table_failure``: when one table's write fails, its instant is rolled back and the micro-batch's other
+    tables are written all the same; then ``stop`` (the default) stops the query with that table's error (the
+    next start replays the micro-batch, which the tables that committed it skip), and ``quarantine`` sets the
+    failing table's records of the micro-batch aside under its quarantine path, with the error as their reason,
+    and goes on. ``services_at_once``: how many tables' services (clean, archival, compaction, index compaction,
+    mirror) run at a time, in the background; a table whose turn does not come runs them after a later
+    micro-batch. ``lease_wait``: how long a table's first event waits for its lease before the table is refused.
+    """
+
+    on_table_failure: Literal["stop", "quarantine"] = "stop"
+    services_at_once: int = Field(2, ge=1)
+    lease_wait: float = Field(5.0, ge=0)
+
+
 class TableOverride(TableKeys):
     """``[tables.<name>]``: the ``table.*`` keys of one source table's Hudi table, and its pinned columns."""
 
@@ -82,11 +99,11 @@ def is_database_job(config: JobConfig) -> bool:
 
 
 def refuse_database_job(config: JobConfig) -> None:
-    """A ``{table}`` path is configured but not run by this version: refused at start, rather than a folder
+    """A ``{table}`` path given to one write of one table (``laketide.write``) is refused, rather than a folder
     literally named ``{table}`` written."""
     if is_database_job(config):
-        raise Invalid(f"table.path {config.table.path!r} asks for one table per source table ({{table}}), which this version "
-                      "does not run yet: run one job per table, each with its own table.path and source.kafka.topic")
+        raise Invalid(f"table.path {config.table.path!r} asks for one table per source table ({{table}}): that is a streaming job of a "
+                      "whole database, run by `laketide run` from Kafka; laketide.write writes one table, named by its own path")
 
 
 @dataclass(frozen=True)
@@ -121,24 +138,50 @@ class TableRoutes:
                           "source.envelope = \"debezium\" (one topic per source table, matched by source.kafka.topic_pattern)")
 
     def config_for(self, source: SourceTable) -> JobConfig:
-        """The settings of ``source``'s table: ``[table]`` with the path filled in and ``[tables.<name>]`` over it."""
+        """The settings of ``source``'s table: ``[table]`` with the path filled in and ``[tables.<name>]`` over it.
+        ``write.quarantine_path``, when set, is a template too, or the folder of every table's quarantine."""
         name = source.name
-        values = {"table": name, "schema": source.schema, "db": source.db, "topic": source.topic}
-        for placeholder in self.names:
-            value = values[placeholder]
-            if not value or not _SAFE.match(value) or value in (".", ".."):
-                raise Invalid(f"the source's {placeholder} {value!r} cannot name a folder of {self.config.table.path!r}; "
-                              "its events go to quarantine")
+        values = self._values(source)
         override = self.config.tables.get(name)
         table = self.config.table.model_copy(update={
-            "path": self.config.table.path.format(**{p: values[p] for p in self.names}),
+            "path": self.config.table.path.format(**values),
             "name": self.config.table.name or _avro_name(name),
             **(override.model_dump(exclude_unset=True, exclude={"schema_"}) if override else {}),
         })
         source_section = self.config.source
         if override is not None and override.schema_ is not None:
             source_section = source_section.model_copy(update={"schema_ddl": override.schema_})
-        return self.config.model_copy(update={"table": table, "source": source_section, "tables": {}})
+        write = self.config.write
+        if write.quarantine_path is not None:
+            aside = write.quarantine_path.format(**values) if placeholders(write.quarantine_path) else f"{write.quarantine_path.rstrip('/')}/{self.label(table.path)}"
+            write = write.model_copy(update={"quarantine_path": aside})
+        # deep: a table's start settles its own sections (the lease its table recorded), not its neighbours'
+        return self.config.model_copy(update={"table": table, "source": source_section, "write": write, "tables": {}}, deep=True)
+
+    def _values(self, source: SourceTable) -> dict[str, str]:
+        values = {"table": source.name, "schema": source.schema, "db": source.db, "topic": source.topic}
+        for placeholder in self.names:
+            value = values[placeholder]
+            if not value or not _SAFE.match(value) or value in (".", ".."):
+                raise Invalid(f"the source's {placeholder} {value!r} cannot name a folder of {self.config.table.path!r}; "
+                              "its events go to quarantine")
+        return {p: values[p] for p in self.names}
+
+    @property
+    def folder(self) -> str:
+        """The folder every table of the job is under: the template's path before its first placeholder's segment."""
+        template = self.config.table.path
+        return template[: template.rfind("/", 0, template.index("{")) + 1]
+
+    def label(self, path: str) -> str:
+        """How the job names a table (its API, its log lines, its metrics): its path below ``folder``."""
+        return path[len(self.folder):].strip("/") or path
+
+    def key(self, source: SourceTable) -> SourceTable:
+        """What tells two tables of the job apart: only what the path names (a source table's events that
+        come from two topics are one table unless the path holds ``{topic}``)."""
+        return SourceTable(source.name, source.schema if "schema" in self.names else None,
+                           source.db if "db" in self.names else None, source.topic if "topic" in self.names else None)
 
 
 def _avro_name(name: str) -> str:

@@ -25,7 +25,9 @@ def run_service(config: JobConfig, on_ready: Callable | None = None, on_step: Ca
         listening = bind(settings.api_host, settings.api_port)  # a port in use stops the job before Spark starts
 
     def ready(job) -> None:
-        if listening is not None:
+        if listening is not None and not hasattr(job, "table"):
+            log.warning("the coordinator API of a job of a whole database is not served yet")
+        elif listening is not None:
             from laketide.api.app import ApiLimits, ViewSettings, create_app
             from laketide.api.guard import default_hosts
             from laketide.api.server import ApiServer

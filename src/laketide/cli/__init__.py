@@ -106,6 +106,10 @@ def run(
         raise
     except (ValueError, NotImplementedError) as exc:
         raise Output().fail(str(exc), ErrorKind.FAILED) from None  # a library's error, e.g. Spark's, named as it came
+    if not hasattr(writer, "status"):  # a job of a whole database
+        for label, table in sorted(writer.tables.items()):
+            typer.echo(f"table {label}: {sum(1 for r in table.job.writer.status.recent if not r.skipped)} micro-batches committed to {table.job.table.uri}")
+        return
     reports = [r for r in writer.status.recent if not r.skipped]
     path = job_config.table.path if "://" in job_config.table.path else Path(job_config.table.path).resolve()
     typer.echo(f"\n{len(reports)} micro-batches committed to {path}. Read the table with:")

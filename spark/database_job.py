@@ -1,0 +1,137 @@
+"""The streaming job of a whole database: one query over every matched topic, each micro-batch split by
+source table into the tables' own instants (``writer.database``).
+
+Threads: as a single-table job's (``spark/job.py``), with one writer per table: the stream thread runs
+``Database.write``, which writes the tables one after another; each table's services run in the background,
+at most ``database.services_at_once`` tables' at a time; the main thread waits for the query and stops it
+when a table's lease is lost, a table's service failed too often, or a stop was asked for.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import threading
+from collections.abc import Callable
+
+from laketide.config import JobConfig
+from laketide.config_tables import TableRoutes
+from laketide.coordinator import LeaseLost
+from laketide.coordinator.services import TableServiceFailed
+from laketide.spark.change_feed import kafka_stream
+from laketide.spark.kafka_offsets import KafkaOffsets
+from laketide.spark.session import spark_session
+from laketide.spark.sources import change_decoder, source_schema
+from laketide.spark.spark_batch import warm_workers
+from laketide.table.errors import LaketideError
+from laketide.writer.database import Database, DatabaseReport, TableParts
+from laketide.writer.running import finish
+
+log = logging.getLogger("laketide.job")
+# what the query hands each micro-batch: the records as Kafka gave them (the key names a new table's record key)
+RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset")
+
+
+def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None = None,
+                 on_ready: Callable[[Database], None] | None = None) -> Database:
+    """Run the job of a whole database until its trigger ends it (available-now) or it is stopped."""
+    from laketide.spark.job import writer_id_for
+
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
+    TableRoutes(config)  # a template or source the job cannot run is refused before Spark starts
+    spark = spark_session(config.spark)
+    spark.sparkContext.setLogLevel("WARN")
+    threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()
+    writer_id = writer_id_for(config.stream.checkpoint, config.storage.io_options)
+    parts = TableParts(declared=lambda settings: source_schema(spark, settings.source),
+                       decoder=lambda settings, table: change_decoder(spark, settings, table))
+    database = Database(config, writer_id, parts, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_step=on_step)
+    offsets = KafkaOffsets(config)
+    database.observers.append(lambda report: _report_lag(database, offsets, report))
+    try:
+        if on_ready is not None:
+            on_ready(database)
+        query = _start_query(spark, config, database)
+        stopped = _await(query, database)
+        for table in database.tables.values():
+            finish(table.job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)
+        return database
+    except BaseException as failure:
+        for table in database.tables.values():
+            if table.job.state is not None:
+                table.job.state.ended(failure)
+        raise
+    finally:
+        offsets.close()
+        database.close()
+
+
+def _start_query(spark, config: JobConfig, database: Database):
+    def each(df, batch_id: int) -> None:
+        database.write(batch_id, df.toArrow())
+
+    stream = (
+        kafka_stream(spark, config.source.kafka).select(*RECORD_COLUMNS)
+        .writeStream.queryName(config.stream.query_name)
+        .option("checkpointLocation", config.stream.checkpoint)
+        .foreachBatch(each)
+    )
+    if config.stream.trigger == "available-now":
+        stream = stream.trigger(availableNow=True)
+    else:
+        stream = stream.trigger(processingTime=config.stream.trigger)
+    return stream.start()
+
+
+def _report_lag(database: Database, offsets: KafkaOffsets, report: DatabaseReport) -> None:
+    """Each table's lag: the lag of the topics its events came from."""
+    written = [r for r in report.tables if not r.skipped]
+    if not written:
+        return
+    lag = offsets.lag(report.batch_id)
+    for table_report in written:
+        topics = database.topics_of(table_report.table)
+        table_report.lag = {place: n for place, n in lag.items() if place.rsplit("/", 1)[0] in topics}
+        metrics = database.tables[table_report.table].job.coordinator.metrics
+        for place, n in table_report.lag.items():
+            metrics.source_lag.labels(*place.rsplit("/", 1)).set(n)
+
+
+def _await(query, database: Database) -> bool:
+    """Wait for the query to end; ``True`` when it was stopped rather than ending by itself."""
+    try:
+        while not query.awaitTermination(1):
+            if database.lost.is_set():
+                query.stop()
+                raise _lost(database)
+            for table in database.tables.values():
+                if table.job.services.failures.fatal is not None:
+                    query.stop()
+                    table.job.services.failures.raise_if_fatal()
+            if database.stop_requested.is_set():
+                query.stop()
+    except KeyboardInterrupt:
+        log.info("stopping the query")
+        query.stop()
+        return True
+    except TableServiceFailed:
+        raise
+    except Exception as failure:
+        if "LeaseLost" in str(failure) or database.lost.is_set():
+            raise _lost(database) from None
+        if isinstance(database.failure, LaketideError):
+            raise database.failure from None  # as raised, so its kind gives the exit code
+        raise
+    return database.stop_requested.is_set()
+
+
+def _lost(database: Database) -> LeaseLost:
+    for table in database.tables.values():
+        try:
+            table.job.coordinator.lease.check()
+        except LeaseLost:
+            return LeaseLost(f"table {table.label}: {table.job.coordinator.lease.loss()}")
+        except Exception:
+            continue
+    return LeaseLost("a table's lease was lost; the job stopped writing, and nothing uncommitted stays visible")

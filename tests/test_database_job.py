@@ -1,0 +1,196 @@
+"""A job of a whole database through `laketide run`: Kafka (Tansu) topics of Debezium's change events, one per
+source table, each into its own Hudi table, read back with hudi-rs and compared with the source tables the
+events describe."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+
+import pyarrow.parquet as pq
+
+from chaoslib import Job, wait_until
+from conftest import hudi_read
+from connect_events import POSTGRES_COLUMNS, TRANSACTION_BEGIN, TRANSACTION_END, Column, PostgresTable, sample_row
+from opslib import CLI, ENV
+
+ORDERS = [c for c in POSTGRES_COLUMNS if c.name in ("id", "name", "region", "amount", "created_at", "birthday")]
+CUSTOMERS = [c for c in POSTGRES_COLUMNS if c.name in ("id", "name", "active", "ratio", "seen_at", "doc")]
+LINES = [
+    Column("order_id", "BIGINT", {"type": "int64", "optional": False}),
+    Column("line", "INT", {"type": "int32", "optional": False}),
+    Column("sku", "STRING", {"type": "string", "optional": True}),
+    Column("qty", "INT", {"type": "int32", "optional": True}),
+]
+
+
+def database() -> dict[str, PostgresTable]:
+    return {
+        "orders": PostgresTable(columns=list(ORDERS), table="orders"),
+        "customers": PostgresTable(columns=list(CUSTOMERS), table="customers", lsn=50_000),
+        "lines": PostgresTable(columns=list(LINES), table="lines", key=("order_id", "line"), lsn=90_000),
+    }
+
+
+def values(source: PostgresTable, i: int, version: int) -> dict:
+    if source.table == "lines":
+        return {"order_id": i // 3, "line": i % 3, "sku": f"sku-{i}-{version}", "qty": i + version}
+    names = {c.name for c in source.columns}
+    return {k: v for k, v in {**sample_row(i, version), "middle": f"m{i}.{version}"}.items() if k in names}
+
+
+def send(kafka, source: PostgresTable, events: list[tuple[dict, dict]]) -> None:
+    """(row values, event) pairs, each to the partition of its key, keyed as Debezium keys them."""
+    for row, event in events:
+        kafka.produce(source.topic, hash(json.dumps(source.kafka_key(row)["payload"], sort_keys=True)) % 3, source.kafka_key(row), event)
+
+
+def upserts(source: PostgresTable, keys, version: int, op: str | None = None) -> list[tuple[dict, dict]]:
+    return [(row, source.upsert(row, op=op)) for row in (values(source, i, version) for i in keys)]
+
+
+def deletes(source: PostgresTable, keys) -> list[tuple[dict, dict]]:
+    out = []
+    for key in keys:
+        row = dict(source.rows[key])
+        out.append((row, source.delete(key)))
+    return out
+
+
+def conf(root, bootstrap: str, **more: str) -> list[str]:
+    settings = {
+        "table.path": f"{root}/lake/{{table}}", "table.type": "MERGE_ON_READ", "tables.orders.partition_by": '["region"]',
+        "source.format": "kafka", "source.envelope": "debezium", "source.kafka.bootstrap_servers": bootstrap,
+        "source.kafka.topic_pattern": r"pg\..*", "stream.checkpoint": str(root / "checkpoint"), "stream.trigger": "1 second",
+        "write.index_shards": "1", "write.parallelism": "2", **more,
+    }
+    return [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]
+
+
+def read(root, source: PostgresTable) -> list[dict] | None:
+    path = root / "lake" / source.table
+    try:
+        table = hudi_read(path)
+    except Exception:
+        return None
+    names = [c.name for c in source.columns]
+    if any(n not in table.column_names for n in names):
+        return None
+    return sorted((_normal(r) for r in table.select(names).to_pylist()), key=lambda r: tuple(r[k] for k in source.key))
+
+
+def model(source: PostgresTable) -> list[dict]:
+    names = [c.name for c in source.columns]
+    return [_normal({n: source.rows[k].get(n) for n in names}) for k in sorted(source.rows)]
+
+
+def _normal(row: dict) -> dict:
+    return {k: v.astimezone(dt.timezone.utc) if isinstance(v, dt.datetime) else v for k, v in row.items()}
+
+
+def all_equal(root, tables: dict[str, PostgresTable]) -> bool:
+    return all(read(root, source) == model(source) for source in tables.values())
+
+
+def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while_it_runs(kafka, tmp_path):
+    tables = database()
+    for source in tables.values():
+        kafka.create_topic(source.topic, 3)
+    kafka.create_topic("pg.transaction", 1)
+    kafka.produce("pg.transaction", 0, None, TRANSACTION_BEGIN)
+    for source in tables.values():
+        send(kafka, source, upserts(source, range(12), 0, op="r"))
+    kafka.produce("pg.transaction", 0, None, TRANSACTION_END)
+    job = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap)], tmp_path / "job.log").start()
+    try:
+        wait_until(lambda: job.running() and all_equal(tmp_path, tables), 240, "three tables equal to their models")
+        send(kafka, tables["orders"], upserts(tables["orders"], (1, 2, 30), 1) + deletes(tables["orders"], (4, 5)))
+        send(kafka, tables["lines"], deletes(tables["lines"], ((0, 1), (2, 2))) + upserts(tables["lines"], (40, 41), 1))
+        # a fourth source table: its topic appears while the job runs
+        refunds = tables["refunds"] = PostgresTable(columns=[c for c in POSTGRES_COLUMNS if c.name in ("id", "amount")], table="refunds", lsn=200_000)
+        kafka.create_topic(refunds.topic, 3)
+        send(kafka, refunds, upserts(refunds, range(5), 0))
+        # a column added to one source table arrives in its table only
+        customers = tables["customers"]
+        customers.columns.append(Column("middle", "STRING", {"type": "string", "optional": True}))
+        customers.rows = {k: {**v, "middle": None} for k, v in customers.rows.items()}
+        send(kafka, customers, upserts(customers, (3, 4, 50), 1))
+        wait_until(lambda: job.running() and all_equal(tmp_path, tables), 240, "four tables, the added column and the changes")
+    finally:
+        job.signal(2)
+        job.wait(120)
+    assert "middle" not in hudi_read(tmp_path / "lake" / "orders").column_names
+    log = job.log_tail(400_000)
+    assert "table orders: micro-batch" in log and "skipped=transaction:2" in log, log[-3000:]
+    assert sorted(p.name for p in (tmp_path / "lake").iterdir()) == ["customers", "lines", "orders", "refunds"]
+    assert (tmp_path / "lake" / "orders" / "eu").is_dir()  # [tables.orders] partition_by
+    properties = (tmp_path / "lake" / "lines" / ".hoodie" / "hoodie.properties").read_text()
+    assert "hoodie.table.recordkey.fields=order_id,line" in properties
+
+
+def test_a_second_job_on_the_same_database_is_refused_naming_its_tables(kafka, tmp_path):
+    tables = database()
+    for source in tables.values():
+        kafka.create_topic(source.topic, 3)
+        send(kafka, source, upserts(source, range(3), 0, op="r"))
+    first = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap)], tmp_path / "first.log").start()
+    try:
+        wait_until(lambda: first.running() and all_equal(tmp_path, tables), 240, "the first job's tables")
+        second = subprocess.run([CLI, "run", *conf(tmp_path, kafka.bootstrap, **{"stream.checkpoint": str(tmp_path / "cp2"),
+                                                                                  "database.lease_wait": "0"})],
+                                capture_output=True, text=True, env=ENV, timeout=300)
+    finally:
+        first.signal(2)
+        first.wait(120)
+    assert second.returncode != 0
+    err = second.stderr
+    assert "3 table(s) of this database are written by another job" in err, err[-3000:]
+    assert all(name in err for name in ("customers (", "lines (", "orders (")), err[-3000:]
+    assert "Traceback" not in err and "Py4J" not in err, err[-3000:]
+
+
+def test_a_table_that_cannot_be_written_leaves_the_others_written(kafka, tmp_path):
+    """The default stops the query after writing the other tables; the quarantine setting sets the failing
+    table's records aside and goes on. Either way, once it can be written, nothing was lost or written twice."""
+    tables = database()
+    for source in tables.values():
+        kafka.create_topic(source.topic, 3)
+        send(kafka, source, upserts(source, range(6), 0, op="r"))
+    available_now = {"stream.trigger": "available-now"}
+    done = subprocess.run([CLI, "run", *conf(tmp_path, kafka.bootstrap, **available_now)], capture_output=True, text=True, env=ENV, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert all_equal(tmp_path, tables)
+    lines = tmp_path / "lake" / "lines"
+    for source in tables.values():
+        send(kafka, source, upserts(source, range(4, 9), 1))
+    (lines / ".hoodie").chmod(0o555)
+    try:
+        stopped = subprocess.run([CLI, "run", *conf(tmp_path, kafka.bootstrap, **available_now)], capture_output=True, text=True, env=ENV, timeout=300)
+    finally:
+        (lines / ".hoodie").chmod(0o755)
+    assert stopped.returncode != 0 and "table lines:" in stopped.stderr, stopped.stderr[-3000:]
+    assert read(tmp_path, tables["orders"]) == model(tables["orders"]) and read(tmp_path, tables["customers"]) == model(tables["customers"])
+    assert read(tmp_path, tables["lines"]) != model(tables["lines"])
+    # the next start replays the micro-batch: the tables that committed it skip it, lines writes it
+    again = subprocess.run([CLI, "run", *conf(tmp_path, kafka.bootstrap, **available_now)], capture_output=True, text=True, env=ENV, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert all_equal(tmp_path, tables)
+    assert "already_committed=2" in again.stderr, again.stderr[-3000:]
+
+    # under database.on_table_failure = "quarantine" the job goes on, the failing table's records set aside
+    for source in tables.values():
+        send(kafka, source, upserts(source, range(2), 2))
+    (lines / ".hoodie").chmod(0o555)
+    try:
+        going_on = subprocess.run([CLI, "run", *conf(tmp_path, kafka.bootstrap, **available_now, **{"database.on_table_failure": "quarantine"})],
+                                  capture_output=True, text=True, env=ENV, timeout=300)
+    finally:
+        (lines / ".hoodie").chmod(0o755)
+    assert going_on.returncode == 0, going_on.stderr[-3000:]
+    assert read(tmp_path, tables["orders"]) == model(tables["orders"])
+    aside = [r for f in (tmp_path / "lake" / "lines_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert len(aside) == 2 and all(r["reason"].startswith("table lines could not be written") for r in aside), aside
+    assert {json.loads(r["raw"])["payload"]["after"]["qty"] for r in aside} == {2, 3}
+    assert all(r["source"].startswith("pg.public.lines/") for r in aside)
+

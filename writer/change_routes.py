@@ -1,0 +1,109 @@
+"""Which table each Kafka record of a job of a whole database goes to, and the key a new table takes.
+
+A change event names its source table (``source.db``, ``source.schema``, ``source.table``); an event that
+names none (a row change an SMT stripped, a value that is not JSON, a heartbeat, a transaction marker) goes
+with its topic: to the table the topic's other events went to, in this micro-batch or an earlier one of the
+job. A record of a topic no table is known for is the job's, not a table's (``Routed.unrouted``): a message
+that is not a row change is counted there and skipped; anything else is quarantined beside the tables.
+
+Debezium keys each record by the source table's primary key, so a new table's record key is the key's fields
+(``record_key_of``), as the JSON converter writes it, with its schema or without.
+
+Spark-free; the values are parsed in bulk (``json_values``) for the few fields routing needs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from laketide.config_tables import SourceTable
+from laketide.table.errors import Invalid
+from laketide.writer.json_values import parse_values
+from laketide.writer.schema_registry import unframed
+
+_SOURCE = pa.struct([("db", pa.string()), ("schema", pa.string()), ("table", pa.string())])
+_ROUTE = pa.schema([("op", pa.string()), ("source", _SOURCE), ("payload", pa.struct([("op", pa.string()), ("source", _SOURCE)]))])
+ROW_OPS = ("c", "r", "u", "d", "t")
+
+
+@dataclass
+class Routed:
+    """A micro-batch's records by table (``tables``: the records' positions, in order), and the positions of
+    those that go to no table (``unrouted``)."""
+
+    tables: dict[SourceTable, np.ndarray] = field(default_factory=dict)
+    unrouted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+def route(records: pa.Table, topics_seen: dict[str, SourceTable]) -> Routed:
+    """Where each of ``records`` (Kafka records: ``value``, ``topic``, ...) goes. ``topics_seen``: the table each
+    topic's events went to so far; updated with what this micro-batch teaches."""
+    values = records["value"].combine_chunks()
+    topics = records["topic"].combine_chunks().cast(pa.string())
+    named = _named_tables(values)
+    keys: list[SourceTable | None] = [None] * records.num_rows
+    topic_list = topics.to_pylist()
+    for i, source in enumerate(named):
+        if source is not None:
+            keys[i] = SourceTable(source[2], source[1], source[0], topic_list[i])
+            topics_seen.setdefault(topic_list[i], keys[i])
+    for i, key in enumerate(keys):
+        if key is None and topic_list[i] in topics_seen:
+            keys[i] = topics_seen[topic_list[i]]
+    routed = Routed()
+    by_key: dict[SourceTable, list[int]] = {}
+    unrouted = []
+    for i, key in enumerate(keys):
+        if key is None:
+            unrouted.append(i)
+        else:
+            by_key.setdefault(key, []).append(i)
+    routed.tables = {key: np.array(at, np.int64) for key, at in by_key.items()}
+    routed.unrouted = np.array(unrouted, np.int64)
+    return routed
+
+
+def _named_tables(values: pa.Array) -> list[tuple[str | None, str | None, str] | None]:
+    """Per value, the (db, schema, table) of a row change that names its source table, else ``None``."""
+    present = np.nonzero(values.is_valid().to_numpy(zero_copy_only=False))[0]
+    out: list[tuple[str | None, str | None, str] | None] = [None] * len(values)
+    if not len(present):
+        return out
+    parsed, _ = parse_values(unframed(values.take(pa.array(present))), _ROUTE)
+    payload = parsed["payload"].combine_chunks()
+    wrapped = payload.is_valid()
+    op = pc.if_else(wrapped, payload.field("op"), parsed["op"].combine_chunks())
+    source = pc.if_else(wrapped, payload.field("source"), parsed["source"].combine_chunks())
+    is_row = pc.and_(pc.fill_null(pc.is_in(op, pa.array(ROW_OPS)), False), pc.is_valid(source.field("table")))
+    rows = np.nonzero(is_row.to_numpy(zero_copy_only=False))[0]
+    db, schema, table = (source.field(name).take(pa.array(rows)).to_pylist() for name in ("db", "schema", "table"))
+    for j, i in enumerate(rows.tolist()):
+        out[int(present[i])] = (db[j], schema[j], table[j])
+    return out
+
+
+def record_key_of(keys: pa.Array, table: str) -> list[str]:
+    """The record key of a new table: the fields of its records' Kafka key (Debezium's key is the source table's
+    primary key), as the JSON converter writes it (``{"schema": ..., "payload": {...}}``, or the bare object)."""
+    way_out = f"set [tables.{table}] record_key to the columns that identify a row"
+    for key in keys.drop_null().to_pylist():
+        text = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            raise Invalid(f"the Kafka key of source table {table}'s events is not JSON (it is read to find the table's primary key): {way_out}") from None
+        if isinstance(parsed, dict) and isinstance(parsed.get("payload"), dict) and "schema" in parsed:
+            fields = [f["field"] for f in (parsed["schema"] or {}).get("fields", []) if "field" in f] or list(parsed["payload"])
+        elif isinstance(parsed, dict):
+            fields = list(parsed)
+        else:
+            fields = []
+        if fields:
+            return fields
+        raise Invalid(f"the Kafka key of source table {table}'s events, {text[:200]!r}, names no column: {way_out}")
+    raise Invalid(f"source table {table}'s events have no Kafka key: the table has no primary key (or the connector sends none). {way_out}")

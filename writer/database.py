@@ -1,0 +1,290 @@
+"""A job of a whole database: each micro-batch of Kafka records split by source table, and each table written
+as a single-table job writes its own, inside one driver.
+
+Each table is a ``RunningJob`` of its own (``writer.running.start``): its lease, its timeline, its index, its
+services and mirror, its quarantine under its own path, its instant per micro-batch that holds its records.
+A table is opened (or created, with the Kafka key's fields as its record key) at its first event of the job.
+The tables share the driver's threads (one ``DriverPool``), the process' index shard cache, and a gate on how
+many tables' services run at once (``database.services_at_once``).
+
+Exactly once per table: each table's commit records the micro-batch id under the job's writer id, so a
+micro-batch replayed after a crash is skipped by the tables that committed it and written by the others.
+
+Threads: the micro-batch thread calls ``write``; the API's threads read ``tables`` (a new dict is swapped
+in when a table opens, never changed in place); a table's own threads are those of a single-table job.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from laketide.config import JobConfig
+from laketide.config_tables import SourceTable, TableRoutes
+from laketide.coordinator import LeaseHeld, LeaseLost
+from laketide.index.columns import DECODE_REASON, EVENT_KIND
+from laketide.table import Table
+from laketide.table.errors import Conflict, LaketideError, first_line
+from laketide.writer import quarantine
+from laketide.writer.batch_writer import BatchWriter
+from laketide.writer.change_decoder import ChangeDecoder
+from laketide.writer.change_events import ChangeSpec, change_rows
+from laketide.writer.change_routes import Routed, record_key_of, route
+from laketide.writer.driver_batch import DriverPool
+from laketide.writer.report import BatchReport
+from laketide.writer.running import RunningJob, check_table, make_lease, open_table, quarantine_path, start
+from laketide.writer.schema_registry import unframed
+
+log = logging.getLogger("laketide.job")
+UNROUTED = "_unrouted"  # beside the tables: the records of topics no table is known for that are not skipped
+
+
+@dataclass(frozen=True)
+class TableParts:
+    """What only the adapter makes for a table (Spark parses a pinned ``schema``'s DDL): its declared columns, for
+    the checks at its creation, and the decoder of its change events."""
+
+    declared: Callable[[JobConfig], pa.Schema | None]
+    decoder: Callable[[JobConfig, Table], ChangeDecoder]
+
+
+@dataclass
+class DatabaseTable:
+    """One table of the job: its name in the job (``label``), the source table it holds, and its writer."""
+
+    label: str
+    source: SourceTable
+    job: RunningJob
+    decoder: ChangeDecoder
+
+
+@dataclass
+class DatabaseReport:
+    """What one micro-batch did across the tables: one report per table that had records."""
+
+    batch_id: int
+    tables: list[BatchReport] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)  # messages of no table, by kind
+    unrouted: int = 0  # records of no table set aside
+    failed: dict[str, str] = field(default_factory=dict)  # table -> why its write failed
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        written = [r for r in self.tables if not r.skipped]
+        records = sum(r.records for r in written)
+        parts = [f"micro-batch {self.batch_id}: tables={len(self.tables)} written={len(written)} records={records}"]
+        if len(written) < len(self.tables):
+            parts.append(f"already_committed={sum(1 for r in self.tables if r.skipped and not r.empty)}")
+        if self.skipped:
+            parts.append("skipped=" + ",".join(f"{k}:{n}" for k, n in sorted(self.skipped.items())))
+        if self.unrouted:
+            parts.append(f"unrouted={self.unrouted}")
+        if self.failed:
+            parts.append("failed=" + ",".join(sorted(self.failed)))
+        return " ".join(parts) + f" seconds={self.seconds:.2f}"
+
+
+class TableFailed(LaketideError):
+    """A table of a database job could not be written; the micro-batch's other tables were. Its kind is its error's."""
+
+    def __init__(self, label: str, error: BaseException):
+        super().__init__(f"table {label}: {first_line(error) or type(error).__name__}",
+                         kind=error.kind if isinstance(error, LaketideError) else None)
+
+
+class TablesHeld(Conflict):
+    """Tables of the job whose leases other writers hold (exit code as a held lease's)."""
+
+
+class Database:
+    """The tables of a job of a whole database, written one micro-batch at a time (``write``)."""
+
+    def __init__(self, config: JobConfig, writer_id: str, parts: TableParts, job_id: str, on_step: Callable[[str, int], None] | None = None):
+        self.config, self.writer_id, self.parts, self.job_id, self.on_step = config, writer_id, parts, job_id, on_step
+        self.routes = TableRoutes(config)
+        self.tables: dict[str, DatabaseTable] = {}
+        self._by_source: dict[SourceTable, str] = {}
+        self._topics: dict[str, SourceTable] = {}  # the source table each topic's events went to
+        self.pool = DriverPool(min(config.write.parallelism, 4))
+        self.gate = threading.BoundedSemaphore(config.database.services_at_once)
+        self.lost = threading.Event()  # set by any table's lease when it is lost
+        self.stop_requested = threading.Event()
+        self.failure: BaseException | None = None
+        self.observers: list[Callable[[DatabaseReport], None]] = []
+
+    def write(self, batch_id: int, records: pa.Table) -> DatabaseReport:
+        """Write micro-batch ``batch_id`` (Kafka records: key, value, topic, partition, offset) into its tables."""
+        try:
+            return self._write(batch_id, records)
+        except BaseException as failure:
+            # as raised: Spark hands the query's waiter only its text
+            self.failure = self.failure if isinstance(failure, TableFailed) else failure
+            raise
+
+    def topics_of(self, label: str) -> set[str]:
+        """The topics whose events went to table ``label``."""
+        source = self.tables[label].source
+        return {topic for topic, seen in self._topics.items() if self.routes.key(seen) == source}
+
+    def _write(self, batch_id: int, records: pa.Table) -> DatabaseReport:
+        started = time.monotonic()
+        report = DatabaseReport(batch_id)
+        routed = route(records, self._topics)
+        by_table = self._by_table(routed)
+        failures = self._open_new(by_table, records)
+        for label in sorted(by_table):
+            if label in failures:
+                continue
+            taken = records.take(pa.array(by_table[label][1]))
+            try:
+                report.tables.append(self._write_table(self.tables[label], batch_id, taken))
+            except LeaseLost:
+                raise
+            except Exception as error:
+                failures[label] = error
+        report.failed = {label: first_line(error) or type(error).__name__ for label, error in failures.items()}
+        if len(routed.unrouted):
+            self._unrouted(batch_id, records.take(pa.array(routed.unrouted)), report)
+        self._owed_services()
+        report.seconds = time.monotonic() - started
+        log.info(report.line())
+        for observer in self.observers:
+            observer(report)
+        self._after_failures(batch_id, failures, records, by_table)
+        return report
+
+    def _by_table(self, routed: Routed) -> dict[str, tuple[SourceTable, np.ndarray]]:
+        """The routed records by the label of their table, with the source table it holds."""
+        out: dict[str, tuple[SourceTable, list[np.ndarray]]] = {}
+        for source, at in routed.tables.items():
+            key = self.routes.key(source)
+            label = self._by_source.get(key)
+            if label is None:
+                label = self.routes.label(self.routes.config_for(key).table.path)
+            out.setdefault(label, (key, []))[1].append(at)
+        return {label: (key, np.sort(np.concatenate(parts))) for label, (key, parts) in out.items()}
+
+    def _open_new(self, by_table: dict[str, tuple[SourceTable, np.ndarray]], records: pa.Table) -> dict[str, BaseException]:
+        """Open (or create) the tables seen for the first time, each under its lease, and return why those that did not
+        open did not (``database.on_table_failure`` decides). Tables whose lease another job holds stop the job,
+        named together."""
+        new = [label for label in by_table if label not in self.tables]
+        held, failures = [], {}
+        opened = dict(self.tables)
+        for label in sorted(new):
+            source, at = by_table[label]
+            try:
+                opened[label] = self._open(label, source, records.take(pa.array(at)))
+            except LeaseHeld as error:
+                held.append(f"{label} ({first_line(error)})")
+            except LeaseLost:
+                raise
+            except Exception as error:
+                log.error("table %s (source table %s) could not be opened: %s", label, source.name, first_line(error))
+                failures[label] = error
+        self.tables = opened
+        if held:
+            raise TablesHeld(f"{len(held)} table(s) of this database are written by another job: {'; '.join(held)}. Nothing was "
+                             "written to them; stop the other job, or give this one another table.path")
+        return failures
+
+    def _open(self, label: str, source: SourceTable, records: pa.Table) -> DatabaseTable:
+        config = self.routes.config_for(source)
+        opened = check_table(config, lambda: record_key_of(records["key"].combine_chunks(), source.name))
+        table = open_table(config, self.parts.declared(config), opened)
+        lease = make_lease(config, table, job_id=f"{self.job_id}-{label}", on_lost=self.lost.set, probed=True)
+        holder = lease.acquire(self.config.database.lease_wait)
+        try:
+            job = start(config, table, lease, self.writer_id, self._writer_factory(label), self.on_step)
+        except BaseException:
+            lease.release()
+            raise
+        job.services.gate = self.gate
+        self._by_source[source] = label
+        log.info("table %s opened for source table %s at %s (lease: %s)", label, source.name, table.uri, holder.describe())
+        return DatabaseTable(label, source, job, self.parts.decoder(config, table))
+
+    def _writer_factory(self, label: str) -> Callable[..., BatchWriter]:
+        return lambda **parts: BatchWriter(**parts, driver_pool=self.pool, label=label)
+
+    def _write_table(self, table: DatabaseTable, batch_id: int, records: pa.Table) -> BatchReport:
+        writer = table.job.writer
+        writer.failures.raise_if_fatal()  # a service that failed too often: before the table writes more
+        with writer.batch_lock:
+            report = writer.run(batch_id, lambda: table.decoder.load(records, writer))
+        log.info(report.line())  # not ``announce``: a service's failure after the commit must not count as the write's
+        for observer in writer.observers:
+            observer(report)
+        return report
+
+    def _owed_services(self) -> None:
+        """The tables whose services the gate turned away after their commit get their turn, as slots free up."""
+        for table in self.tables.values():
+            if table.job.services.owed:
+                table.job.services.after_commit()
+
+    def _unrouted(self, batch_id: int, records: pa.Table, report: DatabaseReport) -> None:
+        """Records of no table: messages that are not row changes are counted; the rest go to quarantine beside the tables."""
+        values = unframed(records["value"].combine_chunks())
+        rows = change_rows(values, records["topic"].combine_chunks().cast(pa.string()), ChangeSpec(pa.schema([]), ())).rows
+        kinds = rows[EVENT_KIND].combine_chunks()
+        report.skipped.update({k: n for k, n in Counter(kinds.drop_null().to_pylist()).items()})
+        bad = pc.is_null(kinds)
+        if not pc.any(bad).as_py():
+            return
+        reasons = pc.coalesce(rows[DECODE_REASON].combine_chunks(), pa.scalar(
+            "a change event that names no source table, from a topic no table of this job is known for")).filter(bad)
+        taken = records.filter(bad)
+        target = f"{self.routes.folder}{UNROUTED}/writer={self.writer_id}/batch_id={batch_id}"
+        _quarantine(taken, reasons, target, self.config.storage.io_options)
+        report.unrouted = len(taken)
+        log.warning("micro-batch %s: %d records of no table quarantined under %s", batch_id, len(taken), target)
+
+    def _after_failures(self, batch_id: int, failures: dict[str, BaseException], records: pa.Table,
+                        by_table: dict[str, tuple[SourceTable, np.ndarray]]) -> None:
+        """``database.on_table_failure``: stop with the first failing table's error, or set its records aside and go on."""
+        if not failures:
+            return
+        if self.config.database.on_table_failure == "stop":
+            label, error = sorted(failures.items())[0]
+            self.failure = TableFailed(label, error)
+            raise self.failure from error
+        for label, error in sorted(failures.items()):
+            source, at = by_table[label]
+            self._set_aside(label, self.routes.config_for(source), batch_id, records.take(pa.array(at)), error)
+
+    def _set_aside(self, label: str, config: JobConfig, batch_id: int, records: pa.Table, error: BaseException) -> None:
+        """A failed table's records of the micro-batch, under its quarantine path, with the error as their reason."""
+        target = f"{quarantine_path(config)}/writer={self.writer_id}/batch_id={batch_id}"
+        reason = f"table {label} could not be written: {first_line(error) or type(error).__name__}"
+        _quarantine(records, pa.repeat(pa.scalar(reason), records.num_rows), target, config.storage.io_options)
+        log.error("micro-batch %s: table %s failed; its %d records were set aside under %s (database.on_table_failure = 'quarantine')",
+                  batch_id, label, records.num_rows, target)
+
+    def close(self) -> None:
+        """Wait for every table's services, close its writer and release its lease."""
+        for table in self.tables.values():
+            try:
+                table.job.services.wait()
+                table.job.writer.close()
+            finally:
+                table.job.coordinator.lease.release()
+        self.pool.shutdown()
+
+
+def _quarantine(records: pa.Table, reasons: pa.Array, target: str, options: dict[str, str]) -> None:
+    """Kafka records set aside under ``target`` with their reasons: each value as text, and where it was."""
+    raws = unframed(records["value"].combine_chunks()).cast(pa.string(), safe=False)
+    places = pc.binary_join_element_wise(records["topic"].combine_chunks().cast(pa.string()), "/",
+                                         records["partition"].combine_chunks().cast(pa.string()), "@",
+                                         records["offset"].combine_chunks().cast(pa.string()), "")
+    quarantine.clear(target, options)
+    quarantine.write_part(target, quarantine.quarantine_rows("", reasons, raws, places), options=options)
