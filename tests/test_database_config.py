@@ -1,5 +1,5 @@
 """One table per source table (``table.path`` with ``{table}``): the settings each source table's Hudi table gets
-(``config_tables``), and, until the job runs such a configuration, its refusal at start."""
+(``config_tables``), and the refusals at start. The job itself: ``test_database_job.py``."""
 
 from __future__ import annotations
 
@@ -56,10 +56,35 @@ def test_bad_templates_and_stray_overrides_are_refused_at_load():
         TableRoutes(load_config(overrides=["table.path=/lake/{table}"]))
 
 
-def test_laketide_run_refuses_a_database_job_before_spark_and_writes_nothing(tmp_path):
+def test_a_database_job_of_another_source_is_refused_before_spark_and_writes_nothing(tmp_path):
     started = time.monotonic()
-    done = subprocess.run([CLI, "run", "--conf", f"table.path={tmp_path}/lake/{{table}}", *(a for s in KAFKA for a in ("--conf", s)),
+    done = subprocess.run([CLI, "run", "--conf", f"table.path={tmp_path}/lake/{{table}}", "--conf", "source.format=json",
+                           "--conf", f"source.path={tmp_path}/in", "--conf", "source.schema=id BIGINT",
                            "--conf", f"stream.checkpoint={tmp_path / 'cp'}"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "one table per source table" in done.stderr and "run one job per table" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2 and "reads Debezium's change events from Kafka" in done.stderr, done.stderr[-2000:]
     assert "Spark" not in done.stderr and time.monotonic() - started < 15
     assert not (tmp_path / "lake").exists() and not (tmp_path / "cp").exists()
+
+
+def test_one_write_of_one_table_refuses_a_template_path(tmp_path):
+    import pyarrow as pa
+
+    import laketide
+
+    with pytest.raises(Invalid, match="one table per source table"):
+        laketide.write(f"{tmp_path}/lake/{{table}}", pa.table({"id": [1]}), record_key=["id"])
+    assert not (tmp_path / "lake").exists()
+
+
+def test_labels_quarantine_paths_and_what_tells_tables_apart():
+    r = routes("write.quarantine_path=s3://aside")
+    orders = SourceTable("orders", "public", "inventory", "pg.public.orders")
+    assert r.folder == "s3://lake/inventory/" and r.label(r.config_for(orders).table.path) == "public/orders"
+    assert r.config_for(orders).write.quarantine_path == "s3://aside/public/orders"
+    assert routes("write.quarantine_path=s3://aside/{table}_bad").config_for(orders).write.quarantine_path == "s3://aside/orders_bad"
+    # a source table's events from two topics are one table unless the path names the topic
+    assert r.key(orders) == r.key(SourceTable("orders", "public", "other", "pg2.public.orders"))
+    # each table settles its own sections: one table's recorded lease is not its neighbour's
+    first, second = r.config_for(orders), r.config_for(SourceTable("lines", "public"))
+    first.coordinator.lease = "storage"
+    assert second.coordinator.lease == "local"
