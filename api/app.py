@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query
+from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
 from fastapi.responses import Response
 from fastapi_offline import FastAPIOffline
 
 from laketide.api import errors, ui
 from laketide.api.guard import Guard
 from laketide.api.limits import Admission, ApiLimits
-from laketide.api.context import ApiContext, Ctx, JobHandle, ViewSettings, token_required
+from laketide.api.context import ApiContext, ApiTables, Ctx, JobHandle, ViewSettings, token_required
 from laketide.api.models import INSTANT_PATTERN, Action, ErrorOut, Health, LeaseOut, RestoreRequest, RollbackRequest, SavepointRequest
 from laketide.coordinator import Lease
 from laketide.coordinator.metrics import Metrics
@@ -32,7 +32,8 @@ from laketide.table.inspect_timeline import ServicesView, TimelinePage
 from laketide.table.instant import State
 from laketide.table.savepoint import SavepointMetadata
 from laketide.writer.quarantine import QuarantineSummary
-from laketide.writer.report import WriterView
+from laketide.writer.database import Database, DatabaseTable
+from laketide.writer.report import TableSummary, WriterView
 
 ERRORS = {status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 413, 429, 500, 503)}
 InstantPath = Annotated[str, Path(pattern=INSTANT_PATTERN)]
@@ -41,24 +42,39 @@ StateQuery = Annotated[State | None, Query(description="REQUESTED, INFLIGHT or C
 ActionQuery = Annotated[Action | None, Query(description="commit, deltacommit, replacecommit, rollback, ...")]
 LimitQuery = Annotated[int, Query(ge=1, le=1000)]
 BeforeQuery = Annotated[str | None, Query(pattern=INSTANT_PATTERN, description="only instants older than this one")]
-__all__ = ["ApiContext", "ApiLimits", "JobHandle", "ViewSettings", "create_app"]
+__all__ = ["ApiContext", "ApiLimits", "JobHandle", "ViewSettings", "create_app", "create_database_app"]
 
 router = APIRouter(responses=ERRORS)
 changes = APIRouter(responses=ERRORS, dependencies=[Depends(token_required)])
 
 
 @router.get("/healthz", response_model=Health, tags=["service"])
-def healthz(ctx: Ctx) -> Health:
-    return Health(table=ctx.uri)
+def healthz(request: Request) -> Health:
+    tables: ApiTables = request.app.state.tables
+    return Health(table=tables.only.uri if tables.only is not None else tables.database.routes.folder)
 
 
 @router.get("/metrics", tags=["service"], response_class=Response, responses={200: {"content": {"text/plain": {}}}})
-def prometheus(ctx: Ctx) -> Response:
-    lease = ctx.job.coordinator.lease if ctx.job else None
-    ctx.metrics.lease_held.set(1 if lease is not None and lease.holder is not None else 0)
-    if lease is not None and lease.holder is not None:
-        ctx.metrics.lease_epoch.set(lease.holder.epoch)
-    return Response(ctx.metrics.exposition(), media_type="text/plain; version=0.0.4")
+def prometheus(request: Request) -> Response:
+    """Every metric is labelled with its table (``table``): one, or each of a job of a whole database's."""
+    tables: ApiTables = request.app.state.tables
+    if tables.only is not None:
+        pairs = [(tables.only.metrics, tables.only.job.coordinator.lease if tables.only.job else None)]
+    else:
+        pairs = [(t.job.coordinator.metrics, t.job.coordinator.lease) for t in tables.database.tables.values()]
+    for metrics, lease in pairs:
+        metrics.lease_held.set(1 if lease is not None and lease.holder is not None else 0)
+        if lease is not None and lease.holder is not None:
+            metrics.lease_epoch.set(lease.holder.epoch)
+    exposition = tables.only.metrics.exposition() if tables.only is not None else tables.database.metrics.exposition()
+    return Response(exposition, media_type="text/plain; version=0.0.4")
+
+
+@router.get("/v1/tables", response_model=list[TableSummary], tags=["table"])
+def list_tables(request: Request) -> list[TableSummary]:
+    """The tables this server answers for, with their last instant, records, lag and quarantined rows; every other
+    route takes one of them as ``?table=`` (which a server of one table needs not be given)."""
+    return request.app.state.tables.summaries()
 
 
 @router.get("/v1/instants", response_model=InstantPage, tags=["instants"])
@@ -179,16 +195,30 @@ def create_app(
     """The app for ``table``: ``job`` when a running job serves it, else ``lease_factory`` for the changes;
     ``limits`` bound what clients may ask of it (``api/limits.py``); ``allowed_hosts`` are the Host names it
     answers to (``api/guard.py``; ``None``: any)."""
-    app = FastAPIOffline(
-        title="laketide coordinator",
-        version="1",
-        description=f"Instants, file groups, partitions, writer and lease of the Hudi table at {table.uri}.",
-    )
-    app.state.context = ApiContext(table, token, job, lease_factory, metrics or (job.coordinator.metrics if job else Metrics()), settings or ViewSettings())
+    context = ApiContext(table, token, job, lease_factory, metrics or (job.coordinator.metrics if job else Metrics(table.name)), settings or ViewSettings())
+    return _app(f"the Hudi table at {table.uri}", ApiTables(only=context), limits, allowed_hosts)
+
+
+def create_database_app(
+    database: Database, token: str | None, settings: Callable[[DatabaseTable], ViewSettings], limits: ApiLimits | None = None,
+    allowed_hosts: tuple[str, ...] | None = None,
+) -> FastAPI:
+    """The app of a job of a whole database: each route takes the table (``?table=``, ``GET /v1/tables``), whose
+    context is its own writer's, as a single-table job's app would have it."""
+    def make(table: DatabaseTable) -> ApiContext:
+        job = table.job
+        return ApiContext(job.table, token, job, None, job.coordinator.metrics, settings(table), name=table.label)
+
+    return _app(f"every table of the job under {database.routes.folder}", ApiTables(database=database, make=make), limits, allowed_hosts)
+
+
+def _app(what: str, tables: ApiTables, limits: ApiLimits | None, allowed_hosts: tuple[str, ...] | None) -> FastAPI:
+    app = FastAPIOffline(title="laketide coordinator", version="1", description=f"Instants, file groups, partitions, writer and lease of {what}.")
+    app.state.tables = tables
     errors.install(app)
     app.add_middleware(Admission, limits=limits or ApiLimits())
     app.add_middleware(Guard, allowed=allowed_hosts)  # added last, so it runs first: a foreign Host is not admitted at all
     app.include_router(router)
     app.include_router(changes)
-    ui.install(app, app.state.context)
+    ui.install(app, tables)
     return app

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hmac
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol, TypeVar
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Query, Request
 
 from laketide.coordinator import Coordinator, Lease, LeaseHolder
 from laketide.coordinator.metrics import Metrics
@@ -15,12 +16,13 @@ from laketide.table import Table
 from laketide.table.table import SharedCaches
 from laketide.table.timeline import drawn_again
 from laketide.table.view_sync import ViewSync
-from laketide.table.errors import ErrorKind, LaketideError
+from laketide.table.errors import ErrorKind, Invalid, LaketideError, NotFound
 from laketide.writer import quarantine
 from laketide.writer.job_state import JobState
 from laketide.writer.operations import Operations
 from laketide.writer.quarantine import QuarantineSummary
-from laketide.writer.report import WriterView
+from laketide.writer.database import Database, DatabaseTable
+from laketide.writer.report import TableSummary, WriterView
 
 T = TypeVar("T")
 DEFAULT_SMALL_FILE_BYTES = 100 * 2**20  # write.small_file_limit's default, Hudi's hoodie.parquet.small.file.limit
@@ -58,9 +60,11 @@ class ApiContext:
 
     def __init__(
         self, table: Table, token: str | None, job: JobHandle | None, lease_factory: Callable[[], Lease] | None, metrics: Metrics,
-        settings: ViewSettings,
+        settings: ViewSettings, name: str | None = None,
     ):
+        """``name``: how requests name the table (a job of a whole database's label); unset, the table's name."""
         self.uri, self.io = table.uri, table.io
+        self.name = name or table.name
         self.token = token
         self.job = job
         self.lease_factory = lease_factory
@@ -122,8 +126,64 @@ class ApiContext:
             raise LaketideError("the bearer token is not valid for this server", kind=ErrorKind.FORBIDDEN)
 
 
-def _context(request: Request) -> ApiContext:
-    return request.app.state.context
+class ApiTables:
+    """The tables an app answers for: one (``only``), or each table of a job of a whole database (``database``),
+    whose context is made at the first request that names it. Requests name a table by ``?table=`` or, from the
+    dashboard, the ``X-Laketide-Table`` header; with one table they may leave it out."""
+
+    def __init__(self, only: ApiContext | None = None, database: Database | None = None, make: Callable[[DatabaseTable], ApiContext] | None = None):
+        self.only, self.database, self._make = only, database, make
+        self._contexts: dict[str, ApiContext] = {}
+        self._lock = threading.Lock()  # the server's threads make contexts; each is made once
+
+    def context(self, name: str | None) -> ApiContext:
+        if self.only is not None:
+            if name not in (None, "", self.only.name) and _where(name) != _where(self.only.uri):
+                raise NotFound(f"this server answers for table {self.only.name} ({self.only.uri}) only, not {name!r}")
+            return self.only
+        tables = self.database.tables
+        if not name:
+            raise Invalid(f"this job writes {len(tables)} tables: name one with ?table= ({_names(tables)}); GET /v1/tables lists them")
+        # by its name in the job, or by its path (what the CLI knows a table by)
+        table = tables.get(name) or next((t for t in tables.values() if _where(t.job.table.uri) == _where(name)), None)
+        if table is None:
+            raise NotFound(f"this job has no table {name!r} (yet: a table opens at its first event); its tables: {_names(tables)}")
+        with self._lock:
+            if table.label not in self._contexts:
+                self._contexts[table.label] = self._make(table)
+            return self._contexts[table.label]
+
+    def summaries(self) -> list[TableSummary]:
+        """Every table, with what its writer says of it."""
+        if self.only is not None:
+            view = self.only.writer()
+            return [_summary(self.only.name, self.only.uri, None, view)]
+        return [_summary(name, t.job.table.uri, t.source.name, WriterView.model_validate(t.job.status()))
+                for name, t in sorted(self.database.tables.items())]
+
+
+def _where(uri: str) -> str:
+    """A table's place, however it is written: ``file://`` or not, a trailing slash or not."""
+    return uri.removeprefix("file://").rstrip("/")
+
+
+def _names(tables: dict) -> str:
+    shown = sorted(tables)[:20]
+    return ", ".join(shown) + (f" and {len(tables) - len(shown)} more" if len(tables) > len(shown) else "") if tables else "none yet"
+
+
+def _summary(name: str, uri: str, source: str | None, view: WriterView) -> TableSummary:
+    done = [r for r in view.recent if not r.skipped]
+    lag = sum(done[-1].lag.values()) if done and done[-1].lag else None
+    return TableSummary(name=name, uri=uri, source_table=source, last_instant=view.last_instant, records=view.records_total,
+                        quarantined=view.quarantined_total, lag=lag, health=view.health.state if view.health else None)
+
+
+TableQuery = Annotated[str | None, Query(max_length=1024, description="the table, in a job of a whole database (GET /v1/tables lists them)")]
+
+
+def _context(request: Request, table: TableQuery = None, x_laketide_table: Annotated[str | None, Header(include_in_schema=False)] = None) -> ApiContext:
+    return request.app.state.tables.context(table or x_laketide_table)
 
 
 Ctx = Annotated[ApiContext, Depends(_context)]

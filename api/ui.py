@@ -24,7 +24,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
 from laketide.api.chart import batch_chart
-from laketide.api.context import ApiContext, Ctx, token_required
+from laketide.api.context import ApiContext, ApiTables, Ctx, TableQuery, token_required
 from laketide.api.models import INSTANT_PATTERN, Action
 from laketide.table import Table
 from laketide.table.inspect_layout import GroupOrder
@@ -141,15 +141,30 @@ def _panels(ctx: ApiContext, table: Table) -> dict[str, Panel]:
     }
 
 
-@router.get("")
-def page(request: Request, ctx: Ctx) -> HTMLResponse:
-    """The whole page with every panel drawn in it: the first look needs no second round trip."""
+def _table_list(tables: ApiTables) -> Panel:
+    return "table_list.html", {"tables": tables.summaries()}
 
-    def drawn(table: Table) -> dict:
-        panels = {f"{name}_panel": _html(panel) for name, panel in _panels(ctx, table).items()}
-        return {"uri": ctx.uri, "name": table.name, "table_type": table.config.table_type, "job": ctx.job is not None, **panels}
+
+@router.get("")
+def page(request: Request, table: TableQuery = None) -> HTMLResponse:
+    """The whole page with every panel drawn in it: the first look needs no second round trip. A job of a whole
+    database opens on the list of its tables; each links to its table's page."""
+    tables: ApiTables = request.app.state.tables
+    if tables.database is not None and not table:
+        return _render(request, "tables.html", {"folder": tables.database.routes.folder, "tables_panel": _html(_table_list(tables))})
+    ctx = tables.context(table)
+
+    def drawn(opened: Table) -> dict:
+        panels = {f"{name}_panel": _html(panel) for name, panel in _panels(ctx, opened).items()}
+        return {"uri": ctx.uri, "name": ctx.name, "table_type": opened.config.table_type, "job": ctx.job is not None,
+                "table": table if tables.database is not None else None, **panels}
 
     return _render(request, "page.html", ctx.read(drawn))
+
+
+@router.get("/part/tables")
+def tables_part(request: Request) -> HTMLResponse:
+    return _render(request, *_table_list(request.app.state.tables))
 
 
 @router.get("/part/job")
@@ -248,9 +263,10 @@ def _warm(ctx: ApiContext) -> None:
         log.debug("warming the dashboard's caches failed", exc_info=True)
 
 
-def install(app: FastAPI, context: ApiContext) -> None:
-    """Serve the view under ``/ui``, its assets under ``/ui/static``; warm its caches in the background."""
+def install(app: FastAPI, tables: ApiTables) -> None:
+    """Serve the view under ``/ui``, its assets under ``/ui/static``; warm a single table's caches in the background."""
     app.include_router(router)
     app.include_router(actions)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
-    threading.Thread(target=_warm, args=(context,), name="laketide-ui-warm", daemon=True).start()
+    if tables.only is not None:
+        threading.Thread(target=_warm, args=(tables.only,), name="laketide-ui-warm", daemon=True).start()

@@ -63,7 +63,7 @@ class Coordinator:
         self._inflight: dict[str, dict[str, str]] = {}
         self._side_files = instant_side_files or (lambda instant: [])
         self._batch_of: dict[str, dict[str, int]] = {}
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or Metrics(table.name)
         self.fence = CommitFence(table.io)
         self._fenced_epoch: int | None = None
         self._lock = threading.RLock()

@@ -71,11 +71,11 @@ def test_file_groups_writer_lease_metrics_health(server, written):
     assert {g["partition"] for g in httpx.get(f"{base}/v1/file-groups", params={"partition": "eu"}).json()} == {"eu"}
     assert httpx.get(f"{base}/v1/writer").json() == {
             "running": False, "writer_id": None, "source": None, "trigger": None, "stopping": False, "files_waiting": None, "current_batch": None,
-            "last_instant": None, "recent": [], "quarantined_total": 0, "index": None, "health": None, "failures": [], "last_job": None,
+            "last_instant": None, "recent": [], "quarantined_total": 0, "records_total": 0, "index": None, "health": None, "failures": [], "last_job": None,
         }
     assert httpx.get(f"{base}/v1/lease").json() == {"held": False, "holder": None}
     metrics = httpx.get(f"{base}/metrics").text
-    assert "laketide_commits_total" in metrics and "laketide_commit_latency_seconds_bucket" in metrics and "laketide_lease_held 0.0" in metrics
+    assert "laketide_commits_total" in metrics and "laketide_commit_latency_seconds_bucket" in metrics and 'laketide_lease_held{table="t"} 0.0' in metrics
     assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "table": table.uri}
     assert httpx.get(f"{base}/docs").status_code == 200
 

@@ -43,6 +43,7 @@ def test_api_conforms_to_its_schema(api_schema):
             "GET /v1/file-groups",
             "GET /v1/partitions",
             "GET /v1/timeline",
+            "GET /v1/tables",
             "GET /v1/services",
             "GET /v1/layout",
             "GET /v1/layout/file-groups",

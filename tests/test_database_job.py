@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from chaoslib import Job, wait_until
+import httpx
+
+from chaoslib import Job, free_port, wait_until
 from conftest import hudi_read
 from connect_events import POSTGRES_COLUMNS, TRANSACTION_BEGIN, TRANSACTION_END, Column, PostgresTable, sample_row
 from opslib import CLI, ENV
 
+TOKEN = "db-token"
 ORDERS = [c for c in POSTGRES_COLUMNS if c.name in ("id", "name", "region", "amount", "created_at", "birthday")]
 CUSTOMERS = [c for c in POSTGRES_COLUMNS if c.name in ("id", "name", "active", "ratio", "seen_at", "doc")]
 LINES = [
@@ -130,7 +133,9 @@ def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while
     for source in tables.values():
         send(kafka, source, upserts(source, range(12), 0, op="r"))
     kafka.produce("pg.transaction", 0, None, TRANSACTION_END)
-    job = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap)], tmp_path / "job.log").start()
+    port = free_port()
+    settings = {"coordinator.api_port": str(port), "coordinator.api_token": TOKEN}
+    job = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap, **settings)], tmp_path / "job.log").start()
     try:
         wait_until(lambda: job.running() and all_equal(tmp_path, tables), 240, "three tables equal to their models")
         send(kafka, tables["orders"], upserts(tables["orders"], (1, 2, 30), 1) + deletes(tables["orders"], (4, 5)))
@@ -145,6 +150,7 @@ def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while
         customers.rows = {k: {**v, "middle": None} for k, v in customers.rows.items()}
         send(kafka, customers, upserts(customers, (3, 4, 50), 1))
         wait_until(lambda: job.running() and all_equal(tmp_path, tables), 240, "four tables, the added column and the changes")
+        operators_see_every_table(f"http://127.0.0.1:{port}", tmp_path)
     finally:
         job.signal(2)
         job.wait(120)
@@ -155,6 +161,36 @@ def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while
     assert (tmp_path / "lake" / "orders" / "eu").is_dir()  # [tables.orders] partition_by
     properties = (tmp_path / "lake" / "lines" / ".hoodie" / "hoodie.properties").read_text()
     assert "hoodie.table.recordkey.fields=order_id,line" in properties
+
+
+def operators_see_every_table(api: str, root: Path) -> None:
+    """The REST API, the dashboard, the metrics and the CLI of a job of four tables."""
+    listed = httpx.get(f"{api}/v1/tables", timeout=30).json()
+    assert [t["name"] for t in listed] == ["customers", "lines", "orders", "refunds"], listed
+    assert all(t["records"] > 0 and t["last_instant"] and t["quarantined"] == 0 for t in listed), listed
+    assert {t["name"]: t["source_table"] for t in listed}["lines"] == "lines"
+    unnamed = httpx.get(f"{api}/v1/writer", timeout=30)
+    assert unnamed.status_code == 400 and "?table=" in unnamed.json()["detail"] and "refunds" in unnamed.json()["detail"]
+    assert httpx.get(f"{api}/v1/writer", params={"table": "nope"}, timeout=30).status_code == 404
+    writer = httpx.get(f"{api}/v1/writer", params={"table": "orders"}, timeout=30).json()
+    assert writer["running"] and writer["recent"] and all(r["table"] == "orders" for r in writer["recent"])
+    instants = httpx.get(f"{api}/v1/instants", params={"table": "refunds"}, timeout=30).json()
+    assert len(instants["items"]) >= 1
+    metrics = httpx.get(f"{api}/metrics", timeout=30).text
+    assert all(f'laketide_commits_total{{table="{name}"}}' in metrics for name in ("customers", "lines", "orders", "refunds")), metrics[-2000:]
+    page = httpx.get(f"{api}/ui", timeout=30)
+    assert page.status_code == 200 and 'href="/ui?table=refunds"' in page.text
+    orders_page = httpx.get(f"{api}/ui", params={"table": "orders"}, timeout=30)
+    assert orders_page.status_code == 200 and 'X-Laketide-Table' in orders_page.text and "Timeline" in orders_page.text
+    panel = httpx.get(f"{api}/ui/part/job", headers={"X-Laketide-Table": "lines"}, timeout=30)
+    assert panel.status_code == 200
+    # the CLI acts on one table by its path, through the job's API
+    saved = subprocess.run([CLI, "savepoint", "create", str(root / "lake" / "lines"), "--token", TOKEN, "--comment", "db"],
+                           capture_output=True, text=True, env=ENV, timeout=120)
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    points = httpx.get(f"{api}/v1/savepoints", params={"table": "lines"}, timeout=30).json()
+    assert [p["comment"] for p in points] == ["db"], points
+    assert httpx.get(f"{api}/v1/savepoints", params={"table": "orders"}, timeout=30).json() == []
 
 
 def test_a_second_job_on_the_same_database_is_refused_naming_its_tables(kafka, tmp_path):

@@ -54,7 +54,8 @@ def test_rollback_through_the_running_jobs_api(spark, tmp_path):
         lease = httpx.get(f"{api}/v1/lease").json()
         assert lease["held"] and lease["holder"]["api_address"] == api and lease["holder"]["pid"] > 0
         metrics = httpx.get(f"{api}/metrics").text
-        assert 'laketide_micro_batches_total{outcome="committed"} 2.0' in metrics and "laketide_lease_held 1.0" in metrics
+        name = job.table.name  # every metric is labelled with the table it counts
+        assert f'laketide_micro_batches_total{{outcome="committed",table="{name}"}} 2.0' in metrics and f'laketide_lease_held{{table="{name}"}} 1.0' in metrics
 
         newest = job.writer.status.last_instant
         answer = httpx.post(f"{api}/v1/instants/{newest}/rollback", json={}, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)

@@ -287,6 +287,7 @@ class BatchWriter:
         report.ended_at = time.time()
         self.status.last_instant = report.instant
         self.status.quarantined_total += report.quarantined
+        self.status.records_total += report.records
         self.status.recent = (self.status.recent + [report])[-RECENT_BATCHES:]
 
     def announce(self, report: BatchReport) -> None:

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from laketide.config import JobConfig
 from laketide.config_tables import SourceTable, TableRoutes
 from laketide.coordinator import LeaseHeld, LeaseLost
+from laketide.coordinator.metrics import MetricFamilies, Metrics
 from laketide.index.columns import DECODE_REASON, EVENT_KIND
 from laketide.table import Table
 from laketide.table.errors import Conflict, LaketideError, first_line
@@ -119,6 +120,8 @@ class Database:
         self.stop_requested = threading.Event()
         self.failure: BaseException | None = None
         self.observers: list[Callable[[DatabaseReport], None]] = []
+        self.metrics = MetricFamilies()  # every table's, labelled by table: one /metrics shows them all
+        self.api_address: str | None = None  # the job's API, named in each table's lease (set before the query starts)
 
     def write(self, batch_id: int, records: pa.Table) -> DatabaseReport:
         """Write micro-batch ``batch_id`` (Kafka records: key, value, topic, partition, offset) into its tables."""
@@ -200,10 +203,10 @@ class Database:
         config = self.routes.config_for(source)
         opened = check_table(config, lambda: record_key_of(records["key"].combine_chunks(), source.name))
         table = open_table(config, self.parts.declared(config), opened)
-        lease = make_lease(config, table, job_id=f"{self.job_id}-{label}", on_lost=self.lost.set, probed=True)
+        lease = make_lease(config, table, job_id=f"{self.job_id}-{label}", api_address=self.api_address, on_lost=self.lost.set, probed=True)
         holder = lease.acquire(self.config.database.lease_wait)
         try:
-            job = start(config, table, lease, self.writer_id, self._writer_factory(label), self.on_step)
+            job = start(config, table, lease, self.writer_id, self._writer_factory(label), self.on_step, metrics=Metrics(label, self.metrics))
         except BaseException:
             lease.release()
             raise

@@ -104,6 +104,7 @@ class WriterStatus:
     last_instant: str | None = None
     recent: list[BatchReport] = field(default_factory=list)
     quarantined_total: int = 0
+    records_total: int = 0  # records of the micro-batches this writer committed
     failures: list[Failure] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # both threads add failures
 
@@ -155,7 +156,21 @@ class WriterView(BaseModel):
     # the last micro-batches, newest last: every field of the log line, and whether an instant was rolled back since
     recent: list[BatchReport] = Field(default_factory=list)
     quarantined_total: int = 0
+    records_total: int = Field(0, description="records of the micro-batches this writer committed")
     index: IndexCoverage | None = None
     health: Health | None = None
     last_job: JobState | None = Field(None, description="with no job in this server: the table's last job's own last word")
     failures: list[Failure] = Field(default_factory=list, description="the job's recent failures, newest last")
+
+
+class TableSummary(BaseModel):
+    """One table of a job, as ``GET /v1/tables`` lists it."""
+
+    name: str = Field(description="how the job names the table: its path below the folder of every table (give it as ?table=)")
+    uri: str
+    source_table: str | None = Field(None, description="the source table whose change events it holds")
+    last_instant: str | None = None
+    records: int = Field(0, description="records this job committed to it")
+    quarantined: int = Field(0, description="rows this job set aside")
+    lag: int | None = Field(None, description="Kafka: the records waiting in its topics after its last micro-batch")
+    health: str | None = None

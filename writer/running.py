@@ -21,6 +21,7 @@ from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.index_compaction import IndexCompaction
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.coordinator.lease_choice import LeaseChoice
+from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.savepoints import Savepoints
 from laketide.coordinator.storage_lease import StorageLease, probe_conditional_writes
 from laketide.coordinator.services import ServiceFailures, TableServices
@@ -182,6 +183,7 @@ class RunningJob:
             last_instant=status.last_instant,
             recent=[replace(r, rolled_back=_rolled_back(r, facts.completed, facts.start)) for r in status.recent],
             quarantined_total=status.quarantined_total,
+            records_total=status.records_total,
             index=facts.index,
             failures=status.failures,
             health=assess(status.recent, status.failures, self.config.stream.trigger, landing, running_batch, facts.last_commit_at),
@@ -333,15 +335,16 @@ def open_index(config: JobConfig, table: Table) -> StateIndex:
 
 def start(
     config: JobConfig, table: Table, lease: Lease, writer_id: str, factory: WriterFactory = BatchWriter, on_step: Callable[[str, int], None] | None = None,
-    streaming: bool = True,
+    streaming: bool = True, metrics: Metrics | None = None,
 ) -> RunningJob:
     """Everything a writer needs, under ``lease`` (held): what a previous holder left is recovered first,
     a restore cut short is finished, and a compaction left pending is run. The lease is recorded as the table's
     (``coordinator.lease_choice``) if no writer did before. A ``streaming`` job keeps its state with the table
-    (``writer/job_state.py``); one ``laketide.write`` call does not speak over the last job's word."""
+    (``writer/job_state.py``); one ``laketide.write`` call does not speak over the last job's word. ``metrics``: where
+    the table's are counted (a job of a whole database counts all its tables' in one registry)."""
     lease_choice(config).record(table.io)
     index = open_index(config, table)
-    coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files)
+    coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files, metrics=metrics)
     for result in coordinator.recover():
         log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
     Savepoints(coordinator).resume_restore()

@@ -60,7 +60,8 @@ class Change:
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            response = httpx.request(method, f"{self.api.rstrip('/')}{path}", json=body, headers=headers, timeout=600)
+            # the table by its path: a job of a whole database answers for many
+            response = httpx.request(method, f"{self.api.rstrip('/')}{path}", params={"table": self.table.uri}, json=body, headers=headers, timeout=600)
         except httpx.HTTPError as exc:
             raise LaketideError(f"cannot reach the job's API at {self.api}: {exc}", kind=ErrorKind.UNAVAILABLE) from None
         if response.status_code == 204:
