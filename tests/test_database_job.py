@@ -8,7 +8,10 @@ import contextlib
 import datetime as dt
 import json
 import os
+import random
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -18,6 +21,8 @@ import httpx
 from chaoslib import Job, free_port, wait_until
 from conftest import hudi_read
 from connect_events import POSTGRES_COLUMNS, TRANSACTION_BEGIN, TRANSACTION_END, Column, PostgresTable, sample_row
+from laketide.table import Table
+from laketide.table.commit import BATCH_ID_KEY
 from opslib import CLI, ENV
 
 TOKEN = "db-token"
@@ -251,3 +256,45 @@ def test_a_table_that_cannot_be_written_leaves_the_others_written(kafka, tmp_pat
     assert {json.loads(r["raw"])["payload"]["after"]["qty"] for r in aside} == {2, 3}
     assert all(r["source"].startswith("pg.public.lines/") for r in aside)
 
+
+
+def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, tmp_path):
+    """Five `laketide run` jobs of the database killed (SIGKILL, the whole process group) at random moments while
+    events of three tables keep arriving; a last run drains the topics. Every table equals its model, and each
+    table's commits name each micro-batch once, in order."""
+    tables, rng = database(), random.Random(11)
+    for source in tables.values():
+        kafka.create_topic(source.topic, 3)
+    versions = iter(range(1, 10_000))
+
+    def burst() -> None:
+        for source in tables.values():
+            keys = rng.sample(range(30), 4)
+            gone = [k for k in list(source.rows)[:2] if rng.random() < 0.3]
+            send(kafka, source, upserts(source, [k for k in keys if source.key_of(values(source, k, 0)) not in gone], next(versions)))
+            send(kafka, source, deletes(source, gone))
+
+    burst()
+    settings = {"source.kafka.max_offsets_per_trigger": "20", "coordinator.lease_wait": "30", "database.lease_wait": "30"}
+    # one job dies between two tables' commits of one micro-batch: the next replays it, and those two skip it
+    between = Job([sys.executable, str(Path(__file__).with_name("run_database_job.py")), "2", *conf(tmp_path, kafka.bootstrap, **settings)[1::2]],
+                  tmp_path / "between.log").start()
+    assert between.wait(180) == 137, between.log_tail()
+    for cycle in range(5):
+        log = tmp_path / f"job-{cycle}.log"
+        job = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap, **settings)], log).start()
+        wait_until(lambda: not job.running() or "micro-batch" in log.read_text(), 180, "a micro-batch")
+        for _ in range(rng.randint(1, 4)):
+            burst()
+            time.sleep(rng.uniform(0.0, 0.8))
+        assert job.running(), job.log_tail()
+        job.kill()
+    assert "micro-batch 0: tables=3 written=1 records=" in (tmp_path / "job-0.log").read_text() and "already_committed=2" in (tmp_path / "job-0.log").read_text()
+    drained = run(tmp_path, kafka.bootstrap, **{**settings, "stream.trigger": "available-now"})
+    assert drained.returncode == 0, drained.stderr[-3000:]
+    for name, source in tables.items():
+        assert read(tmp_path, source) == model(source), name
+        timeline = Table.open(str(tmp_path / "lake" / name)).timeline
+        extras = [timeline.commit_metadata(i).extra_metadata for i in timeline.completed_writes()]
+        batches = [int(extra[BATCH_ID_KEY]) for extra in extras if BATCH_ID_KEY in extra]  # compactions name none
+        assert batches == sorted(set(batches)) and len(batches) >= 5, (name, batches)
