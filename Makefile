@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test-servers test test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-api clean wheel
+.PHONY: install system-deps test-servers test test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-api bench-database clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,11 @@ bench-object-store: install system-deps
 	$(PY) bench/object_store_bench.py
 
 # records per second from a 3-partition Kafka topic (Tansu) against the same records as parquet landing files
+# a whole database in one job against 20 single-table jobs and delta-rs (about 40 minutes)
+bench-database: install system-deps
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/database_bench.py
+
 bench-kafka: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/kafka_bench.py

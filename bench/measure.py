@@ -52,21 +52,28 @@ def _sample_until_stdin_closes(pid: int, interval: float) -> None:
 
 
 class PeakRss:
-    """The peak RSS (``peak``, bytes) of this process and its children while the block runs, sampled every ``interval`` seconds."""
+    """The peak RSS (``peak``, bytes) of process ``pid`` (this one unless given) and its children while the block
+    runs, sampled every ``interval`` seconds."""
 
-    def __init__(self, interval: float = 0.2):
-        self.interval, self.peak = interval, 0
+    def __init__(self, interval: float = 0.2, pid: int | None = None):
+        self.interval, self.peak, self.pid = interval, 0, pid or os.getpid()
 
     def __enter__(self):
         self._sampler = subprocess.Popen(
-            [sys.executable, __file__, str(os.getpid()), str(self.interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [sys.executable, __file__, str(self.pid), str(self.interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
-        self.peak = tree_rss(os.getpid())
+        self.peak = self._now()
         return self
+
+    def _now(self) -> int:
+        try:
+            return tree_rss(self.pid)
+        except psutil.Error:  # the process has ended
+            return 0
 
     def __exit__(self, *exc):
         out, _ = self._sampler.communicate(timeout=60)
-        self.peak = max(self.peak, int(out.strip() or 0), tree_rss(os.getpid()))
+        self.peak = max(self.peak, int(out.strip() or 0), self._now())
         return False
 
 

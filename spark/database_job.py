@@ -35,7 +35,7 @@ RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset")
 def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None = None,
                  on_ready: Callable[[Database], None] | None = None) -> Database:
     """Run the job of a whole database until its trigger ends it (available-now) or it is stopped."""
-    from laketide.spark.job import writer_id_for
+    from laketide.spark.job import start_query, writer_id_for
 
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
@@ -52,7 +52,8 @@ def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None =
     try:
         if on_ready is not None:
             on_ready(database)
-        query = _start_query(spark, config, database)
+        query = start_query(config, kafka_stream(spark, config.source.kafka).select(*RECORD_COLUMNS),
+                            lambda df, batch_id: database.write(batch_id, df.toArrow()))
         stopped = _await(query, database)
         for table in database.tables.values():
             finish(table.job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)
@@ -65,23 +66,6 @@ def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None =
     finally:
         offsets.close()
         database.close()
-
-
-def _start_query(spark, config: JobConfig, database: Database):
-    def each(df, batch_id: int) -> None:
-        database.write(batch_id, df.toArrow())
-
-    stream = (
-        kafka_stream(spark, config.source.kafka).select(*RECORD_COLUMNS)
-        .writeStream.queryName(config.stream.query_name)
-        .option("checkpointLocation", config.stream.checkpoint)
-        .foreachBatch(each)
-    )
-    if config.stream.trigger == "available-now":
-        stream = stream.trigger(availableNow=True)
-    else:
-        stream = stream.trigger(processingTime=config.stream.trigger)
-    return stream.start()
 
 
 def _report_lag(database: Database, offsets: KafkaOffsets, report: DatabaseReport) -> None:

@@ -102,7 +102,7 @@ def run(
         job = start(config, table, lease, writer_id, lambda **parts: MicroBatchWriter(spark, **parts), on_step)
         if on_ready is not None:
             on_ready(job)
-        query = _start_query(spark, config, job.writer)
+        query = start_query(config, read_stream(spark, config.source), job.writer)
         stopped = _await(query, job, lost)
         finish(job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)
         return job.writer
@@ -117,12 +117,13 @@ def run(
         lease.release()
 
 
-def _start_query(spark, config: JobConfig, writer: MicroBatchWriter):
+def start_query(config: JobConfig, source, each: Callable):
+    """The query of ``source`` (a streaming DataFrame) handing each micro-batch to ``each(df, batch_id)``, under the job's
+    name, checkpoint and trigger."""
     stream = (
-        read_stream(spark, config.source)
-        .writeStream.queryName(config.stream.query_name)
+        source.writeStream.queryName(config.stream.query_name)
         .option("checkpointLocation", config.stream.checkpoint)
-        .foreachBatch(writer)
+        .foreachBatch(each)
     )
     if config.stream.trigger == "available-now":
         stream = stream.trigger(availableNow=True)

@@ -54,6 +54,8 @@ def test_bad_templates_and_stray_overrides_are_refused_at_load():
         load_config(overrides=["table.path=/lake/{table}", "tables.orders.bogus=1"])
     with pytest.raises(Invalid, match="reads Debezium's change events from Kafka"):
         TableRoutes(load_config(overrides=["table.path=/lake/{table}"]))
+    with pytest.raises(Invalid, match="reads the JSON converter's events"):
+        routes("source.value_format=avro", "source.schema_registry.url=http://127.0.0.1:8081")
 
 
 def test_a_database_job_of_another_source_is_refused_before_spark_and_writes_nothing(tmp_path):

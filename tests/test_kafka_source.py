@@ -198,7 +198,7 @@ def test_lag_shows_and_falls_to_zero_once_the_producer_stops(kafka, tmp_path):
     try:
         wait_until(lambda: sum(lag().values() or [0]) > 0, 180, "a lag above 0")
         metrics = httpx.get(f"{api}/metrics", timeout=5).text
-        assert f'laketide_source_lag{{partition="0",table=' in metrics and f'topic="{TOPIC}"}}' in metrics
+        assert 'laketide_source_lag{partition="0",table=' in metrics and f'topic="{TOPIC}"}}' in metrics
         wait_until(lambda: (current := lag()) and len(current) == 3 and not any(current.values()), 300, "the lag to fall to 0")
         metrics = httpx.get(f"{api}/metrics", timeout=5).text
         assert all(re.search(rf'laketide_source_lag{{partition="{p}",table="[^"]*",topic="{TOPIC}"}} 0.0', metrics) for p in range(3))

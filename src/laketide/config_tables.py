@@ -136,6 +136,9 @@ class TableRoutes:
         if config.source.format != "kafka" or config.source.envelope != "debezium":
             raise Invalid("a job of a whole database reads Debezium's change events from Kafka: set source.format = \"kafka\" and "
                           "source.envelope = \"debezium\" (one topic per source table, matched by source.kafka.topic_pattern)")
+        if config.source.value_format != "json":
+            raise Invalid(f"a job of a whole database reads the JSON converter's events; source.value_format = {config.source.value_format!r} "
+                          "is read by a job of one table: run one job per table (its own table.path and source.kafka.topics)")
 
     def config_for(self, source: SourceTable) -> JobConfig:
         """The settings of ``source``'s table: ``[table]`` with the path filled in and ``[tables.<name>]`` over it.
