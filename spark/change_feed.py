@@ -74,7 +74,9 @@ def kafka_stream(spark: SparkSession, kafka: KafkaSection) -> DataFrame:
     log.info("reading Kafka with laketide's Kafka source (Spark's Kafka connector is not on the classpath)")
     spark.dataSource.register(KafkaDataSource)
     options = {"bootstrap_servers": kafka.bootstrap_servers, "starting_offsets": kafka.starting_offsets,
-               "fail_on_data_loss": str(kafka.fail_on_data_loss).lower()}
+               "fail_on_data_loss": str(kafka.fail_on_data_loss).lower(),
+               # a task per core or two: a task per topic-partition made a client and a fetch for each
+               "max_splits": str(2 * spark.sparkContext.defaultParallelism)}
     options.update({"topic_pattern": kafka.topic_pattern} if kafka.topic_pattern else {"topics": ",".join(kafka.topics)})
     if kafka.max_offsets_per_trigger:
         options["max_offsets_per_trigger"] = str(kafka.max_offsets_per_trigger)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import faulthandler
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from laketide.config import JobConfig
@@ -52,8 +53,7 @@ def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None =
     try:
         if on_ready is not None:
             on_ready(database)
-        query = start_query(config, kafka_stream(spark, config.source.kafka).select(*RECORD_COLUMNS),
-                            lambda df, batch_id: database.write(batch_id, df.toArrow()))
+        query = start_query(config, kafka_stream(spark, config.source.kafka).select(*RECORD_COLUMNS), lambda df, batch_id: _write(database, df, batch_id))
         stopped = _await(query, database)
         for table in database.tables.values():
             finish(table.job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)
@@ -66,6 +66,13 @@ def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None =
     finally:
         offsets.close()
         database.close()
+
+
+def _write(database: Database, df, batch_id: int) -> None:
+    """One micro-batch: its records collected into the driver (Arrow), then written into their tables."""
+    started = time.monotonic()
+    records = df.toArrow()
+    database.write(batch_id, records, time.monotonic() - started)
 
 
 def _report_lag(database: Database, offsets: KafkaOffsets, report: DatabaseReport) -> None:

@@ -3,8 +3,9 @@
 For clusters without Spark's Kafka connector (``spark-sql-kafka-0-10``), on PySpark's Python data source
 API and confluent-kafka, shaped as the laketide table source is (FLIP-27): the driver enumerates, the
 tasks read. Offsets are Spark's Kafka source's own JSON, ``{"topic": {"partition": next offset}}``, kept
-in the query's checkpoint; each topic-partition's range of a micro-batch is one split, read in a task
-from its start offset up to, not including, its end offset. The rows have the columns of Spark's Kafka
+in the query's checkpoint; each topic-partition's range of a micro-batch is read from its start offset up to,
+not including, its end offset, a few ranges to a task (``max_splits`` tasks at most, one consumer each, assigned
+all its ranges at once). The rows have the columns of Spark's Kafka
 source (key, value, topic, partition, offset, timestamp, timestampType, headers), so what follows
 reads both alike.
 
@@ -55,13 +56,33 @@ Offsets = dict[str, dict[str, int]]  # topic -> partition (as a string, as in JS
 
 @dataclass(frozen=True)
 class PartitionRange(InputPartition):
-    """One topic-partition's records ``[start, end)``: a split."""
+    """One topic-partition's records ``[start, end)``."""
 
     topic: str
     partition: int
     start: int
     end: int
     client: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class KafkaSplit(InputPartition):
+    """What one task reads: the ranges of a few topic-partitions, one after another, through one consumer. Many
+    topics (a job of a whole database) would otherwise be as many tasks, each making a client and waiting on a fetch."""
+
+    ranges: tuple[PartitionRange, ...]
+
+
+def splits_of(ranges: list[PartitionRange], most: int) -> list[KafkaSplit]:
+    """``ranges`` in at most ``most`` splits of about equal records (the largest placed first, each on the
+    lightest split), each split's ranges in (topic, partition) order."""
+    bins: list[list[PartitionRange]] = [[] for _ in range(min(most, len(ranges)))]
+    weights = [0] * len(bins)
+    for r in sorted(ranges, key=lambda r: r.end - r.start, reverse=True):
+        lightest = weights.index(min(weights))
+        bins[lightest].append(r)
+        weights[lightest] += r.end - r.start
+    return [KafkaSplit(tuple(sorted(b, key=lambda r: (r.topic, r.partition)))) for b in bins if b]
 
 
 class Brokers:
@@ -126,6 +147,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.starting = options.get("starting_offsets", "earliest")
         self.max_offsets = int(options["max_offsets_per_trigger"]) if options.get("max_offsets_per_trigger") else None
         self.fail_on_data_loss = options.get("fail_on_data_loss", "true").lower() != "false"
+        self.max_splits = int(options.get("max_splits") or 8)  # tasks a micro-batch's read takes at most
         self.target: Offsets | None = None
         self._brokers: Brokers | None = None
 
@@ -187,7 +209,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> Offsets:
         return self._latest()
 
-    def partitions(self, start: Offsets, end: Offsets) -> list[PartitionRange]:
+    def partitions(self, start: Offsets, end: Offsets) -> list[KafkaSplit]:
         ranges = []
         marks = self.brokers.watermarks([(topic, int(p)) for topic, parts in end.items() for p in parts])
         for topic, parts in end.items():
@@ -197,7 +219,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if begin < stop:
                     ranges.append(PartitionRange(topic, int(p), begin, stop, tuple(sorted(self.client.items()))))
         self._check_gone(start, end)
-        return ranges
+        return splits_of(ranges, self.max_splits)
 
     def _still_there(self, topic: str, partition: int, begin: int, stop: int, marks: tuple[int, int]) -> int:
         low, high = marks
@@ -220,8 +242,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for name in gone:
             log.error("DATA LOSS: %s no longer exists; going on without it", name)
 
-    def read(self, split: PartitionRange) -> Iterator[pa.RecordBatch]:
-        yield from read_range(split)
+    def read(self, split: KafkaSplit) -> Iterator[pa.RecordBatch]:
+        yield from read_split(split)
 
     def commit(self, end: Offsets) -> None:
         pass
@@ -245,43 +267,63 @@ def cap(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
     return capped
 
 
-def read_range(split: PartitionRange, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """The records of one split, ``[start, end)`` by offset, as Arrow batches in offset order."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+def read_split(split: KafkaSplit, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
+    """The records of a split's ranges, ``[start, end)`` by offset, through one consumer assigned all of them: Arrow
+    batches of one partition each, in offset order within a partition (a key's records are in one partition)."""
+    from confluent_kafka import KafkaError, TopicPartition
 
-    consumer = Consumer({**dict(split.client), "group.id": f"laketide-{uuid.uuid4()}", "enable.auto.commit": False, "enable.partition.eof": True})
-    consumer.assign([TopicPartition(split.topic, split.partition, split.start)])
-    rows: list[tuple] = []
-    position, deadline = split.start, time.monotonic() + READ_TIMEOUT
+    ranges = {(r.topic, r.partition): r for r in split.ranges if r.start < r.end}
+    if not ranges:
+        return
+    position = {place: r.start for place, r in ranges.items()}
+    rows: dict[tuple[str, int], list[tuple]] = {place: [] for place in ranges}
+    consumer = _consumer(split.ranges[0].client)
+    consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges.values()])
+    reading, deadline = set(ranges), time.monotonic() + READ_TIMEOUT
     try:
-        while position < split.end:
-            messages = consumer.consume(min(batch_rows, split.end - position), timeout=1.0)
+        while reading:
+            # no more than the ranges still hold: consume waits until it has as many as asked, or its timeout
+            left = sum(ranges[place].end - position[place] for place in reading)
+            messages = consumer.consume(max(1, min(batch_rows, left)), timeout=1.0)
             for message in messages:
-                error = message.error()
+                place = (message.topic(), message.partition())
+                if place not in reading:
+                    continue  # past its range: the next micro-batch's
+                end, error = ranges[place].end, message.error()
                 if error is not None and error.code() == KafkaError._PARTITION_EOF:
                     # the partition's end: offsets before it that no record came for are gone (a compacted
                     # topic) or transaction markers, which a consumer never sees
-                    position = max(position, min(message.offset(), split.end))
-                    continue
-                if error is not None:
-                    raise Unavailable(f"reading {split.topic} partition {split.partition} at offset {position}: {error}")
-                if message.offset() >= split.end:  # past the split: the next micro-batch's
-                    position = split.end
-                    break
-                rows.append(_row(message))
-                position = message.offset() + 1
+                    position[place] = max(position[place], min(message.offset(), end))
+                elif error is not None:
+                    raise Unavailable(f"reading {place[0]} partition {place[1]} at offset {position[place]}: {error}")
+                elif message.offset() >= end:
+                    position[place] = end
+                else:
+                    rows[place].append(_row(message))
+                    position[place] = message.offset() + 1
+                if position[place] >= end:
+                    reading.discard(place)
+                if len(rows[place]) >= batch_rows or (place not in reading and rows[place]):
+                    yield _batch(rows[place])
+                    rows[place] = []
             if messages:
                 deadline = time.monotonic() + READ_TIMEOUT
             elif time.monotonic() > deadline:
-                raise Unavailable(f"{split.topic} partition {split.partition}: no record at offsets {position} to {split.end - 1} "
-                                  f"within {READ_TIMEOUT:.0f}s, though the broker reported them")
-            if len(rows) >= batch_rows:
-                yield _batch(rows)
-                rows = []
-        if rows:
-            yield _batch(rows)
+                waiting = ", ".join(f"{t} partition {p} offsets {position[(t, p)]} to {ranges[(t, p)].end - 1}" for t, p in sorted(reading))
+                raise Unavailable(f"no record within {READ_TIMEOUT:.0f}s at {waiting}, though the broker reported them")
     finally:
         consumer.close()
+
+
+def _consumer(client: tuple[tuple[str, str], ...]):
+    from confluent_kafka import Consumer
+
+    return Consumer({**dict(client), "group.id": f"laketide-{uuid.uuid4()}", "enable.auto.commit": False, "enable.partition.eof": True})
+
+
+def read_range(one: PartitionRange, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
+    """The records of one topic-partition's range, as a split of its own."""
+    return read_split(KafkaSplit((one,)), batch_rows)
 
 
 def _row(message) -> tuple:

@@ -23,7 +23,7 @@ from connect_events import (
     decimal_bytes,
     sample_row,
 )
-from laketide.writer.change_events import ChangeSpec, change_rows
+from laketide.writer.change_events import ChangeSpec, change_rows, parse_messages
 from laketide.writer.connect_values import Decoding
 
 ARROW = {"BIGINT": pa.int64(), "STRING": pa.string(), "DECIMAL(10,2)": pa.decimal128(10, 2), "DECIMAL(20,4)": pa.decimal128(20, 4),
@@ -34,7 +34,7 @@ SPEC = ChangeSpec(pa.schema([(c.name, ARROW[c.ddl]) for c in POSTGRES_COLUMNS]),
 
 def decode(events: list, spec: ChangeSpec = SPEC, topic: str = "pg.public.orders") -> list[dict]:
     values = pa.array([None if e is None else (e if isinstance(e, bytes) else json.dumps(e).encode()) for e in events], pa.binary())
-    return change_rows(values, pa.array([topic] * len(events)), spec).rows.to_pylist()
+    return change_rows(parse_messages(values), pa.array([topic] * len(events)), spec).rows.to_pylist()
 
 
 def same(row: dict, expected: dict) -> None:

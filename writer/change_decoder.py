@@ -28,7 +28,7 @@ from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, LANDE
 from laketide.table.errors import Invalid
 from laketide.table.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
 
-from laketide.writer.change_events import ChangeSpec, change_rows, output_schema, row_schemas
+from laketide.writer.change_events import ChangeSpec, Messages, change_rows, output_schema, parse_messages, row_schemas
 from laketide.writer.connect_avro import AvroValues
 from laketide.writer.schema_registry import schema_ids, unframed
 from laketide.writer.connect_schema import Encoding, arrow_type
@@ -105,40 +105,49 @@ class ChangeDecoder:
         if tally.binlog_highest is not None:
             self.binlog_highest = max(tally.binlog_highest, self.binlog_highest or tally.binlog_highest)
 
-    def load(self, records: pa.Table, writer: BatchWriter) -> LoadedBatch:
-        """A micro-batch of ``records`` decoded and prepared in the driver's threads, for ``writer``'s table."""
+    def load(self, records: pa.Table, writer: BatchWriter, messages: Messages | None = None) -> LoadedBatch:
+        """A micro-batch of ``records`` decoded and prepared in the driver's threads, for ``writer``'s table;
+        ``messages``: its values parsed already (``parse``), as routing them to their tables did."""
         from laketide.writer.batch_writer import LoadedBatch
         from laketide.writer.driver_batch import DriverBatch
 
-        columns = self.columns_for(lambda: self.schemas(records), writer.table)
-        rows, decoded = self.rows(records, columns)
+        messages = messages if messages is not None or self.avro is not None else self.parse(records)
+        columns = self.columns_for(lambda: self.schemas(records, messages), writer.table)
+        rows, decoded = self.rows(records, columns, messages)
         batch = DriverBatch.prepare(rows, writer.spec, writer.driver_pool, writer.clock.timed)
         batch.tally.add(decoded)
         self.saw(batch.tally)
         incoming = self.incoming(columns)
         return LoadedBatch(batch, incoming, incoming)
 
-    def schemas(self, records: pa.Table) -> list[list[dict]]:
-        """The distinct row schemas the events of ``records`` carry (``change_events.row_schemas``)."""
+    @staticmethod
+    def parse(records: pa.Table) -> Messages:
+        """The JSON values of ``records`` (Kafka records, framing taken off, or landing lines) parsed once."""
         values = records["value"].combine_chunks()
-        if self.avro is not None:
-            return self.avro.row_schemas(schema_ids(values))
-        return row_schemas(unframed(values))
+        return parse_messages(unframed(values) if "topic" in records.column_names else values)
 
-    def rows(self, records: pa.Table, columns: pa.Schema) -> tuple[pa.Table, Tally]:
+    def schemas(self, records: pa.Table, messages: Messages | None = None) -> list[list[dict]]:
+        """The distinct row schemas the events of ``records`` carry (``change_events.row_schemas``)."""
+        if self.avro is not None:
+            return self.avro.row_schemas(schema_ids(records["value"].combine_chunks()))
+        return row_schemas(messages if messages is not None else self.parse(records))
+
+    def rows(self, records: pa.Table, columns: pa.Schema, messages: Messages | None = None) -> tuple[pa.Table, Tally]:
         """One row per record (``RECORD_SCHEMA`` or ``LINE_SCHEMA``), decoded into ``columns``, with where it came
         from and, for one that goes to quarantine, its raw form; and what the records held besides (``Tally``:
-        the columns events carried that ``columns`` lack, MySQL events behind the binlog)."""
+        the columns events carried that ``columns`` lack, MySQL events behind the binlog). ``messages``: the
+        JSON values parsed already."""
         if EVENT_POSITION not in columns.names:
             columns = columns.append(pa.field(EVENT_POSITION, pa.string()))
-        values, unread = records["value"].combine_chunks(), None
+        unread = None
         if self.avro is not None:
-            values, unread = self.avro.as_json(values)
-        elif "topic" in records.column_names:
-            values = unframed(values)
+            values, unread = self.avro.as_json(records["value"].combine_chunks())
+            messages = parse_messages(values)
+        elif messages is None:
+            messages = self.parse(records)
         kafka = "topic" in records.column_names
         topics = records["topic"].combine_chunks() if kafka else pa.nulls(records.num_rows, pa.string())
-        changed = change_rows(values, topics, ChangeSpec(columns, self.record_key, self.decoding))
+        changed = change_rows(messages, topics, ChangeSpec(columns, self.record_key, self.decoding))
         rows = changed.rows
         if unread is not None and any(unread):
             reasons = pc.coalesce(pa.array(unread, pa.string()), rows[DECODE_REASON])

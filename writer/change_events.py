@@ -82,32 +82,58 @@ class ChangeRows:
     unknown_fields: Counter  # columns events carried that the row lacks: how many events carried each
 
 
-def row_schemas(values: pa.Array) -> list[list[dict]]:
-    """The distinct row schemas (each column's Connect schema, as the converter wrote it) the change events
-    ``values`` carry; events without a schema add none."""
-    present = values.filter(values.is_valid())
-    parsed, _ = parse_values(present, MESSAGE)
-    event = _event(parsed)
-    changes = pc.fill_null(pc.is_in(event["op"], pa.array(CHANGES)), False).to_numpy(zero_copy_only=False)
-    _, representatives = _schema_groups(parsed["schema"].combine_chunks(), changes)
-    return [columns for columns in representatives.values() if columns is not None]
+@dataclass
+class Messages:
+    """Change events parsed for what every message has (``MESSAGE``): one row per value, in order (a tombstone's
+    and a value's that does not parse are null, ``bad`` says why). Parsed once, a micro-batch's messages serve its
+    routing (a job of a whole database), its row schemas and its rows."""
+
+    values: pa.Array  # the values (JSON), a tombstone null
+    parsed: pa.Table
+    bad: dict[int, str]
+
+    @property
+    def tombstone(self) -> np.ndarray:
+        return self.values.is_null().to_numpy(zero_copy_only=False)
+
+    def event(self) -> dict[str, pa.Array]:
+        return _event(self.parsed)
+
+    def take(self, rows: np.ndarray) -> Messages:
+        """The messages at ``rows``, in that order."""
+        at = {int(i): j for j, i in enumerate(rows.tolist())}
+        indices = pa.array(rows, pa.int64())
+        return Messages(self.values.take(indices), self.parsed.take(indices), {at[i]: why for i, why in self.bad.items() if i in at})
 
 
-def change_rows(values: pa.Array, topics: pa.Array, spec: ChangeSpec) -> ChangeRows:
-    """The rows of change events ``values`` (JSON, binary or text; a null value is a tombstone, skipped),
-    read from ``topics``."""
+def parse_messages(values: pa.Array) -> Messages:
+    """``values`` (JSON, binary or text; a null value is a tombstone) parsed for what every message has."""
     n = len(values)
     tombstone = values.is_null().to_numpy(zero_copy_only=False)
     present = np.nonzero(~tombstone)[0]
     parsed, bad = parse_values(values.take(pa.array(present)) if tombstone.any() else values, MESSAGE)
     if tombstone.any():
-        parsed = parsed.take(pa.array(_spread(present, n)))
+        parsed = parsed.take(pa.array(_spread(present, n), pa.int64()))
         bad = {int(present[i]): why for i, why in bad.items()}
+    return Messages(values, parsed, bad)
+
+
+def row_schemas(messages: Messages) -> list[list[dict]]:
+    """The distinct row schemas (each column's Connect schema, as the converter wrote it) the change events carry;
+    events without a schema add none."""
+    changes = pc.fill_null(pc.is_in(messages.event()["op"], pa.array(CHANGES)), False).to_numpy(zero_copy_only=False)
+    _, representatives = _schema_groups(messages.parsed["schema"].combine_chunks(), changes)
+    return [columns for columns in representatives.values() if columns is not None]
+
+
+def change_rows(messages: Messages, topics: pa.Array, spec: ChangeSpec) -> ChangeRows:
+    """The rows of change events ``messages`` (a tombstone is skipped), read from ``topics``."""
+    values, parsed, n = messages.values, messages.parsed, len(messages.values)
     reasons: list[str | None] = [None] * n
-    for i, why in bad.items():
+    for i, why in messages.bad.items():
         reasons[i] = why
-    event = _event(parsed)
-    kinds = _kinds(event, topics, parsed["schema"], tombstone)
+    event = messages.event()
+    kinds = _kinds(event, topics, parsed["schema"], messages.tombstone)
     op = event["op"]
     reasons_array = pc.coalesce(pa.array(reasons, pa.string()), _unknown_op(op, kinds))
     is_change = pc.and_(pc.fill_null(pc.is_in(op, pa.array(CHANGES)), False), pc.is_null(reasons_array))

@@ -9,7 +9,7 @@ that is not a row change is counted there and skipped; anything else is quaranti
 Debezium keys each record by the source table's primary key, so a new table's record key is the key's fields
 (``record_key_of``), as the JSON converter writes it, with its schema or without.
 
-Spark-free; the values are parsed in bulk (``json_values``) for the few fields routing needs.
+Spark-free; the values are parsed once (``change_events.parse_messages``), and each table's decoder takes its part.
 """
 
 from __future__ import annotations
@@ -23,11 +23,9 @@ import pyarrow.compute as pc
 
 from laketide.config_tables import SourceTable
 from laketide.table.errors import Invalid
-from laketide.writer.json_values import parse_values
+from laketide.writer.change_events import Messages, parse_messages
 from laketide.writer.schema_registry import unframed
 
-_SOURCE = pa.struct([("db", pa.string()), ("schema", pa.string()), ("table", pa.string())])
-_ROUTE = pa.schema([("op", pa.string()), ("source", _SOURCE), ("payload", pa.struct([("op", pa.string()), ("source", _SOURCE)]))])
 ROW_OPS = ("c", "r", "u", "d", "t")
 
 
@@ -36,6 +34,7 @@ class Routed:
     """A micro-batch's records by table (``tables``: the records' positions, in order), and the positions of
     those that go to no table (``unrouted``)."""
 
+    messages: Messages  # every record's value, parsed once: the tables' decoders take their part of it
     tables: dict[SourceTable, np.ndarray] = field(default_factory=dict)
     unrouted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
@@ -43,9 +42,9 @@ class Routed:
 def route(records: pa.Table, topics_seen: dict[str, SourceTable]) -> Routed:
     """Where each of ``records`` (Kafka records: ``value``, ``topic``, ...) goes. ``topics_seen``: the table each
     topic's events went to so far; updated with what this micro-batch teaches."""
-    values = records["value"].combine_chunks()
+    messages = parse_messages(unframed(records["value"].combine_chunks()))
     topics = records["topic"].combine_chunks().cast(pa.string())
-    named = _named_tables(values)
+    named = _named_tables(messages)
     keys: list[SourceTable | None] = [None] * records.num_rows
     topic_list = topics.to_pylist()
     for i, source in enumerate(named):
@@ -55,7 +54,7 @@ def route(records: pa.Table, topics_seen: dict[str, SourceTable]) -> Routed:
     for i, key in enumerate(keys):
         if key is None and topic_list[i] in topics_seen:
             keys[i] = topics_seen[topic_list[i]]
-    routed = Routed()
+    routed = Routed(messages)
     by_key: dict[SourceTable, list[int]] = {}
     unrouted = []
     for i, key in enumerate(keys):
@@ -68,22 +67,18 @@ def route(records: pa.Table, topics_seen: dict[str, SourceTable]) -> Routed:
     return routed
 
 
-def _named_tables(values: pa.Array) -> list[tuple[str | None, str | None, str] | None]:
-    """Per value, the (db, schema, table) of a row change that names its source table, else ``None``."""
-    present = np.nonzero(values.is_valid().to_numpy(zero_copy_only=False))[0]
-    out: list[tuple[str | None, str | None, str] | None] = [None] * len(values)
-    if not len(present):
+def _named_tables(messages: Messages) -> list[tuple[str | None, str | None, str] | None]:
+    """Per message, the (db, schema, table) of a row change that names its source table, else ``None``."""
+    out: list[tuple[str | None, str | None, str] | None] = [None] * len(messages.values)
+    if not len(out):
         return out
-    parsed, _ = parse_values(unframed(values.take(pa.array(present))), _ROUTE)
-    payload = parsed["payload"].combine_chunks()
-    wrapped = payload.is_valid()
-    op = pc.if_else(wrapped, payload.field("op"), parsed["op"].combine_chunks())
-    source = pc.if_else(wrapped, payload.field("source"), parsed["source"].combine_chunks())
-    is_row = pc.and_(pc.fill_null(pc.is_in(op, pa.array(ROW_OPS)), False), pc.is_valid(source.field("table")))
-    rows = np.nonzero(is_row.to_numpy(zero_copy_only=False))[0]
-    db, schema, table = (source.field(name).take(pa.array(rows)).to_pylist() for name in ("db", "schema", "table"))
+    event = messages.event()
+    source = event["source"]
+    is_row = pc.and_(pc.fill_null(pc.is_in(event["op"], pa.array(ROW_OPS)), False), pc.is_valid(source.field("table")))
+    rows = np.nonzero(pc.fill_null(is_row, False).to_numpy(zero_copy_only=False))[0]
+    db, schema, table = (source.field(name).take(pa.array(rows, pa.int64())).to_pylist() for name in ("db", "schema", "table"))
     for j, i in enumerate(rows.tolist()):
-        out[int(present[i])] = (db[j], schema[j], table[j])
+        out[i] = (db[j], schema[j], table[j])
     return out
 
 

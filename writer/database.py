@@ -37,7 +37,7 @@ from laketide.table.errors import Conflict, LaketideError, first_line
 from laketide.writer import quarantine
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.change_decoder import ChangeDecoder
-from laketide.writer.change_events import ChangeSpec, change_rows
+from laketide.writer.change_events import ChangeSpec, Messages, change_rows
 from laketide.writer.change_routes import Routed, record_key_of, route
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.report import BatchReport
@@ -76,7 +76,8 @@ class DatabaseReport:
     skipped: Counter = field(default_factory=Counter)  # messages of no table, by kind
     unrouted: int = 0  # records of no table set aside
     failed: dict[str, str] = field(default_factory=dict)  # table -> why its write failed
-    seconds: float = 0.0
+    seconds: float = 0.0  # writing every table, after the records were read
+    read_seconds: float = 0.0  # reading the records from the source, before
 
     def line(self) -> str:
         written = [r for r in self.tables if not r.skipped]
@@ -90,7 +91,7 @@ class DatabaseReport:
             parts.append(f"unrouted={self.unrouted}")
         if self.failed:
             parts.append("failed=" + ",".join(sorted(self.failed)))
-        return " ".join(parts) + f" seconds={self.seconds:.2f}"
+        return " ".join(parts) + f" seconds={self.seconds:.2f} read={self.read_seconds:.2f}"
 
 
 class TableFailed(LaketideError):
@@ -123,10 +124,11 @@ class Database:
         self.metrics = MetricFamilies()  # every table's, labelled by table: one /metrics shows them all
         self.api_address: str | None = None  # the job's API, named in each table's lease (set before the query starts)
 
-    def write(self, batch_id: int, records: pa.Table) -> DatabaseReport:
-        """Write micro-batch ``batch_id`` (Kafka records: key, value, topic, partition, offset) into its tables."""
+    def write(self, batch_id: int, records: pa.Table, read_seconds: float = 0.0) -> DatabaseReport:
+        """Write micro-batch ``batch_id`` (Kafka records: key, value, topic, partition, offset) into its tables;
+        ``read_seconds``: what reading the records took, for the micro-batch's line."""
         try:
-            return self._write(batch_id, records)
+            return self._write(batch_id, records, read_seconds)
         except BaseException as failure:
             # as raised: Spark hands the query's waiter only its text
             self.failure = self.failure if isinstance(failure, TableFailed) else failure
@@ -137,25 +139,25 @@ class Database:
         source = self.tables[label].source
         return {topic for topic, seen in self._topics.items() if self.routes.key(seen) == source}
 
-    def _write(self, batch_id: int, records: pa.Table) -> DatabaseReport:
+    def _write(self, batch_id: int, records: pa.Table, read_seconds: float) -> DatabaseReport:
         started = time.monotonic()
-        report = DatabaseReport(batch_id)
+        report = DatabaseReport(batch_id, read_seconds=read_seconds)
         routed = route(records, self._topics)
         by_table = self._by_table(routed)
         failures = self._open_new(by_table, records)
         for label in sorted(by_table):
             if label in failures:
                 continue
-            taken = records.take(pa.array(by_table[label][1]))
+            at = by_table[label][1]
             try:
-                report.tables.append(self._write_table(self.tables[label], batch_id, taken))
+                report.tables.append(self._write_table(self.tables[label], batch_id, records.take(pa.array(at)), routed.messages.take(at)))
             except LeaseLost:
                 raise
             except Exception as error:
                 failures[label] = error
         report.failed = {label: first_line(error) or type(error).__name__ for label, error in failures.items()}
         if len(routed.unrouted):
-            self._unrouted(batch_id, records.take(pa.array(routed.unrouted)), report)
+            self._unrouted(batch_id, records.take(pa.array(routed.unrouted)), routed.messages.take(routed.unrouted), report)
         self._owed_services()
         report.seconds = time.monotonic() - started
         log.info(report.line())
@@ -218,11 +220,11 @@ class Database:
     def _writer_factory(self, label: str) -> Callable[..., BatchWriter]:
         return lambda **parts: BatchWriter(**parts, driver_pool=self.pool, label=label)
 
-    def _write_table(self, table: DatabaseTable, batch_id: int, records: pa.Table) -> BatchReport:
+    def _write_table(self, table: DatabaseTable, batch_id: int, records: pa.Table, messages: Messages) -> BatchReport:
         writer = table.job.writer
         writer.failures.raise_if_fatal()  # a service that failed too often: before the table writes more
         with writer.batch_lock:
-            report = writer.run(batch_id, lambda: table.decoder.load(records, writer))
+            report = writer.run(batch_id, lambda: table.decoder.load(records, writer, messages))
         log.info(report.line())  # not ``announce``: a service's failure after the commit must not count as the write's
         for observer in writer.observers:
             observer(report)
@@ -234,10 +236,9 @@ class Database:
             if table.job.services.owed:
                 table.job.services.after_commit()
 
-    def _unrouted(self, batch_id: int, records: pa.Table, report: DatabaseReport) -> None:
+    def _unrouted(self, batch_id: int, records: pa.Table, messages: Messages, report: DatabaseReport) -> None:
         """Records of no table: messages that are not row changes are counted; the rest go to quarantine beside the tables."""
-        values = unframed(records["value"].combine_chunks())
-        rows = change_rows(values, records["topic"].combine_chunks().cast(pa.string()), ChangeSpec(pa.schema([]), ())).rows
+        rows = change_rows(messages, records["topic"].combine_chunks().cast(pa.string()), ChangeSpec(pa.schema([]), ())).rows
         kinds = rows[EVENT_KIND].combine_chunks()
         report.skipped.update({k: n for k, n in Counter(kinds.drop_null().to_pylist()).items()})
         bad = pc.is_null(kinds)
