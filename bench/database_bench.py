@@ -176,6 +176,40 @@ def _stream(bootstrap: str, tables: list[BenchTable], minutes: float, rate: int,
             "lag_after_stream_seconds": caught_up, "caught_up": caught_up is not None}
 
 
+def idle_cost(work: Path, tables: list[BenchTable]) -> dict:
+    """What a table costs the driver's Python while idle: the job's tables opened here as the database job opens them
+    (lease, recovery, index, synced view, services run once, status drawn), the growth of this process' memory."""
+    import gc
+
+    import psutil
+
+    from laketide.config import load_config
+    from laketide.config_tables import SourceTable, TableRoutes
+    from laketide.writer.batch_writer import BatchWriter
+    from laketide.writer.running import check_table, make_lease, open_table, start
+
+    routes = TableRoutes(load_config(overrides=[f"table.path={work / 'db'}/{{table}}", "source.format=kafka", "source.envelope=debezium",
+                                                "source.kafka.topic_pattern=x", "source.kafka.bootstrap_servers=127.0.0.1:9", "write.index_shards=2"]))
+    jobs = []
+    gc.collect()
+    before = psutil.Process().memory_info().rss
+    for table in tables:
+        config = routes.config_for(SourceTable(table.name, "public", "shop"))
+        opened = open_table(config, None, check_table(config))
+        lease = make_lease(config, opened, job_id=f"idle-{table.name}", probed=True)
+        lease.acquire(10)
+        job = start(config, opened, lease, "idle", BatchWriter, streaming=False)
+        job.services.wait()
+        job.status()
+        jobs.append(job)
+    gc.collect()
+    grown = psutil.Process().memory_info().rss - before
+    for job in jobs:
+        job.writer.close()
+        job.coordinator.lease.release()
+    return {"idle_mb_a_table": round(grown / len(tables) / 2**20, 1)}
+
+
 def _records(text: str) -> int:
     return sum(int(m.group(4)) for m in BATCH_LINE.finditer(text))
 
@@ -227,6 +261,7 @@ def main() -> None:
         print(f"  delta-rs: round {results[0]['round_seconds']} s", flush=True)
         results.append(run_singles(work, bootstrap, tables, args.rounds))
         results.append(run_database(work, bootstrap, tables, args.rounds, args.minutes, args.rate, args.seed))
+        results[-1].update(idle_cost(work, tables))
     finally:
         broker.kill()
         broker.wait()

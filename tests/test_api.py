@@ -78,6 +78,12 @@ def test_file_groups_writer_lease_metrics_health(server, written):
     assert "laketide_commits_total" in metrics and "laketide_commit_latency_seconds_bucket" in metrics and 'laketide_lease_held{table="t"} 0.0' in metrics
     assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "table": table.uri}
     assert httpx.get(f"{base}/docs").status_code == 200
+    # a server of one table lists it, and takes its name or its path where a route names a table, or nothing
+    assert [(t["name"], t["uri"]) for t in httpx.get(f"{base}/v1/tables").json()] == [("t", table.uri)]
+    assert httpx.get(f"{base}/v1/partitions", params={"table": "t"}).status_code == 200
+    assert httpx.get(f"{base}/v1/partitions", params={"table": table.uri + "/"}).status_code == 200
+    other = httpx.get(f"{base}/v1/partitions", params={"table": "orders"})
+    assert other.status_code == 404 and "answers for table t" in other.json()["detail"]
 
 
 def test_mutations_need_the_token(server, written):
