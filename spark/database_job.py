@@ -18,8 +18,8 @@ from collections.abc import Callable
 from laketide.config import JobConfig
 from laketide.config_tables import TableRoutes
 from laketide.coordinator import LeaseLost
-from laketide.coordinator.services import TableServiceFailed
 from laketide.spark.change_feed import kafka_stream
+from laketide.spark.job import await_query, start_query, writer_id_for
 from laketide.spark.kafka_offsets import KafkaOffsets
 from laketide.spark.session import spark_session
 from laketide.spark.sources import change_decoder, source_schema
@@ -36,8 +36,6 @@ RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset")
 def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None = None,
                  on_ready: Callable[[Database], None] | None = None) -> Database:
     """Run the job of a whole database until its trigger ends it (available-now) or it is stopped."""
-    from laketide.spark.job import start_query, writer_id_for
-
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
     TableRoutes(config)  # a template or source the job cannot run is refused before Spark starts
@@ -90,31 +88,23 @@ def _report_lag(database: Database, offsets: KafkaOffsets, report: DatabaseRepor
 
 
 def _await(query, database: Database) -> bool:
-    """Wait for the query to end; ``True`` when it was stopped rather than ending by itself."""
-    try:
-        while not query.awaitTermination(1):
-            if database.lost.is_set():
+    def watch() -> None:
+        if database.lost.is_set():
+            query.stop()
+            raise _lost(database)
+        for table in database.tables.values():
+            if table.job.services.failures.fatal is not None:
                 query.stop()
-                raise _lost(database)
-            for table in database.tables.values():
-                if table.job.services.failures.fatal is not None:
-                    query.stop()
-                    table.job.services.failures.raise_if_fatal()
-            if database.stop_requested.is_set():
-                query.stop()
-    except KeyboardInterrupt:
-        log.info("stopping the query")
-        query.stop()
-        return True
-    except TableServiceFailed:
-        raise
-    except Exception as failure:
+                table.job.services.failures.raise_if_fatal()
+
+    def failed(failure: Exception) -> BaseException | None:
         if "LeaseLost" in str(failure) or database.lost.is_set():
-            raise _lost(database) from None
+            return _lost(database)
         if isinstance(database.failure, LaketideError):
-            raise database.failure from None  # as raised, so its kind gives the exit code
-        raise
-    return database.stop_requested.is_set()
+            return database.failure  # as raised, so its kind gives the exit code
+        return None
+
+    return await_query(query, watch, database.stop_requested, failed)
 
 
 def _lost(database: Database) -> LeaseLost:

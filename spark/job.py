@@ -132,18 +132,15 @@ def start_query(config: JobConfig, source, each: Callable):
     return stream.start()
 
 
-def _await(query, job: RunningJob, lost: threading.Event) -> bool:
-    """Wait for the query to end; ``True`` when it was stopped (by a stop request or Ctrl-C) rather than ending by itself."""
-    failures = job.services.failures
+def await_query(query, watch: Callable[[], None], stop_requested: threading.Event, failed: Callable[[Exception], BaseException | None]) -> bool:
+    """Wait for the query to end; ``True`` when it was stopped (by a stop request or Ctrl-C) rather than ending by
+    itself. ``watch()`` runs every second and raises, once it stopped the query, what must end the job (a lost
+    lease, a service that failed too often); ``failed(error)`` names what a failed query ends the job with, or
+    ``None`` for the error as it came."""
     try:
         while not query.awaitTermination(1):
-            if lost.is_set():
-                query.stop()
-                raise job.coordinator.lease.loss()
-            if failures.fatal is not None:
-                query.stop()
-                failures.raise_if_fatal()
-            if job.stop_requested.is_set():
+            watch()
+            if stop_requested.is_set():
                 query.stop()
     except KeyboardInterrupt:
         log.info("stopping the query")
@@ -152,17 +149,37 @@ def _await(query, job: RunningJob, lost: threading.Event) -> bool:
     except TableServiceFailed:
         raise
     except Exception as failure:
+        named = failed(failure)
+        if named is not None:
+            raise named from None
+        raise
+    return stop_requested.is_set()
+
+
+def _await(query, job: RunningJob, lost: threading.Event) -> bool:
+    failures = job.services.failures
+
+    def watch() -> None:
+        if lost.is_set():
+            query.stop()
+            raise job.coordinator.lease.loss()
+        if failures.fatal is not None:
+            query.stop()
+            failures.raise_if_fatal()
+
+    def failed(failure: Exception) -> BaseException | None:
         if "LeaseLost" in str(failure) or _lease_gone(job, lost):
-            raise job.coordinator.lease.loss() from None
+            return job.coordinator.lease.loss()
         # a service that failed too often stops the query from inside a micro-batch, after its commit
         failures.raise_if_fatal()
         if isinstance(job.writer.failure, LaketideError):
-            raise job.writer.failure from None  # as raised, so its kind gives the exit code
+            return job.writer.failure  # as raised, so its kind gives the exit code
         loss = DATA_LOSS.search(str(failure))
         if loss:  # raised by the Kafka source's planning, which runs in a Python worker of Spark's
-            raise KafkaDataLoss(loss.group(1).strip()) from None
-        raise
-    return job.stop_requested.is_set()
+            return KafkaDataLoss(loss.group(1).strip())
+        return None
+
+    return await_query(query, watch, job.stop_requested, failed)
 
 
 def _lease_gone(job: RunningJob, lost: threading.Event) -> bool:

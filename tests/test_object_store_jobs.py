@@ -140,7 +140,7 @@ def test_twenty_micro_batches_land_through_a_store_that_throttles_and_resets(s3,
         proxy.stop()
     assert proxy.counts["slow_down"] > 50 and proxy.counts["reset"] > 5, proxy.counts
     assert_every_reader_equals(uri, s3, model, "COPY_ON_WRITE")
-    retried = [float(line.split()[-1]) for text in scrapes for line in text.splitlines() if line.startswith("laketide_storage_retries_total ")]
+    retried = [float(line.split()[-1]) for text in scrapes for line in text.splitlines() if line.startswith("laketide_storage_retries_total{")]
     assert retried and max(retried) > 0, "retries show in /metrics"
     assert " retries=" in (tmp_path / "job.log").read_text()
 
