@@ -158,8 +158,7 @@ class ApiTables:
         if self.only is not None:
             view = self.only.writer()
             return [_summary(self.only.name, self.only.uri, None, view)]
-        return [_summary(name, t.job.table.uri, t.source.name, WriterView.model_validate(t.job.status()))
-                for name, t in sorted(self.database.tables.items())]
+        return [_summary(name, t.job.table.uri, t.source.name, self.context(name).writer()) for name, t in sorted(self.database.tables.items())]
 
 
 def _where(uri: str) -> str:

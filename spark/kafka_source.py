@@ -321,11 +321,6 @@ def _consumer(client: tuple[tuple[str, str], ...]):
     return Consumer({**dict(client), "group.id": f"laketide-{uuid.uuid4()}", "enable.auto.commit": False, "enable.partition.eof": True})
 
 
-def read_range(one: PartitionRange, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """The records of one topic-partition's range, as a split of its own."""
-    return read_split(KafkaSplit((one,)), batch_rows)
-
-
 def _row(message) -> tuple:
     kind, millis = message.timestamp()
     headers = [{"key": k, "value": v} for k, v in (message.headers() or [])]

@@ -235,13 +235,13 @@ def test_offsets_gone_from_the_broker_stop_the_job_and_the_setting_goes_on(kafka
 def test_a_split_stops_at_its_end_offset_whatever_lies_beyond(kafka, stop):
     """The reader reads ``[start, end)`` and no further, so a broker whose high watermark lags behind
     the records it holds (Tansu's, after a batched produce) delays records, never repeats or loses one."""
-    from laketide.spark.kafka_source import PartitionRange, read_range
+    from laketide.spark.kafka_source import KafkaSplit, PartitionRange, read_split
 
     kafka.create_topic("plain", 1)
     for n in range(8):
         kafka.produce("plain", 0, None, {"n": n})
     split = PartitionRange("plain", 0, 1, stop, (("bootstrap.servers", kafka.bootstrap),))
-    offsets = [o for batch in read_range(split) for o in batch.column("offset").to_pylist()]
+    offsets = [o for batch in read_split(KafkaSplit((split,))) for o in batch.column("offset").to_pylist()]
     assert offsets == list(range(1, stop))
 
 

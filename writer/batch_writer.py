@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -171,7 +170,7 @@ class BatchWriter:
         self.clock = clock or StepClock()
         # threads of a micro-batch the driver writes: the driver's cores, or fewer tasks
         self._owns_pool = driver_pool is None
-        self.driver_pool = driver_pool or DriverPool(min(config.write.parallelism, os.cpu_count() or 1))
+        self.driver_pool = driver_pool or DriverPool.for_writes(config.write)
         self.label = label
 
     def run(self, batch_id: int, load: Callable[[], LoadedBatch]) -> BatchReport:

@@ -111,7 +111,8 @@ class ChangeDecoder:
         from laketide.writer.batch_writer import LoadedBatch
         from laketide.writer.driver_batch import DriverBatch
 
-        messages = messages if messages is not None or self.avro is not None else self.parse(records)
+        if messages is None and self.avro is None:
+            messages = self.parse(records)  # once, for the row schemas and the rows
         columns = self.columns_for(lambda: self.schemas(records, messages), writer.table)
         rows, decoded = self.rows(records, columns, messages)
         batch = DriverBatch.prepare(rows, writer.spec, writer.driver_pool, writer.clock.timed)
@@ -156,7 +157,7 @@ class ChangeDecoder:
             partition = pc.utf8_lpad(records["partition"].combine_chunks().cast(pa.string()), 10, "0")
             origin = pc.binary_join_element_wise(records["topic"].combine_chunks(), partition, "/")
             rows = rows.append_column(SOURCE_FILE, origin).append_column(SOURCE_OFFSET, records["offset"].combine_chunks().cast(pa.int64()))
-            raw = _raw_records(records, rows[DECODE_REASON])
+            raw = raw_records(records, rows[DECODE_REASON])
         else:
             origin = records[SOURCE_FILE].combine_chunks()
             for name in (SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK):
@@ -196,7 +197,7 @@ def _arrow_schema(columns: list[dict]) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _raw_records(records: pa.Table, reasons: pa.ChunkedArray) -> pa.Array:
+def raw_records(records: pa.Table, reasons: pa.ChunkedArray) -> pa.Array:
     """A bad record's raw form for quarantine: where it was, and its value as text, or base64 when not UTF-8."""
     bad = pc.is_valid(reasons).to_numpy(zero_copy_only=False)
     out: list[str | None] = [None] * records.num_rows

@@ -51,13 +51,11 @@ def route(records: pa.Table, topics_seen: dict[str, SourceTable]) -> Routed:
         if source is not None:
             keys[i] = SourceTable(source[2], source[1], source[0], topic_list[i])
             topics_seen.setdefault(topic_list[i], keys[i])
-    for i, key in enumerate(keys):
-        if key is None and topic_list[i] in topics_seen:
-            keys[i] = topics_seen[topic_list[i]]
     routed = Routed(messages)
     by_key: dict[SourceTable, list[int]] = {}
     unrouted = []
     for i, key in enumerate(keys):
+        key = key or topics_seen.get(topic_list[i])  # a message naming no table goes with its topic
         if key is None:
             unrouted.append(i)
         else:

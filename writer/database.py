@@ -36,13 +36,12 @@ from laketide.table import Table
 from laketide.table.errors import Conflict, LaketideError, first_line
 from laketide.writer import quarantine
 from laketide.writer.batch_writer import BatchWriter
-from laketide.writer.change_decoder import ChangeDecoder
+from laketide.writer.change_decoder import ChangeDecoder, raw_records
 from laketide.writer.change_events import ChangeSpec, Messages, change_rows
 from laketide.writer.change_routes import Routed, record_key_of, route
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.report import BatchReport
 from laketide.writer.running import RunningJob, check_table, make_lease, open_table, quarantine_path, start
-from laketide.writer.schema_registry import unframed
 
 log = logging.getLogger("laketide.job")
 UNROUTED = "_unrouted"  # beside the tables: the records of topics no table is known for that are not skipped
@@ -115,7 +114,7 @@ class Database:
         self.tables: dict[str, DatabaseTable] = {}
         self._by_source: dict[SourceTable, str] = {}
         self._topics: dict[str, SourceTable] = {}  # the source table each topic's events went to
-        self.pool = DriverPool(min(config.write.parallelism, 4))
+        self.pool = DriverPool.for_writes(config.write)
         self.gate = threading.BoundedSemaphore(config.database.services_at_once)
         self.lost = threading.Event()  # set by any table's lease when it is lost
         self.stop_requested = threading.Event()
@@ -130,8 +129,7 @@ class Database:
         try:
             return self._write(batch_id, records, read_seconds)
         except BaseException as failure:
-            # as raised: Spark hands the query's waiter only its text
-            self.failure = self.failure if isinstance(failure, TableFailed) else failure
+            self.failure = failure  # as raised: Spark hands the query's waiter only its text
             raise
 
     def topics_of(self, label: str) -> set[str]:
@@ -173,7 +171,7 @@ class Database:
             key = self.routes.key(source)
             label = self._by_source.get(key)
             if label is None:
-                label = self.routes.label(self.routes.config_for(key).table.path)
+                label = self.routes.label(self.routes.path_of(key))
             out.setdefault(label, (key, []))[1].append(at)
         return {label: (key, np.sort(np.concatenate(parts))) for label, (key, parts) in out.items()}
 
@@ -259,8 +257,7 @@ class Database:
             return
         if self.config.database.on_table_failure == "stop":
             label, error = sorted(failures.items())[0]
-            self.failure = TableFailed(label, error)
-            raise self.failure from error
+            raise TableFailed(label, error) from error
         for label, error in sorted(failures.items()):
             source, at = by_table[label]
             self._set_aside(label, self.routes.config_for(source), batch_id, records.take(pa.array(at)), error)
@@ -285,8 +282,9 @@ class Database:
 
 
 def _quarantine(records: pa.Table, reasons: pa.Array, target: str, options: dict[str, str]) -> None:
-    """Kafka records set aside under ``target`` with their reasons: each value as text, and where it was."""
-    raws = unframed(records["value"].combine_chunks()).cast(pa.string(), safe=False)
+    """Kafka records set aside under ``target`` with their reasons: each in the raw form every Kafka record in
+    quarantine has (``change_decoder.raw_records``), and where it was."""
+    raws = raw_records(records, reasons)
     places = pc.binary_join_element_wise(records["topic"].combine_chunks().cast(pa.string()), "/",
                                          records["partition"].combine_chunks().cast(pa.string()), "@",
                                          records["offset"].combine_chunks().cast(pa.string()), "")

@@ -13,6 +13,7 @@ statuses are the same as on the executors; only who runs them differs.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -46,6 +47,11 @@ class DriverPool:
     def __init__(self, threads: int):
         self.threads = max(1, threads)
         self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="laketide-driver")
+
+    @classmethod
+    def for_writes(cls, write) -> DriverPool:
+        """The pool of ``write`` (the job's ``[write]``): the driver's cores, or fewer tasks (``write.parallelism``)."""
+        return cls(min(write.parallelism, os.cpu_count() or 1))
 
     def run(self, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, Part]]) -> list:
         """``run_part(slot, batches)`` over each (slot, rows), its seconds charged to ``stage``; what they yield, in slot order.

@@ -147,7 +147,7 @@ class TableRoutes:
         values = self._values(source)
         override = self.config.tables.get(name)
         table = self.config.table.model_copy(update={
-            "path": self.config.table.path.format(**values),
+            "path": self.path_of(source),
             "name": self.config.table.name or _avro_name(name),
             **(override.model_dump(exclude_unset=True, exclude={"schema_"}) if override else {}),
         })
@@ -169,6 +169,10 @@ class TableRoutes:
                 raise Invalid(f"the source's {placeholder} {value!r} cannot name a folder of {self.config.table.path!r}; "
                               "its events go to quarantine")
         return {p: values[p] for p in self.names}
+
+    def path_of(self, source: SourceTable) -> str:
+        """``source``'s table path: the template filled in (a name that could leave its folder refused)."""
+        return self.config.table.path.format(**self._values(source))
 
     @property
     def folder(self) -> str:
