@@ -51,7 +51,7 @@ def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None =
     try:
         if on_ready is not None:
             on_ready(database)
-        query = start_query(config, kafka_stream(spark, config.source.kafka).select(*RECORD_COLUMNS), lambda df, batch_id: _write(database, df, batch_id))
+        query = start_query(config, kafka_stream(spark, config.source.kafka).select(*RECORD_COLUMNS), lambda df, batch_id: _write(database, offsets, df, batch_id))
         stopped = _await(query, database)
         for table in database.tables.values():
             finish(table.job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)
@@ -66,10 +66,12 @@ def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None =
         database.close()
 
 
-def _write(database: Database, df, batch_id: int) -> None:
-    """One micro-batch: its records collected into the driver (Arrow), then written into their tables."""
+def _write(database: Database, offsets: KafkaOffsets, df, batch_id: int) -> None:
+    """One micro-batch: its records read on the driver (Arrow; the query's first collected from its scan, whose
+    start the offset log does not hold), then written into their tables."""
     started = time.monotonic()
-    records = df.toArrow()
+    records = offsets.read(batch_id)
+    records = records.select(RECORD_COLUMNS) if records is not None else df.toArrow()
     database.write(batch_id, records, time.monotonic() - started)
 
 

@@ -1,23 +1,70 @@
-"""What the checkpoint and the brokers tell of a Kafka query's micro-batches: the lag after each, and how
-many records the first spans (whose start the checkpoint does not log)."""
+"""What the checkpoint and the brokers tell of a Kafka query's micro-batches: each one's offset range, the lag
+after it, how many records the first spans, and its records read on the driver.
+
+A micro-batch small enough for the driver (``write.driver_batch_bytes``) is read here rather than by the query's
+own scan, which is then never run: no Spark job, no Python worker, no consumer made per task. Its end offsets are
+the offset log's entry for it (Spark writes it before ``foreachBatch`` runs), its start the entry before; the
+records come through one consumer kept for the job (``kafka_consumer.RangeConsumer``), under the same data-loss
+rules as the scan (``kafka_brokers.plan_ranges``). The query's first micro-batch, whose start the offset log does
+not hold, is read by the scan.
+"""
 
 from __future__ import annotations
 
 import logging
 
+import pyarrow as pa
+
 from laketide.config import JobConfig
 from laketide.spark.change_feed import kafka_client
+from laketide.spark.kafka_brokers import Brokers, Offsets, plan_ranges
+from laketide.spark.kafka_consumer import RangeConsumer
 from laketide.writer.landing import source_offsets
 
 log = logging.getLogger("laketide.job")
 
 
 class KafkaOffsets:
-    """A Kafka query's offsets; the brokers' client is made at the first question. Used by the micro-batch thread."""
+    """A Kafka query's offsets and the driver's reads; the brokers' clients are made at the first question. Used by
+    the micro-batch thread."""
 
     def __init__(self, config: JobConfig):
         self.config = config
-        self._brokers = None
+        self._brokers: Brokers | None = None
+        self._consumer: RangeConsumer | None = None
+        self._logged: dict[int, Offsets | None] = {}  # the offset log's last entries read, by micro-batch
+
+    @property
+    def brokers(self) -> Brokers:
+        if self._brokers is None:
+            self._brokers = Brokers(kafka_client(self.config.source.kafka))
+        return self._brokers
+
+    def logged(self, batch_id: int) -> Offsets | None:
+        """The end offsets of micro-batch ``batch_id`` as the offset log holds them (``None``: not there)."""
+        if batch_id not in self._logged:
+            self._logged = {b: o for b, o in self._logged.items() if b >= batch_id - 2}  # a micro-batch asks of itself and the one before
+            self._logged[batch_id] = source_offsets(self.config.stream.checkpoint, batch_id, self.config.storage.io_options)
+        return self._logged[batch_id]
+
+    def records(self, batch_id: int) -> int | None:
+        """How many offsets micro-batch ``batch_id`` spans (records, less any a compacted topic dropped): from the offset
+        log, or for the query's first micro-batch as ``first_records`` says. ``None`` when unknown."""
+        end, start = self.logged(batch_id), self.logged(batch_id - 1)
+        if end is not None and start is not None:
+            return sum(int(o) - int(start.get(t, {}).get(p, 0)) for t, parts in end.items() for p, o in parts.items())
+        return self.first_records(batch_id)
+
+    def read(self, batch_id: int) -> pa.Table | None:
+        """The records of micro-batch ``batch_id`` (Spark's Kafka columns, in (topic, partition, offset) order), read
+        on the driver; ``None`` for the query's first micro-batch, whose start the offset log does not hold."""
+        end, start = self.logged(batch_id), self.logged(batch_id - 1)
+        if end is None or start is None:
+            return None
+        ranges = plan_ranges(start, end, self.brokers, self.config.source.kafka.fail_on_data_loss)
+        if self._consumer is None:
+            self._consumer = RangeConsumer(kafka_client(self.config.source.kafka))
+        return self._consumer.read(ranges)
 
     def lag(self, batch_id: int) -> dict[str, int]:
         """Per ``topic/partition``, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.
@@ -46,13 +93,10 @@ class KafkaOffsets:
 
     def _end_and_watermarks(self, batch_id: int) -> tuple[dict, dict[tuple[str, int], tuple[int, int]]]:
         """The micro-batch's end offsets (from the checkpoint) and the brokers' (earliest, newest) of each partition."""
-        from laketide.spark.kafka_source import Brokers
-
-        end = source_offsets(self.config.stream.checkpoint, batch_id, self.config.storage.io_options) or {}
-        if self._brokers is None:
-            self._brokers = Brokers(kafka_client(self.config.source.kafka))
-        return end, self._brokers.watermarks([(t, int(p)) for t, parts in end.items() for p in parts])
+        end = self.logged(batch_id) or {}
+        return end, self.brokers.watermarks([(t, int(p)) for t, parts in end.items() for p in parts])
 
     def close(self) -> None:
-        if self._brokers is not None:
-            self._brokers.close()
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

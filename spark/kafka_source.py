@@ -13,56 +13,29 @@ A reader never reads past a split's end offset, and the ends come from the broke
 a broker that reports a watermark behind what it holds (Tansu was seen to) only delays records to a
 later micro-batch, it never loses or repeats one.
 
-Data loss, as Spark's ``failOnDataLoss`` names it: a start offset below what the broker still keeps
-(retention passed it), or a partition or topic that is gone, stops the query with an error naming the
-partitions and the offsets lost; with ``fail_on_data_loss = false`` the reader goes on from the earliest
-offset still there and logs, at ERROR, every range it skipped.
+Data loss (``failOnDataLoss``) is checked as ``kafka_brokers`` says; records are read by ``kafka_consumer``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from laketide.table.errors import Invalid, Refused, Unavailable
+from laketide.table.errors import Invalid
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from laketide.spark.kafka_brokers import Brokers, KafkaDataLoss, Offsets, OffsetRange, cap, check_behind, plan_ranges
+from laketide.spark.kafka_consumer import SCHEMA, RangeConsumer, as_batch
+
 log = logging.getLogger(__name__)
 NAME = "laketide-kafka"
 CLIENT_PREFIX = "kafka."  # client options passed through to librdkafka, as Spark's Kafka source takes them
-HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
-SCHEMA = pa.schema([
-    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-    ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()), ("headers", pa.list_(HEADER)),
-])
-READ_TIMEOUT = 120.0  # seconds a split may wait for the records the broker said it has
-
-
-class KafkaDataLoss(Refused):
-    """Offsets a micro-batch needs are gone from the broker (retention, a deleted topic or partition):
-    refused, as losing them silently would break exactly-once (exit code 4)."""
-
-
-Offsets = dict[str, dict[str, int]]  # topic -> partition (as a string, as in JSON) -> next offset
-
-
-@dataclass(frozen=True)
-class PartitionRange(InputPartition):
-    """One topic-partition's records ``[start, end)``."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-    client: tuple[tuple[str, str], ...]
+__all__ = ["KafkaDataLoss", "KafkaDataSource", "KafkaSplit", "NAME", "read_split"]
 
 
 @dataclass(frozen=True)
@@ -70,66 +43,21 @@ class KafkaSplit(InputPartition):
     """What one task reads: the ranges of a few topic-partitions, one after another, through one consumer. Many
     topics (a job of a whole database) would otherwise be as many tasks, each making a client and waiting on a fetch."""
 
-    ranges: tuple[PartitionRange, ...]
+    ranges: tuple[OffsetRange, ...]
+    client: tuple[tuple[str, str], ...]
 
 
-def splits_of(ranges: list[PartitionRange], most: int) -> list[KafkaSplit]:
+def splits_of(ranges: list[OffsetRange], most: int, client: dict[str, str]) -> list[KafkaSplit]:
     """``ranges`` in at most ``most`` splits of about equal records (the largest placed first, each on the
     lightest split), each split's ranges in (topic, partition) order."""
-    bins: list[list[PartitionRange]] = [[] for _ in range(min(most, len(ranges)))]
+    bins: list[list[OffsetRange]] = [[] for _ in range(min(most, len(ranges)))]
     weights = [0] * len(bins)
     for r in sorted(ranges, key=lambda r: r.end - r.start, reverse=True):
         lightest = weights.index(min(weights))
         bins[lightest].append(r)
         weights[lightest] += r.end - r.start
-    return [KafkaSplit(tuple(sorted(b, key=lambda r: (r.topic, r.partition)))) for b in bins if b]
-
-
-class Brokers:
-    """The driver's view of the topics: their partitions and offsets, through one admin client.
-
-    The offsets of every partition asked for come in one ListOffsets request per broker for the earliest
-    and one for the newest, so planning a micro-batch costs the same round trips for 3 partitions or 300.
-    Under ``isolation.level = read_committed`` the newest is the last stable offset, as a consumer of that
-    level sees it."""
-
-    def __init__(self, client: dict[str, str]):
-        from confluent_kafka.admin import AdminClient
-
-        self.admin = AdminClient(client)
-        self.read_committed = client.get("isolation.level") == "read_committed"
-
-    def partitions(self, topics: list[str], pattern: str | None) -> dict[str, list[int]]:
-        try:
-            metadata = self.admin.list_topics(timeout=30)
-        except Exception as error:
-            raise Unavailable(f"the Kafka brokers did not answer ({error}); check source.kafka.bootstrap_servers") from None
-        found = {name: sorted(t.partitions) for name, t in metadata.topics.items() if t.error is None}
-        if pattern:
-            return {name: parts for name, parts in found.items() if re.fullmatch(pattern, name) and not name.startswith("__")}
-        return {name: found.get(name, []) for name in topics}
-
-    def watermarks(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
-        """(earliest, next) offset of each (topic, partition)."""
-        from confluent_kafka import IsolationLevel, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        level = IsolationLevel.READ_COMMITTED if self.read_committed else IsolationLevel.READ_UNCOMMITTED
-        ends: dict[tuple[str, int], list[int]] = {place: [0, 0] for place in partitions}
-        if not ends:
-            return {}
-        for which, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
-            asked = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in ends}, isolation_level=level, request_timeout=30)
-            for place, answer in asked.items():
-                try:
-                    ends[(place.topic, place.partition)][which] = answer.result().offset
-                except Exception as error:
-                    raise Unavailable(f"the Kafka brokers did not give the offsets of {place.topic} partition {place.partition} "
-                                      f"({error}); check source.kafka.bootstrap_servers") from None
-        return {place: (low, high) for place, (low, high) in ends.items()}
-
-    def close(self) -> None:
-        pass  # an admin client has nothing to leave: its connections close with it
+    settings = tuple(sorted(client.items()))
+    return [KafkaSplit(tuple(sorted(b, key=lambda r: (r.topic, r.partition))), settings) for b in bins if b]
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -191,56 +119,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         latest = self.target or self._latest()
-        self._check_behind(start, latest)
+        check_behind(start, latest, self.fail_on_data_loss)
         end = {t: dict(parts) for t, parts in latest.items()}
         if isinstance(limit, ReadMaxRows):
             end = cap(start, end, limit.max_rows)
         return end
 
-    def _check_behind(self, start: Offsets, latest: Offsets) -> None:
-        """A partition whose newest offset is below where the stream stands was deleted and made again."""
-        behind = [(t, p, o, latest[t][p]) for t, parts in start.items() for p, o in parts.items() if t in latest and p in latest[t] and latest[t][p] < o]
-        for topic, partition, at, newest in behind:
-            lost = f"{topic} partition {partition} ends at offset {newest}, before offset {at} where this stream stands (was the topic deleted and created again?)"
-            if self.fail_on_data_loss:
-                raise KafkaDataLoss(f"{lost}. To read it again from its earliest offset, set source.kafka.fail_on_data_loss = false and start the job again.")
-            log.error("DATA LOSS: %s; reading it again from its earliest offset because source.kafka.fail_on_data_loss = false", lost)
-
     def reportLatestOffset(self) -> Offsets:
         return self._latest()
 
     def partitions(self, start: Offsets, end: Offsets) -> list[KafkaSplit]:
-        ranges = []
-        marks = self.brokers.watermarks([(topic, int(p)) for topic, parts in end.items() for p in parts])
-        for topic, parts in end.items():
-            for p, stop in parts.items():
-                begin = start.get(topic, {}).get(p, 0)
-                begin = self._still_there(topic, int(p), begin, stop, marks[(topic, int(p))])
-                if begin < stop:
-                    ranges.append(PartitionRange(topic, int(p), begin, stop, tuple(sorted(self.client.items()))))
-        self._check_gone(start, end)
-        return splits_of(ranges, self.max_splits)
-
-    def _still_there(self, topic: str, partition: int, begin: int, stop: int, marks: tuple[int, int]) -> int:
-        low, high = marks
-        if begin > high:  # made again since (``_check_behind`` decided to go on): from its start
-            return low
-        if begin >= low:
-            return begin
-        lost = f"{topic} partition {partition}: offsets {begin} to {min(low, stop) - 1} are gone from the broker (retention or a deleted topic)"
-        if self.fail_on_data_loss:
-            raise KafkaDataLoss(f"{lost}. Nothing was written for them. To go on from the earliest offset still there, "
-                                "set source.kafka.fail_on_data_loss = false and start the job again; the skipped ranges are logged.")
-        log.error("DATA LOSS: %s; going on from offset %d because source.kafka.fail_on_data_loss = false", lost, low)
-        return low
-
-    def _check_gone(self, start: Offsets, end: Offsets) -> None:
-        gone = [f"{t} partition {p}" for t, parts in start.items() for p in parts if p not in end.get(t, {})]
-        if gone and self.fail_on_data_loss:
-            raise KafkaDataLoss(f"{', '.join(gone)} no longer exist on the broker. To go on without them, set "
-                                "source.kafka.fail_on_data_loss = false and start the job again.")
-        for name in gone:
-            log.error("DATA LOSS: %s no longer exists; going on without it", name)
+        return splits_of(plan_ranges(start, end, self.brokers, self.fail_on_data_loss), self.max_splits, self.client)
 
     def read(self, split: KafkaSplit) -> Iterator[pa.RecordBatch]:
         yield from read_split(split)
@@ -249,87 +138,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
     def stop(self) -> None:
-        if self._brokers is not None:
-            self._brokers.close()
+        self._brokers = None
 
 
-def cap(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
-    """``end`` brought back so the micro-batch holds at most ``max_rows`` offsets, shared across the
-    partitions in proportion to their backlog, every partition with a backlog getting at least one."""
-    backlog = {(t, p): max(0, o - start.get(t, {}).get(p, 0)) for t, parts in end.items() for p, o in parts.items()}
-    total = sum(backlog.values())
-    if total <= max_rows:
-        return end
-    capped = {t: dict(parts) for t, parts in end.items()}
-    for (t, p), n in backlog.items():
-        if n > 0:
-            capped[t][p] = start.get(t, {}).get(p, 0) + max(1, n * max_rows // total)
-    return capped
-
-
-def read_split(split: KafkaSplit, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
+def read_split(split: KafkaSplit) -> Iterator[pa.RecordBatch]:
     """The records of a split's ranges, ``[start, end)`` by offset, through one consumer assigned all of them: Arrow
     batches of one partition each, in offset order within a partition (a key's records are in one partition)."""
-    from confluent_kafka import KafkaError, TopicPartition
-
-    ranges = {(r.topic, r.partition): r for r in split.ranges if r.start < r.end}
-    if not ranges:
-        return
-    position = {place: r.start for place, r in ranges.items()}
-    rows: dict[tuple[str, int], list[tuple]] = {place: [] for place in ranges}
-    consumer = _consumer(split.ranges[0].client)
-    consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges.values()])
-    reading, deadline = set(ranges), time.monotonic() + READ_TIMEOUT
+    consumer = RangeConsumer(dict(split.client))
     try:
-        while reading:
-            # no more than the ranges still hold: consume waits until it has as many as asked, or its timeout
-            left = sum(ranges[place].end - position[place] for place in reading)
-            messages = consumer.consume(max(1, min(batch_rows, left)), timeout=1.0)
-            for message in messages:
-                place = (message.topic(), message.partition())
-                if place not in reading:
-                    continue  # past its range: the next micro-batch's
-                end, error = ranges[place].end, message.error()
-                if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                    # the partition's end: offsets before it that no record came for are gone (a compacted
-                    # topic) or transaction markers, which a consumer never sees
-                    position[place] = max(position[place], min(message.offset(), end))
-                elif error is not None:
-                    raise Unavailable(f"reading {place[0]} partition {place[1]} at offset {position[place]}: {error}")
-                elif message.offset() >= end:
-                    position[place] = end
-                else:
-                    rows[place].append(_row(message))
-                    position[place] = message.offset() + 1
-                if position[place] >= end:
-                    reading.discard(place)
-                if len(rows[place]) >= batch_rows or (place not in reading and rows[place]):
-                    yield _batch(rows[place])
-                    rows[place] = []
-            if messages:
-                deadline = time.monotonic() + READ_TIMEOUT
-            elif time.monotonic() > deadline:
-                waiting = ", ".join(f"{t} partition {p} offsets {position[(t, p)]} to {ranges[(t, p)].end - 1}" for t, p in sorted(reading))
-                raise Unavailable(f"no record within {READ_TIMEOUT:.0f}s at {waiting}, though the broker reported them")
+        for _, rows in consumer.chunks(list(split.ranges)):
+            yield as_batch(rows)
     finally:
         consumer.close()
-
-
-def _consumer(client: tuple[tuple[str, str], ...]):
-    from confluent_kafka import Consumer
-
-    return Consumer({**dict(client), "group.id": f"laketide-{uuid.uuid4()}", "enable.auto.commit": False, "enable.partition.eof": True})
-
-
-def _row(message) -> tuple:
-    kind, millis = message.timestamp()
-    headers = [{"key": k, "value": v} for k, v in (message.headers() or [])]
-    return (message.key(), message.value(), message.topic(), message.partition(), message.offset(), millis * 1000 if kind else None, kind, headers)
-
-
-def _batch(rows: list[tuple]) -> pa.RecordBatch:
-    columns = list(zip(*rows))
-    return pa.RecordBatch.from_arrays([pa.array(column, field.type) for column, field in zip(columns, SCHEMA)], schema=SCHEMA)
 
 
 class KafkaDataSource(DataSource):

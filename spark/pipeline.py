@@ -25,11 +25,11 @@ from laketide.table.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.exchange import Exchange
+from laketide.writer.kafka_values import plain_rows
 from laketide.writer.schema_registry import schema_ids
 from laketide.writer.landing import (
     batch_files,
     decoded_bytes,
-    kafka_records,
     Piece,
     parquet_pieces,
     read_landed_parquet,
@@ -111,9 +111,7 @@ class MicroBatchWriter(BatchWriter):
         """Whether a Kafka micro-batch is small enough for the driver (``write.driver_batch_bytes``), by its offsets."""
         if not self.config.write.driver_batch_bytes:
             return False
-        records = kafka_records(self.config.stream.checkpoint, batch_id, self.config.storage.io_options)
-        if records is None:
-            records = self.offsets.first_records(batch_id)
+        records = self.offsets.records(batch_id)
         return self._fits_driver(records * KAFKA_RECORD_BYTES if records is not None else None)
 
     def close(self) -> None:
@@ -233,7 +231,8 @@ class MicroBatchWriter(BatchWriter):
         driver when it fits, else in Spark's prepare tasks."""
         changes = self.changes
         if self._changes_fit_driver(batch_id):
-            return changes.load(df.toArrow(), self)
+            records = self.offsets.read(batch_id) if self.config.source.format == "kafka" else None
+            return changes.load(records.select(df.columns) if records is not None else df.toArrow(), self)
         columns = changes.columns_for(lambda: self._row_schemas(df), self.table)
         batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns))
         changes.saw(batch.tally)
@@ -292,7 +291,7 @@ class MicroBatchWriter(BatchWriter):
         elif source.format == "kafka":
             if not self._kafka_fits_driver(batch_id):
                 return None
-            landed = df.toArrow()
+            landed = self._kafka_rows(df, batch_id)
         else:
             if not self._fits_driver(files[1] if files is not None else None):
                 return None
@@ -307,6 +306,14 @@ class MicroBatchWriter(BatchWriter):
                 log.warning("micro-batch %s could not be collected; Spark's tasks read it file by file", batch_id)
                 return None
         return DriverBatch.prepare(landed, self.spec, self.driver_pool, self.clock.timed)
+
+    def _kafka_rows(self, df: DataFrame, batch_id: int) -> pa.Table:
+        """A Kafka micro-batch's rows for the driver: read and decoded there (``kafka_offsets``, ``writer.kafka_values``)
+        when the offset log gives its range and its values are JSON the driver decodes as Spark would, else
+        collected from the query's scan."""
+        records = self.offsets.read(batch_id) if self.config.source.value_format == "json" else None
+        rows = plain_rows(records, to_arrow_schema(df.schema, timezone=self.timezone)) if records is not None else None
+        return rows if rows is not None else df.toArrow()
 
     def _without_unreadable_files(self, df: DataFrame, batch_id: int, failure: Exception) -> tuple[DataFrame, dict[str, str]]:
         """The micro-batch read again file by file, leaving out the files Spark cannot read.

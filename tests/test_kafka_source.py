@@ -235,14 +235,39 @@ def test_offsets_gone_from_the_broker_stop_the_job_and_the_setting_goes_on(kafka
 def test_a_split_stops_at_its_end_offset_whatever_lies_beyond(kafka, stop):
     """The reader reads ``[start, end)`` and no further, so a broker whose high watermark lags behind
     the records it holds (Tansu's, after a batched produce) delays records, never repeats or loses one."""
-    from laketide.spark.kafka_source import KafkaSplit, PartitionRange, read_split
+    from laketide.spark.kafka_brokers import OffsetRange
+    from laketide.spark.kafka_source import KafkaSplit, read_split
 
     kafka.create_topic("plain", 1)
     for n in range(8):
         kafka.produce("plain", 0, None, {"n": n})
-    split = PartitionRange("plain", 0, 1, stop, (("bootstrap.servers", kafka.bootstrap),))
-    offsets = [o for batch in read_split(KafkaSplit((split,))) for o in batch.column("offset").to_pylist()]
+    split = KafkaSplit((OffsetRange("plain", 0, 1, stop),), (("bootstrap.servers", kafka.bootstrap),))
+    offsets = [o for batch in read_split(split) for o in batch.column("offset").to_pylist()]
     assert offsets == list(range(1, stop))
+
+
+def test_a_kept_consumer_reads_on_where_it_ended_and_afresh_elsewhere(kafka):
+    """The driver's consumer, kept between micro-batches: a range that starts where the last ended is read from
+    what was fetched ahead; one that does not (a restart, a replay) is read afresh from its start. Records of
+    several partitions come in (partition, offset) order, each exactly once."""
+    from laketide.spark.kafka_brokers import OffsetRange
+    from laketide.spark.kafka_consumer import RangeConsumer
+
+    kafka.create_topic("kept", 2)
+    for n in range(20):
+        kafka.produce("kept", n % 2, None, {"n": n})
+    consumer = RangeConsumer({"bootstrap.servers": kafka.bootstrap})
+    try:
+        def read(*ranges):
+            table = consumer.read([OffsetRange("kept", p, a, b) for p, a, b in ranges])
+            return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
+
+        assert read((0, 0, 4), (1, 0, 3)) == [(0, o) for o in range(4)] + [(1, o) for o in range(3)]
+        assert read((0, 4, 6), (1, 3, 10)) == [(0, 4), (0, 5)] + [(1, o) for o in range(3, 10)]
+        assert read((0, 2, 5)) == [(0, 2), (0, 3), (0, 4)]  # a replay: afresh
+        assert read((0, 5, 10), (1, 10, 10)) == [(0, o) for o in range(5, 10)]
+    finally:
+        consumer.close()
 
 
 ROW_AVRO = {"type": "record", "name": "Value", "namespace": "dbserver.public.orders", "fields": [

@@ -33,6 +33,7 @@ from laketide.writer.connect_avro import AvroValues
 from laketide.writer.schema_registry import schema_ids, unframed
 from laketide.writer.connect_schema import Encoding, arrow_type
 from laketide.writer.connect_values import Decoding
+from laketide.writer.kafka_values import record_origin
 from laketide.writer.prepare import Tally
 
 if TYPE_CHECKING:
@@ -154,9 +155,8 @@ class ChangeDecoder:
             reasons = pc.coalesce(pa.array(unread, pa.string()), rows[DECODE_REASON])
             rows = rows.set_column(rows.schema.get_field_index(DECODE_REASON), DECODE_REASON, reasons)
         if kafka:
-            partition = pc.utf8_lpad(records["partition"].combine_chunks().cast(pa.string()), 10, "0")
-            origin = pc.binary_join_element_wise(records["topic"].combine_chunks(), partition, "/")
-            rows = rows.append_column(SOURCE_FILE, origin).append_column(SOURCE_OFFSET, records["offset"].combine_chunks().cast(pa.int64()))
+            origin, offsets = record_origin(records)
+            rows = rows.append_column(SOURCE_FILE, origin).append_column(SOURCE_OFFSET, offsets)
             raw = raw_records(records, rows[DECODE_REASON])
         else:
             origin = records[SOURCE_FILE].combine_chunks()

@@ -20,10 +20,7 @@ MIN_BLOCK = 1 << 20
 def parse_values(values: pa.Array, schema: pa.Schema | None = None) -> tuple[pa.Table, dict[int, str]]:
     """One row per value of ``values`` (binary or text, no nulls), and ``{row: reason}`` for those that are
     not one JSON object (of ``schema``, whose other fields are ignored; inferred when ``schema`` is None)."""
-    values = values.cast(pa.binary())
-    # a newline inside a value is whitespace between its tokens (JSON strings cannot hold one): it must not
-    # end the value's line
-    values = pc.replace_substring(pc.replace_substring(values, b"\n", b" "), b"\r", b" ")
+    values = _one_line_each(values)
     pieces, bad = _parsed(values, schema, 0)
     if not pieces:
         empty = schema.empty_table() if schema is not None else pa.table({})
@@ -42,6 +39,23 @@ def parse_values(values: pa.Array, schema: pa.Schema | None = None) -> tuple[pa.
     return table.take(pa.array(at, pa.int64())), bad
 
 
+def read_all(values: pa.Array, schema: pa.Schema) -> pa.Table | None:
+    """One row of ``schema`` per value of ``values`` (binary or text, no nulls), or ``None`` when any value is not
+    one JSON object of ``schema``'s types: for a caller that then decodes them another way, with no search for the
+    bad ones."""
+    try:
+        return _read(_one_line_each(values), schema)
+    except (pa.ArrowInvalid, _Misaligned):
+        return None
+
+
+def _one_line_each(values: pa.Array) -> pa.Array:
+    values = values.cast(pa.binary())
+    # a newline inside a value is whitespace between its tokens (JSON strings cannot hold one): it must not
+    # end the value's line
+    return pc.replace_substring(pc.replace_substring(values, b"\n", b" "), b"\r", b" ")
+
+
 def _parsed(values: pa.Array, schema: pa.Schema | None, start: int) -> tuple[list[tuple[int, pa.Table]], dict[int, str]]:
     try:
         return [(start, _read(values, schema))], {}
@@ -58,9 +72,17 @@ class _Misaligned(Exception):
     """The values gave another number of rows than there are values: one was blank, or held two objects."""
 
 
+class _NotObject(_Misaligned):
+    """A value is not a JSON object (``null``, a number, an array), or not JSON."""
+
+
 def _read(values: pa.Array, schema: pa.Schema | None) -> pa.Table:
     if len(values) == 0:
         return (schema or pa.schema([])).empty_table()
+    # pyarrow's reader takes a bare ``null`` line for a row of nulls, and crashes the process (pyarrow 26) when the
+    # first line is one: only objects are handed to it
+    if not pc.all(pc.match_substring_regex(values, r"^\s*\{")).as_py():
+        raise _NotObject("a value is not a JSON object")
     lines = pc.binary_join_element_wise(values, pa.scalar(b"", pa.binary()), pa.scalar(b"\n", pa.binary()))
     offsets = lines.buffers()[1]
     first, last = (int.from_bytes(offsets[4 * i: 4 * i + 4], "little", signed=True) for i in (lines.offset, lines.offset + len(lines)))
@@ -75,6 +97,8 @@ def _read(values: pa.Array, schema: pa.Schema | None) -> pa.Table:
 
 def _reason(error: Exception) -> str:
     text = first_line(error) or type(error).__name__
+    if isinstance(error, _NotObject):
+        return "the value is not an object: JSON of another kind (null, a number, an array), blank, or not JSON"
     if isinstance(error, _Misaligned):
         return "the value is not one JSON object (it is blank, or holds more than one)"
     if "changed from object to" in text or "Column() changed" in text:

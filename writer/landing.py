@@ -204,15 +204,6 @@ def source_offsets(checkpoint: str, batch_id: int, options: dict[str, str] | Non
     return json.loads(fileio.read_text(f"offsets/{batch_id}").splitlines()[-1])
 
 
-def kafka_records(checkpoint: str, batch_id: int, options: dict[str, str] | None = None) -> int | None:
-    """How many offsets a Kafka micro-batch spans (records, less any a compacted topic dropped), from
-    its end offsets and the previous batch's; ``None`` for the first batch, whose start is not logged."""
-    end, start = source_offsets(checkpoint, batch_id, options), source_offsets(checkpoint, batch_id - 1, options)
-    if end is None or start is None:
-        return None
-    return sum(int(o) - int(start.get(t, {}).get(p, 0)) for t, parts in end.items() for p, o in parts.items())
-
-
 def copy_aside(files: dict[str, str] | list[str], target: str, options: dict[str, str] | None = None) -> None:
     """Copy landing files into ``target`` (the originals stay, so a replayed batch reads them again)."""
     out = FileIO.for_uri(target, options)

@@ -1,0 +1,183 @@
+"""Records of offset ranges through one Kafka consumer, as Arrow, without Spark: what a task of laketide's Kafka
+source reads (a consumer made for its split), and what the driver reads of a micro-batch small enough for it (one
+consumer kept open for the whole job).
+
+A kept consumer pays for its connections and its first fetch once. Between micro-batches librdkafka keeps
+fetching ahead, and what a read took past its ranges' ends is held for the next read, which, starting where
+the last ended, finds its records waiting: on Tansu, 10,000 records 50,000 deep in a 3-partition topic took a
+new consumer 0.8-1 s and a kept one 0.05 s. What is held is bounded (``HOLD_BYTES``): past it, partitions the
+read does not wait on are paused, and resumed by the read that next needs them. A range that does not start
+where its partition's last read ended (a restart, a skip past lost offsets) is read afresh from its start.
+
+A read never hands on a record outside its ranges, and never skips one inside: offsets no record comes for
+are gone (a compacted topic) or transaction markers, known by the next record's offset or the partition's end.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from laketide.table.errors import Unavailable
+
+from laketide.spark.kafka_brokers import OffsetRange, Place
+
+HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
+# Spark's Kafka source's columns
+SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()), ("headers", pa.list_(HEADER)),
+])
+READ_TIMEOUT = 120.0  # seconds a read may wait for the records the broker said it has
+HOLD_BYTES = 64 * 2**20  # values held past the ranges' ends before partitions not waited on are paused
+# librdkafka's queue of fetched records, for all partitions (its default is 64 MiB)
+QUEUE_KBYTES = 32 * 1024
+
+
+@dataclass
+class _Partition:
+    """What the consumer has of one topic-partition. ``handed``: where the last read's range ended; ``known``:
+    every offset below it was delivered (handed on, held, or found absent); ``held``: rows past the last range."""
+
+    handed: int
+    known: int
+    held: list[tuple] = field(default_factory=list)
+    held_bytes: int = 0
+    paused: bool = False
+
+
+class RangeConsumer:
+    """One consumer, assigned the partitions its reads ask for. Used by one thread at a time."""
+
+    def __init__(self, client: dict[str, str]):
+        from confluent_kafka import Consumer
+
+        settings = {"queued.max.messages.kbytes": QUEUE_KBYTES, **client}
+        self._consumer = Consumer({**settings, "group.id": f"laketide-{uuid.uuid4()}", "enable.auto.commit": False, "enable.partition.eof": True})
+        self._partitions: dict[Place, _Partition] = {}
+
+    def read(self, ranges: list[OffsetRange]) -> pa.Table:
+        """Every record of ``ranges``, in (topic, partition, offset) order, with Spark's Kafka columns."""
+        chunks = {(r.topic, r.partition): [] for r in ranges}
+        for place, rows in self.chunks(ranges):
+            chunks[place].extend(rows)
+        return pa.Table.from_batches([as_batch(rows) for rows in chunks.values() if rows], schema=SCHEMA)
+
+    def chunks(self, ranges: list[OffsetRange], batch_rows: int = 10_000) -> Iterator[tuple[Place, list[tuple]]]:
+        """The records of ``ranges`` as rows, a partition's in offset order, at most ``batch_rows`` a chunk."""
+        ranges = [r for r in ranges if r.start < r.end]
+        ends = {(r.topic, r.partition): r.end for r in ranges}
+        self._place(ranges)
+        out: dict[Place, list[tuple]] = {place: [] for place in ends}
+        for place, end in ends.items():
+            yield from self._from_held(place, end, out[place])
+        waiting = {place for place, end in ends.items() if self._partitions[place].known < end}
+        deadline = time.monotonic() + READ_TIMEOUT
+        while waiting:
+            left = sum(ends[place] - self._partitions[place].known for place in waiting)
+            # no more than the ranges still hold: consume waits until it has as many as asked, or its timeout
+            messages = self._consumer.consume(max(1, min(batch_rows, left)), timeout=1.0)
+            for message in messages:
+                place = self._take(message, ends, out)
+                if place in waiting and self._partitions[place].known >= ends[place]:
+                    waiting.discard(place)
+                if place in out and out[place] and (len(out[place]) >= batch_rows or place not in waiting):
+                    yield place, out[place]
+                    out[place] = []
+            if messages:
+                deadline = time.monotonic() + READ_TIMEOUT
+            elif time.monotonic() > deadline:
+                gaps = ", ".join(f"{t} partition {p} offsets {self._partitions[(t, p)].known} to {ends[(t, p)] - 1}" for t, p in sorted(waiting))
+                raise Unavailable(f"no record within {READ_TIMEOUT:.0f}s at {gaps}, though the broker reported them")
+            self._bound_held(waiting)
+        for place, end in ends.items():
+            self._partitions[place].handed = end
+
+    def _place(self, ranges: list[OffsetRange]) -> None:
+        """Assign the partitions new to this consumer; read afresh those whose range does not start where their
+        last ended; resume the paused ones the ranges need."""
+        from confluent_kafka import TopicPartition
+
+        afresh = [r for r in ranges if (r.topic, r.partition) in self._partitions and self._partitions[(r.topic, r.partition)].handed != r.start]
+        if afresh:
+            self._consumer.incremental_unassign([TopicPartition(r.topic, r.partition) for r in afresh])
+            for r in afresh:
+                del self._partitions[(r.topic, r.partition)]
+        new = [r for r in ranges if (r.topic, r.partition) not in self._partitions]
+        if new:
+            self._consumer.incremental_assign([TopicPartition(r.topic, r.partition, r.start) for r in new])
+            self._partitions.update({(r.topic, r.partition): _Partition(r.start, r.start) for r in new})
+        paused = [TopicPartition(r.topic, r.partition) for r in ranges if self._partitions[(r.topic, r.partition)].paused]
+        if paused:
+            self._consumer.resume(paused)
+            for tp in paused:
+                self._partitions[(tp.topic, tp.partition)].paused = False
+
+    def _from_held(self, place: Place, end: int, out: list[tuple]) -> Iterator[tuple[Place, list[tuple]]]:
+        """The held rows of ``place`` below ``end`` moved to ``out`` (yielded at once when the range is whole)."""
+        state = self._partitions[place]
+        taken = 0
+        while taken < len(state.held) and state.held[taken][4] < end:
+            taken += 1
+        if taken:
+            out.extend(state.held[:taken])
+            state.held_bytes -= sum(len(row[1] or b"") for row in state.held[:taken])
+            del state.held[:taken]
+        if out and state.known >= end:
+            yield place, list(out)
+            out.clear()
+
+    def _take(self, message, ends: dict[Place, int], out: dict[Place, list[tuple]]) -> Place:
+        """One message or event into its partition's rows, held rows or known offsets."""
+        from confluent_kafka import KafkaError
+
+        place = (message.topic(), message.partition())
+        state = self._partitions.get(place)
+        error = message.error()
+        if state is None:
+            return place  # of a partition unassigned since it was fetched
+        if error is not None and error.code() == KafkaError._PARTITION_EOF:
+            # the partition's end: offsets before it that no record came for are gone or transaction markers
+            state.known = max(state.known, message.offset())
+        elif error is not None:
+            raise Unavailable(f"reading {place[0]} partition {place[1]} at offset {state.known}: {error}")
+        elif message.offset() >= state.known:
+            row = _row(message)
+            if place in out and message.offset() < ends[place]:
+                out[place].append(row)
+            else:  # past this read's range: the next read's
+                state.held.append(row)
+                state.held_bytes += len(row[1] or b"")
+            state.known = message.offset() + 1
+        return place
+
+    def _bound_held(self, waiting: set[Place]) -> None:
+        """Past ``HOLD_BYTES`` held, pause the partitions this read does not wait on: what librdkafka queued of them
+        is dropped, and fetched again from where the held rows end once a read resumes them."""
+        from confluent_kafka import TopicPartition
+
+        if sum(s.held_bytes for s in self._partitions.values()) <= HOLD_BYTES:
+            return
+        idle = [place for place, s in self._partitions.items() if place not in waiting and not s.paused]
+        if idle:
+            self._consumer.pause([TopicPartition(t, p) for t, p in idle])
+            for place in idle:
+                self._partitions[place].paused = True
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _row(message) -> tuple:
+    kind, millis = message.timestamp()
+    headers = [{"key": k, "value": v} for k, v in (message.headers() or [])]
+    return (message.key(), message.value(), message.topic(), message.partition(), message.offset(), millis * 1000 if kind else None, kind, headers)
+
+
+def as_batch(rows: list[tuple]) -> pa.RecordBatch:
+    """Rows of ``RangeConsumer.chunks`` as one Arrow batch of Spark's Kafka columns."""
+    columns = list(zip(*rows))
+    return pa.RecordBatch.from_arrays([pa.array(column, f.type) for column, f in zip(columns, SCHEMA)], schema=SCHEMA)
