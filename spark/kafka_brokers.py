@@ -63,23 +63,38 @@ class Brokers:
         return {name: found.get(name, []) for name in topics}
 
     def watermarks(self, partitions: list[Place]) -> dict[Place, tuple[int, int]]:
-        """(earliest, next) offset of each (topic, partition)."""
-        from confluent_kafka import IsolationLevel, TopicPartition
+        """(earliest, next) offset of each (topic, partition): both asked at once."""
         from confluent_kafka.admin import OffsetSpec
 
-        level = IsolationLevel.READ_COMMITTED if self.read_committed else IsolationLevel.READ_UNCOMMITTED
-        ends: dict[Place, list[int]] = {place: [0, 0] for place in partitions}
-        if not ends:
+        earliest, latest = self._ask(partitions, OffsetSpec.earliest()), self._ask(partitions, OffsetSpec.latest())
+        low, high = self._answers(earliest), self._answers(latest)
+        return {place: (low[place], high[place]) for place in partitions}
+
+    def newest(self, partitions: list[Place]) -> dict[Place, int]:
+        """The next offset of each (topic, partition): what planning a micro-batch needs, one request (some brokers,
+        Tansu among them, take longer over it the more a partition holds)."""
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._answers(self._ask(partitions, OffsetSpec.latest()))
+
+    def _ask(self, partitions: list[Place], spec) -> dict:
+        from confluent_kafka import IsolationLevel, TopicPartition
+
+        if not partitions:
             return {}
-        for which, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
-            asked = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in ends}, isolation_level=level, request_timeout=30)
-            for place, answer in asked.items():
-                try:
-                    ends[(place.topic, place.partition)][which] = answer.result().offset
-                except Exception as error:
-                    raise Unavailable(f"the Kafka brokers did not give the offsets of {place.topic} partition {place.partition} "
-                                      f"({error}); check source.kafka.bootstrap_servers") from None
-        return {place: (low, high) for place, (low, high) in ends.items()}
+        level = IsolationLevel.READ_COMMITTED if self.read_committed else IsolationLevel.READ_UNCOMMITTED
+        return self.admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions}, isolation_level=level, request_timeout=30)
+
+    @staticmethod
+    def _answers(asked: dict) -> dict[Place, int]:
+        offsets = {}
+        for place, answer in asked.items():
+            try:
+                offsets[(place.topic, place.partition)] = answer.result().offset
+            except Exception as error:
+                raise Unavailable(f"the Kafka brokers did not give the offsets of {place.topic} partition {place.partition} "
+                                  f"({error}); check source.kafka.bootstrap_servers") from None
+        return offsets
 
 
 def cap(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
@@ -96,19 +111,30 @@ def cap(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
     return capped
 
 
-def plan_ranges(start: Offsets, end: Offsets, brokers: Brokers, fail_on_data_loss: bool) -> list[OffsetRange]:
-    """The ranges a micro-batch from ``start`` to ``end`` reads, in (topic, partition) order: from where each
-    partition stands (0 for one new since ``start``), or from its earliest offset still there where the brokers no
-    longer hold the start and ``fail_on_data_loss`` is off (else ``KafkaDataLoss``)."""
-    ranges = []
-    marks = brokers.watermarks([(topic, int(p)) for topic, parts in end.items() for p in parts])
-    for topic, parts in sorted(end.items()):
-        for p, stop in sorted(parts.items(), key=lambda item: int(item[0])):
-            begin = _still_there(topic, int(p), start.get(topic, {}).get(p, 0), stop, marks[(topic, int(p))], fail_on_data_loss)
-            if begin < stop:
-                ranges.append(OffsetRange(topic, int(p), begin, stop))
+def plan_ranges(start: Offsets, end: Offsets, brokers: Brokers | None, fail_on_data_loss: bool) -> list[OffsetRange]:
+    """The ranges a micro-batch from ``start`` to ``end`` reads, in (topic, partition) order, from where each
+    partition stands (0 for one new since ``start``). Given ``brokers``, each is ``checked``; without, the ranges are
+    as the offsets say, for a reader that finds offsets gone itself (``kafka_consumer.OffsetsGone``)."""
+    ranges = [OffsetRange(topic, int(p), start.get(topic, {}).get(p, 0), stop)
+              for topic, parts in sorted(end.items()) for p, stop in sorted(parts.items(), key=lambda item: int(item[0]))]
     _check_gone(start, end, fail_on_data_loss)
-    return ranges
+    if brokers is not None:
+        return checked(ranges, brokers, fail_on_data_loss)
+    return [r for r in ranges if r.start < r.end]
+
+
+def checked(ranges: list[OffsetRange], brokers: Brokers, fail_on_data_loss: bool) -> list[OffsetRange]:
+    """``ranges`` read from where the brokers still hold them: from a partition's earliest offset where retention
+    passed the start, or where the partition was made again since, when ``fail_on_data_loss`` is off (else
+    ``KafkaDataLoss``). Costs a request for the earliest and one for the newest offsets, at once."""
+    marks = brokers.watermarks([(r.topic, r.partition) for r in ranges])
+    moved = [r._replace(start=_still_there(r.topic, r.partition, r.start, r.end, marks[(r.topic, r.partition)], fail_on_data_loss)) for r in ranges]
+    return [r for r in moved if r.start < r.end]
+
+
+def moved_back(start: Offsets, end: Offsets) -> bool:
+    """Whether a partition ends before where the stream stood: made again since (``check_behind`` let it go on)."""
+    return any(o < start.get(t, {}).get(p, 0) for t, parts in end.items() for p, o in parts.items())
 
 
 def _still_there(topic: str, partition: int, begin: int, stop: int, marks: tuple[int, int], fail_on_data_loss: bool) -> int:

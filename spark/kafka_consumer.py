@@ -11,6 +11,8 @@ where its partition's last read ended (a restart, a skip past lost offsets) is r
 
 A read never hands on a record outside its ranges, and never skips one inside: offsets no record comes for
 are gone (a compacted topic) or transaction markers, known by the next record's offset or the partition's end.
+A range that starts where the broker no longer holds records (retention passed it) stops the read with
+``OffsetsGone`` (the consumer never resets on its own); a read that fails leaves its partitions to be read afresh.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from laketide.table.errors import Unavailable
 
 from laketide.spark.kafka_brokers import OffsetRange, Place
@@ -35,6 +38,10 @@ READ_TIMEOUT = 120.0  # seconds a read may wait for the records the broker said 
 HOLD_BYTES = 64 * 2**20  # values held past the ranges' ends before partitions not waited on are paused
 # librdkafka's queue of fetched records, for all partitions (its default is 64 MiB)
 QUEUE_KBYTES = 32 * 1024
+
+
+class OffsetsGone(Unavailable):
+    """A range starts at offsets the broker no longer holds: the caller plans again from what it holds."""
 
 
 @dataclass
@@ -53,17 +60,20 @@ class RangeConsumer:
     """One consumer, assigned the partitions its reads ask for. Used by one thread at a time."""
 
     def __init__(self, client: dict[str, str]):
-        from confluent_kafka import Consumer
-
         settings = {"queued.max.messages.kbytes": QUEUE_KBYTES, **client}
-        self._consumer = Consumer({**settings, "group.id": f"laketide-{uuid.uuid4()}", "enable.auto.commit": False, "enable.partition.eof": True})
+        self._consumer = Consumer({**settings, "group.id": f"laketide-{uuid.uuid4()}", "enable.auto.commit": False,
+                                   "enable.partition.eof": True, "auto.offset.reset": "error"})
         self._partitions: dict[Place, _Partition] = {}
 
     def read(self, ranges: list[OffsetRange]) -> pa.Table:
         """Every record of ``ranges``, in (topic, partition, offset) order, with Spark's Kafka columns."""
         chunks = {(r.topic, r.partition): [] for r in ranges}
-        for place, rows in self.chunks(ranges):
-            chunks[place].extend(rows)
+        try:
+            for place, rows in self.chunks(ranges):
+                chunks[place].extend(rows)
+        except BaseException:
+            self._forget([(r.topic, r.partition) for r in ranges])  # what was read of them is dropped
+            raise
         return pa.Table.from_batches([as_batch(rows) for rows in chunks.values() if rows], schema=SCHEMA)
 
     def chunks(self, ranges: list[OffsetRange], batch_rows: int = 10_000) -> Iterator[tuple[Place, list[tuple]]]:
@@ -99,13 +109,7 @@ class RangeConsumer:
     def _place(self, ranges: list[OffsetRange]) -> None:
         """Assign the partitions new to this consumer; read afresh those whose range does not start where their
         last ended; resume the paused ones the ranges need."""
-        from confluent_kafka import TopicPartition
-
-        afresh = [r for r in ranges if (r.topic, r.partition) in self._partitions and self._partitions[(r.topic, r.partition)].handed != r.start]
-        if afresh:
-            self._consumer.incremental_unassign([TopicPartition(r.topic, r.partition) for r in afresh])
-            for r in afresh:
-                del self._partitions[(r.topic, r.partition)]
+        self._forget([(r.topic, r.partition) for r in ranges if (r.topic, r.partition) in self._partitions and self._partitions[(r.topic, r.partition)].handed != r.start])
         new = [r for r in ranges if (r.topic, r.partition) not in self._partitions]
         if new:
             self._consumer.incremental_assign([TopicPartition(r.topic, r.partition, r.start) for r in new])
@@ -115,6 +119,21 @@ class RangeConsumer:
             self._consumer.resume(paused)
             for tp in paused:
                 self._partitions[(tp.topic, tp.partition)].paused = False
+
+    def _forget(self, places: list[Place]) -> None:
+        """Unassign ``places``: a later read of them starts afresh at its range's start."""
+        places = [place for place in places if place in self._partitions]
+        if places:
+            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in places])
+            for place in places:
+                del self._partitions[place]
+
+    def newest(self, place: Place) -> int | None:
+        """The partition's next offset as the consumer's last fetch told it (no request); ``None`` when not known."""
+        if place not in self._partitions:
+            return None
+        high = self._consumer.get_watermark_offsets(TopicPartition(*place), cached=True)[1]
+        return high if high >= 0 else None
 
     def _from_held(self, place: Place, end: int, out: list[tuple]) -> Iterator[tuple[Place, list[tuple]]]:
         """The held rows of ``place`` below ``end`` moved to ``out`` (yielded at once when the range is whole)."""
@@ -132,8 +151,6 @@ class RangeConsumer:
 
     def _take(self, message, ends: dict[Place, int], out: dict[Place, list[tuple]]) -> Place:
         """One message or event into its partition's rows, held rows or known offsets."""
-        from confluent_kafka import KafkaError
-
         place = (message.topic(), message.partition())
         state = self._partitions.get(place)
         error = message.error()
@@ -142,6 +159,8 @@ class RangeConsumer:
         if error is not None and error.code() == KafkaError._PARTITION_EOF:
             # the partition's end: offsets before it that no record came for are gone or transaction markers
             state.known = max(state.known, message.offset())
+        elif error is not None and error.code() == KafkaError._AUTO_OFFSET_RESET:
+            raise OffsetsGone(f"{place[0]} partition {place[1]}: offset {state.known} is no longer on the broker")
         elif error is not None:
             raise Unavailable(f"reading {place[0]} partition {place[1]} at offset {state.known}: {error}")
         elif message.offset() >= state.known:
@@ -157,8 +176,6 @@ class RangeConsumer:
     def _bound_held(self, waiting: set[Place]) -> None:
         """Past ``HOLD_BYTES`` held, pause the partitions this read does not wait on: what librdkafka queued of them
         is dropped, and fetched again from where the held rows end once a read resumes them."""
-        from confluent_kafka import TopicPartition
-
         if sum(s.held_bytes for s in self._partitions.values()) <= HOLD_BYTES:
             return
         idle = [place for place, s in self._partitions.items() if place not in waiting and not s.paused]

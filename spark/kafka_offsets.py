@@ -5,8 +5,10 @@ A micro-batch small enough for the driver (``write.driver_batch_bytes``) is read
 own scan, which is then never run: no Spark job, no Python worker, no consumer made per task. Its end offsets are
 the offset log's entry for it (Spark writes it before ``foreachBatch`` runs), its start the entry before; the
 records come through one consumer kept for the job (``kafka_consumer.RangeConsumer``), under the same data-loss
-rules as the scan (``kafka_brokers.plan_ranges``). The query's first micro-batch, whose start the offset log does
-not hold, is read by the scan.
+rules as the scan (``kafka_brokers.plan_ranges``). The brokers are asked only when the consumer finds offsets
+gone or a partition ends before where the stream stood: a micro-batch costs no request but its fetches, and its
+lag is the consumer's last fetch's view. The query's first micro-batch, whose start the offset log does not hold,
+is read by the scan.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import pyarrow as pa
 
 from laketide.config import JobConfig
 from laketide.spark.change_feed import kafka_client
-from laketide.spark.kafka_brokers import Brokers, Offsets, plan_ranges
-from laketide.spark.kafka_consumer import RangeConsumer
+from laketide.spark.kafka_brokers import Brokers, Offsets, moved_back, plan_ranges
+from laketide.spark.kafka_consumer import OffsetsGone, RangeConsumer
 from laketide.writer.landing import source_offsets
 
 log = logging.getLogger("laketide.job")
@@ -61,17 +63,26 @@ class KafkaOffsets:
         end, start = self.logged(batch_id), self.logged(batch_id - 1)
         if end is None or start is None:
             return None
-        ranges = plan_ranges(start, end, self.brokers, self.config.source.kafka.fail_on_data_loss)
+        fail = self.config.source.kafka.fail_on_data_loss
         if self._consumer is None:
             self._consumer = RangeConsumer(kafka_client(self.config.source.kafka))
-        return self._consumer.read(ranges)
+        if not moved_back(start, end):
+            try:
+                return self._consumer.read(plan_ranges(start, end, None, fail))
+            except OffsetsGone as gone:
+                log.warning("micro-batch %s: %s; planning its read from what the brokers hold", batch_id, gone)
+        return self._consumer.read(plan_ranges(start, end, self.brokers, fail))
 
     def lag(self, batch_id: int) -> dict[str, int]:
         """Per ``topic/partition``, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.
         Only for reporting: a failure to ask is logged, and the lag left out (empty)."""
         try:
-            end, marks = self._end_and_watermarks(batch_id)
-            return {f"{t}/{p}": max(0, marks[(t, int(p))][1] - int(o)) for t, parts in end.items() for p, o in parts.items()}
+            end = self.logged(batch_id) or {}
+            places = [(t, int(p)) for t, parts in end.items() for p in parts]
+            seen = {place: self._consumer.newest(place) for place in places} if self._consumer is not None else {}
+            if any(n is None for n in seen.values()) or len(seen) < len(places):
+                seen = self.brokers.newest(places)
+            return {f"{t}/{p}": max(0, seen[(t, int(p))] - int(o)) for t, parts in end.items() for p, o in parts.items()}
         except Exception:
             log.warning("micro-batch %s: the Kafka lag could not be read", batch_id, exc_info=True)
             return {}

@@ -9,9 +9,10 @@ all its ranges at once). The rows have the columns of Spark's Kafka
 source (key, value, topic, partition, offset, timestamp, timestampType, headers), so what follows
 reads both alike.
 
-A reader never reads past a split's end offset, and the ends come from the brokers' high watermarks:
-a broker that reports a watermark behind what it holds (Tansu was seen to) only delays records to a
-later micro-batch, it never loses or repeats one.
+A task checks its ranges against what the brokers still hold before it reads them (``kafka_brokers.checked``);
+planning asks the brokers for nothing but the newest offsets. A reader never reads past a split's end offset,
+and the ends come from the brokers' high watermarks: a broker that reports a watermark behind what it holds
+(Tansu was seen to) only delays records to a later micro-batch, it never loses or repeats one.
 
 Data loss (``failOnDataLoss``) is checked as ``kafka_brokers`` says; records are read by ``kafka_consumer``.
 """
@@ -29,7 +30,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from laketide.spark.kafka_brokers import Brokers, KafkaDataLoss, Offsets, OffsetRange, cap, check_behind, plan_ranges
+from laketide.spark.kafka_brokers import Brokers, KafkaDataLoss, Offsets, OffsetRange, cap, check_behind, checked, moved_back, plan_ranges
 from laketide.spark.kafka_consumer import SCHEMA, RangeConsumer, as_batch
 
 log = logging.getLogger(__name__)
@@ -45,9 +46,10 @@ class KafkaSplit(InputPartition):
 
     ranges: tuple[OffsetRange, ...]
     client: tuple[tuple[str, str], ...]
+    fail_on_data_loss: bool = True
 
 
-def splits_of(ranges: list[OffsetRange], most: int, client: dict[str, str]) -> list[KafkaSplit]:
+def splits_of(ranges: list[OffsetRange], most: int, client: dict[str, str], fail_on_data_loss: bool = True) -> list[KafkaSplit]:
     """``ranges`` in at most ``most`` splits of about equal records (the largest placed first, each on the
     lightest split), each split's ranges in (topic, partition) order."""
     bins: list[list[OffsetRange]] = [[] for _ in range(min(most, len(ranges)))]
@@ -57,7 +59,7 @@ def splits_of(ranges: list[OffsetRange], most: int, client: dict[str, str]) -> l
         bins[lightest].append(r)
         weights[lightest] += r.end - r.start
     settings = tuple(sorted(client.items()))
-    return [KafkaSplit(tuple(sorted(b, key=lambda r: (r.topic, r.partition))), settings) for b in bins if b]
+    return [KafkaSplit(tuple(sorted(b, key=lambda r: (r.topic, r.partition))), settings, fail_on_data_loss) for b in bins if b]
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -97,7 +99,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {topic: {str(p): marks[(topic, p)] for p in ps} for topic, ps in parts.items()}
 
     def _latest(self) -> Offsets:
-        return {topic: {p: high for p, (_, high) in parts.items()} for topic, parts in self._watermarks().items()}
+        parts = self.brokers.partitions(self.topics, self.pattern)
+        newest = self.brokers.newest([(topic, p) for topic, ps in parts.items() for p in ps])
+        return {topic: {str(p): newest[(topic, p)] for p in ps} for topic, ps in parts.items()}
 
     def initialOffset(self) -> Offsets:
         marks = self._watermarks()
@@ -125,11 +129,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = cap(start, end, limit.max_rows)
         return end
 
-    def reportLatestOffset(self) -> Offsets:
-        return self._latest()
-
     def partitions(self, start: Offsets, end: Offsets) -> list[KafkaSplit]:
-        return splits_of(plan_ranges(start, end, self.brokers, self.fail_on_data_loss), self.max_splits, self.client)
+        # no request to the brokers here but for a partition made again: Spark plans the scan of every micro-batch,
+        # the driver's reads too (which never run it), and the tasks check their ranges (``read_split``)
+        brokers = self.brokers if moved_back(start, end) else None
+        return splits_of(plan_ranges(start, end, brokers, self.fail_on_data_loss), self.max_splits, self.client, self.fail_on_data_loss)
 
     def read(self, split: KafkaSplit) -> Iterator[pa.RecordBatch]:
         yield from read_split(split)
@@ -144,9 +148,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def read_split(split: KafkaSplit) -> Iterator[pa.RecordBatch]:
     """The records of a split's ranges, ``[start, end)`` by offset, through one consumer assigned all of them: Arrow
     batches of one partition each, in offset order within a partition (a key's records are in one partition)."""
+    ranges = checked(list(split.ranges), Brokers(dict(split.client)), split.fail_on_data_loss)
     consumer = RangeConsumer(dict(split.client))
     try:
-        for _, rows in consumer.chunks(list(split.ranges)):
+        for _, rows in consumer.chunks(ranges):
             yield as_batch(rows)
     finally:
         consumer.close()

