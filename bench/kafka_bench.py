@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10, help="upsert batches K")
     parser.add_argument("--batch-rows", type=int, default=10_000, help="rows per batch B")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--out", default="bench/results/kafka_bench.json")
+    parser.add_argument("--out", default=f"bench/results/kafka-{time.strftime('%Y-%m-%d')}.json")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     batches = make_workload(args.rows, args.batches, args.batch_rows, 0.5, "uniform", args.seed, NARROW)
