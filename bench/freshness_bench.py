@@ -279,6 +279,7 @@ def main() -> int:
     parser.add_argument("--rates", type=lambda s: [int(r) for r in s.split(",")], default=[2_000, 10_000, 30_000])
     parser.add_argument("--seconds", type=float, default=180)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (the table, the checkpoint, job.log)")
     parser.add_argument("--out", default=f"bench/results/freshness-{time.strftime('%Y-%m-%d')}.json")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -289,7 +290,8 @@ def main() -> int:
     try:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        for future in AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)]).values():
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # kept while its futures are waited on
+        for future in admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)]).values():
             future.result(30)
         laketide = str(Path(sys.executable).with_name("laketide"))
         log = (workdir / "job.log").open("w")
@@ -333,7 +335,10 @@ def main() -> int:
     print(f"table equal to the model: {verified}; commits seen: {len(commits.seen)}")
     write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k != "out"}, "date": time.strftime("%Y-%m-%d"),
                              "results": phases, "verified": verified}, verified)
-    shutil.rmtree(workdir, ignore_errors=True)
+    if args.keep:
+        print(f"kept: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 
