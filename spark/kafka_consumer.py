@@ -38,6 +38,7 @@ READ_TIMEOUT = 120.0  # seconds a read may wait for the records the broker said 
 HOLD_BYTES = 64 * 2**20  # values held past the ranges' ends before partitions not waited on are paused
 # librdkafka's queue of fetched records, for all partitions (its default is 64 MiB)
 QUEUE_KBYTES = 32 * 1024
+ASK_AT_LEAST, CONSUME_WAIT = 1_000, 0.1  # records a consume asks for at least, and the seconds it waits for them
 
 
 class OffsetsGone(Unavailable):
@@ -88,8 +89,9 @@ class RangeConsumer:
         deadline = time.monotonic() + READ_TIMEOUT
         while waiting:
             left = sum(ends[place] - self._partitions[place].known for place in waiting)
-            # no more than the ranges still hold: consume waits until it has as many as asked, or its timeout
-            messages = self._consumer.consume(max(1, min(batch_rows, left)), timeout=1.0)
+            # consume waits until it has as many as asked, or its timeout: records of other partitions count, so
+            # asking for the few a range still lacks while others stream in made a call per few records
+            messages = self._consumer.consume(min(batch_rows, max(left, ASK_AT_LEAST)), timeout=CONSUME_WAIT)
             for message in messages:
                 place = self._take(message, ends, out)
                 if place in waiting and self._partitions[place].known >= ends[place]:

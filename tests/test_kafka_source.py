@@ -270,6 +270,85 @@ def test_a_kept_consumer_reads_on_where_it_ended_and_afresh_elsewhere(kafka):
         consumer.close()
 
 
+def test_a_range_the_broker_no_longer_holds_stops_the_read_which_plans_again_from_what_it_holds():
+    """Retention passed a range's start: the consumer, which never resets on its own (``auto.offset.reset = error``),
+    raises ``OffsetsGone`` instead of reading from elsewhere, and forgets what it read of the ranges. (Tansu keeps
+    every record, so the broker's side of this is not run here.)"""
+    from confluent_kafka import KafkaError
+
+    from laketide.spark.kafka_brokers import OffsetRange
+    from laketide.spark.kafka_consumer import OffsetsGone, RangeConsumer
+
+    class Reset:  # the event librdkafka hands the application for a fetch out of range
+        def topic(self):
+            return "t"
+
+        def partition(self):
+            return 0
+
+        def offset(self):
+            return -1001
+
+        def error(self):
+            return KafkaError(KafkaError._AUTO_OFFSET_RESET)
+
+    class Fetching:  # the consumer, its fetch answered out of range
+        def __init__(self, real):
+            self.real = real
+
+        def consume(self, *args, **kwargs):
+            return [Reset()]
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    consumer = RangeConsumer({"bootstrap.servers": "127.0.0.1:9"})
+    consumer._consumer = Fetching(consumer._consumer)
+    try:
+        with pytest.raises(OffsetsGone, match="t partition 0: offset 5 is no longer on the broker"):
+            consumer.read([OffsetRange("t", 0, 5, 9)])
+        assert consumer._partitions == {}  # a read of them starts afresh
+    finally:
+        consumer.close()
+
+
+PLAIN = "plain.orders"
+
+
+def test_plain_json_values_are_read_and_decoded_on_the_driver_and_bad_ones_left_to_spark(kafka, tmp_path):
+    """Values that are the rows themselves: after the query's first micro-batch (Spark's tasks), each is read by the
+    driver's kept consumer and decoded by pyarrow; a micro-batch holding a value pyarrow would read otherwise than
+    Spark's from_json goes through from_json, its bad record to quarantine with topic and offset."""
+    kafka.create_topic(PLAIN, 3)
+
+    def produce(version: int, bad: bytes | None = None) -> None:
+        for n in range(9):
+            kafka.produce(PLAIN, n % 3, {"id": n}, {"id": n, "name": f"n{n}v{version}", "amount": n + version / 10, "region": "eu", "ts": version})
+        if bad is not None:
+            kafka.produce(PLAIN, 0, {"id": 0}, bad)
+        kafka.produce(PLAIN, 1, {"id": 1}, None)  # a tombstone: no row
+
+    conf = {"table.path": str(tmp_path / "table"), "table.name": "plain", "table.record_key": '["id"]', "table.ordering_field": "ts",
+            "source.format": "kafka", "source.kafka.bootstrap_servers": kafka.bootstrap, "source.kafka.topics": f'["{PLAIN}"]',
+            "source.schema": "id BIGINT, name STRING, amount DOUBLE, region STRING, ts BIGINT", "source.kafka.max_offsets_per_trigger": "6",
+            "stream.checkpoint": str(tmp_path / "checkpoint"), "stream.trigger": "available-now", "write.parallelism": "2"}
+    args = [CLI, "run", *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]]
+    produce(1)
+    first = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    produce(2, bad=b'{"id": "zero", "ts": 3}')
+    produce(3)
+    second = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    lines = re.findall(r"micro-batch \d+: instant=.*", first.stderr + second.stderr)
+    assert lines and not [line for line in lines if " on driver " not in line], [line for line in lines if " on driver " not in line]
+    got = rows(hudi_read(tmp_path / "table"), "id", ["id", "name", "amount", "ts"])
+    assert got == [{"id": n, "name": f"n{n}v3", "amount": n + 0.3, "ts": 3} for n in range(9)]
+    aside = [r for f in (tmp_path / "table_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert len(aside) == 1 and json.loads(aside[0]["raw"])["value"] == '{"id": "zero", "ts": 3}', aside
+    assert json.loads(aside[0]["raw"])["topic"] == PLAIN and "not valid JSON" in aside[0]["reason"]
+
+
 ROW_AVRO = {"type": "record", "name": "Value", "namespace": "dbserver.public.orders", "fields": [
     {"name": "id", "type": "long"}, {"name": "name", "type": ["null", "string"]},
     {"name": "amount", "type": ["null", "double"]}, {"name": "region", "type": ["null", "string"]},
