@@ -14,7 +14,9 @@ known by the batch id it records and its offsets by the checkpoint's offset log)
 process of it). At the end the table, read by hudi-rs, must equal the model of the changes sent.
 
 Producers are processes, each owning the keys equal to its number modulo their count (so one key's changes keep
-their order), sending each record in a request of its own (``kafka_bench.one_record_producer``).
+their order), batching as librdkafka does (``linger.ms = 5``). Tansu (0.6) answers ListOffsets with a partition's
+newest record batch's first offset plus one, so the rest of that batch stays unseen until the next produce: after
+each rate, a heartbeat (``{"ts_ms": ...}``, which the job counts and skips) is sent alone to each partition.
 
     python bench/freshness_bench.py                                   # 1M keys, 2,000 / 10,000 / 30,000 a second, 3 min each
     python bench/freshness_bench.py --keys 100000 --rates 2000 --seconds 30
@@ -39,8 +41,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import Producer
 
-from kafka_bench import one_record_producer, start_tansu
+from kafka_bench import start_tansu
 from measure import PeakRss
 from upsert_bench import write_results
 
@@ -50,7 +53,7 @@ DDL = "id BIGINT, region STRING, name STRING, amount DOUBLE, qty INT"
 REGIONS = ("eu", "us", "apac")
 SHARES = (0.7, 0.2, 0.1)  # updates, inserts, deletes
 RECENT = 100_000  # the rows an update or delete picks from: the newest ones
-PER_PRODUCER = 4_000  # records a second one producer process is asked for at most
+PER_PRODUCER = 15_000  # records a second one producer process is asked for at most
 LSN_STEP = 10**11  # each phase's log positions start above the last phase's
 FORK = multiprocessing.get_context("fork")  # producers share the model's arrays (``Keys``) with this process
 
@@ -83,6 +86,14 @@ class Keys:
         return pa.Table.from_pylist([row(int(k), int(self.version[k])) for k in live])
 
 
+def fence(bootstrap: str) -> None:
+    """A heartbeat alone in a request to each partition, after which Tansu's ListOffsets covers every record."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for partition in range(PARTITIONS):
+        producer.produce(TOPIC, value=json.dumps({"ts_ms": int(time.time() * 1000)}).encode(), partition=partition)
+        producer.flush(60)
+
+
 def produce_phase(keys: Keys, bootstrap: str, rate: int, seconds: float, phase: int, seed: int) -> int:
     """``rate`` records a second for ``seconds`` from as many processes as that takes; the records sent."""
     count = max(1, -(-rate // PER_PRODUCER))
@@ -99,7 +110,7 @@ def produce_phase(keys: Keys, bootstrap: str, rate: int, seconds: float, phase: 
 
 def _producer(keys: Keys, bootstrap: str, rate: float, seconds: float, phase: int, index: int, count: int, seed: int, done) -> None:
     rng = np.random.default_rng(seed * 1000 + phase * 100 + index)
-    producer = one_record_producer(bootstrap)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
     lsn = phase * LSN_STEP + index
     high, fresh = keys.high, keys.high + index
     sent, started = 0, time.monotonic()
@@ -304,12 +315,14 @@ def main() -> int:
         with Commits(workdir / "orders", workdir / "checkpoint") as commits:
             # not measured: the query's first micro-batch, read by Spark's tasks as its processes start
             produce_phase(keys, bootstrap, 200, 5, 1, args.seed)
+            fence(bootstrap)
             drain(bootstrap, commits, job, 600)
             for n, rate in enumerate(args.rates, start=2):
                 before, window_start = commits.committed(), time.time()
                 with PeakRss(pid=job.pid) as rss:
                     sent = produce_phase(keys, bootstrap, rate, args.seconds, n, args.seed)
                     window = (window_start, time.time())
+                    fence(bootstrap)
                     behind = lag(bootstrap, commits)
                     after = commits.committed()
                     drained = drain(bootstrap, commits, job, 600)

@@ -56,7 +56,8 @@ def start_tansu() -> tuple[subprocess.Popen, str]:
 
 def one_record_producer(bootstrap: str):
     """A producer sending each record in a request of its own, which librdkafka pipelines: Tansu (0.6) answers
-    ListOffsets behind a partition's end once a request carried more than one record of it (its fetches see them)."""
+    ListOffsets with a partition's newest record batch's first offset plus one, so the rest of that batch would stay
+    unseen until the next produce (its fetches see them)."""
     from confluent_kafka import Producer
 
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1, "queue.buffering.max.messages": 1_000_000})
