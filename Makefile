@@ -93,7 +93,7 @@ bench-kafka: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/kafka_bench.py
 
-# freshness of a merge-on-read table under a steady Debezium stream at 2,000, 10,000 and 30,000 records a second
+# freshness of a merge-on-read table under a steady Debezium stream at 2,000, 10,000 and 30,000 records a second (about 15 minutes)
 bench-freshness: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/freshness_bench.py
