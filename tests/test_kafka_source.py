@@ -61,6 +61,11 @@ def table_rows(root) -> list[dict]:
     return rows(hudi_read(root / "table"), "id", COLUMNS)
 
 
+def quarantined(root) -> list[dict]:
+    """Every row the job set aside, from the quarantine beside the table."""
+    return [r for f in (root / "table_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()]
+
+
 def test_debezium_events_from_kafka_land_as_the_model(kafka, tmp_path):
     """Creates, updates, deletes, a key change, events out of order within a micro-batch and across
     micro-batches, a tombstone and a malformed message, over a 3-partition topic, in two runs."""
@@ -90,11 +95,11 @@ def test_debezium_events_from_kafka_land_as_the_model(kafka, tmp_path):
     assert table_rows(tmp_path) == model.expected()
     assert "lag=" in done.stderr
 
-    quarantined = [r for f in (tmp_path / "table_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()]
-    malformed = [r for r in quarantined if "not valid JSON" in r["reason"]]
+    aside = quarantined(tmp_path)
+    malformed = [r for r in aside if "not valid JSON" in r["reason"]]
     assert len(malformed) == 1 and json.loads(malformed[0]["raw"])["partition"] == 0 and json.loads(malformed[0]["raw"])["value"] == "{not json"
     assert "offset" in json.loads(malformed[0]["raw"])
-    unknown = [r for r in quarantined if "unknown Debezium op 'x'" in r["reason"]]
+    unknown = [r for r in aside if "unknown Debezium op 'x'" in r["reason"]]
     assert len(unknown) == 1 and json.loads(unknown[0]["raw"])["offset"] >= 0
     # each row says where it came from: its topic, partition and offset
     raw = json.loads(malformed[0]["raw"])
@@ -344,7 +349,7 @@ def test_plain_json_values_are_read_and_decoded_on_the_driver_and_bad_ones_left_
     assert lines and not [line for line in lines if " on driver " not in line], [line for line in lines if " on driver " not in line]
     got = rows(hudi_read(tmp_path / "table"), "id", ["id", "name", "amount", "ts"])
     assert got == [{"id": n, "name": f"n{n}v3", "amount": n + 0.3, "ts": 3} for n in range(9)]
-    aside = [r for f in (tmp_path / "table_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    aside = quarantined(tmp_path)
     assert len(aside) == 1 and json.loads(aside[0]["raw"])["value"] == '{"id": "zero", "ts": 3}', aside
     assert json.loads(aside[0]["raw"])["topic"] == PLAIN and "not valid JSON" in aside[0]["reason"]
 
@@ -387,7 +392,7 @@ def test_avro_change_events_in_confluents_wire_format(kafka, tmp_path):
     model.apply(events)
     run(tmp_path, kafka.bootstrap, **{"source.value_format": "avro", "source.avro_schema": str(schema_file)})
     assert table_rows(tmp_path) == model.expected()
-    quarantined = [r for f in (tmp_path / "table_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()]
-    assert len(quarantined) == 1 and "not Avro" in quarantined[0]["reason"]
-    raw = json.loads(quarantined[0]["raw"])
+    aside = quarantined(tmp_path)
+    assert len(aside) == 1 and "not Avro" in aside[0]["reason"]
+    raw = json.loads(aside[0]["raw"])
     assert raw["partition"] == 1 and raw["value_base64"] and "value" not in raw  # not UTF-8: as base64 only
