@@ -27,6 +27,7 @@ ARROW_SCHEMA = pa.schema(
     [("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string()), ("_hoodie_is_deleted", pa.bool_())]
 )
 SPLIT_ROWS = 50_000
+FIRST_ROW = 0  # the offset a new query starts from
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,16 @@ class _Split(InputPartition):
     end: int
 
 
+def splits(start: int, end: int) -> list[_Split]:
+    """The stream's rows ``[start, end)`` as the reader splits them: each split's rows are drawn from its own start."""
+    return [_Split(s, min(end, s + SPLIT_ROWS)) for s in range(start, end, SPLIT_ROWS)]
+
+
+def generated(spec: GeneratorSpec, start: int, end: int) -> pa.Table:
+    """Rows ``[start, end)`` as a micro-batch of the query reads them: the same rows, without a Spark job."""
+    return pa.Table.from_batches([generate(spec, split.start, split.end) for split in splits(start, end)], schema=ARROW_SCHEMA)
+
+
 class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, spec: GeneratorSpec):
         self.spec = spec
@@ -98,7 +109,7 @@ class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         pass
 
     def initialOffset(self) -> dict:
-        return {"row": 0}
+        return {"row": FIRST_ROW}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.spec.rows_per_batch)
@@ -113,7 +124,7 @@ class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return {"row": self.spec.total_rows}
 
     def partitions(self, start: dict, end: dict) -> list[_Split]:
-        return [_Split(s, min(end["row"], s + SPLIT_ROWS)) for s in range(start["row"], end["row"], SPLIT_ROWS)]
+        return splits(start["row"], end["row"])
 
     def read(self, partition: _Split) -> Iterator[pa.RecordBatch]:
         yield generate(self.spec, partition.start, partition.end)

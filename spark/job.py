@@ -12,8 +12,8 @@ Threads of the job's process, and what each may touch (each shared object's docs
 - the API's threads (uvicorn) read the table afresh for every request, and make changes through
   ``RunningJob.operations``, under ``batch_lock``;
 - kazoo's listener (ZooKeeper lease) only flips the lease's state and sets the ``lost`` event;
-- the warm-up thread runs one Spark job at the start (``spark_batch.warm_workers``), touching nothing of the
-  job's but the SparkContext, which takes jobs from any thread;
+- the warm-up thread runs one Spark job at the start (``spark_batch.warm_workers``; not in a job whose micro-batches
+  are all the driver's), touching nothing of the job's but the SparkContext, which takes jobs from any thread;
 - the main thread (here) waits for the query, and stops it when the lease is lost, a service failed too
   often, or a stop was asked for.
 """
@@ -34,7 +34,7 @@ from laketide.coordinator.services import TableServiceFailed
 from laketide.spark.pipeline import MicroBatchWriter
 from laketide.spark.session import spark_session
 from laketide.spark.spark_batch import warm_workers
-from laketide.spark.sources import read_stream, source_schema
+from laketide.spark.sources import generated_fits_driver, read_stream, source_schema
 from laketide.table import FileIO
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.database import Database
@@ -88,9 +88,11 @@ def run(
     opened = check_table(config)  # the table first: a store or bucket that is wrong is named by the table's path
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
     check_exchange_dir(config.write.exchange_dir, config.storage.io_options)
-    spark = spark_session(config.spark)
+    tasks = not generated_fits_driver(config)
+    spark = spark_session(config.spark, tasks)
     spark.sparkContext.setLogLevel("WARN")
-    threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()
+    if tasks:
+        threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()
     table = open_table(config, source_schema(spark, config.source), opened)
     writer_id = writer_id_for(config.stream.checkpoint, config.storage.io_options)
     lost = threading.Event()

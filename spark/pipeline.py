@@ -17,7 +17,7 @@ import pyarrow as pa
 from laketide.coordinator import Coordinator
 from laketide.index.columns import LANDED_COLUMNS
 from laketide.index.state import StateIndex
-from laketide.spark.sources import change_decoder, decodes_changes, read_files, unreadable_files
+from laketide.spark.sources import change_decoder, decodes_changes, generated_fits_driver, read_files, unreadable_files
 from laketide.spark.spark_batch import PREPARED_SCHEMA, PREPARED_STRUCT, Layout, SparkBatch, hand_on_prepared
 from laketide.spark.stage_clock import StageClock
 from laketide.table import Table
@@ -34,6 +34,7 @@ from laketide.writer.landing import (
     parquet_pieces,
     read_landed_parquet,
     read_piece,
+    source_offsets,
 )
 from laketide.writer.prepare import ArrivalCounter, Tally, prepare, prepare_in_order, set_aside, with_earlier_values
 from pyspark.sql import DataFrame, SparkSession
@@ -41,11 +42,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from laketide.config import JobConfig
+from laketide.spark.generator import FIRST_ROW, GeneratorSpec, generated
 from laketide.spark.kafka_offsets import KafkaOffsets
 
 log = logging.getLogger("laketide.job")
-# what a generated row weighs in a landing file, for ``write.driver_batch_bytes``
-GENERATED_ROW_BYTES = 64
 # what a Kafka record is taken to weigh once decoded, for the driver-or-tasks choice: a change event's row
 KAFKA_RECORD_BYTES = 1024
 # the sources that read landing files
@@ -285,9 +285,9 @@ class MicroBatchWriter(BatchWriter):
         if not self.config.write.driver_batch_bytes:
             return None
         if source.format == "generator":
-            if not self._fits_driver(source.generator.rows_per_batch * GENERATED_ROW_BYTES):
+            if not generated_fits_driver(self.config):
                 return None
-            landed = df.toArrow()
+            landed = self._generated(df, batch_id)
         elif source.format == "kafka":
             if not self._kafka_fits_driver(batch_id):
                 return None
@@ -306,6 +306,17 @@ class MicroBatchWriter(BatchWriter):
                 log.warning("micro-batch %s could not be collected; Spark's tasks read it file by file", batch_id)
                 return None
         return DriverBatch.prepare(landed, self.spec, self.driver_pool, self.clock.timed)
+
+    def _generated(self, df: DataFrame, batch_id: int) -> pa.Table:
+        """A generator micro-batch's rows, made on the driver from its offsets in the offset log (the query's first
+        starts at ``FIRST_ROW``), so no Spark job and no Python worker reads them; collected from the query's scan
+        when the log does not hold them."""
+        checkpoint, options = self.config.stream.checkpoint, self.config.storage.io_options
+        end = source_offsets(checkpoint, batch_id, options)
+        start = {"row": FIRST_ROW} if batch_id == 0 else source_offsets(checkpoint, batch_id - 1, options)
+        if end is None or start is None:
+            return df.toArrow()
+        return generated(GeneratorSpec(**self.config.source.generator.model_dump()), start["row"], end["row"])
 
     def _kafka_rows(self, df: DataFrame, batch_id: int) -> pa.Table:
         """A Kafka micro-batch's rows for the driver: read and decoded there (``kafka_offsets``, ``writer.kafka_values``)

@@ -38,6 +38,11 @@ WANTED = {
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     "spark.ui.showConsoleProgress": "false",
 }
+# A job whose micro-batches are all written by the driver runs no Spark task: no Python daemon is kept for workers
+# it never starts. The Python data source's planners then run once each as a plain process that exits, where
+# under daemons four daemons (about 45 MB each) and their idle workers stayed (a 2,000-row generator job's
+# processes peaked at 1.75 GB against 0.77 GB).
+DRIVER_ONLY = {"spark.python.use.daemon": "false"}
 # A job on a local master: no UI port to collide with, few shuffle partitions, everything on loopback.
 LOCAL = {
     "spark.ui.enabled": "false",
@@ -47,14 +52,16 @@ LOCAL = {
 }
 
 
-def spark_session(config: SparkSection) -> SparkSession:
+def spark_session(config: SparkSection, tasks: bool = True) -> SparkSession:
+    """The job's session; ``tasks``: whether any micro-batch may run in Spark's tasks (``DRIVER_ONLY`` if not)."""
+    wanted = WANTED if tasks else {**WANTED, **DRIVER_ONLY}
     active = SparkSession.getActiveSession()
     if active is not None:
         session = active
     elif SUBMITTED_ENV in os.environ:
-        session = _submitted(config)
+        session = _submitted(config, wanted)
     else:
-        session = _built(config)
+        session = _built(config, wanted)
     conf = session.sparkContext.getConf()
     log.info(
         "Spark %s: master %s, driver %s:%s, %s shuffle partitions, UI %s",
@@ -64,7 +71,7 @@ def spark_session(config: SparkSection) -> SparkSession:
     return session
 
 
-def _submitted(config: SparkSection) -> SparkSession:
+def _submitted(config: SparkSection, wanted: dict[str, str]) -> SparkSession:
     """The session spark-submit prepared; ``[spark]`` adds only what it left unset."""
     SparkContext._ensure_initialized()
     submitted = SparkConf()  # loads what spark-submit passed (the driver JVM's spark.* properties)
@@ -74,7 +81,7 @@ def _submitted(config: SparkSection) -> SparkSession:
     if not submitted.contains("spark.app.name"):
         builder = builder.appName(config.app_name)
     on_one_machine = (submitted.get("spark.master") or "").startswith("local")
-    for key, value in {**WANTED, **(LOCAL if on_one_machine else {}), **config.conf}.items():
+    for key, value in {**wanted, **(LOCAL if on_one_machine else {}), **config.conf}.items():
         if not submitted.contains(key):
             builder = builder.config(key, value)
         elif key in config.conf and submitted.get(key) != value:
@@ -82,7 +89,7 @@ def _submitted(config: SparkSection) -> SparkSession:
     return builder.getOrCreate()
 
 
-def _built(config: SparkSection) -> SparkSession:
+def _built(config: SparkSection, wanted: dict[str, str]) -> SparkSession:
     """``laketide run``: a session from ``[spark]``, with the one-machine defaults for a local master."""
     # Workers must run the same interpreter (and so see the same packages) as the driver, unless told otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -92,6 +99,6 @@ def _built(config: SparkSection) -> SparkSession:
     builder = SparkSession.builder.appName(config.app_name)
     if "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "") and config.master:
         builder = builder.master(config.master)
-    for key, value in {**WANTED, **(LOCAL if on_one_machine else {}), **config.conf}.items():
+    for key, value in {**wanted, **(LOCAL if on_one_machine else {}), **config.conf}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -37,6 +37,8 @@ from laketide.config import ConfigError, JobConfig, SourceSection
 # CSV as people write it (RFC 4180): a doubled quote inside a quoted field, newlines inside quotes,
 # and a header naming the columns, which Spark checks against the schema instead of ignoring it.
 CSV_DEFAULTS = {"header": "true", "escape": '"', "multiLine": "true", "enforceSchema": "false"}
+# what a generated row weighs in a landing file, for ``write.driver_batch_bytes``
+GENERATED_ROW_BYTES = 64
 
 
 def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
@@ -52,6 +54,13 @@ def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
     if not isinstance(parsed, StructType):
         raise ConfigError(f"source.schema {source.schema_ddl!r} is one type, not columns: write it as 'name type, ...'")
     return parsed
+
+
+def generated_fits_driver(config: JobConfig) -> bool:
+    """Whether a generator's micro-batches are written by the driver (``write.driver_batch_bytes``), which then makes
+    their rows itself: such a job runs no Spark task, so it keeps no Python worker (``spark.session``)."""
+    limit = config.write.driver_batch_bytes
+    return config.source.format == "generator" and bool(limit) and config.source.generator.rows_per_batch * GENERATED_ROW_BYTES <= limit
 
 
 def decodes_changes(source: SourceSection) -> bool:

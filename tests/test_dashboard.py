@@ -86,6 +86,26 @@ class JobProcess:
                 self.process.wait(30)
 
 
+def descendants(pid: int) -> list[str]:
+    """The command lines of process ``pid``'s descendants, from ``/proc``."""
+    parents: dict[int, list[int]] = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            ppid = int(next(line for line in status.read_text().splitlines() if line.startswith("PPid:")).split()[1])
+        except (OSError, StopIteration):
+            continue
+        parents.setdefault(ppid, []).append(int(status.parent.name))
+    found, todo = [], list(parents.get(pid, []))
+    while todo:
+        child = todo.pop()
+        todo += parents.get(child, [])
+        try:
+            found.append(Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return found
+
+
 def test_the_dashboard_follows_a_running_job_and_dry_runs_a_rollback(browser, tmp_path):
     job = JobProcess(
         [
@@ -110,6 +130,9 @@ def test_the_dashboard_follows_a_running_job_and_dry_runs_a_rollback(browser, tm
         while len(httpx.get(f"{api}/v1/writer").json()["recent"]) < 12:
             assert time.monotonic() < deadline, "the job did not write its 12 micro-batches"
             time.sleep(0.5)
+        # every micro-batch was the driver's: the job keeps no Python daemon or worker (``spark.session.DRIVER_ONLY``)
+        kept = [line for line in descendants(job.process.pid) if "pyspark.daemon" in line or "pyspark.worker" in line]
+        assert not kept, kept
         newest = httpx.get(f"{api}/v1/writer").json()["last_instant"]
         expect(page.locator(f'#timeline tr.instant[data-instant="{newest}"]')).to_be_attached(timeout=15_000)
         page.locator(f'#timeline tr.instant[data-instant="{newest}"]').click()

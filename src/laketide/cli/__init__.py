@@ -10,17 +10,24 @@ restarts it: the new run takes a new epoch and recovers), 6 a server it needs ca
 
 from __future__ import annotations
 
-import logging
 import os
-from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
+# The job's processes allocate Arrow memory with the C library's malloc, unless told otherwise. Set before pyarrow
+# is first imported, which reads it then; a Spark job's workers are told the same (``spark.session.WANTED``). Under
+# pyarrow's default mimalloc the driver of a generator job of 2,000-row micro-batches held 336 MB against 157, and
+# its 50,000-row micro-batches took 0.55 to 0.59 s against 0.46 to 0.49.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
-from laketide.cli.options import STORAGE_OPTIONS, ZkOpt, ZkRootOpt, lease_for, open_table, storage_pairs
-from laketide.cli.output import Output, answers
-from laketide.service import TOKEN_ENV
-from laketide.table.errors import ErrorKind, LaketideError
+import logging  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Annotated, Optional  # noqa: E402
+
+import typer  # noqa: E402
+
+from laketide.cli.options import STORAGE_OPTIONS, ZkOpt, ZkRootOpt, lease_for, open_table, storage_pairs  # noqa: E402
+from laketide.cli.output import Output, answers  # noqa: E402
+from laketide.service import TOKEN_ENV  # noqa: E402
+from laketide.table.errors import ErrorKind, LaketideError  # noqa: E402
 
 app = typer.Typer(help="laketide: a streaming upsert writer for Apache Hudi tables.", no_args_is_help=True)
 savepoint_app = typer.Typer(help="Savepoints: commits that cleaning keeps readable and restore can return to.", no_args_is_help=True)
