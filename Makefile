@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test-servers test test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-api bench-database bench-freshness clean wheel
+.PHONY: install system-deps test-servers test test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-job-memory bench-api bench-database bench-freshness clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,11 @@ bench-freshness: install system-deps
 bench-api: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/api_bench.py
+
+# a small job's process tree (generator, 2,000 rows a micro-batch every second): peak RSS and PSS (about 3 minutes)
+bench-job-memory: install system-deps
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/job_memory.py
 
 bench-memory: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'

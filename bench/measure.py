@@ -1,6 +1,11 @@
 """What the benchmarks measure besides time: the peak memory of this process and its children; and a
 settled disk before each measured job (``settle_disk``).
 
+Memory is summed over the process tree two ways. RSS counts a page once for every process that maps it: the
+Python workers Spark forks from its daemon share their interpreter's pages with it, and two tasks that
+memory-map the same exchange file each count all of it. PSS (Linux's proportional set size) splits a shared
+page among the processes that map it, so the sum is what the tree holds. One process's PSS is about its RSS.
+
 The sampling runs in a process of its own: a sampling thread in the measured process took its GIL
 for a few milliseconds every sample (psutil reads every process's ``/proc`` entry to find the
 children), which stalled the measured engine's own Python threads.
@@ -24,56 +29,75 @@ def settle_disk() -> None:
 
 def tree_rss(pid: int) -> int:
     """The RSS of process ``pid`` and all its descendants (Spark's JVM and Python workers)."""
+    return tree_memory(pid)[0]
+
+
+def tree_memory(pid: int) -> tuple[int, int]:
+    """The summed RSS and PSS of process ``pid`` and all its descendants, in bytes."""
     me = psutil.Process(pid)
-    total = me.memory_info().rss
+    rss, pss = me.memory_info().rss, _pss(pid)
     for child in me.children(recursive=True):
         try:
-            total += child.memory_info().rss
-        except psutil.Error:
+            rss += child.memory_info().rss
+            pss += _pss(child.pid)
+        except (psutil.Error, OSError):
             pass
-    return total
+    return rss, pss
+
+
+def _pss(pid: int) -> int:
+    """A process's PSS from ``/proc/<pid>/smaps_rollup`` (a read of a few microseconds, unlike the whole ``smaps``)."""
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        for line in rollup:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def _sample_until_stdin_closes(pid: int, interval: float) -> None:
-    """The sampler process: polls ``pid``'s tree until its stdin closes, then prints the peak."""
+    """The sampler process: polls ``pid``'s tree until its stdin closes, then prints the peak RSS and PSS."""
     import selectors
 
-    peak = 0
+    peak = peak_pss = 0
     selector = selectors.DefaultSelector()
     selector.register(sys.stdin, selectors.EVENT_READ)
     while True:
         try:
-            peak = max(peak, tree_rss(pid))
-        except psutil.Error:
+            rss, pss = tree_memory(pid)
+        except (psutil.Error, OSError):
             break
+        peak, peak_pss = max(peak, rss), max(peak_pss, pss)
         if selector.select(interval) and not sys.stdin.buffer.read1(1024):
             break
-    print(peak, flush=True)
+    print(peak, peak_pss, flush=True)
 
 
 class PeakRss:
-    """The peak RSS (``peak``, bytes) of process ``pid`` (this one unless given) and its children while the block
-    runs, sampled every ``interval`` seconds."""
+    """The peak summed RSS (``peak``, bytes) and PSS (``peak_pss``) of process ``pid`` (this one unless given) and
+    its children while the block runs, sampled every ``interval`` seconds."""
 
     def __init__(self, interval: float = 0.2, pid: int | None = None):
-        self.interval, self.peak, self.pid = interval, 0, pid or os.getpid()
+        self.interval, self.peak, self.peak_pss, self.pid = interval, 0, 0, pid or os.getpid()
 
     def __enter__(self):
         self._sampler = subprocess.Popen(
             [sys.executable, __file__, str(self.pid), str(self.interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
-        self.peak = self._now()
+        self.peak, self.peak_pss = self._now()
         return self
 
-    def _now(self) -> int:
+    def _now(self) -> tuple[int, int]:
         try:
-            return tree_rss(self.pid)
-        except psutil.Error:  # the process has ended
-            return 0
+            return tree_memory(self.pid)
+        except (psutil.Error, OSError):  # the process has ended
+            return 0, 0
 
     def __exit__(self, *exc):
         out, _ = self._sampler.communicate(timeout=60)
-        self.peak = max(self.peak, int(out.strip() or 0), self._now())
+        sampled = [int(n) for n in out.split()] or [0, 0]
+        now = self._now()
+        self.peak = max(self.peak, sampled[0], now[0])
+        self.peak_pss = max(self.peak_pss, sampled[-1], now[1])
         return False
 
 

@@ -56,16 +56,21 @@ def _live_size(paths: Iterator[str], result: Result) -> None:
 def laketide(table_type: str) -> Callable[[Path, Shape, int | None], Result]:
     def run(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
         files = landing_files(workdir, None)  # the job takes every landing file
-        expected = expected_state([pq.read_table(f) for f in files])
         conf = tuple(json.loads((workdir / "workload.json").read_text()).get("laketide_conf", ()))
-        return run_laketide(workdir, workdir / "landing", expected, 4, table_type, 1, shape, extra=conf)
+        return run_laketide(workdir, workdir / "landing", lambda: expected_rows(files), 4, table_type, 1, shape, extra=conf)
 
     return run
 
 
 def delta(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
-    batches = [pq.read_table(f) for f in landing_files(workdir, max_batches)]
-    return run_delta(workdir, batches, expected_state(batches))
+    files = landing_files(workdir, max_batches)
+    return run_delta(workdir, (pq.read_table(f) for f in files), lambda: expected_rows(files))
+
+
+def expected_rows(files: list[Path]) -> pa.Table:
+    """The rows a table holds after the batches of ``files``: made after an engine's run, as each checks its
+    table, so that its process does not hold them while its memory is measured."""
+    return expected_state([pq.read_table(f) for f in files])
 
 
 # -- DuckLake ----------------------------------------------------------------------------------------
@@ -99,11 +104,11 @@ def ducklake(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
 
     with PeakRss() as rss:
         _timed(files, result, load, upsert)
-    result.peak_rss_mb = rss.peak / 2**20
+    result.peak_rss_mb, result.peak_pss_mb = rss.peak / 2**20, rss.peak_pss / 2**20
     live = con.execute("SELECT data_file, delete_file FROM ducklake_list_files('lake', 't')").fetchall()
     _live_size((p for row in live for p in row if p), result)
     got = con.execute("SELECT * FROM lake.t").fetch_arrow_table()
-    result.verified = _matches(got, expected_state([pq.read_table(f) for f in files]))
+    result.verified = _matches(got, expected_rows(files))
     return result
 
 
@@ -135,12 +140,12 @@ def paimon(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
 
     with PeakRss() as rss:
         _timed(files, result, write, write)
-    result.peak_rss_mb = rss.peak / 2**20
+    result.peak_rss_mb, result.peak_pss_mb = rss.peak / 2**20, rss.peak_pss / 2**20
     reader = table.new_read_builder()
     splits = reader.new_scan().plan().splits()
     _live_size((f.file_path for split in splits for f in split.files), result)
     got = reader.new_read().to_arrow(splits)
-    result.verified = _matches(got, expected_state([pq.read_table(f) for f in files]))
+    result.verified = _matches(got, expected_rows(files))
     return result
 
 
@@ -160,10 +165,10 @@ def iceberg(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
     result = Result("PyIceberg upsert", 0.0)
     with PeakRss() as rss:
         _timed(files, result, table.append, lambda batch: table.upsert(batch, join_cols=[KEY]))
-    result.peak_rss_mb = rss.peak / 2**20
+    result.peak_rss_mb, result.peak_pss_mb = rss.peak / 2**20, rss.peak_pss / 2**20
     table = catalog.load_table("bench.t")
     _live_size((task.file.file_path for task in table.scan().plan_files()), result)
-    result.verified = _matches(table.scan().to_arrow(), expected_state([pq.read_table(f) for f in files]))
+    result.verified = _matches(table.scan().to_arrow(), expected_rows(files))
     return result
 
 

@@ -70,7 +70,10 @@ def spawn(engine: str, workdir: Path, args: argparse.Namespace) -> dict:
     if engine == "pyiceberg":
         command += ["--max-batches", str(args.iceberg_batches)]
     settle_disk()
-    done = subprocess.run(command, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, capture_output=True, text=True)
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    if engine.startswith("laketide"):
+        env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # as ``laketide run`` has it (``laketide.cli``)
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
     out = workdir / f"result-{engine}.json"
     if done.returncode or not out.exists():
         return {"engine": engine, "error": (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
@@ -147,7 +150,7 @@ def ratios(results: list[dict]) -> dict:
 
 
 def show(workload: dict) -> None:
-    columns = ("engine", "load_seconds", "median_batch_seconds", "p95_batch_seconds", "files", "mb", "peak_rss_mb",
+    columns = ("engine", "load_seconds", "median_batch_seconds", "p95_batch_seconds", "files", "mb", "peak_rss_mb", "peak_pss_mb",
                "median_write_amplification", "verified")
     rows = [{c: r.get(c, "FAILED" if c == "verified" else "") for c in columns} for r in workload["results"]]
     print_table(rows, f"{workload['skew']}: laketide / peer", workload["ratios"], width=14)

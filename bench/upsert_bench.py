@@ -27,6 +27,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -136,6 +137,7 @@ class Result:
     files: int = 0
     bytes: int = 0
     peak_rss_mb: float = 0.0
+    peak_pss_mb: float = 0.0  # the process tree's peak with shared pages counted once (``measure``)
     verified: bool = False
     # per upsert batch: bytes its commit wrote / bytes of the batch's own parquet file (laketide)
     write_amplification: list[float] = field(default_factory=list)
@@ -159,12 +161,16 @@ class Result:
             "files": self.files,
             "mb": round(self.bytes / 2**20, 1),
             "peak_rss_mb": round(self.peak_rss_mb),
+            "peak_pss_mb": round(self.peak_pss_mb),
             "median_write_amplification": round(statistics.median(self.write_amplification), 2) if self.write_amplification else None,
             "verified": self.verified,
         }
 
 
-def _matches(got: pa.Table, expected: pa.Table) -> bool:
+def _matches(got: pa.Table, expected: pa.Table | Callable[[], pa.Table]) -> bool:
+    """Whether ``got`` holds the ``expected`` rows; given as a function, they are made only now, so an engine's
+    process does not hold them while its memory is measured."""
+    expected = expected() if callable(expected) else expected
     schema = expected.schema
     got = got.select(schema.names).cast(schema).sort_by("id")
     return got.num_rows == expected.num_rows and got.equals(expected)
@@ -225,7 +231,7 @@ def land(landing: Path, batches: list[pa.Table], load_file_rows: int) -> int:
 
 
 def run_laketide(
-    workdir: Path, landing: Path, expected: pa.Table, parallelism: int, table_type: str = "COPY_ON_WRITE", load_files: int = 1, shape: Shape = NARROW,
+    workdir: Path, landing: Path, expected: pa.Table | Callable[[], pa.Table], parallelism: int, table_type: str = "COPY_ON_WRITE", load_files: int = 1, shape: Shape = NARROW,
     extra: tuple[str, ...] = (),
 ) -> Result:
     from hudi import HudiTableBuilder
@@ -240,7 +246,7 @@ def run_laketide(
         run(config, on_ready=lambda job: job.writer.observers.append(reports.append))
     reports = [r for r in reports if not r.skipped]
     load, upserts = reports[:load_files], reports[load_files:]
-    result = Result(f"laketide {name}", sum(r.seconds for r in load), [r.seconds for r in upserts], peak_rss_mb=rss.peak / 2**20)
+    result = Result(f"laketide {name}", sum(r.seconds for r in load), [r.seconds for r in upserts], peak_rss_mb=rss.peak / 2**20, peak_pss_mb=rss.peak_pss / 2**20)
     result.stage_seconds = [r.stage_seconds for r in upserts]
     from laketide.table import Table
 
@@ -252,16 +258,22 @@ def run_laketide(
     return result
 
 
-def run_delta(workdir: Path, batches: list[pa.Table], expected: pa.Table) -> Result:
+def run_delta(workdir: Path, batches: Iterable[pa.Table], expected: pa.Table | Callable[[], pa.Table]) -> Result:
+    """delta-rs's ``write_deltalake`` of the first batch, then a ``MERGE`` per batch; each timed from taking it from
+    ``batches`` (which may read it from its file) to the end of its commit."""
     from deltalake import DeltaTable, write_deltalake
 
     path = str(workdir / "delta")
+    batches = iter(batches)
     with PeakRss() as rss:
         started = time.perf_counter()
-        write_deltalake(path, dedupe(batches[0]), partition_by=["region"])
+        write_deltalake(path, dedupe(next(batches)), partition_by=["region"])
         result = Result("delta-rs", time.perf_counter() - started)
-        for batch in batches[1:]:
+        while True:
             started = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                break
             source = dedupe(batch)
             (
                 DeltaTable(path)
@@ -271,7 +283,7 @@ def run_delta(workdir: Path, batches: list[pa.Table], expected: pa.Table) -> Res
                 .execute()
             )
             result.batch_seconds.append(time.perf_counter() - started)
-    result.peak_rss_mb = rss.peak / 2**20
+    result.peak_rss_mb, result.peak_pss_mb = rss.peak / 2**20, rss.peak_pss / 2**20
     table = DeltaTable(path)
     uris = table.file_uris()
     result.files = len(uris)
