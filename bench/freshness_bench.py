@@ -287,6 +287,7 @@ def main() -> int:
     parser.add_argument("--rates", type=lambda s: [int(r) for r in s.split(",")], default=[2_000, 10_000, 30_000])
     parser.add_argument("--seconds", type=float, default=180)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--conf", action="append", default=[], help="a setting of the streaming job (key=value), repeatable")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (the table, the checkpoint, job.log)")
     parser.add_argument("--out", default=f"bench/results/freshness-{time.strftime('%Y-%m-%d')}.json")
     args = parser.parse_args()
@@ -309,7 +310,8 @@ def main() -> int:
             raise SystemExit(f"the snapshot's load failed:\n{loaded.stderr[-3000:]}")
         print(f"snapshot: {args.keys:,} rows loaded from landing files in {time.monotonic() - started:.0f}s", flush=True)
         log = (workdir / "job.log").open("w")
-        job = subprocess.Popen([laketide, "run", "--config", str(job_config(workdir, bootstrap))], stdout=log, stderr=subprocess.STDOUT,
+        settings = [a for setting in args.conf for a in ("--conf", setting)]
+        job = subprocess.Popen([laketide, "run", "--config", str(job_config(workdir, bootstrap)), *settings], stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)
         phases = []
         with Commits(workdir / "orders", workdir / "checkpoint") as commits:

@@ -34,12 +34,13 @@ def landing_files(workdir: Path, max_batches: int | None) -> list[Path]:
 
 
 def warm_read(files: list[Path]) -> None:
-    """Read the first landing file once, untimed: the first parquet read of a process (pyarrow's reader paged in,
-    the file's pages maybe reclaimed since it was written) took 0.5 s and more, up to 2.7 s more on delta-rs's
-    timed load when the engines before it had pushed its pages out, which is no engine's work. laketide's job
-    warms its Python workers the same way before its first micro-batch (``spark_batch.warm_workers``)."""
+    """Read and deduplicate the first landing file once, untimed: a process's first parquet read and first
+    Arrow grouping (pyarrow's code paged in, its thread pool started, the file's pages maybe reclaimed since it
+    was written) added 0.5 to 2.7 s to delta-rs's timed load when the engines before it had pushed them out,
+    which is no engine's work. laketide's job warms its Python workers the same way before its first
+    micro-batch (``spark_batch.warm_workers``)."""
     if files:
-        pq.read_table(files[0])
+        dedupe(pq.read_table(files[0]))
 
 
 def _timed(files: list[Path], result: Result, load: Callable[[pa.Table], None], upsert: Callable[[pa.Table], None]) -> None:
