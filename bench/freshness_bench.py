@@ -94,8 +94,13 @@ def fence(bootstrap: str) -> None:
         producer.flush(60)
 
 
-def produce_phase(keys: Keys, bootstrap: str, rate: int, seconds: float, phase: int, seed: int) -> int:
-    """``rate`` records a second for ``seconds`` from as many processes as that takes; the records sent."""
+# every how many records a producer times from produce to the broker's acknowledgement (the broker's share of freshness)
+DELIVERY_SAMPLE = 20
+
+
+def produce_phase(keys: Keys, bootstrap: str, rate: int, seconds: float, phase: int, seed: int) -> tuple[int, list[float]]:
+    """``rate`` records a second for ``seconds`` from as many processes as that takes; the records sent, and for
+    every ``DELIVERY_SAMPLE``-th the seconds from its produce timestamp to the broker's acknowledgement."""
     count = max(1, -(-rate // PER_PRODUCER))
     done = FORK.Queue()
     procs = [FORK.Process(target=_producer, args=(keys, bootstrap, rate / count, seconds, phase, i, count, seed, done)) for i in range(count)]
@@ -104,8 +109,8 @@ def produce_phase(keys: Keys, bootstrap: str, rate: int, seconds: float, phase: 
     results = [done.get() for _ in procs]
     for p in procs:
         p.join()
-    keys.high = max(high for _, high in results)
-    return sum(sent for sent, _ in results)
+    keys.high = max(high for _, high, _ in results)
+    return sum(sent for sent, _, _ in results), [s for _, _, delivered in results for s in delivered]
 
 
 def _producer(keys: Keys, bootstrap: str, rate: float, seconds: float, phase: int, index: int, count: int, seed: int, done) -> None:
@@ -114,6 +119,12 @@ def _producer(keys: Keys, bootstrap: str, rate: float, seconds: float, phase: in
     lsn = phase * LSN_STEP + index
     high, fresh = keys.high, keys.high + index
     sent, started = 0, time.monotonic()
+    delivered: list[float] = []
+
+    def acknowledged(error, message) -> None:
+        if error is None:
+            delivered.append(time.time() - message.timestamp()[1] / 1000)
+
     while (now := time.monotonic() - started) < seconds:
         due = int(now * rate) + 1
         while sent < due:
@@ -132,12 +143,13 @@ def _producer(keys: Keys, bootstrap: str, rate: float, seconds: float, phase: in
             keys.version[key] += keys.state[key] != 0
             keys.state[key] = 2 if op == "d" else 1
             lsn += count
-            producer.produce(TOPIC, key=json.dumps({"id": key}).encode(), value=event(op, key, int(keys.version[key]), lsn), partition=key % PARTITIONS)
+            producer.produce(TOPIC, key=json.dumps({"id": key}).encode(), value=event(op, key, int(keys.version[key]), lsn), partition=key % PARTITIONS,
+                             on_delivery=acknowledged if sent % DELIVERY_SAMPLE == 0 else None)
             producer.poll(0)
             sent += 1
         time.sleep(0.005)
     producer.flush(300)
-    done.put((sent, max(high, fresh - index)))
+    done.put((sent, max(high, fresh - index), delivered))
 
 
 def snapshot(keys: Keys, landing: Path, total: int, files: int = 4) -> None:
@@ -322,7 +334,7 @@ def main() -> int:
             for n, rate in enumerate(args.rates, start=2):
                 before, window_start = commits.committed(), time.time()
                 with PeakRss(pid=job.pid) as rss:
-                    sent = produce_phase(keys, bootstrap, rate, args.seconds, n, args.seed)
+                    sent, delivery = produce_phase(keys, bootstrap, rate, args.seconds, n, args.seed)
                     window = (window_start, time.time())
                     fence(bootstrap)
                     behind = lag(bootstrap, commits)
@@ -331,7 +343,9 @@ def main() -> int:
                 committed = sum(after.get(p, 0) - before.get(p, 0) for p in range(PARTITIONS))
                 phases.append({"rate_offered": rate, "produced_per_second": round(sent / (window[1] - window[0])),
                                "committed_per_second": round(committed / (window[1] - window[0])), "lag_at_end": behind,
-                               "seconds_to_lag_0": drained, "window": window, "peak_rss_mb": round(rss.peak / 2**20)})
+                               "seconds_to_lag_0": drained, "window": window, "peak_rss_mb": round(rss.peak / 2**20),
+                               "peak_pss_mb": round(rss.peak_pss / 2**20),
+                               **{f"delivery_p{q}_seconds": round(float(np.percentile(delivery, q)), 2) for q in (50, 95, 99) if delivery}})
                 print(f"rate {rate:,}/s: produced {phases[-1]['produced_per_second']:,}/s, committed {phases[-1]['committed_per_second']:,}/s, "
                       f"lag at the end {behind:,}, back to 0 in {drained}s, peak RSS {phases[-1]['peak_rss_mb']:,} MB", flush=True)
         job.send_signal(signal.SIGINT)

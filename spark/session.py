@@ -41,7 +41,7 @@ WANTED = {
 # A job whose micro-batches are all written by the driver runs no Spark task: no Python daemon is kept for workers
 # it never starts. The Python data source's planners then run once each as a plain process that exits, where
 # under daemons four daemons (about 45 MB each) and their idle workers stayed (a 2,000-row generator job's
-# processes peaked at 1.75 GB against 0.77 GB).
+# processes peaked at 1.75 GB against 0.74 GB, `make bench-job-memory`).
 DRIVER_ONLY = {"spark.python.use.daemon": "false"}
 # A job on a local master: no UI port to collide with, few shuffle partitions, everything on loopback.
 LOCAL = {
