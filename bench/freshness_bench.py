@@ -177,8 +177,7 @@ class Commits:
     def __enter__(self):
         # the commits already there are the snapshot's, written by a job of its own: their batch id is not the
         # stream's (taking the stream's offsets for it made the warm-up look drained before its micro-batch committed)
-        timeline = self.table / ".hoodie"
-        self._before = {p.name.split(".")[0] for p in timeline.glob("*.deltacommit")} if timeline.exists() else set()
+        self._before = {path.name.split(".")[0] for path in self._completed()}
         self._thread.start()
         return self
 
@@ -190,8 +189,7 @@ class Commits:
         from laketide.table.commit import BATCH_ID_KEY
 
         while not self._stop.wait(0.1):
-            timeline = self.table / ".hoodie"
-            for path in timeline.glob("*.deltacommit") if timeline.exists() else []:
+            for path in self._completed():
                 instant = path.name.split(".")[0]
                 if instant in self.seen or instant in self._before:
                     continue
@@ -202,6 +200,11 @@ class Commits:
                 except (OSError, KeyError, ValueError):
                     continue
                 self.seen[instant] = (batch, completed, {int(p): o for p, o in ends.items()})
+
+    def _completed(self) -> list[Path]:
+        """The completed deltacommits on the active timeline."""
+        timeline = self.table / ".hoodie"
+        return list(timeline.glob("*.deltacommit")) if timeline.exists() else []
 
     def committed(self) -> dict[int, int]:
         """Per partition, the end offset of the newest commit."""

@@ -3,8 +3,8 @@ user starts it, with every process it starts counted (Spark's JVM, the streaming
 Python worker).
 
 The job runs ``--seconds`` (120) after its first micro-batch, its process tree sampled every 0.2 s
-(``measure``: summed RSS, and PSS, which counts a page shared by several processes once); the peak of each,
-and each process's share at the PSS peak, go to the JSON.
+(``measure``: summed RSS, and PSS, which counts a page shared by several processes once), from its start; the
+peak of each, and each process's share at the PSS peak, go to the JSON.
 
     python bench/job_memory.py                  # 2,000 rows a micro-batch, 2 minutes
     python bench/job_memory.py --rows 20000 --seconds 60
@@ -28,18 +28,18 @@ import psutil
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from measure import _pss, tree_memory  # noqa: E402
+from measure import process_memory  # noqa: E402
 
 CLI = str(Path(sys.executable).with_name("laketide"))
 
 
-def processes(pid: int) -> list[dict]:
-    """Each process of the tree: its command's tail, RSS and PSS in MB."""
+def processes(each: list[tuple[psutil.Process, int, int]]) -> list[dict]:
+    """Each process of a sample (``measure.process_memory``): its command's tail, RSS and PSS in MB."""
     out = []
-    for proc in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+    for proc, rss, pss in each:
         try:
-            out.append({"command": " ".join(proc.cmdline())[-80:], "rss_mb": proc.memory_info().rss >> 20, "pss_mb": _pss(proc.pid) >> 20})
-        except (psutil.Error, OSError):
+            out.append({"command": " ".join(proc.cmdline())[-80:], "rss_mb": rss >> 20, "pss_mb": pss >> 20})
+        except psutil.Error:
             continue
     return sorted(out, key=lambda p: -p["pss_mb"])
 
@@ -58,24 +58,31 @@ def main() -> None:
                            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     peak = peak_pss = 0
     at_peak: list[dict] = []
+
+    def sample() -> None:
+        """One sample of the tree; at a new PSS peak, each process's share too."""
+        nonlocal peak, peak_pss, at_peak
+        each = process_memory(job.pid)
+        rss, pss = sum(r for _, r, _ in each), sum(p for _, _, p in each)
+        peak = max(peak, rss)
+        if pss > peak_pss:
+            peak_pss, at_peak = pss, processes(each)
+        time.sleep(0.2)
+
     try:
         while "micro-batch 0:" not in (work / "job.log").read_text():
             if job.poll() is not None:
                 sys.exit(f"the job ended:\n{(work / 'job.log').read_text()[-3000:]}")
-            peak, peak_pss = max(peak, tree_memory(job.pid)[0]), max(peak_pss, tree_memory(job.pid)[1])
-            time.sleep(0.2)
+            sample()
         print(f"first micro-batch in; sampling {args.seconds:.0f} s", flush=True)
         end = time.monotonic() + args.seconds
         while time.monotonic() < end:
-            rss, pss = tree_memory(job.pid)
-            peak = max(peak, rss)
-            if pss > peak_pss:
-                peak_pss, at_peak = pss, processes(job.pid)
-            time.sleep(0.2)
+            sample()
     finally:
         job.send_signal(signal.SIGINT)
         job.wait(120)
-    batches = (work / "job.log").read_text().count(" on driver (") + (work / "job.log").read_text().count(" on tasks (")
+    text = (work / "job.log").read_text()
+    batches = text.count(" on driver (") + text.count(" on tasks (")
     result = {"date": str(datetime.date.today()), "rows_per_batch": args.rows, "seconds": args.seconds, "micro_batches": batches,
               "peak_rss_mb": peak >> 20, "peak_pss_mb": peak_pss >> 20, "processes_at_pss_peak": at_peak}
     print(f"{batches} micro-batches of {args.rows:,} rows: peak RSS {peak >> 20} MB, peak PSS {peak_pss >> 20} MB (all processes)")

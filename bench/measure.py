@@ -27,22 +27,22 @@ def settle_disk() -> None:
     os.sync()
 
 
-def tree_rss(pid: int) -> int:
-    """The RSS of process ``pid`` and all its descendants (Spark's JVM and Python workers)."""
-    return tree_memory(pid)[0]
-
-
 def tree_memory(pid: int) -> tuple[int, int]:
-    """The summed RSS and PSS of process ``pid`` and all its descendants, in bytes."""
+    """The summed RSS and PSS of process ``pid`` and all its descendants (Spark's JVM and Python workers), in bytes."""
+    each = process_memory(pid)
+    return sum(rss for _, rss, _ in each), sum(pss for _, _, pss in each)
+
+
+def process_memory(pid: int) -> list[tuple[psutil.Process, int, int]]:
+    """Process ``pid`` and each of its descendants with its RSS and PSS in bytes; one that ended meanwhile is left out."""
     me = psutil.Process(pid)
-    rss, pss = me.memory_info().rss, _pss(pid)
+    out = [(me, me.memory_info().rss, _pss(pid))]
     for child in me.children(recursive=True):
         try:
-            rss += child.memory_info().rss
-            pss += _pss(child.pid)
+            out.append((child, child.memory_info().rss, _pss(child.pid)))
         except (psutil.Error, OSError):
             pass
-    return rss, pss
+    return out
 
 
 def _pss(pid: int) -> int:
