@@ -151,8 +151,8 @@ def read_split(split: KafkaSplit) -> Iterator[pa.RecordBatch]:
     ranges = checked(list(split.ranges), Brokers(dict(split.client)), split.fail_on_data_loss)
     consumer = RangeConsumer(dict(split.client))
     try:
-        for _, rows in consumer.chunks(ranges):
-            yield as_batch(rows)
+        for _, messages in consumer.chunks(ranges):
+            yield as_batch(messages)
     finally:
         consumer.close()
 

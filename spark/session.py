@@ -30,13 +30,17 @@ SUBMITTED_ENV = "PYSPARK_GATEWAY_PORT"
 # to 1.5). The Python workers allocate Arrow memory with the C library's malloc rather than pyarrow's
 # default mimalloc: a fresh worker's first large micro-batch ran much slower on mimalloc, warm-up or not
 # (a 1M-row load on local[2], 1.45 s against 1.82 to 1.92, its prepare stage 0.77 to 0.80 task-s against
-# 0.95 to 1.36; later micro-batches and the peak RSS the same).
+# 0.95 to 1.36; later micro-batches and the peak RSS the same). The query's offset and commit logs, written
+# twice a micro-batch through Hadoop's FileContext, go to a local checkpoint without the checksum file Hadoop's
+# default local file system writes and renames beside each entry: it doubled their cost (an idle query's
+# ``walCommit`` and ``commitOffsets`` 52 ms each against 28); the logs are checked by Spark's own JSON reading.
 WANTED = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     "spark.ui.showConsoleProgress": "false",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
 }
 # A job whose micro-batches are all written by the driver runs no Spark task: no Python daemon is kept for workers
 # it never starts. The Python data source's planners then run once each as a plain process that exits, where
