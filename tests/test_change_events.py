@@ -84,6 +84,17 @@ def test_a_delete_under_replica_identity_default_carries_the_key_alone():
     assert rows[0]["_event_position"] < rows[1]["_event_position"]
 
 
+def test_bare_deletes_among_megabytes_of_updates_decode_whatever_block_they_fall_in():
+    """Without schemas the row's types are inferred: a delete's ``before`` holds the key and nulls, which the JSON
+    reader, inferring each of its blocks on its own, could not reconcile with the blocks that lack one."""
+    table = PostgresTable(with_schema=False)
+    spec = ChangeSpec(SPEC.columns, ("id",), Decoding(timestamp_unit="us"))
+    updates = [table.upsert(sample_row(i, 1)) for i in range(3000)]  # about 3 MB: several of the reader's blocks
+    rows = decode([table.delete(7), *updates, table.delete(2999)], spec)
+    assert len(rows) == 3002 and all(r["_lt_decode_reason"] is None or "updated_ms" in r["_lt_decode_reason"] for r in rows)
+    assert [(r["id"], r["_hoodie_is_deleted"]) for r in (rows[0], rows[1], rows[-1])] == [(7, True), (0, False), (2999, True)]
+
+
 def test_values_that_cannot_be_decoded_name_the_column_and_encoding():
     table = PostgresTable()
     good = table.upsert(sample_row(1))
