@@ -300,7 +300,9 @@ def drain(bootstrap: str, commits: Commits, job: subprocess.Popen, limit: float)
     started = time.monotonic()
     while time.monotonic() - started < limit:
         if job.poll() is not None:
-            raise SystemExit(f"the job ended (exit code {job.returncode})")
+            log = Path(job.args[job.args.index("--config") + 1]).parent / "job.log"
+            errors = [line for line in log.read_text(errors="replace").splitlines() if "Error" in line or "ERROR" in line][-5:] if log.exists() else []
+            raise SystemExit("\n".join([f"the job ended (exit code {job.returncode}); the last errors of {log}:", *errors]))
         if lag(bootstrap, commits) == 0:
             return round(time.monotonic() - started, 1)
         time.sleep(0.2)

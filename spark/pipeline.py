@@ -46,8 +46,6 @@ from laketide.spark.generator import FIRST_ROW, GeneratorSpec, generated
 from laketide.spark.kafka_offsets import KafkaOffsets
 
 log = logging.getLogger("laketide.job")
-# what a Kafka record is taken to weigh once decoded, for the driver-or-tasks choice: a change event's row
-KAFKA_RECORD_BYTES = 1024
 # the sources that read landing files
 LANDING_FORMATS = ("parquet", "json", "csv")
 # where Spark's tasks hand a micro-batch's rows on, under the table, unless ``write.exchange_dir`` says
@@ -112,7 +110,7 @@ class MicroBatchWriter(BatchWriter):
         if not self.config.write.driver_batch_bytes:
             return False
         records = self.offsets.records(batch_id)
-        return self._fits_driver(records * KAFKA_RECORD_BYTES if records is not None else None)
+        return self._fits_driver(records * self.offsets.record_weight() if records is not None else None)
 
     def close(self) -> None:
         self.offsets.close()

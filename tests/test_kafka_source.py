@@ -275,6 +275,32 @@ def test_a_kept_consumer_reads_on_where_it_ended_and_afresh_elsewhere(kafka):
         consumer.close()
 
 
+def test_the_driver_weighs_a_kafka_record_by_the_records_it_read(kafka, tmp_path):
+    """Whether a micro-batch is read on the driver goes by its records' weight: 1 KB each until the driver read some,
+    then twice their keys' and values' bytes, so a backlog of small change events is not sent to Spark's tasks."""
+    from laketide.config import load_config
+    from laketide.spark.kafka_offsets import KAFKA_RECORD_BYTES, KafkaOffsets
+
+    kafka.create_topic("weighed", 1)
+    for n in range(10):
+        kafka.produce("weighed", 0, None, {"n": n})
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    for batch, end in ((0, 4), (1, 10)):  # the offset log as Spark writes it: its last line the source's offsets
+        (checkpoint / "offsets" / str(batch)).write_text('v1\n{"batchWatermarkMs":0}\n' + json.dumps({"weighed": {"0": end}}))
+    config = load_config(overrides=[f"table.path={tmp_path / 't'}", "table.name=t", 'table.record_key=["n"]', "source.format=kafka",
+                                     f"source.kafka.bootstrap_servers={kafka.bootstrap}", 'source.kafka.topics=["weighed"]',
+                                     "source.schema=n INT", f"stream.checkpoint={checkpoint}"])
+    offsets = KafkaOffsets(config)
+    try:
+        assert offsets.record_weight() == KAFKA_RECORD_BYTES
+        records = offsets.read(1)
+        assert records.column("offset").to_pylist() == list(range(4, 10))
+        assert offsets.record_weight() == 2 * (records["key"].nbytes + records["value"].nbytes) // 6 < 100
+    finally:
+        offsets.close()
+
+
 def test_a_range_the_broker_no_longer_holds_stops_the_read_which_plans_again_from_what_it_holds():
     """Retention passed a range's start: the consumer, which never resets on its own (``auto.offset.reset = error``),
     raises ``OffsetsGone`` instead of reading from elsewhere, and forgets what it read of the ranges. (Tansu keeps
