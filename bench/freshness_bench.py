@@ -10,8 +10,9 @@ recent rows, 20% inserts, 10% deletes. The job is ``laketide run`` in its own pr
 Reported per rate: the records per second committed while it lasted, the lag when it ended and how long the job
 took to get back to 0, the p50/p95/p99 freshness of its records (from a record's produce time, Kafka's CreateTime,
 to the completion of the commit that made it visible: the completed instant file's time, each commit's micro-batch
-known by the batch id it records and its offsets by the checkpoint's offset log), and the job's peak RSS (every
-process of it). At the end the table, read by hudi-rs, must equal the model of the changes sent.
+known by the batch id it records and its offsets by the checkpoint's offset log), the job's peak RSS (every
+process of it), and the cores the broker and the job used while the rate lasted (Tansu runs on the same
+machine: a phase it takes the cores from is the broker's limit as much as the job's). At the end the table, read by hudi-rs, must equal the model of the changes sent.
 
 Producers are processes, each owning the keys equal to its number modulo their count (so one key's changes keep
 their order), batching as librdkafka does (``linger.ms = 5``). Tansu (0.6) answers ListOffsets with a partition's
@@ -349,9 +350,11 @@ def main() -> int:
             drain(bootstrap, commits, job, 600)
             for n, rate in enumerate(args.rates, start=2):
                 before, window_start = commits.committed(), time.time()
+                cpu = (cpu_seconds(broker.pid), cpu_seconds(job.pid))
                 with PeakRss(pid=job.pid) as rss:
                     sent, delivery = produce_phase(keys, bootstrap, rate, args.seconds, n, args.seed)
                     window = (window_start, time.time())
+                    cores = [round((cpu_seconds(pid) - was) / (window[1] - window[0]), 2) for pid, was in zip((broker.pid, job.pid), cpu)]
                     fence(bootstrap)
                     behind = lag(bootstrap, commits)
                     after = commits.committed()
@@ -360,10 +363,11 @@ def main() -> int:
                 phases.append({"rate_offered": rate, "produced_per_second": round(sent / (window[1] - window[0])),
                                "committed_per_second": round(committed / (window[1] - window[0])), "lag_at_end": behind,
                                "seconds_to_lag_0": drained, "window": window, "peak_rss_mb": round(rss.peak / 2**20),
-                               "peak_pss_mb": round(rss.peak_pss / 2**20),
+                               "peak_pss_mb": round(rss.peak_pss / 2**20), "broker_cores": cores[0], "job_cores": cores[1],
                                **{f"delivery_p{q}_seconds": round(float(np.percentile(delivery, q)), 2) for q in (50, 95, 99) if delivery}})
                 print(f"rate {rate:,}/s: produced {phases[-1]['produced_per_second']:,}/s, committed {phases[-1]['committed_per_second']:,}/s, "
-                      f"lag at the end {behind:,}, back to 0 in {drained}s, peak RSS {phases[-1]['peak_rss_mb']:,} MB", flush=True)
+                      f"lag at the end {behind:,}, back to 0 in {drained}s, peak RSS {phases[-1]['peak_rss_mb']:,} MB, "
+                      f"cores used by the broker {cores[0]} and the job {cores[1]}", flush=True)
         job.send_signal(signal.SIGINT)
         job.wait(120)
         times = produce_times(bootstrap, commits.committed())
@@ -386,6 +390,26 @@ def main() -> int:
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU seconds (user and system) process ``pid`` and its living descendants have used: over a phase, how much of
+    the machine's cores the broker (Tansu shares them with the job here) and the job took."""
+    import psutil
+
+    try:
+        me = psutil.Process(pid)
+        processes = [me, *me.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
 
 
 def _verify(table: Path, keys: Keys) -> bool:
