@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Producer
 
 from kafka_bench import start_tansu
-from measure import PeakRss
+from measure import PeakRss, cpu_seconds
 from upsert_bench import write_results
 
 TOPIC = "pg.public.orders"
@@ -296,13 +296,12 @@ def lag(bootstrap: str, commits: Commits) -> int:
     return sum(max(0, newest[p] - committed.get(p, 0)) for p in range(PARTITIONS))
 
 
-def drain(bootstrap: str, commits: Commits, job: subprocess.Popen, limit: float) -> float | None:
-    """Seconds until the job's lag is 0 (``None``: not within ``limit``)."""
+def drain(bootstrap: str, commits: Commits, job: subprocess.Popen, log: Path, limit: float) -> float | None:
+    """Seconds until the job's lag is 0 (``None``: not within ``limit``); the job writes to ``log``."""
     started = time.monotonic()
     while time.monotonic() - started < limit:
         if job.poll() is not None:
-            log = Path(job.args[job.args.index("--config") + 1]).parent / "job.log"
-            errors = [line for line in log.read_text(errors="replace").splitlines() if "Error" in line or "ERROR" in line][-5:] if log.exists() else []
+            errors = [line for line in log.read_text(errors="replace").splitlines() if "Error" in line or "ERROR" in line][-5:]
             raise SystemExit("\n".join([f"the job ended (exit code {job.returncode}); the last errors of {log}:", *errors]))
         if lag(bootstrap, commits) == 0:
             return round(time.monotonic() - started, 1)
@@ -347,7 +346,7 @@ def main() -> int:
             # not measured: the query's first micro-batch, read by Spark's tasks as its processes start
             produce_phase(keys, bootstrap, 200, 5, 1, args.seed)
             fence(bootstrap)
-            drain(bootstrap, commits, job, 600)
+            drain(bootstrap, commits, job, workdir / "job.log", 600)
             for n, rate in enumerate(args.rates, start=2):
                 before, window_start = commits.committed(), time.time()
                 cpu = (cpu_seconds(broker.pid), cpu_seconds(job.pid))
@@ -358,7 +357,7 @@ def main() -> int:
                     fence(bootstrap)
                     behind = lag(bootstrap, commits)
                     after = commits.committed()
-                    drained = drain(bootstrap, commits, job, 600)
+                    drained = drain(bootstrap, commits, job, workdir / "job.log", 600)
                 committed = sum(after.get(p, 0) - before.get(p, 0) for p in range(PARTITIONS))
                 phases.append({"rate_offered": rate, "produced_per_second": round(sent / (window[1] - window[0])),
                                "committed_per_second": round(committed / (window[1] - window[0])), "lag_at_end": behind,
@@ -390,26 +389,6 @@ def main() -> int:
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
-
-
-def cpu_seconds(pid: int) -> float:
-    """The CPU seconds (user and system) process ``pid`` and its living descendants have used: over a phase, how much of
-    the machine's cores the broker (Tansu shares them with the job here) and the job took."""
-    import psutil
-
-    try:
-        me = psutil.Process(pid)
-        processes = [me, *me.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0.0
-    for process in processes:
-        try:
-            times = process.cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            pass
-    return total
 
 
 def _verify(table: Path, keys: Keys) -> bool:

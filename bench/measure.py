@@ -45,6 +45,23 @@ def process_memory(pid: int) -> list[tuple[psutil.Process, int, int]]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU seconds (user and system) process ``pid`` and its living descendants have used; 0 once it ended."""
+    try:
+        me = psutil.Process(pid)
+        processes = [me, *me.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def _pss(pid: int) -> int:
     """A process's PSS from ``/proc/<pid>/smaps_rollup`` (a read of a few microseconds, unlike the whole ``smaps``)."""
     with open(f"/proc/{pid}/smaps_rollup") as rollup:
