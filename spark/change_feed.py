@@ -24,7 +24,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
-from laketide.config import EVENT_POSITION, ConfigError, KafkaSection, SourceSection
+from laketide.config import EVENT_POSITION, ConfigError, JobConfig, KafkaSection, SourceSection
 from laketide.spark.kafka_source import NAME as PYTHON_KAFKA
 from laketide.spark.kafka_source import KafkaDataSource
 
@@ -54,8 +54,10 @@ def kafka_client(kafka: KafkaSection) -> dict[str, str]:
     return {"bootstrap.servers": kafka.bootstrap_servers, **kafka.options}
 
 
-def kafka_stream(spark: SparkSession, kafka: KafkaSection) -> DataFrame:
-    """The topics' records, with Spark's Kafka columns, from the reader ``kafka.reader`` picks."""
+def kafka_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
+    """The topics' records, with Spark's Kafka columns, from the reader ``source.kafka.reader`` picks, at most
+    ``JobConfig.kafka_offsets_per_trigger`` a micro-batch."""
+    kafka, cap = config.source.kafka, config.kafka_offsets_per_trigger()
     has_connector = spark_has_kafka(spark)
     if kafka.reader == "spark" and not has_connector:
         raise ConfigError(
@@ -67,8 +69,8 @@ def kafka_stream(spark: SparkSession, kafka: KafkaSection) -> DataFrame:
         options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "startingOffsets": kafka.starting_offsets,
                    "failOnDataLoss": str(kafka.fail_on_data_loss).lower(), "includeHeaders": "true"}
         options.update({"subscribePattern": kafka.topic_pattern} if kafka.topic_pattern else {"subscribe": ",".join(kafka.topics)})
-        if kafka.max_offsets_per_trigger:
-            options["maxOffsetsPerTrigger"] = str(kafka.max_offsets_per_trigger)
+        if cap:
+            options["maxOffsetsPerTrigger"] = str(cap)
         options.update({f"kafka.{k}": v for k, v in kafka.options.items()})
         return spark.readStream.format("kafka").options(**options).load()
     log.info("reading Kafka with laketide's Kafka source (Spark's Kafka connector is not on the classpath)")
@@ -78,8 +80,8 @@ def kafka_stream(spark: SparkSession, kafka: KafkaSection) -> DataFrame:
                # a task per core or two: a task per topic-partition made a client and a fetch for each
                "max_splits": str(2 * spark.sparkContext.defaultParallelism)}
     options.update({"topic_pattern": kafka.topic_pattern} if kafka.topic_pattern else {"topics": ",".join(kafka.topics)})
-    if kafka.max_offsets_per_trigger:
-        options["max_offsets_per_trigger"] = str(kafka.max_offsets_per_trigger)
+    if cap:
+        options["max_offsets_per_trigger"] = str(cap)
     options.update({f"kafka.{k}": v for k, v in kafka.options.items()})
     return spark.readStream.format(PYTHON_KAFKA).options(**options).load()
 

@@ -51,7 +51,7 @@ def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None =
     try:
         if on_ready is not None:
             on_ready(database)
-        query = start_query(config, kafka_stream(spark, config.source.kafka).select(*RECORD_COLUMNS), lambda df, batch_id: _write(database, offsets, df, batch_id))
+        query = start_query(config, kafka_stream(spark, config).select(*RECORD_COLUMNS), lambda df, batch_id: _write(database, offsets, df, batch_id))
         stopped = _await(query, database)
         for table in database.tables.values():
             finish(table.job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)

@@ -104,7 +104,7 @@ def run(
         job = start(config, table, lease, writer_id, lambda **parts: MicroBatchWriter(spark, **parts), on_step)
         if on_ready is not None:
             on_ready(job)
-        query = start_query(config, read_stream(spark, config.source), job.writer)
+        query = start_query(config, read_stream(spark, config), job.writer)
         stopped = _await(query, job, lost)
         finish(job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)
         return job.writer

@@ -18,18 +18,17 @@ from collections import deque
 
 import pyarrow as pa
 
-from laketide.config import JobConfig
+from laketide.config import KAFKA_RECORD_BYTES, JobConfig
 from laketide.spark.change_feed import kafka_client
 from laketide.spark.kafka_brokers import Brokers, Offsets, moved_back, plan_ranges
 from laketide.spark.kafka_consumer import OffsetsGone, RangeConsumer
 from laketide.writer.landing import source_offsets
 
 log = logging.getLogger("laketide.job")
-# what a Kafka record is taken to weigh on the driver, for the driver-or-tasks choice, until it has read some: then
-# twice their keys' and values' bytes (the values and their decoded rows are held at once), over the last
+# a Kafka record weighs ``KAFKA_RECORD_BYTES`` on the driver, for the driver-or-tasks choice, until it has read some:
+# then twice their keys' and values' bytes (the values and their decoded rows are held at once), over the last
 # ``WEIGHED_BATCHES`` it read. A fixed 1 KB sent a backlog of 68,000 change events of 430 bytes to Spark's tasks,
 # where its read took 175 s in one run (about 2 s on the driver).
-KAFKA_RECORD_BYTES = 1024
 WEIGHED_BATCHES = 16
 
 
@@ -107,18 +106,20 @@ class KafkaOffsets:
 
     def first_records(self, batch_id: int) -> int | None:
         """At most how many offsets the query's first Kafka micro-batch spans, whose start the checkpoint does not
-        log: ``max_offsets_per_trigger`` (the cap gives each partition with a backlog at least one, so a few more at
-        most), else its end offsets less the brokers' earliest. Without it the first micro-batch of every new job
-        went to Spark's tasks, a few seconds more however few its records. ``None`` when unknown."""
-        cap = self.config.source.kafka.max_offsets_per_trigger
-        if cap:
-            return cap
+        log: its cap (``JobConfig.kafka_offsets_per_trigger``; the cap gives each partition with a backlog at least one,
+        so a few more at most) or its end offsets less the brokers' earliest, whichever is less. Without it the first
+        micro-batch of every new job went to Spark's tasks, a few seconds more however few its records. ``None`` when
+        unknown."""
+        cap = self.config.kafka_offsets_per_trigger()
         try:
             end, marks = self._end_and_watermarks(batch_id)
         except Exception:
             log.warning("micro-batch %s: the brokers' earliest offsets could not be read", batch_id, exc_info=True)
+            return cap
+        if not end:
             return None
-        return sum(max(0, int(o) - marks[(t, int(p))][0]) for t, parts in end.items() for p, o in parts.items()) if end else None
+        spanned = sum(max(0, int(o) - marks[(t, int(p))][0]) for t, parts in end.items() for p, o in parts.items())
+        return min(spanned, cap) if cap else spanned
 
     def _end_and_watermarks(self, batch_id: int) -> tuple[dict, dict[tuple[str, int], tuple[int, int]]]:
         """The micro-batch's end offsets (from the checkpoint) and the brokers' (earliest, newest) of each partition."""

@@ -120,13 +120,14 @@ def with_origin(df: DataFrame) -> DataFrame:
     )
 
 
-def read_stream(spark: SparkSession, source: SourceSection) -> DataFrame:
+def read_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
+    source = config.source
     if source.format == "generator":
         spark.dataSource.register(GeneratorDataSource)
         spec = GeneratorSpec(**source.generator.model_dump())
         return spark.readStream.format(GENERATOR).options(**{k: str(v) for k, v in asdict(spec).items()}).load()
     if source.format == "kafka":
-        return kafka_rows(spark, source)
+        return kafka_rows(spark, config)
     if decodes_changes(source):
         return landed_lines(spark, source)
     reader: DataStreamReader = _configure(spark.readStream, spark, source)
@@ -135,12 +136,13 @@ def read_stream(spark: SparkSession, source: SourceSection) -> DataFrame:
     return with_origin(reader.load(source.path))
 
 
-def kafka_rows(spark: SparkSession, source: SourceSection) -> DataFrame:
+def kafka_rows(spark: SparkSession, config: JobConfig) -> DataFrame:
     """The topics' records: change events as they came (the core decodes them), else values decoded into rows."""
+    source = config.source
     if decodes_changes(source):
-        return change_records(kafka_stream(spark, source.kafka))
+        return change_records(kafka_stream(spark, config))
     row_schema = declared_schema(spark, source)
-    return with_record_origin(plain_rows(decode_records(kafka_stream(spark, source.kafka), source, row_schema), row_schema))
+    return with_record_origin(plain_rows(decode_records(kafka_stream(spark, config), source, row_schema), row_schema))
 
 
 def landed_lines(spark: SparkSession, source: SourceSection) -> DataFrame:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from laketide.config import ConfigError, load_config
+from laketide.config import KAFKA_RECORD_BYTES, ConfigError, load_config
 
 REQUIRED = ["table.path=/data/t", 'table.record_key=["id"]']
 
@@ -99,6 +99,14 @@ def test_storage_bounds_are_checked():
         load_config(overrides=[*REQUIRED, "storage.max_in_flight=0"])
     with pytest.raises(ConfigError, match="max_retries"):
         load_config(overrides=[*REQUIRED, "storage.max_retries=-1"])
+
+
+def test_a_kafka_micro_batch_takes_what_the_driver_holds_unless_capped_otherwise():
+    kafka = [*REQUIRED, "source.format=kafka", "source.schema=id BIGINT", "source.kafka.bootstrap_servers=127.0.0.1:9092", "source.kafka.topics=[\"t\"]"]
+    assert load_config(overrides=kafka).kafka_offsets_per_trigger() == 64 * 2**20 // KAFKA_RECORD_BYTES
+    assert load_config(overrides=[*kafka, "write.driver_batch_bytes=1MiB"]).kafka_offsets_per_trigger() == 2**20 // KAFKA_RECORD_BYTES
+    assert load_config(overrides=[*kafka, "source.kafka.max_offsets_per_trigger=500000"]).kafka_offsets_per_trigger() == 500_000
+    assert load_config(overrides=[*kafka, "write.driver_batch_bytes=0"]).kafka_offsets_per_trigger() is None  # Spark's tasks take it all
 
 
 def test_driver_batch_bytes_takes_sizes_and_zero_but_not_negatives():

@@ -228,6 +228,10 @@ class SparkSection(_Section):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+# what a Kafka record is taken to weigh on the driver (its value and its decoded row) until the job has read some
+KAFKA_RECORD_BYTES = 1024
+
+
 class JobConfig(_Section):
     table: TableSection
     source: SourceSection = Field(default_factory=SourceSection)
@@ -260,6 +264,15 @@ class JobConfig(_Section):
                 f"archive.min_commits ({self.archive.min_commits}) must be above clean.retain_commits ({self.clean.retain_commits})"
             )
         return self
+
+    def kafka_offsets_per_trigger(self) -> int | None:
+        """At most how many offsets a Kafka micro-batch spans: ``source.kafka.max_offsets_per_trigger``, else as many
+        records as the driver writes at once (``write.driver_batch_bytes`` at ``KAFKA_RECORD_BYTES`` a record), so a
+        backlog after a pause or a slow commit comes in micro-batches the driver's kept consumer reads, not in one that
+        goes to Spark's tasks, each of which opens a consumer of its own (seconds more, and a broker under load kept one
+        waiting minutes); ``None`` (no cap) when the driver writes nothing."""
+        given = self.source.kafka.max_offsets_per_trigger
+        return given or (self.write.driver_batch_bytes // KAFKA_RECORD_BYTES or None)
 
     def global_index(self, partitioned: bool) -> bool:
         """Whether the keys of a table (``partitioned`` or not) are unique across partitions: ``index.global``,
