@@ -128,3 +128,37 @@ def test_sparks_python_workers_allocate_arrow_memory_with_the_c_librarys_malloc(
     worker's first large micro-batch ran far slower."""
     names = spark.sparkContext.parallelize(range(2), 2).map(lambda _: __import__("pyarrow").default_memory_pool().backend_name).collect()
     assert names == ["system", "system"]
+
+
+def test_a_task_gives_the_memory_it_freed_back_to_the_system(spark):
+    """A Python worker outlives its tasks: what a task's Arrow tables held leaves the worker at the task's end
+    (``spark_batch.give_back_memory``), not at the worker's."""
+
+    def held_after(give_back: bool) -> int:
+        def task(_):
+            import numpy as np
+            import pyarrow as pa
+
+            from laketide.spark.spark_batch import give_back_memory
+
+            def rss() -> int:
+                with open("/proc/self/statm") as statm:
+                    return int(statm.read().split()[1]) * 4096
+
+            def hold_and_free() -> None:
+                # many small buffers, as a task's batches are: each below the size malloc maps on its own
+                tables = [pa.table({"v": pa.array(np.arange(n, n + 8_000))}) for n in range(4_000)]
+                del tables
+
+            hold_and_free()  # once before measuring: the code it runs is paged in
+            give_back_memory()
+            before = rss()
+            hold_and_free()
+            if give_back:
+                give_back_memory()
+            yield rss() - before
+
+        return spark.sparkContext.parallelize([0], 1).mapPartitions(task).collect()[0]
+
+    kept, given_back = held_after(give_back=False), held_after(give_back=True)
+    assert given_back < 16 * 2**20 < 128 * 2**20 < kept, (kept, given_back)

@@ -32,17 +32,29 @@ def bulk_sort_keys(ordering_field: str | None, global_keys: bool) -> list[tuple[
     return keys + winner + [(ARRIVAL_FILE, "descending"), (ARRIVAL, "descending")]
 
 
-def bulk_winners(rows: pa.Table, ordering_field: str | None, global_keys: bool, among: np.ndarray | None = None) -> pa.Table:
-    """The records a bulk insert writes of ``rows`` (of those ``among``, when given), one per key (the one that
-    wins it), in ``bulk_sort_keys`` order: ordered on the sort columns alone, then every column taken once."""
+def bulk_order(rows: pa.Table, ordering_field: str | None, global_keys: bool) -> np.ndarray:
+    """The row numbers of the records a bulk insert writes of ``rows``, one per key (the one that wins it), in
+    ``bulk_sort_keys`` order: ordered on the sort columns alone, no other column copied."""
     order = bulk_sort_keys(ordering_field, global_keys)
     sort_columns = rows.select([name for name, _ in order])
-    if among is not None:
-        sort_columns = sort_columns.take(pa.array(among))
     at = pc.sort_indices(sort_columns, sort_keys=order)
     keys = sort_columns.select([RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]).take(at)
-    winners = at.to_numpy()[first_of_each_key(keys, global_keys)]
-    return rows.take(pa.array(winners if among is None else among[winners]))
+    return at.to_numpy()[first_of_each_key(keys, global_keys)]
+
+
+def bulk_winners(rows: pa.Table, ordering_field: str | None, global_keys: bool) -> pa.Table:
+    """The records a bulk insert writes of ``rows`` (``bulk_order``), every column taken once."""
+    return rows.take(pa.array(bulk_order(rows, ordering_field, global_keys)))
+
+
+# rows of a write task's range put in order at a time: the ordered copy is made a piece at a time, as the files take it
+ORDERED_ROWS = 65_536
+
+
+def in_order(rows: pa.Table, order: np.ndarray) -> Iterator[pa.RecordBatch]:
+    """``rows`` in ``order`` (row numbers), ``ORDERED_ROWS`` at a time."""
+    for start in range(0, len(order), ORDERED_ROWS):
+        yield from rows.take(pa.array(order[start:start + ORDERED_ROWS])).to_batches()
 
 
 def _run_key(rows: pa.Table, at: int, global_keys: bool) -> tuple[str, str]:
