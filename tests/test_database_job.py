@@ -311,6 +311,8 @@ def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, 
     for cycle in range(3):  # each cycle is a job's start (about 15 s): the suite's time is bounded
         log = tmp_path / f"job-{cycle}.log"
         job = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap, **settings)], log).start()
+        # events for it to read: a job killed once it had read all there was left nothing to the next
+        burst()
         wait_until(lambda: not job.running() or "micro-batch" in log.read_text(), 180, "a micro-batch")
         for _ in range(rng.randint(1, 4)):
             burst()
