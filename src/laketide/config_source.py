@@ -34,6 +34,7 @@ class KafkaSection(_Section):
     topic_pattern: str | None = None
     # earliest, latest, or Spark's JSON: {"orders": {"0": 42, "1": -2}} (-2 earliest, -1 latest)
     starting_offsets: str = "earliest"
+    # offsets a micro-batch spans at most; unset, what write.driver_batch_bytes holds (``JobConfig.kafka_offsets_per_trigger``)
     max_offsets_per_trigger: int | None = Field(None, gt=0)
     reader: Literal["auto", "spark", "python"] = "auto"
     # offsets gone from the broker (retention, a deleted topic) stop the job; false goes on from the earliest still there
