@@ -271,7 +271,7 @@ class SparkBatch:
         by_range = None
         if not exchange.on_disk:
             by_range = self._cut("ranges", "write", lambda rows: ranges.split_unsorted(rows.drop_columns([SHARD]), cuts, global_keys))
-        # each prepare task's file's range numbers, made once for all the ranges a write task's worker writes
+        # each prepare task's file's range numbers, made once in a write task for all the ranges it writes
         numbered: dict[int, np.ndarray] = {}
 
         def mine(task: int) -> pa.Table | None:
