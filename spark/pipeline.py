@@ -18,7 +18,7 @@ from laketide.coordinator import Coordinator
 from laketide.index.columns import LANDED_COLUMNS
 from laketide.index.state import StateIndex
 from laketide.spark.sources import change_decoder, decodes_changes, generated_fits_driver, read_files, unreadable_files
-from laketide.spark.spark_batch import PREPARED_SCHEMA, PREPARED_STRUCT, Layout, SparkBatch, hand_on_prepared
+from laketide.spark.spark_batch import PREPARED_SCHEMA, PREPARED_STRUCT, Layout, SparkBatch, give_back_memory, hand_on_prepared
 from laketide.spark.stage_clock import StageClock
 from laketide.table import Table
 from laketide.table.io import FileEntry, FileIO
@@ -165,12 +165,15 @@ class MicroBatchWriter(BatchWriter):
 
             prepared = (prepare(rows, spec, arrival) for rows in rows_of_records())
             answer = hand_on_prepared(chunked(prepared), exchange, layout, spec.global_keys, spec.ordering_field, tally)
+            give_back_memory()
             yield pa.RecordBatch.from_pylist([answer], schema=PREPARED_SCHEMA)
 
         def prepare_pieces(listed):
             pieces = (read_piece(piece, declared, options) for piece in listed)
             prepared = (prepare_in_order(rows, spec, pa.repeat(pa.scalar("", pa.string()), len(arrival)), arrival) for rows, arrival in pieces)
-            yield hand_on_prepared(prepared, exchange, layout, spec.global_keys, spec.ordering_field)
+            answer = hand_on_prepared(prepared, exchange, layout, spec.global_keys, spec.ordering_field)
+            give_back_memory()
+            yield answer
 
         try:
             if pieces is None:
