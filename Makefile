@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test-servers test test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-job-memory bench-api bench-database bench-freshness clean wheel
+.PHONY: install system-deps test-servers test docs test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-job-memory bench-api bench-database bench-freshness clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,7 @@ test-spark42: system-deps test-servers
 	.venv42/bin/python -m pip install -q 'pyspark==4.2.0' -e '.[test]'
 	.venv42/bin/python -m pytest
 
-# the README's dashboard screenshots, taken by the browser tests
+# the documentation's dashboard screenshots (docs/img), taken by the browser tests
 screenshots: install system-deps
 	LAKETIDE_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_dashboard.py
 
@@ -117,3 +117,8 @@ wheel: install
 
 clean:
 	rm -rf $(VENV) .venv42 .venv-paimon build dist *.egg-info demo
+
+# the documentation site (docs/, mkdocs.yml) into ./site; the suite builds it too, strictly (tests/test_docs.py)
+docs: install
+	$(PY) -m pip install -q -e '.[docs]'
+	$(PY) -m mkdocs build --strict

@@ -8,7 +8,7 @@
 # e.g. "--deploy-mode client --executor-memory 4g --conf spark.driver.host=10.0.0.5". What is passed
 # to spark-submit is the session's; laketide's own Spark defaults fill only what is left unset.
 # laketide travels to the executors as a .zip in --py-files (Spark puts .zip, .egg and .jar py-files on
-# the workers' path, never a .whl), so the nodes need only its dependencies (see README, Deploying).
+# the workers' path, never a .whl), so the nodes need only its dependencies (see docs/deploying.md).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${VENV:-$repo/.venv}"

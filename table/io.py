@@ -156,7 +156,7 @@ class FileIO:
         if not self.has_exclusive_create:
             raise NoExclusiveCreate(
                 f"{type(self.fs).__name__} offers no atomic create-if-absent through pyarrow.fs, which the commit "
-                "protocol needs; see 'Commit protocol' in the README"
+                "protocol needs; see 'Commit protocol' in docs/operations/coordinator.md"
             )
         parent = posixpath.dirname(rel)
         tmp = posixpath.join(parent, f".{posixpath.basename(rel)}.{uuid.uuid4().hex}.tmp")

@@ -3,7 +3,7 @@
 One test follows a running job (`laketide run` on its generator, with the API): the micro-batch chart grows
 on its own, an instant's detail opens, and a rollback dry run asks for the token, then shows what it would
 delete, without changing the table. Another times the first load of the page over a table with 10,000 file
-groups and 100,000 archived instants. Screenshots go to LAKETIDE_SCREENSHOTS (the README's come from
+groups and 100,000 archived instants. Screenshots go to LAKETIDE_SCREENSHOTS (the documentation's come from
 `make screenshots`), else to the test's own directory.
 """
 

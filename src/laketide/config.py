@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from laketide.config_services import ArchiveSection, CleanSection, CompactionSection, MirrorSection, ServicesSection  # noqa: F401
 from laketide.config_source import (  # noqa: F401 (part of this module's interface)
     DebeziumSection,
     GeneratorSection,
@@ -38,12 +39,21 @@ class TableSection(TableKeys):
     """``[table]``: where the table is, and what a new one is created with (``TableKeys``)."""
 
     path: str
+    """The table's base path (required): a local or NFS path, or an object store (``s3://…``, ``gs://…``,
+    ``az://…``, with ``storage.options``; ``hdfs://…`` is read, not written); holding ``{table}`` (and maybe
+    ``{schema}``, ``{db}``, ``{topic}``), one table per source table."""
 
 
 class StreamSection(_Section):
+    """``[stream]``: the Structured Streaming query."""
+
     checkpoint: str = "./checkpoint"
+    """Spark's checkpoint; it also holds the writer's id."""
     trigger: Trigger = "10 seconds"
+    """An interval, or ``available-now``: process what is there, run the table services its last commit
+    scheduled (a compaction included), then exit."""
     query_name: str = "laketide"
+    """The streaming query's name."""
 
 
 class WriteSection(_Section):
@@ -57,27 +67,45 @@ class WriteSection(_Section):
     """
 
     operation: Literal["upsert", "insert", "bulk_insert", "delete_partition"] = "upsert"
+    """What every micro-batch does (``hoodie.datasource.write.operation``)."""
     partitions_to_delete: list[str] | None = None
+    """``delete_partition`` only: glob patterns of the partitions to delete; unset, the partitions of the
+    micro-batch's records."""
     target_file_size: Size = 128 * 2**20
+    """The size a file group grows to."""
     small_file_limit: Size = 100 * 2**20
+    """File groups below it take new inserts, each the keys of its range."""
     index_shards: int = Field(4, gt=0, le=4096)
+    """State index shards (fixed when the index is created)."""
     parallelism: int = Field(4, gt=0)
+    """Write slots: the driver's write threads (at most its cores) or Spark's write tasks."""
     bloom_type: Literal["DYNAMIC_V0", "SIMPLE"] = "DYNAMIC_V0"
-    # Hudi's hoodie.index.bloom.num_entries; unset: DYNAMIC_V0's is the records a file of target_file_size
-    # holds, at most 60,000; SIMPLE's 60,000
+    """The base files' bloom filter (``hoodie.bloom.index.filter.type``)."""
     bloom_entries: int | None = Field(None, gt=0)
-    # Hudi's hoodie.parquet.compression.codec, of base files, and the codec of parquet log blocks (why these
-    # defaults: ``table.encoding``); hudi-rs, Spark, delta-rs and daft read zstd
+    """Keys a new base file's bloom filter is sized for (``hoodie.index.bloom.num_entries``); unset, a
+    ``DYNAMIC_V0`` filter is sized to the records a file of ``target_file_size`` holds at the table's average
+    record size, between 1,000 and 60,000 (Hudi's fixed default, 430 KB of filter in every file), and grows a
+    row at a time past it; a ``SIMPLE`` one, which cannot grow, keeps 60,000."""
     parquet_compression: Codec = BASE_FILE_CODEC
+    """The base files' codec (``hoodie.parquet.compression.codec``): zstd files are about a third smaller than
+    snappy's at the same batch times; hudi-rs, Spark, delta-rs and daft read them (``table.encoding``)."""
     log_compression: Codec = LOG_BLOCK_CODEC
+    """The codec of merge-on-read's parquet log blocks, which live until the next compaction: zstd's fixed
+    cost per column chunk makes a small block's write half again as long."""
     quarantine_path: str | None = None
+    """Where rows that cannot be written go; unset, ``<table.path>_quarantine``. Checked at start: a
+    directory (created if missing) the job can write in, or the job stops (exit 2) before writing anything."""
     index_compaction_deltas: int = Field(16, gt=0)
-    # a micro-batch whose landing files total at most this is written by the driver in threads,
-    # without Spark stages (``writer.driver_batch``); 0 sends every micro-batch through Spark's tasks
+    """Index runs per shard before they are compacted (a shard without a base yet at its second run, and one
+    whose runs hold a million entries and an eighth of its base, as a bulk load's do, at once)."""
     driver_batch_bytes: Annotated[int, BeforeValidator(parse_size), Field(ge=0)] = 64 * 2**20
-    # where Spark's tasks hand a micro-batch's rows from one stage to the next (``writer.exchange``): a path
-    # or URI every executor reaches; unset, ``.hoodie/.laketide/exchange`` under the table
+    """A micro-batch whose landing files total at most this once decoded (parquet: the footers' uncompressed
+    size; JSON, CSV: the file size) is written by the driver in threads, without Spark stages
+    (``writer.driver_batch``); ``0``: always Spark's tasks."""
     exchange_dir: str | None = None
+    """Where Spark's tasks hand a micro-batch's rows from one stage to the next (Arrow IPC files, deleted when
+    the micro-batch ends): a path or URI every executor reaches, opened with ``storage.options``; unset,
+    ``.hoodie/.laketide/exchange`` under the table."""
 
     @model_validator(mode="after")
     def _small_below_target(self) -> WriteSection:
@@ -104,94 +132,42 @@ class IndexSection(_Section):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
     global_: bool | None = Field(None, alias="global")
+    """A record key is unique across partitions, and a record whose partition value changes moves (fixed when
+    the index is created); unset, false, but true for a Debezium feed into a partitioned table."""
 
 
 class CoordinatorSection(_Section):
+    """``[coordinator]``: the writer's lease and its REST API."""
+
     lease: Literal["local", "zookeeper", "storage"] = "local"
-    # the storage lease: how long a holding lasts without a heartbeat (renewed every third of it)
+    """``local`` (a locked file in ``.hoodie/.laketide/``, one machine), ``zookeeper``, or ``storage`` (a
+    lease object in the table's object store, no lock service)."""
     lease_ttl: float = Field(30.0, ge=3)
+    """Seconds a ``storage`` lease lasts without a heartbeat; renewed every third of it, and given up a third
+    before it runs out."""
     zookeeper: str = "127.0.0.1:2181"
+    """ZooKeeper's connect string."""
     zookeeper_root: str = "/laketide"
+    """Leases live at ``<root>/tables/<url-encoded table URI>/lease``."""
     zookeeper_session_timeout: float = Field(10.0, gt=0)
+    """Seconds a SUSPENDED connection is waited for before the job gives up its lease."""
     lease_wait: float = Field(30.0, ge=0)
+    """Seconds to wait for a held lease before failing with the holder's name."""
     api_port: int | None = Field(None, ge=0, le=65535)
+    """Serve the REST API from the job on this port (``0`` picks a free one); unset, no API."""
     api_host: str = "127.0.0.1"
+    """The address the API listens on."""
     api_token: str | None = None
-    # what the API admits beside the writer (``api/limits.py``): requests a second, all clients together (0: no
-    # limit), requests answered at once, and the largest body; beyond them it answers 429 / 413
+    """The bearer token for changes; unset, ``LAKETIDE_API_TOKEN`` is read."""
     api_max_rate: float = Field(25.0, ge=0)
+    """Requests a second the API answers, all clients together (``0``: no limit); beyond, a request waits up
+    to 2 s, then 429 (``api/limits.py``)."""
     api_max_concurrent: int = Field(2, ge=1)
+    """Requests answered at once."""
     api_max_body: Size = 64 * 1024
-    # the Host names the API answers to; unset: loopback names when api_host is a loopback address, else any
+    """The largest request body; larger is 413, before it is read."""
     api_allowed_hosts: list[str] | None = None
-
-
-class CleanSection(_Section):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
-
-    policy: Literal["KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_HOURS"] = "KEEP_LATEST_COMMITS"
-    retain_commits: int = Field(10, ge=1)
-    retain_file_versions: int = Field(1, ge=1)
-    retain_hours: float = Field(24.0, gt=0)
-    async_: bool = Field(True, alias="async")
-
-    def retention(self):
-        from laketide.table.clean import CleanPolicy, Retention
-
-        return Retention(CleanPolicy(self.policy), self.retain_commits, self.retain_file_versions, self.retain_hours)
-
-
-class ArchiveSection(_Section):
-    """Hudi's ``hoodie.keep.min.commits`` / ``hoodie.keep.max.commits``."""
-
-    enabled: bool = True
-    min_commits: int = Field(20, ge=1)
-    max_commits: int = Field(30, ge=2)
-
-    @model_validator(mode="after")
-    def _min_below_max(self) -> ArchiveSection:
-        if self.min_commits >= self.max_commits:
-            raise ValueError("archive.min_commits must be below archive.max_commits")
-        return self
-
-
-class CompactionSection(_Section):
-    """Merge-on-read compaction: when a file slice is folded into a new base file, and where that runs.
-
-    A slice is compacted once it has ``delta_commits`` log files (one per
-    deltacommit that touched it) or ``max_log_bytes`` of them. ``async`` runs
-    it in the table-services thread beside ingestion (before each slice waiting
-    up to ``yield_seconds`` for the micro-batch being written; 0 never waits),
-    ``inline`` after the commit that scheduled it, ``off`` leaves it to ``laketide compact``.
-    """
-
-    delta_commits: int = Field(5, ge=1)
-    max_log_bytes: int = Field(256 * 2**20, gt=0)
-    mode: Literal["async", "inline", "off"] = "async"
-    yield_seconds: float = Field(2.0, ge=0)
-
-
-class ServicesSection(_Section):
-    """Table services after a commit (index compaction, compaction, clean, archival, mirror).
-
-    A commit stands whatever a service after it does: a failed service is
-    logged with the instant, counted in ``laketide_table_service_failures``
-    and run again after the next micro-batch. After ``max_consecutive_failures``
-    failures in a row of one service the job stops with an error naming it.
-    """
-
-    max_consecutive_failures: int = Field(5, ge=1)
-
-
-class MirrorSection(_Section):
-    """A Delta Lake log beside the Hudi timeline (``table.delta_mirror``), for Delta readers.
-
-    ``log_retention_versions`` bounds the log: once a checkpoint is that many
-    versions old, the commit files and checkpoints before it are deleted.
-    """
-
-    delta: bool = False
-    log_retention_versions: int = Field(1000, ge=10)
+    """The ``Host`` names the API answers to; unset, loopback names on a loopback ``api_host``, else any."""
 
 
 def _option_strings(value: Any) -> Any:
@@ -211,10 +187,17 @@ class StorageSection(_Section):
     """
 
     options: Annotated[dict[str, str], BeforeValidator(_option_strings)] = Field(default_factory=dict)
-    # a request the store throttles or loses is sent again this many times, with backoff and jitter
+    """How to reach the store: object_store's keys, as hudi-rs and delta-rs take them (``aws_region``,
+    ``aws_endpoint_url``, ``azure_storage_account_name``, ``google_service_account``, ..., ``allow_http``);
+    what is not given comes from the environment. Used for the table, the quarantine and Spark's tasks; the CLI
+    takes them as ``laketide --storage-option KEY=VALUE``."""
     max_retries: int = Field(10, ge=0)
-    # requests to the store open at once, per process (the driver; each executor)
+    """A request the store throttles (503, 429, 500) or loses (reset, timeout) is sent again after an exponential
+    backoff with full jitter (50 ms doubling, at most 5 s), this many times; past that the micro-batch fails
+    and the job exits with code 6 naming the store."""
     max_in_flight: int = Field(32, ge=1)
+    """Requests to the store open at once, per process (the driver, each executor); a multipart upload sends
+    this many parts at a time."""
 
     @property
     def io_options(self) -> dict[str, str]:
@@ -223,9 +206,14 @@ class StorageSection(_Section):
 
 
 class SparkSection(_Section):
+    """``[spark]``: the session the job builds when it is not run by spark-submit."""
+
     master: str = "local[2]"
+    """Used when the job builds its own session (ignored under spark-submit)."""
     app_name: str = "laketide"
+    """The Spark application's name."""
     conf: dict[str, str] = Field(default_factory=dict)
+    """Any Spark option, e.g. ``--conf spark.conf.spark.executor.memory=4g``."""
 
 
 # what a Kafka record is taken to weigh on the driver (its value and its decoded row) until the job has read some
@@ -248,6 +236,7 @@ class JobConfig(_Section):
     storage: StorageSection = Field(default_factory=StorageSection)
     # a job of a whole database (table.path holds {table}): one source table's table.* keys (``config_tables``)
     tables: dict[str, TableOverride] = Field(default_factory=dict)
+    """A job of a whole database: any ``table.*`` key for source table ``<name>``, and ``schema`` to pin its columns."""
     database: DatabaseSection = Field(default_factory=DatabaseSection)
 
     @model_validator(mode="after")

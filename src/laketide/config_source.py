@@ -9,20 +9,29 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # a field's docstring is its description: the configuration reference is made from them (``config_reference``)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
 
 class GeneratorSection(_Section):
+    """``source.format = "generator"``: made-up orders, for a demo or a load test."""
+
     rows_per_batch: int = Field(10_000, gt=0)
+    """Rows a micro-batch."""
     batches: int = Field(5, gt=0)
+    """Micro-batches before the source is exhausted."""
     update_fraction: float = Field(0.5, ge=0, le=1)
+    """Share of a batch's rows that update an earlier key."""
     delete_fraction: float = Field(0.02, ge=0, le=1)
+    """Share that delete an earlier key."""
     duplicate_fraction: float = Field(0.01, ge=0, le=1)
+    """Share that repeat a key of the same batch."""
     partitions: int = Field(4, gt=0)
+    """Distinct partition values."""
     seed: int = 42
+    """Seed of the random rows: the same seed makes the same rows."""
     key_space: int = Field(0, ge=0)
-
-
+    """0: every new key is new forever; N: the table stays at N keys, and every row after the first N is a change."""
 
 
 class KafkaSection(_Section):
@@ -30,17 +39,25 @@ class KafkaSection(_Section):
     classpath, else laketide's own (``spark/kafka_source.py``); ``reader`` picks one."""
 
     bootstrap_servers: str | None = None
+    """The brokers, ``host:port,host:port`` (required for ``kafka``)."""
     topics: list[str] = Field(default_factory=list)
+    """The topics to read; or ``topic_pattern``, one of the two."""
     topic_pattern: str | None = None
-    # earliest, latest, or Spark's JSON: {"orders": {"0": 42, "1": -2}} (-2 earliest, -1 latest)
+    """A regular expression of the topics to read (a whole database's: one topic per source table)."""
     starting_offsets: str = "earliest"
-    # offsets a micro-batch spans at most; unset, what write.driver_batch_bytes holds (``JobConfig.kafka_offsets_per_trigger``)
+    """Where a new query starts: ``earliest``, ``latest``, or Spark's JSON per partition,
+    ``{"orders": {"0": 42, "1": -2}}`` (-2 earliest, -1 latest)."""
     max_offsets_per_trigger: int | None = Field(None, gt=0)
+    """Offsets a micro-batch spans at most, shared by the partitions in proportion to their backlog; unset,
+    what ``write.driver_batch_bytes`` holds at 1 KiB a record (65,536 at its default), and no cap with
+    ``driver_batch_bytes = 0`` (``JobConfig.kafka_offsets_per_trigger``)."""
     reader: Literal["auto", "spark", "python"] = "auto"
-    # offsets gone from the broker (retention, a deleted topic) stop the job; false goes on from the earliest still there
+    """``auto``: Spark's Kafka source if its connector is on the classpath, else laketide's; ``spark``; ``python``."""
     fail_on_data_loss: bool = True
-    # the Kafka client's own options (security.protocol, sasl.mechanism, ssl.ca.location, ...)
+    """Offsets gone from the broker (retention, a deleted topic) stop the job (exit 4); ``false`` goes on
+    from the earliest still there, logging what was skipped."""
     options: dict[str, str] = Field(default_factory=dict)
+    """The Kafka client's own options (``security.protocol``, ``sasl.*``, ``ssl.*``, ...), for both readers."""
 
 
 class DebeziumSection(_Section):
@@ -50,24 +67,24 @@ class DebeziumSection(_Section):
     settings say how to read values of events without one, as the connector was configured.
     """
 
-    # the unit of an integer under a TIMESTAMP column of an event without its schema: Debezium's adaptive
-    # mode sends ms for a column of precision 0-3 and µs for 4-6, so it cannot be guessed; unset, such a
-    # value goes to quarantine with this setting named
     timestamp_unit: Literal["ms", "us", "ns"] | None = None
-    # the connector's decimal.handling.mode, for DECIMAL columns of events without their schema: precise
-    # (base64 of the unscaled value, at the declared scale), string (the number as text); a JSON number is
-    # read as a number whatever this says
+    """The unit of an integer under a TIMESTAMP column of an event without its schema: Debezium's adaptive
+    mode sends ms for a column of precision 0-3 and µs for 4-6, so it cannot be guessed; unset, such a value
+    goes to quarantine naming this key."""
     decimal_handling: Literal["precise", "string"] = "precise"
-    # the connector's unavailable.value.placeholder: a text or bytes value that holds it keeps the value stored
-    # before (Postgres' unchanged TOASTed columns)
+    """The connector's ``decimal.handling.mode``, for DECIMAL columns of events without their schema:
+    ``precise`` (base64 of the unscaled value, at the declared scale) or ``string`` (the number as text); a
+    JSON number is read as a number whatever this says."""
     unavailable_value: str = "__debezium_unavailable_value"
-    # op = "t": apply empties the table where the truncate stands in the feed (what came after it stays), in one
-    # replacecommit; skip logs and counts it
+    """The connector's ``unavailable.value.placeholder``: a text or bytes value holding it keeps the value
+    stored before (Postgres' unchanged TOASTed columns)."""
     truncate: Literal["apply", "skip"] = "apply"
-
-    # what orders events: their position in the database's log (Postgres LSN, MySQL binlog file and position),
-    # or ts_ms, the source's commit time, first (after a MySQL failover to a server whose binlog numbers are lower)
+    """``op = t``: ``apply`` empties the table where the truncate stands in the feed (what came after it
+    stays), in one replacecommit; ``skip`` logs and counts it."""
     ordering: Literal["position", "ts_ms"] = "position"
+    """What orders events: their position in the database's log (Postgres LSN, MySQL binlog file and
+    position), or ``ts_ms``, the source's commit time, first (after a MySQL failover to a server whose binlog
+    numbers are lower)."""
 
     def decoding(self):
         from laketide.writer.connect_values import Decoding
@@ -78,28 +95,40 @@ class DebeziumSection(_Section):
 class SchemaRegistrySection(_Section):
     """A schema registry (Confluent's REST API) that gives each Avro value's schema by the id in its framing."""
 
-    url: str | None = None  # e.g. http://registry:8081
-    # the client's own options, as Confluent's clients name them: basic.auth.user.info = "user:password"
+    url: str | None = None
+    """The registry, e.g. ``http://registry:8081``: Debezium's Avro values take their schema from it by the id in their framing."""
     options: dict[str, str] = Field(default_factory=dict)
+    """The client's own options, as Confluent's clients name them: ``basic.auth.user.info = "user:password"``."""
 
 
 class SourceSection(_Section):
+    """``[source]``: what the job reads."""
+
     format: Literal["json", "parquet", "csv", "generator", "kafka"] = "generator"
+    """``json``, ``csv``, ``parquet`` (a landing directory), ``kafka`` or ``generator``."""
     path: str | None = None
+    """The landing directory (required for files)."""
     schema_ddl: str | None = Field(None, alias="schema")
+    """The rows' columns as Spark DDL (required for files; optional for Debezium's events, whose columns then
+    come from the events)."""
     max_files_per_trigger: int | None = Field(None, gt=0)
+    """Landing files a micro-batch takes at most."""
     options: dict[str, str] = Field(default_factory=dict)
+    """Any option of Spark's reader for the format, e.g. ``--conf source.options.sep=";"``."""
     generator: GeneratorSection = Field(default_factory=GeneratorSection)
     kafka: KafkaSection = Field(default_factory=KafkaSection)
-    # how a Kafka record's value is encoded: JSON under source.schema, or Avro under source.avro_schema
     value_format: Literal["json", "avro"] = "json"
-    avro_schema: str | None = None  # an .avsc file
+    """How a Kafka record's value is encoded: ``json`` under ``source.schema``, or ``avro`` under ``source.avro_schema``
+    (Confluent's framing removed)."""
+    avro_schema: str | None = None
+    """The writer's Avro schema, an ``.avsc`` file, for ``value_format = "avro"``."""
     schema_registry: SchemaRegistrySection = Field(default_factory=SchemaRegistrySection)
-    # "debezium": each record is a change event (op, before, after, source), its row in before or after
     envelope: Literal["none", "debezium"] = "none"
+    """``debezium``: each record or landing line is a change event (op, before, after, source), its row in
+    ``before`` or ``after``."""
     debezium: DebeziumSection = Field(default_factory=DebeziumSection)
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_attribute_docstrings=True)
 
     @model_validator(mode="after")
     def _files_need_path_and_schema(self) -> SourceSection:

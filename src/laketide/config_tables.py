@@ -6,7 +6,7 @@ A job whose ``table.path`` holds ``{table}`` writes each captured table into its
 one source table (and ``schema``, to pin its columns); the rest come from ``[table]``. ``TableRoutes``
 gives the settings of one source table's Hudi table, as a single-table job would have them.
 
-Pure: no I/O, no Spark. The job that runs such a configuration is built on this (see the README's status).
+Pure: no I/O, no Spark. The job that runs such a configuration is built on this (see the documentation's "A whole database in one job").
 """
 
 from __future__ import annotations
@@ -35,15 +35,26 @@ class TableKeys(_Section):
     the job at start."""
 
     name: str | None = None
-    # COPY_ON_WRITE rewrites the file groups a micro-batch touches; MERGE_ON_READ appends to logs that compaction folds
+    """The Hudi table name of a new table (it names the table's Avro record); unset, ``laketide_table``, or
+    in a job of a whole database the source table's name."""
     type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] | None = None
-    # required for a new table; an existing table's hoodie.properties gives it
+    """A new table's type: ``COPY_ON_WRITE`` (unset) rewrites the file groups a micro-batch touches;
+    ``MERGE_ON_READ`` appends log files that compaction folds into new base files."""
     record_key: list[str] | None = Field(None, min_length=1)
+    """The record key fields (required for a new table); more than one gives ``f1:v1,f2:v2`` keys (Hudi's
+    ComplexKeyGenerator). An existing table's comes from its ``hoodie.properties``."""
     partition_by: list[str] | None = None
+    """The partition fields of a new table; unset or empty, not partitioned."""
     ordering_field: str | None = None
+    """The field whose highest value wins among records of a key (``hoodie.table.precombine.field``); unset,
+    none (a Debezium feed's is the event's log position)."""
     merge_mode: Literal["EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING"] | None = None
+    """How an incoming record meets the stored one; unset, ``EVENT_TIME_ORDERING`` with an ordering field,
+    else ``COMMIT_TIME_ORDERING``."""
     hive_style_partitioning: bool | None = None
+    """``field=value`` partition directories; unset, false."""
     urlencode_partitions: bool | None = None
+    """Escape partition values as Hudi does (``hoodie.datasource.write.partitionpath.urlencode``); unset, true."""
 
     @field_validator("name")
     @classmethod
@@ -67,14 +78,19 @@ class DatabaseSection(_Section):
     """
 
     on_table_failure: Literal["stop", "quarantine"] = "stop"
+    """When one table's write fails (the micro-batch's other tables are written): ``stop`` the query with its
+    error, or ``quarantine`` its records of the micro-batch and go on."""
     services_at_once: int = Field(2, ge=1)
+    """Tables whose services (clean, archival, compaction, index compaction, mirror) run at a time."""
     lease_wait: float = Field(5.0, ge=0)
+    """Seconds a table's first event waits for its lease before the job stops, naming the tables others hold."""
 
 
 class TableOverride(TableKeys):
     """``[tables.<name>]``: the ``table.*`` keys of one source table's Hudi table, and its pinned columns."""
 
-    schema_: str | None = Field(None, alias="schema", description="the source table's columns as Spark DDL; unset: the events' own")
+    schema_: str | None = Field(None, alias="schema")
+    """The source table's columns as Spark DDL; unset, the events' own."""
 
 
 def placeholders(path: str) -> list[str]:
