@@ -17,10 +17,19 @@ from fastapi.responses import Response
 from fastapi_offline import FastAPIOffline
 
 from laketide.api import errors, ui
+from laketide.api.context import ApiContext, ApiTables, Ctx, JobHandle, ViewSettings, token_required
 from laketide.api.guard import Guard
 from laketide.api.limits import Admission, ApiLimits
-from laketide.api.context import ApiContext, ApiTables, Ctx, JobHandle, ViewSettings, token_required
-from laketide.api.models import INSTANT_PATTERN, Action, ErrorOut, Health, LeaseOut, RestoreRequest, RollbackRequest, SavepointRequest
+from laketide.api.models import (
+    INSTANT_PATTERN,
+    Action,
+    ErrorOut,
+    Health,
+    LeaseOut,
+    RestoreRequest,
+    RollbackRequest,
+    SavepointRequest,
+)
 from laketide.coordinator import Lease
 from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.rollback import RollbackResult
@@ -31,8 +40,8 @@ from laketide.table.inspect_layout import FileGroupPage, GroupOrder, TableLayout
 from laketide.table.inspect_timeline import ServicesView, TimelinePage
 from laketide.table.instant import State
 from laketide.table.savepoint import SavepointMetadata
-from laketide.writer.quarantine import QuarantineSummary
 from laketide.writer.database import Database, DatabaseTable
+from laketide.writer.quarantine import QuarantineSummary
 from laketide.writer.report import TableSummary, WriterView
 
 ERRORS = {status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 413, 429, 500, 503)}
@@ -85,7 +94,11 @@ def list_instants(
     limit: LimitQuery = 50,
     before: BeforeQuery = None,
 ) -> InstantPage:
-    return ctx.read(lambda table: table.inspect.instants([state] if state else None, [action.value] if action else None, before, limit))
+    return ctx.read(
+        lambda table: table.inspect.instants(
+            [state] if state else None, [action.value] if action else None, before, limit
+        )
+    )
 
 
 @router.get("/v1/instants/{instant}", response_model=InstantDetail, tags=["instants"])
@@ -103,7 +116,11 @@ def timeline(
     archived: Annotated[bool, Query(description="go on into the archived timeline")] = True,
 ) -> TimelinePage:
     """Instants newest first with records, files, bytes and seconds, paging on into the archived timeline."""
-    return ctx.read(lambda table: table.inspect.timeline([state] if state else None, [action.value] if action else None, before, limit, archived))
+    return ctx.read(
+        lambda table: table.inspect.timeline(
+            [state] if state else None, [action.value] if action else None, before, limit, archived
+        )
+    )
 
 
 @router.get("/v1/services", response_model=ServicesView, tags=["table"])
@@ -112,7 +129,9 @@ def table_services(ctx: Ctx) -> ServicesView:
 
 
 @router.get("/v1/layout", response_model=TableLayout, tags=["table"])
-def table_layout(ctx: Ctx, offset: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> TableLayout:
+def table_layout(
+    ctx: Ctx, offset: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> TableLayout:
     """Partitions (a page of them) with sizes and small files; the table's live and total bytes."""
     return ctx.read(lambda table: table.inspect.layout(ctx.settings.small_file_bytes, offset, limit))
 
@@ -162,7 +181,9 @@ def list_savepoints(ctx: Ctx) -> list[SavepointMetadata]:
 
 
 @changes.post("/v1/instants/{instant}/rollback", response_model=RollbackResult, tags=["instants"])
-def rollback(ctx: Ctx, instant: InstantPath, request: Annotated[RollbackRequest, Body()] = RollbackRequest()) -> RollbackResult:
+def rollback(
+    ctx: Ctx, instant: InstantPath, request: Annotated[RollbackRequest, Body()] = RollbackRequest()
+) -> RollbackResult:
     return ctx.change(lambda operations: operations.rollback(instant, request.force, request.dry_run))
 
 
@@ -195,29 +216,51 @@ def create_app(
     """The app for ``table``: ``job`` when a running job serves it, else ``lease_factory`` for the changes;
     ``limits`` bound what clients may ask of it (``api/limits.py``); ``allowed_hosts`` are the Host names it
     answers to (``api/guard.py``; ``None``: any)."""
-    context = ApiContext(table, token, job, lease_factory, metrics or (job.coordinator.metrics if job else Metrics(table.name)), settings or ViewSettings())
+    context = ApiContext(
+        table,
+        token,
+        job,
+        lease_factory,
+        metrics or (job.coordinator.metrics if job else Metrics(table.name)),
+        settings or ViewSettings(),
+    )
     return _app(f"the Hudi table at {table.uri}", ApiTables(only=context), limits, allowed_hosts)
 
 
 def create_database_app(
-    database: Database, token: str | None, settings: Callable[[DatabaseTable], ViewSettings], limits: ApiLimits | None = None,
+    database: Database,
+    token: str | None,
+    settings: Callable[[DatabaseTable], ViewSettings],
+    limits: ApiLimits | None = None,
     allowed_hosts: tuple[str, ...] | None = None,
 ) -> FastAPI:
     """The app of a job of a whole database: each route takes the table (``?table=``, ``GET /v1/tables``), whose
     context is its own writer's, as a single-table job's app would have it."""
+
     def make(table: DatabaseTable) -> ApiContext:
         job = table.job
         return ApiContext(job.table, token, job, None, job.coordinator.metrics, settings(table), name=table.label)
 
-    return _app(f"every table of the job under {database.routes.folder}", ApiTables(database=database, make=make), limits, allowed_hosts)
+    return _app(
+        f"every table of the job under {database.routes.folder}",
+        ApiTables(database=database, make=make),
+        limits,
+        allowed_hosts,
+    )
 
 
 def _app(what: str, tables: ApiTables, limits: ApiLimits | None, allowed_hosts: tuple[str, ...] | None) -> FastAPI:
-    app = FastAPIOffline(title="laketide coordinator", version="1", description=f"Instants, file groups, partitions, writer and lease of {what}.")
+    app = FastAPIOffline(
+        title="laketide coordinator",
+        version="1",
+        description=f"Instants, file groups, partitions, writer and lease of {what}.",
+    )
     app.state.tables = tables
     errors.install(app)
     app.add_middleware(Admission, limits=limits or ApiLimits())
-    app.add_middleware(Guard, allowed=allowed_hosts)  # added last, so it runs first: a foreign Host is not admitted at all
+    app.add_middleware(
+        Guard, allowed=allowed_hosts
+    )  # added last, so it runs first: a foreign Host is not admitted at all
     app.include_router(router)
     app.include_router(changes)
     ui.install(app, tables)

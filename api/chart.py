@@ -4,7 +4,6 @@ its records, drawn as SVG by the dashboard's template. Pure: reports in, shapes 
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 
 from laketide.writer.report import BatchReport
@@ -45,8 +44,13 @@ class Chart:
 
 def _title(r: BatchReport) -> str:
     steps = ", ".join(f"{k} {v:.2f}s" for k, v in r.stage_seconds.items() if not k.endswith("_tasks"))
-    state = " (empty)" if r.empty else " (replayed, skipped)" if r.skipped else " (rolled back)" if r.rolled_back else ""
-    return f"micro-batch {r.batch_id}{state}: instant {r.instant or '-'}, {r.seconds:.2f} s, {r.records:,} records, on {r.ran_on}; {steps}"
+    state = (
+        " (empty)" if r.empty else " (replayed, skipped)" if r.skipped else " (rolled back)" if r.rolled_back else ""
+    )
+    return (
+        f"micro-batch {r.batch_id}{state}: instant {r.instant or '-'}, {r.seconds:.2f} s, {r.records:,} records, on "
+        f"{r.ran_on}; {steps}"
+    )
 
 
 def _round_up(value: float) -> float:

@@ -13,15 +13,15 @@ from fastapi import Depends, Header, Query, Request
 from laketide.coordinator import Coordinator, Lease, LeaseHolder
 from laketide.coordinator.metrics import Metrics
 from laketide.table import Table
+from laketide.table.errors import ErrorKind, Invalid, LaketideError, NotFound
 from laketide.table.table import SharedCaches
 from laketide.table.timeline import drawn_again
 from laketide.table.view_sync import ViewSync
-from laketide.table.errors import ErrorKind, Invalid, LaketideError, NotFound
 from laketide.writer import quarantine
+from laketide.writer.database import Database, DatabaseTable
 from laketide.writer.job_state import JobState
 from laketide.writer.operations import Operations
 from laketide.writer.quarantine import QuarantineSummary
-from laketide.writer.database import Database, DatabaseTable
 from laketide.writer.report import TableSummary, WriterView
 
 T = TypeVar("T")
@@ -59,8 +59,14 @@ class ApiContext:
     threads share it freely."""
 
     def __init__(
-        self, table: Table, token: str | None, job: JobHandle | None, lease_factory: Callable[[], Lease] | None, metrics: Metrics,
-        settings: ViewSettings, name: str | None = None,
+        self,
+        table: Table,
+        token: str | None,
+        job: JobHandle | None,
+        lease_factory: Callable[[], Lease] | None,
+        metrics: Metrics,
+        settings: ViewSettings,
+        name: str | None = None,
     ):
         """``name``: how requests name the table (a job of a whole database's label); unset, the table's name."""
         self.uri, self.io = table.uri, table.io
@@ -99,7 +105,9 @@ class ApiContext:
         if self.job is not None:
             return action(self.job.operations)
         if self.lease_factory is None:
-            raise LaketideError("this server has no lease configured, so it cannot change the table", kind=ErrorKind.UNAVAILABLE)
+            raise LaketideError(
+                "this server has no lease configured, so it cannot change the table", kind=ErrorKind.UNAVAILABLE
+            )
         with Operations.under_lease(self.table(), self.lease_factory(), metrics=self.metrics) as operations:
             return action(operations)
 
@@ -116,10 +124,13 @@ class ApiContext:
 
     def require_token(self, authorization: str | None) -> None:
         if not authorization or not authorization.lower().startswith("bearer "):
-            raise LaketideError("this call changes the table: send 'Authorization: Bearer <token>'", kind=ErrorKind.UNAUTHENTICATED)
+            raise LaketideError(
+                "this call changes the table: send 'Authorization: Bearer <token>'", kind=ErrorKind.UNAUTHENTICATED
+            )
         if self.token is None:
             raise LaketideError(
-                "no API token is configured on this server (coordinator.api_token or LAKETIDE_API_TOKEN), so changes are refused",
+                "no API token is configured on this server (coordinator.api_token or LAKETIDE_API_TOKEN), so "
+                "changes are refused",
                 kind=ErrorKind.FORBIDDEN,
             )
         if not hmac.compare_digest(authorization[7:].strip().encode(), self.token.encode()):
@@ -131,7 +142,12 @@ class ApiTables:
     whose context is made at the first request that names it. Requests name a table by ``?table=`` or, from the
     dashboard, the ``X-Laketide-Table`` header; with one table they may leave it out."""
 
-    def __init__(self, only: ApiContext | None = None, database: Database | None = None, make: Callable[[DatabaseTable], ApiContext] | None = None):
+    def __init__(
+        self,
+        only: ApiContext | None = None,
+        database: Database | None = None,
+        make: Callable[[DatabaseTable], ApiContext] | None = None,
+    ):
         self.only, self.database, self._make = only, database, make
         self._contexts: dict[str, ApiContext] = {}
         self._lock = threading.Lock()  # the server's threads make contexts; each is made once
@@ -143,11 +159,16 @@ class ApiTables:
             return self.only
         tables = self.database.tables
         if not name:
-            raise Invalid(f"this job writes {len(tables)} tables: name one with ?table= ({_names(tables)}); GET /v1/tables lists them")
+            raise Invalid(
+                f"this job writes {len(tables)} tables: name one with ?table= ({_names(tables)}); GET "
+                "/v1/tables lists them"
+            )
         # by its name in the job, or by its path (what the CLI knows a table by)
         table = tables.get(name) or next((t for t in tables.values() if _where(t.job.table.uri) == _where(name)), None)
         if table is None:
-            raise NotFound(f"this job has no table {name!r} (yet: a table opens at its first event); its tables: {_names(tables)}")
+            raise NotFound(
+                f"this job has no table {name!r} (yet: a table opens at its first event); its tables: {_names(tables)}"
+            )
         with self._lock:
             if table.label not in self._contexts:
                 self._contexts[table.label] = self._make(table)
@@ -158,7 +179,10 @@ class ApiTables:
         if self.only is not None:
             view = self.only.writer()
             return [_summary(self.only.name, self.only.uri, None, view)]
-        return [_summary(name, t.job.table.uri, t.source.name, self.context(name).writer()) for name, t in sorted(self.database.tables.items())]
+        return [
+            _summary(name, t.job.table.uri, t.source.name, self.context(name).writer())
+            for name, t in sorted(self.database.tables.items())
+        ]
 
 
 def _where(uri: str) -> str:
@@ -168,20 +192,39 @@ def _where(uri: str) -> str:
 
 def _names(tables: dict) -> str:
     shown = sorted(tables)[:20]
-    return ", ".join(shown) + (f" and {len(tables) - len(shown)} more" if len(tables) > len(shown) else "") if tables else "none yet"
+    return (
+        ", ".join(shown) + (f" and {len(tables) - len(shown)} more" if len(tables) > len(shown) else "")
+        if tables
+        else "none yet"
+    )
 
 
 def _summary(name: str, uri: str, source: str | None, view: WriterView) -> TableSummary:
     done = [r for r in view.recent if not r.skipped]
     lag = sum(done[-1].lag.values()) if done and done[-1].lag else None
-    return TableSummary(name=name, uri=uri, source_table=source, last_instant=view.last_instant, records=view.records_total,
-                        quarantined=view.quarantined_total, lag=lag, health=view.health.state if view.health else None)
+    return TableSummary(
+        name=name,
+        uri=uri,
+        source_table=source,
+        last_instant=view.last_instant,
+        records=view.records_total,
+        quarantined=view.quarantined_total,
+        lag=lag,
+        health=view.health.state if view.health else None,
+    )
 
 
-TableQuery = Annotated[str | None, Query(max_length=1024, description="the table, in a job of a whole database (GET /v1/tables lists them)")]
+TableQuery = Annotated[
+    str | None,
+    Query(max_length=1024, description="the table, in a job of a whole database (GET /v1/tables lists them)"),
+]
 
 
-def _context(request: Request, table: TableQuery = None, x_laketide_table: Annotated[str | None, Header(include_in_schema=False)] = None) -> ApiContext:
+def _context(
+    request: Request,
+    table: TableQuery = None,
+    x_laketide_table: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> ApiContext:
     return request.app.state.tables.context(table or x_laketide_table)
 
 

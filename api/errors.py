@@ -16,8 +16,8 @@ from html import escape
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Send
 
 from laketide.coordinator import LeaseHeld
@@ -40,13 +40,18 @@ STATUSES: dict[ErrorKind, int] = {
 
 # the kind a status stands for, for a client that got one (the CLI asking a job's API), and for Starlette's own answers
 KIND_OF_STATUS: dict[int, ErrorKind] = {
-    **{status: kind for kind, status in reversed(STATUSES.items())}, 405: ErrorKind.INVALID, 411: ErrorKind.INVALID,
-    413: ErrorKind.INVALID, 422: ErrorKind.INVALID,
+    **{status: kind for kind, status in reversed(STATUSES.items())},
+    405: ErrorKind.INVALID,
+    411: ErrorKind.INVALID,
+    413: ErrorKind.INVALID,
+    422: ErrorKind.INVALID,
 }
 
 
 # what the dashboard says instead of the REST API's wording, by kind
-_UI_WORDING = {ErrorKind.UNAUTHENTICATED: "This action needs the API token: enter it in the token field at the top of the page."}
+_UI_WORDING = {
+    ErrorKind.UNAUTHENTICATED: "This action needs the API token: enter it in the token field at the top of the page."
+}
 
 
 def error_content(path: str, kind: ErrorKind, detail: str, **extra) -> tuple[bytes, str]:
@@ -54,8 +59,13 @@ def error_content(path: str, kind: ErrorKind, detail: str, **extra) -> tuple[byt
     under ``/ui``) a fragment it shows where the result would go."""
     if path.startswith("/ui/"):
         text = _UI_WORDING.get(kind, detail)
-        return f'<p class="error" role="alert"><b>{escape(kind.value)}</b> {escape(text)}</p>'.encode(), "text/html; charset=utf-8"
-    return json.dumps({"detail": detail, "kind": kind.value, **extra}, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
+        return (
+            f'<p class="error" role="alert"><b>{escape(kind.value)}</b> {escape(text)}</p>'.encode(),
+            "text/html; charset=utf-8",
+        )
+    return json.dumps(
+        {"detail": detail, "kind": kind.value, **extra}, ensure_ascii=False, separators=(",", ":")
+    ).encode(), "application/json"
 
 
 def _answer(request: Request, status: int, kind: ErrorKind, detail: str, **extra) -> Response:
@@ -63,8 +73,11 @@ def _answer(request: Request, status: int, kind: ErrorKind, detail: str, **extra
     return Response(body, status_code=status, media_type=media)
 
 
-async def send_error(send: Send, path: str, status: int, kind: ErrorKind, detail: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
-    """An error answered by ASGI middleware in front of the app (``api/limits.py``, ``api/guard.py``), in the same shape."""
+async def send_error(
+    send: Send, path: str, status: int, kind: ErrorKind, detail: str, headers: list[tuple[bytes, bytes]] = ()
+) -> None:
+    """An error answered by ASGI middleware in front of the app (``api/limits.py``, ``api/guard.py``), in the same
+    shape."""
     body, media = error_content(path, kind, detail)
     start = [(b"content-type", media.encode()), (b"content-length", str(len(body)).encode()), *headers]
     await send({"type": "http.response.start", "status": status, "headers": start})
@@ -72,7 +85,9 @@ async def send_error(send: Send, path: str, status: int, kind: ErrorKind, detail
 
 
 def _invalid_detail(exc: RequestValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(part) for part in error.get('loc', ()))}: {error.get('msg', '')}" for error in exc.errors())
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error.get('loc', ()))}: {error.get('msg', '')}" for error in exc.errors()
+    )
 
 
 def install(app: FastAPI) -> None:
@@ -87,17 +102,31 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
-        return _answer(request, 400, ErrorKind.INVALID, _invalid_detail(exc), errors=[
-            {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type", "")} for error in exc.errors()
-        ])
+        return _answer(
+            request,
+            400,
+            ErrorKind.INVALID,
+            _invalid_detail(exc),
+            errors=[
+                {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type", "")}
+                for error in exc.errors()
+            ],
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        response = _answer(request, exc.status_code, KIND_OF_STATUS.get(exc.status_code, ErrorKind.INVALID), str(exc.detail))
+        response = _answer(
+            request, exc.status_code, KIND_OF_STATUS.get(exc.status_code, ErrorKind.INVALID), str(exc.detail)
+        )
         response.headers.update(exc.headers or {})
         return response
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> Response:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return _answer(request, 500, ErrorKind.FAILED, f"the server failed to answer ({type(exc).__name__}: {exc}); its log has the traceback")
+        return _answer(
+            request,
+            500,
+            ErrorKind.FAILED,
+            f"the server failed to answer ({type(exc).__name__}: {exc}); its log has the traceback",
+        )

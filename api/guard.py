@@ -18,7 +18,10 @@ from laketide.table.errors import ErrorKind
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
 # htmx sets inline styles on elements it swaps; nothing else inline is allowed
-UI_POLICY = (b"content-security-policy", b"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'")
+UI_POLICY = (
+    b"content-security-policy",
+    b"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'",
+)
 
 
 def default_hosts(bind_host: str) -> tuple[str, ...] | None:
@@ -51,8 +54,15 @@ class Guard:
             return
         host = next((value.decode("latin-1") for name, value in scope.get("headers", ()) if name == b"host"), "")
         if self.allowed is not None and _host_name(host).lower() not in self.allowed:
-            await send_error(send, scope.get("path", ""), 400, ErrorKind.INVALID, f"this server does not answer to the host name {host!r}; "
-                             f"ask it by one of {', '.join(sorted(self.allowed))} (coordinator.api_allowed_hosts)", HEADERS)
+            await send_error(
+                send,
+                scope.get("path", ""),
+                400,
+                ErrorKind.INVALID,
+                f"this server does not answer to the host name {host!r}; "
+                f"ask it by one of {', '.join(sorted(self.allowed))} (coordinator.api_allowed_hosts)",
+                HEADERS,
+            )
             return
         extra = [*HEADERS, UI_POLICY] if scope.get("path", "").startswith("/ui") else HEADERS
 

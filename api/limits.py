@@ -60,13 +60,26 @@ class Admission:
             await send_error(send, path, 411, ErrorKind.INVALID, "send the request's body with a Content-Length", CLOSE)
             return
         if length > self.limits.max_body_bytes:
-            await send_error(send, path, 413, ErrorKind.INVALID, f"the request's body is larger than the API takes "
-                             f"({self.limits.max_body_bytes:,} bytes, coordinator.api_max_body)", CLOSE)
+            await send_error(
+                send,
+                path,
+                413,
+                ErrorKind.INVALID,
+                f"the request's body is larger than the API takes "
+                f"({self.limits.max_body_bytes:,} bytes, coordinator.api_max_body)",
+                CLOSE,
+            )
             return
         wait = self._take_turn()
         if wait is None:
-            await send_error(send, path, 429, ErrorKind.BUSY, "the API is answering as many requests as it may beside the writer; ask again shortly",
-                             _retry_after(math.ceil(self.limits.queue_seconds)))
+            await send_error(
+                send,
+                path,
+                429,
+                ErrorKind.BUSY,
+                "the API is answering as many requests as it may beside the writer; ask again shortly",
+                _retry_after(math.ceil(self.limits.queue_seconds)),
+            )
             return
         if wait > 0:
             await asyncio.sleep(wait)
@@ -75,7 +88,9 @@ class Admission:
         try:
             await asyncio.wait_for(self._slots.acquire(), self.limits.queue_seconds)
         except TimeoutError:
-            await send_error(send, path, 429, ErrorKind.BUSY, "every slot of the API is busy; ask again shortly", _retry_after(1))
+            await send_error(
+                send, path, 429, ErrorKind.BUSY, "every slot of the API is busy; ask again shortly", _retry_after(1)
+            )
             return
         try:
             await self.app(scope, receive, send)

@@ -16,7 +16,10 @@ INSTANT_PATTERN = r"^\d{17}$"
 
 class ErrorOut(BaseModel):
     detail: str
-    kind: str | None = Field(None, description="the error's kind: not_found, invalid, refused, conflict, unavailable, lease_lost, failed, ...")
+    kind: str | None = Field(
+        None,
+        description="the error's kind: not_found, invalid, refused, conflict, unavailable, lease_lost, failed, ...",
+    )
     holder_api: str | None = Field(None, description="on a 409 for a held lease: the API of the job that holds it")
 
 
@@ -28,7 +31,10 @@ class LeaseOut(BaseModel):
 class RollbackRequest(BaseModel):
     dry_run: bool = False
     force: bool = Field(
-        False, description="needed to roll back a completed instant that is not the newest; never allows a rollback that would lose rows (409)"
+        False,
+        description="needed to roll back a completed instant that is not the newest; never allows a rollback that "
+        "would "
+        "lose rows (409)",
     )
 
 

@@ -27,9 +27,14 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise LaketideError(f"port {port} on {host} is in use by another process; choose another port (0 picks a free one)",
-                                kind=ErrorKind.CONFLICT) from None
-        raise LaketideError(f"cannot listen on {host}:{port} ({exc.strerror}); check the host address and the port", kind=ErrorKind.INVALID) from None
+            raise LaketideError(
+                f"port {port} on {host} is in use by another process; choose another port (0 picks a free one)",
+                kind=ErrorKind.CONFLICT,
+            ) from None
+        raise LaketideError(
+            f"cannot listen on {host}:{port} ({exc.strerror}); check the host address and the port",
+            kind=ErrorKind.INVALID,
+        ) from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
@@ -38,7 +43,14 @@ def bind(host: str, port: int) -> socket.socket:
 class ApiServer:
     """uvicorn on a socket bound at construction; ``port=0`` picks a free port, read back from ``address``."""
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning", sock: socket.socket | None = None):
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+        sock: socket.socket | None = None,
+    ):
         """``sock``: one ``bind`` gave already (a job binds its port before Spark starts, to fail fast)."""
         self.socket = sock or bind(host, port)
         self.server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="off"))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from datetime import UTC, datetime
 from itertools import groupby
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlencode
@@ -37,7 +37,12 @@ REFRESH_SECONDS = 3
 PAGE = 50  # rows of the timeline and of file groups per page
 templates = Jinja2Templates(directory=HERE / "templates")
 router = APIRouter(prefix="/ui", include_in_schema=False, default_response_class=HTMLResponse)
-actions = APIRouter(prefix="/ui/act", include_in_schema=False, default_response_class=HTMLResponse, dependencies=[Depends(token_required)])
+actions = APIRouter(
+    prefix="/ui/act",
+    include_in_schema=False,
+    default_response_class=HTMLResponse,
+    dependencies=[Depends(token_required)],
+)
 
 
 def _size(n: int | None) -> str:
@@ -57,7 +62,7 @@ def _when(instant: str | None) -> str:
 def _ago(instant: str | None) -> str:
     if not instant:
         return "never"
-    return f"{_seconds((datetime.now(timezone.utc) - instant_to_datetime(instant)).total_seconds())} ago"
+    return f"{_seconds((datetime.now(UTC) - instant_to_datetime(instant)).total_seconds())} ago"
 
 
 def _seconds(seconds: float | None) -> str:
@@ -70,10 +75,17 @@ def _seconds(seconds: float | None) -> str:
 
 
 def _epoch_ago(at: float | None) -> str:
-    return "-" if at is None else f"{_seconds(datetime.now(timezone.utc).timestamp() - at)} ago"
+    return "-" if at is None else f"{_seconds(datetime.now(UTC).timestamp() - at)} ago"
 
 
-templates.env.filters.update(size=_size, when=_when, ago=_ago, seconds=_seconds, epoch_ago=_epoch_ago, number=lambda n: "-" if n is None else f"{n:,}")
+templates.env.filters.update(
+    size=_size,
+    when=_when,
+    ago=_ago,
+    seconds=_seconds,
+    epoch_ago=_epoch_ago,
+    number=lambda n: "-" if n is None else f"{n:,}",
+)
 
 
 Panel = tuple[str, dict]  # a template and what it shows
@@ -95,10 +107,16 @@ def _job(ctx: ApiContext, view: WriterView) -> Panel:
 
 def _batches(ctx: ApiContext, view: WriterView) -> Panel:
     reports = [r for r in view.recent if not r.skipped]
-    return "batches.html", {"chart": batch_chart(reports), "reports": list(reversed(reports[-10:])), "job": ctx.job is not None}
+    return "batches.html", {
+        "chart": batch_chart(reports),
+        "reports": list(reversed(reports[-10:])),
+        "job": ctx.job is not None,
+    }
 
 
-def _timeline(table: Table, action: Action | None = None, state: State | None = None, before: str | None = None) -> Panel:
+def _timeline(
+    table: Table, action: Action | None = None, state: State | None = None, before: str | None = None
+) -> Panel:
     page = table.inspect.timeline([state] if state else None, [action.value] if action else None, before, PAGE)
     filters = urlencode({k: v.value for k, v in (("action", action), ("state", state)) if v})
     return "timeline.html", {"page": page, "rows": _folded_cleans(page.items), "before": before, "filters": filters}
@@ -123,9 +141,16 @@ def _layout(ctx: ApiContext, table: Table, view: WriterView, offset: int = 0) ->
     return "layout.html", {"layout": layout, "offset": offset, "page_size": PAGE, "index": view.index}
 
 
-def _file_groups(ctx: ApiContext, table: Table, partition: str | None = None, offset: int = 0, order: GroupOrder = "size") -> Panel:
+def _file_groups(
+    ctx: ApiContext, table: Table, partition: str | None = None, offset: int = 0, order: GroupOrder = "size"
+) -> Panel:
     groups = table.inspect.file_group_page(partition or None, offset, PAGE, order)
-    return "file_groups.html", {"groups": groups, "partition": partition or "", "order": order, "small": ctx.settings.small_file_bytes}
+    return "file_groups.html", {
+        "groups": groups,
+        "partition": partition or "",
+        "order": order,
+        "small": ctx.settings.small_file_bytes,
+    }
 
 
 def _quarantine(ctx: ApiContext) -> Panel:
@@ -136,8 +161,13 @@ def _panels(ctx: ApiContext, table: Table) -> dict[str, Panel]:
     """Every panel of the page, read from one opened table and one status of the job."""
     view = ctx.writer()
     return {
-        "job": _job(ctx, view), "batches": _batches(ctx, view), "timeline": _timeline(table), "services": _services(table),
-        "layout": _layout(ctx, table, view), "file_groups": _file_groups(ctx, table), "quarantine": _quarantine(ctx),
+        "job": _job(ctx, view),
+        "batches": _batches(ctx, view),
+        "timeline": _timeline(table),
+        "services": _services(table),
+        "layout": _layout(ctx, table, view),
+        "file_groups": _file_groups(ctx, table),
+        "quarantine": _quarantine(ctx),
     }
 
 
@@ -151,13 +181,23 @@ def page(request: Request, table: TableQuery = None) -> HTMLResponse:
     database opens on the list of its tables; each links to its table's page."""
     tables: ApiTables = request.app.state.tables
     if tables.database is not None and not table:
-        return _render(request, "tables.html", {"folder": tables.database.routes.folder, "tables_panel": _html(_table_list(tables))})
+        return _render(
+            request,
+            "tables.html",
+            {"folder": tables.database.routes.folder, "tables_panel": _html(_table_list(tables))},
+        )
     ctx = tables.context(table)
 
     def drawn(opened: Table) -> dict:
         panels = {f"{name}_panel": _html(panel) for name, panel in _panels(ctx, opened).items()}
-        return {"uri": ctx.uri, "name": ctx.name, "table_type": opened.config.table_type, "job": ctx.job is not None,
-                "table": table if tables.database is not None else None, **panels}
+        return {
+            "uri": ctx.uri,
+            "name": ctx.name,
+            "table_type": opened.config.table_type,
+            "job": ctx.job is not None,
+            "table": table if tables.database is not None else None,
+            **panels,
+        }
 
     return _render(request, "page.html", ctx.read(drawn))
 
@@ -192,7 +232,11 @@ def timeline_part(
 def instant_part(request: Request, ctx: Ctx, instant: str) -> HTMLResponse:
     detail = ctx.read(lambda table: table.inspect.instant(instant))
     partitions = Counter(f.partition for f in detail.files)
-    return _render(request, "instant.html", {"detail": detail, "partitions": sorted(partitions.items()), "files": detail.files[:200]})
+    return _render(
+        request,
+        "instant.html",
+        {"detail": detail, "partitions": sorted(partitions.items()), "files": detail.files[:200]},
+    )
 
 
 @router.get("/part/services")
@@ -245,10 +289,16 @@ def savepoint_action(
 
 
 @actions.post("/restore")
-def restore_action(request: Request, ctx: Ctx, savepoint: Annotated[str, Form(pattern=INSTANT_PATTERN)]) -> HTMLResponse:
+def restore_action(
+    request: Request, ctx: Ctx, savepoint: Annotated[str, Form(pattern=INSTANT_PATTERN)]
+) -> HTMLResponse:
     result = ctx.change(lambda operations: operations.restore(savepoint))
     rolled = ", ".join(result.rolled_back) or "nothing"
-    return _render(request, "done.html", {"message": f"Restored to savepoint {result.savepoint}: rolled back {rolled} ({result.files} files)."})
+    return _render(
+        request,
+        "done.html",
+        {"message": f"Restored to savepoint {result.savepoint}: rolled back {rolled} ({result.files} files)."},
+    )
 
 
 def _warm(ctx: ApiContext) -> None:

@@ -64,9 +64,15 @@ def run(args) -> dict:
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="api-bench-"))
     settings = [
-        f"table.path={workdir / 'table'}", "table.type=MERGE_ON_READ", f"stream.checkpoint={workdir / 'checkpoint'}", "stream.trigger=1 second",
-        "source.format=generator", f"source.generator.rows_per_batch={args.rows}", f"source.generator.batches={args.max_batches}",
-        "coordinator.api_port=0", *args.conf,
+        f"table.path={workdir / 'table'}",
+        "table.type=MERGE_ON_READ",
+        f"stream.checkpoint={workdir / 'checkpoint'}",
+        "stream.trigger=1 second",
+        "source.format=generator",
+        f"source.generator.rows_per_batch={args.rows}",
+        f"source.generator.batches={args.max_batches}",
+        "coordinator.api_port=0",
+        *args.conf,
     ]
     config = load_config(base=embedded_defaults(settings), overrides=settings)
     windows, load = Windows(), {}
@@ -98,8 +104,21 @@ def run(args) -> dict:
 
 def _load(address: str, clients: int, seconds: float, workdir: Path) -> dict:
     out = workdir / "load.json"
-    subprocess.run([sys.executable, str(HERE / "api_load.py"), address, "--clients", str(clients), "--seconds", str(seconds), "--out", str(out)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "api_load.py"),
+            address,
+            "--clients",
+            str(clients),
+            "--seconds",
+            str(seconds),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return json.loads(out.read_text())
 
 
@@ -112,7 +131,9 @@ def _result(args, windows: Windows, load: dict, workdir: Path, config, spec_clas
     idle = windows.seconds.get("idle", []) + windows.seconds.get("idle again", [])
     loaded = windows.seconds.get("load", [])
     idle_median, load_median = statistics.median(idle), statistics.median(loaded)
-    timeline = Table.open(str(workdir / "table")).timeline  # archival keeps only the newest commits: the last batch id counts them
+    timeline = Table.open(
+        str(workdir / "table")
+    ).timeline  # archival keeps only the newest commits: the last batch id counts them
     last = [i for i in timeline.completed_writes() if i.action == "deltacommit"][-1]
     committed = int(timeline.commit_metadata(last).extra_metadata["laketide.batch.id"]) + 1
     read = pa.Table.from_batches(HudiTableBuilder.from_base_uri(str(workdir / "table")).build().read())
@@ -150,16 +171,23 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--warmup", type=int, default=5, help="micro-batches before the first window")
     parser.add_argument("--max-batches", type=int, default=1000)
-    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE of the job's settings (e.g. coordinator.api_max_rate=0)")
+    parser.add_argument(
+        "--conf", action="append", default=[], help="KEY=VALUE of the job's settings (e.g. coordinator.api_max_rate=0)"
+    )
     parser.add_argument("--workdir", help="where the table goes (default: a new temporary folder, removed after)")
     parser.add_argument("--out", default=str(HERE / "results" / f"api-{date.today().isoformat()}.json"))
     args = parser.parse_args()
     result = run(args)
     if not args.workdir:
         shutil.rmtree(result.pop("workdir"), ignore_errors=True)
-    print(f"micro-batch median: idle {result['idle_median_s']} s, under {args.clients} clients {result['load_median_s']} s "
-          f"({result['ratio']}x; goal <= 1.3x); answers {result['answers']} ({result['answers_per_s']}/s) {result['statuses']}, "
-          f"p50 {result['answer_p50_s']} s p99 {result['answer_p99_s']} s; 5xx {result['server_errors']}; table verified: {result['verified']}")
+    print(
+        f"micro-batch median: idle {result['idle_median_s']} s, under {args.clients} clients "
+        f"{result['load_median_s']} s "
+        f"({result['ratio']}x; goal <= 1.3x); answers {result['answers']} ({result['answers_per_s']}/s) "
+        f"{result['statuses']}, "
+        f"p50 {result['answer_p50_s']} s p99 {result['answer_p99_s']} s; 5xx {result['server_errors']}; table "
+        f"verified: {result['verified']}"
+    )
     Path(args.out).write_text(json.dumps(result, indent=2))
 
 

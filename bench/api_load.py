@@ -20,8 +20,18 @@ import httpx
 import numpy as np
 
 PATHS = [
-    "/ui/part/job", "/ui/part/batches", "/v1/writer", "/ui/part/timeline", "/v1/timeline?limit=50", "/ui/part/services",
-    "/v1/layout", "/ui/part/quarantine", "/metrics", "/v1/instants?limit=20", "/ui/part/layout", "/v1/lease",
+    "/ui/part/job",
+    "/ui/part/batches",
+    "/v1/writer",
+    "/ui/part/timeline",
+    "/v1/timeline?limit=50",
+    "/ui/part/services",
+    "/v1/layout",
+    "/ui/part/quarantine",
+    "/metrics",
+    "/v1/instants?limit=20",
+    "/ui/part/layout",
+    "/v1/lease",
 ]
 
 

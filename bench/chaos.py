@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from chaoslib import (  # noqa: E402
+from chaoslib import (
     Feeder,
     Job,
     ZooKeeperServer,
@@ -41,7 +41,11 @@ VARIANTS = ("kill", "zk-restart", "session-expiry", "sigstop")
 
 
 def _args(root: Path, zookeeper: str, trigger: str = "1 second") -> list[str]:
-    extra = [f"coordinator.zookeeper_session_timeout={SESSION_TIMEOUT}", "coordinator.lease_wait=120", "source.max_files_per_trigger=4"]
+    extra = [
+        f"coordinator.zookeeper_session_timeout={SESSION_TIMEOUT}",
+        "coordinator.lease_wait=120",
+        "source.max_files_per_trigger=4",
+    ]
     return job_args(root, "zookeeper", zookeeper, trigger=trigger, extra=extra)
 
 
@@ -190,14 +194,30 @@ def main() -> None:
             print(f"running {name} ({cycles} cycles) ...", flush=True)
             results.append(run_variant(name, cycles, args.seed, Path(workdir)))
             print(json.dumps(results[-1]), flush=True)
-    header = ["variant", "cycles", "files_landed", "commits", "expected_rows", "rows_lost", "rows_duplicated", "rows_wrong", "files_left_over", "pending", "epoch_regressions", "clean", "seconds"]
+    header = [
+        "variant",
+        "cycles",
+        "files_landed",
+        "commits",
+        "expected_rows",
+        "rows_lost",
+        "rows_duplicated",
+        "rows_wrong",
+        "files_left_over",
+        "pending",
+        "epoch_regressions",
+        "clean",
+        "seconds",
+    ]
     extra = ["rolled_back_at_start", "late_files_swept"]
     print("\n| " + " | ".join(header + extra) + " |")
     print("|" + "---|" * len(header + extra))
     for r in results:
         print("| " + " | ".join([str(r[h]) for h in header] + [str(r["details"][h]) for h in extra]) + " |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"seed": args.seed, "session_timeout": SESSION_TIMEOUT, "results": results}, indent=2))
+    Path(args.out).write_text(
+        json.dumps({"seed": args.seed, "session_timeout": SESSION_TIMEOUT, "results": results}, indent=2)
+    )
     print(f"\nwritten to {args.out}")
     if not all(r["clean"] for r in results):
         sys.exit(1)

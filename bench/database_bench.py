@@ -47,13 +47,26 @@ from upsert_bench import write_results  # noqa: E402
 
 CLI = str(Path(sys.executable).with_name("laketide"))
 ENV_LOCAL = {"SPARK_LOCAL_IP": "127.0.0.1"}
-BATCH_LINE = re.compile(r"^(\S+ \S+) INFO laketide.job micro-batch (\d+): tables=\d+ written=(\d+) records=(\d+).* seconds=([\d.]+)", re.M)
-SINGLE_LINE = re.compile(r"^(\S+ \S+) INFO laketide.job micro-batch (\d+): instant=\S+ records=(\d+).* seconds=([\d.]+)", re.M)
+BATCH_LINE = re.compile(
+    r"^(\S+ \S+) INFO laketide.job micro-batch (\d+): tables=\d+ written=(\d+) records=(\d+).* seconds=([\d.]+)", re.M
+)
+SINGLE_LINE = re.compile(
+    r"^(\S+ \S+) INFO laketide.job micro-batch (\d+): instant=\S+ records=(\d+).* seconds=([\d.]+)", re.M
+)
 
 
 def settings(work: Path, bootstrap: str, tables: list[BenchTable], path: str, topics: dict, extra: dict) -> list[str]:
-    conf = {"table.path": path, "table.type": "MERGE_ON_READ", "source.format": "kafka", "source.envelope": "debezium",
-            "source.kafka.bootstrap_servers": bootstrap, "write.index_shards": "2", "write.parallelism": "2", **topics, **extra}
+    conf = {
+        "table.path": path,
+        "table.type": "MERGE_ON_READ",
+        "source.format": "kafka",
+        "source.envelope": "debezium",
+        "source.kafka.bootstrap_servers": bootstrap,
+        "write.index_shards": "2",
+        "write.parallelism": "2",
+        **topics,
+        **extra,
+    }
     conf.update({f"tables.{t.name}.partition_by": '["region"]' for t in tables if t.partitioned and "{table}" in path})
     return [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
 
@@ -62,7 +75,9 @@ def run_job(args: list[str], log: Path, until=None) -> tuple[int, str, int]:
     """One `laketide run`: its exit code, its log, and its process tree's peak RSS. ``until(job)``: run by the caller
     meanwhile (a stream), after which the job is stopped (SIGINT)."""
     with open(log, "w") as out:
-        job = subprocess.Popen([CLI, "run", *args], stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **ENV_LOCAL})
+        job = subprocess.Popen(
+            [CLI, "run", *args], stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **ENV_LOCAL}
+        )
         with PeakRss(pid=job.pid) as peak:
             if until is not None:
                 until(job)
@@ -82,7 +97,9 @@ def verified(tables: list[BenchTable], read) -> dict[str, bool]:
     return {t.name: read(t).equals(model(t)) for t in tables}
 
 
-def produce_backlog(bootstrap: str, tables: list[BenchTable], rows: int, rounds: int, per_round: int, seed: int) -> tuple[list, float]:
+def produce_backlog(
+    bootstrap: str, tables: list[BenchTable], rows: int, rounds: int, per_round: int, seed: int
+) -> tuple[list, float]:
     producer, rng = Producer(bootstrap), random.Random(seed)
     started = time.monotonic()
     load = [snapshot(producer, t, rows) for t in tables]
@@ -104,18 +121,41 @@ def run_delta(work: Path, tables: list[BenchTable], rounds: list) -> dict:
         seconds.append(time.monotonic() - started)
     from deltalake import DeltaTable
 
-    ok = verified(tables, lambda t: DeltaTable(str(work / "delta" / t.name)).to_pyarrow_table().select(t.arrow.names).cast(t.arrow).sort_by("id"))
-    return {"engine": "delta-rs (20 tables, one after another)", "load_seconds": round(load, 1), "round_seconds": round(statistics.median(seconds), 2),
-            "verified": all(ok.values())}
+    ok = verified(
+        tables,
+        lambda t: (
+            DeltaTable(str(work / "delta" / t.name))
+            .to_pyarrow_table()
+            .select(t.arrow.names)
+            .cast(t.arrow)
+            .sort_by("id")
+        ),
+    )
+    return {
+        "engine": "delta-rs (20 tables, one after another)",
+        "load_seconds": round(load, 1),
+        "round_seconds": round(statistics.median(seconds), 2),
+        "verified": all(ok.values()),
+    }
 
 
 def run_singles(work: Path, bootstrap: str, tables: list[BenchTable], rounds: int) -> dict:
     peaks, medians, walls = [], [], []
     for table in tables:
-        args = settings(work, bootstrap, [table], str(work / "single" / table.name), {"source.kafka.topics": json.dumps([table.topic])},
-                        {"table.record_key": '["id"]', "table.partition_by": '["region"]' if table.partitioned else "[]",
-                         "stream.checkpoint": str(work / "single-cp" / table.name), "stream.trigger": "available-now",
-                         "source.kafka.max_offsets_per_trigger": "1000"})
+        args = settings(
+            work,
+            bootstrap,
+            [table],
+            str(work / "single" / table.name),
+            {"source.kafka.topics": json.dumps([table.topic])},
+            {
+                "table.record_key": '["id"]',
+                "table.partition_by": '["region"]' if table.partitioned else "[]",
+                "stream.checkpoint": str(work / "single-cp" / table.name),
+                "stream.trigger": "available-now",
+                "source.kafka.max_offsets_per_trigger": "1000",
+            },
+        )
         started = time.monotonic()
         code, log, peak = run_job(args, work / f"single-{table.name}.log")
         walls.append(time.monotonic() - started)
@@ -123,41 +163,76 @@ def run_singles(work: Path, bootstrap: str, tables: list[BenchTable], rounds: in
             raise SystemExit(f"the single-table job of {table.name} failed:\n{log[-3000:]}")
         ends = [_at(m.group(1)) for m in SINGLE_LINE.finditer(log) if int(m.group(3))]
         peaks.append(peak)
-        medians.append(statistics.median([b - a for a, b in zip(ends[-rounds - 1:], ends[-rounds:])]))  # end to end, as the database job's
-        print(f"  single {table.name}: peak {peak / 2**30:.2f} GB, rounds' median {medians[-1]:.2f} s, {walls[-1]:.0f} s", flush=True)
+        medians.append(
+            statistics.median([b - a for a, b in zip(ends[-rounds - 1 :], ends[-rounds:])])
+        )  # end to end, as the database job's
+        print(
+            f"  single {table.name}: peak {peak / 2**30:.2f} GB, rounds' median {medians[-1]:.2f} s, {walls[-1]:.0f} s",
+            flush=True,
+        )
     ok = verified(tables, lambda t: read_hudi(work / "single" / t.name, t.arrow))
-    return {"engine": "laketide, 20 single-table jobs", "peak_rss_gb": round(max(peaks) / 2**30, 2),
-            "peak_rss_gb_20_at_once": round(sum(peaks) / 2**30, 2), "round_seconds": round(sum(medians), 2),
-            "round_seconds_per_table": round(statistics.median(medians), 2), "wall_seconds": round(sum(walls)), "verified": all(ok.values())}
+    return {
+        "engine": "laketide, 20 single-table jobs",
+        "peak_rss_gb": round(max(peaks) / 2**30, 2),
+        "peak_rss_gb_20_at_once": round(sum(peaks) / 2**30, 2),
+        "round_seconds": round(sum(medians), 2),
+        "round_seconds_per_table": round(statistics.median(medians), 2),
+        "wall_seconds": round(sum(walls)),
+        "verified": all(ok.values()),
+    }
 
 
-def run_database(work: Path, bootstrap: str, tables: list[BenchTable], rounds: int, minutes: float, rate: int, seed: int) -> dict:
+def run_database(
+    work: Path, bootstrap: str, tables: list[BenchTable], rounds: int, minutes: float, rate: int, seed: int
+) -> dict:
     path = str(work / "db" / "{table}")
-    common = {"source.kafka.topic_pattern": r"pg\.public\.t\d+", "stream.checkpoint": str(work / "db-cp"),
-              "source.kafka.max_offsets_per_trigger": str(1000 * len(tables))}
-    code, log, peak = run_job(settings(work, bootstrap, tables, path, common, {"stream.trigger": "available-now"}), work / "db-backlog.log")
+    common = {
+        "source.kafka.topic_pattern": r"pg\.public\.t\d+",
+        "stream.checkpoint": str(work / "db-cp"),
+        "source.kafka.max_offsets_per_trigger": str(1000 * len(tables)),
+    }
+    code, log, peak = run_job(
+        settings(work, bootstrap, tables, path, common, {"stream.trigger": "available-now"}), work / "db-backlog.log"
+    )
     if code != 0:
         raise SystemExit(f"the database job failed:\n{log[-3000:]}")
     batches = [(_at(m.group(1)), float(m.group(5))) for m in BATCH_LINE.finditer(log) if int(m.group(4))]
     round_seconds = statistics.median([s for _, s in batches[-rounds:]])
     # from one micro-batch's end to the next's, back to back: reading the records from Kafka included
-    cycle_seconds = statistics.median([b - a for (a, _), (b, _) in zip(batches[-rounds - 1:], batches[-rounds:])])
+    cycle_seconds = statistics.median([b - a for (a, _), (b, _) in zip(batches[-rounds - 1 :], batches[-rounds:])])
     ok_backlog = verified(tables, lambda t: read_hudi(work / "db" / t.name, t.arrow))
-    print(f"  database job, backlog: {len(batches)} micro-batches, rounds' median {round_seconds:.2f} s written, {cycle_seconds:.2f} s end to end, "
-          f"peak {peak / 2**30:.2f} GB", flush=True)
+    print(
+        f"  database job, backlog: {len(batches)} micro-batches, rounds' median {round_seconds:.2f} s written, "
+        f"{cycle_seconds:.2f} s end to end, "
+        f"peak {peak / 2**30:.2f} GB",
+        flush=True,
+    )
     stream = {}
 
     def streaming(job: subprocess.Popen) -> None:
         stream.update(_stream(bootstrap, tables, minutes, rate, seed, work / "db-stream.log", job))
 
     # still 1,000 offsets a table at most a micro-batch: the cap is what bounds the job's memory when it falls behind
-    code, log, stream_peak = run_job(settings(work, bootstrap, tables, path, common, {"stream.trigger": "1 second"}), work / "db-stream.log", streaming)
+    code, log, stream_peak = run_job(
+        settings(work, bootstrap, tables, path, common, {"stream.trigger": "1 second"}),
+        work / "db-stream.log",
+        streaming,
+    )
     ok = verified(tables, lambda t: read_hudi(work / "db" / t.name, t.arrow))
-    return {"engine": "laketide, one database job", "peak_rss_gb": round(max(peak, stream_peak) / 2**30, 2), "round_seconds": round(round_seconds, 2),
-            "round_cycle_seconds": round(cycle_seconds, 2), "backlog_micro_batches": len(batches), **stream, "verified": all(ok_backlog.values()) and all(ok.values())}
+    return {
+        "engine": "laketide, one database job",
+        "peak_rss_gb": round(max(peak, stream_peak) / 2**30, 2),
+        "round_seconds": round(round_seconds, 2),
+        "round_cycle_seconds": round(cycle_seconds, 2),
+        "backlog_micro_batches": len(batches),
+        **stream,
+        "verified": all(ok_backlog.values()) and all(ok.values()),
+    }
 
 
-def _stream(bootstrap: str, tables: list[BenchTable], minutes: float, rate: int, seed: int, log: Path, job: subprocess.Popen) -> dict:
+def _stream(
+    bootstrap: str, tables: list[BenchTable], minutes: float, rate: int, seed: int, log: Path, job: subprocess.Popen
+) -> dict:
     """Changes across every table at ``rate`` events a second for ``minutes``, then until the job caught up."""
     _wait_for(lambda: "reading Kafka with" in log.read_text() or job.poll() is not None, 300)  # the query started
     producer, rng = Producer(bootstrap), random.Random(seed + 1)
@@ -172,8 +247,13 @@ def _stream(bootstrap: str, tables: list[BenchTable], minutes: float, rate: int,
     streamed = time.monotonic() - started
     committed_during = _records(log.read_text())
     caught_up = _caught_up(log, tables, producer.sent, job)
-    return {"stream_events": producer.sent, "stream_seconds": round(streamed), "records_per_second": round(committed_during / streamed),
-            "lag_after_stream_seconds": caught_up, "caught_up": caught_up is not None}
+    return {
+        "stream_events": producer.sent,
+        "stream_seconds": round(streamed),
+        "records_per_second": round(committed_during / streamed),
+        "lag_after_stream_seconds": caught_up,
+        "caught_up": caught_up is not None,
+    }
 
 
 def idle_cost(work: Path, tables: list[BenchTable]) -> dict:
@@ -188,8 +268,18 @@ def idle_cost(work: Path, tables: list[BenchTable]) -> dict:
     from laketide.writer.batch_writer import BatchWriter
     from laketide.writer.running import check_table, make_lease, open_table, start
 
-    routes = TableRoutes(load_config(overrides=[f"table.path={work / 'db'}/{{table}}", "source.format=kafka", "source.envelope=debezium",
-                                                "source.kafka.topic_pattern=x", "source.kafka.bootstrap_servers=127.0.0.1:9", "write.index_shards=2"]))
+    routes = TableRoutes(
+        load_config(
+            overrides=[
+                f"table.path={work / 'db'}/{{table}}",
+                "source.format=kafka",
+                "source.envelope=debezium",
+                "source.kafka.topic_pattern=x",
+                "source.kafka.bootstrap_servers=127.0.0.1:9",
+                "write.index_shards=2",
+            ]
+        )
+    )
     jobs = []
     gc.collect()
     before = psutil.Process().memory_info().rss
@@ -219,8 +309,11 @@ def _at(stamp: str) -> float:
     return time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:]) / 1000
 
 
-def _caught_up(log: Path, tables: list[BenchTable], sent: int, job: subprocess.Popen, timeout: float = 600) -> float | None:
-    """Seconds from the stream's end until the job committed every streamed record; ``None`` when it did not in ``timeout``."""
+def _caught_up(
+    log: Path, tables: list[BenchTable], sent: int, job: subprocess.Popen, timeout: float = 600
+) -> float | None:
+    """Seconds from the stream's end until the job committed every streamed record; ``None`` when it did not in
+    ``timeout``."""
     started = time.monotonic()
     while time.monotonic() - started < timeout and job.poll() is None:
         if _records(log.read_text()) >= sent:
@@ -244,7 +337,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="rounds of --events changes a table after the snapshot")
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--minutes", type=float, default=5.0, help="the steady stream's length")
-    parser.add_argument("--rate", type=int, default=2000, help="the steady stream's events a second, all tables together")
+    parser.add_argument(
+        "--rate", type=int, default=2000, help="the steady stream's events a second, all tables together"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the work folder (tables, logs)")
     parser.add_argument("--out", default=f"bench/results/database-{date.today().isoformat()}.json")
@@ -255,8 +350,13 @@ def main() -> None:
         tables = make_tables(args.tables)
         create_topics(bootstrap, tables)
         rounds, produced = produce_backlog(bootstrap, tables, args.rows, args.rounds, args.events, args.seed)
-        print(f"workload: {args.tables} tables x {args.rows:,} rows, then {args.rounds} rounds of {args.events:,} changes a table; "
-              f"produced {sum(len(r.upserts) + len(r.deletes) for rs in rounds for r in rs):,} events in {produced:.0f} s", flush=True)
+        print(
+            f"workload: {args.tables} tables x {args.rows:,} rows, then {args.rounds} rounds of {args.events:,} "
+            "changes a table; "
+            f"produced {sum(len(r.upserts) + len(r.deletes) for rs in rounds for r in rs):,} events "
+            f"in {produced:.0f} s",
+            flush=True,
+        )
         results = [run_delta(work, tables, rounds)]
         print(f"  delta-rs: round {results[0]['round_seconds']} s", flush=True)
         results.append(run_singles(work, bootstrap, tables, args.rounds))
@@ -266,9 +366,15 @@ def main() -> None:
         broker.kill()
         broker.wait()
     delta, singles, database = results
-    ratios = {"round: database job / 20 single-table jobs": round(database["round_cycle_seconds"] / singles["round_seconds"], 2),
-              "round: database job / delta-rs": round(database["round_seconds"] / delta["round_seconds"], 2),
-              "peak RSS: database job / 20 single-table jobs at once": round(database["peak_rss_gb"] / singles["peak_rss_gb_20_at_once"], 2)}
+    ratios = {
+        "round: database job / 20 single-table jobs": round(
+            database["round_cycle_seconds"] / singles["round_seconds"], 2
+        ),
+        "round: database job / delta-rs": round(database["round_seconds"] / delta["round_seconds"], 2),
+        "peak RSS: database job / 20 single-table jobs at once": round(
+            database["peak_rss_gb"] / singles["peak_rss_gb_20_at_once"], 2
+        ),
+    }
     for result in results:
         print(f"{result['engine']}: " + ", ".join(f"{k}={v}" for k, v in result.items() if k != "engine"))
     print("ratios: " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
@@ -276,7 +382,9 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     else:
         print(f"work folder kept: {work}")
-    write_results(args.out, {"workload": vars(args), "results": results, "ratios": ratios}, all(r["verified"] for r in results))
+    write_results(
+        args.out, {"workload": vars(args), "results": results, "ratios": ratios}, all(r["verified"] for r in results)
+    )
 
 
 if __name__ == "__main__":

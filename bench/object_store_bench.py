@@ -27,8 +27,18 @@ from pathlib import Path
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the counting proxy
-from faultproxy import FaultProxy  # noqa: E402
-from upsert_bench import NARROW, Result, _matches, dedupe, expected_state, land, laketide_config, print_table, write_results  # noqa: E402
+from faultproxy import FaultProxy
+from upsert_bench import (
+    NARROW,
+    Result,
+    _matches,
+    dedupe,
+    expected_state,
+    laketide_config,
+    land,
+    print_table,
+    write_results,
+)
 
 KINDS = ("GET", "PUT", "LIST", "DELETE", "HEAD")
 WINDOW = 10  # small upserts per end of the history stretch whose requests are compared
@@ -43,12 +53,20 @@ def start_s3():
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench", region_name="us-east-1").create_bucket(Bucket="bench")
+    boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench", region_name="us-east-1"
+    ).create_bucket(Bucket="bench")
     return server, endpoint
 
 
 def store_options(endpoint: str) -> dict[str, str]:
-    return {"aws_endpoint_url": endpoint, "aws_access_key_id": "bench", "aws_secret_access_key": "bench", "aws_region": "us-east-1", "allow_http": "true"}
+    return {
+        "aws_endpoint_url": endpoint,
+        "aws_access_key_id": "bench",
+        "aws_secret_access_key": "bench",
+        "aws_region": "us-east-1",
+        "allow_http": "true",
+    }
 
 
 class Engine(Result):
@@ -67,7 +85,9 @@ def _since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {kind: after.get(kind, 0) - before.get(kind, 0) for kind in KINDS}
 
 
-def run_laketide(workdir: Path, landing: Path, expected: pa.Table, args, proxy: FaultProxy, direct: dict, table_type: str) -> Engine:
+def run_laketide(
+    workdir: Path, landing: Path, expected: pa.Table, args, proxy: FaultProxy, direct: dict, table_type: str
+) -> Engine:
     from hudi import HudiTableBuilder
 
     from laketide.spark.job import run
@@ -75,7 +95,13 @@ def run_laketide(workdir: Path, landing: Path, expected: pa.Table, args, proxy: 
     name = "cow" if table_type == "COPY_ON_WRITE" else "mor"
     uri = f"s3://bench/laketide-{name}"
     options = [f"storage.options.{k}={v}" for k, v in store_options(proxy.endpoint).items()]
-    config = laketide_config(Path(f"/laketide_{name}"), workdir / f"checkpoint-{name}", landing, args.parallelism, (f"table.type={table_type}", "coordinator.lease=storage", *options))
+    config = laketide_config(
+        Path(f"/laketide_{name}"),
+        workdir / f"checkpoint-{name}",
+        landing,
+        args.parallelism,
+        (f"table.type={table_type}", "coordinator.lease=storage", *options),
+    )
     config.table.path = uri
     result, marks = Engine(f"laketide {name}"), [proxy.snapshot()]
 
@@ -105,14 +131,21 @@ def run_delta(batches: list[pa.Table], expected: pa.Table, proxy: FaultProxy, di
         before, started = proxy.snapshot(), time.perf_counter()
         (
             DeltaTable(uri, storage_options=options)
-            .merge(source=dedupe(batch), predicate="t.id = s.id AND t.region = s.region", source_alias="s", target_alias="t")
+            .merge(
+                source=dedupe(batch),
+                predicate="t.id = s.id AND t.region = s.region",
+                source_alias="s",
+                target_alias="t",
+            )
             .when_matched_update_all()
             .when_not_matched_insert_all()
             .execute()
         )
         result.batch_seconds.append(time.perf_counter() - started)
         result.requests.append(_since(before, proxy.snapshot()))
-    result.verified = _matches(DeltaTable(uri, storage_options={**direct, "aws_conditional_put": "etag"}).to_pyarrow_table(), expected)
+    result.verified = _matches(
+        DeltaTable(uri, storage_options={**direct, "aws_conditional_put": "etag"}).to_pyarrow_table(), expected
+    )
     return result
 
 
@@ -130,7 +163,10 @@ def summarize(engines: list[Engine], args) -> dict:
         }
         for e in engines
     ]
-    requests = {e.engine: {f"at {first_history}": e.requests_at(early), f"at {last_history}": e.requests_at(late)} for e in engines}
+    requests = {
+        e.engine: {f"at {first_history}": e.requests_at(early), f"at {last_history}": e.requests_at(late)}
+        for e in engines
+    }
     return {"results": rows, "requests_per_micro_batch": requests, "history": [first_history, last_history]}
 
 
@@ -139,7 +175,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="initial load N")
     parser.add_argument("--batches", type=int, default=10, help="upsert batches K, timed")
     parser.add_argument("--batch-rows", type=int, default=100_000, help="rows per batch B")
-    parser.add_argument("--history", type=int, default=200, help="micro-batches of history at the end (small upserts fill it)")
+    parser.add_argument(
+        "--history", type=int, default=200, help="micro-batches of history at the end (small upserts fill it)"
+    )
     parser.add_argument("--history-rows", type=int, default=1_000, help="rows per small upsert")
     parser.add_argument("--update-share", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=7)
@@ -150,11 +188,22 @@ def main() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     small = args.history - args.batches - 1
     if small < 2 * WINDOW:
-        parser.error(f"--history must leave at least {2 * WINDOW} small upserts after the load and the {args.batches} timed ones")
+        parser.error(
+            f"--history must leave at least {2 * WINDOW} small upserts after the load and the {args.batches} timed ones"
+        )
 
     from upsert_bench import make_workload
 
-    batches = make_workload(args.rows, args.batches, args.batch_rows, args.update_share, "uniform", args.seed, NARROW, then=(small, args.history_rows))
+    batches = make_workload(
+        args.rows,
+        args.batches,
+        args.batch_rows,
+        args.update_share,
+        "uniform",
+        args.seed,
+        NARROW,
+        then=(small, args.history_rows),
+    )
     expected = expected_state(batches)
     server, endpoint = start_s3()
     proxy = FaultProxy(endpoint.removeprefix("http://")).start()
@@ -164,13 +213,24 @@ def main() -> None:
         landing = workdir / "landing"
         landing.mkdir()
         land(landing, batches, args.rows)
-        print(f"workload: N={args.rows:,} K={args.batches} B={args.batch_rows:,}, then {small} upserts of {args.history_rows:,} "
-              f"to {args.history} micro-batches; final rows {expected.num_rows:,}", flush=True)
+        print(
+            f"workload: N={args.rows:,} K={args.batches} B={args.batch_rows:,}, then {small} upserts of "
+            f"{args.history_rows:,} "
+            f"to {args.history} micro-batches; final rows {expected.num_rows:,}",
+            flush=True,
+        )
         engines = [run_delta(batches, expected, proxy, direct)]
-        print(f"delta-rs done: median {statistics.median(engines[0].batch_seconds[:args.batches]):.2f}s per timed batch", flush=True)
+        print(
+            f"delta-rs done: median {statistics.median(engines[0].batch_seconds[: args.batches]):.2f}s per timed batch",
+            flush=True,
+        )
         for table_type in args.table_types.split(","):
             engines.append(run_laketide(workdir, landing, expected, args, proxy, direct, table_type.strip().upper()))
-            print(f"{engines[-1].engine} done: median {statistics.median(engines[-1].batch_seconds[:args.batches]):.2f}s per timed batch", flush=True)
+            print(
+                f"{engines[-1].engine} done: median "
+                f"{statistics.median(engines[-1].batch_seconds[: args.batches]):.2f}s per timed batch",
+                flush=True,
+            )
     finally:
         proxy.stop()
         server.stop()
@@ -178,10 +238,15 @@ def main() -> None:
 
     summary = summarize(engines, args)
     base = summary["results"][0]
-    ratios = {r["engine"]: round(r["median_batch_seconds"] / base["median_batch_seconds"], 2) for r in summary["results"][1:]}
+    ratios = {
+        r["engine"]: round(r["median_batch_seconds"] / base["median_batch_seconds"], 2) for r in summary["results"][1:]
+    }
     print_table(summary["results"], "median batch seconds, laketide / delta-rs", ratios)
     early, late = (f"at {n}" for n in summary["history"])
-    print(f"\nrequests per small upsert (median of {WINDOW}), at {summary['history'][0]} and at {summary['history'][1]} micro-batches of history:")
+    print(
+        f"\nrequests per small upsert (median of {WINDOW}), at {summary['history'][0]} and at "
+        f"{summary['history'][1]} micro-batches of history:"
+    )
     print(f"{'engine':<16} " + " ".join(f"{kind + ' ' + when:>14}" for kind in KINDS for when in ("early", "late")))
     for engine, counts in summary["requests_per_micro_batch"].items():
         print(f"{engine:<16} " + " ".join(f"{counts[w][kind]:>14g}" for kind in KINDS for w in (early, late)))

@@ -38,16 +38,42 @@ FORK = multiprocessing.get_context("fork")  # producers share the model's arrays
 
 
 def row(key: int, version: int) -> dict:
-    return {"id": key, "region": REGIONS[key % 3], "name": f"n{key}v{version}", "amount": round(key * 0.01 + version, 2), "qty": version % 1000}
+    return {
+        "id": key,
+        "region": REGIONS[key % 3],
+        "name": f"n{key}v{version}",
+        "amount": round(key * 0.01 + version, 2),
+        "qty": version % 1000,
+    }
 
 
 def event(op: str, key: int, version: int, lsn: int, snapshot: str = "false") -> bytes:
     now = int(time.time() * 1000)
     before = {"id": key, "region": None, "name": None, "amount": None, "qty": None} if op == "d" else None
-    source = {"version": "2.7.3.Final", "connector": "postgresql", "name": "pg", "ts_ms": now, "snapshot": snapshot, "db": "shop",
-              "sequence": f'["{lsn - 1}","{lsn}"]', "schema": "public", "table": "orders", "txId": lsn // 8, "lsn": lsn, "xmin": None}
-    return json.dumps({"before": before, "after": None if op == "d" else row(key, version), "source": source, "op": op,
-                       "ts_ms": now, "transaction": None}).encode()
+    source = {
+        "version": "2.7.3.Final",
+        "connector": "postgresql",
+        "name": "pg",
+        "ts_ms": now,
+        "snapshot": snapshot,
+        "db": "shop",
+        "sequence": f'["{lsn - 1}","{lsn}"]',
+        "schema": "public",
+        "table": "orders",
+        "txId": lsn // 8,
+        "lsn": lsn,
+        "xmin": None,
+    }
+    return json.dumps(
+        {
+            "before": before,
+            "after": None if op == "d" else row(key, version),
+            "source": source,
+            "op": op,
+            "ts_ms": now,
+            "transaction": None,
+        }
+    ).encode()
 
 
 class Keys:
@@ -77,14 +103,22 @@ def fence(bootstrap: str) -> None:
 DELIVERY_SAMPLE = 20
 
 
-def produce_phase(keys: Keys, bootstrap: str, rate: int, seconds: float, phase: int, seed: int) -> tuple[int, list[float]]:
+def produce_phase(
+    keys: Keys, bootstrap: str, rate: int, seconds: float, phase: int, seed: int
+) -> tuple[int, list[float]]:
     """``rate`` records a second for ``seconds`` from as many processes as that takes; the records delivered, and for
     every ``DELIVERY_SAMPLE``-th offset the seconds from its produce timestamp to the broker's acknowledgement."""
     if rate > PER_PRODUCER * PARTITIONS:
-        raise SystemExit(f"at most {PER_PRODUCER * PARTITIONS:,} records a second: a producer a partition, {PER_PRODUCER:,} a second each")
+        raise SystemExit(
+            f"at most {PER_PRODUCER * PARTITIONS:,} records a second: a producer a partition, {PER_PRODUCER:,} "
+            "a second each"
+        )
     count = 1 if rate <= PER_PRODUCER else PARTITIONS  # a producer's keys are one partition's (key modulo PARTITIONS)
     done = FORK.Queue()
-    procs = [FORK.Process(target=_producer, args=(keys, bootstrap, rate / count, seconds, phase, i, count, seed, done)) for i in range(count)]
+    procs = [
+        FORK.Process(target=_producer, args=(keys, bootstrap, rate / count, seconds, phase, i, count, seed, done))
+        for i in range(count)
+    ]
     for p in procs:
         p.start()
     results = [done.get() for _ in procs]
@@ -94,12 +128,16 @@ def produce_phase(keys: Keys, bootstrap: str, rate: int, seconds: float, phase: 
     return sum(sent for sent, _, _ in results), [s for _, _, delivered in results for s in delivered]
 
 
-def _producer(keys: Keys, bootstrap: str, rate: float, seconds: float, phase: int, index: int, count: int, seed: int, done) -> None:
+def _producer(
+    keys: Keys, bootstrap: str, rate: float, seconds: float, phase: int, index: int, count: int, seed: int, done
+) -> None:
     rng = np.random.default_rng(seed * 1000 + phase * 100 + index)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
     lsn = phase * LSN_STEP + index
     high = keys.high
-    fresh = high + (index - high) % count  # this producer's first new key: its keys, and so its partition, are index modulo count
+    fresh = (
+        high + (index - high) % count
+    )  # this producer's first new key: its keys, and so its partition, are index modulo count
     sent, started = 0, time.monotonic()
     delivered: list[float] = []
     failed: list[str] = []  # a record the broker did not take is in the model but not in the topic
@@ -128,8 +166,13 @@ def _producer(keys: Keys, bootstrap: str, rate: float, seconds: float, phase: in
             keys.version[key] += keys.state[key] != 0
             keys.state[key] = 2 if op == "d" else 1
             lsn += count
-            producer.produce(TOPIC, key=json.dumps({"id": key}).encode(), value=event(op, key, int(keys.version[key]), lsn), partition=key % PARTITIONS,
-                             on_delivery=acknowledged)
+            producer.produce(
+                TOPIC,
+                key=json.dumps({"id": key}).encode(),
+                value=event(op, key, int(keys.version[key]), lsn),
+                partition=key % PARTITIONS,
+                on_delivery=acknowledged,
+            )
             producer.poll(0)
             sent += 1
         time.sleep(0.005)

@@ -16,12 +16,11 @@ import glob
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from measure import PeakRss
 from upsert_bench import Result, Shape, _matches, dedupe, expected_state, run_delta, run_laketide
 
@@ -43,7 +42,9 @@ def warm_read(files: list[Path]) -> None:
         dedupe(pq.read_table(files[0]))
 
 
-def _timed(files: list[Path], result: Result, load: Callable[[pa.Table], None], upsert: Callable[[pa.Table], None]) -> None:
+def _timed(
+    files: list[Path], result: Result, load: Callable[[pa.Table], None], upsert: Callable[[pa.Table], None]
+) -> None:
     """Run the load on the first file and ``upsert`` on each later one, timing each from its read."""
     warm_read(files)
     for n, path in enumerate(files):
@@ -72,7 +73,9 @@ def laketide(table_type: str) -> Callable[[Path, Shape, int | None], Result]:
         # read in, without Arrow, whose freed memory this process (the job's driver) would keep and be measured with
         for path in files:
             path.read_bytes()
-        return run_laketide(workdir, workdir / "landing", lambda: expected_rows(files), 4, table_type, 1, shape, extra=conf)
+        return run_laketide(
+            workdir, workdir / "landing", lambda: expected_rows(files), 4, table_type, 1, shape, extra=conf
+        )
 
     return run
 
@@ -98,7 +101,11 @@ def ducklake(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
     import duckdb
     import duckdb_extension_ducklake
 
-    extension = glob.glob(os.path.join(os.path.dirname(duckdb_extension_ducklake.__file__), "extensions", "*", "ducklake.duckdb_extension"))[0]
+    extension = glob.glob(
+        os.path.join(
+            os.path.dirname(duckdb_extension_ducklake.__file__), "extensions", "*", "ducklake.duckdb_extension"
+        )
+    )[0]
     files = landing_files(workdir, max_batches)
     con = duckdb.connect()
     con.execute(f"LOAD '{extension}'")
@@ -114,8 +121,10 @@ def ducklake(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
 
     def upsert(batch: pa.Table) -> None:
         con.register("src", batch)
-        con.execute(f"MERGE INTO lake.t AS t USING src AS s ON t.{KEY} = s.{KEY} AND t.{PARTITION} = s.{PARTITION} "
-                    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+        con.execute(
+            f"MERGE INTO lake.t AS t USING src AS s ON t.{KEY} = s.{KEY} AND t.{PARTITION} = s.{PARTITION} "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
         con.unregister("src")
 
     with PeakRss() as rss:

@@ -9,7 +9,8 @@ the expected rows. laketide's batch time is its micro-batch's ``seconds=``; a pe
 batch file to the end of its commit.
 
     python bench/peers.py                                   # N=1,000,000, K=10, B=100,000, both workloads
-    python bench/peers.py --rows 100000 --batch-rows 10000 --batches 3 --engines laketide-mor,delta-rs,ducklake --rounds 1
+    python bench/peers.py --rows 100000 --batch-rows 10000 --batches 3 --engines laketide-mor,delta-rs,ducklake
+    --rounds 1
 
 laketide's files are sized to the table (``--laketide-conf``, by default ``write.target_file_size=2MB`` and
 ``write.small_file_limit=1536KB``): at 1M rows a partition holds about 10 MB, so it gets five files, as a
@@ -58,7 +59,11 @@ def run_engine(engine: str, workdir: Path, shape: str, max_batches: int | None) 
 
     result = ENGINES[engine](workdir, SHAPES[shape], max_batches)
     batch_rows = json.loads((workdir / "workload.json").read_text())["batch_rows"]
-    summary = {**result.summary(batch_rows), "engine": engine, "median_stages": result.median_stages() if result.stage_seconds else None}
+    summary = {
+        **result.summary(batch_rows),
+        "engine": engine,
+        "median_stages": result.median_stages() if result.stage_seconds else None,
+    }
     (workdir / f"result-{engine}.json").write_text(json.dumps(summary))
 
 
@@ -76,7 +81,10 @@ def spawn(engine: str, workdir: Path, args: argparse.Namespace) -> dict:
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     out = workdir / f"result-{engine}.json"
     if done.returncode or not out.exists():
-        return {"engine": engine, "error": (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
+        return {
+            "engine": engine,
+            "error": (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"],
+        }
     return json.loads(out.read_text())
 
 
@@ -100,10 +108,15 @@ def run_workload(skew: str, args: argparse.Namespace) -> dict:
     try:
         (workdir / "landing").mkdir()
         land(workdir / "landing", batches, args.rows)
-        (workdir / "workload.json").write_text(json.dumps({"batch_rows": args.batch_rows, "laketide_conf": args.laketide_conf}))
+        (workdir / "workload.json").write_text(
+            json.dumps({"batch_rows": args.batch_rows, "laketide_conf": args.laketide_conf})
+        )
         load_mb = (workdir / "landing" / "batch-0000.parquet").stat().st_size / 2**20
-        print(f"workload {skew}: N={args.rows:,} ({load_mb:.0f} MB of parquet) K={args.batches} B={args.batch_rows:,}, "
-              f"{len(shape.schema)} columns in {shape.regions} partitions", flush=True)
+        print(
+            f"workload {skew}: N={args.rows:,} ({load_mb:.0f} MB of parquet) K={args.batches} B={args.batch_rows:,}, "
+            f"{len(shape.schema)} columns in {shape.regions} partitions",
+            flush=True,
+        )
         del batches
         engines = args.engines.split(",")
         runs: dict[str, list[dict]] = {engine: [] for engine in engines}
@@ -112,8 +125,16 @@ def run_workload(skew: str, args: argparse.Namespace) -> dict:
                 if round_ and engine not in ROUNDED:
                     continue
                 runs[engine].append(row := spawn_in_place(engine, workdir, f"{engine}-{round_ + 1}", args))
-                print(f"  {engine} (round {round_ + 1}): " + (f"median {row['median_batch_seconds']}s, load {row['load_seconds']}s, verified {row['verified']}"
-                                                              if "error" not in row else f"FAILED {row['error']}"), flush=True)
+                print(
+                    f"  {engine} (round {round_ + 1}): "
+                    + (
+                        f"median {row['median_batch_seconds']}s, load {row['load_seconds']}s, verified "
+                        f"{row['verified']}"
+                        if "error" not in row
+                        else f"FAILED {row['error']}"
+                    ),
+                    flush=True,
+                )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     results = [median_round(rows) for rows in runs.values()]
@@ -144,19 +165,34 @@ def ratios(results: list[dict]) -> dict:
     for mine in ("laketide-cow", "laketide-mor"):
         for peer in ("delta-rs", "ducklake"):
             if mine in by and peer in by:
-                out[f"{mine}/{peer} median batch"] = round(by[mine]["median_batch_seconds"] / by[peer]["median_batch_seconds"], 2)
+                out[f"{mine}/{peer} median batch"] = round(
+                    by[mine]["median_batch_seconds"] / by[peer]["median_batch_seconds"], 2
+                )
                 out[f"{mine}/{peer} load"] = round(by[mine]["load_seconds"] / by[peer]["load_seconds"], 2)
     return out
 
 
 def show(workload: dict) -> None:
-    columns = ("engine", "load_seconds", "median_batch_seconds", "p95_batch_seconds", "files", "mb", "peak_rss_mb", "peak_pss_mb",
-               "median_write_amplification", "verified")
+    columns = (
+        "engine",
+        "load_seconds",
+        "median_batch_seconds",
+        "p95_batch_seconds",
+        "files",
+        "mb",
+        "peak_rss_mb",
+        "peak_pss_mb",
+        "median_write_amplification",
+        "verified",
+    )
     rows = [{c: r.get(c, "FAILED" if c == "verified" else "") for c in columns} for r in workload["results"]]
     print_table(rows, f"{workload['skew']}: laketide / peer", workload["ratios"], width=14)
     for r in workload["results"]:
         if r.get("round_median_batch_seconds"):
-            print(f"  {r['engine']} median batch by round: {r['round_median_batch_seconds']} s, load {r['round_load_seconds']} s")
+            print(
+                f"  {r['engine']} median batch by round: {r['round_median_batch_seconds']} s, load "
+                f"{r['round_load_seconds']} s"
+            )
         if r.get("median_stages"):
             print(f"  {r['engine']} median seconds per step: {r['median_stages']}")
 
@@ -169,10 +205,19 @@ def main() -> None:
     parser.add_argument("--workloads", default="uniform,newest")
     parser.add_argument("--engines", default=ALL_ENGINES)
     parser.add_argument("--iceberg-batches", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3, help="runs of laketide, delta-rs and DuckLake, interleaved (the row is the median round)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="runs of laketide, delta-rs and DuckLake, interleaved (the row is the median round)",
+    )
     parser.add_argument("--shape", choices=sorted(SHAPES), default="wide")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--laketide-conf", action="append", help=f"a setting of laketide's runs, repeatable (default: {' '.join(LAKETIDE_CONF)})")
+    parser.add_argument(
+        "--laketide-conf",
+        action="append",
+        help=f"a setting of laketide's runs, repeatable (default: {' '.join(LAKETIDE_CONF)})",
+    )
     parser.add_argument("--out", default="bench/results/peers.json")
     # one engine's run, in its own process
     parser.add_argument("--engine", help=argparse.SUPPRESS)
@@ -186,8 +231,14 @@ def main() -> None:
     for workload in workloads:
         show(workload)
     verified = all(r.get("verified") for w in workloads for r in w["results"])
-    write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k not in ("engine", "workdir", "max_batches")},
-                             "workloads": workloads}, verified)
+    write_results(
+        args.out,
+        {
+            "workload": {k: v for k, v in vars(args).items() if k not in ("engine", "workdir", "max_batches")},
+            "workloads": workloads,
+        },
+        verified,
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Scale benchmark: merge-on-read upsert batches against a table of 1M keys and of 100M keys.
 
 Each size runs in its own process. The table is bulk-inserted from landing files of ``--load-file-rows``,
-``--load-files-per-batch`` a micro-batch (a job with ``write.operation=bulk_insert``), then a second job, the upsert job users run, takes
+``--load-files-per-batch`` a micro-batch (a job with ``write.operation=bulk_insert``), then a second job, the upsert
+job users run, takes
 ``--batches`` batches of ``--batch-rows`` (half updates of any key so far, 1% keys repeated within a batch),
 with compaction left to ``laketide compact`` (a compaction rewrites the slices it compacts, whatever the index).
 The batch medians are compared across sizes; the job's peak RSS (Spark's JVM and Python workers
@@ -10,7 +11,8 @@ hudi-rs and compared with the expected (key, ts) of every row are reported.
 
     python bench/scale.py                                  # 1M and 100M keys, 40 batches of 100,000
     python bench/scale.py --sizes 1000000,10000000 --batches 5
-    # the 1M-key table cut into about as many file groups as a 100M one loaded 5 files a micro-batch holds (103 against 80)
+    # the 1M-key table cut into about as many file groups as a 100M one loaded 5 files a micro-batch holds (103 against
+    # 80)
     python bench/scale.py --sizes 1000000 --conf write.target_file_size=400KB --conf write.small_file_limit=300KB
     python bench/scale.py --load-files-per-batch 5     # that 100M-key table
 """
@@ -79,14 +81,17 @@ def _write(landing: Path, n: int, rows: pa.Table) -> None:
 def _job(workdir: Path, extra: tuple[str, ...], conf: list[str]) -> list:
     from laketide.spark.job import run
 
-    config = laketide_config(workdir / "table", workdir / "checkpoint", workdir / "landing", 4, ("table.type=MERGE_ON_READ", *conf, *extra))
+    config = laketide_config(
+        workdir / "table", workdir / "checkpoint", workdir / "landing", 4, ("table.type=MERGE_ON_READ", *conf, *extra)
+    )
     reports = []
     run(config, on_ready=lambda job: job.writer.observers.append(reports.append))
     return [r for r in reports if not r.skipped]
 
 
 def index_bytes_in_memory(table_path: Path, shards: int = 4) -> int:
-    """The bytes of the state index's arrays (hashes, codes and lookup directories) the job left in this process's shard cache."""
+    """The bytes of the state index's arrays (hashes, codes and lookup directories) the job left in this process's
+    shard cache."""
     from laketide.index.shard_cache import SHARDS
     from laketide.table import Table
 
@@ -113,11 +118,18 @@ def verify(table_path: Path, expected: np.ndarray) -> bool:
     order = np.argsort(ids)
     keys = np.nonzero(expected >= 0)[0]
     if len(ids) != len(keys) or not np.array_equal(ids[order], keys):
-        print(f"verification: {len(ids):,} rows read, {len(np.unique(ids)):,} keys, {len(keys):,} expected", file=sys.stderr)
+        print(
+            f"verification: {len(ids):,} rows read, {len(np.unique(ids)):,} keys, {len(keys):,} expected",
+            file=sys.stderr,
+        )
         return False
     wrong = np.nonzero(ts[order] != expected[keys])[0]
     if len(wrong):
-        print(f"verification: {len(wrong):,} keys with another ts, first {keys[wrong[:5]]}: {ts[order][wrong[:5]]} not {expected[keys[wrong[:5]]]}", file=sys.stderr)
+        print(
+            f"verification: {len(wrong):,} keys with another ts, first {keys[wrong[:5]]}: "
+            f"{ts[order][wrong[:5]]} not {expected[keys[wrong[:5]]]}",
+            file=sys.stderr,
+        )
     return not len(wrong)
 
 
@@ -131,7 +143,15 @@ def run_size(workdir: Path, keys: int, args: argparse.Namespace) -> dict:
     files = land_load(landing, keys, args.load_file_rows)
     settle_disk()
     # the load: bulk insert, several files a micro-batch, on the driver
-    load = _job(workdir, ("write.operation=bulk_insert", "write.driver_batch_bytes=4GB", f"source.max_files_per_trigger={args.load_files_per_batch}"), args.conf)
+    load = _job(
+        workdir,
+        (
+            "write.operation=bulk_insert",
+            "write.driver_batch_bytes=4GB",
+            f"source.max_files_per_trigger={args.load_files_per_batch}",
+        ),
+        args.conf,
+    )
     load_seconds = time.perf_counter() - started
     # the expected state waits on disk while the job runs, so the peak RSS is the job's
     np.save(workdir / "expected.npy", land_upserts(landing, files, keys, args.batches, args.batch_rows, args.seed))
@@ -143,7 +163,10 @@ def run_size(workdir: Path, keys: int, args: argparse.Namespace) -> dict:
     index_disk = sum(f.stat().st_size for f in (workdir / "table" / ".hoodie" / ".laketide" / "index").rglob("*.arrow"))
     expected = np.load(workdir / "expected.npy")
     seconds = [r.seconds for r in reports]
-    steps = {name: round(statistics.median(r.stage_seconds.get(name, 0.0) for r in reports), 3) for name in reports[0].stage_seconds}
+    steps = {
+        name: round(statistics.median(r.stage_seconds.get(name, 0.0) for r in reports), 3)
+        for name in reports[0].stage_seconds
+    }
     return {
         "keys": keys,
         "load_seconds": round(load_seconds, 1),
@@ -175,7 +198,9 @@ def main() -> None:
     parser.add_argument("--load-files-per-batch", type=int, default=34)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", default="bench/results/scale.json")
-    parser.add_argument("--conf", action="append", default=[], help="a job setting for both jobs (key=value), repeatable")
+    parser.add_argument(
+        "--conf", action="append", default=[], help="a job setting for both jobs (key=value), repeatable"
+    )
     parser.add_argument("--keep", action="store_true", help="keep each size's landing files and table, and print where")
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)  # one size, in its own process
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -198,14 +223,29 @@ def main() -> None:
                 shutil.rmtree(workdir, ignore_errors=True)
         print(f"{keys:,} keys: {results[-1]}", flush=True)
     ratios = {
-        f"{r['keys']:,} keys / {results[0]['keys']:,} {kind} batch": round(r[f"{kind}_batch_seconds"] / results[0][f"{kind}_batch_seconds"], 2)
-        for r in results[1:] for kind in ("median", "mean")
+        f"{r['keys']:,} keys / {results[0]['keys']:,} {kind} batch": round(
+            r[f"{kind}_batch_seconds"] / results[0][f"{kind}_batch_seconds"], 2
+        )
+        for r in results[1:]
+        for kind in ("median", "mean")
     }
-    print_table([{k: v for k, v in r.items() if k != "median_steps"} for r in results], "merge-on-read batches against the smallest table", ratios, width=14)
+    print_table(
+        [{k: v for k, v in r.items() if k != "median_steps"} for r in results],
+        "merge-on-read batches against the smallest table",
+        ratios,
+        width=14,
+    )
     for r in results:
         print(f"  {r['keys']:,} keys, median seconds per step: {r['median_steps']}")
-    write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k not in ("size", "workdir")}, "results": results, "ratios": ratios},
-                  all(r["verified"] for r in results))
+    write_results(
+        args.out,
+        {
+            "workload": {k: v for k, v in vars(args).items() if k not in ("size", "workdir")},
+            "results": results,
+            "ratios": ratios,
+        },
+        all(r["verified"] for r in results),
+    )
 
 
 if __name__ == "__main__":

@@ -175,8 +175,10 @@ def run_laketide(args, workdir: Path, soak: Soak) -> Path:
                 )
                 w = soak.windows[-1]
                 print(
-                    f"laketide batches {w.first_batch:>5}-{w.last_batch:<5} median {w.median_s:.3f}s p90 {w.p90_s:.3f}s "
-                    f"data {w.data_mb:.1f} MB live {w.live_mb:.1f} MB ({w.disk_to_live:.1f}x) timeline {w.timeline_files} "
+                    f"laketide batches {w.first_batch:>5}-{w.last_batch:<5} median {w.median_s:.3f}s p90 "
+                    f"{w.p90_s:.3f}s "
+                    f"data {w.data_mb:.1f} MB live {w.live_mb:.1f} MB ({w.disk_to_live:.1f}x) timeline "
+                    f"{w.timeline_files} "
                     f"archived {w.archived_files} index {w.index_files} files {w.index_mb:.1f} MB "
                     f"[{time.perf_counter() - started[0]:.0f}s]",
                     flush=True,
@@ -200,7 +202,9 @@ def run_delta(args, spec, workdir: Path, soak: Soak) -> Path:
         else:
             (
                 DeltaTable(str(path))
-                .merge(source=source, predicate="t.id = s.id AND t.region = s.region", source_alias="s", target_alias="t")
+                .merge(
+                    source=source, predicate="t.id = s.id AND t.region = s.region", source_alias="s", target_alias="t"
+                )
                 .when_matched_delete(predicate="s._hoodie_is_deleted")
                 .when_matched_update_all(predicate="NOT s._hoodie_is_deleted")
                 .when_not_matched_insert_all(predicate="NOT s._hoodie_is_deleted")
@@ -214,7 +218,11 @@ def run_delta(args, spec, workdir: Path, soak: Soak) -> Path:
             log_files, _ = _tree(path / "_delta_log")
             soak.delta_samples.append({"data_mb": data / 2**20, "log_files": log_files})
             window = soak.delta_seconds[-args.window :]
-            print(f"delta-rs batches {n + 2 - args.window:>5}-{n + 1:<5} median {statistics.median(window):.3f}s data {data / 2**20:.1f} MB log files {log_files}", flush=True)
+            print(
+                f"delta-rs batches {n + 2 - args.window:>5}-{n + 1:<5} median {statistics.median(window):.3f}s "
+                f"data {data / 2**20:.1f} MB log files {log_files}",
+                flush=True,
+            )
     return path
 
 
@@ -230,8 +238,8 @@ def main() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from hudi import HudiTableBuilder
 
-    from laketide.table import Table
     from laketide.spark.generator import GeneratorSpec
+    from laketide.table import Table
 
     spec = GeneratorSpec(rows_per_batch=args.rows, batches=args.batches, key_space=args.key_space)
     soak = Soak()
@@ -276,7 +284,12 @@ def main() -> None:
         summary["laketide_to_delta_median_last_window"] = round(last.median_s / last.delta_median_s, 2)
     print("summary:", json.dumps(summary), "verdict:", json.dumps(verdict))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "windows": [asdict(w) for w in soak.windows], "summary": summary, "verdict": verdict}, indent=2))
+    Path(args.out).write_text(
+        json.dumps(
+            {"args": vars(args), "windows": [asdict(w) for w in soak.windows], "summary": summary, "verdict": verdict},
+            indent=2,
+        )
+    )
     if not all(verdict[k] for k in verdict if k != "rows"):
         print("verification FAILED", file=sys.stderr)
         sys.exit(1)

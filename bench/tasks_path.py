@@ -49,9 +49,23 @@ def run_path(args: argparse.Namespace) -> None:
     workdir = Path(args.workdir)
     run_dir = workdir / args.path
     run_dir.mkdir()
-    result = run_laketide(run_dir, workdir / "landing", expected_state(workload(args)), 4, args.table_type, 1, SHAPES["wide"], extra=(PATHS[args.path],))
-    summary = {"load_seconds": result.load_seconds, "batch_seconds": result.batch_seconds, "peak_rss_mb": result.peak_rss_mb, "verified": result.verified,
-               "median_steps": result.median_stages()}
+    result = run_laketide(
+        run_dir,
+        workdir / "landing",
+        expected_state(workload(args)),
+        4,
+        args.table_type,
+        1,
+        SHAPES["wide"],
+        extra=(PATHS[args.path],),
+    )
+    summary = {
+        "load_seconds": result.load_seconds,
+        "batch_seconds": result.batch_seconds,
+        "peak_rss_mb": result.peak_rss_mb,
+        "verified": result.verified,
+        "median_steps": result.median_stages(),
+    }
     (workdir / f"result-{args.path}.json").write_text(json.dumps(summary))
 
 
@@ -68,16 +82,26 @@ def measure_floor(args: argparse.Namespace) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers run this interpreter, as the job's do
     workdir = Path(args.workdir)
     path = str(sorted((workdir / "landing").glob("batch-*.parquet"))[1])
-    spark = (SparkSession.builder.master("local[2]").config("spark.driver.memory", "4g").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.driver.memory", "4g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     declared = pq.read_schema(path)
     pieces = parquet_pieces({path: FileIO.for_uri(path).entry("")}, declared, spark.sparkContext.defaultParallelism)
 
     def stage(n, fn):
-        """``fn(k)`` for each k below ``n``, in at most one task per core, as the job's stages run (``SparkBatch._stage``)."""
+        """``fn(k)`` for each k below ``n``, in at most one task per core, as the job's stages run
+        (``SparkBatch._stage``)."""
         context = spark.sparkContext
         tasks = max(1, min(n, context.defaultParallelism))
-        return context.parallelize(range(n), tasks).mapPartitions(lambda ks: (h for k in ks for h in [fn(k)] if h is not None)).collect()
+        return (
+            context.parallelize(range(n), tasks)
+            .mapPartitions(lambda ks: (h for k in ks for h in [fn(k)] if h is not None))
+            .collect()
+        )
 
     def quarters(rows):
         quarter = -(-rows.num_rows // 4)
@@ -85,9 +109,13 @@ def measure_floor(args: argparse.Namespace) -> None:
 
     def moved(hops):
         exchange = Exchange.for_batch(str(workdir / "exchange"), 0, {})
-        handoffs = stage(len(pieces), lambda n: exchange.put(f"read-{n}.arrow", quarters(read_piece(pieces[n], declared)[0])))
+        handoffs = stage(
+            len(pieces), lambda n: exchange.put(f"read-{n}.arrow", quarters(read_piece(pieces[n], declared)[0]))
+        )
         for hop in range(1, hops):
-            handoffs = stage(4, lambda n, h=handoffs, hop=hop: exchange.put(f"hop{hop}-{n}.arrow", quarters(exchange.take(h, n))))
+            handoffs = stage(
+                4, lambda n, h=handoffs, hop=hop: exchange.put(f"hop{hop}-{n}.arrow", quarters(exchange.take(h, n)))
+            )
         total = sum(stage(4, lambda n, h=handoffs: exchange.take(h, n).num_rows))
         exchange.delete()
         return total
@@ -124,32 +152,72 @@ def main() -> None:
         (workdir / "landing").mkdir()
         land(workdir / "landing", workload(args), args.rows)
         for path in PATHS:
-            command = [sys.executable, __file__, "--path", path, "--workdir", str(workdir), "--rows", str(args.rows), "--batches", str(args.batches),
-                       "--table-type", args.table_type, "--seed", str(args.seed)]
+            command = [
+                sys.executable,
+                __file__,
+                "--path",
+                path,
+                "--workdir",
+                str(workdir),
+                "--rows",
+                str(args.rows),
+                "--batches",
+                str(args.batches),
+                "--table-type",
+                args.table_type,
+                "--seed",
+                str(args.seed),
+            ]
             settle_disk()
             subprocess.run(command, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, check=True, capture_output=True)
             results[path] = result = json.loads((workdir / f"result-{path}.json").read_text())
-            rows.append({"path": path, "load s": round(result["load_seconds"], 2), "median batch s": round(statistics.median(result["batch_seconds"]), 2),
-                         "batches s": " ".join(f"{s:.2f}" for s in result["batch_seconds"]), "peak RSS MB": round(result["peak_rss_mb"]), "verified": result["verified"],
-                         "median steps s": result["median_steps"]})
+            rows.append(
+                {
+                    "path": path,
+                    "load s": round(result["load_seconds"], 2),
+                    "median batch s": round(statistics.median(result["batch_seconds"]), 2),
+                    "batches s": " ".join(f"{s:.2f}" for s in result["batch_seconds"]),
+                    "peak RSS MB": round(result["peak_rss_mb"]),
+                    "verified": result["verified"],
+                    "median steps s": result["median_steps"],
+                }
+            )
         settle_disk()
-        subprocess.run([sys.executable, __file__, "--path", "floor", "--workdir", str(workdir)], env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, __file__, "--path", "floor", "--workdir", str(workdir)],
+            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+            check=True,
+            capture_output=True,
+        )
         floor = json.loads((workdir / "result-floor.json").read_text())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     ratios = {
         "load tasks/driver": round(results["tasks"]["load_seconds"] / results["driver"]["load_seconds"], 2),
-        "median batch tasks/driver": round(statistics.median(results["tasks"]["batch_seconds"]) / statistics.median(results["driver"]["batch_seconds"]), 2),
+        "median batch tasks/driver": round(
+            statistics.median(results["tasks"]["batch_seconds"])
+            / statistics.median(results["driver"]["batch_seconds"]),
+            2,
+        ),
     }
     driver = statistics.median(results["driver"]["batch_seconds"])
-    ratios.update({f"floor, {name} / driver median batch": round(seconds / driver, 2) for name, seconds in floor.items()})
+    ratios.update(
+        {f"floor, {name} / driver median batch": round(seconds / driver, 2) for name, seconds in floor.items()}
+    )
     print_table([{k: v for k, v in r.items() if k != "median steps s"} for r in rows], "ratios", ratios, width=16)
     for r in rows:
         print(f"  {r['path']}: median seconds per step of an upsert: {r['median steps s']}")
     print(f"  the floor of the tasks path, one upsert file moved through the tasks and nothing done: {floor} s")
-    write_results(args.out, {"workload": {k: v for k, v in vars(args).items() if k not in ("path", "workdir")}, "results": rows, "floor_seconds": floor,
-                             "ratios": ratios}, all(r["verified"] for r in rows))
+    write_results(
+        args.out,
+        {
+            "workload": {k: v for k, v in vars(args).items() if k not in ("path", "workdir")},
+            "results": rows,
+            "floor_seconds": floor,
+            "ratios": ratios,
+        },
+        all(r["verified"] for r in rows),
+    )
 
 
 if __name__ == "__main__":

@@ -25,18 +25,24 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from measure import PeakRss
 
-_DDL_TYPES = {pa.int64(): "BIGINT", pa.int32(): "INT", pa.float64(): "DOUBLE", pa.string(): "STRING", pa.bool_(): "BOOLEAN",
-              pa.timestamp("us", tz="UTC"): "TIMESTAMP", pa.date32(): "DATE"}
+_DDL_TYPES = {
+    pa.int64(): "BIGINT",
+    pa.int32(): "INT",
+    pa.float64(): "DOUBLE",
+    pa.string(): "STRING",
+    pa.bool_(): "BOOLEAN",
+    pa.timestamp("us", tz="UTC"): "TIMESTAMP",
+    pa.date32(): "DATE",
+}
 
 
 @dataclass(frozen=True)
@@ -63,19 +69,39 @@ class Shape:
             "price": lambda: np.round((ts % 10_000) * 0.25, 2),
             "category": lambda: pa.array(np.char.add("category-", (ids % 20).astype(str))),
             "status": lambda: pa.array(np.array(["new", "paid", "shipped", "returned", "closed"])[ts % 5]),
-            "note": lambda: pa.array(np.char.add(np.char.add("note for ", ids.astype(str)), np.char.add(" at ", ts.astype(str)))),
+            "note": lambda: pa.array(
+                np.char.add(np.char.add("note for ", ids.astype(str)), np.char.add(" at ", ts.astype(str)))
+            ),
             "flag": lambda: (ts % 3) == 0,
             "score": lambda: np.round(np.sin(ids + ts), 6),
-            "created": lambda: pa.array((1_700_000_000_000_000 + ts * 1_000_000).astype(np.int64), pa.timestamp("us", tz="UTC")),
+            "created": lambda: pa.array(
+                (1_700_000_000_000_000 + ts * 1_000_000).astype(np.int64), pa.timestamp("us", tz="UTC")
+            ),
             "day": lambda: pa.array((19_700 + ts % 365).astype(np.int32), pa.date32()),
             "code": lambda: (ids % 7919).astype(np.int32),
         }
         return pa.table({f.name: columns[f.name]() for f in self.schema}, schema=self.schema)
 
 
-_NARROW = [("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string())]
-_WIDE_EXTRA = [("qty", pa.int32()), ("price", pa.float64()), ("category", pa.string()), ("status", pa.string()), ("note", pa.string()),
-               ("flag", pa.bool_()), ("score", pa.float64()), ("created", pa.timestamp("us", tz="UTC")), ("day", pa.date32()), ("code", pa.int32())]
+_NARROW = [
+    ("id", pa.int64()),
+    ("name", pa.string()),
+    ("amount", pa.float64()),
+    ("ts", pa.int64()),
+    ("region", pa.string()),
+]
+_WIDE_EXTRA = [
+    ("qty", pa.int32()),
+    ("price", pa.float64()),
+    ("category", pa.string()),
+    ("status", pa.string()),
+    ("note", pa.string()),
+    ("flag", pa.bool_()),
+    ("score", pa.float64()),
+    ("created", pa.timestamp("us", tz="UTC")),
+    ("day", pa.date32()),
+    ("code", pa.int32()),
+]
 SHAPES = {
     "narrow": Shape("narrow", pa.schema(_NARROW), 4),  # 5 columns, 4 partitions
     "wide": Shape("wide", pa.schema(_NARROW + _WIDE_EXTRA), 10),  # 15 columns, 10 partitions
@@ -87,7 +113,14 @@ NARROW = SHAPES["narrow"]
 
 
 def make_workload(
-    n: int, k: int, b: int, update_share: float, skew: str, seed: int, shape: Shape = NARROW, then: tuple[int, int] = (0, 0)
+    n: int,
+    k: int,
+    b: int,
+    update_share: float,
+    skew: str,
+    seed: int,
+    shape: Shape = NARROW,
+    then: tuple[int, int] = (0, 0),
 ) -> list[pa.Table]:
     """The initial load of ``n`` rows, ``k`` batches of ``b`` rows, then ``then[0]`` batches of ``then[1]`` rows."""
     rng = np.random.default_rng(seed)
@@ -146,7 +179,9 @@ class Result:
 
     def median_stages(self) -> dict[str, float]:
         names = dict.fromkeys(name for batch in self.stage_seconds for name in batch)
-        return {name: round(statistics.median(batch.get(name, 0.0) for batch in self.stage_seconds), 3) for name in names}
+        return {
+            name: round(statistics.median(batch.get(name, 0.0) for batch in self.stage_seconds), 3) for name in names
+        }
 
     def summary(self, batch_rows: int) -> dict:
         secs = sorted(self.batch_seconds)
@@ -162,7 +197,9 @@ class Result:
             "mb": round(self.bytes / 2**20, 1),
             "peak_rss_mb": round(self.peak_rss_mb),
             "peak_pss_mb": round(self.peak_pss_mb),
-            "median_write_amplification": round(statistics.median(self.write_amplification), 2) if self.write_amplification else None,
+            "median_write_amplification": round(statistics.median(self.write_amplification), 2)
+            if self.write_amplification
+            else None,
             "verified": self.verified,
         }
 
@@ -179,7 +216,14 @@ def _matches(got: pa.Table, expected: pa.Table | Callable[[], pa.Table]) -> bool
 # -- engines ----------------------------------------------------------------
 
 
-def laketide_config(table_path: Path, checkpoint: Path, landing: Path, parallelism: int, extra: tuple[str, ...] = (), shape: Shape = NARROW):
+def laketide_config(
+    table_path: Path,
+    checkpoint: Path,
+    landing: Path,
+    parallelism: int,
+    extra: tuple[str, ...] = (),
+    shape: Shape = NARROW,
+):
     """The job's settings for the workload: keyed by id, partitioned by region, event-time on ts."""
     from laketide.config import load_config
 
@@ -231,7 +275,13 @@ def land(landing: Path, batches: list[pa.Table], load_file_rows: int) -> int:
 
 
 def run_laketide(
-    workdir: Path, landing: Path, expected: pa.Table | Callable[[], pa.Table], parallelism: int, table_type: str = "COPY_ON_WRITE", load_files: int = 1, shape: Shape = NARROW,
+    workdir: Path,
+    landing: Path,
+    expected: pa.Table | Callable[[], pa.Table],
+    parallelism: int,
+    table_type: str = "COPY_ON_WRITE",
+    load_files: int = 1,
+    shape: Shape = NARROW,
     extra: tuple[str, ...] = (),
 ) -> Result:
     from hudi import HudiTableBuilder
@@ -240,13 +290,21 @@ def run_laketide(
 
     name = "cow" if table_type == "COPY_ON_WRITE" else "mor"
     table_path = workdir / f"laketide-{name}"
-    config = laketide_config(table_path, workdir / f"checkpoint-{name}", landing, parallelism, (f"table.type={table_type}", *extra), shape)
+    config = laketide_config(
+        table_path, workdir / f"checkpoint-{name}", landing, parallelism, (f"table.type={table_type}", *extra), shape
+    )
     reports = []
     with PeakRss() as rss:
         run(config, on_ready=lambda job: job.writer.observers.append(reports.append))
     reports = [r for r in reports if not r.skipped]
     load, upserts = reports[:load_files], reports[load_files:]
-    result = Result(f"laketide {name}", sum(r.seconds for r in load), [r.seconds for r in upserts], peak_rss_mb=rss.peak / 2**20, peak_pss_mb=rss.peak_pss / 2**20)
+    result = Result(
+        f"laketide {name}",
+        sum(r.seconds for r in load),
+        [r.seconds for r in upserts],
+        peak_rss_mb=rss.peak / 2**20,
+        peak_pss_mb=rss.peak_pss / 2**20,
+    )
     result.stage_seconds = [r.stage_seconds for r in upserts]
     from laketide.table import Table
 
@@ -277,7 +335,9 @@ def run_delta(workdir: Path, batches: Iterable[pa.Table], expected: pa.Table | C
             source = dedupe(batch)
             (
                 DeltaTable(path)
-                .merge(source=source, predicate="t.id = s.id AND t.region = s.region", source_alias="s", target_alias="t")
+                .merge(
+                    source=source, predicate="t.id = s.id AND t.region = s.region", source_alias="s", target_alias="t"
+                )
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .execute()
@@ -300,7 +360,7 @@ def print_table(rows: list[dict], ratio_title: str, ratios: dict, width: int = 2
     first = max(len(str(r[columns[0]])) for r in rows)
     print(" | ".join(f"{c:>{width}}" if i else f"{c:<{first}}" for i, c in enumerate(columns)))
     for r in rows:
-        print(" | ".join(f"{str(r[c]):>{width}}" if i else f"{r[c]:<{first}}" for i, c in enumerate(columns)))
+        print(" | ".join(f"{r[c]!s:>{width}}" if i else f"{r[c]:<{first}}" for i, c in enumerate(columns)))
     print(f"{ratio_title}: " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
 
 
@@ -329,16 +389,27 @@ def run_setting(args: argparse.Namespace, initial_rows: int) -> dict:
         landing = workdir / "landing"
         landing.mkdir()
         load_files = land(landing, batches, args.load_file_rows)
-        print(f"workload: N={initial_rows:,} K={args.batches} B={args.batch_rows:,} updates={args.update_share:.0%} {args.skew}, "
-              f"{len(shape.schema)} columns in {shape.regions} partitions; "
-              f"final rows {expected.num_rows:,}", flush=True)
+        print(
+            f"workload: N={initial_rows:,} K={args.batches} B={args.batch_rows:,} "
+            f"updates={args.update_share:.0%} {args.skew}, "
+            f"{len(shape.schema)} columns in {shape.regions} partitions; "
+            f"final rows {expected.num_rows:,}",
+            flush=True,
+        )
         delta = run_delta(workdir, batches, expected)
         print(f"delta-rs done: median {statistics.median(delta.batch_seconds):.2f}s per batch", flush=True)
         del batches
         lakes = []
         for table_type in args.table_types.split(","):
-            lakes.append(run_laketide(workdir, landing, expected, args.parallelism, table_type.strip().upper(), load_files, shape))
-            print(f"{lakes[-1].engine} done: median {statistics.median(lakes[-1].batch_seconds):.2f}s per batch", flush=True)
+            lakes.append(
+                run_laketide(
+                    workdir, landing, expected, args.parallelism, table_type.strip().upper(), load_files, shape
+                )
+            )
+            print(
+                f"{lakes[-1].engine} done: median {statistics.median(lakes[-1].batch_seconds):.2f}s per batch",
+                flush=True,
+            )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -355,23 +426,36 @@ def run_setting(args: argparse.Namespace, initial_rows: int) -> dict:
     }
     stages = {lake.engine: {"median": lake.median_stages(), "per_batch": lake.stage_seconds} for lake in lakes}
     print_stages(stages)
-    print_table(rows, "laketide / delta-rs", {f"{engine} median": r["median_batch_seconds"] for engine, r in ratios.items()})
+    print_table(
+        rows, "laketide / delta-rs", {f"{engine} median": r["median_batch_seconds"] for engine, r in ratios.items()}
+    )
     return {"initial_rows": initial_rows, "results": rows, "ratio_laketide_to_delta": ratios, "stage_seconds": stages}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="laketide vs delta-rs upsert benchmark")
     parser.add_argument("--rows", type=int, default=1_000_000, help="initial load N")
-    parser.add_argument("--large-rows", type=int, default=10_000_000, help="initial load of the second setting (0: none)")
-    parser.add_argument("--load-file-rows", type=int, default=1_000_000, help="rows per landing file of an initial load")
+    parser.add_argument(
+        "--large-rows", type=int, default=10_000_000, help="initial load of the second setting (0: none)"
+    )
+    parser.add_argument(
+        "--load-file-rows", type=int, default=1_000_000, help="rows per landing file of an initial load"
+    )
     parser.add_argument("--batches", type=int, default=10, help="upsert batches K")
     parser.add_argument("--batch-rows", type=int, default=100_000, help="rows per batch B")
     parser.add_argument("--update-share", type=float, default=0.5)
     parser.add_argument("--skew", choices=["uniform", "zipf", "newest"], default="uniform")
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="narrow", help="narrow: 5 columns, 4 partitions; wide: 15 columns, 10 partitions")
+    parser.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="narrow",
+        help="narrow: 5 columns, 4 partitions; wide: 15 columns, 10 partitions",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--parallelism", type=int, default=4)
-    parser.add_argument("--table-types", default="COPY_ON_WRITE,MERGE_ON_READ", help="laketide table types to run, comma-separated")
+    parser.add_argument(
+        "--table-types", default="COPY_ON_WRITE,MERGE_ON_READ", help="laketide table types to run, comma-separated"
+    )
     parser.add_argument("--out", default="bench/results/upsert_bench.json")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -382,7 +466,10 @@ def main() -> None:
         medians = [{r["engine"]: r["median_batch_seconds"] for r in setting["results"]} for setting in settings]
         growth = {engine: round(medians[1][engine] / medians[0][engine], 2) for engine in medians[0]}
         payload["median_growth_large_over_base"] = growth
-        print(f"median batch seconds, {args.large_rows:,}-row table / {args.rows:,}-row table: " + ", ".join(f"{e} {g}" for e, g in growth.items()))
+        print(
+            f"median batch seconds, {args.large_rows:,}-row table / {args.rows:,}-row table: "
+            + ", ".join(f"{e} {g}" for e, g in growth.items())
+        )
     write_results(args.out, payload, all(r["verified"] for setting in settings for r in setting["results"]))
 
 

@@ -2,8 +2,8 @@
 
 from laketide.coordinator.lease import Lease, LeaseError, LeaseHeld, LeaseHolder, LeaseLost, LocalLease, ZooKeeperLease
 from laketide.coordinator.lifecycle import Coordinator
-from laketide.coordinator.rollback import RollbackRefused, RollbackResult
 from laketide.coordinator.retry import RetryPolicy
+from laketide.coordinator.rollback import RollbackRefused, RollbackResult
 
 __all__ = [
     "Coordinator",

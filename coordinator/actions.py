@@ -43,7 +43,9 @@ class TimelineAction:
     def complete(self, instant_time: str, metadata: bytes) -> Instant:
         """Write the completed file once: an earlier attempt that landed with the same metadata counts."""
         completed = Instant(instant_time, self.action, State.COMPLETED)
-        return self.coordinator.retry.run(lambda: self.coordinator.write_completed(completed, metadata), f"complete {self.action} {instant_time}")
+        return self.coordinator.retry.run(
+            lambda: self.coordinator.write_completed(completed, metadata), f"complete {self.action} {instant_time}"
+        )
 
     def exists(self, instant_time: str, state: State) -> bool:
         return self._writer.exists(Instant(instant_time, self.action, state))
@@ -58,4 +60,6 @@ class TimelineAction:
         self._writer.delete_all_states(instant_time, action)
 
     def _run(self, instant: Instant, body: bytes, verb: str) -> Instant:
-        return self.coordinator.retry.run(lambda: self._writer.write(instant, body), f"{verb} {self.action} {instant.timestamp}")
+        return self.coordinator.retry.run(
+            lambda: self._writer.write(instant, body), f"{verb} {self.action} {instant.timestamp}"
+        )

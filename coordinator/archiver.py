@@ -53,7 +53,9 @@ class ArchiveResult:
     path: str | None = None
 
 
-def commits_to_archive(timeline: Timeline, min_commits: int, max_commits: int, holds: Iterable[str] = (), limit: str | None = None) -> list[Instant]:
+def commits_to_archive(
+    timeline: Timeline, min_commits: int, max_commits: int, holds: Iterable[str] = (), limit: str | None = None
+) -> list[Instant]:
     """Completed writes that may leave the active timeline, oldest first.
 
     Nothing at or after ``limit`` goes. For each instant time in ``holds`` (a
@@ -124,11 +126,19 @@ class Archiver:
             len(timeline.filter({State.COMPLETED}, [a])) <= self.max_commits for a in (CLEAN, ROLLBACK)
         ):
             return []
-        commits = commits_to_archive(timeline, self.min_commits, self.max_commits, self._holds(timeline), retained_by_last_clean(timeline))
+        commits = commits_to_archive(
+            timeline, self.min_commits, self.max_commits, self._holds(timeline), retained_by_last_clean(timeline)
+        )
         marked = set(marked_instants(self.table.io))
         # a rollback is how the sweep knows its target failed; it stays while the target's markers do
-        kept = {rb.timestamp for rb in timeline.filter({State.COMPLETED}, [ROLLBACK]) if self._target_of(timeline, rb) in marked}
-        return sorted(commits + services_to_archive(timeline, self.min_commits, self.max_commits, kept), key=lambda i: i.timestamp)
+        kept = {
+            rb.timestamp
+            for rb in timeline.filter({State.COMPLETED}, [ROLLBACK])
+            if self._target_of(timeline, rb) in marked
+        }
+        return sorted(
+            commits + services_to_archive(timeline, self.min_commits, self.max_commits, kept), key=lambda i: i.timestamp
+        )
 
     def _target_of(self, timeline: Timeline, rollback: Instant) -> str:
         return RollbackMetadata.from_bytes(timeline.read_bytes(rollback)).target
@@ -150,7 +160,9 @@ class Archiver:
         coordinator.hold()
         self._delete(files)
         self._settled = True
-        log.info("archived %d instants (%s to %s) into %s", len(chosen), chosen[0].timestamp, chosen[-1].timestamp, path)
+        log.info(
+            "archived %d instants (%s to %s) into %s", len(chosen), chosen[0].timestamp, chosen[-1].timestamp, path
+        )
         return ArchiveResult(chosen, path)
 
     def _finish_interrupted(self) -> None:
@@ -162,7 +174,8 @@ class Archiver:
             self._delete(sorted(left, key=lambda i: (i.timestamp, i.state.rank)))
 
     def _delete(self, files: list[Instant]) -> None:
-        """Requested and inflight files first, then completed ones oldest first: no moment shows a gap or a false pending write."""
+        """Requested and inflight files first, then completed ones oldest first: no moment shows a gap or a false
+        pending write."""
         self.steps.remove(*[i for i in files if not i.is_completed], *[i for i in files if i.is_completed])
 
     def _timeline_files(self, timeline: Timeline, chosen: list[Instant]) -> list[Instant]:
@@ -174,7 +187,8 @@ class Archiver:
                 if state is State.COMPLETED or self.table.io.is_file(timeline.instant_path(candidate)):
                     out.append(candidate)
             if instant.action == COMMIT:
-                # a compaction completed as this commit: its plan files go with it, or they would read as a pending compaction
+                # a compaction completed as this commit: its plan files go with it, or they would read as a pending
+                # compaction
                 for state in (State.REQUESTED, State.INFLIGHT):
                     planned = Instant(instant.timestamp, COMPACTION, state)
                     if self.table.io.is_file(timeline.instant_path(planned)):

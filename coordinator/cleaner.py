@@ -40,11 +40,12 @@ class Cleaner:
         view: Callable[[Timeline], FileSystemView] | None = None,
     ):
         """``obsolete_side_files`` lists laketide's own files a clean may delete too (index runs a compaction replaced);
-        ``view`` gives the file-system view of a timeline (the job passes its synced view, so a clean lists no files)."""
+        ``view`` gives the file-system view of a timeline (the job passes its synced view, so a clean lists no
+        files)."""
         self.coordinator = coordinator
         self.table = coordinator.table
         self.retention = retention
-        self._obsolete_side_files = obsolete_side_files or (lambda: [])
+        self._obsolete_side_files = obsolete_side_files or (list)
         self._view = view or self.table.file_system_view
         self.steps = TimelineAction(coordinator, CLEAN)
 
@@ -63,7 +64,9 @@ class Cleaner:
         coordinator.hold()
         timeline = self.table.timeline
         for pending in timeline.pending([CLEAN]):
-            plan = CleanerPlan.from_bytes(timeline.read_bytes(pending.with_state(State.REQUESTED)), self.table.io.full_path(""))
+            plan = CleanerPlan.from_bytes(
+                timeline.read_bytes(pending.with_state(State.REQUESTED)), self.table.io.full_path("")
+            )
             self._execute(pending.timestamp, plan, progress)
         timeline = self.table.timeline
         plan = self._plan(timeline)
@@ -86,5 +89,10 @@ class Cleaner:
                 progress(done, len(plan.files))
         metadata = CleanMetadata(clean_time, plan, list(plan.files), [], int((time.monotonic() - started) * 1000))
         self.steps.complete(clean_time, metadata.to_bytes())
-        log.info("cleaned with %s: %d files deleted, reads from %s on kept", clean_time, len(plan.files), plan.earliest_to_retain)
+        log.info(
+            "cleaned with %s: %d files deleted, reads from %s on kept",
+            clean_time,
+            len(plan.files),
+            plan.earliest_to_retain,
+        )
         return list(plan.files)

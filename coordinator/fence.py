@@ -43,7 +43,9 @@ class Outcome:
     metadata: bytes = b""
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"instant": self.instant, "outcome": self.outcome, "epoch": self.epoch, "metadata": self.metadata.decode()}).encode()
+        return json.dumps(
+            {"instant": self.instant, "outcome": self.outcome, "epoch": self.epoch, "metadata": self.metadata.decode()}
+        ).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Outcome:
@@ -76,12 +78,17 @@ class CommitFence:
         """The point of no return of a commit; raises ``LeaseLost`` when a newer holder got there first."""
         newest = max(self.epochs(), default=0)
         if newest > epoch:
-            raise LeaseLost(f"epoch {newest} has begun on this table; the writer of epoch {epoch} may not complete {instant}")
+            raise LeaseLost(
+                f"epoch {newest} has begun on this table; the writer of epoch {epoch} may not complete {instant}"
+            )
         mine = Outcome(instant, COMMITTED, epoch, metadata)
         if not self.io.create_exclusive(self._outcome_path(instant), mine.to_bytes()):
             found = self.outcome(instant)
             if found is None or found != mine:  # not an earlier attempt of this same decision
-                raise LeaseLost(f"{instant} was claimed by a newer lease holder ({found.outcome if found else 'gone'}); it is not completed")
+                raise LeaseLost(
+                    f"{instant} was claimed by a newer lease holder ({found.outcome if found else 'gone'}); it "
+                    "is not completed"
+                )
 
     def claim_rollback(self, instant: str, epoch: int) -> Outcome | None:
         """Claim a pending instant for rollback; returns its writer's decision if that came first."""

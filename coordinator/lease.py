@@ -15,11 +15,12 @@ import socket
 import threading
 import time
 from abc import ABC, abstractmethod
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import quote
 
-from laketide.table.errors import ErrorKind, LaketideError
 from pydantic import BaseModel, Field
+
+from laketide.table.errors import ErrorKind, LaketideError
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +30,15 @@ class LeaseHolder(BaseModel):
     pid: int = Field(default_factory=os.getpid)
     job_id: str = ""
     api_address: str | None = None
-    acquired_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+    acquired_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat())
     epoch: int = 0
 
     def describe(self) -> str:
         api = f", API {self.api_address}" if self.api_address else ""
-        return f"{self.job_id or 'a writer'} on {self.host} (pid {self.pid}, epoch {self.epoch}{api}, since {self.acquired_at})"
+        return (
+            f"{self.job_id or 'a writer'} on {self.host} (pid {self.pid}, epoch {self.epoch}{api}, since "
+            f"{self.acquired_at})"
+        )
 
 
 class LeaseError(LaketideError, RuntimeError):
@@ -88,7 +92,10 @@ class Lease(ABC):
 
     def loss(self) -> LeaseLost:
         """Why the holding ended, as the error to stop the job with."""
-        return LeaseLost(f"the lease of {getattr(self, 'table', 'the table')} was lost; the job stopped writing, and nothing uncommitted stays visible")
+        return LeaseLost(
+            f"the lease of {getattr(self, 'table', 'the table')} was lost; the job stopped writing, and nothing "
+            "uncommitted stays visible"
+        )
 
     @property
     def epoch(self) -> int:
@@ -168,7 +175,9 @@ class LocalLease(Lease):
                     raise LeaseHeld(self.table, holder) from None
                 time.sleep(0.1)
         previous = self._read(fd)
-        self.holder = LeaseHolder(job_id=self.job_id, api_address=self.api_address, epoch=(previous.epoch if previous else 0) + 1)
+        self.holder = LeaseHolder(
+            job_id=self.job_id, api_address=self.api_address, epoch=(previous.epoch if previous else 0) + 1
+        )
         self._fd = fd
         self._publish()
         return self.holder
@@ -199,7 +208,9 @@ class LocalLease(Lease):
         except FileNotFoundError:
             same_file = False
         if not same_file:
-            raise LeaseLost(f"the lease file {self.lock_path} was removed or replaced; another writer may hold {self.table}")
+            raise LeaseLost(
+                f"the lease file {self.lock_path} was removed or replaced; another writer may hold {self.table}"
+            )
 
     def release(self) -> None:
         if self._fd is not None:
@@ -207,7 +218,6 @@ class LocalLease(Lease):
             os.close(self._fd)
         self._fd = None
         self.holder = None
-
 
 
 class ZooKeeperLease(Lease):
@@ -266,7 +276,11 @@ class ZooKeeperLease(Lease):
         if state == KazooState.CONNECTED:
             self._connected.set()
             if previous == KazooState.SUSPENDED:
-                log.warning("ZooKeeper connection back after %.1fs, session intact: commits to %s go on", time.monotonic() - self._suspended_at, self.table)
+                log.warning(
+                    "ZooKeeper connection back after %.1fs, session intact: commits to %s go on",
+                    time.monotonic() - self._suspended_at,
+                    self.table,
+                )
             return
         self._connected.clear()
         if state == KazooState.LOST and self.holder is not None:
@@ -275,7 +289,11 @@ class ZooKeeperLease(Lease):
                 self.on_lost()
         elif state == KazooState.SUSPENDED:
             self._suspended_at = time.monotonic()
-            log.warning("ZooKeeper connection suspended: commits to %s wait up to %.0fs for it", self.table, self.session_timeout)
+            log.warning(
+                "ZooKeeper connection suspended: commits to %s wait up to %.0fs for it",
+                self.table,
+                self.session_timeout,
+            )
 
     def _connect(self) -> None:
         from kazoo.handlers.threading import KazooTimeoutError
@@ -378,9 +396,13 @@ class ZooKeeperLease(Lease):
             except ConnectionLoss:
                 continue  # suspended again between the wait and the read: wait again, within the same deadline
             except SessionExpiredError:
-                raise LeaseLost(f"the ZooKeeper session for {self.table} expired; another writer may hold the lease") from None
+                raise LeaseLost(
+                    f"the ZooKeeper session for {self.table} expired; another writer may hold the lease"
+                ) from None
             if stat is None or stat.ephemeralOwner != self._client.client_id[0]:
-                raise LeaseLost(f"the lease node of {self.table} is no longer this writer's; another writer may hold it")
+                raise LeaseLost(
+                    f"the lease node of {self.table} is no longer this writer's; another writer may hold it"
+                )
             return
 
     def release(self) -> None:

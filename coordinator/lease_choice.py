@@ -31,11 +31,17 @@ class LeaseChoice:
     def describe(self) -> str:
         if self.kind == "zookeeper":
             return f"the ZooKeeper lease at {self.zookeeper} (root {self.root})"
-        return {"local": "the local lease (a lock file beside the table)", "storage": "the storage lease (a lease object in the table)"}[self.kind]
+        return {
+            "local": "the local lease (a lock file beside the table)",
+            "storage": "the storage lease (a lease object in the table)",
+        }[self.kind]
 
     def settings(self) -> str:
         if self.kind == "zookeeper":
-            return f"coordinator.lease = 'zookeeper', coordinator.zookeeper = '{self.zookeeper}', coordinator.zookeeper_root = '{self.root}'"
+            return (
+                f"coordinator.lease = 'zookeeper', coordinator.zookeeper = '{self.zookeeper}', "
+                f"coordinator.zookeeper_root = '{self.root}'"
+            )
         return f"coordinator.lease = '{self.kind}'"
 
     @classmethod
@@ -45,8 +51,10 @@ class LeaseChoice:
         except FileNotFoundError:
             return None
         except ValueError:
-            raise Invalid(f"{io.full_path(LEASE_CHOICE)} is not the JSON laketide writes; with no writer running, delete it "
-                          "and the next writer records its lease again") from None
+            raise Invalid(
+                f"{io.full_path(LEASE_CHOICE)} is not the JSON laketide writes; with no writer running, delete it "
+                "and the next writer records its lease again"
+            ) from None
         return cls(data["kind"], data.get("zookeeper"), data.get("root"))
 
     def record(self, io: FileIO) -> None:
@@ -61,7 +69,9 @@ class LeaseChoice:
         if recorded is None or recorded == self:
             return
         raise LeaseMismatch(
-            f"the writers of {io.full_path('')} take {recorded.describe()} (recorded in {LEASE_CHOICE}), but this asks for "
-            f"{self.describe()}: two leases would let two writers hold the table. Set {recorded.settings()}; to change the table's "
+            f"the writers of {io.full_path('')} take {recorded.describe()} (recorded in {LEASE_CHOICE}), but "
+            "this asks for "
+            f"{self.describe()}: two leases would let two writers hold the table. Set {recorded.settings()}; to "
+            "change the table's "
             f"lease, stop every writer and delete {io.full_path(LEASE_CHOICE)}"
         )

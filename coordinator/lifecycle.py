@@ -21,7 +21,15 @@ from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.retry import RetryPolicy
 from laketide.coordinator.rollback import RollbackResult, Rollbacks
 from laketide.coordinator.sweep import Sweeper
-from laketide.table.commit import BATCH_ID_KEY, BATCHES_KEY, EPOCH_KEY, WRITER_ID_KEY, CommitMetadata, WriteStat, requested_replace
+from laketide.table.commit import (
+    BATCH_ID_KEY,
+    BATCHES_KEY,
+    EPOCH_KEY,
+    WRITER_ID_KEY,
+    CommitMetadata,
+    WriteStat,
+    requested_replace,
+)
 from laketide.table.compaction import pending_compactions
 from laketide.table.instant import COMMIT, COMPACTION, REPLACE_COMMIT, WRITE_ACTIONS, Instant, InstantClock, State
 from laketide.table.io import InstantFileExists
@@ -53,7 +61,8 @@ class Coordinator:
         instant_side_files: Callable[[str], list[str]] | None = None,
         metrics: Metrics | None = None,
     ):
-        """``instant_side_files`` lists what an instant wrote besides data files (index deltas); rollback deletes them too."""
+        """``instant_side_files`` lists what an instant wrote besides data files (index deltas); rollback deletes them
+        too."""
         self.table = table
         self.lease = lease
         self.writer_id = writer_id
@@ -100,7 +109,12 @@ class Coordinator:
         if self._fenced_epoch is None and newest > self.lease.epoch:
             # The table has seen a higher epoch than the lease counter gives: the counter was reset
             # (a new ZooKeeper ensemble, a lost lease file). The held lease is current, so move on past it.
-            log.warning("the table has seen epoch %d but the lease gave %d; taking epoch %d", newest, self.lease.epoch, newest + 1)
+            log.warning(
+                "the table has seen epoch %d but the lease gave %d; taking epoch %d",
+                newest,
+                self.lease.epoch,
+                newest + 1,
+            )
             self.lease.advance_epoch(newest + 1)
         self.fence.raise_to(self.lease.epoch)
         self._fenced_epoch = self.lease.epoch
@@ -136,7 +150,8 @@ class Coordinator:
         return self._batch_of[instant.timestamp]
 
     def is_committed(self, batch_id: int, timeline: Timeline | None = None) -> bool:
-        """Whether a batch of this writer is committed: Spark runs a query's batches in order, so any id up to the newest."""
+        """Whether a batch of this writer is committed: Spark runs a query's batches in order, so any id up to the
+        newest."""
         return batch_id <= self.committed_batches(timeline).get(self.writer_id, -1)
 
     def begin(self, batch_id: int, action: str = COMMIT, operation: str = "UPSERT") -> str | None:
@@ -245,7 +260,9 @@ class Coordinator:
 
     # -- rollback ---------------------------------------------------------
 
-    def plan_rollback(self, instant_time: str, force: bool = False, timeline: Timeline | None = None, restoring: bool = False) -> RollbackPlan:
+    def plan_rollback(
+        self, instant_time: str, force: bool = False, timeline: Timeline | None = None, restoring: bool = False
+    ) -> RollbackPlan:
         """What rolling back ``instant_time`` would delete; raises ``RollbackRefused`` if it may not be rolled back."""
         return self.rollbacks.plan(instant_time, force, timeline, restoring)
 
@@ -261,7 +278,8 @@ class Coordinator:
         return self.rollbacks.rollback(instant_time, force, dry_run, progress, restoring)
 
     def settle(self, instant_time: str, timeline: Timeline) -> bool:
-        """Claim a pending write for rollback; ``True`` when its writer had decided to commit, and it is now completed."""
+        """Claim a pending write for rollback; ``True`` when its writer had decided to commit, and it is now
+        completed."""
         pending = [i for i in timeline.pending(WRITE_ACTIONS) if i.timestamp == instant_time]
         if not pending:
             return False
@@ -271,11 +289,14 @@ class Coordinator:
         completed = Instant(instant_time, pending[0].action, State.COMPLETED)
         self.retry.run(lambda: self.write_completed(completed, decided.metadata), f"complete {instant_time}")
         self.finished(instant_time)
-        log.warning("%s was decided by the writer of epoch %s before it stopped; completed it", instant_time, decided.epoch)
+        log.warning(
+            "%s was decided by the writer of epoch %s before it stopped; completed it", instant_time, decided.epoch
+        )
         return True
 
     def recover(self) -> list[RollbackResult]:
-        """Finish interrupted rollbacks and roll back (or complete, if decided) every write left requested or inflight."""
+        """Finish interrupted rollbacks and roll back (or complete, if decided) every write left requested or
+        inflight."""
         self.lease.check()
         self._ensure_fenced()
         results = []
@@ -294,4 +315,3 @@ class Coordinator:
     def sweep(self, now: float | None = None) -> list[str]:
         """Delete what writes that never complete leave behind (see ``coordinator.sweep``)."""
         return self.sweeper.sweep(now)
-

@@ -21,35 +21,56 @@ class MetricFamilies:
             "records": Counter("laketide_records", "records read from the source", t, registry=r),
             "quarantined": Counter("laketide_quarantined_rows", "rows sent to quarantine", t, registry=r),
             "skipped_messages": Counter(
-                "laketide_skipped_messages", "messages of a change feed that are not row changes, skipped (transaction markers, heartbeats, ...)",
-                [*t, "kind"], registry=r,
+                "laketide_skipped_messages",
+                "messages of a change feed that are not row changes, skipped (transaction markers, heartbeats, ...)",
+                [*t, "kind"],
+                registry=r,
             ),
             "binlog_behind": Counter(
-                "laketide_binlog_behind", "MySQL change events whose binlog file number is below one seen before them (a failover)", t, registry=r,
+                "laketide_binlog_behind",
+                "MySQL change events whose binlog file number is below one seen before them (a failover)",
+                t,
+                registry=r,
             ),
             "unknown_fields": Counter(
-                "laketide_unknown_fields", "change events that carried a column the table's rows lack (not in source.schema), by column",
-                [*t, "field"], registry=r,
+                "laketide_unknown_fields",
+                "change events that carried a column the table's rows lack (not in source.schema), by column",
+                [*t, "field"],
+                registry=r,
             ),
             "commits": Counter("laketide_commits", "instants committed", t, registry=r),
             "rollbacks": Counter("laketide_rollbacks", "instants rolled back", t, registry=r),
             "commit_seconds": Histogram(
-                "laketide_commit_latency_seconds", "seconds from begin to commit of a micro-batch", t,
-                buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300), registry=r,
+                "laketide_commit_latency_seconds",
+                "seconds from begin to commit of a micro-batch",
+                t,
+                buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
+                registry=r,
             ),
             "service_failures": Counter(
-                "laketide_table_service_failures", "table service runs that failed after a commit (the commit stands)", [*t, "service"], registry=r
+                "laketide_table_service_failures",
+                "table service runs that failed after a commit (the commit stands)",
+                [*t, "service"],
+                registry=r,
             ),
             "storage_requests": Counter(
-                "laketide_storage_requests", "requests to an object store during micro-batches, by kind (the driver's process)", [*t, "kind"], registry=r
+                "laketide_storage_requests",
+                "requests to an object store during micro-batches, by kind (the driver's process)",
+                [*t, "kind"],
+                registry=r,
             ),
             "storage_retries": Counter(
-                "laketide_storage_retries", "requests to an object store sent again after a throttle (503, 429) or a lost connection, during micro-batches",
-                t, registry=r,
+                "laketide_storage_retries",
+                "requests to an object store sent again after a throttle (503, 429) or a lost connection, "
+                "during micro-batches",
+                t,
+                registry=r,
             ),
             "source_lag": Gauge(
-                "laketide_source_lag", "a Kafka source's lag after the last micro-batch: the newest offset minus the next to read",
-                [*t, "topic", "partition"], registry=r,
+                "laketide_source_lag",
+                "a Kafka source's lag after the last micro-batch: the newest offset minus the next to read",
+                [*t, "topic", "partition"],
+                registry=r,
             ),
             "lease_held": Gauge("laketide_lease_held", "1 while this process holds the table's lease", t, registry=r),
             "lease_epoch": Gauge("laketide_lease_epoch", "epoch of the lease this process holds", t, registry=r),
@@ -89,11 +110,31 @@ class Metrics:
         for family in self.families.families.values():
             if family._labelnames == ("table",):
                 family.labels(table)  # shown from the start, at 0, as a metric without labels would be
-        self.micro_batches, self.records, self.quarantined = bound["micro_batches"], bound["records"], bound["quarantined"]
-        self.skipped_messages, self.binlog_behind, self.unknown_fields = bound["skipped_messages"], bound["binlog_behind"], bound["unknown_fields"]
-        self.commits, self.rollbacks, self.commit_seconds = bound["commits"], bound["rollbacks"], bound["commit_seconds"]
-        self.service_failures, self.storage_requests, self.storage_retries = bound["service_failures"], bound["storage_requests"], bound["storage_retries"]
-        self.source_lag, self.lease_held, self.lease_epoch = bound["source_lag"], bound["lease_held"], bound["lease_epoch"]
+        self.micro_batches, self.records, self.quarantined = (
+            bound["micro_batches"],
+            bound["records"],
+            bound["quarantined"],
+        )
+        self.skipped_messages, self.binlog_behind, self.unknown_fields = (
+            bound["skipped_messages"],
+            bound["binlog_behind"],
+            bound["unknown_fields"],
+        )
+        self.commits, self.rollbacks, self.commit_seconds = (
+            bound["commits"],
+            bound["rollbacks"],
+            bound["commit_seconds"],
+        )
+        self.service_failures, self.storage_requests, self.storage_retries = (
+            bound["service_failures"],
+            bound["storage_requests"],
+            bound["storage_retries"],
+        )
+        self.source_lag, self.lease_held, self.lease_epoch = (
+            bound["source_lag"],
+            bound["lease_held"],
+            bound["lease_epoch"],
+        )
 
     def exposition(self) -> bytes:
         return self.families.exposition()

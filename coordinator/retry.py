@@ -26,6 +26,8 @@ class RetryPolicy(BaseModel):
                 if attempt == self.attempts:
                     raise
                 delay = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
-                log.warning("%s failed (attempt %d of %d): %s; retrying in %.2fs", what, attempt, self.attempts, exc, delay)
+                log.warning(
+                    "%s failed (attempt %d of %d): %s; retrying in %.2fs", what, attempt, self.attempts, exc, delay
+                )
                 time.sleep(delay)
         raise AssertionError("unreachable")

@@ -95,12 +95,18 @@ class Rollbacks:
     def _target(self, instant_time: str, timeline: Timeline) -> Instant:
         """The write (or pending compaction) ``instant_time`` names."""
         found = timeline.find(instant_time)
-        targets = [i for i in found if i.action in WRITE_ACTIONS] or [i for i in found if i.action == COMPACTION and not i.is_completed]
+        targets = [i for i in found if i.action in WRITE_ACTIONS] or [
+            i for i in found if i.action == COMPACTION and not i.is_completed
+        ]
         if not targets:
-            raise InstantNotFound(instant_time, f"{instant_time} is not a commit, deltacommit, replacecommit or pending compaction")
+            raise InstantNotFound(
+                instant_time, f"{instant_time} is not a commit, deltacommit, replacecommit or pending compaction"
+            )
         return targets[0]
 
-    def plan(self, instant_time: str, force: bool = False, timeline: Timeline | None = None, restoring: bool = False) -> RollbackPlan:
+    def plan(
+        self, instant_time: str, force: bool = False, timeline: Timeline | None = None, restoring: bool = False
+    ) -> RollbackPlan:
         """What rolling back ``instant_time`` would delete; raises ``RollbackRefused`` if it may not be rolled back.
 
         ``force`` allows a completed instant that is not the newest; nothing allows one
@@ -127,7 +133,9 @@ class Rollbacks:
         """Every file an instant wrote: data files by name, by its write statuses and by marker, and its index runs."""
         io = self.table.io
         view = view or self.table.file_system_view(timeline)
-        named = view.uncommitted_files(instant_time) + [p for p in view.log_files_before(instant_time) if self._created_by(p, instant_time)]
+        named = view.uncommitted_files(instant_time) + [
+            p for p in view.log_files_before(instant_time) if self._created_by(p, instant_time)
+        ]
         if timeline.is_completed_write(instant_time):
             # a compaction's carried-over logs hold other instants' blocks: its write statuses name them
             stats = timeline.commit_metadata(timeline.find(instant_time)[0]).write_stats()
@@ -188,10 +196,23 @@ class Rollbacks:
             needs_force = str(refused)
             plan = self.plan(instant_time, True, timeline, restoring)
         was_completed = timeline.is_completed_write(instant_time)
-        return RollbackResult(instant_time, plan.target_action, None, list(plan.files), was_completed, True, _rows(timeline, instant_time), needs_force)
+        return RollbackResult(
+            instant_time,
+            plan.target_action,
+            None,
+            list(plan.files),
+            was_completed,
+            True,
+            _rows(timeline, instant_time),
+            needs_force,
+        )
 
     def _execute(
-        self, rollback_time: str, plan: RollbackPlan, timeline: Timeline, progress: Callable[[int, int], None] | None = None
+        self,
+        rollback_time: str,
+        plan: RollbackPlan,
+        timeline: Timeline,
+        progress: Callable[[int, int], None] | None = None,
     ) -> RollbackResult:
         started = time.monotonic()
         coordinator, steps = self.coordinator, self.steps
@@ -203,7 +224,9 @@ class Rollbacks:
             # A completed compaction's plan goes first, while its commit still hides it: once the commit is
             # gone, a plan left behind would read as a pending compaction, and run again (Hudi's rollback
             # deletes the requested and inflight files of what it rolls back too).
-            steps.remove(Instant(plan.target, COMPACTION, State.INFLIGHT), Instant(plan.target, COMPACTION, State.REQUESTED))
+            steps.remove(
+                Instant(plan.target, COMPACTION, State.INFLIGHT), Instant(plan.target, COMPACTION, State.REQUESTED)
+            )
         # Un-completing the instant first hides its files from readers before any is deleted.
         steps.remove(Instant(plan.target, plan.target_action, State.COMPLETED))
         files = sorted(set(plan.files) | set(self._files_of(plan.target, timeline)))

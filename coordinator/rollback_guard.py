@@ -66,7 +66,8 @@ def _savepoint_holds(timeline: Timeline, target: str, files: set[str]) -> None:
         if sp.instant == target or files & set(sp.files):
             raise DataLossRefused(
                 f"savepoint {sp.instant} holds {target}: rolling it back would break the savepoint. "
-                f"Delete the savepoint first (laketide savepoint delete TABLE {sp.instant}) if you mean to roll {target} back"
+                f"Delete the savepoint first (laketide savepoint delete TABLE {sp.instant}) if you mean to roll "
+                f"{target} back"
             )
 
 
@@ -83,14 +84,22 @@ def _folded_by_compaction(timeline: Timeline, target: str) -> None:
         if folded:
             partition, file_id = sorted(folded)[0]
             raise DataLossRefused(
-                f"compaction {later.timestamp} folded {target} into its base files ({len(folded)} file groups, e.g. {file_id} in "
-                f"'{partition}'): rolling {target} back would delete its log files but not its rows, which readers see in the "
-                f"compacted files. Restore a savepoint from before {target} instead (laketide savepoint list TABLE, then laketide restore)"
+                f"compaction {later.timestamp} folded {target} into its base files ({len(folded)} file groups, "
+                f"e.g. {file_id} in "
+                f"'{partition}'): rolling {target} back would delete its log files but not its rows, which "
+                "readers see in the "
+                f"compacted files. Restore a savepoint from before {target} instead (laketide savepoint list "
+                "TABLE, then laketide restore)"
             )
 
 
 def _dependent_logs(io: FileIO, view: FileSystemView, target: str, files: set[str]) -> None:
-    others = [lf.path for group in view.groups.values() for lf in group.log_files if lf.base_instant == target and lf.path not in files]
+    others = [
+        lf.path
+        for group in view.groups.values()
+        for lf in group.log_files
+        if lf.base_instant == target and lf.path not in files
+    ]
     writers = set()
     for path in others:
         try:
@@ -101,7 +110,8 @@ def _dependent_logs(io: FileIO, view: FileSystemView, target: str, files: set[st
     visible = sorted(w for w in writers if w is not None and view.timeline.is_completed_write(w))
     if visible:
         raise DataLossRefused(
-            f"{_listed(visible)} wrote log files on the file slices {target} started; rolling back {target} alone would hide "
+            f"{_listed(visible)} wrote log files on the file slices {target} started; rolling back {target} "
+            "alone would hide "
             f"their rows. Roll those back first, newest first, or restore a savepoint (laketide savepoint list TABLE)"
         )
 
@@ -113,7 +123,9 @@ def _fallback_slices(view: FileSystemView, target: str, metadata: CommitMetadata
     before = replay(timeline, target, inclusive=False)
     for partition, stats in metadata.partition_to_write_stats.items():
         for stat in stats:
-            written = parse_data_file(posixpath.dirname(stat.path), posixpath.basename(stat.path)) if stat.path else None
+            written = (
+                parse_data_file(posixpath.dirname(stat.path), posixpath.basename(stat.path)) if stat.path else None
+            )
             key = (partition, stat.file_id)
             group = view.groups.get(key)
             if not isinstance(written, BaseFile) or group is None or stat.prev_commit in (NULL_COMMIT, "", None):
@@ -124,11 +136,15 @@ def _fallback_slices(view: FileSystemView, target: str, metadata: CommitMetadata
             if prior is not None:
                 missing = sorted(prior.files - on_storage)
             else:  # the slice's writes were archived: the listing is all there is
-                present = any(instant_of_file(f.name) == stat.prev_commit for f in [*group.base_files, *group.log_files])
+                present = any(
+                    instant_of_file(f.name) == stat.prev_commit for f in [*group.base_files, *group.log_files]
+                )
                 missing = [] if present else [f"the slice of {stat.prev_commit}"]
             if missing:
                 raise DataLossRefused(
-                    f"rolling back {target} would return file group {stat.file_id} in '{partition}' to its slice of {stat.prev_commit}, "
-                    f"whose files are gone ({_listed(missing)}; a clean deleted them), so the rows {target} rewrote there would be lost. "
+                    f"rolling back {target} would return file group {stat.file_id} in '{partition}' to its "
+                    f"slice of {stat.prev_commit}, "
+                    f"whose files are gone ({_listed(missing)}; a clean deleted them), so the rows {target} "
+                    "rewrote there would be lost. "
                     "Restore a savepoint instead (laketide savepoint list TABLE)"
                 )

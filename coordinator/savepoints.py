@@ -95,7 +95,9 @@ class Savepoints:
         on_storage = _on_storage(view)
         missing = sorted((replay(timeline, target).files() | set(files)) - on_storage)
         if missing:
-            raise SavepointRefused(f"{target} cannot be savepointed: files a read of it needs are gone ({_listed(missing, 3)})")
+            raise SavepointRefused(
+                f"{target} cannot be savepointed: files a read of it needs are gone ({_listed(missing, 3)})"
+            )
         metadata = SavepointMetadata(target, user or getpass.getuser(), int(time.time() * 1000), comment, files)
         self.savepoint_steps.start(target)
         coordinator.hold()
@@ -143,13 +145,18 @@ class Savepoints:
         later = [sp.instant for sp in savepoints(timeline) if sp.instant > savepoint]
         if later:
             raise SavepointRefused(
-                f"savepoint {_listed(later)} is newer than {savepoint}, and restoring would roll back the commit it holds; "
+                f"savepoint {_listed(later)} is newer than {savepoint}, and restoring would roll back the "
+                "commit it holds; "
                 f"delete it first (laketide savepoint delete TABLE {later[0]})"
             )
         self._check_whole(timeline, saved)
         # pending compactions after the savepoint go too: their plans may name logs of writes rolled back here
         after = sorted(
-            {(i.timestamp, i.action) for i in [*timeline.filter(actions=WRITE_ACTIONS), *pending_compactions(timeline)] if i.timestamp > savepoint},
+            {
+                (i.timestamp, i.action)
+                for i in [*timeline.filter(actions=WRITE_ACTIONS), *pending_compactions(timeline)]
+                if i.timestamp > savepoint
+            },
             reverse=True,
         )
         if not after:
@@ -172,11 +179,13 @@ class Savepoints:
             return
         raise SavepointRefused(
             f"restoring to {saved.instant} would return part of the table: {len(missing)} files of that state are gone "
-            f"({_listed(missing)}), deleted by a clean or by hand. Nothing was changed. {self._nearest_whole(timeline, saved.instant, on_storage)}"
+            f"({_listed(missing)}), deleted by a clean or by hand. Nothing was changed. "
+            f"{self._nearest_whole(timeline, saved.instant, on_storage)}"
         )
 
     def _nearest_whole(self, timeline: Timeline, savepoint: str, on_storage: set[str]) -> str:
-        """Where the table can go back to without loss instead: a whole savepoint, or the oldest whole write after this one."""
+        """Where the table can go back to without loss instead: a whole savepoint, or the oldest whole write after this
+        one."""
         whole = []
         for sp in reversed(savepoints(timeline)):
             if sp.instant != savepoint and not (set(sp.files) | replay(timeline, sp.instant).files()) - on_storage:
@@ -204,7 +213,9 @@ class Savepoints:
             return instant.timestamp, RestorePlan.from_bytes(timeline.read_bytes(instant.with_state(State.REQUESTED)))
         return None
 
-    def _execute(self, restore_time: str, plan: RestorePlan, progress: Callable[[int, int], None] | None) -> RestoreResult:
+    def _execute(
+        self, restore_time: str, plan: RestorePlan, progress: Callable[[int, int], None] | None
+    ) -> RestoreResult:
         coordinator = self.coordinator
         started = time.monotonic()
         self.restore_steps.start(restore_time)
@@ -216,15 +227,31 @@ class Savepoints:
             if progress is not None:
                 progress(done, len(plan.instants))
         rollbacks = self._rollbacks_of(restore_time, plan)
-        metadata = RestoreMetadata(restore_time, plan, {t: body for t, (_, body) in rollbacks.items()}, int((time.monotonic() - started) * 1000))
+        metadata = RestoreMetadata(
+            restore_time,
+            plan,
+            {t: body for t, (_, body) in rollbacks.items()},
+            int((time.monotonic() - started) * 1000),
+        )
         coordinator.hold()
         self.restore_steps.complete(restore_time, metadata.to_bytes())
         # the restore's metadata holds its rollbacks, so their own instants go, as Hudi's finishRestore removes them;
         # pending states first, so a crash part way leaves a completed rollback, never a pending one
         for rollback_time, _ in rollbacks.values():
-            self.restore_steps.remove(*(Instant(rollback_time, ROLLBACK, state) for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED)))
+            self.restore_steps.remove(
+                *(
+                    Instant(rollback_time, ROLLBACK, state)
+                    for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED)
+                )
+            )
         files = sum(len(RollbackMetadata.from_bytes(body).deleted) for _, body in rollbacks.values())
-        log.info("restored to savepoint %s with %s: %d instants rolled back, %d files deleted", plan.savepoint, restore_time, len(plan.instants), files)
+        log.info(
+            "restored to savepoint %s with %s: %d instants rolled back, %d files deleted",
+            plan.savepoint,
+            restore_time,
+            len(plan.instants),
+            files,
+        )
         return RestoreResult(plan.savepoint, restore_time, [t for t, _ in plan.instants], files)
 
     def _rollbacks_of(self, restore_time: str, plan: RestorePlan) -> dict[str, tuple[str, bytes]]:

@@ -44,7 +44,8 @@ class ServiceFailures:
         self._lock = threading.Lock()
         self._in_a_row: dict[str, int] = defaultdict(int)
         self.fatal: TableServiceFailed | TableDamaged | None = None
-        # told of each failure (service name, instant, error): the job's status shows them; set once, before services run
+        # told of each failure (service name, instant, error): the job's status shows them; set once, before services
+        # run
         self.on_failure: Callable[[str, str | None, BaseException], None] | None = None
 
     def stop_with(self, damage: TableDamaged) -> None:
@@ -62,7 +63,12 @@ class ServiceFailures:
         except TableDamaged as damage:
             self.metrics.service_failures.labels(name).inc()
             self._tell(name, instant, damage)
-            log.error("%s after %s found a damaged table; the job stops and writes nothing more: %s", name, instant or "start", damage)
+            log.error(
+                "%s after %s found a damaged table; the job stops and writes nothing more: %s",
+                name,
+                instant or "start",
+                damage,
+            )
             self.stop_with(damage)
             return False
         except Exception as exc:
@@ -71,13 +77,21 @@ class ServiceFailures:
                 count = self._in_a_row[name]
                 if count >= self.limit and self.fatal is None:
                     self.fatal = TableServiceFailed(
-                        f"table service '{name}' failed {count} times in a row (last, after {instant or 'start'}: {exc}); "
-                        "every commit stands. Fix the cause shown in the log and start the job again: the service runs again at start "
+                        f"table service '{name}' failed {count} times in a row (last, after "
+                        f"{instant or 'start'}: {exc}); "
+                        "every commit stands. Fix the cause shown in the log and start the job again: the "
+                        "service runs again at start "
                         f"(services.max_consecutive_failures = {self.limit})"
                     )
             self.metrics.service_failures.labels(name).inc()
             self._tell(name, instant, exc)
-            log.exception("%s after %s failed (%d in a row); the commit stands, and %s runs again after the next micro-batch", name, instant or "start", count, name)
+            log.exception(
+                "%s after %s failed (%d in a row); the commit stands, and %s runs again after the next micro-batch",
+                name,
+                instant or "start",
+                count,
+                name,
+            )
             return False
         with self._lock:
             self._in_a_row[name] = 0
@@ -95,7 +109,12 @@ class ServiceFailures:
 
 
 class TableServices:
-    def __init__(self, services: Sequence[tuple[str, Callable[[], object]]], background: bool = True, failures: ServiceFailures | None = None):
+    def __init__(
+        self,
+        services: Sequence[tuple[str, Callable[[], object]]],
+        background: bool = True,
+        failures: ServiceFailures | None = None,
+    ):
         """``services`` are (name, run) pairs, run in order after each commit."""
         self.services = list(services)
         self.background = background
@@ -119,7 +138,9 @@ class TableServices:
                 self.owed = True
                 return
             self.owed = False
-            self._thread = threading.Thread(target=self._gated, args=(instant, gate), name="laketide-table-services", daemon=True)
+            self._thread = threading.Thread(
+                target=self._gated, args=(instant, gate), name="laketide-table-services", daemon=True
+            )
             self._thread.start()
 
     def _gated(self, instant: str | None, gate: threading.Semaphore | None) -> None:

@@ -45,7 +45,10 @@ def probe_conditional_writes(io: FileIO) -> None:
     lacks = []
     try:
         if io.create_versioned(path, b"first") is None:
-            raise Invalid(f"the object store of {io.base_path} did not create the new object {path}; check the table's path and credentials")
+            raise Invalid(
+                f"the object store of {io.base_path} did not create the new object {path}; check the table's "
+                "path and credentials"
+            )
         if io.create_versioned(path, b"second") is not None:
             lacks.append("create-if-absent (a PUT with If-None-Match: *)")
         found = io.read_versioned(path)
@@ -57,20 +60,33 @@ def probe_conditional_writes(io: FileIO) -> None:
     finally:
         io.delete(path)
     if lacks:
-        raise Invalid(f"the object store of {io.base_path} does not honour conditional writes: it lacks {' and '.join(lacks)}. "
-                      "The storage lease needs them to keep one writer per table; on this store use coordinator.lease = 'zookeeper' "
-                      "(with coordinator.zookeeper), or 'local' for a table only one machine writes.")
+        raise Invalid(
+            f"the object store of {io.base_path} does not honour conditional writes: it lacks {' and '.join(lacks)}. "
+            "The storage lease needs them to keep one writer per table; on this store use coordinator.lease = "
+            "'zookeeper' "
+            "(with coordinator.zookeeper), or 'local' for a table only one machine writes."
+        )
 
 
 class StorageLease(Lease):
     """The lease object of one table on an object store; ``on_lost`` is called (once) when the holding ends."""
 
-    def __init__(self, io: FileIO, job_id: str = "", api_address: str | None = None, ttl: float = 30.0, on_lost: Callable[[], None] | None = None,
-                 probe: bool = True):
+    def __init__(
+        self,
+        io: FileIO,
+        job_id: str = "",
+        api_address: str | None = None,
+        ttl: float = 30.0,
+        on_lost: Callable[[], None] | None = None,
+        probe: bool = True,
+    ):
         """``probe``: prove the store's conditional writes before the first take (``probe_conditional_writes``);
         ``False`` when the caller has just done so."""
         if not hasattr(io, "replace_versioned"):
-            raise Invalid(f"coordinator.lease = 'storage' needs a table on an object store (s3://, gs://, az://); {io.base_path} is not. Use 'local' or 'zookeeper'.")
+            raise Invalid(
+                "coordinator.lease = 'storage' needs a table on an object store (s3://, gs://, az://); "
+                f"{io.base_path} is not. Use 'local' or 'zookeeper'."
+            )
         self.io = io
         self.table = io.base_path
         self.job_id = job_id
@@ -121,7 +137,9 @@ class StorageLease(Lease):
                     return self.holder
                 continue  # another taker won the race: read again
             if time.monotonic() >= deadline:
-                raise LeaseHeld(self.table, LeaseHolder.model_validate(state["holder"]) if state.get("holder") else None)
+                raise LeaseHeld(
+                    self.table, LeaseHolder.model_validate(state["holder"]) if state.get("holder") else None
+                )
             time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
 
     def _take(self, state: dict | None, e_tag: str | None) -> bool:
@@ -129,7 +147,11 @@ class StorageLease(Lease):
         holder = LeaseHolder(job_id=self.job_id, api_address=self.api_address, epoch=previous + 1)
         expires = time.time() + self.ttl
         body = self._body(holder, expires)
-        new_tag = self.io.create_versioned(LEASE_OBJECT, body) if e_tag is None else self.io.replace_versioned(LEASE_OBJECT, body, e_tag)
+        new_tag = (
+            self.io.create_versioned(LEASE_OBJECT, body)
+            if e_tag is None
+            else self.io.replace_versioned(LEASE_OBJECT, body, e_tag)
+        )
         if new_tag is None:
             return False
         with self._lock:
@@ -187,9 +209,13 @@ class StorageLease(Lease):
 
     def loss(self) -> LeaseLost:
         if self._unreachable is not None:
-            return LeaseLost(f"the object store of {self.table} could not be reached to renew the lease within {self.ttl:.0f}s "
-                             f"({self._unreachable}); the job stopped writing, and nothing uncommitted stays visible. Check that the store "
-                             "is reachable and its credentials valid; the next run recovers", kind=ErrorKind.UNAVAILABLE)
+            return LeaseLost(
+                f"the object store of {self.table} could not be reached to renew the lease within {self.ttl:.0f}s "
+                f"({self._unreachable}); the job stopped writing, and nothing uncommitted stays visible. Check "
+                "that the store "
+                "is reachable and its credentials valid; the next run recovers",
+                kind=ErrorKind.UNAVAILABLE,
+            )
         return LeaseLost(f"the lease of {self.table} ran out or was taken over; this writer must not commit")
 
     def announce(self, api_address: str) -> None:
@@ -209,7 +235,8 @@ class StorageLease(Lease):
                 raise LeaseLost(f"the lease of {self.table} was taken over")
 
     def release(self) -> None:
-        """Stop the heartbeat and write the lease expired (if it is still this holder's), so the next writer takes it at once."""
+        """Stop the heartbeat and write the lease expired (if it is still this holder's), so the next writer takes it
+        at once."""
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=self.ttl)
@@ -220,5 +247,6 @@ class StorageLease(Lease):
             try:
                 self.io.replace_versioned(LEASE_OBJECT, self._body(holder, 0), e_tag)
             except Exception:  # it expires on its own
-                log.warning("could not release the lease of %s; it expires in %.0fs", self.table, self.ttl, exc_info=True)
-
+                log.warning(
+                    "could not release the lease of %s; it expires in %.0fs", self.table, self.ttl, exc_info=True
+                )

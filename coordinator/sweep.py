@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING
 
 from laketide.table.commit import EPOCH_KEY, CommitMetadata
 from laketide.table.files import BaseFile, LogFile, parse_data_file
+from laketide.table.instant import COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, State
 from laketide.table.io import FileIO
 from laketide.table.logfile import CorruptLog, first_block_instant
-from laketide.table.instant import COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, State
 from laketide.table.markers import APPEND, WriteMarkers, marked_instants
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.timeline import Timeline
@@ -138,7 +138,11 @@ class Sweeper:
         for marker in markers.markers():
             if marker.data_path in named:
                 continue
-            if marker.io_type != APPEND and written_by(io, marker.data_path, markers.instant_time) and io.delete(marker.data_path):
+            if (
+                marker.io_type != APPEND
+                and written_by(io, marker.data_path, markers.instant_time)
+                and io.delete(marker.data_path)
+            ):
                 deleted.append(marker.data_path)
             if now - marker.mtime_ns / 1e9 < MARKER_GRACE_SECONDS:
                 waiting = True  # its writer may still be writing, or write the file again
@@ -169,6 +173,11 @@ class Sweeper:
             for partition in {s.partition_path or "" for s in metadata.write_stats()}:
                 for entry in io.list_dir(partition):
                     found = None if entry.is_dir else parse_data_file(partition, entry.name)
-                    if isinstance(found, BaseFile) and found.instant_time == instant_time and entry.path not in named and io.delete(entry.path):
+                    if (
+                        isinstance(found, BaseFile)
+                        and found.instant_time == instant_time
+                        and entry.path not in named
+                        and io.delete(entry.path)
+                    ):
                         deleted.append(entry.path)
         return deleted

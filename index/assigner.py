@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.index.bloom import BloomFilter, KeyRange
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EXISTED, FILE_ID, PARTITION, flag_mask
 from laketide.index.shard_run import ShardRun
@@ -105,7 +106,9 @@ def new_file_id(plan: AssignPlan, partition: str, n: int) -> str:
     return f"{uuid.uuid5(_FILE_ID_NAMESPACE, f'{plan.instant}/{partition}/{n}')}-0"
 
 
-def dedupe(rows: pa.Table, hashes: np.ndarray, ordering_field: str | None, global_keys: bool = False) -> tuple[pa.Table, np.ndarray]:
+def dedupe(
+    rows: pa.Table, hashes: np.ndarray, ordering_field: str | None, global_keys: bool = False
+) -> tuple[pa.Table, np.ndarray]:
     """One row per (partition, key), or per key when keys are global, and its hash (``index_keys``, one per
     row of ``rows``): highest ordering value, then latest arrival (later file, later line). The winners keep
     their order in ``rows``.
@@ -294,7 +297,11 @@ class BucketAssigner:
             searches = [(every_group, unknown)]
         else:
             unknown_codes = partition_codes[unknown]
-            searches = [(self.plan.uncovered[names[k]], unknown[unknown_codes == k]) for k in np.unique(unknown_codes) if names[k] in self.plan.uncovered]
+            searches = [
+                (self.plan.uncovered[names[k]], unknown[unknown_codes == k])
+                for k in np.unique(unknown_codes)
+                if names[k] in self.plan.uncovered
+            ]
         for candidates, idx in searches:
             keys = rows[RECORD_KEY].take(pa.array(idx)).combine_chunks()
             for i, group in zip(idx, self._probe_uncovered(candidates, keys)):
@@ -329,17 +336,29 @@ class BucketAssigner:
         """Deletes of the moved records' old copies, routed to the file groups that hold them."""
         old = rows.take(pa.array(list(moves)))
         n = old.num_rows
-        old = old.set_column(old.schema.get_field_index(PARTITION), PARTITION, pa.array([p for p, _ in moves.values()], pa.string()))
+        old = old.set_column(
+            old.schema.get_field_index(PARTITION), PARTITION, pa.array([p for p, _ in moves.values()], pa.string())
+        )
         flag = pa.repeat(pa.scalar(True), n)
         if IS_DELETED in old.column_names:
-            old = old.set_column(old.schema.get_field_index(IS_DELETED), old.schema.field(IS_DELETED), flag.cast(old.schema.field(IS_DELETED).type))
+            old = old.set_column(
+                old.schema.get_field_index(IS_DELETED),
+                old.schema.field(IS_DELETED),
+                flag.cast(old.schema.field(IS_DELETED).type),
+            )
         else:
             old = old.append_column(IS_DELETED, flag)
         old = old.append_column(FILE_ID, pa.array([f for _, f in moves.values()], pa.string()))
         return old.append_column(EXISTED, pa.repeat(pa.scalar(True), n))
 
     def _route_inserts(
-        self, keys: pa.ChunkedArray, at: np.ndarray, partition_codes: np.ndarray, names: list[str], groups: _GroupTable, codes: np.ndarray
+        self,
+        keys: pa.ChunkedArray,
+        at: np.ndarray,
+        partition_codes: np.ndarray,
+        names: list[str],
+        groups: _GroupTable,
+        codes: np.ndarray,
     ) -> None:
         """Set ``codes`` (file groups, in ``groups``) of the inserts at ``at``: by partition (in code order) and
         in key order, the small groups first, then new groups (``_route``). One sort by (partition, key) for
@@ -347,7 +366,9 @@ class BucketAssigner:
         if not len(at):
             return
         inserted = keys.take(pa.array(at))
-        order = pc.sort_indices(pa.table({"p": partition_codes[at], "k": inserted}), sort_keys=[("p", "ascending"), ("k", "ascending")])
+        order = pc.sort_indices(
+            pa.table({"p": partition_codes[at], "k": inserted}), sort_keys=[("p", "ascending"), ("k", "ascending")]
+        )
         at, inserted = at[order.to_numpy()], inserted.take(order).combine_chunks()
         in_order = partition_codes[at]
         bounds = [0, *(np.flatnonzero(np.diff(in_order)) + 1), len(at)]

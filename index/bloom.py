@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.index.hashing import bit_positions
 
 FOOTER_BLOOM = "org.apache.hudi.bloomfilter"

@@ -3,7 +3,8 @@
 1. **Landed**: the source's columns, plus where each row came from, as Spark's file source tells
    (``SOURCE_FILE``, ``SOURCE_MTIME``, ``SOURCE_BLOCK``; a Kafka record's topic-partition and
    ``SOURCE_OFFSET``) and, for JSON and CSV, the text of a row Spark could not parse (``CORRUPT``), or
-   a Kafka record's raw form with why it could not become a row (``DECODE_REASON``). Rows from Arrow (``laketide.write``) carry none: their order is their arrival.
+   a Kafka record's raw form with why it could not become a row (``DECODE_REASON``). Rows from Arrow
+   (``laketide.write``) carry none: their order is their arrival.
 2. **Prepared** (``PREPARED_FIELDS`` after the record's columns): its key, partition path, index shard,
    arrival order, and for a bad row the reason it goes to quarantine and its raw text.
 3. **Assigned** (``assigned_schema``): the record's columns with its key and partition, the file group it
@@ -18,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.table.schema import IS_DELETED, RECORD_KEY
 
 # -- landed
@@ -42,7 +44,8 @@ EVENT_POSITION = "_event_position"
 # -- prepared
 PARTITION = "_lt_partition"
 SHARD = "_lt_shard"
-KEY_HASH = "_lt_key_hash"  # the row's index hash (``index.state.index_keys``), made once by prepare for the shard and the lookup
+# the row's index hash (``index.state.index_keys``), made once by prepare for the shard and the lookup
+KEY_HASH = "_lt_key_hash"
 # arrival order of a row within its micro-batch: its landing file (and block), then its line
 ARRIVAL_FILE = "_lt_arrival_file"
 ARRIVAL = "_lt_arrival"
@@ -86,7 +89,13 @@ def flag_mask(rows: pa.Table, name: str) -> np.ndarray:
 def assigned_schema(records: pa.Schema, global_keys: bool) -> pa.Schema:
     """What the assign stage hands the write stage: the records' columns, then where each goes. Under a
     global index a record that moved partition leaves a delete of its old copy, hence ``IS_DELETED``."""
-    routing = [(RECORD_KEY, pa.string()), (PARTITION, pa.string()), (FILE_ID, pa.string()), (EXISTED, pa.bool_()), (WRITE_SLOT, pa.int32())]
+    routing = [
+        (RECORD_KEY, pa.string()),
+        (PARTITION, pa.string()),
+        (FILE_ID, pa.string()),
+        (EXISTED, pa.bool_()),
+        (WRITE_SLOT, pa.int32()),
+    ]
     if global_keys and IS_DELETED not in records.names:
         routing.append((IS_DELETED, pa.bool_()))
     return pa.schema(list(records) + [pa.field(name, dtype) for name, dtype in routing])

@@ -12,7 +12,8 @@ read it. Both results are right (run files never change once written) and the la
 
 from __future__ import annotations
 
-from typing import Hashable, TypeVar
+from collections.abc import Hashable
+from typing import TypeVar
 
 from laketide.table.lru import LruCache
 

@@ -60,7 +60,11 @@ class ShardRun:
         cache, where the kernel may drop and read back its pages, rather than in the process's own memory."""
         if table.num_rows == 0:
             return cls()
-        hashes, file_ids, meta = _one_array(table["key_hash"]).to_numpy(), _one_array(table["file_id"]), table.schema.metadata or {}
+        hashes, file_ids, meta = (
+            _one_array(table["key_hash"]).to_numpy(),
+            _one_array(table["file_id"]),
+            table.schema.metadata or {},
+        )
         if meta.get(SORTED_KEY) == SORTED_BY_HASH and GROUP_PARTITIONS_KEY in meta:
             groups = list(zip(json.loads(meta[GROUP_PARTITIONS_KEY]), file_ids.dictionary.to_pylist()))
             return cls(hashes, file_ids.indices.to_numpy().astype(np.int32, copy=False), groups)
@@ -130,7 +134,11 @@ class ShardRun:
         codes = self.codes.copy()
         codes[pos[known]] = newer.codes[known]
         added = ~known
-        return ShardRun(np.insert(self.hashes, pos[added], newer.hashes[added]), np.insert(codes, pos[added], newer.codes[added]), groups)
+        return ShardRun(
+            np.insert(self.hashes, pos[added], newer.hashes[added]),
+            np.insert(codes, pos[added], newer.codes[added]),
+            groups,
+        )
 
     def flattened(self) -> ShardRun:
         """The same entries as one run, with no ``recent`` layer."""
@@ -156,7 +164,11 @@ class ShardRun:
     def _lookup_own(self, key_hashes: np.ndarray) -> np.ndarray:
         if len(self.hashes) == 0:
             return np.full(len(key_hashes), -1, np.int32)
-        pos = np.searchsorted(self.hashes, key_hashes) if len(self.hashes) < DIRECTORY_FROM else self._positions(key_hashes)
+        pos = (
+            np.searchsorted(self.hashes, key_hashes)
+            if len(self.hashes) < DIRECTORY_FROM
+            else self._positions(key_hashes)
+        )
         pos = np.minimum(pos, len(self.hashes) - 1)
         found = self.hashes[pos] == key_hashes
         return np.where(found, self.codes[pos], -1).astype(np.int32)
@@ -177,7 +189,8 @@ class ShardRun:
         return lo
 
     def to_table(self) -> pa.Table:
-        """The entries as a run file holds them (``STORED_SCHEMA``): a file id's dictionary entry is its group's code."""
+        """The entries as a run file holds them (``STORED_SCHEMA``): a file id's dictionary entry is its group's
+        code."""
         run = self.flattened()
         partitions = pa.array([p for p, _ in run.groups], pa.string()).dictionary_encode()
         partition_of = partitions.indices.to_numpy(zero_copy_only=False).astype(np.int32)
@@ -188,7 +201,9 @@ class ShardRun:
                 pa.DictionaryArray.from_arrays(pa.array(partition_of[run.codes], pa.int32()), partitions.dictionary),
                 pa.DictionaryArray.from_arrays(pa.array(run.codes, pa.int32()), file_ids),
             ],
-            schema=STORED_SCHEMA.with_metadata({SORTED_KEY: SORTED_BY_HASH, GROUP_PARTITIONS_KEY: json.dumps([p for p, _ in run.groups])}),
+            schema=STORED_SCHEMA.with_metadata(
+                {SORTED_KEY: SORTED_BY_HASH, GROUP_PARTITIONS_KEY: json.dumps([p for p, _ in run.groups])}
+            ),
         )
 
 
@@ -219,14 +234,20 @@ def _one_array(column: pa.ChunkedArray) -> pa.Array:
 def _group_codes(partitions: pa.Array, file_ids: pa.Array) -> tuple[np.ndarray, list[FileGroupId]]:
     """A code per entry and the (partition, file id) of each code, from plain or dictionary-encoded columns."""
     if not pa.types.is_dictionary(partitions.type) or not pa.types.is_dictionary(file_ids.type):
-        pairs = pc.binary_join_element_wise(partitions.cast(pa.string()), file_ids.cast(pa.string()), "\x00").dictionary_encode()
-        return pairs.indices.to_numpy().astype(np.int32), [tuple(p.split("\x00", 1)) for p in pairs.dictionary.to_pylist()]
+        pairs = pc.binary_join_element_wise(
+            partitions.cast(pa.string()), file_ids.cast(pa.string()), "\x00"
+        ).dictionary_encode()
+        return pairs.indices.to_numpy().astype(np.int32), [
+            tuple(p.split("\x00", 1)) for p in pairs.dictionary.to_pylist()
+        ]
     p_at, f_at = partitions.indices.to_numpy(zero_copy_only=False), file_ids.indices.to_numpy(zero_copy_only=False)
     names, ids = partitions.dictionary.to_pylist(), file_ids.dictionary.to_pylist()
     partition_of = np.full(len(ids), -1, np.int64)
     partition_of[f_at] = p_at
     if np.array_equal(partition_of[f_at], p_at):
         # each file id in one partition, as ``to_table`` writes: the file id's entry is the code
-        return f_at.astype(np.int32, copy=False), [(names[p] if p >= 0 else "", f) for p, f in zip(partition_of.tolist(), ids)]
+        return f_at.astype(np.int32, copy=False), [
+            (names[p] if p >= 0 else "", f) for p, f in zip(partition_of.tolist(), ids)
+        ]
     pairs, codes = np.unique(p_at.astype(np.int64) * len(ids) + f_at, return_inverse=True)
     return codes.astype(np.int32), [(names[int(v) // len(ids)], ids[int(v) % len(ids)]) for v in pairs]

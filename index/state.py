@@ -38,9 +38,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
+
 from laketide.index.hashing import hash64
-from laketide.index.shard_run import RECENT_SHARE, STORED_SCHEMA, FileGroupId, ShardRun
 from laketide.index.shard_cache import SHARDS, WRITTEN_RUN_ENTRIES, WRITTEN_RUNS
+from laketide.index.shard_run import RECENT_SHARE, STORED_SCHEMA, FileGroupId, ShardRun
 from laketide.table.io import FileIO
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,9 @@ FOLD_DELTA_BYTES = 16 * 2**20
 RUN_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", pa.string()), ("file_id", pa.string())])
 
 
-def index_keys(partitions: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray, global_keys: bool = False) -> np.ndarray:
+def index_keys(
+    partitions: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray, global_keys: bool = False
+) -> np.ndarray:
     """The 64-bit index hash of each (partition path, record key), or of each key alone in a global index."""
     if global_keys:
         return hash64(keys)
@@ -115,7 +118,9 @@ class Fold:
     path: str
     replaced: tuple[str, ...]
     merged: ShardRun  # the whole shard's entries
-    runs: tuple[str, ...]  # the shard's runs once the replaced ones are gone: the new base, or the base and the new level
+    runs: tuple[
+        str, ...
+    ]  # the shard's runs once the replaced ones are gone: the new base, or the base and the new level
 
 
 def _hash_name(global_keys: bool) -> str:
@@ -151,11 +156,17 @@ class StateIndex:
             if meta.get("hash") != wanted:
                 raise ValueError(
                     f"the state index at {io.full_path(INDEX_DIR)} hashes {meta.get('hash')!r}, but index.global = "
-                    f"{str(global_keys).lower()} needs {wanted!r}. Set index.global back to {str(not global_keys).lower()}, or, "
+                    f"{str(global_keys).lower()} needs {wanted!r}. Set index.global back to "
+                    f"{str(not global_keys).lower()}, or, "
                     "with no job running, delete that directory: the next job rebuilds it from the table's files"
                 )
             if int(meta["shards"]) != shards:
-                log.warning("state index at %s has %s shards; keeping them (write.index_shards = %s is ignored)", io.full_path(INDEX_DIR), meta["shards"], shards)
+                log.warning(
+                    "state index at %s has %s shards; keeping them (write.index_shards = %s is ignored)",
+                    io.full_path(INDEX_DIR),
+                    meta["shards"],
+                    shards,
+                )
             return cls(io, int(meta["shards"]), global_keys)
         io.write_atomic(meta_path, json.dumps({"shards": shards, "hash": wanted}).encode(), overwrite=True)
         return cls(io, shards, global_keys)
@@ -198,7 +209,9 @@ class StateIndex:
             levels = sorted((ts, p) for kind, ts, p in files if kind == "level" and ts > base_ts)
             folded_ts = levels[-1][0] if levels else base_ts
             deltas = sorted((ts, p) for kind, ts, p in files if kind == "delta" and valid(ts) and ts > folded_ts)
-            runs[shard] = tuple(([bases[-1][1]] if bases else []) + ([levels[-1][1]] if levels else []) + [p for _, p in deltas])
+            runs[shard] = tuple(
+                ([bases[-1][1]] if bases else []) + ([levels[-1][1]] if levels else []) + [p for _, p in deltas]
+            )
         covered: set[FileGroupId] = set()
         coverage_files = []
         known, self._coverage = self._coverage, {}
@@ -210,10 +223,13 @@ class StateIndex:
                 coverage_files.append(path)
         as_of = max(committed) if committed else None
         run_bytes = {path: sizes[path] for paths in runs.values() for path in paths}
-        return IndexSnapshot(self.shards, runs, frozenset(covered), as_of, tuple(coverage_files), self.global_keys, run_bytes)
+        return IndexSnapshot(
+            self.shards, runs, frozenset(covered), as_of, tuple(coverage_files), self.global_keys, run_bytes
+        )
 
     def load_shard(self, snapshot: IndexSnapshot, shard: int) -> ShardRun:
-        """The merged runs of one shard, cached in this process (``shard_cache.SHARDS``): run files never change once written.
+        """The merged runs of one shard, cached in this process (``shard_cache.SHARDS``): run files never change once
+        written.
 
         When the cached runs are the start of the snapshot's (the common case:
         the same base, and the deltas of the instants committed since), only
@@ -265,12 +281,25 @@ class StateIndex:
             WRITTEN_RUNS.put((self.io.base_path, path), stored)
         return path
 
-    def write_coverage(self, instant: str, groups: Iterable[FileGroupId], uncovered: Iterable[FileGroupId] = (), uncover_all: bool = False) -> None:
-        """What one instant changes in coverage: first ``uncovered`` (or every group) is dropped, then ``groups`` added."""
+    def write_coverage(
+        self,
+        instant: str,
+        groups: Iterable[FileGroupId],
+        uncovered: Iterable[FileGroupId] = (),
+        uncover_all: bool = False,
+    ) -> None:
+        """What one instant changes in coverage: first ``uncovered`` (or every group) is dropped, then ``groups``
+        added."""
         groups, uncovered = sorted(set(groups)), sorted(set(uncovered))
         if groups or uncovered or uncover_all:
-            body = {"uncover_all": uncover_all, "uncovered": [list(g) for g in uncovered], "covered": [list(g) for g in groups]}
-            self.io.write_atomic(posixpath.join(INDEX_DIR, f"coverage_{instant}.json"), json.dumps(body).encode(), overwrite=True)
+            body = {
+                "uncover_all": uncover_all,
+                "uncovered": [list(g) for g in uncovered],
+                "covered": [list(g) for g in groups],
+            }
+            self.io.write_atomic(
+                posixpath.join(INDEX_DIR, f"coverage_{instant}.json"), json.dumps(body).encode(), overwrite=True
+            )
 
     def instant_files(self, instant: str) -> list[str]:
         """The deltas and coverage an instant wrote: what its rollback deletes.
@@ -286,10 +315,13 @@ class StateIndex:
     def instants(self) -> set[str]:
         """Instant times of every delta run and coverage file: archival checks none of a failed write is left."""
         listing, coverage, _ = self._listing()
-        return {ts for runs in listing.values() for kind, ts, _ in runs if kind == "delta"} | {ts for ts, _, _ in coverage}
+        return {ts for runs in listing.values() for kind, ts, _ in runs if kind == "delta"} | {
+            ts for ts, _, _ in coverage
+        }
 
     def obsolete_runs(self) -> list[str]:
-        """Runs a newer base or level already folded in: what a compaction interrupted before its deletes left behind."""
+        """Runs a newer base or level already folded in: what a compaction interrupted before its deletes left
+        behind."""
         listing, _, _ = self._listing()
         found = []
         for files in listing.values():
@@ -300,7 +332,11 @@ class StateIndex:
             level_ts = max((ts for kind, ts, _ in files if kind == "level" and ts > base_ts), default=None)
             folded_ts = level_ts or base_ts
             for kind, ts, path in files:
-                if (kind == "base" and ts < base_ts) or (kind == "level" and ts != level_ts) or (kind == "delta" and ts <= folded_ts):
+                if (
+                    (kind == "base" and ts < base_ts)
+                    or (kind == "level" and ts != level_ts)
+                    or (kind == "delta" and ts <= folded_ts)
+                ):
                     found.append(path)
         return sorted(found)
 
@@ -314,7 +350,9 @@ class StateIndex:
         if len(snapshot.coverage_files) <= 1 or snapshot.as_of is None:
             return None
         path = posixpath.join(INDEX_DIR, f"coverage_{snapshot.as_of}.json")
-        self.io.write_atomic(path, json.dumps({"covered": sorted(list(g) for g in snapshot.covered)}).encode(), overwrite=True)
+        self.io.write_atomic(
+            path, json.dumps({"covered": sorted(list(g) for g in snapshot.covered)}).encode(), overwrite=True
+        )
         for old in snapshot.coverage_files:
             if old != path:
                 self.io.delete(old)

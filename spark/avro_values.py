@@ -9,11 +9,12 @@ import io
 from collections.abc import Iterator
 
 import pyarrow as pa
-from laketide.index.columns import DECODE_REASON
-from laketide.writer.connect_avro import read_schema
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import StringType, StructField, StructType
+
+from laketide.index.columns import DECODE_REASON
+from laketide.writer.connect_avro import read_schema
 
 VALUE, PAYLOAD = "_lt_value", "_lt_payload"
 
@@ -22,7 +23,9 @@ def decode_avro(records: DataFrame, schema_path: str, value_schema: StructType) 
     """``records`` with ``VALUE`` (the datum, as ``value_schema``) and ``DECODE_REASON`` beside them."""
     writer_schema = read_schema(schema_path)  # on the driver: a bad file stops the job at start
     value_type = to_arrow_type(value_schema)
-    out = StructType([*records.schema.fields, StructField(VALUE, value_schema), StructField(DECODE_REASON, StringType())])
+    out = StructType(
+        [*records.schema.fields, StructField(VALUE, value_schema), StructField(DECODE_REASON, StringType())]
+    )
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import fastavro
@@ -46,7 +49,9 @@ def _datum(payload: bytes, parsed) -> tuple[dict | None, str | None]:
         return None, f"the value is not Avro of source.avro_schema ({type(error).__name__}: {error})"
 
 
-def _as_arrow(values: list[dict | None], reasons: list[str | None], value_type: pa.DataType) -> tuple[pa.Array, list[str | None]]:
+def _as_arrow(
+    values: list[dict | None], reasons: list[str | None], value_type: pa.DataType
+) -> tuple[pa.Array, list[str | None]]:
     """The data as one Arrow array; when some datum does not fit source.schema, each is tried alone and
     those that do not fit become null, with their reason."""
     try:

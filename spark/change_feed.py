@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import logging
 
-from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_FILE, SOURCE_OFFSET
-from laketide.table.schema import IS_DELETED
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from laketide.config import EVENT_POSITION, ConfigError, JobConfig, KafkaSection, SourceSection
+from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_FILE, SOURCE_OFFSET
 from laketide.spark.kafka_source import NAME as PYTHON_KAFKA
 from laketide.spark.kafka_source import KafkaDataSource
+from laketide.table.schema import IS_DELETED
 
 log = logging.getLogger(__name__)
 SPARK_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -34,7 +34,18 @@ VALUE = "_lt_value"  # a record's decoded value, a struct
 VALUE_TEXT = "_lt_value_text"
 PAYLOAD = "_lt_payload"  # a record's value without Confluent's framing
 # Spark's Kafka columns, and those decoding adds: kept beside the rows until ``with_record_origin``
-KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers", PAYLOAD, VALUE_TEXT)
+KAFKA_COLUMNS = (
+    "key",
+    "value",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "timestampType",
+    "headers",
+    PAYLOAD,
+    VALUE_TEXT,
+)
 
 
 # -- reading ------------------------------------------------------------------
@@ -66,20 +77,31 @@ def kafka_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
         )
     if kafka.reader == "spark" or (kafka.reader == "auto" and has_connector):
         log.info("reading Kafka with Spark's Kafka source")
-        options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "startingOffsets": kafka.starting_offsets,
-                   "failOnDataLoss": str(kafka.fail_on_data_loss).lower(), "includeHeaders": "true"}
-        options.update({"subscribePattern": kafka.topic_pattern} if kafka.topic_pattern else {"subscribe": ",".join(kafka.topics)})
+        options = {
+            "kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "startingOffsets": kafka.starting_offsets,
+            "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
+            "includeHeaders": "true",
+        }
+        options.update(
+            {"subscribePattern": kafka.topic_pattern} if kafka.topic_pattern else {"subscribe": ",".join(kafka.topics)}
+        )
         if cap:
             options["maxOffsetsPerTrigger"] = str(cap)
         options.update({f"kafka.{k}": v for k, v in kafka.options.items()})
         return spark.readStream.format("kafka").options(**options).load()
     log.info("reading Kafka with laketide's Kafka source (Spark's Kafka connector is not on the classpath)")
     spark.dataSource.register(KafkaDataSource)
-    options = {"bootstrap_servers": kafka.bootstrap_servers, "starting_offsets": kafka.starting_offsets,
-               "fail_on_data_loss": str(kafka.fail_on_data_loss).lower(),
-               # a task per core or two: a task per topic-partition made a client and a fetch for each
-               "max_splits": str(2 * spark.sparkContext.defaultParallelism)}
-    options.update({"topic_pattern": kafka.topic_pattern} if kafka.topic_pattern else {"topics": ",".join(kafka.topics)})
+    options = {
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "starting_offsets": kafka.starting_offsets,
+        "fail_on_data_loss": str(kafka.fail_on_data_loss).lower(),
+        # a task per core or two: a task per topic-partition made a client and a fetch for each
+        "max_splits": str(2 * spark.sparkContext.defaultParallelism),
+    }
+    options.update(
+        {"topic_pattern": kafka.topic_pattern} if kafka.topic_pattern else {"topics": ",".join(kafka.topics)}
+    )
     if cap:
         options["max_offsets_per_trigger"] = str(cap)
     options.update({f"kafka.{k}": v for k, v in kafka.options.items()})
@@ -96,11 +118,17 @@ def _unframed(value: Column) -> Column:
 
 
 def _raw_record() -> Column:
-    """A bad record's raw form for quarantine: where it was, and its value as text, or as base64 when it is not UTF-8."""
-    return F.to_json(F.struct(
-        F.col("topic"), F.col("partition"), F.col("offset"), F.col(VALUE_TEXT).alias("value"),
-        F.when(F.col(VALUE_TEXT).isNull(), F.base64(F.col("value"))).alias("value_base64"),
-    ))
+    """A bad record's raw form for quarantine: where it was, and its value as text, or as base64 when it is not
+    UTF-8."""
+    return F.to_json(
+        F.struct(
+            F.col("topic"),
+            F.col("partition"),
+            F.col("offset"),
+            F.col(VALUE_TEXT).alias("value"),
+            F.when(F.col(VALUE_TEXT).isNull(), F.base64(F.col("value"))).alias("value_base64"),
+        )
+    )
 
 
 def decode_records(records: DataFrame, source: SourceSection, value_schema: StructType) -> DataFrame:
@@ -114,9 +142,13 @@ def decode_records(records: DataFrame, source: SourceSection, value_schema: Stru
 
         return decode_avro(records, source.avro_schema, value_schema)
     parsing = StructType([*value_schema.fields, StructField(CORRUPT, StringType())])
-    decoded = records.withColumn(VALUE, F.from_json(F.col(VALUE_TEXT), parsing, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}))
+    decoded = records.withColumn(
+        VALUE, F.from_json(F.col(VALUE_TEXT), parsing, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    )
     bad = F.col(VALUE_TEXT).isNull() | F.col(VALUE).isNull() | F.col(f"{VALUE}.{CORRUPT}").isNotNull()
-    return decoded.withColumn(DECODE_REASON, F.when(bad, F.lit("the value is not valid JSON, or does not match source.schema")))
+    return decoded.withColumn(
+        DECODE_REASON, F.when(bad, F.lit("the value is not valid JSON, or does not match source.schema"))
+    )
 
 
 def with_record_origin(rows: DataFrame) -> DataFrame:
@@ -132,7 +164,9 @@ def with_record_origin(rows: DataFrame) -> DataFrame:
 
 def plain_rows(decoded: DataFrame, row_schema: StructType) -> DataFrame:
     """Values that are the rows themselves (no envelope)."""
-    return decoded.select(*[F.col(f"{VALUE}.{f.name}").alias(f.name) for f in row_schema.fields], *_beside(decoded, VALUE))
+    return decoded.select(
+        *[F.col(f"{VALUE}.{f.name}").alias(f.name) for f in row_schema.fields], *_beside(decoded, VALUE)
+    )
 
 
 def _beside(df: DataFrame, *taken: str) -> list[str]:

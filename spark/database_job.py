@@ -33,8 +33,11 @@ log = logging.getLogger("laketide.job")
 RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset")
 
 
-def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None = None,
-                 on_ready: Callable[[Database], None] | None = None) -> Database:
+def run_database(
+    config: JobConfig,
+    on_step: Callable[[str, int], None] | None = None,
+    on_ready: Callable[[Database], None] | None = None,
+) -> Database:
     """Run the job of a whole database until its trigger ends it (available-now) or it is stopped."""
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
@@ -43,15 +46,21 @@ def run_database(config: JobConfig, on_step: Callable[[str, int], None] | None =
     spark.sparkContext.setLogLevel("WARN")
     threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()
     writer_id = writer_id_for(config.stream.checkpoint, config.storage.io_options)
-    parts = TableParts(declared=lambda settings: source_schema(spark, settings.source),
-                       decoder=lambda settings, table: change_decoder(spark, settings, table))
+    parts = TableParts(
+        declared=lambda settings: source_schema(spark, settings.source),
+        decoder=lambda settings, table: change_decoder(spark, settings, table),
+    )
     database = Database(config, writer_id, parts, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_step=on_step)
     offsets = KafkaOffsets(config)
     database.observers.append(lambda report: _report_lag(database, offsets, report))
     try:
         if on_ready is not None:
             on_ready(database)
-        query = start_query(config, kafka_stream(spark, config).select(*RECORD_COLUMNS), lambda df, batch_id: _write(database, offsets, df, batch_id))
+        query = start_query(
+            config,
+            kafka_stream(spark, config).select(*RECORD_COLUMNS),
+            lambda df, batch_id: _write(database, offsets, df, batch_id),
+        )
         stopped = _await(query, database)
         for table in database.tables.values():
             finish(table.job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)

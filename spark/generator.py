@@ -24,7 +24,14 @@ from pyspark.sql.streaming.datasource import (
 NAME = "laketide_generator"
 SCHEMA_DDL = "id BIGINT, name STRING, amount DOUBLE, ts BIGINT, region STRING, _hoodie_is_deleted BOOLEAN"
 ARROW_SCHEMA = pa.schema(
-    [("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string()), ("_hoodie_is_deleted", pa.bool_())]
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("amount", pa.float64()),
+        ("ts", pa.int64()),
+        ("region", pa.string()),
+        ("_hoodie_is_deleted", pa.bool_()),
+    ]
 )
 SPLIT_ROWS = 50_000
 FIRST_ROW = 0  # the offset a new query starts from
@@ -97,7 +104,9 @@ def splits(start: int, end: int) -> list[_Split]:
 
 def generated(spec: GeneratorSpec, start: int, end: int) -> pa.Table:
     """Rows ``[start, end)`` as a micro-batch of the query reads them: the same rows, without a Spark job."""
-    return pa.Table.from_batches([generate(spec, split.start, split.end) for split in splits(start, end)], schema=ARROW_SCHEMA)
+    return pa.Table.from_batches(
+        [generate(spec, split.start, split.end) for split in splits(start, end)], schema=ARROW_SCHEMA
+    )
 
 
 class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

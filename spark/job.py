@@ -27,15 +27,17 @@ import threading
 import uuid
 from collections.abc import Callable
 
+from laketide.config import JobConfig
+from laketide.config_tables import is_database_job
 from laketide.coordinator import LeaseLost
-from laketide.spark.kafka_source import KafkaDataLoss
-from laketide.table.errors import LaketideError
 from laketide.coordinator.services import TableServiceFailed
+from laketide.spark.kafka_source import KafkaDataLoss
 from laketide.spark.pipeline import MicroBatchWriter
 from laketide.spark.session import spark_session
-from laketide.spark.spark_batch import warm_workers
 from laketide.spark.sources import generated_fits_driver, read_stream, source_schema
+from laketide.spark.spark_batch import warm_workers
 from laketide.table import FileIO
+from laketide.table.errors import LaketideError
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.database import Database
 from laketide.writer.preflight import check_exchange_dir, check_quarantine_path
@@ -48,9 +50,6 @@ from laketide.writer.running import (
     quarantine_path,
     start,
 )
-
-from laketide.config import JobConfig
-from laketide.config_tables import is_database_job
 
 DATA_LOSS = re.compile(r"KafkaDataLoss: ([^\n]+)")
 log = logging.getLogger("laketide.job")
@@ -96,7 +95,9 @@ def run(
     table = open_table(config, source_schema(spark, config.source), opened)
     writer_id = writer_id_for(config.stream.checkpoint, config.storage.io_options)
     lost = threading.Event()
-    lease = make_lease(config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set, probed=True)
+    lease = make_lease(
+        config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set, probed=True
+    )
     holder = lease.acquire(config.coordinator.lease_wait)
     log.info("lease of %s taken: %s", table.uri, holder.describe())
     job = None
@@ -120,7 +121,8 @@ def run(
 
 
 def start_query(config: JobConfig, source, each: Callable):
-    """The query of ``source`` (a streaming DataFrame) handing each micro-batch to ``each(df, batch_id)``, under the job's
+    """The query of ``source`` (a streaming DataFrame) handing each micro-batch to ``each(df, batch_id)``, under the
+    job's
     name, checkpoint and trigger."""
     stream = (
         source.writeStream.queryName(config.stream.query_name)
@@ -134,7 +136,12 @@ def start_query(config: JobConfig, source, each: Callable):
     return stream.start()
 
 
-def await_query(query, watch: Callable[[], None], stop_requested: threading.Event, failed: Callable[[Exception], BaseException | None]) -> bool:
+def await_query(
+    query,
+    watch: Callable[[], None],
+    stop_requested: threading.Event,
+    failed: Callable[[Exception], BaseException | None],
+) -> bool:
     """Wait for the query to end; ``True`` when it was stopped (by a stop request or Ctrl-C) rather than ending by
     itself. ``watch()`` runs every second and raises, once it stopped the query, what must end the job (a lost
     lease, a service that failed too often); ``failed(error)`` names what a failed query ends the job with, or

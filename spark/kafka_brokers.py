@@ -56,10 +56,16 @@ class Brokers:
         try:
             metadata = self.admin.list_topics(timeout=30)
         except Exception as error:
-            raise Unavailable(f"the Kafka brokers did not answer ({error}); check source.kafka.bootstrap_servers") from None
+            raise Unavailable(
+                f"the Kafka brokers did not answer ({error}); check source.kafka.bootstrap_servers"
+            ) from None
         found = {name: sorted(t.partitions) for name, t in metadata.topics.items() if t.error is None}
         if pattern:
-            return {name: parts for name, parts in found.items() if re.fullmatch(pattern, name) and not name.startswith("__")}
+            return {
+                name: parts
+                for name, parts in found.items()
+                if re.fullmatch(pattern, name) and not name.startswith("__")
+            }
         return {name: found.get(name, []) for name in topics}
 
     def watermarks(self, partitions: list[Place]) -> dict[Place, tuple[int, int]]:
@@ -83,7 +89,9 @@ class Brokers:
         if not partitions:
             return {}
         level = IsolationLevel.READ_COMMITTED if self.read_committed else IsolationLevel.READ_UNCOMMITTED
-        return self.admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions}, isolation_level=level, request_timeout=30)
+        return self.admin.list_offsets(
+            {TopicPartition(t, p): spec for t, p in partitions}, isolation_level=level, request_timeout=30
+        )
 
     @staticmethod
     def _answers(asked: dict) -> dict[Place, int]:
@@ -92,8 +100,10 @@ class Brokers:
             try:
                 offsets[(place.topic, place.partition)] = answer.result().offset
             except Exception as error:
-                raise Unavailable(f"the Kafka brokers did not give the offsets of {place.topic} partition {place.partition} "
-                                  f"({error}); check source.kafka.bootstrap_servers") from None
+                raise Unavailable(
+                    f"the Kafka brokers did not give the offsets of {place.topic} partition {place.partition} "
+                    f"({error}); check source.kafka.bootstrap_servers"
+                ) from None
         return offsets
 
 
@@ -115,8 +125,11 @@ def plan_ranges(start: Offsets, end: Offsets, brokers: Brokers | None, fail_on_d
     """The ranges a micro-batch from ``start`` to ``end`` reads, in (topic, partition) order, from where each
     partition stands (0 for one new since ``start``). Given ``brokers``, each is ``checked``; without, the ranges are
     as the offsets say, for a reader that finds offsets gone itself (``kafka_consumer.OffsetsGone``)."""
-    ranges = [OffsetRange(topic, int(p), start.get(topic, {}).get(p, 0), stop)
-              for topic, parts in sorted(end.items()) for p, stop in sorted(parts.items(), key=lambda item: int(item[0]))]
+    ranges = [
+        OffsetRange(topic, int(p), start.get(topic, {}).get(p, 0), stop)
+        for topic, parts in sorted(end.items())
+        for p, stop in sorted(parts.items(), key=lambda item: int(item[0]))
+    ]
     _check_gone(start, end, fail_on_data_loss)
     if brokers is not None:
         return checked(ranges, brokers, fail_on_data_loss)
@@ -128,7 +141,12 @@ def checked(ranges: list[OffsetRange], brokers: Brokers, fail_on_data_loss: bool
     passed the start, or where the partition was made again since, when ``fail_on_data_loss`` is off (else
     ``KafkaDataLoss``). Costs a request for the earliest and one for the newest offsets, at once."""
     marks = brokers.watermarks([(r.topic, r.partition) for r in ranges])
-    moved = [r._replace(start=_still_there(r.topic, r.partition, r.start, r.end, marks[(r.topic, r.partition)], fail_on_data_loss)) for r in ranges]
+    moved = [
+        r._replace(
+            start=_still_there(r.topic, r.partition, r.start, r.end, marks[(r.topic, r.partition)], fail_on_data_loss)
+        )
+        for r in ranges
+    ]
     return [r for r in moved if r.start < r.end]
 
 
@@ -137,16 +155,23 @@ def moved_back(start: Offsets, end: Offsets) -> bool:
     return any(o < start.get(t, {}).get(p, 0) for t, parts in end.items() for p, o in parts.items())
 
 
-def _still_there(topic: str, partition: int, begin: int, stop: int, marks: tuple[int, int], fail_on_data_loss: bool) -> int:
+def _still_there(
+    topic: str, partition: int, begin: int, stop: int, marks: tuple[int, int], fail_on_data_loss: bool
+) -> int:
     low, high = marks
     if begin > high:  # made again since (``check_behind`` decided to go on): from its start
         return low
     if begin >= low:
         return begin
-    lost = f"{topic} partition {partition}: offsets {begin} to {min(low, stop) - 1} are gone from the broker (retention or a deleted topic)"
+    lost = (
+        f"{topic} partition {partition}: offsets {begin} to {min(low, stop) - 1} are gone from the broker "
+        "(retention or a deleted topic)"
+    )
     if fail_on_data_loss:
-        raise KafkaDataLoss(f"{lost}. Nothing was written for them. To go on from the earliest offset still there, "
-                            "set source.kafka.fail_on_data_loss = false and start the job again; the skipped ranges are logged.")
+        raise KafkaDataLoss(
+            f"{lost}. Nothing was written for them. To go on from the earliest offset still there, "
+            "set source.kafka.fail_on_data_loss = false and start the job again; the skipped ranges are logged."
+        )
     log.error("DATA LOSS: %s; going on from offset %d because source.kafka.fail_on_data_loss = false", lost, low)
     return low
 
@@ -154,17 +179,33 @@ def _still_there(topic: str, partition: int, begin: int, stop: int, marks: tuple
 def _check_gone(start: Offsets, end: Offsets, fail_on_data_loss: bool) -> None:
     gone = [f"{t} partition {p}" for t, parts in start.items() for p in parts if p not in end.get(t, {})]
     if gone and fail_on_data_loss:
-        raise KafkaDataLoss(f"{', '.join(gone)} no longer exist on the broker. To go on without them, set "
-                            "source.kafka.fail_on_data_loss = false and start the job again.")
+        raise KafkaDataLoss(
+            f"{', '.join(gone)} no longer exist on the broker. To go on without them, set "
+            "source.kafka.fail_on_data_loss = false and start the job again."
+        )
     for name in gone:
         log.error("DATA LOSS: %s no longer exists; going on without it", name)
 
 
 def check_behind(start: Offsets, latest: Offsets, fail_on_data_loss: bool) -> None:
     """A partition whose newest offset is below where the stream stands was deleted and made again."""
-    behind = [(t, p, o, latest[t][p]) for t, parts in start.items() for p, o in parts.items() if t in latest and p in latest[t] and latest[t][p] < o]
+    behind = [
+        (t, p, o, latest[t][p])
+        for t, parts in start.items()
+        for p, o in parts.items()
+        if t in latest and p in latest[t] and latest[t][p] < o
+    ]
     for topic, partition, at, newest in behind:
-        lost = f"{topic} partition {partition} ends at offset {newest}, before offset {at} where this stream stands (was the topic deleted and created again?)"
+        lost = (
+            f"{topic} partition {partition} ends at offset {newest}, before offset {at} where this stream stands "
+            "(was the topic deleted and created again?)"
+        )
         if fail_on_data_loss:
-            raise KafkaDataLoss(f"{lost}. To read it again from its earliest offset, set source.kafka.fail_on_data_loss = false and start the job again.")
-        log.error("DATA LOSS: %s; reading it again from its earliest offset because source.kafka.fail_on_data_loss = false", lost)
+            raise KafkaDataLoss(
+                f"{lost}. To read it again from its earliest offset, set source.kafka.fail_on_data_loss = false "
+                "and start the job again."
+            )
+        log.error(
+            "DATA LOSS: %s; reading it again from its earliest offset because source.kafka.fail_on_data_loss = false",
+            lost,
+        )

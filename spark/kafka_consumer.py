@@ -26,16 +26,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
-from laketide.table.errors import Unavailable
 
 from laketide.spark.kafka_brokers import OffsetRange, Place
+from laketide.table.errors import Unavailable
 
 HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 # Spark's Kafka source's columns
-SCHEMA = pa.schema([
-    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-    ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()), ("headers", pa.list_(HEADER)),
-])
+SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+        ("headers", pa.list_(HEADER)),
+    ]
+)
 READ_TIMEOUT = 120.0  # seconds a read may wait for the records the broker said it has
 HOLD_BYTES = 64 * 2**20  # values held past the ranges' ends before partitions not waited on are paused
 # librdkafka's queue of fetched records, for all partitions (its default is 64 MiB)
@@ -70,8 +78,15 @@ class RangeConsumer:
 
     def __init__(self, client: dict[str, str]):
         settings = {"queued.max.messages.kbytes": QUEUE_KBYTES, "fetch.wait.max.ms": FETCH_WAIT_MS, **client}
-        self._consumer = Consumer({**settings, "group.id": f"laketide-{uuid.uuid4()}", "enable.auto.commit": False,
-                                   "enable.partition.eof": True, "auto.offset.reset": "error"})
+        self._consumer = Consumer(
+            {
+                **settings,
+                "group.id": f"laketide-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error",
+            }
+        )
         self._partitions: dict[Place, _Partition] = {}
 
     def read(self, ranges: list[OffsetRange]) -> pa.Table:
@@ -111,7 +126,10 @@ class RangeConsumer:
             if messages:
                 deadline = time.monotonic() + READ_TIMEOUT
             elif time.monotonic() > deadline:
-                gaps = ", ".join(f"{t} partition {p} offsets {self._partitions[(t, p)].known} to {ends[(t, p)] - 1}" for t, p in sorted(waiting))
+                gaps = ", ".join(
+                    f"{t} partition {p} offsets {self._partitions[(t, p)].known} to {ends[(t, p)] - 1}"
+                    for t, p in sorted(waiting)
+                )
                 raise Unavailable(f"no record within {READ_TIMEOUT:.0f}s at {gaps}, though the broker reported them")
             self._bound_held(waiting)
         for place, end in ends.items():
@@ -120,12 +138,21 @@ class RangeConsumer:
     def _place(self, ranges: list[OffsetRange]) -> None:
         """Assign the partitions new to this consumer; read afresh those whose range does not start where their
         last ended; resume the paused ones the ranges need."""
-        self._forget([(r.topic, r.partition) for r in ranges if (r.topic, r.partition) in self._partitions and self._partitions[(r.topic, r.partition)].handed != r.start])
+        self._forget(
+            [
+                (r.topic, r.partition)
+                for r in ranges
+                if (r.topic, r.partition) in self._partitions
+                and self._partitions[(r.topic, r.partition)].handed != r.start
+            ]
+        )
         new = [r for r in ranges if (r.topic, r.partition) not in self._partitions]
         if new:
             self._consumer.incremental_assign([TopicPartition(r.topic, r.partition, r.start) for r in new])
             self._partitions.update({(r.topic, r.partition): _Partition(r.start, r.start) for r in new})
-        paused = [TopicPartition(r.topic, r.partition) for r in ranges if self._partitions[(r.topic, r.partition)].paused]
+        paused = [
+            TopicPartition(r.topic, r.partition) for r in ranges if self._partitions[(r.topic, r.partition)].paused
+        ]
         if paused:
             self._consumer.resume(paused)
             for tp in paused:
@@ -212,8 +239,13 @@ def as_batch(messages: list[Message]) -> pa.RecordBatch:
     else:  # none: an empty list each, as a record without headers has
         listed = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], HEADER))
     columns = [
-        pa.array([m.key() for m in messages], pa.binary()), pa.array([m.value() for m in messages], pa.binary()),
-        pa.repeat(pa.scalar(first.topic(), pa.string()), n), pa.repeat(pa.scalar(first.partition(), pa.int32()), n),
-        pa.array([m.offset() for m in messages], pa.int64()), pc.multiply(millis, 1000).cast(SCHEMA.field("timestamp").type), kinds, listed,
+        pa.array([m.key() for m in messages], pa.binary()),
+        pa.array([m.value() for m in messages], pa.binary()),
+        pa.repeat(pa.scalar(first.topic(), pa.string()), n),
+        pa.repeat(pa.scalar(first.partition(), pa.int32()), n),
+        pa.array([m.offset() for m in messages], pa.int64()),
+        pc.multiply(millis, 1000).cast(SCHEMA.field("timestamp").type),
+        kinds,
+        listed,
     ]
     return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)

@@ -41,7 +41,9 @@ class KafkaOffsets:
         self._brokers: Brokers | None = None
         self._consumer: RangeConsumer | None = None
         self._logged: dict[int, Offsets | None] = {}  # the offset log's last entries read, by micro-batch
-        self._weighed: deque[tuple[int, int]] = deque(maxlen=WEIGHED_BATCHES)  # (records, their bytes) of the last reads
+        self._weighed: deque[tuple[int, int]] = deque(
+            maxlen=WEIGHED_BATCHES
+        )  # (records, their bytes) of the last reads
 
     @property
     def brokers(self) -> Brokers:
@@ -52,12 +54,17 @@ class KafkaOffsets:
     def logged(self, batch_id: int) -> Offsets | None:
         """The end offsets of micro-batch ``batch_id`` as the offset log holds them (``None``: not there)."""
         if batch_id not in self._logged:
-            self._logged = {b: o for b, o in self._logged.items() if b >= batch_id - 2}  # a micro-batch asks of itself and the one before
-            self._logged[batch_id] = source_offsets(self.config.stream.checkpoint, batch_id, self.config.storage.io_options)
+            self._logged = {
+                b: o for b, o in self._logged.items() if b >= batch_id - 2
+            }  # a micro-batch asks of itself and the one before
+            self._logged[batch_id] = source_offsets(
+                self.config.stream.checkpoint, batch_id, self.config.storage.io_options
+            )
         return self._logged[batch_id]
 
     def records(self, batch_id: int) -> int | None:
-        """How many offsets micro-batch ``batch_id`` spans (records, less any a compacted topic dropped): from the offset
+        """How many offsets micro-batch ``batch_id`` spans (records, less any a compacted topic dropped): from the
+        offset
         log, or for the query's first micro-batch as ``first_records`` says. ``None`` when unknown."""
         end, start = self.logged(batch_id), self.logged(batch_id - 1)
         if end is not None and start is not None:
@@ -99,7 +106,9 @@ class KafkaOffsets:
             seen = {place: self._consumer.newest(place) for place in places} if self._consumer is not None else None
             if seen is None or None in seen.values():  # a partition the consumer has not fetched: the brokers say
                 seen = self.brokers.newest(places)
-            return {f"{t}/{p}": max(0, seen[(t, int(p))] - int(o)) for t, parts in end.items() for p, o in parts.items()}
+            return {
+                f"{t}/{p}": max(0, seen[(t, int(p))] - int(o)) for t, parts in end.items() for p, o in parts.items()
+            }
         except Exception:
             log.warning("micro-batch %s: the Kafka lag could not be read", batch_id, exc_info=True)
             return {}

@@ -25,18 +25,28 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from laketide.table.errors import Invalid
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from laketide.spark.kafka_brokers import Brokers, KafkaDataLoss, Offsets, OffsetRange, cap, check_behind, checked, moved_back, plan_ranges
+from laketide.spark.kafka_brokers import (
+    Brokers,
+    KafkaDataLoss,
+    OffsetRange,
+    Offsets,
+    cap,
+    check_behind,
+    checked,
+    moved_back,
+    plan_ranges,
+)
 from laketide.spark.kafka_consumer import SCHEMA, RangeConsumer, as_batch
+from laketide.table.errors import Invalid
 
 log = logging.getLogger(__name__)
 NAME = "laketide-kafka"
 CLIENT_PREFIX = "kafka."  # client options passed through to librdkafka, as Spark's Kafka source takes them
-__all__ = ["KafkaDataLoss", "KafkaDataSource", "KafkaSplit", "NAME", "read_split"]
+__all__ = ["NAME", "KafkaDataLoss", "KafkaDataSource", "KafkaSplit", "read_split"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +59,9 @@ class KafkaSplit(InputPartition):
     fail_on_data_loss: bool = True
 
 
-def splits_of(ranges: list[OffsetRange], most: int, client: dict[str, str], fail_on_data_loss: bool = True) -> list[KafkaSplit]:
+def splits_of(
+    ranges: list[OffsetRange], most: int, client: dict[str, str], fail_on_data_loss: bool = True
+) -> list[KafkaSplit]:
     """``ranges`` in at most ``most`` splits of about equal records (the largest placed first, each on the
     lightest split), each split's ranges in (topic, partition) order."""
     bins: list[list[OffsetRange]] = [[] for _ in range(min(most, len(ranges)))]
@@ -59,7 +71,11 @@ def splits_of(ranges: list[OffsetRange], most: int, client: dict[str, str], fail
         bins[lightest].append(r)
         weights[lightest] += r.end - r.start
     settings = tuple(sorted(client.items()))
-    return [KafkaSplit(tuple(sorted(b, key=lambda r: (r.topic, r.partition))), settings, fail_on_data_loss) for b in bins if b]
+    return [
+        KafkaSplit(tuple(sorted(b, key=lambda r: (r.topic, r.partition))), settings, fail_on_data_loss)
+        for b in bins
+        if b
+    ]
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -69,7 +85,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: dict):
         self.client = {"bootstrap.servers": options["bootstrap_servers"]}
-        self.client.update({k[len(CLIENT_PREFIX):]: v for k, v in options.items() if k.startswith(CLIENT_PREFIX)})
+        self.client.update({k[len(CLIENT_PREFIX) :]: v for k, v in options.items() if k.startswith(CLIENT_PREFIX)})
         self.topics = [t.strip() for t in options.get("topics", "").split(",") if t.strip()]
         self.pattern = options.get("topic_pattern") or None
         if bool(self.topics) == bool(self.pattern):
@@ -111,9 +127,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             given = json.loads(self.starting)
         except ValueError:
-            raise Invalid(f"source.kafka.starting_offsets = {self.starting!r} is not 'earliest', 'latest' or JSON such as {{\"orders\": {{\"0\": 42}}}}") from None
+            raise Invalid(
+                f"source.kafka.starting_offsets = {self.starting!r} is not 'earliest', 'latest' or JSON such as "
+                '{"orders": {"0": 42}}'
+            ) from None
         # -2 is earliest and -1 latest, as in Spark's JSON
-        return {t: {p: (marks[t][p][0] if o == -2 else marks[t][p][1] if o == -1 else o) for p, o in parts.items()} for t, parts in given.items()}
+        return {
+            t: {p: (marks[t][p][0] if o == -2 else marks[t][p][1] if o == -1 else o) for p, o in parts.items()}
+            for t, parts in given.items()
+        }
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = self._latest()
@@ -133,7 +155,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # no request to the brokers here but for a partition made again: Spark plans the scan of every micro-batch,
         # the driver's reads too (which never run it), and the tasks check their ranges (``read_split``)
         brokers = self.brokers if moved_back(start, end) else None
-        return splits_of(plan_ranges(start, end, brokers, self.fail_on_data_loss), self.max_splits, self.client, self.fail_on_data_loss)
+        return splits_of(
+            plan_ranges(start, end, brokers, self.fail_on_data_loss),
+            self.max_splits,
+            self.client,
+            self.fail_on_data_loss,
+        )
 
     def read(self, split: KafkaSplit) -> Iterator[pa.RecordBatch]:
         yield from read_split(split)

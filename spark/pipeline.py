@@ -14,11 +14,25 @@ import posixpath
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructField, StructType
+
+from laketide.config import JobConfig
 from laketide.coordinator import Coordinator
 from laketide.index.columns import LANDED_COLUMNS
 from laketide.index.state import StateIndex
+from laketide.spark.generator import FIRST_ROW, GeneratorSpec, generated
+from laketide.spark.kafka_offsets import KafkaOffsets
 from laketide.spark.sources import change_decoder, decodes_changes, generated_fits_driver, read_files, unreadable_files
-from laketide.spark.spark_batch import PREPARED_SCHEMA, PREPARED_STRUCT, Layout, SparkBatch, give_back_memory, hand_on_prepared
+from laketide.spark.spark_batch import (
+    PREPARED_SCHEMA,
+    PREPARED_STRUCT,
+    Layout,
+    SparkBatch,
+    give_back_memory,
+    hand_on_prepared,
+)
 from laketide.spark.stage_clock import StageClock
 from laketide.table import Table
 from laketide.table.io import FileEntry, FileIO
@@ -26,24 +40,17 @@ from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.exchange import Exchange
 from laketide.writer.kafka_values import plain_rows
-from laketide.writer.schema_registry import schema_ids
 from laketide.writer.landing import (
+    Piece,
     batch_files,
     decoded_bytes,
-    Piece,
     parquet_pieces,
     read_landed_parquet,
     read_piece,
     source_offsets,
 )
 from laketide.writer.prepare import ArrivalCounter, Tally, prepare, prepare_in_order, set_aside, with_earlier_values
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructField, StructType
-
-from laketide.config import JobConfig
-from laketide.spark.generator import FIRST_ROW, GeneratorSpec, generated
-from laketide.spark.kafka_offsets import KafkaOffsets
+from laketide.writer.schema_registry import schema_ids
 
 log = logging.getLogger("laketide.job")
 # the sources that read landing files
@@ -62,7 +69,16 @@ def _data_fields(df: DataFrame) -> list[StructField]:
 class MicroBatchWriter(BatchWriter):
     """The ``foreachBatch`` function of the streaming query."""
 
-    def __init__(self, spark: SparkSession, config: JobConfig, table: Table, coordinator: Coordinator, index: StateIndex, quarantine_path: str, **hooks):
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: JobConfig,
+        table: Table,
+        coordinator: Coordinator,
+        index: StateIndex,
+        quarantine_path: str,
+        **hooks,
+    ):
         """``hooks``: ``on_step``, ``after_commit``, ``views`` and ``failures``, as ``BatchWriter`` takes them."""
         super().__init__(config, table, coordinator, index, quarantine_path, StageClock(spark.sparkContext), **hooks)
         self.spark = spark
@@ -101,7 +117,8 @@ class MicroBatchWriter(BatchWriter):
         return lag
 
     def _fits_driver(self, weight: int | None) -> bool:
-        """Whether a micro-batch of ``weight`` bytes once decoded (``None``: unknown) is for the driver (``write.driver_batch_bytes``)."""
+        """Whether a micro-batch of ``weight`` bytes once decoded (``None``: unknown) is for the driver
+        (``write.driver_batch_bytes``)."""
         limit = self.config.write.driver_batch_bytes
         return bool(limit) and weight is not None and weight <= limit
 
@@ -116,8 +133,14 @@ class MicroBatchWriter(BatchWriter):
         self.offsets.close()
         super().close()
 
-    def _prepared(self, df: DataFrame, batch_id: int, pieces: list[Piece] | None = None, declared: pa.Schema | None = None,
-                  decode: Callable[[pa.Table], tuple[pa.Table, Tally]] | None = None) -> SparkBatch:
+    def _prepared(
+        self,
+        df: DataFrame,
+        batch_id: int,
+        pieces: list[Piece] | None = None,
+        declared: pa.Schema | None = None,
+        decode: Callable[[pa.Table], tuple[pa.Table, Tally]] | None = None,
+    ) -> SparkBatch:
         """The micro-batch prepared in Spark's tasks and handed on through its exchange: from Spark's rows
         of ``df``, or, given ``pieces`` of parquet landing files (``parquet_pieces``), from those read
         straight into Arrow, one piece a task, which skips Spark's reader and its conversion of every value.
@@ -170,22 +193,34 @@ class MicroBatchWriter(BatchWriter):
 
         def prepare_pieces(listed):
             pieces = (read_piece(piece, declared, options) for piece in listed)
-            prepared = (prepare_in_order(rows, spec, pa.repeat(pa.scalar("", pa.string()), len(arrival)), arrival) for rows, arrival in pieces)
+            prepared = (
+                prepare_in_order(rows, spec, pa.repeat(pa.scalar("", pa.string()), len(arrival)), arrival)
+                for rows, arrival in pieces
+            )
             answer = hand_on_prepared(prepared, exchange, layout, spec.global_keys, spec.ordering_field)
             give_back_memory()
             yield answer
 
         try:
             if pieces is None:
-                prepared = [row.asDict() for row in df.mapInArrow(self.clock.timed("prepare", prepare_rows), PREPARED_STRUCT).collect()]
+                prepared = [
+                    row.asDict()
+                    for row in df.mapInArrow(self.clock.timed("prepare", prepare_rows), PREPARED_STRUCT).collect()
+                ]
             else:
                 # a Python RDD of the pieces, as the later stages are (``SparkBatch._stage``): they share its workers
                 context = self.spark.sparkContext
-                prepared = context.parallelize(pieces, len(pieces)).mapPartitions(self.clock.timed("prepare", prepare_pieces)).collect()
+                prepared = (
+                    context.parallelize(pieces, len(pieces))
+                    .mapPartitions(self.clock.timed("prepare", prepare_pieces))
+                    .collect()
+                )
         except BaseException:
             exchange.delete()
             raise
-        return SparkBatch(self.spark, prepared, exchange, layout, self.index.shards, self.config.write.parallelism, self.clock)
+        return SparkBatch(
+            self.spark, prepared, exchange, layout, self.index.shards, self.config.write.parallelism, self.clock
+        )
 
     def _bulk_inserted(self) -> bool:
         """Whether the micro-batch will likely be bulk inserted: under ``bulk_insert``, or an upsert into a table
@@ -210,13 +245,22 @@ class MicroBatchWriter(BatchWriter):
             return self._read_changes(df, batch_id)
         data_fields = _data_fields(df)
         records = StructType(data_fields)
-        incoming, data_schema = to_arrow_schema(records, timezone="UTC"), to_arrow_schema(records, timezone=self.timezone)
+        incoming, data_schema = (
+            to_arrow_schema(records, timezone="UTC"),
+            to_arrow_schema(records, timezone=self.timezone),
+        )
         files = self._landing_files(batch_id) if self.config.source.format in LANDING_FORMATS else None
         batch = self._collect(df, batch_id, data_schema, files)
         if batch is not None:
             return LoadedBatch(batch, incoming, data_schema)
         try:
-            pieces = parquet_pieces(files[0], data_schema, self.spark.sparkContext.defaultParallelism, self.config.storage.io_options) if files and self.config.source.format == "parquet" else None
+            pieces = (
+                parquet_pieces(
+                    files[0], data_schema, self.spark.sparkContext.defaultParallelism, self.config.storage.io_options
+                )
+                if files and self.config.source.format == "parquet"
+                else None
+            )
             return LoadedBatch(self._prepared(df, batch_id, pieces, data_schema), incoming, data_schema)
         except Exception as failure:
             if self.config.source.format not in LANDING_FORMATS:  # no landing files to set aside
@@ -258,8 +302,14 @@ class MicroBatchWriter(BatchWriter):
             return changes.avro.row_schemas({row["id"] for row in df.mapInArrow(ids, "id long").distinct().collect()})
 
         def found(batches):
-            seen = {json.dumps(columns, sort_keys=True) for batch in batches for columns in changes.schemas(pa.Table.from_batches([batch]))}
-            yield pa.RecordBatch.from_pylist([{"schema": text} for text in sorted(seen)], schema=pa.schema([("schema", pa.string())]))
+            seen = {
+                json.dumps(columns, sort_keys=True)
+                for batch in batches
+                for columns in changes.schemas(pa.Table.from_batches([batch]))
+            }
+            yield pa.RecordBatch.from_pylist(
+                [{"schema": text} for text in sorted(seen)], schema=pa.schema([("schema", pa.string())])
+            )
 
         return [json.loads(row["schema"]) for row in df.mapInArrow(found, "schema string").distinct().collect()]
 
@@ -269,13 +319,22 @@ class MicroBatchWriter(BatchWriter):
         source_format = self.config.source.format
         try:
             options = self.config.storage.io_options
-            files = {path: FileIO.for_uri(path, options).entry("") for path in batch_files(self.config.stream.checkpoint, batch_id, options)}
+            files = {
+                path: FileIO.for_uri(path, options).entry("")
+                for path in batch_files(self.config.stream.checkpoint, batch_id, options)
+            }
             return files, sum(decoded_bytes(path, entry, source_format) for path, entry in files.items())
         except Exception:
-            log.warning("micro-batch %s: the size of its landing files is unknown, so Spark's tasks write it", batch_id, exc_info=True)
+            log.warning(
+                "micro-batch %s: the size of its landing files is unknown, so Spark's tasks write it",
+                batch_id,
+                exc_info=True,
+            )
             return None
 
-    def _collect(self, df: DataFrame, batch_id: int, data_schema: pa.Schema, files: tuple[dict[str, FileEntry], int] | None) -> DriverBatch | None:
+    def _collect(
+        self, df: DataFrame, batch_id: int, data_schema: pa.Schema, files: tuple[dict[str, FileEntry], int] | None
+    ) -> DriverBatch | None:
         """The micro-batch as one Arrow table in the driver, prepared; ``None`` when it is too large for
         the driver (``write.driver_batch_bytes``) or Spark cannot read it.
 
@@ -320,14 +379,17 @@ class MicroBatchWriter(BatchWriter):
         return generated(GeneratorSpec(**self.config.source.generator.model_dump()), start["row"], end["row"])
 
     def _kafka_rows(self, df: DataFrame, batch_id: int) -> pa.Table:
-        """A Kafka micro-batch's rows for the driver: read and decoded there (``kafka_offsets``, ``writer.kafka_values``)
+        """A Kafka micro-batch's rows for the driver: read and decoded there (``kafka_offsets``,
+        ``writer.kafka_values``)
         when the offset log gives its range and its values are JSON the driver decodes as Spark would, else
         collected from the query's scan."""
         records = self.offsets.read(batch_id) if self.config.source.value_format == "json" else None
         rows = plain_rows(records, to_arrow_schema(df.schema, timezone=self.timezone)) if records is not None else None
         return rows if rows is not None else df.toArrow()
 
-    def _without_unreadable_files(self, df: DataFrame, batch_id: int, failure: Exception) -> tuple[DataFrame, dict[str, str]]:
+    def _without_unreadable_files(
+        self, df: DataFrame, batch_id: int, failure: Exception
+    ) -> tuple[DataFrame, dict[str, str]]:
         """The micro-batch read again file by file, leaving out the files Spark cannot read.
 
         Files that read fine on their own (a CSV header in another order) are
@@ -343,4 +405,3 @@ class MicroBatchWriter(BatchWriter):
             log.warning("landing files Spark cannot read under source.schema: %s", bad)
         readable = read_files(self.spark, self.config.source, good)
         return (readable if readable is not None else self.spark.createDataFrame([], df.schema)), bad
-

@@ -69,8 +69,12 @@ def spark_session(config: SparkSection, tasks: bool = True) -> SparkSession:
     conf = session.sparkContext.getConf()
     log.info(
         "Spark %s: master %s, driver %s:%s, %s shuffle partitions, UI %s",
-        session.version, conf.get("spark.master"), conf.get("spark.driver.host"), conf.get("spark.driver.port"),
-        session.conf.get("spark.sql.shuffle.partitions"), session.sparkContext.uiWebUrl or "off",
+        session.version,
+        conf.get("spark.master"),
+        conf.get("spark.driver.host"),
+        conf.get("spark.driver.port"),
+        session.conf.get("spark.sql.shuffle.partitions"),
+        session.sparkContext.uiWebUrl or "off",
     )
     return session
 
@@ -80,7 +84,11 @@ def _submitted(config: SparkSection, wanted: dict[str, str]) -> SparkSession:
     SparkContext._ensure_initialized()
     submitted = SparkConf()  # loads what spark-submit passed (the driver JVM's spark.* properties)
     if "master" in config.model_fields_set and config.master != submitted.get("spark.master"):
-        log.warning("spark.master = %r from spark-submit wins over [spark] master = %r", submitted.get("spark.master"), config.master)
+        log.warning(
+            "spark.master = %r from spark-submit wins over [spark] master = %r",
+            submitted.get("spark.master"),
+            config.master,
+        )
     builder = SparkSession.builder
     if not submitted.contains("spark.app.name"):
         builder = builder.appName(config.app_name)

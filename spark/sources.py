@@ -15,8 +15,22 @@ import re
 from dataclasses import asdict
 
 import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.streaming import DataStreamReader
+from pyspark.sql.types import StringType, StructField, StructType
+
+from laketide.config import ConfigError, JobConfig, SourceSection
 from laketide.index.columns import CORRUPT, EVENT_POSITION, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME
-from laketide.spark.change_feed import change_records, change_schema, decode_records, kafka_stream, plain_rows, with_record_origin
+from laketide.spark.change_feed import (
+    change_records,
+    change_schema,
+    decode_records,
+    kafka_stream,
+    plain_rows,
+    with_record_origin,
+)
 from laketide.spark.generator import ARROW_SCHEMA as GENERATOR_SCHEMA
 from laketide.spark.generator import NAME as GENERATOR
 from laketide.spark.generator import GeneratorDataSource, GeneratorSpec
@@ -26,13 +40,6 @@ from laketide.table.schema import IS_DELETED
 from laketide.writer.change_decoder import ChangeDecoder
 from laketide.writer.connect_avro import AvroValues, read_schema
 from laketide.writer.schema_registry import SchemaRegistry
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.streaming import DataStreamReader
-from pyspark.sql.types import StringType, StructField, StructType
-
-from laketide.config import ConfigError, JobConfig, SourceSection
 
 # CSV as people write it (RFC 4180): a doubled quote inside a quoted field, newlines inside quotes,
 # and a header naming the columns, which Spark checks against the schema instead of ignoring it.
@@ -60,7 +67,11 @@ def generated_fits_driver(config: JobConfig) -> bool:
     """Whether a generator's micro-batches are written by the driver (``write.driver_batch_bytes``), which then makes
     their rows itself: such a job runs no Spark task, so it keeps no Python worker (``spark.session``)."""
     limit = config.write.driver_batch_bytes
-    return config.source.format == "generator" and bool(limit) and config.source.generator.rows_per_batch * GENERATED_ROW_BYTES <= limit
+    return (
+        config.source.format == "generator"
+        and bool(limit)
+        and config.source.generator.rows_per_batch * GENERATED_ROW_BYTES <= limit
+    )
 
 
 def decodes_changes(source: SourceSection) -> bool:
@@ -76,14 +87,23 @@ def change_decoder(spark: SparkSession, config: JobConfig, table: Table) -> Chan
     if source.schema_ddl is not None:
         declared = to_arrow_schema(change_schema(declared_schema(spark, source)), timezone="UTC")
         declared = pa.schema([f for f in declared if f.name != IS_DELETED])
-    required = (*settings.record_key_fields, *settings.partition_fields, *([settings.ordering_field] if settings.ordering_field else []))
+    required = (
+        *settings.record_key_fields,
+        *settings.partition_fields,
+        *([settings.ordering_field] if settings.ordering_field else []),
+    )
     avro = None
     if source.format == "kafka" and source.value_format == "avro":
         fixed = read_schema(source.avro_schema, config.storage.io_options) if source.avro_schema else None
         registry = source.schema_registry
         avro = AvroValues(fixed, SchemaRegistry(registry.url, registry.options) if registry.url else None)
-    return ChangeDecoder(declared, tuple(settings.record_key_fields), tuple(r for r in required if r != EVENT_POSITION),
-                         source.debezium.decoding(), avro)
+    return ChangeDecoder(
+        declared,
+        tuple(settings.record_key_fields),
+        tuple(r for r in required if r != EVENT_POSITION),
+        source.debezium.decoding(),
+        avro,
+    )
 
 
 def source_schema(spark: SparkSession, source: SourceSection) -> pa.Schema | None:
@@ -176,7 +196,11 @@ def read_file(spark: SparkSession, source: SourceSection, path: str) -> DataFram
     if source.format == "csv" and source.options.get("header", "true") == "true":
         header = _csv_header(path, source)
         by_name = {f.name.lower(): f for f in declared.fields}
-        if header and sorted(h.strip().lower() for h in header) == sorted(by_name) and [h.strip().lower() for h in header] != list(by_name):
+        if (
+            header
+            and sorted(h.strip().lower() for h in header) == sorted(by_name)
+            and [h.strip().lower() for h in header] != list(by_name)
+        ):
             schema = StructType([by_name[h.strip().lower()] for h in header])
     df = with_origin(_configure(spark.read, spark, source, schema).load(path))
     columns = [f.name for f in declared.fields] + ([CORRUPT] if source.format in ("json", "csv") else [])

@@ -28,25 +28,35 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+
 from laketide.index.columns import PARTITION, QUARANTINE_FIELDS, RAW, REASON, ROW, SHARD, SOURCE, WRITE_SLOT
-from laketide.table.schema import RECORD_KEY
 from laketide.spark.stage_clock import StageClock
+from laketide.table.schema import RECORD_KEY
 from laketide.writer import bulk_stage, quarantine, ranges, stages
 from laketide.writer.exchange import HANDOFF_FIELDS, Exchange, Handoff
 from laketide.writer.prepare import Tally
 from laketide.writer.slots import split_by
-from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
 
 log = logging.getLogger(__name__)
 
 # a prepare task's answer: its partition; where its good rows, their routing columns and its bad rows
 # went; its counts, a sample of its good rows' range keys (a bulk insert's cut points) and their partitions
 PREPARED_SCHEMA = pa.schema(
-    [pa.field("task", pa.int32()), *HANDOFF_FIELDS, pa.field("routing_path", pa.string()), pa.field("routing_dests", pa.list_(pa.int32())),
-     pa.field("bad_path", pa.string()), pa.field("rows", pa.int64()), pa.field("bad", pa.int64()),
-     pa.field("sample", pa.list_(pa.string())), pa.field("sample_weight", pa.float64()), pa.field("partitions", pa.list_(pa.string())),
-     pa.field("tally", pa.string())]
+    [
+        pa.field("task", pa.int32()),
+        *HANDOFF_FIELDS,
+        pa.field("routing_path", pa.string()),
+        pa.field("routing_dests", pa.list_(pa.int32())),
+        pa.field("bad_path", pa.string()),
+        pa.field("rows", pa.int64()),
+        pa.field("bad", pa.int64()),
+        pa.field("sample", pa.list_(pa.string())),
+        pa.field("sample_weight", pa.float64()),
+        pa.field("partitions", pa.list_(pa.string())),
+        pa.field("tally", pa.string()),
+    ]
 )
 PREPARED_STRUCT = from_arrow_schema(PREPARED_SCHEMA)
 # the destination of rows that are not cut (a prepare task's rows kept whole, its bad rows)
@@ -74,8 +84,9 @@ def _file_name(kind: str, n: int) -> str:
 
 def _write_token(slot: int) -> str:
     """The write token of this task attempt's files for write slot ``slot``."""
-    from laketide.table.files import write_token
     from pyspark import TaskContext
+
+    from laketide.table.files import write_token
 
     task = TaskContext.get()
     return write_token(slot, task.stageId(), task.taskAttemptId())
@@ -101,10 +112,17 @@ def _routing(good: pa.Table, ordering_field: str | None, task: int, first: int) 
     return routing.set_column(routing.schema.get_field_index(ROW), ROW, pa.array(rows))
 
 
-def hand_on_prepared(prepared: Iterator[pa.Table], exchange: Exchange, layout: Layout, global_keys: bool, ordering_field: str | None,
-                     tally: Tally | None = None) -> dict:
+def hand_on_prepared(
+    prepared: Iterator[pa.Table],
+    exchange: Exchange,
+    layout: Layout,
+    global_keys: bool,
+    ordering_field: str | None,
+    tally: Tally | None = None,
+) -> dict:
     """A prepare task's rows handed on as ``layout`` says, its bad rows to a file of their own. Answers
-    a ``PREPARED_SCHEMA`` row, with ``tally`` (what the task set aside, filled as ``prepared`` is read). The sample is drawn whatever the layout: an upsert the plan finds to be
+    a ``PREPARED_SCHEMA`` row, with ``tally`` (what the task set aside, filled as ``prepared`` is read). The sample is
+    drawn whatever the layout: an upsert the plan finds to be
     into an empty table is bulk inserted too."""
     from pyspark import TaskContext
 
@@ -130,9 +148,19 @@ def hand_on_prepared(prepared: Iterator[pa.Table], exchange: Exchange, layout: L
         handoff, routing = rows_out.close(), routing_out.close()
     bad_handoff = exchange.put(_file_name("bad", task), [(WHOLE, pa.concat_tables(bad))]) if bad else None
     sample, weight = ranges.sample(pa.concat_tables(keys), global_keys, seed=task) if keys else ([], 0.0)
-    return {"task": task, **(handoff or Handoff("", ())).to_row(), "routing_path": routing.path if routing else "", "routing_dests": list(routing.dests) if routing else [],
-           "bad_path": bad_handoff.path if bad_handoff else "", "rows": counts[0], "bad": counts[1], "sample": sample, "sample_weight": weight, "partitions": sorted(partitions),
-           "tally": (tally or Tally()).to_json()}
+    return {
+        "task": task,
+        **(handoff or Handoff("", ())).to_row(),
+        "routing_path": routing.path if routing else "",
+        "routing_dests": list(routing.dests) if routing else [],
+        "bad_path": bad_handoff.path if bad_handoff else "",
+        "rows": counts[0],
+        "bad": counts[1],
+        "sample": sample,
+        "sample_weight": weight,
+        "partitions": sorted(partitions),
+        "tally": (tally or Tally()).to_json(),
+    }
 
 
 class SparkBatch:
@@ -140,8 +168,18 @@ class SparkBatch:
 
     ran_on = "tasks"
 
-    def __init__(self, spark: SparkSession, prepared: list[dict], exchange: Exchange, layout: Layout, shards: int, write_tasks: int, clock: StageClock):
-        """``prepared``: the prepare tasks' answers (``PREPARED_SCHEMA``), their good rows handed on as ``layout`` says."""
+    def __init__(
+        self,
+        spark: SparkSession,
+        prepared: list[dict],
+        exchange: Exchange,
+        layout: Layout,
+        shards: int,
+        write_tasks: int,
+        clock: StageClock,
+    ):
+        """``prepared``: the prepare tasks' answers (``PREPARED_SCHEMA``), their good rows handed on as ``layout``
+        says."""
         self.spark = spark
         self.exchange, self.layout = exchange, layout
         self.shards, self.write_tasks = shards, write_tasks
@@ -176,7 +214,11 @@ class SparkBatch:
                 yield from fn(k)
                 give_back_memory()
 
-        return context.parallelize(range(n), max(1, min(n, context.defaultParallelism))).mapPartitions(self.clock.timed(name, run)).collect()
+        return (
+            context.parallelize(range(n), max(1, min(n, context.defaultParallelism)))
+            .mapPartitions(self.clock.timed(name, run))
+            .collect()
+        )
 
     def _handoffs(self, n: int, name: str, fn: Callable[[int], Handoff | None]) -> list[Handoff]:
         """A stage whose ``fn(k)`` hands rows on, for each ``k`` below ``n``; where they went."""
@@ -184,7 +226,11 @@ class SparkBatch:
 
     def _written(self, fn: Callable[[int, str], Iterator[pa.RecordBatch]]) -> list[stages.WriteStatus]:
         """The write stage: ``fn(slot, token)`` writes each write slot; the statuses it answered."""
-        rows = self._stage(self.write_tasks, "write", lambda slot: (row for batch in fn(slot, _write_token(slot)) for row in batch.to_pylist()))
+        rows = self._stage(
+            self.write_tasks,
+            "write",
+            lambda slot: (row for batch in fn(slot, _write_token(slot)) for row in batch.to_pylist()),
+        )
         return [stages.WriteStatus.from_row(row) for row in rows]
 
     def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str, options: dict[str, str]) -> None:
@@ -201,7 +247,9 @@ class SparkBatch:
             reasons.append(pa.array([r for r, _ in more], pa.string()))
             raws.append(pa.array([r for _, r in more], pa.string()))
             sources.append(pa.nulls(len(more), pa.string()))
-            table = quarantine.quarantine_rows(instant, pa.concat_arrays(reasons), pa.concat_arrays(raws), pa.concat_arrays(sources))
+            table = quarantine.quarantine_rows(
+                instant, pa.concat_arrays(reasons), pa.concat_arrays(raws), pa.concat_arrays(sources)
+            )
             quarantine.write_part(target, table, 0, options)
             return [table.num_rows]
 
@@ -217,7 +265,11 @@ class SparkBatch:
 
         def assign(shard: int) -> Handoff | None:
             rows = exchange.take(by_shard, shard)
-            return None if rows is None else exchange.put(_file_name("assign", shard), stages.assign(plan, rows, assigned_arrow))
+            return (
+                None
+                if rows is None
+                else exchange.put(_file_name("assign", shard), stages.assign(plan, rows, assigned_arrow))
+            )
 
         assigned = self._handoffs(self.shards, "assign", assign)
 
@@ -248,7 +300,11 @@ class SparkBatch:
             # the prepare tasks' rows end to end, memory-mapped: a routing row's ``ROW`` names its task and row
             whole = exchange.tables(prepared, WHOLE)
             at = routed[ROW].to_numpy()
-            routed = routed.set_column(routed.schema.get_field_index(ROW), ROW, pa.array(firsts[at >> TASK_SHIFT] + (at & ((1 << TASK_SHIFT) - 1))))
+            routed = routed.set_column(
+                routed.schema.get_field_index(ROW),
+                ROW,
+                pa.array(firsts[at >> TASK_SHIFT] + (at & ((1 << TASK_SHIFT) - 1))),
+            )
             rows = stages.slot_rows(pa.concat_tables(whole), routed, assigned_arrow)
             return stages.write(plan, iter(rows.to_batches()), slot, token)
 
@@ -270,7 +326,9 @@ class SparkBatch:
         exchange, prepared = self.exchange, self.prepared
         by_range = None
         if not exchange.on_disk:
-            by_range = self._cut("ranges", "write", lambda rows: ranges.split_unsorted(rows.drop_columns([SHARD]), cuts, global_keys))
+            by_range = self._cut(
+                "ranges", "write", lambda rows: ranges.split_unsorted(rows.drop_columns([SHARD]), cuts, global_keys)
+            )
         # each prepare task's file's range numbers, made once in a write task for all the ranges it writes
         numbered: dict[int, np.ndarray] = {}
 
@@ -344,7 +402,9 @@ def warm_workers(spark: SparkSession) -> None:
     try:
         context.parallelize(range(cores), cores).mapPartitions(_warmed).collect()
     except Exception:
-        log.warning("the Python workers of Spark's tasks could not be started ahead of the first micro-batch", exc_info=True)
+        log.warning(
+            "the Python workers of Spark's tasks could not be started ahead of the first micro-batch", exc_info=True
+        )
 
 
 def _warmed(numbers: Iterator[int]) -> Iterator[int]:
@@ -352,12 +412,19 @@ def _warmed(numbers: Iterator[int]) -> Iterator[int]:
     import io
 
     import pyarrow.parquet as pq
+
     from laketide.index.hashing import hash64
     from laketide.writer import bulk_stage, exchange, landing, prepare  # noqa: F401
 
     n = 10_000
-    rows = pa.table({"n": np.arange(n), "key": pa.array(np.arange(n).astype(str)), "x": np.linspace(0, 1, n),
-                     "at": pa.array(np.arange(n), pa.timestamp("us", "UTC"))})
+    rows = pa.table(
+        {
+            "n": np.arange(n),
+            "key": pa.array(np.arange(n).astype(str)),
+            "x": np.linspace(0, 1, n),
+            "at": pa.array(np.arange(n), pa.timestamp("us", "UTC")),
+        }
+    )
     parquet = io.BytesIO()
     pq.write_table(rows, parquet, compression="zstd")
     parquet.seek(0)

@@ -1,4 +1,5 @@
-"""Where a micro-batch's time goes on Spark: wall seconds per driver step, and the Python seconds of each Spark stage's tasks.
+"""Where a micro-batch's time goes on Spark: wall seconds per driver step, and the Python seconds of each Spark stage's
+tasks.
 
 A driver step's wall time includes Spark's scheduling and the JVM; the task
 seconds, summed over tasks by accumulators, are what our Python code spent
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from laketide.writer.clock import StepClock, time_stage
 from pyspark import SparkContext
+
+from laketide.writer.clock import StepClock, time_stage
 
 TASK_STAGES = ("prepare", "assign", "write")
 
@@ -29,10 +31,13 @@ class StageClock(StepClock):
         self._task_start = {name: acc.value for name, acc in self._tasks.items()}
 
     def report(self) -> dict[str, float]:
-        tasks = {f"{name}_tasks": round(acc.value - self._task_start.get(name, 0.0), 3) for name, acc in self._tasks.items()}
+        tasks = {
+            f"{name}_tasks": round(acc.value - self._task_start.get(name, 0.0), 3) for name, acc in self._tasks.items()
+        }
         return {**self.seconds, **{k: v for k, v in tasks.items() if v}}
 
     def timed(self, stage: str, fn: Callable[[Iterator], Iterator]) -> Callable[[Iterator], Iterator]:
-        """``fn`` (a ``mapInArrow`` function, or a driver thread's stage) with its time added to ``stage``'s accumulator."""
+        """``fn`` (a ``mapInArrow`` function, or a driver thread's stage) with its time added to ``stage``'s
+        accumulator."""
         accumulator = self._tasks[stage]
         return time_stage(fn, lambda spent: accumulator.add(spent))

@@ -27,15 +27,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.table import Table
-from laketide.table.clean import retained_by_last_clean
-from laketide.table.errors import Invalid
-from laketide.table.instant import parse_instant_time
-from laketide.table.io import FileIO
-from laketide.table.reader import commits_in_window, read_slices
-from laketide.table.schema import COMMIT_TIME, with_meta_schema
-from laketide.table.slice_reader import MergeRule
-from laketide.table.view import FileSlice, Visibility
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -49,6 +40,16 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxFiles,
     SupportsTriggerAvailableNow,
 )
+
+from laketide.table import Table
+from laketide.table.clean import retained_by_last_clean
+from laketide.table.errors import Invalid
+from laketide.table.instant import parse_instant_time
+from laketide.table.io import FileIO
+from laketide.table.reader import commits_in_window, read_slices
+from laketide.table.schema import COMMIT_TIME, with_meta_schema
+from laketide.table.slice_reader import MergeRule
+from laketide.table.view import FileSlice, Visibility
 
 NAME = "laketide"
 EARLIEST = "earliest"
@@ -78,17 +79,21 @@ class SliceSplit(InputPartition):
 def storage_options(options: dict) -> dict[str, str]:
     """The reader's ``storage.<key>`` options: object_store's keys for a table on an object store
     (``.option("storage.aws_region", "eu-west-1")``); what is not given comes from the environment."""
-    return {k[len(STORAGE_PREFIX):]: v for k, v in dict(options).items() if k.lower().startswith(STORAGE_PREFIX)}
+    return {k[len(STORAGE_PREFIX) :]: v for k, v in dict(options).items() if k.lower().startswith(STORAGE_PREFIX)}
 
 
 def read_split(split: SliceSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    rows = read_slices(FileIO.for_uri(split.table_uri, split.storage_options), [split.slice], True, split.visible, split.rule)
+    rows = read_slices(
+        FileIO.for_uri(split.table_uri, split.storage_options), [split.slice], True, split.visible, split.rule
+    )
     if rows.num_columns == 0:
         return
     if split.commit_times is not None:
         rows = rows.filter(pc.is_in(rows[COMMIT_TIME], value_set=pa.array(split.commit_times, pa.string())))
     # files written before a column was added lack it
-    columns = [rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in schema]
+    columns = [
+        rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in schema
+    ]
     yield from pa.Table.from_arrays(columns, schema=schema).to_batches()
 
 
@@ -123,7 +128,11 @@ class SplitEnumerator:
         A first window (no ``start``) reads the whole table, so it ends no earlier than the cleaner's
         earliest retained commit, whose files are all still there."""
         retained = retained_by_last_clean(self.table.timeline) if start is None else None
-        commits = [c for c in self.readable_commits(start) if (target is None or c <= target) and (retained is None or c >= retained)]
+        commits = [
+            c
+            for c in self.readable_commits(start)
+            if (target is None or c <= target) and (retained is None or c >= retained)
+        ]
         if not commits:
             return start
         return commits[min(len(commits), max_instants) - 1] if max_instants else commits[-1]
@@ -135,15 +144,18 @@ class SplitEnumerator:
         retained = retained_by_last_clean(self.table.timeline)
         if retained is not None and end < retained:
             raise StartCleaned(
-                f"{self.table.uri} no longer holds the files of the table as of {end}: the cleaner kept commits from {retained} on. "
+                f"{self.table.uri} no longer holds the files of the table as of {end}: the cleaner kept commits "
+                f"from {retained} on. "
                 "Restart the query (a new checkpoint) from a newer instant"
             )
         archived_from = self.table.timeline.start
         if start is not None and archived_from is not None and start < archived_from:
             if not full_scan_when_cleaned:
                 raise StartCleaned(
-                    f"the commits after {start} are no longer all on the active timeline of {self.table.uri} (it starts at "
-                    f"{archived_from}). Restart the query from a newer instant, or set fallback_to_full_scan=true to read the "
+                    f"the commits after {start} are no longer all on the active timeline of {self.table.uri} "
+                    "(it starts at "
+                    f"{archived_from}). Restart the query from a newer instant, or set "
+                    "fallback_to_full_scan=true to read the "
                     "whole table once"
                 )
             return None
@@ -162,7 +174,11 @@ class SplitEnumerator:
             return []
         touched = set().union(*(timeline.commit_metadata(i).file_ids() for i in admitted))
         times = tuple(sorted(i.timestamp for i in admitted))
-        return [SliceSplit(uri, s, visible, times, rule, options) for s in view.latest_slices(end) if (s.partition, s.file_id) in touched]
+        return [
+            SliceSplit(uri, s, visible, times, rule, options)
+            for s in view.latest_slices(end)
+            if (s.partition, s.file_id) in touched
+        ]
 
 
 class _Planning:
@@ -188,7 +204,9 @@ class LaketideStreamReader(_Planning, DataSourceStreamReader, SupportsTriggerAva
         self.storage_options = storage_options(options)
         self.schema = schema
         self.start = options.get("start", EARLIEST)
-        self.max_instants = int(options["max_instants_per_trigger"]) if options.get("max_instants_per_trigger") else None
+        self.max_instants = (
+            int(options["max_instants_per_trigger"]) if options.get("max_instants_per_trigger") else None
+        )
         self.full_scan = options.get("fallback_to_full_scan", "false").lower() == "true"
         self.target: str | None = None
 
@@ -241,7 +259,11 @@ class LaketideBatchReader(_Planning, DataSourceReader):
 
     def partitions(self) -> list[SliceSplit]:
         options, enumerator = self.options, self.enumerator
-        end = parse_instant_time(options.get("end") or options["as_of"]) if options.get("end") or options.get("as_of") else enumerator.latest()
+        end = (
+            parse_instant_time(options.get("end") or options["as_of"])
+            if options.get("end") or options.get("as_of")
+            else enumerator.latest()
+        )
         if end is None:
             return []
         start = parse_instant_time(options["start"]) if options.get("start") else None

@@ -19,7 +19,17 @@ from dataclasses import dataclass
 
 from laketide.table import avro_models
 from laketide.table.commit import CommitMetadata
-from laketide.table.instant import CLEAN, COMMIT, COMPACTION, DELTA_COMMIT, REPLACE_COMMIT, ROLLBACK, SAVEPOINT, Instant, State
+from laketide.table.instant import (
+    CLEAN,
+    COMMIT,
+    COMPACTION,
+    DELTA_COMMIT,
+    REPLACE_COMMIT,
+    ROLLBACK,
+    SAVEPOINT,
+    Instant,
+    State,
+)
 from laketide.table.io import FileIO
 from laketide.table.logfile import CorruptLog, avro_data_block, avro_records, read_blocks
 
@@ -46,7 +56,12 @@ def _avro_commit(body: bytes, replace: bool) -> dict:
         partition: [{k: v for k, v in s.model_dump(by_alias=True).items() if k in _STAT_FIELDS} for s in group]
         for partition, group in meta.partition_to_write_stats.items()
     }
-    record = {"partitionToWriteStats": stats, "extraMetadata": meta.extra_metadata, "version": 1, "operationType": meta.operation_type}
+    record = {
+        "partitionToWriteStats": stats,
+        "extraMetadata": meta.extra_metadata,
+        "version": 1,
+        "operationType": meta.operation_type,
+    }
     if replace:
         record["partitionToReplaceFileIds"] = meta.partition_to_replace_file_ids
     return record
@@ -54,7 +69,12 @@ def _avro_commit(body: bytes, replace: bool) -> dict:
 
 def archived_entry(instant: Instant, body: bytes) -> dict:
     """The ``HoodieArchivedMetaEntry`` of one timeline file."""
-    entry = {"commitTime": instant.timestamp, "actionType": instant.action, "actionState": instant.state.value, "version": 1}
+    entry = {
+        "commitTime": instant.timestamp,
+        "actionType": instant.action,
+        "actionState": instant.state.value,
+        "version": 1,
+    }
     if instant.is_completed and not body:
         return entry  # a completed file left empty by a crash: Hudi archives it bare too
     action, state = instant.action, instant.state
@@ -112,7 +132,10 @@ class ArchivedTimeline:
     def read_file(self, path: str) -> list[ArchivedInstant]:
         out = []
         for block in read_blocks(self.io.read_bytes(path)):
-            out += [ArchivedInstant(archived_instant(entry), entry) for entry in avro_records(block, avro_models.schema(ENTRY))]
+            out += [
+                ArchivedInstant(archived_instant(entry), entry)
+                for entry in avro_records(block, avro_models.schema(ENTRY))
+            ]
         return out
 
     def instants(self) -> list[ArchivedInstant]:

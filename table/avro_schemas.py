@@ -49,7 +49,11 @@ _DEFINITIONS: list[dict] = [
     # HoodieCleanerPlan.avsc
     _record(
         "HoodieActionInstant",
-        [{"name": "timestamp", "type": "string"}, {"name": "action", "type": "string"}, {"name": "state", "type": "string"}],
+        [
+            {"name": "timestamp", "type": "string"},
+            {"name": "action", "type": "string"},
+            {"name": "state", "type": "string"},
+        ],
     ),
     _record("HoodieCleanFileInfo", [_optional("filePath", "string"), _optional("isBootstrapBaseFile", "boolean")]),
     _record(
@@ -60,7 +64,10 @@ _DEFINITIONS: list[dict] = [
             {"name": "policy", "type": "string"},
             _optional("filesToBeDeletedPerPartition", {"type": "map", "values": _STRINGS}),
             _version(),
-            _optional("filePathsToBeDeletedPerPartition", {"type": "map", "values": {"type": "array", "items": "HoodieCleanFileInfo"}}),
+            _optional(
+                "filePathsToBeDeletedPerPartition",
+                {"type": "map", "values": {"type": "array", "items": "HoodieCleanFileInfo"}},
+            ),
             _optional("partitionsToBeDeleted", _STRINGS),
             _optional("extraMetadata", _STRING_MAP),
         ],
@@ -143,7 +150,10 @@ _DEFINITIONS: list[dict] = [
             {"name": "orderingVal", "type": ["null", *[f"{kind}Wrapper" for kind, _ in _WRAPPED]], "default": None},
         ],
     ),
-    _record("HoodieDeleteRecordList", [{"name": "deleteRecordList", "type": {"type": "array", "items": "HoodieDeleteRecord"}}]),
+    _record(
+        "HoodieDeleteRecordList",
+        [{"name": "deleteRecordList", "type": {"type": "array", "items": "HoodieDeleteRecord"}}],
+    ),
     # HoodieCommitMetadata.avsc (HoodieWriteStat is defined inside it)
     _record(
         "HoodieWriteStat",
@@ -174,7 +184,9 @@ _DEFINITIONS: list[dict] = [
     _record(
         "HoodieCommitMetadata",
         [
-            _optional("partitionToWriteStats", {"type": "map", "values": {"type": "array", "items": "HoodieWriteStat"}}),
+            _optional(
+                "partitionToWriteStats", {"type": "map", "values": {"type": "array", "items": "HoodieWriteStat"}}
+            ),
             _optional("extraMetadata", _STRING_MAP),
             _version(),
             _optional("operationType", "string"),
@@ -184,7 +196,9 @@ _DEFINITIONS: list[dict] = [
     _record(
         "HoodieReplaceCommitMetadata",
         [
-            _optional("partitionToWriteStats", {"type": "map", "values": {"type": "array", "items": "HoodieWriteStat"}}),
+            _optional(
+                "partitionToWriteStats", {"type": "map", "values": {"type": "array", "items": "HoodieWriteStat"}}
+            ),
             _optional("extraMetadata", _STRING_MAP),
             _version(),
             _optional("operationType", "string"),
@@ -204,7 +218,12 @@ _DEFINITIONS: list[dict] = [
     ),
     _record(
         "HoodieCompactionMetadata",
-        [{"name": "partitionToCompactionWriteStats", "type": _null({"type": "map", "values": {"type": "array", "items": "HoodieCompactionWriteStat"}})}],
+        [
+            {
+                "name": "partitionToCompactionWriteStats",
+                "type": _null({"type": "map", "values": {"type": "array", "items": "HoodieCompactionWriteStat"}}),
+            }
+        ],
     ),
     # HoodieCompactionOperation.avsc (defines HoodieCompactionPlan)
     _record(
@@ -249,7 +268,10 @@ _DEFINITIONS: list[dict] = [
             _version(),
         ],
     ),
-    _record("HoodieClusteringStrategy", [_optional("strategyClassName", "string"), _optional("strategyParams", _STRING_MAP), _version()]),
+    _record(
+        "HoodieClusteringStrategy",
+        [_optional("strategyClassName", "string"), _optional("strategyParams", _STRING_MAP), _version()],
+    ),
     _record(
         "HoodieClusteringPlan",
         [
@@ -297,7 +319,10 @@ _DEFINITIONS: list[dict] = [
             {"name": "startRestoreTime", "type": "string"},
             {"name": "timeTakenInMillis", "type": "long"},
             {"name": "instantsToRollback", "type": _STRINGS},
-            {"name": "hoodieRestoreMetadata", "type": {"type": "map", "values": {"type": "array", "items": _null("HoodieRollbackMetadata")}}},
+            {
+                "name": "hoodieRestoreMetadata",
+                "type": {"type": "map", "values": {"type": "array", "items": _null("HoodieRollbackMetadata")}},
+            },
             _version(),
             {"name": "restoreInstantInfo", "type": {"type": "array", "items": "HoodieInstantInfo"}, "default": []},
             _optional("extraMetadata", _STRING_MAP),

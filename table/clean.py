@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from enum import Enum
-
 
 from laketide.table import avro_models
 from laketide.table.files import absolute_path, table_relative
@@ -63,8 +62,14 @@ class CleanerPlan:
     def to_bytes(self, base_uri: str) -> bytes:
         per_partition: dict[str, list[dict]] = {}
         for path in self.files:
-            per_partition.setdefault(_partition_of(path), []).append({"filePath": absolute_path(base_uri, path), "isBootstrapBaseFile": False})
-        earliest = {"timestamp": self.earliest_to_retain, "action": COMMIT, "state": State.COMPLETED.value} if self.earliest_to_retain else None
+            per_partition.setdefault(_partition_of(path), []).append(
+                {"filePath": absolute_path(base_uri, path), "isBootstrapBaseFile": False}
+            )
+        earliest = (
+            {"timestamp": self.earliest_to_retain, "action": COMMIT, "state": State.COMPLETED.value}
+            if self.earliest_to_retain
+            else None
+        )
         record = {
             "earliestInstantToRetain": earliest,
             "lastCompletedCommitTimestamp": self.last_completed,
@@ -86,7 +91,12 @@ class CleanerPlan:
         for partition, names in (record.get("filesToBeDeletedPerPartition") or {}).items():
             files += [posixpath.join(partition, n) for n in names]  # version 1 plans name files only
         earliest = record.get("earliestInstantToRetain")
-        return cls(CleanPolicy(record["policy"]), earliest["timestamp"] if earliest else None, record.get("lastCompletedCommitTimestamp") or "", tuple(sorted(files)))
+        return cls(
+            CleanPolicy(record["policy"]),
+            earliest["timestamp"] if earliest else None,
+            record.get("lastCompletedCommitTimestamp") or "",
+            tuple(sorted(files)),
+        )
 
     def is_empty(self) -> bool:
         return not self.files
@@ -106,7 +116,14 @@ class CleanMetadata:
             partition = _partition_of(path)
             entry = partitions.setdefault(
                 partition,
-                {"partitionPath": partition, "policy": self.plan.policy.value, "deletePathPatterns": [], "successDeleteFiles": [], "failedDeleteFiles": [], "isPartitionDeleted": False},
+                {
+                    "partitionPath": partition,
+                    "policy": self.plan.policy.value,
+                    "deletePathPatterns": [],
+                    "successDeleteFiles": [],
+                    "failedDeleteFiles": [],
+                    "isPartitionDeleted": False,
+                },
             )
             name = posixpath.basename(path)
             entry["deletePathPatterns"].append(name)
@@ -129,11 +146,16 @@ def cleaned_files(data: bytes, base_uri: str) -> list[str]:
     """The files a completed clean deleted (``HoodieCleanMetadata``), relative to the table."""
     record = avro_models.read_container(data, "HoodieCleanMetadata")
     partitions = (record.get("partitionMetadata") or {}).values()
-    return [table_relative(name, pm["partitionPath"], base_uri) for pm in partitions for name in pm.get("successDeleteFiles") or []]
+    return [
+        table_relative(name, pm["partitionPath"], base_uri)
+        for pm in partitions
+        for name in pm.get("successDeleteFiles") or []
+    ]
 
 
 def retained_by_last_clean(timeline: Timeline) -> str | None:
-    """The earliest commit the latest completed clean retains: reads as of older instants may miss file versions it deleted."""
+    """The earliest commit the latest completed clean retains: reads as of older instants may miss file versions it
+    deleted."""
     cleans = timeline.filter({State.COMPLETED}, [CLEAN])
     if not cleans:
         return None
@@ -146,7 +168,7 @@ def earliest_commit_to_retain(timeline: Timeline, retention: Retention, now: dat
     if retention.policy is CleanPolicy.KEEP_LATEST_COMMITS:
         return writes[-retention.commits] if len(writes) > retention.commits else None
     if retention.policy is CleanPolicy.KEEP_LATEST_BY_HOURS:
-        cutoff = (now or datetime.now(timezone.utc)) - timedelta(hours=retention.hours)
+        cutoff = (now or datetime.now(UTC)) - timedelta(hours=retention.hours)
         recent = [i for i in writes if instant_to_datetime(i.timestamp) >= cutoff]
         return recent[0] if recent and recent[0] is not writes[0] else None
     return None
@@ -156,7 +178,9 @@ def _replaced_before(timeline: Timeline, earliest: Instant | None, everything: b
     """File groups replaced (by clustering or insert-overwrite) early enough that no retained read sees them."""
     replaced: set[tuple[str, str]] = set()
     for instant in timeline.completed_writes():
-        if instant.action == REPLACE_COMMIT and (everything or (earliest is not None and instant.timestamp < earliest.timestamp)):
+        if instant.action == REPLACE_COMMIT and (
+            everything or (earliest is not None and instant.timestamp < earliest.timestamp)
+        ):
             replaced |= timeline.commit_metadata(instant).replaced_file_ids()
     return replaced
 
@@ -203,7 +227,11 @@ def plan_clean(
     for key, group in view.groups.items():
         # an instant before the active timeline was archived, so it completed
         versions = sorted(
-            (b for b in group.base_files if b.instant_time in completed or (first_active is not None and b.instant_time < first_active)),
+            (
+                b
+                for b in group.base_files
+                if b.instant_time in completed or (first_active is not None and b.instant_time < first_active)
+            ),
             key=lambda b: b.instant_time,
             reverse=True,
         )
@@ -219,5 +247,12 @@ def plan_clean(
             doomed = [b for b in versions if b.instant_time < earliest.timestamp][1:]
         # a merge-on-read slice goes with its logs
         gone = {b.instant_time for b in doomed}
-        files += [b.path for b in doomed if b.path not in kept] + [lf.path for lf in group.log_files if lf.base_instant in gone and lf.path not in kept]
-    return CleanerPlan(retention.policy, earliest.timestamp if earliest else None, latest.timestamp if latest else "", tuple(sorted(set(files))))
+        files += [b.path for b in doomed if b.path not in kept] + [
+            lf.path for lf in group.log_files if lf.base_instant in gone and lf.path not in kept
+        ]
+    return CleanerPlan(
+        retention.policy,
+        earliest.timestamp if earliest else None,
+        latest.timestamp if latest else "",
+        tuple(sorted(set(files))),
+    )

@@ -64,7 +64,8 @@ class CommitMetadata(_Model):
 
     @property
     def is_compaction(self) -> bool:
-        """A completed compaction: laketide marks it ``compacted``; Apache Hudi's writer names its operation ``COMPACT``."""
+        """A completed compaction: laketide marks it ``compacted``; Apache Hudi's writer names its operation
+        ``COMPACT``."""
         return self.compacted or self.operation_type == "COMPACT"
 
     def write_stats(self) -> list[WriteStat]:
@@ -128,4 +129,7 @@ def requested_replace(operation: str, extra: dict[str, str]) -> bytes:
     naming the operation, as Hudi's ``SparkDeletePartitionCommitActionExecutor`` writes it."""
     from laketide.table.avro_models import write_container
 
-    return write_container("HoodieRequestedReplaceMetadata", {"operationType": operation, "clusteringPlan": None, "extraMetadata": extra, "version": 1})
+    return write_container(
+        "HoodieRequestedReplaceMetadata",
+        {"operationType": operation, "clusteringPlan": None, "extraMetadata": extra, "version": 1},
+    )

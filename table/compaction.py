@@ -71,7 +71,11 @@ class CompactionPlan:
             base, logs = op.get("dataFilePath"), op.get("deltaFilePaths") or []
             ops.append(
                 CompactionOperation(
-                    op.get("partitionPath") or "", op["fileId"], op["baseInstantTime"], _name(base) if base else None, tuple(_name(p) for p in logs)
+                    op.get("partitionPath") or "",
+                    op["fileId"],
+                    op["baseInstantTime"],
+                    _name(base) if base else None,
+                    tuple(_name(p) for p in logs),
                 )
             )
         return cls(tuple(ops))
@@ -96,7 +100,9 @@ def compaction_plan(timeline: Timeline, instant: Instant) -> CompactionPlan:
 
 def groups_under_compaction(timeline: Timeline) -> set[tuple[str, str]]:
     """(partition, file id) of the file groups a pending compaction holds: no second plan takes them."""
-    return {group for instant in pending_compactions(timeline) for group in compaction_plan(timeline, instant).file_groups()}
+    return {
+        group for instant in pending_compactions(timeline) for group in compaction_plan(timeline, instant).file_groups()
+    }
 
 
 def late_logs(op: CompactionOperation, current: FileSlice | None) -> list[LogFile]:
@@ -104,7 +110,9 @@ def late_logs(op: CompactionOperation, current: FileSlice | None) -> list[LogFil
     if current is None or current.base_instant != op.base_instant:
         return []
     planned = set(op.log_files)
-    return sorted((lf for lf in current.log_files if lf.name not in planned), key=lambda lf: (lf.version, lf.write_token))
+    return sorted(
+        (lf for lf in current.log_files if lf.name not in planned), key=lambda lf: (lf.version, lf.write_token)
+    )
 
 
 def carried_name(log: LogFile, compaction_instant: str, version: int) -> LogFile:
@@ -112,7 +120,9 @@ def carried_name(log: LogFile, compaction_instant: str, version: int) -> LogFile
     return LogFile(log.partition, log.file_id, compaction_instant, version, log.write_token)
 
 
-def slices_to_compact(slices: list[FileSlice], delta_commits: int, max_log_bytes: int, busy: set[tuple[str, str]]) -> list[FileSlice]:
+def slices_to_compact(
+    slices: list[FileSlice], delta_commits: int, max_log_bytes: int, busy: set[tuple[str, str]]
+) -> list[FileSlice]:
     """Slices with at least ``delta_commits`` log files (one per deltacommit, as laketide writes them)
     or ``max_log_bytes`` of logs, that no pending compaction holds."""
     return [
@@ -128,7 +138,11 @@ def plan_for(slices: list[FileSlice]) -> CompactionPlan:
     return CompactionPlan(
         tuple(
             CompactionOperation(
-                s.partition, s.file_id, s.base_instant, s.base_file.name if s.base_file else None, tuple(lf.name for lf in s.log_files)
+                s.partition,
+                s.file_id,
+                s.base_instant,
+                s.base_file.name if s.base_file else None,
+                tuple(lf.name for lf in s.log_files),
             )
             for s in slices
         )

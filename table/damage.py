@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pyarrow as pa
+
 from laketide.table.errors import LaketideError
 from laketide.table.files import BaseFile, parse_data_file
 from laketide.table.io import FileIO
@@ -41,7 +42,11 @@ class TableDamaged(LaketideError, ValueError):
 
 
 def way_out_for_data_file(instant: str | None) -> str:
-    written_by = f"the instant that wrote it (laketide rollback TABLE {instant} --force)" if instant else "the instant that wrote it"
+    written_by = (
+        f"the instant that wrote it (laketide rollback TABLE {instant} --force)"
+        if instant
+        else "the instant that wrote it"
+    )
     return (
         "put back an intact copy of the file (from a backup or the store's object versions); "
         f"or roll back {written_by}, or restore a savepoint before it (laketide restore TABLE SAVEPOINT). "
@@ -71,7 +76,9 @@ def reading_data_file(io: FileIO, path: str) -> Iterator[None]:
         raise
     except (pa.ArrowException, OSError) as exc:
         data_file = parse_data_file("", posixpath.basename(path))
-        written_by = data_file.instant_time if isinstance(data_file, BaseFile) else None  # a log's name gives its slice, not its writer
+        written_by = (
+            data_file.instant_time if isinstance(data_file, BaseFile) else None
+        )  # a log's name gives its slice, not its writer
         raise TableDamaged(io.full_path(path), _problem(exc), way_out_for_data_file(written_by)) from exc
 
 

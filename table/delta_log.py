@@ -18,7 +18,7 @@ import re
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -47,10 +47,19 @@ def checkpoint_path(version: int) -> str:
 
 def _delta_type(dtype: pa.DataType):
     simple = {
-        pa.types.is_boolean: "boolean", pa.types.is_int8: "byte", pa.types.is_int16: "short", pa.types.is_int32: "integer",
-        pa.types.is_int64: "long", pa.types.is_float32: "float", pa.types.is_float64: "double", pa.types.is_date32: "date",
-        pa.types.is_string: "string", pa.types.is_large_string: "string", pa.types.is_binary: "binary",
-        pa.types.is_large_binary: "binary", pa.types.is_fixed_size_binary: "binary",
+        pa.types.is_boolean: "boolean",
+        pa.types.is_int8: "byte",
+        pa.types.is_int16: "short",
+        pa.types.is_int32: "integer",
+        pa.types.is_int64: "long",
+        pa.types.is_float32: "float",
+        pa.types.is_float64: "double",
+        pa.types.is_date32: "date",
+        pa.types.is_string: "string",
+        pa.types.is_large_string: "string",
+        pa.types.is_binary: "binary",
+        pa.types.is_large_binary: "binary",
+        pa.types.is_fixed_size_binary: "binary",
     }
     for test, name in simple.items():
         if test(dtype):
@@ -60,9 +69,18 @@ def _delta_type(dtype: pa.DataType):
     if pa.types.is_decimal(dtype):
         return f"decimal({dtype.precision},{dtype.scale})"
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        return {"type": "array", "elementType": _delta_type(dtype.value_type), "containsNull": dtype.value_field.nullable}
+        return {
+            "type": "array",
+            "elementType": _delta_type(dtype.value_type),
+            "containsNull": dtype.value_field.nullable,
+        }
     if pa.types.is_map(dtype):
-        return {"type": "map", "keyType": _delta_type(dtype.key_type), "valueType": _delta_type(dtype.item_type), "valueContainsNull": dtype.item_field.nullable}
+        return {
+            "type": "map",
+            "keyType": _delta_type(dtype.key_type),
+            "valueType": _delta_type(dtype.item_type),
+            "valueContainsNull": dtype.item_field.nullable,
+        }
     if pa.types.is_struct(dtype):
         return {"type": "struct", "fields": [_delta_field(dtype.field(i)) for i in range(dtype.num_fields)]}
     raise ValueError(f"no Delta type for {dtype}")
@@ -80,16 +98,21 @@ def _has_ntz(dtype) -> bool:
     if dtype == "timestamp_ntz":
         return True
     if isinstance(dtype, dict):
-        return any(_has_ntz(v) for v in (dtype.get("elementType"), dtype.get("keyType"), dtype.get("valueType")) if v) or any(
-            _has_ntz(f["type"]) for f in dtype.get("fields", [])
-        )
+        return any(
+            _has_ntz(v) for v in (dtype.get("elementType"), dtype.get("keyType"), dtype.get("valueType")) if v
+        ) or any(_has_ntz(f["type"]) for f in dtype.get("fields", []))
     return False
 
 
 def protocol_for(schema: dict) -> dict:
     """Reader 1 / writer 2, unless a timestamp without time zone needs the ``timestampNtz`` table feature."""
     if _has_ntz(schema):
-        return {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["timestampNtz"], "writerFeatures": ["timestampNtz"]}
+        return {
+            "minReaderVersion": 3,
+            "minWriterVersion": 7,
+            "readerFeatures": ["timestampNtz"],
+            "writerFeatures": ["timestampNtz"],
+        }
     return {"minReaderVersion": 1, "minWriterVersion": 2}
 
 
@@ -108,11 +131,11 @@ def _stat_value(value, dtype: pa.DataType, upper: bool):
         return value
     if isinstance(value, datetime):
         # Delta stats hold milliseconds: the min rounds down and the max up, so both still bound the values
-        value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        value = value if value.tzinfo else value.replace(tzinfo=UTC)
         micros = value.microsecond % 1000
         if micros:
             value = value - timedelta(microseconds=micros) + (timedelta(milliseconds=1) if upper else timedelta(0))
-        text = value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
+        text = value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
         return text + ("Z" if dtype.tz else "")
     if isinstance(value, date):
         return value.isoformat()
@@ -158,13 +181,19 @@ def partition_value(metadata: pq.FileMetaData, column: str) -> str | None:
     if not values:
         return None
     if len(values) > 1:
-        raise ValueError(f"a base file holds more than one value of partition column {column!r}: {sorted(map(str, values))}")
+        raise ValueError(
+            f"a base file holds more than one value of partition column {column!r}: {sorted(map(str, values))}"
+        )
     value = values.pop()
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, datetime):
         # with a time zone, ISO 8601 in UTC; without, Delta's plain form
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if value.tzinfo else value.strftime("%Y-%m-%d %H:%M:%S.%f")
+        return (
+            value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            if value.tzinfo
+            else value.strftime("%Y-%m-%d %H:%M:%S.%f")
+        )
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return str(value)
@@ -206,7 +235,9 @@ class LogState:
         self.version = version
 
 
-def new_metadata(name: str, schema: dict, partition_columns: list[str], created_ms: int, table_id: str | None = None) -> dict:
+def new_metadata(
+    name: str, schema: dict, partition_columns: list[str], created_ms: int, table_id: str | None = None
+) -> dict:
     return {
         "id": table_id or str(uuid.uuid4()),
         "name": name,
@@ -263,7 +294,9 @@ class DeltaLog:
         table = pa.Table.from_pylist(rows, schema=_checkpoint_schema(state.protocol))
         with self.io.open_output(checkpoint_path(state.version)) as out:
             pq.write_table(table, out)
-        self.io.write_atomic(LAST_CHECKPOINT, json.dumps({"version": state.version, "size": len(rows)}).encode(), overwrite=True)
+        self.io.write_atomic(
+            LAST_CHECKPOINT, json.dumps({"version": state.version, "size": len(rows)}).encode(), overwrite=True
+        )
 
     def _read_checkpoint(self, version: int) -> LogState:
         with self.io.open_input(checkpoint_path(version)) as f:
@@ -280,7 +313,10 @@ class DeltaLog:
                 state.removed[remove["path"]] = remove
             elif row.get("metaData"):
                 meta = dict(row["metaData"])
-                meta["format"] = {"provider": meta["format"]["provider"], "options": dict(meta["format"].get("options") or [])}
+                meta["format"] = {
+                    "provider": meta["format"]["provider"],
+                    "options": dict(meta["format"].get("options") or []),
+                }
                 meta["configuration"] = dict(meta.get("configuration") or [])
                 state.metadata = meta
             elif row.get("protocol"):
@@ -288,7 +324,8 @@ class DeltaLog:
         return state
 
     def delete_before(self, version: int) -> int:
-        """Delete the commit and checkpoint files of versions below ``version`` (a checkpoint's): the log's retention."""
+        """Delete the commit and checkpoint files of versions below ``version`` (a checkpoint's): the log's
+        retention."""
         deleted = 0
         for entry in self.io.list_dir(LOG_DIR):
             m = _VERSION_FILE.match(entry.name) or _CHECKPOINT_FILE.match(entry.name)
@@ -303,7 +340,10 @@ _MAP = pa.map_(pa.string(), pa.string())
 def _checkpoint_schema(protocol: dict | None) -> pa.Schema:
     protocol_fields = [pa.field("minReaderVersion", pa.int32()), pa.field("minWriterVersion", pa.int32())]
     if protocol and "readerFeatures" in protocol:
-        protocol_fields += [pa.field("readerFeatures", pa.list_(pa.string())), pa.field("writerFeatures", pa.list_(pa.string()))]
+        protocol_fields += [
+            pa.field("readerFeatures", pa.list_(pa.string())),
+            pa.field("writerFeatures", pa.list_(pa.string())),
+        ]
     return pa.schema(
         [
             pa.field("protocol", pa.struct(protocol_fields)),
@@ -311,10 +351,14 @@ def _checkpoint_schema(protocol: dict | None) -> pa.Schema:
                 "metaData",
                 pa.struct(
                     [
-                        pa.field("id", pa.string()), pa.field("name", pa.string()), pa.field("description", pa.string()),
+                        pa.field("id", pa.string()),
+                        pa.field("name", pa.string()),
+                        pa.field("description", pa.string()),
                         pa.field("format", pa.struct([pa.field("provider", pa.string()), pa.field("options", _MAP)])),
-                        pa.field("schemaString", pa.string()), pa.field("partitionColumns", pa.list_(pa.string())),
-                        pa.field("configuration", _MAP), pa.field("createdTime", pa.int64()),
+                        pa.field("schemaString", pa.string()),
+                        pa.field("partitionColumns", pa.list_(pa.string())),
+                        pa.field("configuration", _MAP),
+                        pa.field("createdTime", pa.int64()),
                     ]
                 ),
             ),
@@ -322,8 +366,12 @@ def _checkpoint_schema(protocol: dict | None) -> pa.Schema:
                 "add",
                 pa.struct(
                     [
-                        pa.field("path", pa.string()), pa.field("partitionValues", _MAP), pa.field("size", pa.int64()),
-                        pa.field("modificationTime", pa.int64()), pa.field("dataChange", pa.bool_()), pa.field("stats", pa.string()),
+                        pa.field("path", pa.string()),
+                        pa.field("partitionValues", _MAP),
+                        pa.field("size", pa.int64()),
+                        pa.field("modificationTime", pa.int64()),
+                        pa.field("dataChange", pa.bool_()),
+                        pa.field("stats", pa.string()),
                     ]
                 ),
             ),
@@ -331,8 +379,12 @@ def _checkpoint_schema(protocol: dict | None) -> pa.Schema:
                 "remove",
                 pa.struct(
                     [
-                        pa.field("path", pa.string()), pa.field("deletionTimestamp", pa.int64()), pa.field("dataChange", pa.bool_()),
-                        pa.field("extendedFileMetadata", pa.bool_()), pa.field("partitionValues", _MAP), pa.field("size", pa.int64()),
+                        pa.field("path", pa.string()),
+                        pa.field("deletionTimestamp", pa.int64()),
+                        pa.field("dataChange", pa.bool_()),
+                        pa.field("extendedFileMetadata", pa.bool_()),
+                        pa.field("partitionValues", _MAP),
+                        pa.field("size", pa.int64()),
                     ]
                 ),
             ),
@@ -345,7 +397,11 @@ def _pairs(mapping: dict | None) -> list[tuple[str, str | None]]:
 
 
 def _checkpoint_metadata(meta: dict) -> dict:
-    return {**meta, "format": {**meta["format"], "options": _pairs(meta["format"].get("options"))}, "configuration": _pairs(meta.get("configuration"))}
+    return {
+        **meta,
+        "format": {**meta["format"], "options": _pairs(meta["format"].get("options"))},
+        "configuration": _pairs(meta.get("configuration")),
+    }
 
 
 def _checkpoint_add(add: dict) -> dict:

@@ -78,7 +78,9 @@ def completed_actions(table) -> list[CompletedAction]:
 def _timeline_at(timeline: Timeline, done: set[str]) -> Timeline:
     """The timeline when only the writes in ``done`` had completed: later ones were still in flight."""
     instants = [
-        i if not (i.is_completed and i.is_write) or i.timestamp in done else Instant(i.timestamp, i.action, State.INFLIGHT)
+        i
+        if not (i.is_completed and i.is_write) or i.timestamp in done
+        else Instant(i.timestamp, i.action, State.INFLIGHT)
         for i in timeline.instants
     ]
     return Timeline(timeline.io, timeline.config, instants)
@@ -93,7 +95,10 @@ class DeltaMirror:
     """Appends the Delta versions the Hudi timeline is ahead by; one run at a time per process."""
 
     def __init__(
-        self, table, log_retention_versions: int = 1000, data_files: Callable[[], tuple[list, list]] | None = None,
+        self,
+        table,
+        log_retention_versions: int = 1000,
+        data_files: Callable[[], tuple[list, list]] | None = None,
         hold: Callable[[], None] = lambda: None,
     ):
         """``data_files`` gives the table's base and log files (a job passes its synced view's, so
@@ -162,29 +167,52 @@ class DeltaMirror:
         if schema is None:
             return []
         delta = delta_schema(schema)
-        partition_columns = [f for f in self.table.config.partition_fields if f in schema.names and not pa.types.is_nested(schema.field(f).type)]
+        partition_columns = [
+            f
+            for f in self.table.config.partition_fields
+            if f in schema.names and not pa.types.is_nested(schema.field(f).type)
+        ]
         meta = state.metadata
-        if meta is not None and json.loads(meta["schemaString"]) == delta and meta["partitionColumns"] == partition_columns:
+        if (
+            meta is not None
+            and json.loads(meta["schemaString"]) == delta
+            and meta["partitionColumns"] == partition_columns
+        ):
             return []
         actions = []
         protocol = protocol_for(delta)
         if protocol != state.protocol:
             actions.append({"protocol": protocol})
         created = meta["createdTime"] if meta else action.completed_ns // 1_000_000
-        actions.append({"metaData": new_metadata(self.table.name, delta, partition_columns, created, meta["id"] if meta else None)})
+        actions.append(
+            {"metaData": new_metadata(self.table.name, delta, partition_columns, created, meta["id"] if meta else None)}
+        )
         return actions
 
     def _live_files(self, view: FileSystemView) -> dict[str, object]:
         return {relative_uri(s.base_file.path): s.base_file for s in view.latest_slices() if s.base_file is not None}
 
     def _file_actions(
-        self, state: LogState, view: FileSystemView, schema: pa.Schema | None, partition_columns: list[str], completed_ms: int
+        self,
+        state: LogState,
+        view: FileSystemView,
+        schema: pa.Schema | None,
+        partition_columns: list[str],
+        completed_ms: int,
     ) -> list[dict]:
         live = self._live_files(view)
         now = int(time.time() * 1000)
         actions = [
-            {"remove": {"path": path, "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
-                        "partitionValues": add.get("partitionValues", {}), "size": add.get("size")}}
+            {
+                "remove": {
+                    "path": path,
+                    "deletionTimestamp": now,
+                    "dataChange": True,
+                    "extendedFileMetadata": True,
+                    "partitionValues": add.get("partitionValues", {}),
+                    "size": add.get("size"),
+                }
+            }
             for path, add in sorted(state.files.items())
             if path not in live
         ]
@@ -233,5 +261,9 @@ def _commit_info(action: CompletedAction) -> dict:
         "operationParameters": {"instant": instant.timestamp},
         "engineInfo": "laketide",
         "isBlindAppend": False,
-        "laketide": {"hudiInstant": instant.timestamp, "hudiAction": instant.action, "hudiCompletedNs": str(action.completed_ns)},
+        "laketide": {
+            "hudiInstant": instant.timestamp,
+            "hudiAction": instant.action,
+            "hudiCompletedNs": str(action.completed_ns),
+        },
     }

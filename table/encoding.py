@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.table.schema import COMMIT_TIME, FILE_NAME, PARTITION_PATH, RECORD_KEY
 
 DICTIONARY_SAMPLE_ROWS = 16 * 1024
@@ -32,7 +33,9 @@ def dictionary_columns(rows: pa.Table) -> list[str]:
     return [
         field.name
         for field in sample.schema
-        if not pa.types.is_nested(field.type) and _distinct(head, field.name) * 2 <= sample.num_rows and _distinct(sample, field.name) * 2 <= sample.num_rows
+        if not pa.types.is_nested(field.type)
+        and _distinct(head, field.name) * 2 <= sample.num_rows
+        and _distinct(sample, field.name) * 2 <= sample.num_rows
     ]
 
 

@@ -14,7 +14,8 @@ from enum import Enum
 
 
 class ErrorKind(str, Enum):
-    FAILED = "failed"  # the work failed on the server's side (a damaged file, a service that keeps failing): retrying will not help
+    # the work failed on the server's side (a damaged file, a service that keeps failing): retrying will not help
+    FAILED = "failed"
     NOT_FOUND = "not_found"  # a table, instant or savepoint that is not there
     INVALID = "invalid"  # a bad argument, setting or input: fix it and ask again
     REFUSED = "refused"  # a valid request that would break a guarantee (lose rows, roll back a savepoint)

@@ -6,7 +6,7 @@ import posixpath
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 BASE_FILE_EXTENSION = ".parquet"
 PARTITION_METADATA = ".hoodie_partition_metadata"
@@ -70,7 +70,9 @@ class BaseFile(_DataFile):
         stem = name[: -len(BASE_FILE_EXTENSION)]
         parts = stem.split("_")
         if len(parts) != 3 or not all(parts):
-            raise ValueError(f"{posixpath.join(partition, name)} is not a base file name <fileId>_<writeToken>_<instant>.parquet")
+            raise ValueError(
+                f"{posixpath.join(partition, name)} is not a base file name <fileId>_<writeToken>_<instant>.parquet"
+            )
         return cls(partition, parts[0], parts[1], parts[2], size)
 
 
@@ -109,7 +111,8 @@ def _without_scheme(path: str) -> str:
 
 
 def table_relative(path: str, partition: str, base_uri: str) -> str:
-    """A deleted file as instant metadata names it (a name, a relative path, or an absolute one) relative to the table."""
+    """A deleted file as instant metadata names it (a name, a relative path, or an absolute one) relative to the
+    table."""
     if "/" not in path:
         return posixpath.join(partition, path) if partition else path
     base = _without_scheme(base_uri).rstrip("/") + "/"
@@ -132,5 +135,5 @@ def instant_of_file(name: str) -> str | None:
 
 
 def partition_metadata(first_instant: str, depth: int) -> bytes:
-    now = datetime.now(timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")
+    now = datetime.now(UTC).strftime("%a %b %d %H:%M:%S UTC %Y")
     return f"#partition metadata\n#{now}\ncommitTime={first_instant}\npartitionDepth={depth}\n".encode()

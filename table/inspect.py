@@ -13,9 +13,25 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from laketide.table.inspect_layout import FileGroupInfo, FileGroupPage, GroupOrder, TableLayout, file_group_infos, file_group_page, layout
+from laketide.table.inspect_layout import (
+    FileGroupInfo,
+    FileGroupPage,
+    GroupOrder,
+    TableLayout,
+    file_group_infos,
+    file_group_page,
+    layout,
+)
 from laketide.table.inspect_timeline import ServicesView, TimelinePage, services, timeline_page
-from laketide.table.instant import INSTANT_TIME, ROLLBACK, WRITE_ACTIONS, Instant, State, instant_to_datetime, validate_instant_time
+from laketide.table.instant import (
+    INSTANT_TIME,
+    ROLLBACK,
+    WRITE_ACTIONS,
+    Instant,
+    State,
+    instant_to_datetime,
+    validate_instant_time,
+)
 from laketide.table.rollback import RollbackMetadata
 from laketide.table.savepoint import SavepointMetadata, savepoints
 
@@ -31,7 +47,12 @@ class InstantSummary(BaseModel):
 
     @classmethod
     def of(cls, instant: Instant) -> InstantSummary:
-        return cls(instant=instant.timestamp, action=instant.action, state=instant.state.value, completion_time=instant.completion_time)
+        return cls(
+            instant=instant.timestamp,
+            action=instant.action,
+            state=instant.state.value,
+            completion_time=instant.completion_time,
+        )
 
 
 class InstantPage(BaseModel):
@@ -86,7 +107,11 @@ class InspectTable:
         self.table = table
 
     def instants(
-        self, states: Iterable[State] | None = None, actions: Iterable[str] | None = None, before: str | None = None, limit: int = 50
+        self,
+        states: Iterable[State] | None = None,
+        actions: Iterable[str] | None = None,
+        before: str | None = None,
+        limit: int = 50,
     ) -> InstantPage:
         """Instants newest first, ``limit`` at a time; ``next_before`` continues with older ones."""
         found = self.table.timeline.filter(set(states) if states else None, list(actions) if actions else None)
@@ -96,13 +121,16 @@ class InspectTable:
         return InstantPage(items=[InstantSummary.of(i) for i in page], next_before=page[-1].timestamp if more else None)
 
     def instant(self, timestamp: str) -> InstantDetail:
-        """One instant: its state, and what it wrote or rolled back. ``InstantNotFound`` when it is not on the timeline."""
+        """One instant: its state, and what it wrote or rolled back. ``InstantNotFound`` when it is not on the
+        timeline."""
         if not INSTANT_TIME.match(timestamp):
             validate_instant_time(timestamp)  # names what is wrong with it
         timeline = self.table.timeline
         found = timeline.find(timestamp)
         instant = next((i for i in found if i.action in WRITE_ACTIONS), found[0])
-        detail = InstantDetail(**InstantSummary.of(instant).model_dump(), requested_at=instant_to_datetime(timestamp).isoformat())
+        detail = InstantDetail(
+            **InstantSummary.of(instant).model_dump(), requested_at=instant_to_datetime(timestamp).isoformat()
+        )
         if instant.action in WRITE_ACTIONS:
             meta = timeline.commit_metadata(instant)
             detail.operation = meta.operation_type
@@ -110,8 +138,15 @@ class InspectTable:
             detail.totals = Totals(**meta.totals())
             detail.files = [
                 FileWrite(
-                    partition=partition, file_id=s.file_id, path=s.path, prev_commit=s.prev_commit, records=s.num_writes,
-                    inserts=s.num_inserts, updates=s.num_update_writes, deletes=s.num_deletes, bytes=s.total_write_bytes,
+                    partition=partition,
+                    file_id=s.file_id,
+                    path=s.path,
+                    prev_commit=s.prev_commit,
+                    records=s.num_writes,
+                    inserts=s.num_inserts,
+                    updates=s.num_update_writes,
+                    deletes=s.num_deletes,
+                    bytes=s.total_write_bytes,
                 )
                 for partition, stats in meta.partition_to_write_stats.items()
                 for s in stats
@@ -122,10 +157,13 @@ class InspectTable:
         return detail
 
     def file_groups(self, partition: str | None = None) -> list[FileGroupInfo]:
-        """The latest slice of every file group (of one partition, when given), as a read of the newest commit sees it."""
+        """The latest slice of every file group (of one partition, when given), as a read of the newest commit sees
+        it."""
         return file_group_infos(self.table, self.table.file_system_view().latest_slices(partition=partition))
 
-    def file_group_page(self, partition: str | None = None, offset: int = 0, limit: int = 100, order: GroupOrder = "partition") -> FileGroupPage:
+    def file_group_page(
+        self, partition: str | None = None, offset: int = 0, limit: int = 100, order: GroupOrder = "partition"
+    ) -> FileGroupPage:
         """One page of file groups, by partition or smallest first; only the page's footers are read."""
         return file_group_page(self.table, partition, offset, limit, order)
 
@@ -141,7 +179,8 @@ class InspectTable:
         limit: int = 50,
         archived: bool = True,
     ) -> TimelinePage:
-        """Instants newest first with what each wrote and how long it took, paging on into the archive (``archived``)."""
+        """Instants newest first with what each wrote and how long it took, paging on into the archive
+        (``archived``)."""
         return timeline_page(self.table, states, actions, before, limit, archived)
 
     def services(self) -> ServicesView:
@@ -152,7 +191,9 @@ class InspectTable:
         """Each partition's file groups, rows and bytes, in partition order."""
         totals: dict[str, PartitionInfo] = {}
         for group in self.file_groups():
-            part = totals.setdefault(group.partition, PartitionInfo(partition=group.partition, file_groups=0, records=0, size_bytes=0))
+            part = totals.setdefault(
+                group.partition, PartitionInfo(partition=group.partition, file_groups=0, records=0, size_bytes=0)
+            )
             part.file_groups += 1
             part.records += group.records
             part.size_bytes += group.size_bytes

@@ -49,7 +49,9 @@ class TableLayout(BaseModel):
     small_files: int
     small_file_bytes: int = Field(description="the limit a file group counts as small under (write.small_file_limit)")
     live_bytes: int = Field(description="bytes of the latest file slices: what a snapshot read opens")
-    total_bytes: int = Field(description="bytes of every data file on storage: older versions and uncommitted files too")
+    total_bytes: int = Field(
+        description="bytes of every data file on storage: older versions and uncommitted files too"
+    )
     log_files: int
 
 
@@ -70,7 +72,8 @@ def _partition_layouts(slices: list[FileSlice], small_file_bytes: int) -> list[P
         c[2] += size < small_file_bytes
         c[3] += len(s.log_files)
     return [
-        PartitionLayout(partition=p, file_groups=c[0], live_bytes=c[1], small_files=c[2], log_files=c[3]) for p, c in sorted(counts.items())
+        PartitionLayout(partition=p, file_groups=c[0], live_bytes=c[1], small_files=c[2], log_files=c[3])
+        for p, c in sorted(counts.items())
     ]
 
 
@@ -103,16 +106,25 @@ def file_group_infos(table: Table, slices: list[FileSlice]) -> list[FileGroupInf
                 records = pq.read_metadata(f).num_rows
         out.append(
             FileGroupInfo(
-                partition=s.partition, file_id=s.file_id, base_instant=s.base_instant,
-                base_file=s.base_file.name if s.base_file else None, size_bytes=s.size, records=records, log_files=len(s.log_files),
+                partition=s.partition,
+                file_id=s.file_id,
+                base_instant=s.base_instant,
+                base_file=s.base_file.name if s.base_file else None,
+                size_bytes=s.size,
+                records=records,
+                log_files=len(s.log_files),
             )
         )
     return out
 
 
-def file_group_page(table: Table, partition: str | None, offset: int, limit: int, order: GroupOrder = "partition") -> FileGroupPage:
+def file_group_page(
+    table: Table, partition: str | None, offset: int, limit: int, order: GroupOrder = "partition"
+) -> FileGroupPage:
     """``limit`` file groups from ``offset``, by partition and id, or smallest first (``order="size"``)."""
     slices = table.file_system_view().latest_slices(partition=partition)
     if order == "size":
         slices.sort(key=lambda s: (s.size, s.partition, s.file_id))
-    return FileGroupPage(items=file_group_infos(table, slices[offset : offset + limit]), total=len(slices), offset=offset, limit=limit)
+    return FileGroupPage(
+        items=file_group_infos(table, slices[offset : offset + limit]), total=len(slices), offset=offset, limit=limit
+    )

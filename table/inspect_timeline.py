@@ -9,17 +9,27 @@ archive only when it pages past the active timeline: an operator's first look ne
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from laketide.table import avro_models
 from laketide.table.archive import ENTRY, ArchivedInstant, ArchivedTimeline, archive_file_version, archived_instant
-from laketide.table.logfile import CorruptLog, LogBlock, avro_records, read_blocks
-from laketide.table.instant import CLEAN, COMMIT, COMPACTION, ROLLBACK, WRITE_ACTIONS, Instant, State, INSTANT_TIME, instant_to_datetime
 from laketide.table.commit import CommitMetadata
 from laketide.table.errors import Invalid
+from laketide.table.instant import (
+    CLEAN,
+    COMMIT,
+    COMPACTION,
+    INSTANT_TIME,
+    ROLLBACK,
+    WRITE_ACTIONS,
+    Instant,
+    State,
+    instant_to_datetime,
+)
+from laketide.table.logfile import CorruptLog, LogBlock, avro_records, read_blocks
 from laketide.table.lru import LruCache
 from laketide.table.savepoint import SavepointMetadata, savepoints
 
@@ -33,7 +43,9 @@ class TimelineRow(BaseModel):
 
     instant: str
     action: str
-    kind: str = Field("", description="what the instant did: a commit that is a compaction says 'compaction'; else its action")
+    kind: str = Field(
+        "", description="what the instant did: a commit that is a compaction says 'compaction'; else its action"
+    )
     state: str
     archived: bool = False
     operation: str | None = None
@@ -43,12 +55,16 @@ class TimelineRow(BaseModel):
     deletes: int | None = None
     files: int | None = None
     bytes: int | None = None
-    seconds: float | None = Field(None, description="from the instant time to its completed file (active timeline only)")
+    seconds: float | None = Field(
+        None, description="from the instant time to its completed file (active timeline only)"
+    )
 
 
 class TimelinePage(BaseModel):
     items: list[TimelineRow]
-    next_before: str | None = Field(None, description="pass as `before` for the next (older) page; it goes on into the archive")
+    next_before: str | None = Field(
+        None, description="pass as `before` for the next (older) page; it goes on into the archive"
+    )
     active_instants: int = Field(description="instants on the active timeline, in every state")
 
 
@@ -71,7 +87,9 @@ class ServicesView(BaseModel):
     last_clean: ServiceRun | None = None
     last_compaction: ServiceRun | None = None
     last_rollback: ServiceRun | None = None
-    pending: list[ServiceRun] = Field(default_factory=list, description="requested and inflight instants, with their action in `state`")
+    pending: list[ServiceRun] = Field(
+        default_factory=list, description="requested and inflight instants, with their action in `state`"
+    )
     pending_compactions: int = 0
     archive: ArchiveInfo
     savepoints: list[SavepointMetadata] = Field(default_factory=list)
@@ -88,8 +106,13 @@ def _write_row(row: TimelineRow, meta: CommitMetadata) -> TimelineRow:
     totals = meta.totals()
     return row.model_copy(
         update={
-            "operation": meta.operation_type, "records": totals["writes"], "inserts": totals["inserts"], "updates": totals["updates"],
-            "deletes": totals["deletes"], "files": totals["files"], "bytes": totals["bytes"],
+            "operation": meta.operation_type,
+            "records": totals["writes"],
+            "inserts": totals["inserts"],
+            "updates": totals["updates"],
+            "deletes": totals["deletes"],
+            "files": totals["files"],
+            "bytes": totals["bytes"],
             "kind": "compaction" if meta.is_compaction else row.action,
         }
     )
@@ -106,8 +129,13 @@ def _seconds(instant: Instant, timeline: Timeline) -> float | None:
 def _active_rows(timeline: Timeline, instants: list[Instant]) -> list[TimelineRow]:
     rows = []
     for instant in instants:
-        row = TimelineRow(instant=instant.timestamp, action=instant.action, kind=instant.action, state=instant.state.value,
-                          seconds=_seconds(instant, timeline))
+        row = TimelineRow(
+            instant=instant.timestamp,
+            action=instant.action,
+            kind=instant.action,
+            state=instant.state.value,
+            seconds=_seconds(instant, timeline),
+        )
         if instant.action in WRITE_ACTIONS and instant.is_completed:
             meta = timeline.commit_metadata(instant)
             row = _write_row(row, meta)
@@ -117,7 +145,9 @@ def _active_rows(timeline: Timeline, instants: list[Instant]) -> list[TimelineRo
 
 def _archived_row(archived: ArchivedInstant) -> TimelineRow:
     instant, entry = archived.instant, archived.entry
-    row = TimelineRow(instant=instant.timestamp, action=instant.action, kind=instant.action, state=instant.state.value, archived=True)
+    row = TimelineRow(
+        instant=instant.timestamp, action=instant.action, kind=instant.action, state=instant.state.value, archived=True
+    )
     record = entry.get("hoodieCommitMetadata") or entry.get("hoodieReplaceCommitMetadata")
     if not record or not instant.is_completed:
         return row
@@ -155,7 +185,12 @@ def _archived_newest_first(table: Table) -> Iterator[TimelineRow]:
 
 
 def timeline_page(
-    table: Table, states: Iterable[State] | None, actions: Iterable[str] | None, before: str | None, limit: int, archived: bool = True
+    table: Table,
+    states: Iterable[State] | None,
+    actions: Iterable[str] | None,
+    before: str | None,
+    limit: int,
+    archived: bool = True,
 ) -> TimelinePage:
     """Instants newest first, ``limit`` at a time, from the active timeline and then (``archived``) the archive;
     ``before`` (the next page's start) must have an instant time's 17 digits (any, as a bound)."""
@@ -175,7 +210,9 @@ def timeline_page(
             if older and (states is None or State(row.state) in states) and (actions is None or row.action in actions):
                 rows.append(row)
     page = rows[:limit]
-    return TimelinePage(items=page, next_before=page[-1].instant if len(rows) > limit else None, active_instants=len(timeline))
+    return TimelinePage(
+        items=page, next_before=page[-1].instant if len(rows) > limit else None, active_instants=len(timeline)
+    )
 
 
 def _last(instants: list[Instant], timeline: Timeline) -> ServiceRun | None:
@@ -195,8 +232,13 @@ def _archive_info(table: Table) -> ArchiveInfo:
     if info is None:
         newest = next(_archived_newest_first(table), None)  # the newest block's first row: what the last archival moved
         written = max(e.mtime_ns for e in entries)
-        at = datetime.fromtimestamp(written / 1e9, tz=timezone.utc).isoformat(timespec="seconds") if written else None
-        info = ArchiveInfo(files=len(entries), bytes=sum(e.size for e in entries), newest_archived=newest.instant if newest else None, last_archived_at=at)
+        at = datetime.fromtimestamp(written / 1e9, tz=UTC).isoformat(timespec="seconds") if written else None
+        info = ArchiveInfo(
+            files=len(entries),
+            bytes=sum(e.size for e in entries),
+            newest_archived=newest.instant if newest else None,
+            last_archived_at=at,
+        )
         ARCHIVE_INFO.put(key, info)
     return info
 

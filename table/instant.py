@@ -11,7 +11,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 
 from laketide.table.errors import Invalid
@@ -25,7 +25,16 @@ COMPACTION = "compaction"
 RESTORE = "restore"
 SAVEPOINT = "savepoint"
 WRITE_ACTIONS = frozenset({COMMIT, DELTA_COMMIT, REPLACE_COMMIT})
-KNOWN_ACTIONS = WRITE_ACTIONS | {ROLLBACK, CLEAN, COMPACTION, RESTORE, SAVEPOINT, "indexing", "logcompaction", "clustering"}
+KNOWN_ACTIONS = WRITE_ACTIONS | {
+    ROLLBACK,
+    CLEAN,
+    COMPACTION,
+    RESTORE,
+    SAVEPOINT,
+    "indexing",
+    "logcompaction",
+    "clustering",
+}
 
 _FORMAT = "%Y%m%d%H%M%S"
 _NAME = re.compile(r"^(\d{17}|\d{14})(?:_(\d{17}|\d{14}))?\.([a-z]+)(?:\.(requested|inflight))?$")
@@ -88,7 +97,7 @@ class Instant:
 
 
 def instant_to_datetime(ts: str) -> datetime:
-    base = datetime.strptime(ts[:14], _FORMAT).replace(tzinfo=timezone.utc)
+    base = datetime.strptime(ts[:14], _FORMAT).replace(tzinfo=UTC)
     millis = int(ts[14:17] or 0)
     return base.replace(microsecond=millis * 1000)
 
@@ -98,7 +107,7 @@ def _epoch_ms(ts: str) -> int:
 
 
 def _format_ms(ms: int) -> str:
-    dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return dt.strftime(_FORMAT) + f"{ms % 1000:03d}"
 
 
@@ -123,7 +132,7 @@ def parse_instant_time(value: str | int | datetime) -> str:
     offset; epoch seconds (10 digits) or milliseconds (13 digits), as hudi-rs takes them.
     """
     if isinstance(value, datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
         return _format_ms(int(moment.timestamp() * 1000))
     text = str(value).strip()
     if text.isdigit():

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
-from laketide.table.errors import Conflict, Invalid
 
+from laketide.table.errors import Conflict, Invalid
 
 # schemes served by object_store (``object_io``); ``s3a`` is Hadoop's name for S3
 OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "az", "abfs", "abfss", "azure"})

@@ -90,7 +90,11 @@ def value_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
         column = column.combine_chunks()
     dtype = column.type
     if pa.types.is_timestamp(dtype):
-        micros = column.cast(pa.timestamp("us", dtype.tz)).view(pa.int64()) if dtype.unit != "us" else column.view(pa.int64())
+        micros = (
+            column.cast(pa.timestamp("us", dtype.tz)).view(pa.int64())
+            if dtype.unit != "us"
+            else column.view(pa.int64())
+        )
         return pc.cast(micros, pa.string())
     if pa.types.is_floating(dtype):
         return _per_value(column, lambda v: java_float_to_string(v, single=pa.types.is_float32(dtype)))
@@ -122,7 +126,9 @@ def record_keys(rows: pa.Table, fields: Sequence[str], complex_key: bool = False
     n = rows.num_rows
     if len(fields) == 1 and not complex_key:
         keys = value_text(rows[fields[0]])
-        return _withheld(keys, pc.fill_null(pc.equal(keys, ""), True), f"record key field '{fields[0]}' is null or empty")
+        return _withheld(
+            keys, pc.fill_null(pc.equal(keys, ""), True), f"record key field '{fields[0]}' is null or empty"
+        )
     parts, blank_mask = [], pa.repeat(pa.scalar(True), n)
     for i, field in enumerate(fields):
         text = value_text(rows[field])
@@ -148,13 +154,21 @@ def _segment_reasons(field: str, segment: pa.Array, hive_style: bool) -> list[tu
     """Why a path segment cannot be a directory of the table, per row (null where it can)."""
     size = pc.binary_length(pc.cast(segment, pa.binary()))
     checks = [
-        (pc.is_in(segment, value_set=pa.array([".", ".."])), f"partition value of '{field}' would be the directory '.' or '..'"),
-        (pc.greater(size, MAX_SEGMENT_BYTES), f"partition value of '{field}' makes a directory name over {MAX_SEGMENT_BYTES} bytes"),
+        (
+            pc.is_in(segment, value_set=pa.array([".", ".."])),
+            f"partition value of '{field}' would be the directory '.' or '..'",
+        ),
+        (
+            pc.greater(size, MAX_SEGMENT_BYTES),
+            f"partition value of '{field}' makes a directory name over {MAX_SEGMENT_BYTES} bytes",
+        ),
     ]
     if not hive_style:
         hidden = pc.or_(pc.starts_with(segment, "."), pc.starts_with(segment, "_"))
         hidden = pc.and_(hidden, pc.not_equal(segment, DEFAULT_PARTITION))
-        checks.append((hidden, f"partition value of '{field}' starts with '.' or '_', a directory Hadoop-style readers skip"))
+        checks.append(
+            (hidden, f"partition value of '{field}' starts with '.' or '_', a directory Hadoop-style readers skip")
+        )
     return checks
 
 
@@ -199,7 +213,9 @@ def _distinct_values(rows: pa.Table, fields: Sequence[str]) -> tuple[pa.Table, p
     return pa.table({f: c.take(at) for f, c in zip(fields, columns)}), pa.array(of_row.astype(np.int32))
 
 
-def _partition_paths(rows: pa.Table, fields: Sequence[str], hive_style: bool, urlencode: bool) -> tuple[pa.Array, pa.Array]:
+def _partition_paths(
+    rows: pa.Table, fields: Sequence[str], hive_style: bool, urlencode: bool
+) -> tuple[pa.Array, pa.Array]:
     n = rows.num_rows
     parts, checks = [], []
     for i, field in enumerate(fields):
@@ -208,12 +224,19 @@ def _partition_paths(rows: pa.Table, fields: Sequence[str], hive_style: bool, ur
         if urlencode:
             text = _escape_column(pc.fill_null(text, ""))
         else:
-            checks.append((pc.fill_null(pc.match_substring(text, "/"), False), f"partition value of '{field}' contains '/'"))
+            checks.append(
+                (pc.fill_null(pc.match_substring(text, "/"), False), f"partition value of '{field}' contains '/'")
+            )
         text = pc.if_else(missing, DEFAULT_PARTITION, text)
         segment = pc.binary_join_element_wise(f"{field}=", text, "") if hive_style else text
         checks += _segment_reasons(field, segment, hive_style)
         if i == 0:
-            checks.append((pc.is_in(segment, value_set=pa.array(sorted(RESERVED_TOP_DIRS))), "partition path starts with a directory name readers never list"))
+            checks.append(
+                (
+                    pc.is_in(segment, value_set=pa.array(sorted(RESERVED_TOP_DIRS))),
+                    "partition path starts with a directory name readers never list",
+                )
+            )
         parts += ["/" if i else "", segment]
     paths = pc.binary_join_element_wise(*parts, "")
     return paths, first_reason(checks, n)

@@ -30,6 +30,7 @@ from enum import IntEnum
 import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from laketide.table import avro_models
 from laketide.table.encoding import LOG_BLOCK_CODEC, dictionary_columns
 from laketide.table.errors import LaketideError
@@ -92,7 +93,8 @@ class LogBlock:
 
 
 def _metadata_bytes(entries: dict[int, str]) -> bytes:
-    # Readers build a map, so the order carries nothing; keeping the given order lets a block read be written back as it was.
+    # Readers build a map, so the order carries nothing; keeping the given order lets a block read be written back as it
+    # was.
     out = [struct.pack(">i", len(entries))]
     for key, value in entries.items():
         encoded = value.encode("utf-8")
@@ -135,7 +137,9 @@ def read_blocks(data: bytes) -> Iterator[LogBlock]:
         end = cursor.pos + 8 + cursor.long()
         version, block_type = cursor.int(), cursor.int()
         if version != LOG_FORMAT_VERSION:
-            raise CorruptLog(f"log format version {version} at byte {start}; only version {LOG_FORMAT_VERSION} is known")
+            raise CorruptLog(
+                f"log format version {version} at byte {start}; only version {LOG_FORMAT_VERSION} is known"
+            )
         header = cursor.metadata()
         content = cursor.take(cursor.long())
         footer = cursor.metadata()
@@ -147,8 +151,12 @@ def read_blocks(data: bytes) -> Iterator[LogBlock]:
 def avro_data_block(schema_name: str, records: Iterable[dict], header: dict[int, str] | None = None) -> LogBlock:
     """A ``HoodieAvroDataBlock`` of ``records``, written with a registry schema (see ``avro_models``)."""
     encoded = [avro_models.encode(schema_name, r) for r in records]
-    content = struct.pack(">ii", AVRO_BLOCK_VERSION, len(encoded)) + b"".join(struct.pack(">i", len(e)) + e for e in encoded)
-    return LogBlock(BlockType.AVRO_DATA_BLOCK, {**(header or {}), Header.SCHEMA: avro_models.schema_json(schema_name)}, content)
+    content = struct.pack(">ii", AVRO_BLOCK_VERSION, len(encoded)) + b"".join(
+        struct.pack(">i", len(e)) + e for e in encoded
+    )
+    return LogBlock(
+        BlockType.AVRO_DATA_BLOCK, {**(header or {}), Header.SCHEMA: avro_models.schema_json(schema_name)}, content
+    )
 
 
 def avro_payloads(block: LogBlock) -> list[bytes]:
@@ -169,7 +177,11 @@ def avro_records(block: LogBlock, reader_schema=None) -> list[dict]:
 
 
 def parquet_data_block(
-    rows: pa.Table, header: dict[int, str], dictionary: list[str] | None = None, compression: str = LOG_BLOCK_CODEC, ordering_field: str | None = None
+    rows: pa.Table,
+    header: dict[int, str],
+    dictionary: list[str] | None = None,
+    compression: str = LOG_BLOCK_CODEC,
+    ordering_field: str | None = None,
 ) -> LogBlock:
     """A ``HoodieParquetDataBlock``: the content is a whole parquet file of the records.
 
@@ -183,7 +195,9 @@ def parquet_data_block(
     encoded = [c for c in dictionary if c in names] if dictionary is not None else dictionary_columns(rows)
     # statistics for the key only: a block is read whole, and computing every column's took a sixth of its write
     statistics = [RECORD_KEY] + ([ordering_field] if ordering_field in names else [])
-    pq.write_table(rows, sink, compression=compression, store_schema=False, use_dictionary=encoded, write_statistics=statistics)
+    pq.write_table(
+        rows, sink, compression=compression, store_schema=False, use_dictionary=encoded, write_statistics=statistics
+    )
     return LogBlock(BlockType.PARQUET_DATA_BLOCK, header, sink.getvalue())
 
 
@@ -227,8 +241,15 @@ def wrap_ordering_value(value, kind: pa.DataType | None):
     return (f"{avro_models.NAMESPACE}.{branch}Wrapper", {"value": value})
 
 
-def delete_block(keys: list[str], partitions: list[str], ordering_values: list, ordering_type: pa.DataType | None, header: dict[int, str]) -> LogBlock:
-    """A ``HoodieDeleteBlock`` (version 3): int version, int length, then a ``HoodieDeleteRecordList`` in Avro binary."""
+def delete_block(
+    keys: list[str],
+    partitions: list[str],
+    ordering_values: list,
+    ordering_type: pa.DataType | None,
+    header: dict[int, str],
+) -> LogBlock:
+    """A ``HoodieDeleteBlock`` (version 3): int version, int length, then a ``HoodieDeleteRecordList`` in Avro
+    binary."""
     records = [
         {"recordKey": k, "partitionPath": p, "orderingVal": wrap_ordering_value(v, ordering_type)}
         for k, p, v in zip(keys, partitions, ordering_values)

@@ -23,7 +23,14 @@ from collections.abc import Iterator
 
 import obstore
 import pyarrow as pa
-from obstore.exceptions import AlreadyExistsError, BaseError, GenericError, NotFoundError, NotSupportedError, PreconditionError
+from obstore.exceptions import (
+    AlreadyExistsError,
+    BaseError,
+    GenericError,
+    NotFoundError,
+    NotSupportedError,
+    PreconditionError,
+)
 from obstore.store import from_url
 
 from laketide.table.errors import Invalid, first_line
@@ -72,17 +79,37 @@ class ObjectStoreFileIO(FileIO):
         # retries are laketide's (counted, ``store_requests``) on this store; the parts of a multipart upload
         # go through a second one, on which object_store retries them itself
         try:
-            self.store = from_url(root, config=options or None, client_options=client or None, retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(minutes=5)})
-            self._upload_store = from_url(
-                root, config=options or None, client_options=client or None,
-                retry_config={"max_retries": policy.max_retries, "retry_timeout": datetime.timedelta(minutes=5),
-                              "backoff": {"init_backoff": datetime.timedelta(seconds=policy.base), "max_backoff": datetime.timedelta(seconds=policy.cap), "base": 2}},
+            self.store = from_url(
+                root,
+                config=options or None,
+                client_options=client or None,
+                retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(minutes=5)},
             )
-        except BaseException as error:  # a key the store does not know, a value it cannot parse (some make obstore panic)
+            self._upload_store = from_url(
+                root,
+                config=options or None,
+                client_options=client or None,
+                retry_config={
+                    "max_retries": policy.max_retries,
+                    "retry_timeout": datetime.timedelta(minutes=5),
+                    "backoff": {
+                        "init_backoff": datetime.timedelta(seconds=policy.base),
+                        "max_backoff": datetime.timedelta(seconds=policy.cap),
+                        "base": 2,
+                    },
+                },
+            )
+        except (
+            BaseException
+        ) as error:  # a key the store does not know, a value it cannot parse (some make obstore panic)
             if not isinstance(error, BaseError) and type(error).__name__ != "PanicException":
                 raise
-            raise Invalid(f"the storage options of {uri} are not valid for its store: {first_line(error)}. Fix storage.options (--storage-option); "
-                          f"the keys are object_store's (aws_region, aws_endpoint_url, azure_storage_account_name, google_service_account, ...)") from None
+            raise Invalid(
+                f"the storage options of {uri} are not valid for its store: {first_line(error)}. Fix "
+                "storage.options (--storage-option); "
+                "the keys are object_store's (aws_region, aws_endpoint_url, azure_storage_account_name, "
+                "google_service_account, ...)"
+            ) from None
 
     def _key(self, rel: str) -> str:
         return posixpath.join(self.prefix, rel) if rel else self.prefix
@@ -109,7 +136,12 @@ class ObjectStoreFileIO(FileIO):
 
     def _is_prefix(self, rel: str) -> bool:
         """Object stores have no folders: a "folder" exists while some key lies below it."""
-        listed = self.requests.call("LIST", obstore.list_with_delimiter, self.store, self._key(rel).rstrip("/") + "/" if rel or self.prefix else None)
+        listed = self.requests.call(
+            "LIST",
+            obstore.list_with_delimiter,
+            self.store,
+            self._key(rel).rstrip("/") + "/" if rel or self.prefix else None,
+        )
         return bool(listed["objects"] or listed["common_prefixes"])
 
     def size(self, rel: str) -> int:
@@ -135,8 +167,12 @@ class ObjectStoreFileIO(FileIO):
         try:
             if self._suffix_ranges:
                 try:
-                    tail = self.requests.call("GET", obstore.get, self.store, key, options={"range": {"suffix": READ_BUFFER}})
-                    return pa.PythonFile(_RangeReader(self, key, tail.meta["size"], bytes(tail.bytes()), tail.range[0]), mode="r")
+                    tail = self.requests.call(
+                        "GET", obstore.get, self.store, key, options={"range": {"suffix": READ_BUFFER}}
+                    )
+                    return pa.PythonFile(
+                        _RangeReader(self, key, tail.meta["size"], bytes(tail.bytes()), tail.range[0]), mode="r"
+                    )
                 except NotSupportedError:
                     self._suffix_ranges = False
                 except GenericError as error:
@@ -197,7 +233,9 @@ class ObjectStoreFileIO(FileIO):
     def replace_versioned(self, rel: str, data: bytes, e_tag: str) -> str | None:
         """Replace the object if it is still the version ``e_tag`` names: the new ETag, or ``None`` when it changed."""
         try:
-            return self.requests.call("PUT", obstore.put, self.store, self._key(rel), data, mode={"e_tag": e_tag})["e_tag"]
+            return self.requests.call("PUT", obstore.put, self.store, self._key(rel), data, mode={"e_tag": e_tag})[
+                "e_tag"
+            ]
         except (PreconditionError, NotFoundError, FileNotFoundError):
             return self._own_version(rel, data)
 
@@ -226,8 +264,11 @@ class ObjectStoreFileIO(FileIO):
                 if not refused:
                     raise
                 self._batch_delete = False
-                log.warning("the store of %s has no batch delete (POST ?delete answered %s); deleting one object at a time",
-                            self.base_path, refused.group(1))
+                log.warning(
+                    "the store of %s has no batch delete (POST ?delete answered %s); deleting one object at a time",
+                    self.base_path,
+                    refused.group(1),
+                )
         for key in keys:
             self.requests.call("DELETE", self._signed_delete, key)
 
@@ -237,7 +278,10 @@ class ObjectStoreFileIO(FileIO):
         url = obstore.sign(self.store, "DELETE", key, datetime.timedelta(minutes=10))
         answer = httpx.delete(url, timeout=60)
         if answer.status_code not in (200, 202, 204, 404):
-            raise OSError(f"DELETE of {key} on the store of {self.base_path} answered HTTP {answer.status_code}: {answer.text[:200]}")
+            raise OSError(
+                f"DELETE of {key} on the store of {self.base_path} answered HTTP {answer.status_code}: "
+                f"{answer.text[:200]}"
+            )
 
     def move(self, rel: str, to: str) -> None:
         """Copy, then delete: not atomic, so only for what is not on the commit path."""
@@ -251,7 +295,9 @@ class ObjectStoreFileIO(FileIO):
 
     def list_dir(self, rel: str = "") -> list[FileEntry]:
         prefix = self._key(rel)
-        listed = self.requests.call("LIST", obstore.list_with_delimiter, self.store, prefix.rstrip("/") + "/" if prefix else None)
+        listed = self.requests.call(
+            "LIST", obstore.list_with_delimiter, self.store, prefix.rstrip("/") + "/" if prefix else None
+        )
         folders = [FileEntry(self._rel(p.rstrip("/")), 0, True) for p in listed["common_prefixes"]]
         return folders + [self._entry(meta) for meta in listed["objects"]]
 
@@ -268,7 +314,9 @@ class ObjectStoreFileIO(FileIO):
 
     def _entry(self, meta) -> FileEntry:
         mtime = meta.get("last_modified")
-        return FileEntry(self._rel(meta["path"]), meta.get("size", 0), False, int(mtime.timestamp() * 1e9) if mtime else 0)
+        return FileEntry(
+            self._rel(meta["path"]), meta.get("size", 0), False, int(mtime.timestamp() * 1e9) if mtime else 0
+        )
 
 
 class _RangeReader:
@@ -288,7 +336,9 @@ class _RangeReader:
         buffered_end = self._buffer_start + len(self._buffer)
         if not (self._buffer_start <= self._position and end <= buffered_end):
             length = max(end - self._position, min(READ_BUFFER, self._size - self._position))
-            self._buffer = self._io.requests.call("GET", obstore.get_range, self._io.store, self._key, start=self._position, length=length).to_bytes()
+            self._buffer = self._io.requests.call(
+                "GET", obstore.get_range, self._io.store, self._key, start=self._position, length=length
+            ).to_bytes()
             self._buffer_start = self._position
         data = self._buffer[self._position - self._buffer_start : end - self._buffer_start]
         self._position = end
@@ -343,7 +393,12 @@ class _Writer:
             return len(data)
         self._held.append(data)
         if self._position > WRITE_BUFFER:
-            self._upload = obstore.open_writer(self._io._upload_store, self._key, buffer_size=WRITE_BUFFER, max_concurrency=self._io.requests.max_in_flight)
+            self._upload = obstore.open_writer(
+                self._io._upload_store,
+                self._key,
+                buffer_size=WRITE_BUFFER,
+                max_concurrency=self._io.requests.max_in_flight,
+            )
             for held in self._held:
                 self._upload.write(held)
             self._held = []

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 from laketide.table.damage import reading_data_file
 from laketide.table.io import FileIO
 from laketide.table.logfile import BlockType, CorruptLog, data_block_rows, read_blocks
@@ -22,7 +23,9 @@ from laketide.table.lru import LruCache
 # file, committed or not, so it bounds what a reader can see; ``None`` means no bound (no statistics, a
 # torn log), and the slice is read.
 FILE_BOUNDS: LruCache[pa.Array] = LruCache(20_000)
-_NO_BOUND = pa.nulls(0)  # (not pa.array: its first call imports pandas) kept for a file with no bound, so it is not read again
+_NO_BOUND = pa.nulls(
+    0
+)  # (not pa.array: its first call imports pandas) kept for a file with no bound, so it is not read again
 
 
 def file_bound(io: FileIO, path: str, size: int, field: str, read: Callable[[], pa.Array | None]) -> pa.Array | None:
@@ -51,7 +54,11 @@ def log_max(io: FileIO, path: str, field: str) -> pa.Array | None:
         for block in read_blocks(io.read_bytes(path)):
             if block.block_type not in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
                 continue
-            found = _stats_max(pq.read_metadata(pa.BufferReader(block.content)), field) if block.block_type == BlockType.PARQUET_DATA_BLOCK else None
+            found = (
+                _stats_max(pq.read_metadata(pa.BufferReader(block.content)), field)
+                if block.block_type == BlockType.PARQUET_DATA_BLOCK
+                else None
+            )
             if found is None:
                 rows = data_block_rows(block, [field])
                 found = pc.max(rows[field]) if field in rows.column_names and rows.num_rows else None

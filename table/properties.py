@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -84,7 +84,7 @@ def _escape(s: str, is_key: bool) -> str:
 
 
 def format_properties(props: dict[str, str], now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     lines = ["#Updated at " + now.isoformat(), "#" + now.strftime("%a %b %d %H:%M:%S UTC %Y")]
     lines += [f"{_escape(k, True)}={_escape(v, False)}" for k, v in props.items()]
     return "\n".join(lines) + "\n"
@@ -92,7 +92,7 @@ def format_properties(props: dict[str, str], now: datetime | None = None) -> str
 
 def table_checksum(database: str, table_name: str) -> int:
     """Hudi's ``hoodie.table.checksum``: CRC32 of ``<database>.<table name>``."""
-    return zlib.crc32(f"{database}.{table_name}".encode("utf-8"))
+    return zlib.crc32(f"{database}.{table_name}".encode())
 
 
 EVENT_TIME = "EVENT_TIME_ORDERING"

@@ -33,7 +33,8 @@ class TableNotFound(NotFound, FileNotFoundError):
 
 
 def _valid(props: dict[str, str]) -> bool:
-    """Whole, as far as the file can tell: Hudi's checksum (of ``<database>.<table name>``) matches, where there is one."""
+    """Whole, as far as the file can tell: Hudi's checksum (of ``<database>.<table name>``) matches, where there is
+    one."""
     if "hoodie.table.name" not in props:
         return False
     if CHECKSUM not in props:
@@ -66,12 +67,15 @@ def read_properties(io: FileIO) -> dict[str, str]:
         if props is not None:
             return props
     if _is_file(io):
-        raise TableNotFound(f"no Hudi table at {io.full_path('')}: it is a file, not a table's folder (unpack an archive first)")
+        raise TableNotFound(
+            f"no Hudi table at {io.full_path('')}: it is a file, not a table's folder (unpack an archive first)"
+        )
     if has_timeline(io) or io.is_file(PROPERTIES_FILE):
         raise TableDamaged(
             io.full_path(PROPERTIES_FILE),
             "it is missing or unreadable, and so is hoodie.properties.backup, while .hoodie holds the table's timeline",
-            "Put back the file from a copy of the table (every reader needs it, and laketide will not make up a new one "
+            "Put back the file from a copy of the table (every reader needs it, and laketide will not make up a "
+            "new one "
             "from a job's settings); or move the table away to start a new one at this path",
         )
     raise TableNotFound(f"no Hudi table at {io.full_path('')}: {PROPERTIES_FILE} is missing")

@@ -23,7 +23,11 @@ def read_base_file(io: FileIO, path: str, columns: list[str] | None = None) -> p
 
 
 def read_slices(
-    io: FileIO, slices: Iterable[FileSlice], keep_meta: bool = True, visible: Callable[[str], bool] | None = None, rule: MergeRule = MergeRule()
+    io: FileIO,
+    slices: Iterable[FileSlice],
+    keep_meta: bool = True,
+    visible: Callable[[str], bool] | None = None,
+    rule: MergeRule = MergeRule(),
 ) -> pa.Table:
     """The rows of ``slices``: a slice with log files merged (blocks of instants ``visible`` accepts),
     and without ``visible`` (the read-optimized view) its base file alone."""
@@ -42,7 +46,9 @@ def read_slices(
     return table
 
 
-def snapshot(io: FileIO, view: FileSystemView, as_of: str | None, keep_meta: bool, rule: MergeRule = MergeRule()) -> pa.Table:
+def snapshot(
+    io: FileIO, view: FileSystemView, as_of: str | None, keep_meta: bool, rule: MergeRule = MergeRule()
+) -> pa.Table:
     return read_slices(io, view.latest_slices(as_of), keep_meta, view.visibility(as_of), rule)
 
 

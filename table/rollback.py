@@ -34,7 +34,13 @@ class RollbackPlan:
         for path in self.files:
             by_partition[_partition_of(path)].append(absolute_path(base_uri, path))
         requests = [
-            {"partitionPath": p, "fileId": None, "latestBaseInstant": self.target, "filesToBeDeleted": files, "logBlocksToBeDeleted": None}
+            {
+                "partitionPath": p,
+                "fileId": None,
+                "latestBaseInstant": self.target,
+                "filesToBeDeleted": files,
+                "logBlocksToBeDeleted": None,
+            }
             for p, files in sorted(by_partition.items())
         ]
         record = {
@@ -48,7 +54,11 @@ class RollbackPlan:
     def from_bytes(cls, data: bytes, base_uri: str) -> RollbackPlan:
         record = avro_models.read_container(data)
         target = record["instantToRollback"]
-        files = [table_relative(f, r["partitionPath"], base_uri) for r in record.get("RollbackRequests") or [] for f in r["filesToBeDeleted"]]
+        files = [
+            table_relative(f, r["partitionPath"], base_uri)
+            for r in record.get("RollbackRequests") or []
+            for f in r["filesToBeDeleted"]
+        ]
         return cls(target["commitTime"], target["action"], tuple(files))
 
 
@@ -70,7 +80,13 @@ class RollbackMetadata:
             "totalFilesDeleted": len(self.deleted),
             "commitsRollback": [self.target],
             "partitionMetadata": {
-                p: {"partitionPath": p, "successDeleteFiles": files, "failedDeleteFiles": [], "rollbackLogFiles": None, "writtenLogFiles": None}
+                p: {
+                    "partitionPath": p,
+                    "successDeleteFiles": files,
+                    "failedDeleteFiles": [],
+                    "rollbackLogFiles": None,
+                    "writtenLogFiles": None,
+                }
                 for p, files in partitions.items()
             },
             "version": 1,
@@ -88,4 +104,6 @@ class RollbackMetadata:
             for pm in record["partitionMetadata"].values()
             for f in pm["successDeleteFiles"]
         ]
-        return cls(record["startRollbackTime"], info["commitTime"], info["action"], deleted, record["timeTakenInMillis"])
+        return cls(
+            record["startRollbackTime"], info["commitTime"], info["action"], deleted, record["timeTakenInMillis"]
+        )

@@ -46,20 +46,29 @@ class SavepointMetadata:
             "savepointedBy": self.user,
             "savepointedAt": self.saved_at_ms,
             "comments": self.comment,
-            "partitionMetadata": {p: {"partitionPath": p, "savepointDataFile": sorted(names)} for p, names in sorted(partitions.items())},
+            "partitionMetadata": {
+                p: {"partitionPath": p, "savepointDataFile": sorted(names)} for p, names in sorted(partitions.items())
+            },
         }
         return avro_models.write_container("HoodieSavepointMetadata", record)
 
     @classmethod
     def from_bytes(cls, instant: str, data: bytes) -> SavepointMetadata:
         record = avro_models.read_container(data, "HoodieSavepointMetadata")
-        files = [posixpath.join(p, name) if p else name for p, meta in record["partitionMetadata"].items() for name in meta["savepointDataFile"]]
+        files = [
+            posixpath.join(p, name) if p else name
+            for p, meta in record["partitionMetadata"].items()
+            for name in meta["savepointDataFile"]
+        ]
         return cls(instant, record["savepointedBy"], record["savepointedAt"], record["comments"], tuple(sorted(files)))
 
 
 def savepoints(timeline: Timeline) -> list[SavepointMetadata]:
     """The completed savepoints of a table, oldest first."""
-    return [SavepointMetadata.from_bytes(i.timestamp, timeline.read_bytes(i)) for i in timeline.filter({State.COMPLETED}, [SAVEPOINT])]
+    return [
+        SavepointMetadata.from_bytes(i.timestamp, timeline.read_bytes(i))
+        for i in timeline.filter({State.COMPLETED}, [SAVEPOINT])
+    ]
 
 
 def held_files(io: FileIO, slices: list[FileSlice], as_of: str) -> tuple[str, ...]:
@@ -119,7 +128,10 @@ class RestorePlan:
     @classmethod
     def from_bytes(cls, data: bytes) -> RestorePlan:
         record = avro_models.read_container(data, "HoodieRestorePlan")
-        return cls(record["savepointToRestoreTimestamp"], tuple((i["commitTime"], i["action"]) for i in record["instantsToRollback"]))
+        return cls(
+            record["savepointToRestoreTimestamp"],
+            tuple((i["commitTime"], i["action"]) for i in record["instantsToRollback"]),
+        )
 
 
 @dataclass
@@ -134,7 +146,9 @@ class RestoreMetadata:
             "startRestoreTime": self.restore_time,
             "timeTakenInMillis": self.elapsed_ms,
             "instantsToRollback": [t for t, _ in self.plan.instants],
-            "hoodieRestoreMetadata": {t: [avro_models.read_container(body, "HoodieRollbackMetadata")] for t, body in self.rollbacks.items()},
+            "hoodieRestoreMetadata": {
+                t: [avro_models.read_container(body, "HoodieRollbackMetadata")] for t, body in self.rollbacks.items()
+            },
             "version": 1,
             "restoreInstantInfo": [{"commitTime": t, "action": a} for t, a in self.plan.instants],
             "extraMetadata": {"savepoint": self.plan.savepoint},

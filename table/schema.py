@@ -14,6 +14,7 @@ import json
 import re
 
 import pyarrow as pa
+
 from laketide.table.errors import LaketideError
 
 COMMIT_TIME = "_hoodie_commit_time"
@@ -267,7 +268,10 @@ def _merge_type(path: str, current: pa.DataType, incoming: pa.DataType) -> pa.Da
 
 def _merge_fields(prefix: str, current: list[pa.Field], incoming: list[pa.Field]) -> list[pa.Field]:
     by_name = {f.name: f for f in incoming}
-    merged = [_merge_field(prefix + f.name, f, by_name[f.name]) if f.name in by_name else f.with_nullable(True) for f in current]
+    merged = [
+        _merge_field(prefix + f.name, f, by_name[f.name]) if f.name in by_name else f.with_nullable(True)
+        for f in current
+    ]
     known = {f.name for f in current}
     return merged + [f.with_nullable(True) for f in incoming if f.name not in known]
 

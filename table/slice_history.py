@@ -75,7 +75,9 @@ def replay(timeline: Timeline, until: str | None = None, inclusive: bool = True)
     return history
 
 
-def replay_steps(timeline: Timeline, until: str | None = None, inclusive: bool = True) -> Iterator[tuple[Instant, SliceHistory]]:
+def replay_steps(
+    timeline: Timeline, until: str | None = None, inclusive: bool = True
+) -> Iterator[tuple[Instant, SliceHistory]]:
     """The history after each completed write, in instant order (one object, updated in place)."""
     history = SliceHistory()
     for write in timeline.completed_writes():

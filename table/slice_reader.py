@@ -23,11 +23,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 from laketide.table.damage import reading_data_file
 from laketide.table.encoding import SORTED_MARKER
 from laketide.table.errors import UnsupportedTableError
 from laketide.table.io import FileIO
-from laketide.table.ordering_bounds import file_bound, footer_max, log_max, may_exceed
 from laketide.table.logfile import (
     BlockType,
     CorruptLog,
@@ -37,6 +37,7 @@ from laketide.table.logfile import (
     deleted_records,
     read_blocks,
 )
+from laketide.table.ordering_bounds import file_bound, footer_max, log_max, may_exceed
 from laketide.table.schema import RECORD_KEY
 from laketide.table.view import FileSlice
 
@@ -93,7 +94,8 @@ def rows_of_keys(keys: pa.ChunkedArray | pa.Array, among: pa.ChunkedArray | pa.A
 
 
 def _upsert(current: pa.Table, incoming: pa.Table, rule: MergeRule) -> pa.Table:
-    """``incoming`` records over ``current``: the later record wins, unless event-time ordering keeps a higher stored one."""
+    """``incoming`` records over ``current``: the later record wins, unless event-time ordering keeps a higher stored
+    one."""
     incoming = _last_of_each_key(incoming)
     if current.num_rows == 0:
         return incoming
@@ -172,7 +174,9 @@ class _LogOp:
         return _LogOp(rows, None) if self.upserts is not None else _LogOp(None, rows)
 
 
-def _log_ops(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], columns: list[str] | None = None) -> list[_LogOp]:
+def _log_ops(
+    io: FileIO, fs: FileSlice, visible: Callable[[str], bool], columns: list[str] | None = None
+) -> list[_LogOp]:
     ops = []
     for block in log_blocks(io, fs, visible):
         if block.block_type in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
@@ -182,11 +186,15 @@ def _log_ops(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], columns:
             keys = pa.array([k for k, _, _ in deletes], pa.string())
             ops.append(_LogOp(deletes=pa.table({RECORD_KEY: keys, ORDERING: pa.array([v for _, _, v in deletes])})))
         else:
-            raise UnsupportedTableError(f"{fs.file_id}: log blocks of type {BlockType(block.block_type).name} are not read by laketide")
+            raise UnsupportedTableError(
+                f"{fs.file_id}: log blocks of type {BlockType(block.block_type).name} are not read by laketide"
+            )
     return ops
 
 
-def key_ordered_batches(io: FileIO, path: str, batch_rows: int = MERGE_BATCH_ROWS, columns: list[str] | None = None) -> Iterator[pa.Table]:
+def key_ordered_batches(
+    io: FileIO, path: str, batch_rows: int = MERGE_BATCH_ROWS, columns: list[str] | None = None
+) -> Iterator[pa.Table]:
     """The rows of a base file in key order, a batch at a time.
 
     Files laketide wrote are sorted (``SORTED_MARKER``), and stream. A file
@@ -217,7 +225,11 @@ def _base_batches(io: FileIO, fs: FileSlice, batch_rows: int, columns: list[str]
 
 
 def merge_slice_batches(
-    io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, batch_rows: int = MERGE_BATCH_ROWS,
+    io: FileIO,
+    fs: FileSlice,
+    visible: Callable[[str], bool],
+    rule: MergeRule,
+    batch_rows: int = MERGE_BATCH_ROWS,
     columns: list[str] | None = None,
 ) -> Iterator[pa.Table]:
     """The records of one file slice, a key range at a time: memory holds the slice's logs and one base batch.
@@ -231,7 +243,13 @@ def merge_slice_batches(
 
 
 def _merged(
-    io: FileIO, fs: FileSlice, ops: list[_LogOp], rule: MergeRule, batch_rows: int, columns: list[str] | None, keys: pa.Array | None = None,
+    io: FileIO,
+    fs: FileSlice,
+    ops: list[_LogOp],
+    rule: MergeRule,
+    batch_rows: int,
+    columns: list[str] | None,
+    keys: pa.Array | None = None,
 ) -> Iterator[pa.Table]:
     """The slice's rows, a base batch's key range at a time; only those of ``keys``, when given."""
     if keys is not None:
@@ -252,7 +270,9 @@ def _ops_of_keys(ops: list[_LogOp], keys: pa.Array) -> list[_LogOp]:
     if not ops:
         return ops
     rows = [op.rows for op in ops]
-    among = pc.is_in(pa.chunked_array([c for r in rows for c in r[RECORD_KEY].cast(keys.type).chunks], keys.type), value_set=keys)
+    among = pc.is_in(
+        pa.chunked_array([c for r in rows for c in r[RECORD_KEY].cast(keys.type).chunks], keys.type), value_set=keys
+    )
     parts, at = [], 0
     for op, r in zip(ops, rows):
         parts.append(op._with(r.filter(among.slice(at, r.num_rows))))
@@ -274,7 +294,12 @@ def _apply(current: pa.Table, ops: list[_LogOp], rule: MergeRule) -> pa.Table:
 
 
 def stored_ordering(
-    io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, lowest: pa.Scalar, keys: pa.Array | None = None,
+    io: FileIO,
+    fs: FileSlice,
+    visible: Callable[[str], bool],
+    rule: MergeRule,
+    lowest: pa.Scalar,
+    keys: pa.Array | None = None,
 ) -> pa.Table | None:
     """For every key (of ``keys``, when given) whose stored ordering value can be above ``lowest``, its key
     and a value that is above ``lowest`` exactly where the stored row's is; ``None`` when no stored row can
@@ -294,7 +319,9 @@ def stored_ordering(
     base_may_exceed = False
     if fs.base_file is not None:
         path = fs.base_file.path
-        base = file_bound(io, path, fs.base_file.size, field, lambda: footer_max(io, path, field))  # None: no statistics
+        base = file_bound(
+            io, path, fs.base_file.size, field, lambda: footer_max(io, path, field)
+        )  # None: no statistics
         base_may_exceed = base is None or may_exceed([base], lowest)
     if not base_may_exceed and None not in bounds and not may_exceed(bounds, lowest):
         return None
@@ -302,16 +329,22 @@ def stored_ordering(
     ops = _log_ops(io, fs, visible, columns)
     if not base_may_exceed:
         fs = dataclasses.replace(fs, base_file=None)
-    return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns, keys)), promote_options="permissive")
+    return pa.concat_tables(
+        list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns, keys)), promote_options="permissive"
+    )
 
 
-def stored_rows(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, keys: pa.Array, columns: list[str]) -> pa.Table:
+def stored_rows(
+    io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, keys: pa.Array, columns: list[str]
+) -> pa.Table:
     """The stored rows of ``keys`` (their key and ``columns``): the slice merged for those keys alone."""
     wanted = list(dict.fromkeys([RECORD_KEY, *columns, *([rule.ordering_field] if rule.ordering_field else [])]))
     if fs.base_file is None and not fs.log_files:
         return pa.table({RECORD_KEY: pa.array([], pa.string())})
     ops = _log_ops(io, fs, visible, wanted)
-    return pa.concat_tables(list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, wanted, keys)), promote_options="permissive")
+    return pa.concat_tables(
+        list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, wanted, keys)), promote_options="permissive"
+    )
 
 
 def merge_slice(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule) -> pa.Table:

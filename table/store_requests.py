@@ -91,12 +91,16 @@ class StoreRefused(LaketideError):
 
 def store_failure(error: BaseException, what: str) -> LaketideError:
     """A store's error that no caller told apart (object_store's own), as laketide's, naming ``what`` (the table)."""
-    return LaketideError(f"the object store of {what} failed: {type(error).__name__}: {first_line(error)}. Check the store's endpoint, "
-                         "credentials and the path; the table is as the last completed instant left it")
+    return LaketideError(
+        f"the object store of {what} failed: {type(error).__name__}: {first_line(error)}. Check the store's endpoint, "
+        "credentials and the path; the table is as the last completed instant left it"
+    )
 
 
 # a listing or request of a bucket (container) that does not exist, as S3, GCS and Azure answer it
-NO_BUCKET = re.compile(r"NoSuchBucket|ContainerNotFound|bucket does not exist|The specified bucket does not exist", re.IGNORECASE)
+NO_BUCKET = re.compile(
+    r"NoSuchBucket|ContainerNotFound|bucket does not exist|The specified bucket does not exist", re.IGNORECASE
+)
 
 
 class StoreRequests:
@@ -152,8 +156,11 @@ class StoreRequests:
         else count the retry, wait its backoff, and give the next retry's number."""
         if not is_transient(error):
             if NO_BUCKET.search(str(error)):
-                raise StoreRefused(f"the bucket (container) of {self.where} does not exist: check the path's bucket name and the "
-                                   "store's endpoint and region (storage.options, --storage-option), or create the bucket", kind=ErrorKind.NOT_FOUND) from error
+                raise StoreRefused(
+                    f"the bucket (container) of {self.where} does not exist: check the path's bucket name and the "
+                    "store's endpoint and region (storage.options, --storage-option), or create the bucket",
+                    kind=ErrorKind.NOT_FOUND,
+                ) from error
             raise error  # what a caller tells apart itself (an empty range, a store without batch delete), or a bug
         if retry >= self.policy.max_retries:
             raise self._gave_up(kind, error) from error
@@ -165,14 +172,16 @@ class StoreRequests:
     def _refused(self, kind: str, error: BaseException) -> StoreRefused:
         denied = isinstance(error, PermissionDeniedError)
         return StoreRefused(
-            f"the object store at {self.where} refused a {kind}: {'the credentials may not do that' if denied else 'it does not accept the credentials'} "
+            f"the object store at {self.where} refused a {kind}: "
+            f"{'the credentials may not do that' if denied else 'it does not accept the credentials'} "
             f"({first_line(error)}). Check the credentials in storage.options (--storage-option) or the environment",
             kind=ErrorKind.FORBIDDEN if denied else ErrorKind.UNAUTHENTICATED,
         )
 
     def _gave_up(self, kind: str, error: BaseException) -> StoreUnavailable:
         return StoreUnavailable(
-            f"the object store at {self.where} failed a {kind} {self.policy.max_retries + 1} times ({first_line(error)}). "
+            f"the object store at {self.where} failed a {kind} {self.policy.max_retries + 1} times "
+            f"({first_line(error)}). "
             "Check that the store is reachable and its credentials are valid, or raise storage.max_retries "
             "if it is throttling this job."
         )

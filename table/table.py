@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SharedCaches", "Table", "TableNotFound"]
 
+
 @dataclass
 class SharedCaches:
     """What tables opened again and again on one path (a server opens one per request) share: the metadata
@@ -81,7 +82,9 @@ class Table:
         return cls.create_from_config(path, config, schema, io)
 
     @classmethod
-    def create_from_config(cls, path: str, config: TableConfig, schema: pa.Schema | None = None, io: FileIO | None = None) -> Table:
+    def create_from_config(
+        cls, path: str, config: TableConfig, schema: pa.Schema | None = None, io: FileIO | None = None
+    ) -> Table:
         io = io or FileIO.for_uri(path)
         if io.is_file(PROPERTIES_FILE) or has_timeline(io):
             raise FileExistsError(f"a Hudi table already exists at {io.full_path('')}")
@@ -152,7 +155,9 @@ class Table:
     def snapshot(self, as_of: str | None = None) -> pa.Table:
         """Every live row as of ``as_of`` (default: the latest completed instant); see ``parse_instant_time``."""
         as_of = parse_instant_time(as_of) if as_of is not None else None
-        return reader.snapshot(self.io, self.file_system_view(), as_of, self.config.populate_meta_fields, self.merge_rule)
+        return reader.snapshot(
+            self.io, self.file_system_view(), as_of, self.config.populate_meta_fields, self.merge_rule
+        )
 
     def read_optimized(self, as_of: str | None = None) -> pa.Table:
         """The rows of the base files alone: for merge-on-read, each file group as of its last compaction."""
@@ -168,4 +173,6 @@ class Table:
         """Rows committed in ``(start, end]``; either bound in any form ``parse_instant_time`` takes."""
         start = parse_instant_time(start) if start is not None else None
         end = parse_instant_time(end) if end is not None else None
-        return reader.incremental(self.io, self.file_system_view(), start, end, self.config.populate_meta_fields, self.merge_rule)
+        return reader.incremental(
+            self.io, self.file_system_view(), start, end, self.config.populate_meta_fields, self.merge_rule
+        )

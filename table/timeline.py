@@ -48,7 +48,13 @@ class InstantNotFound(NotFound, KeyError):
 
 
 class Timeline:
-    def __init__(self, io: FileIO, config: TableConfig, instants: Iterable[Instant], details: dict[str, CommitMetadata] | None = None):
+    def __init__(
+        self,
+        io: FileIO,
+        config: TableConfig,
+        instants: Iterable[Instant],
+        details: dict[str, CommitMetadata] | None = None,
+    ):
         """``details`` caches the metadata of completed writes; a long-lived table passes one cache to
         every timeline it loads, so each commit's metadata is read once, not once per load."""
         self.io = io
@@ -75,7 +81,11 @@ class Timeline:
     @classmethod
     def load(cls, io: FileIO, config: TableConfig, details: dict[str, CommitMetadata] | None = None) -> Timeline:
         layout = config.timeline_layout_version
-        listed = [(i, e.mtime_ns) for e in io.list_dir(config.timeline_dir) if not e.is_dir and (i := Instant.parse_file_name(e.name, layout))]
+        listed = [
+            (i, e.mtime_ns)
+            for e in io.list_dir(config.timeline_dir)
+            if not e.is_dir and (i := Instant.parse_file_name(e.name, layout))
+        ]
         timeline = cls(io, config, (i for i, _ in listed), details)
         timeline.completed_at = {(i.timestamp, i.action): mtime for i, mtime in listed if i.is_completed and mtime}
         return timeline
@@ -147,7 +157,8 @@ class Timeline:
 
     def commit_metadata(self, instant: Instant) -> CommitMetadata:
         """The metadata of a completed write (cached: completed instants never change)."""
-        # several threads may share the cache (a server's requests): single dict operations, so a race only reads a commit again
+        # several threads may share the cache (a server's requests): single dict operations, so a race only reads a
+        # commit again
         cached = self._details.get(instant.timestamp) if instant.is_completed else None
         if cached is not None:
             return cached

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.table.slice_reader import rows_of_keys
 
 PLACEHOLDER = "__debezium_unavailable_value"
@@ -53,7 +54,9 @@ def with_cells(rows: pa.Table, column: str, at: np.ndarray, donors: pa.Array) ->
     return rows.set_column(rows.schema.get_field_index(column), rows.schema.field(column), merged)
 
 
-def fill_from_stored(incoming: pa.Table, at: np.ndarray, stored: pa.Table, placeholder: str | None, deleted: np.ndarray) -> pa.Table:
+def fill_from_stored(
+    incoming: pa.Table, at: np.ndarray, stored: pa.Table, placeholder: str | None, deleted: np.ndarray
+) -> pa.Table:
     """``incoming`` with each placeholder cell of an upsert whose key is stored (``at``: its stored row, or -1)
     replaced by the stored value."""
     cells = placeholder_cells(incoming, placeholder)
@@ -67,8 +70,14 @@ def fill_from_stored(incoming: pa.Table, at: np.ndarray, stored: pa.Table, place
     return incoming
 
 
-def fill_from_stored_rows(incoming: pa.Table, existed: np.ndarray, deleted: np.ndarray, placeholder: str | None,
-                          read_stored: Callable[[pa.Array, list[str]], pa.Table], key_column: str) -> pa.Table:
+def fill_from_stored_rows(
+    incoming: pa.Table,
+    existed: np.ndarray,
+    deleted: np.ndarray,
+    placeholder: str | None,
+    read_stored: Callable[[pa.Array, list[str]], pa.Table],
+    key_column: str,
+) -> pa.Table:
     """``fill_from_stored`` for rows whose stored values must be read first: only the keys with a placeholder
     cell are read, and only their placeholder columns (``read_stored(keys, columns)``)."""
     cells = placeholder_cells(incoming, placeholder)
@@ -89,7 +98,9 @@ def fill_from_stored_rows(incoming: pa.Table, existed: np.ndarray, deleted: np.n
     return fill_from_stored(incoming, at, stored, placeholder, deleted)
 
 
-def fill_from_earlier_events(rows: pa.Table, key: list[str], order: list[str], deleted: np.ndarray, placeholder: str | None) -> pa.Table:
+def fill_from_earlier_events(
+    rows: pa.Table, key: list[str], order: list[str], deleted: np.ndarray, placeholder: str | None
+) -> pa.Table:
     """``rows`` (the events of a micro-batch, or of a part holding every event of its keys) with each placeholder
     cell filled from the newest earlier event of its key that holds a value (``fill_from_older``). Events
     of a key are ordered by the ``order`` columns, the newest last in each."""
@@ -102,7 +113,9 @@ def fill_from_earlier_events(rows: pa.Table, key: list[str], order: list[str], d
     same = np.ones(len(ranked), bool)
     for name in key:
         column = keys[name].combine_chunks()
-        same[1:] &= pc.fill_null(pc.equal(column.slice(1), column.slice(0, len(column) - 1)), False).to_numpy(zero_copy_only=False)
+        same[1:] &= pc.fill_null(pc.equal(column.slice(1), column.slice(0, len(column) - 1)), False).to_numpy(
+            zero_copy_only=False
+        )
     same[0] = False
     runs = [run for run in np.split(ranked, np.flatnonzero(~same)[1:]) if len(run) > 1]
     return fill_from_older(rows, runs, deleted, placeholder) if runs else rows

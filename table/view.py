@@ -99,8 +99,13 @@ class FileSystemView:
     groups it wrote, not of the whole table."""
 
     def __init__(
-        self, timeline: Timeline, base_files: list[BaseFile] = (), log_files: list[LogFile] = (), *,
-        groups: dict[GroupKey, FileGroup] | None = None, carried: dict[GroupKey, FileSlice | None] | None = None,
+        self,
+        timeline: Timeline,
+        base_files: list[BaseFile] = (),
+        log_files: list[LogFile] = (),
+        *,
+        groups: dict[GroupKey, FileGroup] | None = None,
+        carried: dict[GroupKey, FileSlice | None] | None = None,
     ):
         self.timeline = timeline
         self.groups = groups if groups is not None else group_files(base_files, log_files)
@@ -163,9 +168,12 @@ class FileSystemView:
             candidates = self.current_slices().items()
         else:
             visible, earliest = self._visible_instants(as_of)
-            candidates = ((key, self._slice(group, visible, earliest, as_of)) for key, group in sorted(self.groups.items()))
+            candidates = (
+                (key, self._slice(group, visible, earliest, as_of)) for key, group in sorted(self.groups.items())
+            )
         return [
-            found for key, found in candidates
+            found
+            for key, found in candidates
             if found is not None and key not in replaced and (partition is None or found.partition == partition)
         ]
 
@@ -192,13 +200,21 @@ class FileSystemView:
     def _slice(cls, group: FileGroup, visible: set[str], earliest: str | None, as_of: str | None) -> FileSlice | None:
         base = None  # the newest committed base file (the last listed of equals, as a stable sort gives)
         for b in group.base_files:
-            if (base is None or b.instant_time >= base.instant_time) and cls._committed(b.instant_time, visible, earliest, as_of):
+            if (base is None or b.instant_time >= base.instant_time) and cls._committed(
+                b.instant_time, visible, earliest, as_of
+            ):
                 base = b
         start = base.instant_time if base else ""
-        logs = [lf for lf in group.log_files if lf.base_instant >= start and cls._committed(lf.base_instant, visible, earliest, as_of)]
+        logs = [
+            lf
+            for lf in group.log_files
+            if lf.base_instant >= start and cls._committed(lf.base_instant, visible, earliest, as_of)
+        ]
         if base is None and not logs:
             return None
-        logs.sort(key=lambda lf: (lf.version, lf.write_token))  # Hudi's order (hudi-common HoodieLogFile.LogFileComparator)
+        logs.sort(
+            key=lambda lf: (lf.version, lf.write_token)
+        )  # Hudi's order (hudi-common HoodieLogFile.LogFileComparator)
         return FileSlice(group.partition, group.file_id, start, base, logs)
 
     def next_log_version(self, partition: str, file_id: str, base_instant: str) -> int:
@@ -213,8 +229,12 @@ class FileSystemView:
         A log file's name carries the base instant of its slice, not the
         instant that wrote it: see ``log_files_before``.
         """
-        return sorted(b.path for group in self.groups.values() for b in group.base_files if b.instant_time == instant_time)
+        return sorted(
+            b.path for group in self.groups.values() for b in group.base_files if b.instant_time == instant_time
+        )
 
     def log_files_before(self, instant_time: str) -> list[str]:
         """Paths of the log files that ``instant_time`` may have written: those on slices not newer than it."""
-        return sorted(lf.path for group in self.groups.values() for lf in group.log_files if lf.base_instant <= instant_time)
+        return sorted(
+            lf.path for group in self.groups.values() for lf in group.log_files if lf.base_instant <= instant_time
+        )

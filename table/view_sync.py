@@ -149,7 +149,9 @@ class ViewSync:
             if (instant.timestamp, instant.action) in self._applied:
                 continue
             if not self._apply(instant, timeline):
-                log.info("%s %s cannot be applied to the view; listing the table again", instant.action, instant.timestamp)
+                log.info(
+                    "%s %s cannot be applied to the view; listing the table again", instant.action, instant.timestamp
+                )
                 self._list(timeline)
                 return
             self._applied.add((instant.timestamp, instant.action))
@@ -157,7 +159,10 @@ class ViewSync:
     def _apply(self, instant: Instant, timeline: Timeline) -> bool:
         if instant.action in WRITE_ACTIONS:
             for stat in timeline.commit_metadata(instant).write_stats():
-                if stat.path and (f := parse_data_file(*posixpath.split(stat.path), stat.file_size_in_bytes)) is not None:
+                if (
+                    stat.path
+                    and (f := parse_data_file(*posixpath.split(stat.path), stat.file_size_in_bytes)) is not None
+                ):
                     self._put(f)
             self._changed |= self._pending.pop(instant.timestamp, set())
             self._newly_applied.add(instant.timestamp)

@@ -32,8 +32,16 @@ def write_file_groups(path: Path, groups: int) -> Table:
             "ts": pa.array(range(PARTITIONS), pa.int64()),
         }
     )
-    laketide.write(str(path), rows, operation="bulk_insert", record_key="id", partition_by="p", ordering_field="ts",
-                   table_type="MERGE_ON_READ", name="history")
+    laketide.write(
+        str(path),
+        rows,
+        operation="bulk_insert",
+        record_key="id",
+        partition_by="p",
+        ordering_field="ts",
+        table_type="MERGE_ON_READ",
+        name="history",
+    )
     table = Table.open(str(path))
     for n, file_slice in enumerate(table.file_system_view().latest_slices()):
         base = file_slice.base_file
@@ -42,7 +50,9 @@ def write_file_groups(path: Path, groups: int) -> Table:
             key = PARTITIONS * copy + n
             file_id = f"{uuid.uuid5(uuid.NAMESPACE_URL, f'history/{key}')}-0"
             row = template.set_column(template.schema.get_field_index("id"), "id", pa.array([key], pa.int64()))
-            row = row.set_column(row.schema.get_field_index("_hoodie_record_key"), "_hoodie_record_key", pa.array([str(key)]))
+            row = row.set_column(
+                row.schema.get_field_index("_hoodie_record_key"), "_hoodie_record_key", pa.array([str(key)])
+            )
             pq.write_table(row, table.io.full_path(f"{base.partition}/{file_id}_0-0-0_{base.instant_time}.parquet"))
     return table
 
@@ -62,7 +72,16 @@ def archive_history(table: Table, instants: int, per_archival: int = 1000) -> No
 
 
 def _archived_template(n: int) -> dict:
-    stat = WriteStat(file_id=f"f{n}-0", path=f"p{n % PARTITIONS:03d}/f{n}-0.log", partition_path=f"p{n % PARTITIONS:03d}",
-                     num_writes=100, num_inserts=40, num_update_writes=60, total_write_bytes=4096)
-    body = CommitMetadata(partition_to_write_stats={stat.partition_path: [stat]}, operation_type="UPSERT").to_json_bytes()
+    stat = WriteStat(
+        file_id=f"f{n}-0",
+        path=f"p{n % PARTITIONS:03d}/f{n}-0.log",
+        partition_path=f"p{n % PARTITIONS:03d}",
+        num_writes=100,
+        num_inserts=40,
+        num_update_writes=60,
+        total_write_bytes=4096,
+    )
+    body = CommitMetadata(
+        partition_to_write_stats={stat.partition_path: [stat]}, operation_type="UPSERT"
+    ).to_json_bytes()
     return archived_entry(Instant(parse_instant_time(1_600_000_000 + n), DELTA_COMMIT, State.COMPLETED), body)

@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streaming import DATA_COLUMNS, SCHEMA_DDL, Model
+
 from laketide.table import Table
 from laketide.table.commit import EPOCH_KEY
-
-from streaming import DATA_COLUMNS, SCHEMA_DDL, Model
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 CLI = str(Path(sys.executable).with_name("laketide"))
@@ -38,7 +38,9 @@ class ZooKeeperServer:
 
     def __init__(self, root: Path):
         if not ZOOKEEPER_JAR.exists():
-            raise RuntimeError(f"ZooKeeper is not installed ({ZOOKEEPER_JAR} missing); run deploy/install-system-deps.sh")
+            raise RuntimeError(
+                f"ZooKeeper is not installed ({ZOOKEEPER_JAR} missing); run deploy/install-system-deps.sh"
+            )
         self.root = root
         self.port = free_port()
         (root / "data").mkdir(parents=True, exist_ok=True)
@@ -55,9 +57,16 @@ class ZooKeeperServer:
     def start(self, timeout: float = 30) -> ZooKeeperServer:
         log = open(self.root / "zookeeper.log", "a")
         self.proc = subprocess.Popen(
-            ["java", "-Dzookeeper.admin.enableServer=false", "-cp", f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}",
-             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.root / "zoo.cfg")],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                "java",
+                "-Dzookeeper.admin.enableServer=false",
+                "-cp",
+                f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}",
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                str(self.root / "zoo.cfg"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -97,7 +106,13 @@ def feed_lines(rng: random.Random, n: int) -> list[dict]:
     lines = []
     for _ in range(rng.randrange(5, 40)):
         i = rng.randrange(KEYS)
-        line = {"id": i, "name": f"n{i}-{n}", "amount": round(rng.random() * 100, 2), "ts": n, "region": ("us", "eu", "apac")[i % 3]}
+        line = {
+            "id": i,
+            "name": f"n{i}-{n}",
+            "amount": round(rng.random() * 100, 2),
+            "ts": n,
+            "region": ("us", "eu", "apac")[i % 3],
+        }
         if rng.random() < 0.1:
             line["_hoodie_is_deleted"] = True
         lines.append(line)
@@ -146,12 +161,29 @@ class Feeder(threading.Thread):
 # -- the job --------------------------------------------------------------
 
 
-def job_args(root: Path, lease: str = "local", zookeeper: str = "", api_port: int | None = None, trigger: str = "available-now", extra: list[str] | None = None) -> list[str]:
+def job_args(
+    root: Path,
+    lease: str = "local",
+    zookeeper: str = "",
+    api_port: int | None = None,
+    trigger: str = "available-now",
+    extra: list[str] | None = None,
+) -> list[str]:
     conf = [
-        f"table.path={root / 'table'}", "table.name=orders", 'table.record_key=["id"]', 'table.partition_by=["region"]',
-        "table.ordering_field=ts", "source.format=json", f"source.path={root / 'landing'}", f"source.schema={SCHEMA_DDL}",
-        "source.max_files_per_trigger=1", f"stream.checkpoint={root / 'checkpoint'}", "write.index_shards=2", "write.parallelism=2",
-        f"coordinator.lease={lease}", f"stream.trigger={trigger}",
+        f"table.path={root / 'table'}",
+        "table.name=orders",
+        'table.record_key=["id"]',
+        'table.partition_by=["region"]',
+        "table.ordering_field=ts",
+        "source.format=json",
+        f"source.path={root / 'landing'}",
+        f"source.schema={SCHEMA_DDL}",
+        "source.max_files_per_trigger=1",
+        f"stream.checkpoint={root / 'checkpoint'}",
+        "write.index_shards=2",
+        "write.parallelism=2",
+        f"coordinator.lease={lease}",
+        f"stream.trigger={trigger}",
     ]
     if lease == "zookeeper":
         conf.append(f"coordinator.zookeeper={zookeeper}")
@@ -183,7 +215,9 @@ class Job:
 
     def start(self) -> Job:
         log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
         return self
 
@@ -248,7 +282,14 @@ class Verdict:
 
     @property
     def clean(self) -> bool:
-        return not (self.rows_lost or self.rows_duplicated or self.rows_wrong or self.files_left_over or self.pending or self.epoch_regressions)
+        return not (
+            self.rows_lost
+            or self.rows_duplicated
+            or self.rows_wrong
+            or self.files_left_over
+            or self.pending
+            or self.epoch_regressions
+        )
 
 
 def leftover_data_files(table: Table) -> list[str]:

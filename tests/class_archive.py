@@ -23,8 +23,18 @@ def main(archive: Path) -> None:
     laketide = Path(sys.executable).parent / "laketide"
     with tempfile.TemporaryDirectory(prefix="laketide-class-archive-") as root:
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={archive}"}
-        settings = [f"table.path={root}/table", f"stream.checkpoint={root}/checkpoint", "source.generator.batches=2", "source.generator.rows_per_batch=100"]
-        subprocess.run([str(laketide), "run", *(arg for s in settings for arg in ("--conf", s))], env=env, check=True, capture_output=True)
+        settings = [
+            f"table.path={root}/table",
+            f"stream.checkpoint={root}/checkpoint",
+            "source.generator.batches=2",
+            "source.generator.rows_per_batch=100",
+        ]
+        subprocess.run(
+            [str(laketide), "run", *(arg for s in settings for arg in ("--conf", s))],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
     if not archive.exists():
         sys.exit(f"the JVM wrote no class archive at {archive}")
 

@@ -8,7 +8,6 @@ Spark starts a statically found Python data source with the driver's interpreter
 import sys
 
 import pyarrow.parquet as pq
-
 from pyspark.sql import SparkSession
 
 from laketide.spark.table_source import LaketideDataSource

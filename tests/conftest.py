@@ -19,7 +19,10 @@ CLASS_ARCHIVE = Path(sys.executable).parents[1] / "spark-classes.jsa"
 # The suite's driver JVMs live seconds on small data: the JIT's first tier only (C1) spares them the
 # optimizing compiler's threads, which competed with the other test worker for the two cores. A small
 # `laketide run` took 9.7 s against 11.8. A long-running job wants the optimizing tier: not for production.
-TEST_JVM_OPTS = ["-XX:TieredStopAtLevel=1", *([f"-XX:SharedArchiveFile={CLASS_ARCHIVE}"] if CLASS_ARCHIVE.exists() else [])]
+TEST_JVM_OPTS = [
+    "-XX:TieredStopAtLevel=1",
+    *([f"-XX:SharedArchiveFile={CLASS_ARCHIVE}"] if CLASS_ARCHIVE.exists() else []),
+]
 os.environ.setdefault("SPARK_SUBMIT_OPTS", " ".join(TEST_JVM_OPTS))
 FIXTURES = Path(os.environ.get("LAKETIDE_FIXTURES", REPO.parent / "shared" / "fixtures"))
 SPARK_TABLES = FIXTURES / "hudi-spark-tables"

@@ -9,21 +9,45 @@ from dataclasses import dataclass, field
 ROW_DDL = "id BIGINT, name STRING, amount DOUBLE, region STRING"
 COLUMNS = ["id", "name", "amount", "region"]
 # the connector's schema of the value, abridged: readers here take the payload, as Kafka Connect's consumers do
-SCHEMA = {"type": "struct", "name": "dbserver.public.orders.Envelope", "optional": False, "fields": [
-    {"field": "before", "type": "struct", "optional": True}, {"field": "after", "type": "struct", "optional": True},
-    {"field": "source", "type": "struct", "optional": False}, {"field": "op", "type": "string", "optional": False},
-    {"field": "ts_ms", "type": "int64", "optional": True},
-]}
+SCHEMA = {
+    "type": "struct",
+    "name": "dbserver.public.orders.Envelope",
+    "optional": False,
+    "fields": [
+        {"field": "before", "type": "struct", "optional": True},
+        {"field": "after", "type": "struct", "optional": True},
+        {"field": "source", "type": "struct", "optional": False},
+        {"field": "op", "type": "string", "optional": False},
+        {"field": "ts_ms", "type": "int64", "optional": True},
+    ],
+}
 
 
 def row(i: int, version: int, region: str | None = None) -> dict:
-    return {"id": i, "name": f"n{i}-v{version}", "amount": round(i * 1.5 + version, 2), "region": region or ("us" if i % 2 else "eu")}
+    return {
+        "id": i,
+        "name": f"n{i}-v{version}",
+        "amount": round(i * 1.5 + version, 2),
+        "region": region or ("us" if i % 2 else "eu"),
+    }
 
 
 def event(op: str, lsn: int, before: dict | None = None, after: dict | None = None) -> dict:
-    source = {"version": "2.7.0.Final", "connector": "postgresql", "name": "dbserver", "db": "shop", "schema": "public",
-              "table": "orders", "lsn": lsn, "ts_ms": 1_700_000_000_000 + lsn, "snapshot": "false" if op != "r" else "true"}
-    return {"schema": SCHEMA, "payload": {"before": before, "after": after, "source": source, "op": op, "ts_ms": 1_700_000_000_500 + lsn}}
+    source = {
+        "version": "2.7.0.Final",
+        "connector": "postgresql",
+        "name": "dbserver",
+        "db": "shop",
+        "schema": "public",
+        "table": "orders",
+        "lsn": lsn,
+        "ts_ms": 1_700_000_000_000 + lsn,
+        "snapshot": "false" if op != "r" else "true",
+    }
+    return {
+        "schema": SCHEMA,
+        "payload": {"before": before, "after": after, "source": source, "op": op, "ts_ms": 1_700_000_000_500 + lsn},
+    }
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """A small HTTP proxy between a client and an object-store server that misbehaves on purpose: it
 answers a share of requests with 503 SlowDown, resets a share of connections, and delays some; with
 ``drop_headers`` it leaves those request headers out (If-None-Match and If-Match: a store that ignores
-conditional writes), and with ``batch_delete = False`` it answers S3's batch delete with 405. With no faults it is a request counter: ``requests`` counts what reached it, by
+conditional writes), and with ``batch_delete = False`` it answers S3's batch delete with 405. With no faults it is a
+request counter: ``requests`` counts what reached it, by
 kind (``kind_of``)."""
 
 from __future__ import annotations
@@ -14,15 +15,26 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-SLOW_DOWN = b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+SLOW_DOWN = (
+    b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code><Message>Please reduce your request "
+    b"rate.</Message></Error>"
+)
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailer", "upgrade"}
 
 
 class FaultProxy:
     """Listens on 127.0.0.1 (a free port); forwards to ``upstream`` ("host:port"). Counts what it did."""
 
-    def __init__(self, upstream: str, slow_down: float = 0.0, reset: float = 0.0, delay: float = 0.0, seed: int = 7,
-                 drop_headers: tuple[str, ...] = (), batch_delete: bool = True):
+    def __init__(
+        self,
+        upstream: str,
+        slow_down: float = 0.0,
+        reset: float = 0.0,
+        delay: float = 0.0,
+        seed: int = 7,
+        drop_headers: tuple[str, ...] = (),
+        batch_delete: bool = True,
+    ):
         self.upstream = upstream
         self.batch_delete = batch_delete
         self.dropped = HOP_BY_HOP | {h.lower() for h in drop_headers}

@@ -16,28 +16,36 @@ import pyarrow as pa
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY
 from laketide.table.files import new_file_id
+from laketide.table.keygen import partition_paths, record_keys
 from laketide.table.schema import FILE_NAME, PARTITION_PATH, RECORD_KEY, avro_schema_json, data_schema, with_meta_schema
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
-from laketide.table.keygen import partition_paths, record_keys
-
 
 
 def write_file_groups(
-    table: Table, instant: str, data: pa.Table, schema: pa.Schema, new_groups_only: bool = False, insert_into: dict[str, str] | None = None
+    table: Table,
+    instant: str,
+    data: pa.Table,
+    schema: pa.Schema,
+    new_groups_only: bool = False,
+    insert_into: dict[str, str] | None = None,
 ) -> list:
     """Write one instant's file groups; ``new_groups_only`` puts every key in a new group (as clustering does);
     ``insert_into`` sends the new keys of a partition to that existing group (as Hudi's small-file handling does)."""
     config = table.config
     data = data.append_column(RECORD_KEY, record_keys(data, config.record_key_fields, config.complex_key)[0])
-    partitions = partition_paths(data, config.partition_fields, config.hive_style_partitioning, config.urlencode_partitions)[0]
+    partitions = partition_paths(
+        data, config.partition_fields, config.hive_style_partitioning, config.urlencode_partitions
+    )[0]
     data = data.append_column("__partition", partitions)
     view = table.file_system_view()
     slices = {(s.partition, s.file_id): s for s in view.latest_slices()}
     located = {}
     snap = table.snapshot()
     if snap.num_rows and not new_groups_only:
-        for key, part, name in zip(snap[RECORD_KEY].to_pylist(), snap[PARTITION_PATH].to_pylist(), snap[FILE_NAME].to_pylist()):
+        for key, part, name in zip(
+            snap[RECORD_KEY].to_pylist(), snap[PARTITION_PATH].to_pylist(), snap[FILE_NAME].to_pylist()
+        ):
             located[key] = (part, name.split("_")[0])
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     fresh: dict[str, str] = dict(insert_into or {})

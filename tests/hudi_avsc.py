@@ -29,7 +29,9 @@ VERSION = {"name": "version", "type": ["int", "null"], "default": 1}
 # Dependencies first: later schemas refer to these by name.
 SCHEMAS: dict[str, dict] = {
     # HoodieInstantInfo.avsc
-    "HoodieInstantInfo": _record("HoodieInstantInfo", [{"name": "commitTime", "type": "string"}, {"name": "action", "type": "string"}]),
+    "HoodieInstantInfo": _record(
+        "HoodieInstantInfo", [{"name": "commitTime", "type": "string"}, {"name": "action", "type": "string"}]
+    ),
     # HoodieCleanPartitionMetadata.avsc
     "HoodieCleanPartitionMetadata": _record(
         "HoodieCleanPartitionMetadata",
@@ -74,7 +76,12 @@ SCHEMAS: dict[str, dict] = {
     "HoodieCleanerPlan": _record(
         "HoodieCleanerPlan",
         [
-            _opt("earliestInstantToRetain", _record("HoodieActionInstant", [{"name": n, "type": "string"} for n in ("timestamp", "action", "state")])),
+            _opt(
+                "earliestInstantToRetain",
+                _record(
+                    "HoodieActionInstant", [{"name": n, "type": "string"} for n in ("timestamp", "action", "state")]
+                ),
+            ),
             {"name": "policy", "type": "string"},
             _opt("filesToBeDeletedPerPartition", {"type": "map", "values": STRINGS}),
             VERSION,
@@ -84,7 +91,9 @@ SCHEMAS: dict[str, dict] = {
                     "type": "map",
                     "values": {
                         "type": "array",
-                        "items": _record("HoodieCleanFileInfo", [_opt("filePath", "string"), _opt("isBootstrapBaseFile", "boolean")]),
+                        "items": _record(
+                            "HoodieCleanFileInfo", [_opt("filePath", "string"), _opt("isBootstrapBaseFile", "boolean")]
+                        ),
                     },
                 },
             ),
@@ -142,7 +151,8 @@ SCHEMAS: dict[str, dict] = {
                 "type": {
                     "type": "map",
                     "values": _record(
-                        "HoodieSavepointPartitionMetadata", [{"name": "partitionPath", "type": "string"}, {"name": "savepointDataFile", "type": STRINGS}]
+                        "HoodieSavepointPartitionMetadata",
+                        [{"name": "partitionPath", "type": "string"}, {"name": "savepointDataFile", "type": STRINGS}],
                     ),
                 },
             },
@@ -152,7 +162,11 @@ SCHEMAS: dict[str, dict] = {
     "HoodieRestorePlan": _record(
         "HoodieRestorePlan",
         [
-            {"name": "instantsToRollback", "default": [], "type": {"type": "array", "items": f"{NS}.HoodieInstantInfo"}},
+            {
+                "name": "instantsToRollback",
+                "default": [],
+                "type": {"type": "array", "items": f"{NS}.HoodieInstantInfo"},
+            },
             {"name": "version", "type": ["int", "null"], "default": 2},
             {"name": "savepointToRestoreTimestamp", "type": ["string", "null"], "default": None},
         ],
@@ -164,9 +178,16 @@ SCHEMAS: dict[str, dict] = {
             {"name": "startRestoreTime", "type": "string"},
             {"name": "timeTakenInMillis", "type": "long"},
             {"name": "instantsToRollback", "type": STRINGS},
-            {"name": "hoodieRestoreMetadata", "type": {"type": "map", "values": {"type": "array", "items": ["null", f"{NS}.HoodieRollbackMetadata"]}}},
+            {
+                "name": "hoodieRestoreMetadata",
+                "type": {"type": "map", "values": {"type": "array", "items": ["null", f"{NS}.HoodieRollbackMetadata"]}},
+            },
             VERSION,
-            {"name": "restoreInstantInfo", "default": [], "type": {"type": "array", "items": f"{NS}.HoodieInstantInfo"}},
+            {
+                "name": "restoreInstantInfo",
+                "default": [],
+                "type": {"type": "array", "items": f"{NS}.HoodieInstantInfo"},
+            },
             _opt("extraMetadata", {"type": "map", "values": "string"}),
         ],
     ),
@@ -219,5 +240,7 @@ def java_decode(spark, data: bytes, record: str) -> dict:
     parser = jvm.org.apache.avro.Schema.Parser()
     parsed = {name: parser.parse(json.dumps(schema)) for name, schema in SCHEMAS.items()}
     stream = jvm.org.apache.avro.file.SeekableByteArrayInput(bytearray(data))
-    reader = jvm.org.apache.avro.file.DataFileReader(stream, jvm.org.apache.avro.generic.GenericDatumReader(parsed[record]))
+    reader = jvm.org.apache.avro.file.DataFileReader(
+        stream, jvm.org.apache.avro.generic.GenericDatumReader(parsed[record])
+    )
     return json.loads(str(reader.next().toString()))

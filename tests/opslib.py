@@ -8,13 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pydantic_core import to_jsonable_python
-
-from laketide.table import Table
-
 from chaoslib import run_here
 from conftest import hudi_read, rows
+from pydantic_core import to_jsonable_python
 from streaming import DATA_COLUMNS, SCHEMA_DDL, Model, land, row
+
+from laketide.table import Table
 
 CLI = str(Path(sys.executable).with_name("laketide"))
 REGIONS = ("us", "eu", "apac")
@@ -84,7 +83,9 @@ class OpsTable:
 
     def cli(self, *args: str, expect_code: int = 0) -> subprocess.CompletedProcess:
         done = subprocess.run([CLI, *args], capture_output=True, text=True, env=ENV, timeout=600)
-        assert done.returncode == expect_code, f"laketide {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-4000:]}"
+        assert done.returncode == expect_code, (
+            f"laketide {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-4000:]}"
+        )
         return done
 
     def timeline(self) -> list[dict]:
@@ -94,7 +95,11 @@ class OpsTable:
         return to_jsonable_python(page.items)
 
     def newest_write(self, action: str | None = None) -> str:
-        writes = [i for i in self.timeline() if i["state"] == "COMPLETED" and i["action"] in ("commit", "deltacommit", "replacecommit")]
+        writes = [
+            i
+            for i in self.timeline()
+            if i["state"] == "COMPLETED" and i["action"] in ("commit", "deltacommit", "replacecommit")
+        ]
         return next(i["instant"] for i in writes if action is None or i["action"] == action)
 
     def read(self, as_of: str | None = None) -> list[dict]:

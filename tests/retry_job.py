@@ -10,10 +10,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from laketide.table import Table  # noqa: E402
-from laketide.table.markers import WriteMarkers  # noqa: E402
-from laketide.spark.job import run  # noqa: E402
-from streaming import job_config  # noqa: E402
+from streaming import job_config
+
+from laketide.spark.job import run
+from laketide.table import Table
+from laketide.table.markers import WriteMarkers
 
 
 def main() -> None:
@@ -26,7 +27,11 @@ def main() -> None:
             return
         table = Table.open(str(root / "table"))
         (instant,) = [i.timestamp for i in table.timeline.pending()]
-        files = [e.path for e in table.io.walk() if e.name.endswith(".parquet") and instant in e.name and not e.path.startswith(".hoodie")]
+        files = [
+            e.path
+            for e in table.io.walk()
+            if e.name.endswith(".parquet") and instant in e.name and not e.path.startswith(".hoodie")
+        ]
         seen[instant] = {"marked": sorted(WriteMarkers(table.io, instant).data_paths()), "files": sorted(files)}
 
     # Spark tasks, not the driver, so that Spark retries the failed one

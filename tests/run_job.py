@@ -17,8 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from laketide.spark.job import run  # noqa: E402
-from streaming import job_config  # noqa: E402
+from streaming import job_config
+
+from laketide.spark.job import run
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ class SchemaRegistryServer:
         registry = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's name)
+            def do_GET(self):
                 parts = self.path.strip("/").split("/")
                 if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
                     registry.lookups.append(int(parts[2]))
@@ -28,7 +28,7 @@ class SchemaRegistryServer:
                         return self._answer(200, {"schema": schema})
                 self._answer(404, {"error_code": 40403, "message": "Schema not found"})
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 parts = self.path.strip("/").split("/")
                 if len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
                     schema = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["schema"]

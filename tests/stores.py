@@ -12,11 +12,19 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from chaoslib import free_port
 from streaming import DATA_COLUMNS
 
-SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string()), ("_hoodie_is_deleted", pa.bool_())])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("amount", pa.float64()),
+        ("ts", pa.int64()),
+        ("region", pa.string()),
+        ("_hoodie_is_deleted", pa.bool_()),
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +40,17 @@ def s3():
     credentials = {"aws_access_key_id": "laketide", "aws_secret_access_key": "laketide", "region_name": "us-east-1"}
     boto3.client("s3", endpoint_url=endpoint, **credentials).create_bucket(Bucket="lake")
     yield {
-        "aws_endpoint_url": endpoint, "aws_access_key_id": "laketide", "aws_secret_access_key": "laketide",
-        "aws_region": "us-east-1", "allow_http": "true",
+        "aws_endpoint_url": endpoint,
+        "aws_access_key_id": "laketide",
+        "aws_secret_access_key": "laketide",
+        "aws_region": "us-east-1",
+        "allow_http": "true",
     }
     server.stop()
 
 
-AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # Azurite's well-known account key
+# Azurite's well-known account key
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 AZURITE = Path(__file__).resolve().parents[1] / ".tools" / "node_modules" / ".bin" / "azurite-blob"
 
 
@@ -52,15 +64,35 @@ def azurite(tmp_path_factory):
     port = free_port()
     data = tmp_path_factory.mktemp("azurite")
     server = subprocess.Popen(
-        [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data), "--skipApiVersionCheck", "--silent"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            str(AZURITE),
+            "--blobHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(port),
+            "--location",
+            str(data),
+            "--skipApiVersionCheck",
+            "--silent",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     endpoint = f"http://127.0.0.1:{port}/devstoreaccount1"
     try:
         wait_for_port(port)
-        connection = f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+        connection = (
+            f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={endpoint};"
+        )
         BlobServiceClient.from_connection_string(connection).create_container("lake")
-        yield {"azure_storage_account_name": "devstoreaccount1", "azure_storage_account_key": AZURITE_KEY, "azure_endpoint": endpoint, "allow_http": "true"}
+        yield {
+            "azure_storage_account_name": "devstoreaccount1",
+            "azure_storage_account_key": AZURITE_KEY,
+            "azure_endpoint": endpoint,
+            "allow_http": "true",
+        }
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
@@ -92,5 +124,8 @@ def expected_rows(batches: list[list[dict]]) -> list[dict]:
             current = newest.get(line["id"])
             if current is None or line["ts"] >= current["ts"]:
                 newest[line["id"]] = line
-    return [{c: line.get(c) for c in DATA_COLUMNS} for _, line in sorted(newest.items()) if not line.get("_hoodie_is_deleted")]
-
+    return [
+        {c: line.get(c) for c in DATA_COLUMNS}
+        for _, line in sorted(newest.items())
+        if not line.get("_hoodie_is_deleted")
+    ]

@@ -54,7 +54,12 @@ class Model:
     def apply(self, lines: list) -> None:
         best: dict[int, tuple[int, int, dict]] = {}
         for pos, line in enumerate(lines):
-            if not isinstance(line, dict) or line.get("id") is None or not isinstance(line.get("ts"), int) or line.get("region") in (".", ".."):
+            if (
+                not isinstance(line, dict)
+                or line.get("id") is None
+                or not isinstance(line.get("ts"), int)
+                or line.get("region") in (".", "..")
+            ):
                 continue
             current = best.get(line["id"])
             if current is None or (line["ts"], pos) > current[:2]:
@@ -72,7 +77,13 @@ class Model:
 
 
 def row(i: int, ts: int, region: str | None = None, deleted: bool = False, **extra) -> dict:
-    out = {"id": i, "name": f"n{i}-{ts}", "amount": round(i * 1.25 + ts, 2), "ts": ts, "region": region or ("us" if i % 2 else "eu")}
+    out = {
+        "id": i,
+        "name": f"n{i}-{ts}",
+        "amount": round(i * 1.25 + ts, 2),
+        "ts": ts,
+        "region": region or ("us" if i % 2 else "eu"),
+    }
     if deleted:
         out["_hoodie_is_deleted"] = True
     out.update(extra)
@@ -85,7 +96,12 @@ BATCHES = [
     [row(i, 2) for i in range(1, 11)]
     + [row(3, 5), row(3, 4), row(4, 3), row(4, 6), row(5, 9), row(5, 7)]
     + [row(20, 2, deleted=True), row(21, 2, deleted=True), row(999, 2, deleted=True)]
-    + [{"id": None, "ts": 2, "region": "us", "name": "no key"}, {"id": 77, "ts": "abc", "region": "us"}, "{not json", {"id": 78, "ts": 2, "region": ".."}]
+    + [
+        {"id": None, "ts": 2, "region": "us", "name": "no key"},
+        {"id": 77, "ts": "abc", "region": "us"},
+        "{not json",
+        {"id": 78, "ts": 2, "region": ".."},
+    ]
     # stored: a '/' in a partition value is escaped into one directory (a%2Fb)
     + [row(79, 2, region="a/b")],
     [row(i, 3, region="apac") for i in range(100, 110)] + [row(6, 3), row(20, 4)],

@@ -7,14 +7,13 @@ import json
 import httpx
 import pyarrow as pa
 import pytest
+from conftest import hudi_read, rows
+from writes import history
 
 from laketide.api.app import create_app
 from laketide.api.server import ApiServer
 from laketide.coordinator import LocalLease
 from laketide.writer import quarantine
-
-from conftest import hudi_read, rows
-from writes import history
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -70,12 +69,29 @@ def test_file_groups_writer_lease_metrics_health(server, written):
     assert all(g["size_bytes"] > 0 for g in groups)
     assert {g["partition"] for g in httpx.get(f"{base}/v1/file-groups", params={"partition": "eu"}).json()} == {"eu"}
     assert httpx.get(f"{base}/v1/writer").json() == {
-            "running": False, "writer_id": None, "source": None, "trigger": None, "stopping": False, "files_waiting": None, "current_batch": None,
-            "last_instant": None, "recent": [], "quarantined_total": 0, "records_total": 0, "index": None, "health": None, "failures": [], "last_job": None,
-        }
+        "running": False,
+        "writer_id": None,
+        "source": None,
+        "trigger": None,
+        "stopping": False,
+        "files_waiting": None,
+        "current_batch": None,
+        "last_instant": None,
+        "recent": [],
+        "quarantined_total": 0,
+        "records_total": 0,
+        "index": None,
+        "health": None,
+        "failures": [],
+        "last_job": None,
+    }
     assert httpx.get(f"{base}/v1/lease").json() == {"held": False, "holder": None}
     metrics = httpx.get(f"{base}/metrics").text
-    assert "laketide_commits_total" in metrics and "laketide_commit_latency_seconds_bucket" in metrics and 'laketide_lease_held{table="t"} 0.0' in metrics
+    assert (
+        "laketide_commits_total" in metrics
+        and "laketide_commit_latency_seconds_bucket" in metrics
+        and 'laketide_lease_held{table="t"} 0.0' in metrics
+    )
     assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "table": table.uri}
     assert httpx.get(f"{base}/docs").status_code == 200
     # a server of one table lists it, and takes its name or its path where a route names a table, or nothing
@@ -153,12 +169,23 @@ def test_the_dashboards_views_over_http(server, written, tmp_path):
     page = httpx.get(f"{base}/v1/timeline", params={"limit": 2}).json()
     assert [r["instant"] for r in page["items"]] == [dangling, instants[2]] and page["next_before"] == instants[2]
     newest = page["items"][1]
-    assert newest["inserts"] + newest["updates"] == 4 and newest["records"] >= 4 and newest["files"] >= 1 and newest["bytes"] > 0 and newest["seconds"] >= 0 and not newest["archived"]
+    assert (
+        newest["inserts"] + newest["updates"] == 4
+        and newest["records"] >= 4
+        and newest["files"] >= 1
+        and newest["bytes"] > 0
+        and newest["seconds"] >= 0
+        and not newest["archived"]
+    )
     assert page["items"][0]["records"] is None, "an inflight write has no totals yet"
     services = httpx.get(f"{base}/v1/services").json()
     assert [p["instant"] for p in services["pending"]] == [dangling] and services["archive"]["files"] == 0
     layout = httpx.get(f"{base}/v1/layout", params={"limit": 1}).json()
-    assert layout["partition_count"] == 2 and len(layout["partitions"]) == 1 and layout["small_files"] == layout["file_groups"]
+    assert (
+        layout["partition_count"] == 2
+        and len(layout["partitions"]) == 1
+        and layout["small_files"] == layout["file_groups"]
+    )
     assert 0 < layout["live_bytes"] <= layout["total_bytes"]
     groups = httpx.get(f"{base}/v1/layout/file-groups", params={"limit": 1, "order": "size"}).json()
     assert groups["total"] == layout["file_groups"] and len(groups["items"]) == 1
@@ -166,8 +193,14 @@ def test_the_dashboards_views_over_http(server, written, tmp_path):
 
     assert httpx.get(f"{base}/v1/quarantine").json()["total"] == 0
     target = table.uri.rstrip("/") + "_quarantine"
-    quarantine.write_part(f"{target}/writer=w/batch_id=0", quarantine.quarantine_rows(instants[0], pa.array(["no key", "no key"]), pa.array(['{"a":1}', "x"])))
-    quarantine.write_part(f"{target}/writer=w/batch_id=1", quarantine.quarantine_rows(instants[1], pa.array(["bad ts"]), pa.array(['{"ts":"?"}'])))
+    quarantine.write_part(
+        f"{target}/writer=w/batch_id=0",
+        quarantine.quarantine_rows(instants[0], pa.array(["no key", "no key"]), pa.array(['{"a":1}', "x"])),
+    )
+    quarantine.write_part(
+        f"{target}/writer=w/batch_id=1",
+        quarantine.quarantine_rows(instants[1], pa.array(["bad ts"]), pa.array(['{"ts":"?"}'])),
+    )
     summary = httpx.get(f"{base}/v1/quarantine", params={"sample": 2}).json()
     assert summary["total"] == 3 and summary["files"] == 2 and summary["reasons"] == {"no key": 2, "bad ts": 1}
     assert len(summary["sample"]) == 2
@@ -179,20 +212,29 @@ def test_the_dashboards_actions_need_the_token_and_act_through_operations(server
     table, instants, states, dangling = written
     base = server.address
     refused = httpx.post(f"{base}/ui/act/rollback", data={"instant": instants[2], "dry_run": "true"})
-    assert refused.status_code == 401 and "API token" in refused.text and refused.headers["content-type"].startswith("text/html")
+    assert (
+        refused.status_code == 401
+        and "API token" in refused.text
+        and refused.headers["content-type"].startswith("text/html")
+    )
     dry = httpx.post(f"{base}/ui/act/rollback", data={"instant": dangling, "dry_run": "true"}, headers=AUTH)
     assert dry.status_code == 200 and "would delete" in dry.text and "rollback-confirm" in dry.text
     assert httpx.get(f"{base}/v1/instants/{dangling}").json()["state"] == "INFLIGHT", "a dry run changes nothing"
     # an instant a later commit came after (as in a running job, by the time the operator looks): the dry run shows
-    # what the forced rollback would do, says it needs force, and its confirmation is forced; the real run without force is refused
+    # what the forced rollback would do, says it needs force, and its confirmation is forced; the real run without force
+    # is refused
     older = httpx.post(f"{base}/ui/act/rollback", data={"instant": instants[1], "dry_run": "true"}, headers=AUTH)
     assert older.status_code == 200 and "Needs force" in older.text and 'name="force" value="true"' in older.text
     api_dry = httpx.post(f"{base}/v1/instants/{instants[1]}/rollback", json={"dry_run": True}, headers=AUTH).json()
     assert "needs force" in api_dry["needs_force"] and api_dry["files"]
     assert httpx.post(f"{base}/v1/instants/{instants[1]}/rollback", json={}, headers=AUTH).status_code == 409
-    done = httpx.post(f"{base}/ui/act/rollback", data={"instant": dangling, "dry_run": "false"}, headers=AUTH, timeout=60)
+    done = httpx.post(
+        f"{base}/ui/act/rollback", data={"instant": dangling, "dry_run": "false"}, headers=AUTH, timeout=60
+    )
     assert done.status_code == 200 and f"Rolled back commit {dangling}" in done.text
-    saved = httpx.post(f"{base}/ui/act/savepoint", data={"instant": instants[1], "comment": "before 3"}, headers=AUTH, timeout=60)
+    saved = httpx.post(
+        f"{base}/ui/act/savepoint", data={"instant": instants[1], "comment": "before 3"}, headers=AUTH, timeout=60
+    )
     assert saved.status_code == 200 and f"Savepoint {instants[1]} created" in saved.text
     assert "Restore" in httpx.get(f"{base}/ui/part/services").text
     restored = httpx.post(f"{base}/ui/act/restore", data={"savepoint": instants[1]}, headers=AUTH, timeout=120)
@@ -246,7 +288,9 @@ def test_requests_past_the_rate_wait_their_turn_then_get_429(written):
         srv.stop()
     ok = [a for a in answers if a.status_code == 200]
     busy = [a for a in answers if a.status_code == 429]
-    assert len(ok) + len(busy) == 20 and 4 <= len(ok) <= 12 and busy, [a.status_code for a in answers]  # 1 at once, then 10 a second
+    assert len(ok) + len(busy) == 20 and 4 <= len(ok) <= 12 and busy, [
+        a.status_code for a in answers
+    ]  # 1 at once, then 10 a second
     assert all(a.json()["kind"] == "busy" and a.headers["retry-after"] == "1" for a in busy)
     assert took >= 0.3
 
@@ -260,13 +304,20 @@ def test_a_loopback_server_answers_only_to_loopback_names_and_sends_security_hea
     srv = ApiServer(create_app(table, TOKEN, allowed_hosts=default_hosts("127.0.0.1"))).start()
     try:
         foreign = httpx.get(f"{srv.address}/v1/writer", headers={"Host": "rebound.example:80"})
-        assert foreign.status_code == 400 and foreign.json()["kind"] == "invalid" and "api_allowed_hosts" in foreign.json()["detail"]
+        assert (
+            foreign.status_code == 400
+            and foreign.json()["kind"] == "invalid"
+            and "api_allowed_hosts" in foreign.json()["detail"]
+        )
         for name in ("localhost", f"127.0.0.1:{srv.port}"):
             assert httpx.get(f"{srv.address}/healthz", headers={"Host": name}).status_code == 200
         answer = httpx.get(f"{srv.address}/v1/writer")
         assert answer.headers["x-content-type-options"] == "nosniff" and answer.headers["x-frame-options"] == "DENY"
         page = httpx.get(f"{srv.address}/ui")
-        assert "script-src" not in page.headers["content-security-policy"] and "default-src 'self'" in page.headers["content-security-policy"]
+        assert (
+            "script-src" not in page.headers["content-security-policy"]
+            and "default-src 'self'" in page.headers["content-security-policy"]
+        )
     finally:
         srv.stop()
     assert default_hosts("0.0.0.0") is None and default_hosts("::1") is not None

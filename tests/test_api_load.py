@@ -15,10 +15,15 @@ def test_32_clients_flat_out_get_no_server_error_and_the_table_stays_right(monke
     import api_bench
 
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-    args = argparse.Namespace(clients=32, seconds=10, rows=20_000, warmup=3, max_batches=1000, conf=[], workdir=str(tmp_path))
+    args = argparse.Namespace(
+        clients=32, seconds=10, rows=20_000, warmup=3, max_batches=1000, conf=[], workdir=str(tmp_path)
+    )
     result = api_bench.run(args)
-    print(f"micro-batch median idle {result['idle_median_s']} s, under 32 clients {result['load_median_s']} s ({result['ratio']}x); "
-          f"answers {result['statuses']}, p50 {result['answer_p50_s']} s, p99 {result['answer_p99_s']} s")
+    print(
+        f"micro-batch median idle {result['idle_median_s']} s, under 32 clients {result['load_median_s']} s "
+        f"({result['ratio']}x); "
+        f"answers {result['statuses']}, p50 {result['answer_p50_s']} s, p99 {result['answer_p99_s']} s"
+    )
     assert result["server_errors"] == 0, result["statuses"]
     assert result["answers"] and result["load_batches"] and result["idle_batches"]
     assert result["verified"], "hudi-rs does not read the generator's model"

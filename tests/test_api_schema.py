@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from writes import history
 
 from laketide.api.app import create_app
 from laketide.api.server import ApiServer
 from laketide.coordinator import LocalLease
-
-from writes import history
 
 
 @pytest.fixture(scope="module")

@@ -1,27 +1,26 @@
-"""Archival: the active timeline stays short, the archived one is Hudi's log format, and nothing failed turns visible."""
+"""Archival: the active timeline stays short, the archived one is Hudi's log format, and nothing failed turns
+visible."""
 
 from __future__ import annotations
 
 import itertools
 
 import pytest
+from conftest import FIXTURES
+from test_clean import SCHEMA, history, state
+from test_rollback_crash import CrashingFileIO, SimulatedCrash
+from writes import upsert
 
 from laketide.coordinator import Coordinator
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
 from laketide.index.state import StateIndex
-from laketide.table import Table
-from laketide.table import avro_models
+from laketide.table import Table, avro_models
 from laketide.table.archive import ArchivedTimeline, archived_entry
 from laketide.table.clean import Retention
 from laketide.table.files import BaseFile
 from laketide.table.instant import CLEAN, COMMIT, Instant, State
 from laketide.table.logfile import Header, avro_data_block, avro_payloads, avro_records, read_blocks
-
-from writes import upsert
-from conftest import FIXTURES
-from test_clean import SCHEMA, history, state
-from test_rollback_crash import CrashingFileIO, SimulatedCrash
 
 LOG_FIXTURES = ["valid_log_avro_data.log", "valid_log_delete.log", "valid_log_parquet_data.log"]
 
@@ -69,7 +68,9 @@ def test_archival_keeps_min_commits_and_the_table_reads_the_same(tmp_path):
     active = [i.timestamp for i in timeline.completed_writes()]
     assert active == instants[-4:], "the newest min_commits writes stay active"
     assert [i.timestamp for i in result.archived if i.action == COMMIT] == instants[:-4]
-    assert not any(table.io.exists(f".hoodie/{t}.commit") or table.io.exists(f".hoodie/{t}.inflight") for t in instants[:-4])
+    assert not any(
+        table.io.exists(f".hoodie/{t}.commit") or table.io.exists(f".hoodie/{t}.inflight") for t in instants[:-4]
+    )
     assert state(table.uri) == reads[instants[-1]], "hudi-rs reads the same table"
     for instant in instants[-3:]:
         assert state(table.uri, as_of=instant) == reads[instant]

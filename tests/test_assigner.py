@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from laketide.index.assigner import (
     AssignPlan,
     BucketAssigner,
@@ -55,7 +56,11 @@ def test_dedupe_keeps_highest_ordering_then_latest_arrival():
     rows = batch(["a", "a", "b", "b", "c"], [5, 3, 1, 1, 2])
     rows, hashes = dedupe(rows, index_keys(rows[PARTITION], rows[RECORD_KEY]), "ts")
     assert list(hashes) == list(index_keys(rows[PARTITION], rows[RECORD_KEY]))
-    assert sorted(zip(rows[RECORD_KEY].to_pylist(), rows["ts"].to_pylist(), rows[ARRIVAL].to_pylist())) == [("a", 5, 0), ("b", 1, 3), ("c", 2, 4)]
+    assert sorted(zip(rows[RECORD_KEY].to_pylist(), rows["ts"].to_pylist(), rows[ARRIVAL].to_pylist())) == [
+        ("a", 5, 0),
+        ("b", 1, 3),
+        ("c", 2, 4),
+    ]
 
 
 def test_dedupe_tells_apart_keys_that_share_a_hash():
@@ -97,7 +102,11 @@ def test_inserts_go_to_the_small_group_whose_key_range_they_extend():
     above every range extend the last group until it is full, then open a new group, and the group
     with no known range is filled only after the ranged ones."""
     plan = AssignPlan("20260101000000006", shards=1, ordering_field="ts", new_group_records=10)
-    plan.small_groups["p"] = [SmallFileGroup("p", "from-m", 2, "m"), SmallFileGroup("p", "from-c", 5, "c"), SmallFileGroup("p", "unranged", 1)]
+    plan.small_groups["p"] = [
+        SmallFileGroup("p", "from-m", 2, "m"),
+        SmallFileGroup("p", "from-c", 5, "c"),
+        SmallFileGroup("p", "unranged", 1),
+    ]
     assigned, _ = assigner(plan).assign(batch(["a", "d", "e", "n", "x", "y", "z"], [1] * 7))
     routed = dict(zip(assigned[RECORD_KEY].to_pylist(), assigned[FILE_ID].to_pylist()))
     assert [routed[k] for k in "ade"] == ["from-c"] * 3  # "a" is below every range: the lowest group takes it
@@ -121,7 +130,9 @@ def test_an_assign_task_whose_rows_all_went_to_quarantine_hands_the_write_stage_
     from laketide.index.columns import KEY_HASH, SHARD
     from laketide.writer.stages import assign
 
-    none = batch([], []).append_column(SHARD, pa.array([], pa.int32())).append_column(KEY_HASH, pa.array([], pa.uint64()))
+    none = (
+        batch([], []).append_column(SHARD, pa.array([], pa.int32())).append_column(KEY_HASH, pa.array([], pa.uint64()))
+    )
     assert assign(SimpleNamespace(assign=SimpleNamespace(ordering_field="ts")), none, none.schema) == []
 
 
@@ -129,7 +140,9 @@ def test_known_keys_follow_the_index_and_unknown_deletes_are_dropped():
     plan = AssignPlan("20260101000000002", shards=1, ordering_field="ts", new_group_records=100)
     hashes = index_keys(pa.array(["p"]), pa.array(["old"]))
     run = ShardRun(hashes.astype(np.uint64), np.array([0], np.int32), [("p", "fg-old")])
-    assigned, entries = assigner(plan, run).assign(batch(["old", "new", "ghost"], [1, 1, 1], deleted=[False, False, True]))
+    assigned, entries = assigner(plan, run).assign(
+        batch(["old", "new", "ghost"], [1, 1, 1], deleted=[False, False, True])
+    )
     routed = dict(zip(assigned[RECORD_KEY].to_pylist(), assigned[FILE_ID].to_pylist()))
     assert routed["old"] == "fg-old" and "ghost" not in routed
     assert entries["file_id"].to_pylist() == [routed["new"]]
@@ -139,7 +152,14 @@ def test_uncovered_group_found_through_its_bloom_filter(tmp_path):
     io = FileIO.for_uri(str(tmp_path))
     schema = pa.schema([("id", pa.string())])
     rows = pa.table({"id": ["x1", "x2", "x3"], RECORD_KEY: ["x1", "x2", "x3"]})
-    stat = BucketWriter(io, FileGroupTarget("p", "foreign"), "20250101000000000", 0, schema, avro_schema_json(with_meta_schema(schema), "t")).write(rows)
+    stat = BucketWriter(
+        io,
+        FileGroupTarget("p", "foreign"),
+        "20250101000000000",
+        0,
+        schema,
+        avro_schema_json(with_meta_schema(schema), "t"),
+    ).write(rows)
     plan = AssignPlan("20260101000000003", shards=1, ordering_field="ts", new_group_records=100)
     plan.uncovered["p"] = [UncoveredGroup("p", "foreign", stat.path)]
     assigned, entries = assigner(plan, io=io).assign(batch(["x2", "y9"], [1, 1]))

@@ -6,11 +6,10 @@ import glob
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import COW_FIXTURES, MOR_FIXTURE
 
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, BloomFilter, BloomSpec, KeyRange, bloom_size
 from laketide.index.hashing import murmur2
-
-from conftest import COW_FIXTURES, MOR_FIXTURE
 
 
 def _bloom_files(root) -> list[str]:

@@ -12,7 +12,12 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "merge_memory.py"
 
 def test_peak_rss_of_8x_file_group_stays_close_to_1x(tmp_path):
     out = tmp_path / "merge_memory.json"
-    subprocess.run([sys.executable, str(SCRIPT), "--rows", "250000", "--out", str(out)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--rows", "250000", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     result = json.loads(out.read_text())
     small, large = result["results"]
     assert large["rows"] == 8 * small["rows"] >= 2_000_000

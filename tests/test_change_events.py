@@ -14,26 +14,37 @@ from connect_events import (
     LOGICAL_MESSAGE,
     NAMES,
     POSTGRES_COLUMNS,
-    Column,
-    MySqlTable,
     SCHEMA_CHANGE,
     TRANSACTION_BEGIN,
     TRANSACTION_END,
+    Column,
+    MySqlTable,
     PostgresTable,
     decimal_bytes,
     sample_row,
 )
+
 from laketide.writer.change_events import ChangeSpec, change_rows, parse_messages
 from laketide.writer.connect_values import Decoding
 
-ARROW = {"BIGINT": pa.int64(), "STRING": pa.string(), "DECIMAL(10,2)": pa.decimal128(10, 2), "DECIMAL(20,4)": pa.decimal128(20, 4),
-         "TIMESTAMP": pa.timestamp("us", "UTC"), "DATE": pa.date32(), "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64(),
-         "BINARY": pa.binary()}
+ARROW = {
+    "BIGINT": pa.int64(),
+    "STRING": pa.string(),
+    "DECIMAL(10,2)": pa.decimal128(10, 2),
+    "DECIMAL(20,4)": pa.decimal128(20, 4),
+    "TIMESTAMP": pa.timestamp("us", "UTC"),
+    "DATE": pa.date32(),
+    "BOOLEAN": pa.bool_(),
+    "DOUBLE": pa.float64(),
+    "BINARY": pa.binary(),
+}
 SPEC = ChangeSpec(pa.schema([(c.name, ARROW[c.ddl]) for c in POSTGRES_COLUMNS]), ("id",))
 
 
 def decode(events: list, spec: ChangeSpec = SPEC, topic: str = "pg.public.orders") -> list[dict]:
-    values = pa.array([None if e is None else (e if isinstance(e, bytes) else json.dumps(e).encode()) for e in events], pa.binary())
+    values = pa.array(
+        [None if e is None else (e if isinstance(e, bytes) else json.dumps(e).encode()) for e in events], pa.binary()
+    )
     return change_rows(parse_messages(values), pa.array([topic] * len(events)), spec).rows.to_pylist()
 
 
@@ -41,8 +52,8 @@ def same(row: dict, expected: dict) -> None:
     for name in NAMES:
         got, want = row[name], expected[name]
         if isinstance(want, dt.datetime):
-            want = want.astimezone(dt.timezone.utc)
-            got = got.astimezone(dt.timezone.utc) if got is not None else None
+            want = want.astimezone(dt.UTC)
+            got = got.astimezone(dt.UTC) if got is not None else None
         assert got == want, f"{name}: {got!r} != {want!r}"
 
 
@@ -70,7 +81,10 @@ def test_every_logical_type_of_the_event_schema_is_decoded(with_schema):
 def test_an_integer_timestamp_without_a_schema_or_a_unit_is_quarantined_naming_the_way_out():
     table = PostgresTable(with_schema=False)
     row = decode([table.upsert(sample_row(1))])[0]
-    assert "column 'created_at'" in row["_lt_decode_reason"] and "source.debezium.timestamp_unit" in row["_lt_decode_reason"]
+    assert (
+        "column 'created_at'" in row["_lt_decode_reason"]
+        and "source.debezium.timestamp_unit" in row["_lt_decode_reason"]
+    )
     assert row["created_at"] is None
 
 
@@ -79,7 +93,12 @@ def test_a_delete_under_replica_identity_default_carries_the_key_alone():
     events = [table.upsert(sample_row(1)), table.delete(1)]
     rows = decode(events)
     # a required column the old tuple lacks holds its default: the stored row's partition is found by key, not by it
-    assert rows[1]["id"] == 1 and rows[1]["_hoodie_is_deleted"] is True and rows[1]["region"] == "eu" and rows[1]["name"] is None
+    assert (
+        rows[1]["id"] == 1
+        and rows[1]["_hoodie_is_deleted"] is True
+        and rows[1]["region"] == "eu"
+        and rows[1]["name"] is None
+    )
     assert rows[1]["_lt_decode_reason"] is None
     assert rows[0]["_event_position"] < rows[1]["_event_position"]
 
@@ -91,8 +110,14 @@ def test_bare_deletes_among_megabytes_of_updates_decode_whatever_block_they_fall
     spec = ChangeSpec(SPEC.columns, ("id",), Decoding(timestamp_unit="us"))
     updates = [table.upsert(sample_row(i, 1)) for i in range(3000)]  # about 3 MB: several of the reader's blocks
     rows = decode([table.delete(7), *updates, table.delete(2999)], spec)
-    assert len(rows) == 3002 and all(r["_lt_decode_reason"] is None or "updated_ms" in r["_lt_decode_reason"] for r in rows)
-    assert [(r["id"], r["_hoodie_is_deleted"]) for r in (rows[0], rows[1], rows[-1])] == [(7, True), (0, False), (2999, True)]
+    assert len(rows) == 3002 and all(
+        r["_lt_decode_reason"] is None or "updated_ms" in r["_lt_decode_reason"] for r in rows
+    )
+    assert [(r["id"], r["_hoodie_is_deleted"]) for r in (rows[0], rows[1], rows[-1])] == [
+        (7, True),
+        (0, False),
+        (2999, True),
+    ]
 
 
 def test_values_that_cannot_be_decoded_name_the_column_and_encoding():
@@ -106,18 +131,40 @@ def test_values_that_cannot_be_decoded_name_the_column_and_encoding():
     too_fine["payload"]["after"]["price"] = {"scale": 6, "value": decimal_bytes(Decimal("1.123456"), 6)}
     rows = decode([good, bad_decimal, bad_zone, too_fine])
     assert rows[0]["_lt_decode_reason"] is None
-    assert "column 'amount'" in rows[1]["_lt_decode_reason"] and "org.apache.kafka.connect.data.Decimal" in rows[1]["_lt_decode_reason"]
+    assert (
+        "column 'amount'" in rows[1]["_lt_decode_reason"]
+        and "org.apache.kafka.connect.data.Decimal" in rows[1]["_lt_decode_reason"]
+    )
     assert "column 'seen_at'" in rows[2]["_lt_decode_reason"] and "ZonedTimestamp" in rows[2]["_lt_decode_reason"]
     assert "column 'price'" in rows[3]["_lt_decode_reason"] and "decimal128(20, 4)" in rows[3]["_lt_decode_reason"]
 
 
 def test_the_connectors_other_messages_are_recognised_not_quarantined():
     table = PostgresTable()
-    events = [TRANSACTION_BEGIN, table.upsert(sample_row(1)), TRANSACTION_END, HEARTBEAT, {"ts_ms": 1}, LOGICAL_MESSAGE,
-              SCHEMA_CHANGE, table.truncate(), None]
+    events = [
+        TRANSACTION_BEGIN,
+        table.upsert(sample_row(1)),
+        TRANSACTION_END,
+        HEARTBEAT,
+        {"ts_ms": 1},
+        LOGICAL_MESSAGE,
+        SCHEMA_CHANGE,
+        table.truncate(),
+        None,
+    ]
     rows = decode(events)
     kinds = [r["_lt_event_kind"] for r in rows]
-    assert kinds == ["transaction", None, "transaction", "heartbeat", "heartbeat", "message", "schema_change", "truncate", "tombstone"]
+    assert kinds == [
+        "transaction",
+        None,
+        "transaction",
+        "heartbeat",
+        "heartbeat",
+        "message",
+        "schema_change",
+        "truncate",
+        "tombstone",
+    ]
     assert all(r["_lt_decode_reason"] is None for r in rows)
 
 
@@ -136,7 +183,9 @@ def test_bad_messages_among_good_ones_are_found_alone():
     rows = decode(events)
     reasons = {i: r["_lt_decode_reason"] for i, r in enumerate(rows) if r["_lt_decode_reason"]}
     assert sorted(reasons) == [7, 23, 31, 35]
-    assert "not valid JSON" in reasons[7] and "not an object" in reasons[23] and "unknown Debezium op 'x'" in reasons[31]
+    assert (
+        "not valid JSON" in reasons[7] and "not an object" in reasons[23] and "unknown Debezium op 'x'" in reasons[31]
+    )
     assert [r["id"] for i, r in enumerate(rows) if i not in reasons] == [i for i in range(40) if i not in reasons]
 
 
@@ -149,8 +198,19 @@ def test_pretty_printed_events_as_in_debeziums_test_resources():
 
 def test_mysql_positions_sort_by_binlog_file_position_and_row():
     def mysql(file: str, pos: int, row: int) -> dict:
-        return {"op": "c", "after": {"id": 1}, "source": {"connector": "mysql", "db": "inventory", "table": "customers",
-                                                           "file": file, "pos": pos, "row": row, "gtid": None}}
+        return {
+            "op": "c",
+            "after": {"id": 1},
+            "source": {
+                "connector": "mysql",
+                "db": "inventory",
+                "table": "customers",
+                "file": file,
+                "pos": pos,
+                "row": row,
+                "gtid": None,
+            },
+        }
 
     rows = decode([mysql("mysql-bin.000009", 900, 0), mysql("mysql-bin.000010", 4, 0), mysql("mysql-bin.000010", 4, 1)])
     positions = [r["_event_position"] for r in rows]
@@ -177,8 +237,14 @@ def test_a_mysql_failover_is_counted_and_ts_ms_ordering_keeps_it_in_order():
     events = [mysql.upsert({"id": i, "name": f"a{i}"}) for i in range(3)]
     mysql.fail_over()
     events += [mysql.upsert({"id": i, "name": f"b{i}"}) for i in range(2)]
-    records = pa.table({"value": pa.array([json.dumps(e).encode() for e in events], pa.binary()), "topic": ["mysql.inventory.customers"] * 5,
-                        "partition": pa.array([0] * 5, pa.int32()), "offset": pa.array(range(5), pa.int64())})
+    records = pa.table(
+        {
+            "value": pa.array([json.dumps(e).encode() for e in events], pa.binary()),
+            "topic": ["mysql.inventory.customers"] * 5,
+            "partition": pa.array([0] * 5, pa.int32()),
+            "offset": pa.array(range(5), pa.int64()),
+        }
+    )
     columns = pa.schema([("id", pa.int64()), ("name", pa.string())])
     by_position = ChangeDecoder(columns, ("id",), ("id",), Decoding())
     rows, tally = by_position.rows(records, columns)
@@ -197,21 +263,31 @@ def test_avro_events_decode_as_the_same_events_through_the_json_converter():
     converter's give, with every logical type; the columns taken from the events are the same too; a value
     that is not a datum of the schema is quarantined, naming the schema setting."""
     from connect_events import avro_schema, avro_value
+
     from laketide.writer.change_decoder import ChangeDecoder
     from laketide.writer.connect_avro import AvroValues
 
     table = PostgresTable(full=True)
-    events = [table.upsert(sample_row(i, 0), op="r") for i in range(6)] + [table.upsert(sample_row(i, 1)) for i in range(3)]
+    events = [table.upsert(sample_row(i, 0), op="r") for i in range(6)] + [
+        table.upsert(sample_row(i, 1)) for i in range(3)
+    ]
     events += [table.delete(4), table.upsert(sample_row(2, 2), unchanged=("name", "blob"))]
-    kafka = {"topic": pa.array(["pg.public.orders"] * (len(events) + 2)), "partition": pa.array([0] * (len(events) + 2), pa.int32()),
-             "offset": pa.array(range(len(events) + 2), pa.int64())}
-    as_json = pa.table({"value": pa.array([json.dumps(e).encode() for e in events] + [None, b"{}"], pa.binary()), **kafka})
+    kafka = {
+        "topic": pa.array(["pg.public.orders"] * (len(events) + 2)),
+        "partition": pa.array([0] * (len(events) + 2), pa.int32()),
+        "offset": pa.array(range(len(events) + 2), pa.int64()),
+    }
+    as_json = pa.table(
+        {"value": pa.array([json.dumps(e).encode() for e in events] + [None, b"{}"], pa.binary()), **kafka}
+    )
     as_avro = pa.table({"value": pa.array([avro_value(e) for e in events] + [None, b"\xff\xfe"], pa.binary()), **kafka})
     by_json = ChangeDecoder(None, ("id",), ("id",), Decoding())
     by_avro = ChangeDecoder(None, ("id",), ("id",), Decoding(), AvroValues(avro_schema(events[0]["schema"])))
     columns = by_json.columns(by_json.schemas(as_json), None)
     assert by_avro.columns(by_avro.schemas(as_avro), None) == columns
-    assert columns.field("amount").type == pa.decimal128(10, 2) and columns.field("created_at").type == pa.timestamp("us", "UTC")
+    assert columns.field("amount").type == pa.decimal128(10, 2) and columns.field("created_at").type == pa.timestamp(
+        "us", "UTC"
+    )
     json_rows, _ = by_json.rows(as_json, columns)
     avro_rows, _ = by_avro.rows(as_avro, columns)
     names = [*NAMES, "_hoodie_is_deleted", "_event_position", "_lt_event_kind", "_lt_source_table"]
@@ -219,13 +295,24 @@ def test_avro_events_decode_as_the_same_events_through_the_json_converter():
     for row, event in zip(avro_rows.to_pylist(), events):
         assert row["_lt_decode_reason"] is None
     bad = avro_rows.to_pylist()[-1]
-    assert "not Avro of source.avro_schema" in bad["_lt_decode_reason"] and json.loads(bad["_corrupt_record"])["value_base64"] == "//4="
+    assert (
+        "not Avro of source.avro_schema" in bad["_lt_decode_reason"]
+        and json.loads(bad["_corrupt_record"])["value_base64"] == "//4="
+    )
 
     # an event of the table after a column was added, read under the old .avsc: quarantined, not read wrong
-    wider = PostgresTable(columns=[*POSTGRES_COLUMNS[:2], Column("middle", "STRING", {"type": "string", "optional": True}), *POSTGRES_COLUMNS[2:]])
+    wider = PostgresTable(
+        columns=[
+            *POSTGRES_COLUMNS[:2],
+            Column("middle", "STRING", {"type": "string", "optional": True}),
+            *POSTGRES_COLUMNS[2:],
+        ]
+    )
     later = wider.upsert({**sample_row(7, 1), "middle": "m" * 40})
-    late_rows, _ = by_avro.rows(pa.table({"value": pa.array([avro_value(later)], pa.binary()),
-                                          **{k: v.slice(0, 1) for k, v in kafka.items()}}), columns)
+    late_rows, _ = by_avro.rows(
+        pa.table({"value": pa.array([avro_value(later)], pa.binary()), **{k: v.slice(0, 1) for k, v in kafka.items()}}),
+        columns,
+    )
     assert "put the topic's current schema in source.avro_schema" in late_rows.to_pylist()[0]["_lt_decode_reason"]
 
 
@@ -234,12 +321,15 @@ def test_avro_values_are_read_under_the_registrys_schema_of_their_id():
     of both; an id the registry does not have is quarantined with why. (The registry's answers are given here:
     its HTTP client is tested end to end.)"""
     from connect_events import avro_schema, avro_value
+
     from laketide.writer.change_decoder import ChangeDecoder
     from laketide.writer.connect_avro import AvroValues
     from laketide.writer.schema_registry import SchemaRegistry
 
     old = PostgresTable(columns=POSTGRES_COLUMNS[:4])
-    new = PostgresTable(columns=[*POSTGRES_COLUMNS[:4], Column("middle", "STRING", {"type": "string", "optional": True})], lsn=5000)
+    new = PostgresTable(
+        columns=[*POSTGRES_COLUMNS[:4], Column("middle", "STRING", {"type": "string", "optional": True})], lsn=5000
+    )
     four = ("id", "name", "region", "amount")
     first = old.upsert({k: sample_row(1)[k] for k in four})
     second = new.upsert({**{k: sample_row(2)[k] for k in four}, "middle": "m"})
@@ -248,8 +338,14 @@ def test_avro_values_are_read_under_the_registrys_schema_of_their_id():
     values = AvroValues(None, registry)
     values.by_id[9] = "schema id 9 is not in the schema registry http://registry.invalid"
     framed = [avro_value(first, schema_id=7), avro_value(second, schema_id=8), b"\x00\x00\x00\x00\x09abc"]
-    records = pa.table({"value": pa.array(framed, pa.binary()), "topic": ["pg.public.orders"] * 3, "partition": pa.array([0] * 3, pa.int32()),
-                        "offset": pa.array(range(3), pa.int64())})
+    records = pa.table(
+        {
+            "value": pa.array(framed, pa.binary()),
+            "topic": ["pg.public.orders"] * 3,
+            "partition": pa.array([0] * 3, pa.int32()),
+            "offset": pa.array(range(3), pa.int64()),
+        }
+    )
     decoder = ChangeDecoder(None, ("id",), ("id",), Decoding(), values)
     columns = decoder.columns(decoder.schemas(records), None)
     assert columns.names == ["id", "name", "region", "amount", "middle"]

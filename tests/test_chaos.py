@@ -14,7 +14,18 @@ import re
 import signal
 import time
 
-from chaoslib import Feeder, Job, completed_count, has_inflight, job_args, leftover_data_files, run_here, verdict, wait_until
+from chaoslib import (
+    Feeder,
+    Job,
+    completed_count,
+    has_inflight,
+    job_args,
+    leftover_data_files,
+    run_here,
+    verdict,
+    wait_until,
+)
+
 from laketide.table import Table
 from laketide.table.commit import EPOCH_KEY
 from laketide.table.markers import FREEZE_AFTER_MARKER_ENV
@@ -24,7 +35,12 @@ EXIT_LEASE_LOST = 5
 
 
 def _args(root, zookeeper, session_timeout: float, trigger: str = "1 second", settings: list[str] = ()):
-    extra = [f"coordinator.zookeeper_session_timeout={session_timeout}", "coordinator.lease_wait=60", "source.max_files_per_trigger=4", *settings]
+    extra = [
+        f"coordinator.zookeeper_session_timeout={session_timeout}",
+        "coordinator.lease_wait=60",
+        "source.max_files_per_trigger=4",
+        *settings,
+    ]
     return job_args(root, "zookeeper", zookeeper, trigger=trigger, extra=extra)
 
 
@@ -89,7 +105,9 @@ def test_a_frozen_holder_is_taken_over_and_cannot_commit_when_it_wakes(zookeeper
         stale = [p for p in leftover_data_files(table) if not any(ts in p for ts in pending)]
         assert stale == [], "data files of instants that never completed, left after the next commit's sweep"
         assert second.running(), second.log_tail()
-        epochs = [int(table.timeline.commit_metadata(c).extra_metadata[EPOCH_KEY]) for c in table.timeline.completed_writes()]
+        epochs = [
+            int(table.timeline.commit_metadata(c).extra_metadata[EPOCH_KEY]) for c in table.timeline.completed_writes()
+        ]
         assert epochs == sorted(epochs) and epochs[-1] > epochs[0]
         second.signal(signal.SIGINT)
         assert second.wait(120) == 0, second.log_tail()
@@ -143,7 +161,11 @@ def _late_file_after_rollback(zookeeper, tmp_path, settings: list[str], freeze_a
         wait_until(lambda: completed_count(tmp_path) > committed, 120, "the new holder's commit")
         # and the sweep right after that commit: released before it ends, the late file would be swept
         # there, before this test looks for it (the micro-batch's line is logged once its commit's sweep is done)
-        wait_until(lambda: re.search(r"micro-batch \d+: instant=", (tmp_path / "second.log").read_text()), 120, "the new holder's first micro-batch")
+        wait_until(
+            lambda: re.search(r"micro-batch \d+: instant=", (tmp_path / "second.log").read_text()),
+            120,
+            "the new holder's first micro-batch",
+        )
         rolled_back = Table.open(str(tmp_path / "table")).timeline
         assert instant not in {i.timestamp for i in rolled_back}, "the new holder rolled the frozen instant back"
         assert not late_file.exists(), "the replay wrote a file of the same name as the frozen task's"

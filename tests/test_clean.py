@@ -6,12 +6,15 @@ import itertools
 import json
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import fastavro
 import pyarrow as pa
 import pytest
+from conftest import hudi_read, rows
+from test_rollback_crash import CrashingFileIO, SimulatedCrash
+from writes import upsert
 
 from laketide.coordinator import Coordinator, LocalLease
 from laketide.coordinator.cleaner import Cleaner
@@ -20,10 +23,6 @@ from laketide.table import Table
 from laketide.table.clean import CleanerPlan, CleanPolicy, Retention, plan_clean
 from laketide.table.files import BaseFile
 from laketide.table.instant import CLEAN, State, instant_to_datetime
-
-from conftest import hudi_read, rows
-from writes import upsert
-from test_rollback_crash import CrashingFileIO, SimulatedCrash
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 CLI = str(Path(sys.executable).with_name("laketide"))
@@ -41,7 +40,11 @@ def history(path, commits: int = 6):
     coordinator = Coordinator(table, lease, "w")
     instants = []
     for n in range(commits):
-        instants.append(upsert(table, coordinator, n, [{"id": i, "v": n, "region": ("us", "eu")[i % 2]} for i in range(6 + n)], SCHEMA))
+        instants.append(
+            upsert(
+                table, coordinator, n, [{"id": i, "v": n, "region": ("us", "eu")[i % 2]} for i in range(6 + n)], SCHEMA
+            )
+        )
     reads = {t: state(path, as_of=t) for t in instants}
     return table, coordinator, lease, instants, reads
 
@@ -73,7 +76,11 @@ def test_keep_latest_commits_keeps_every_read_in_the_window(tmp_path):
     assert sum(len(pm["successDeleteFiles"]) for pm in record["partitionMetadata"].values()) == len(result.files)
     plan = next(fastavro.reader(open(table.io.full_path(f".hoodie/{clean[0].timestamp}.clean.requested"), "rb")))
     assert plan["policy"] == "KEEP_LATEST_COMMITS"
-    assert all(info["filePath"].startswith(table.io.full_path("")) for infos in plan["filePathsToBeDeletedPerPartition"].values() for info in infos)
+    assert all(
+        info["filePath"].startswith(table.io.full_path(""))
+        for infos in plan["filePathsToBeDeletedPerPartition"].values()
+        for info in infos
+    )
 
     again = Cleaner(coordinator, Retention(CleanPolicy.KEEP_LATEST_COMMITS, commits=3)).clean()
     assert again.clean_instant is None and again.files == [], "nothing left to clean makes no instant"
@@ -93,9 +100,13 @@ def test_keep_latest_file_versions(tmp_path):
 def test_keep_latest_by_hours(tmp_path):
     table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=3)
     view = table.file_system_view()
-    assert plan_clean(view, Retention(CleanPolicy.KEEP_LATEST_BY_HOURS, hours=1)).is_empty(), "all commits are within the hour"
-    later = datetime.now(timezone.utc) + timedelta(hours=5)
-    assert plan_clean(view, Retention(CleanPolicy.KEEP_LATEST_BY_HOURS, hours=1), now=later).is_empty(), "no commit in the window: as Hudi, clean nothing"
+    assert plan_clean(view, Retention(CleanPolicy.KEEP_LATEST_BY_HOURS, hours=1)).is_empty(), (
+        "all commits are within the hour"
+    )
+    later = datetime.now(UTC) + timedelta(hours=5)
+    assert plan_clean(view, Retention(CleanPolicy.KEEP_LATEST_BY_HOURS, hours=1), now=later).is_empty(), (
+        "no commit in the window: as Hudi, clean nothing"
+    )
     just_after_last = instant_to_datetime(instants[-1]) + timedelta(hours=1)
     plan = plan_clean(view, Retention(CleanPolicy.KEEP_LATEST_BY_HOURS, hours=1), now=just_after_last)
     assert plan.earliest_to_retain == instants[-1]
@@ -155,7 +166,12 @@ def test_index_runs_a_compaction_replaced_are_cleaned(tmp_path):
 
 
 def test_plan_round_trips_through_hudis_avro(tmp_path):
-    plan = CleanerPlan(CleanPolicy.KEEP_LATEST_COMMITS, "20260101000000000", "20260102000000000", ("a=1/x_0-0-0_20250101000000000.parquet", "y_0-0-0_20250101000000000.parquet"))
+    plan = CleanerPlan(
+        CleanPolicy.KEEP_LATEST_COMMITS,
+        "20260101000000000",
+        "20260102000000000",
+        ("a=1/x_0-0-0_20250101000000000.parquet", "y_0-0-0_20250101000000000.parquet"),
+    )
     base = str(tmp_path / "t")
     assert CleanerPlan.from_bytes(plan.to_bytes(base), base) == plan
 
@@ -163,7 +179,9 @@ def test_plan_round_trips_through_hudis_avro(tmp_path):
 def test_cli_clean(tmp_path):
     table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=4)
     lease.release()
-    dry = subprocess.run([CLI, "clean", table.uri, "--retain-commits", "2", "--dry-run", "--json"], capture_output=True, text=True)
+    dry = subprocess.run(
+        [CLI, "clean", table.uri, "--retain-commits", "2", "--dry-run", "--json"], capture_output=True, text=True
+    )
     assert dry.returncode == 0, dry.stderr
     planned = json.loads(dry.stdout)
     assert planned["dry_run"] and planned["files"] and all(table.io.exists(f) for f in planned["files"])
@@ -206,7 +224,9 @@ def test_the_job_cleans_after_its_commits(spark, tmp_path, background):
     writes = [i.timestamp for i in table.timeline.completed_writes()]
     cleans = [i for i in table.timeline if i.action == CLEAN]
     assert len(writes) == 7 and cleans and all(i.state is State.COMPLETED for i in cleans)
-    assert plan_clean(table.file_system_view(), Retention(commits=2)).files == () or background, "inline cleaning keeps up"
+    assert plan_clean(table.file_system_view(), Retention(commits=2)).files == () or background, (
+        "inline cleaning keeps up"
+    )
     left = {BaseFile.parse(*p.rsplit("/", 1)).instant_time for p in base_files(table)}
     assert min(left) >= writes[-3], "no version older than the one a read as of the earliest retained commit sees"
     for instant in writes[-2:]:

@@ -10,23 +10,24 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from laketide.api.app import create_app
-from laketide.table.view_sync import ViewSync
-from laketide.api.server import ApiServer
-from laketide.index.state import StateIndex
-from laketide.writer.operations import Operations
-from laketide.coordinator import Coordinator, LocalLease
-
 from chaoslib import free_port
 from conftest import hudi_read, rows
 from writes import history
+
+from laketide.api.app import create_app
+from laketide.api.server import ApiServer
+from laketide.coordinator import Coordinator, LocalLease
+from laketide.index.state import StateIndex
+from laketide.table.view_sync import ViewSync
+from laketide.writer.operations import Operations
 
 CLI = str(Path(sys.executable).with_name("laketide"))
 
 
 def laketide(*args, env=None):
-    result = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+    result = subprocess.run(
+        [CLI, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}
+    )
     return result.returncode, result.stdout, result.stderr
 
 
@@ -103,7 +104,9 @@ class _Job:
 
     @property
     def operations(self):
-        return Operations(self.coordinator, StateIndex(self.coordinator.table.io, 1), between_batches=self.between_batches)
+        return Operations(
+            self.coordinator, StateIndex(self.coordinator.table.io, 1), between_batches=self.between_batches
+        )
 
     def between_batches(self, action):
         with self.lock:
@@ -134,10 +137,14 @@ def test_rollback_goes_through_the_running_jobs_api(written):
 def test_unreachable_zookeeper_stops_the_job_at_start(tmp_path):
     code, _, err = laketide(
         "run",
-        "--conf", f"table.path={tmp_path / 't'}",
-        "--conf", f"stream.checkpoint={tmp_path / 'cp'}",
-        "--conf", "coordinator.lease=zookeeper",
-        "--conf", f"coordinator.zookeeper=127.0.0.1:{free_port()}",
+        "--conf",
+        f"table.path={tmp_path / 't'}",
+        "--conf",
+        f"stream.checkpoint={tmp_path / 'cp'}",
+        "--conf",
+        "coordinator.lease=zookeeper",
+        "--conf",
+        f"coordinator.zookeeper=127.0.0.1:{free_port()}",
     )
     assert code == 6 and "cannot reach ZooKeeper" in err and "never falls back" in err
 

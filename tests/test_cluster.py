@@ -20,7 +20,6 @@ import httpx
 import pyarrow.parquet as pq
 import pyspark
 import pytest
-
 from chaoslib import free_port, job_args, wait_until
 from conftest import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, expected_after, land_all
@@ -44,19 +43,48 @@ class StandaloneCluster:
         return f"spark://127.0.0.1:{self.port}"
 
     def _start(self, name: str, *args: str) -> None:
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(SPARK_CLASS.parents[1]), "SPARK_NO_DAEMONIZE": "1"}
+        env = {
+            **os.environ,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_HOME": str(SPARK_CLASS.parents[1]),
+            "SPARK_NO_DAEMONIZE": "1",
+        }
         log = open(self.root / f"{name}.log", "w")
-        self.procs.append(subprocess.Popen([str(SPARK_CLASS), *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        self.procs.append(
+            subprocess.Popen(
+                [str(SPARK_CLASS), *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        )
         log.close()
 
     def start(self) -> StandaloneCluster:
-        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui_port))
+        self._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui_port),
+        )
         wait_until(self._master_up, 90, "the Spark master")
         work = self.root / "work"
         work.mkdir()
         self._start(
-            "worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port", str(self.worker_ui_port),
-            "--cores", "2", "--memory", "2G", "--work-dir", str(work), self.url,
+            "worker",
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--webui-port",
+            str(self.worker_ui_port),
+            "--cores",
+            "2",
+            "--memory",
+            "2G",
+            "--work-dir",
+            str(work),
+            self.url,
         )
         wait_until(lambda: self.state().get("aliveworkers", 0) >= 1, 90, "a worker registered with the master")
         return self
@@ -101,7 +129,9 @@ def _executor_python(root: Path) -> tuple[Path, Path]:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
     deps = next((VENV / "lib").glob("python3*/site-packages"))
-    (site / "laketide_dependencies.pth").write_text(f"{deps}\n")  # a plain path: the editable finder there is not loaded
+    (site / "laketide_dependencies.pth").write_text(
+        f"{deps}\n"
+    )  # a plain path: the editable finder there is not loaded
     found = subprocess.run([str(venv / "bin" / "python"), "-c", "import laketide"], capture_output=True, text=True)
     assert found.returncode != 0, "the executors' Python must not have laketide"
     starts = root / "executor-python.starts"
@@ -126,7 +156,11 @@ def _submit_env(executor_python: Path) -> dict[str, str]:
 
 def _submit(cluster: StandaloneCluster, conf: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     result = subprocess.run(
-        ["bash", str(REPO / "deploy" / "spark-submit.sh"), "--master", cluster.url, *conf], env=env, capture_output=True, text=True, timeout=900
+        ["bash", str(REPO / "deploy" / "spark-submit.sh"), "--master", cluster.url, *conf],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return result
@@ -140,21 +174,39 @@ def test_the_job_runs_on_a_standalone_cluster_through_spark_submit(cluster, tmp_
     result = _submit(cluster, conf, env)
     assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(BATCHES)
     assert "on tasks" in result.stdout
-    assert f"master {cluster.url}, driver {DRIVER_HOST}:" in result.stdout and "3 shuffle partitions" in result.stdout, result.stdout[-3000:]
+    assert (
+        f"master {cluster.url}, driver {DRIVER_HOST}:" in result.stdout and "3 shuffle partitions" in result.stdout
+    ), result.stdout[-3000:]
 
     apps = cluster.state()["completedapps"] + cluster.state()["activeapps"]
     assert [a["name"] for a in apps] == ["laketide"], "the application ran on the standalone master"
-    assert f"CoarseGrainedScheduler@{DRIVER_HOST}:" in cluster.executor_logs(), "executors were told the driver host the user set"
+    assert f"CoarseGrainedScheduler@{DRIVER_HOST}:" in cluster.executor_logs(), (
+        "executors were told the driver host the user set"
+    )
     assert "pyspark.daemon" in starts.read_text(), "Spark's tasks ran on the executors' Python"
 
     # the table read back on the same executors, through laketide's Spark source
     starts.write_text("")
     out = tmp_path / "read.parquet"
     read = subprocess.run(
-        [str(VENV / "bin" / "spark-submit"), "--master", cluster.url, "--py-files", str(_package()),
-         "--conf", f"spark.driver.host={DRIVER_HOST}", "--executor-memory", "1g",
-         str(REPO / "tests" / "cluster_read.py"), str(tmp_path / "table"), str(out)],
-        env=env, capture_output=True, text=True, timeout=600,
+        [
+            str(VENV / "bin" / "spark-submit"),
+            "--master",
+            cluster.url,
+            "--py-files",
+            str(_package()),
+            "--conf",
+            f"spark.driver.host={DRIVER_HOST}",
+            "--executor-memory",
+            "1g",
+            str(REPO / "tests" / "cluster_read.py"),
+            str(tmp_path / "table"),
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert read.returncode == 0, read.stderr[-4000:]
     assert rows(pq.read_table(out), "id", DATA_COLUMNS) == expected_after(BATCHES)
@@ -171,22 +223,41 @@ def test_a_debezium_feed_runs_on_the_cluster_through_spark_submit(cluster, tmp_p
     landing.mkdir()
     source = PostgresTable()
     first = [source.upsert(sample_row(i, 0), op="r") for i in range(20)]
-    second = [source.upsert(sample_row(i, 1, region="moved")) for i in range(0, 20, 3)] + [source.delete(i) for i in range(1, 20, 5)]
+    second = [source.upsert(sample_row(i, 1, region="moved")) for i in range(0, 20, 3)] + [
+        source.delete(i) for i in range(1, 20, 5)
+    ]
     second += [source.upsert(sample_row(i, 2), unchanged=("name", "doc", "blob")) for i in (2, 8, 9)]
     for name, events in (("0001.json", first), ("0002.json", second)):
         (landing / name).write_text("".join(json.dumps(e) + "\n" for e in events))
-    settings = {"table.path": tmp_path / "table", "table.name": "orders", "table.record_key": '["id"]', "table.partition_by": '["region"]',
-                "source.format": "json", "source.path": landing, "source.envelope": "debezium", "source.max_files_per_trigger": 1,
-                "stream.checkpoint": tmp_path / "checkpoint", "stream.trigger": "available-now", "write.driver_batch_bytes": 0,
-                "write.index_shards": 2, "write.parallelism": 2}
+    settings = {
+        "table.path": tmp_path / "table",
+        "table.name": "orders",
+        "table.record_key": '["id"]',
+        "table.partition_by": '["region"]',
+        "source.format": "json",
+        "source.path": landing,
+        "source.envelope": "debezium",
+        "source.max_files_per_trigger": 1,
+        "stream.checkpoint": tmp_path / "checkpoint",
+        "stream.trigger": "available-now",
+        "write.driver_batch_bytes": 0,
+        "write.index_shards": 2,
+        "write.parallelism": 2,
+    }
     executor_python, starts = _executor_python(tmp_path)
-    result = _submit(cluster, [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")], _submit_env(executor_python))
+    result = _submit(
+        cluster, [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")], _submit_env(executor_python)
+    )
     assert result.stdout.count(" on tasks ") == 2 and "pyspark.daemon" in starts.read_text()
     read = rows(hudi_read(tmp_path / "table"), "id", NAMES)
     for r in read:  # columns from the events: a VariableScaleDecimal is its exact text
-        r["seen_at"], r["created_at"], r["updated_ms"] = (r[n].astimezone(dt.timezone.utc) for n in ("seen_at", "created_at", "updated_ms"))
-    want = [{**r, "price": str(r["price"]), **{n: r[n].astimezone(dt.timezone.utc) for n in ("seen_at", "created_at", "updated_ms")}}
-            for r in source.expected(NAMES)]
+        r["seen_at"], r["created_at"], r["updated_ms"] = (
+            r[n].astimezone(dt.UTC) for n in ("seen_at", "created_at", "updated_ms")
+        )
+    want = [
+        {**r, "price": str(r["price"]), **{n: r[n].astimezone(dt.UTC) for n in ("seen_at", "created_at", "updated_ms")}}
+        for r in source.expected(NAMES)
+    ]
     assert read == want and not any(TOAST in str(v) for r in read for v in r.values())
 
 
@@ -195,21 +266,33 @@ def _package() -> Path:
 
 
 def test_python_m_laketide_runs_the_job_from_an_installed_wheel(tmp_path):
-    """The wheel's own entry point: ``python -m laketide run``, in a venv that has the wheel and nothing of the checkout."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(REPO)], check=True)
+    """The wheel's own entry point: ``python -m laketide run``, in a venv that has the wheel and nothing of the
+    checkout."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(REPO)], check=True
+    )
     wheel = next((tmp_path / "dist").glob("laketide-*.whl"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True
+    )
     deps = next((VENV / "lib").glob("python3*/site-packages"))
     (site / "laketide_dependencies.pth").write_text(f"{deps}\n")
     python = venv / "bin" / "python"
-    where = subprocess.run([str(python), "-c", "import laketide; print(laketide.__file__)"], capture_output=True, text=True, check=True)
+    where = subprocess.run(
+        [str(python), "-c", "import laketide; print(laketide.__file__)"], capture_output=True, text=True, check=True
+    )
     assert where.stdout.startswith(str(site)), where.stdout
     land_all(tmp_path)
     conf = job_args(tmp_path)[2:]
-    result = subprocess.run([str(python), "-m", "laketide", "run", *conf], env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [str(python), "-m", "laketide", "run", *conf],
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(BATCHES)

@@ -12,6 +12,8 @@ import time
 
 import pyarrow as pa
 import pytest
+from conftest import hudi_read, rows
+from writes import stage, upsert
 
 from laketide.coordinator import Coordinator, LeaseLost
 from laketide.coordinator.fence import CommitFence
@@ -22,9 +24,6 @@ from laketide.table.files import BaseFile
 from laketide.table.instant import State
 from laketide.table.markers import CREATE, TEMP_DIR, WriteMarkers, marked_instants
 from laketide.table.schema import avro_schema_json, data_schema
-
-from conftest import hudi_read, rows
-from writes import stage, upsert
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 
@@ -80,7 +79,9 @@ def table(tmp_path):
 
 
 def data_files_of(table, instant):
-    return [e.path for e in table.io.walk() if not e.is_dir and e.name.endswith(".parquet") and f"_{instant}." in e.name]
+    return [
+        e.path for e in table.io.walk() if not e.is_dir and e.name.endswith(".parquet") and f"_{instant}." in e.name
+    ]
 
 
 def test_a_paused_writer_cannot_complete_an_instant_the_new_holder_rolled_back(table):
@@ -220,8 +221,8 @@ def test_a_reset_lease_counter_moves_past_the_epochs_the_table_has_seen(table, t
 def test_a_query_that_fails_once_the_lease_ran_out_ends_as_lease_lost():
     """A job paused past its lease wakes to a query failure of Spark's own (the new holder moved the
     checkpoint on) before its heartbeat has noticed: the job still ends as LeaseLost (exit code 5)."""
-    from types import SimpleNamespace
     import threading
+    from types import SimpleNamespace
 
     from laketide.spark.job import _await
 
@@ -235,8 +236,11 @@ def test_a_query_that_fails_once_the_lease_ran_out_ends_as_lease_lost():
 
     failures = SimpleNamespace(fatal=None, raise_if_fatal=lambda: None)
     job = SimpleNamespace(
-        table=SimpleNamespace(uri="/lake/t"), services=SimpleNamespace(failures=failures),
-        coordinator=SimpleNamespace(lease=RanOut(3)), writer=SimpleNamespace(failure=None), stop_requested=threading.Event(),
+        table=SimpleNamespace(uri="/lake/t"),
+        services=SimpleNamespace(failures=failures),
+        coordinator=SimpleNamespace(lease=RanOut(3)),
+        writer=SimpleNamespace(failure=None),
+        stop_requested=threading.Event(),
     )
     with pytest.raises(LeaseLost, match="lost"):
         _await(FailedQuery(), job, threading.Event())
@@ -254,8 +258,16 @@ def test_a_base_file_a_stale_writer_adds_to_a_completed_compaction_is_swept(tmp_
     from laketide.table.properties import TableConfig
     from laketide.writer.compactor import Compactor
 
-    t = Table.create_from_config(str(tmp_path / "t"), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["id"],
-                                                                    partition_fields=["region"], ordering_field="v"))
+    t = Table.create_from_config(
+        str(tmp_path / "t"),
+        TableConfig(
+            name="t",
+            table_type="MERGE_ON_READ",
+            record_key_fields=["id"],
+            partition_fields=["region"],
+            ordering_field="v",
+        ),
+    )
     successor = Coordinator(t, PassedCheckLease(2), "w1")
     for batch in range(3):
         upsert(Table.open(t.uri), successor, batch, records(range(6), batch), SCHEMA)
@@ -278,7 +290,9 @@ def test_a_base_file_a_stale_writer_adds_to_a_completed_compaction_is_swept(tmp_
     assert swept.sweep(now + 10) == [], "listed at most once a minute"
     assert swept.sweep(now + sweeping.LATE_CHECK_SECONDS + 1) == [late.path]
     table.io.write_bytes(late.path, table.io.read_bytes(named.path))
-    assert swept.sweep(now + sweeping.LATE_FILE_SECONDS + 1) == [], "an hour after the completion the partitions are not listed"
+    assert swept.sweep(now + sweeping.LATE_FILE_SECONDS + 1) == [], (
+        "an hour after the completion the partitions are not listed"
+    )
 
 
 def test_a_file_a_late_task_writes_after_its_instant_completed_is_swept(tmp_path):
@@ -288,7 +302,10 @@ def test_a_file_a_late_task_writes_after_its_instant_completed_is_swept(tmp_path
     from laketide.coordinator import sweep as sweeping
     from laketide.table.properties import TableConfig
 
-    t = Table.create_from_config(str(tmp_path / "t"), TableConfig(name="t", record_key_fields=["id"], partition_fields=["region"], ordering_field="v"))
+    t = Table.create_from_config(
+        str(tmp_path / "t"),
+        TableConfig(name="t", record_key_fields=["id"], partition_fields=["region"], ordering_field="v"),
+    )
     writer = Coordinator(t, PassedCheckLease(1), "w1")
     instant = upsert(Table.open(t.uri), writer, 0, records(range(6), 0), SCHEMA)
     table = Table.open(t.uri)

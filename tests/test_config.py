@@ -28,7 +28,9 @@ target_file_size = "64MB"
 small_file_limit = "16MB"
 """
     )
-    config = load_config(path, ["write.index_shards=32", "stream.trigger=available-now", "spark.conf.spark.sql.shuffle.partitions=3"])
+    config = load_config(
+        path, ["write.index_shards=32", "stream.trigger=available-now", "spark.conf.spark.sql.shuffle.partitions=3"]
+    )
     assert config.table.partition_by == ["region"]
     assert config.source.schema_ddl.startswith("id BIGINT")
     assert config.write.target_file_size == 64 * 2**20 and config.write.small_file_limit == 16 * 2**20
@@ -79,7 +81,11 @@ def test_example_job_config_in_deploy_is_valid():
     assert on_s3.coordinator.lease == "storage" and on_s3.table.path.startswith("s3://")
     assert on_s3.storage.io_options == {"aws_region": "eu-west-1", "max_retries": "10", "max_in_flight": "32"}
     on_kafka = load_config(Path(__file__).resolve().parents[1] / "deploy" / "job.kafka.example.toml")
-    assert on_kafka.source.format == "kafka" and on_kafka.source.envelope == "debezium" and on_kafka.table.ordering_field == "_event_position"
+    assert (
+        on_kafka.source.format == "kafka"
+        and on_kafka.source.envelope == "debezium"
+        and on_kafka.table.ordering_field == "_event_position"
+    )
 
 
 def test_kafka_needs_its_brokers_and_topics():
@@ -89,8 +95,22 @@ def test_kafka_needs_its_brokers_and_topics():
     with pytest.raises(ConfigError, match="topics or source.kafka.topic_pattern"):
         load_config(overrides=[*kafka, "source.kafka.bootstrap_servers=b:9092"])
     with pytest.raises(ConfigError, match="avro_schema"):
-        load_config(overrides=[*kafka, "source.kafka.bootstrap_servers=b:9092", 'source.kafka.topics=["t"]', "source.value_format=avro"])
-    debezium = load_config(overrides=[*kafka, "source.kafka.bootstrap_servers=b:9092", 'source.kafka.topics=["t"]', "source.envelope=debezium"])
+        load_config(
+            overrides=[
+                *kafka,
+                "source.kafka.bootstrap_servers=b:9092",
+                'source.kafka.topics=["t"]',
+                "source.value_format=avro",
+            ]
+        )
+    debezium = load_config(
+        overrides=[
+            *kafka,
+            "source.kafka.bootstrap_servers=b:9092",
+            'source.kafka.topics=["t"]',
+            "source.envelope=debezium",
+        ]
+    )
     assert debezium.table.ordering_field == "_event_position"
 
 
@@ -102,11 +122,25 @@ def test_storage_bounds_are_checked():
 
 
 def test_a_kafka_micro_batch_takes_what_the_driver_holds_unless_capped_otherwise():
-    kafka = [*REQUIRED, "source.format=kafka", "source.schema=id BIGINT", "source.kafka.bootstrap_servers=127.0.0.1:9092", "source.kafka.topics=[\"t\"]"]
+    kafka = [
+        *REQUIRED,
+        "source.format=kafka",
+        "source.schema=id BIGINT",
+        "source.kafka.bootstrap_servers=127.0.0.1:9092",
+        'source.kafka.topics=["t"]',
+    ]
     assert load_config(overrides=kafka).kafka_offsets_per_trigger() == 64 * 2**20 // KAFKA_RECORD_BYTES
-    assert load_config(overrides=[*kafka, "write.driver_batch_bytes=1MiB"]).kafka_offsets_per_trigger() == 2**20 // KAFKA_RECORD_BYTES
-    assert load_config(overrides=[*kafka, "source.kafka.max_offsets_per_trigger=500000"]).kafka_offsets_per_trigger() == 500_000
-    assert load_config(overrides=[*kafka, "write.driver_batch_bytes=0"]).kafka_offsets_per_trigger() is None  # Spark's tasks take it all
+    assert (
+        load_config(overrides=[*kafka, "write.driver_batch_bytes=1MiB"]).kafka_offsets_per_trigger()
+        == 2**20 // KAFKA_RECORD_BYTES
+    )
+    assert (
+        load_config(overrides=[*kafka, "source.kafka.max_offsets_per_trigger=500000"]).kafka_offsets_per_trigger()
+        == 500_000
+    )
+    assert (
+        load_config(overrides=[*kafka, "write.driver_batch_bytes=0"]).kafka_offsets_per_trigger() is None
+    )  # Spark's tasks take it all
 
 
 def test_driver_batch_bytes_takes_sizes_and_zero_but_not_negatives():
@@ -123,7 +157,12 @@ def test_the_clis_demo_defaults_leave_a_change_feeds_ordering_to_the_envelope():
     from laketide.cli import embedded_defaults
     from laketide.config import load_config
 
-    overrides = ["source.format=kafka", "source.envelope=debezium", "source.kafka.bootstrap_servers=127.0.0.1:9092", 'source.kafka.topics=["t"]']
+    overrides = [
+        "source.format=kafka",
+        "source.envelope=debezium",
+        "source.kafka.bootstrap_servers=127.0.0.1:9092",
+        'source.kafka.topics=["t"]',
+    ]
     assert load_config(None, overrides, base=embedded_defaults(overrides)).table.ordering_field == "_event_position"
     assert load_config(None, [], base=embedded_defaults([])).table.ordering_field == "ts"
 
@@ -131,8 +170,14 @@ def test_the_clis_demo_defaults_leave_a_change_feeds_ordering_to_the_envelope():
 def test_a_change_feed_into_a_partitioned_table_has_a_global_index_and_refuses_a_per_partition_one():
     from laketide.config import ConfigError, load_config
 
-    base = {"table": {"path": "/t", "record_key": ["id"], "partition_by": ["region"]},
-            "source": {"format": "kafka", "envelope": "debezium", "kafka": {"bootstrap_servers": "b:9092", "topics": ["t"]}}}
+    base = {
+        "table": {"path": "/t", "record_key": ["id"], "partition_by": ["region"]},
+        "source": {
+            "format": "kafka",
+            "envelope": "debezium",
+            "kafka": {"bootstrap_servers": "b:9092", "topics": ["t"]},
+        },
+    }
     config = load_config(None, [], base=base)
     assert config.global_index(partitioned=True) and not config.global_index(partitioned=False)
     with pytest.raises(ConfigError, match="index.global = false"):
@@ -140,10 +185,18 @@ def test_a_change_feed_into_a_partitioned_table_has_a_global_index_and_refuses_a
 
 
 def test_change_events_come_from_kafka_or_json_lines_and_may_leave_the_schema_out():
-    base = {"table": {"path": "/t", "record_key": ["id"]}, "source": {"format": "json", "path": "/landing", "envelope": "debezium"}}
+    base = {
+        "table": {"path": "/t", "record_key": ["id"]},
+        "source": {"format": "json", "path": "/landing", "envelope": "debezium"},
+    }
     assert load_config(None, [], base=base).source.schema_ddl is None
-    avro = ["source.format=kafka", "source.kafka.bootstrap_servers=b:9092", 'source.kafka.topics=["t"]', "source.value_format=avro",
-            "source.avro_schema=/t.avsc"]
+    avro = [
+        "source.format=kafka",
+        "source.kafka.bootstrap_servers=b:9092",
+        'source.kafka.topics=["t"]',
+        "source.value_format=avro",
+        "source.avro_schema=/t.avsc",
+    ]
     assert load_config(None, avro, base=base).source.schema_ddl is None
     for landing in ("csv", "parquet"):
         with pytest.raises(ConfigError, match="set source.format = 'json'"):

@@ -10,13 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from laketide.table import Table
-from laketide.writer.job_state import JOB_STATE, JobState
-
 from conftest import hudi_read, rows
 from opslib import OpsTable, changes
 from streaming import DATA_COLUMNS
+
+from laketide.table import Table
+from laketide.writer.job_state import JOB_STATE, JobState
 
 
 def _table_with_commits(tmp_path: Path, **settings: str) -> OpsTable:
@@ -28,7 +27,11 @@ def _table_with_commits(tmp_path: Path, **settings: str) -> OpsTable:
 
 def _tree(path: Path) -> dict[str, int]:
     """Every file of the table but the lease's own, by size: what a run that writes nothing leaves as it was."""
-    return {str(p.relative_to(path)): p.stat().st_size for p in path.rglob("*") if p.is_file() and ".laketide/lease" not in str(p)}
+    return {
+        str(p.relative_to(path)): p.stat().st_size
+        for p in path.rglob("*")
+        if p.is_file() and ".laketide/lease" not in str(p)
+    }
 
 
 def _written_after(before: dict[str, int], after: dict[str, int]) -> list[str]:
@@ -37,7 +40,11 @@ def _written_after(before: dict[str, int], after: dict[str, int]) -> list[str]:
     and index runs, which readers skip and the next start rolls back)."""
     begun = set(_instants(after)) - set(_instants(before))
     changed = [p for p in after if before.get(p) != after[p]]
-    return [p for p in changed if "/.laketide/epochs/" not in p and not p.endswith(JOB_STATE) and not any(i in p for i in begun)]
+    return [
+        p
+        for p in changed
+        if "/.laketide/epochs/" not in p and not p.endswith(JOB_STATE) and not any(i in p for i in begun)
+    ]
 
 
 def test_a_lost_hoodie_properties_is_refused_with_the_way_out(tmp_path):
@@ -64,13 +71,22 @@ def test_hoodie_properties_is_recovered_from_its_backup_as_hudi_recovers_it(tmp_
     assert rows(hudi_read(ops.path), "id", DATA_COLUMNS) == ops.model.expected()
 
 
-@pytest.mark.parametrize("table_type, driver_batch_bytes", [("COPY_ON_WRITE", "64MiB"), ("COPY_ON_WRITE", "0"), ("MERGE_ON_READ", "64MiB")])
+@pytest.mark.parametrize(
+    "table_type, driver_batch_bytes", [("COPY_ON_WRITE", "64MiB"), ("COPY_ON_WRITE", "0"), ("MERGE_ON_READ", "64MiB")]
+)
 def test_a_truncated_base_file_stops_the_job_naming_the_file(tmp_path, table_type, driver_batch_bytes):
     """On the driver and in Spark's tasks, where the finding reaches the driver as a task's error text."""
-    settings = {"table.type": table_type, "compaction.mode": "inline", "compaction.delta_commits": "1", "write.driver_batch_bytes": driver_batch_bytes}
+    settings = {
+        "table.type": table_type,
+        "compaction.mode": "inline",
+        "compaction.delta_commits": "1",
+        "write.driver_batch_bytes": driver_batch_bytes,
+    }
     ops = _table_with_commits(tmp_path, **settings)
     table = Table.open(str(ops.path))
-    victim = next(s.base_file for s in table.file_system_view().latest_slices() if s.base_file is not None and s.partition == "us")
+    victim = next(
+        s.base_file for s in table.file_system_view().latest_slices() if s.base_file is not None and s.partition == "us"
+    )
     path = ops.path / victim.path
     victim_size = path.stat().st_size
     path.write_bytes(path.read_bytes()[: victim_size // 2])
@@ -87,7 +103,11 @@ def test_a_truncated_base_file_stops_the_job_naming_the_file(tmp_path, table_typ
         assert not [i for i in ops.timeline() if i["state"] == "COMPLETED" and i["instant"] > newest_before]
     else:
         # a deltacommit does not read base files: it stands, and the compaction after it stops at the file
-        assert not [i for i in ops.timeline() if i["action"] == "commit" and i["state"] == "COMPLETED" and i["instant"] > newest_before]
+        assert not [
+            i
+            for i in ops.timeline()
+            if i["action"] == "commit" and i["state"] == "COMPLETED" and i["instant"] > newest_before
+        ]
     assert path.stat().st_size == victim_size // 2, "the damaged file is left as it was found"
     last_word = JobState.read(table.io)  # what `laketide serve` and the dashboard show once the job is gone
     assert last_word.state == "failed" and victim.path in last_word.error

@@ -21,20 +21,35 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
+from big_history import archive_history, write_file_groups
 from playwright.sync_api import expect, sync_playwright
 
 import laketide
 from laketide.api.app import create_app
 from laketide.api.server import ApiServer
 
-from big_history import archive_history, write_file_groups
-
 CHROMIUM = "/usr/bin/chromium"
 # as root, with no network: no sandbox, and nothing that would call out at start
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 CLI = str(Path(sys.executable).with_name("laketide"))
 TOKEN = "ui-token"
-LOADED = ["#job dl", "#batches p, #batches svg", "#timeline table", "#services dl", "#quarantine p", "#layout dl", "#file-groups table"]
+LOADED = [
+    "#job dl",
+    "#batches p, #batches svg",
+    "#timeline table",
+    "#services dl",
+    "#quarantine p",
+    "#layout dl",
+    "#file-groups table",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +71,13 @@ class JobProcess:
 
     def __init__(self, settings: list[str]):
         args = [CLI, "run", *(a for s in settings for a in ("--conf", s))]
-        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+        self.process = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+        )
         self.lines: list[str] = []
         self.api: str | None = None
         threading.Thread(target=self._read, daemon=True).start()
@@ -109,9 +130,18 @@ def descendants(pid: int) -> list[str]:
 def test_the_dashboard_follows_a_running_job_and_dry_runs_a_rollback(browser, tmp_path):
     job = JobProcess(
         [
-            f"table.path={tmp_path / 'table'}", "table.name=orders", 'table.record_key=["id"]', 'table.partition_by=["region"]',
-            "table.ordering_field=ts", "table.type=MERGE_ON_READ", f"stream.checkpoint={tmp_path / 'checkpoint'}", "stream.trigger=1 second",
-            "source.generator.rows_per_batch=2000", "source.generator.batches=12", "coordinator.api_port=0", f"coordinator.api_token={TOKEN}",
+            f"table.path={tmp_path / 'table'}",
+            "table.name=orders",
+            'table.record_key=["id"]',
+            'table.partition_by=["region"]',
+            "table.ordering_field=ts",
+            "table.type=MERGE_ON_READ",
+            f"stream.checkpoint={tmp_path / 'checkpoint'}",
+            "stream.trigger=1 second",
+            "source.generator.rows_per_batch=2000",
+            "source.generator.batches=12",
+            "coordinator.api_port=0",
+            f"coordinator.api_token={TOKEN}",
         ]
     )
     try:
@@ -168,7 +198,9 @@ def _load(browser, address: str) -> tuple[float, object]:
     page = browser.new_page(viewport={"width": 1440, "height": 1100})
     started = time.monotonic()
     page.goto(f"{address}/ui", wait_until="commit")
-    page.wait_for_function("parts => parts.every(part => document.querySelector(part))", arg=LOADED, timeout=10_000, polling="raf")
+    page.wait_for_function(
+        "parts => parts.every(part => document.querySelector(part))", arg=LOADED, timeout=10_000, polling="raf"
+    )
     return time.monotonic() - started, page
 
 
@@ -192,7 +224,10 @@ def test_the_page_loads_in_under_a_second_over_a_long_history(browser, tmp_path)
                 page.close()
         # the best of the four: a load now and then waits on the machine (the test runs alone, see `timed`)
         seconds = min(first, *loads)
-        print(f"/ui drawn in {', '.join(f'{s:.3f}' for s in loads)} s after a new commit, {first:.3f} s for the first view of a server started 3 s before (10,000 file groups, 100,000 archived instants)")
+        print(
+            f"/ui drawn in {', '.join(f'{s:.3f}' for s in loads)} s after a new commit, {first:.3f} s for the "
+            "first view of a server started 3 s before (10,000 file groups, 100,000 archived instants)"
+        )
         assert seconds < 1.0, f"the page took {first:.2f} s, then {loads} s"
         expect(page.locator("#layout")).to_contain_text("10,000 in 100 partitions")
         expect(page.locator("#file-groups")).to_contain_text("1–50 of 10,000")

@@ -15,23 +15,44 @@ from laketide.config_tables import SourceTable, TableRoutes
 from laketide.table.errors import Invalid
 
 CLI = str(Path(sys.executable).with_name("laketide"))
-KAFKA = ["source.format=kafka", "source.envelope=debezium", "source.kafka.bootstrap_servers=127.0.0.1:9092", "source.kafka.topic_pattern=pg\\.public\\..*"]
+KAFKA = [
+    "source.format=kafka",
+    "source.envelope=debezium",
+    "source.kafka.bootstrap_servers=127.0.0.1:9092",
+    "source.kafka.topic_pattern=pg\\.public\\..*",
+]
 
 
 def routes(*settings: str) -> TableRoutes:
-    return TableRoutes(load_config(overrides=["table.path=s3://lake/inventory/{schema}/{table}", "table.type=MERGE_ON_READ", *KAFKA, *settings]))
+    return TableRoutes(
+        load_config(
+            overrides=["table.path=s3://lake/inventory/{schema}/{table}", "table.type=MERGE_ON_READ", *KAFKA, *settings]
+        )
+    )
 
 
 def test_each_source_table_gets_its_path_name_and_overrides():
-    r = routes('tables.orders.partition_by=["region"]', "tables.orders.schema=id BIGINT, region STRING", 'tables.orders.record_key=["id"]')
+    r = routes(
+        'tables.orders.partition_by=["region"]',
+        "tables.orders.schema=id BIGINT, region STRING",
+        'tables.orders.record_key=["id"]',
+    )
     orders = r.config_for(SourceTable("orders", "public", "inventory", "pg.public.orders"))
     assert orders.table.path == "s3://lake/inventory/public/orders" and orders.table.name == "orders"
-    assert orders.table.partition_by == ["region"] and orders.table.record_key == ["id"] and orders.table.type == "MERGE_ON_READ"
+    assert (
+        orders.table.partition_by == ["region"]
+        and orders.table.record_key == ["id"]
+        and orders.table.type == "MERGE_ON_READ"
+    )
     assert orders.source.schema_ddl == "id BIGINT, region STRING" and orders.tables == {}
     # no [tables.<name>]: [table]'s keys, unpartitioned, the record key left to the events' key
     customers = r.config_for(SourceTable("order-lines", "public", topic="pg.public.order-lines"))
     assert customers.table.path == "s3://lake/inventory/public/order-lines" and customers.table.name == "order_lines"
-    assert customers.table.partition_by is None and customers.table.record_key is None and customers.source.schema_ddl is None
+    assert (
+        customers.table.partition_by is None
+        and customers.table.record_key is None
+        and customers.source.schema_ddl is None
+    )
 
 
 def test_a_table_is_named_by_its_topic_when_the_event_does_not_say():
@@ -39,7 +60,10 @@ def test_a_table_is_named_by_its_topic_when_the_event_does_not_say():
     assert r.config_for(SourceTable(None, topic="pg.public.customers")).table.path == "/lake/customers"
 
 
-@pytest.mark.parametrize("source", [SourceTable(".."), SourceTable("."), SourceTable("a/b"), SourceTable("../etc"), SourceTable("orders", schema="")])
+@pytest.mark.parametrize(
+    "source",
+    [SourceTable(".."), SourceTable("."), SourceTable("a/b"), SourceTable("../etc"), SourceTable("orders", schema="")],
+)
 def test_a_source_name_cannot_leave_the_templates_folder(source):
     with pytest.raises(Invalid, match="cannot name a folder"):
         routes().config_for(source)
@@ -60,9 +84,25 @@ def test_bad_templates_and_stray_overrides_are_refused_at_load():
 
 def test_a_database_job_of_another_source_is_refused_before_spark_and_writes_nothing(tmp_path):
     started = time.monotonic()
-    done = subprocess.run([CLI, "run", "--conf", f"table.path={tmp_path}/lake/{{table}}", "--conf", "source.format=json",
-                           "--conf", f"source.path={tmp_path}/in", "--conf", "source.schema=id BIGINT",
-                           "--conf", f"stream.checkpoint={tmp_path / 'cp'}"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            CLI,
+            "run",
+            "--conf",
+            f"table.path={tmp_path}/lake/{{table}}",
+            "--conf",
+            "source.format=json",
+            "--conf",
+            f"source.path={tmp_path}/in",
+            "--conf",
+            "source.schema=id BIGINT",
+            "--conf",
+            f"stream.checkpoint={tmp_path / 'cp'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "reads Debezium's change events from Kafka" in done.stderr, done.stderr[-2000:]
     assert "Spark" not in done.stderr and time.monotonic() - started < 15
     assert not (tmp_path / "lake").exists() and not (tmp_path / "cp").exists()
@@ -83,7 +123,10 @@ def test_labels_quarantine_paths_and_what_tells_tables_apart():
     orders = SourceTable("orders", "public", "inventory", "pg.public.orders")
     assert r.folder == "s3://lake/inventory/" and r.label(r.config_for(orders).table.path) == "public/orders"
     assert r.config_for(orders).write.quarantine_path == "s3://aside/public/orders"
-    assert routes("write.quarantine_path=s3://aside/{table}_bad").config_for(orders).write.quarantine_path == "s3://aside/orders_bad"
+    assert (
+        routes("write.quarantine_path=s3://aside/{table}_bad").config_for(orders).write.quarantine_path
+        == "s3://aside/orders_bad"
+    )
     # a source table's events from two topics are one table unless the path names the topic
     assert r.key(orders) == r.key(SourceTable("orders", "public", "other", "pg2.public.orders"))
     # each table settles its own sections: one table's recorded lease is not its neighbour's

@@ -14,16 +14,15 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 import httpx
-
+import pyarrow.parquet as pq
 from chaoslib import Job, free_port, wait_until
 from conftest import hudi_read
 from connect_events import POSTGRES_COLUMNS, TRANSACTION_BEGIN, TRANSACTION_END, Column, PostgresTable, sample_row
+from opslib import CLI, ENV
+
 from laketide.table import Table
 from laketide.table.commit import BATCH_ID_KEY
-from opslib import CLI, ENV
 
 TOKEN = "db-token"
 ORDERS = [c for c in POSTGRES_COLUMNS if c.name in ("id", "name", "region", "amount", "created_at", "birthday")]
@@ -54,7 +53,12 @@ def values(source: PostgresTable, i: int, version: int) -> dict:
 def send(kafka, source: PostgresTable, events: list[tuple[dict, dict]]) -> None:
     """(row values, event) pairs, each to the partition of its key, keyed as Debezium keys them."""
     for row, event in events:
-        kafka.produce(source.topic, hash(json.dumps(source.kafka_key(row)["payload"], sort_keys=True)) % 3, source.kafka_key(row), event)
+        kafka.produce(
+            source.topic,
+            hash(json.dumps(source.kafka_key(row)["payload"], sort_keys=True)) % 3,
+            source.kafka_key(row),
+            event,
+        )
 
 
 def upserts(source: PostgresTable, keys, version: int, op: str | None = None) -> list[tuple[dict, dict]]:
@@ -71,7 +75,8 @@ def deletes(source: PostgresTable, keys) -> list[tuple[dict, dict]]:
 
 @contextlib.contextmanager
 def read_only(folder: Path):
-    """Nothing can be created in or deleted from ``folder`` meanwhile: for root, whom modes do not stop, it is made immutable."""
+    """Nothing can be created in or deleted from ``folder`` meanwhile: for root, whom modes do not stop, it is made
+    immutable."""
     root = os.geteuid() == 0
     if root:
         subprocess.run(["chattr", "+i", str(folder)], check=True)
@@ -88,17 +93,27 @@ def read_only(folder: Path):
 
 def conf(root, bootstrap: str, **more: str) -> list[str]:
     settings = {
-        "table.path": f"{root}/lake/{{table}}", "table.type": "MERGE_ON_READ", "tables.orders.partition_by": '["region"]',
-        "source.format": "kafka", "source.envelope": "debezium", "source.kafka.bootstrap_servers": bootstrap,
-        "source.kafka.topic_pattern": r"pg\..*", "stream.checkpoint": str(root / "checkpoint"), "stream.trigger": "1 second",
-        "write.index_shards": "1", "write.parallelism": "2", **more,
+        "table.path": f"{root}/lake/{{table}}",
+        "table.type": "MERGE_ON_READ",
+        "tables.orders.partition_by": '["region"]',
+        "source.format": "kafka",
+        "source.envelope": "debezium",
+        "source.kafka.bootstrap_servers": bootstrap,
+        "source.kafka.topic_pattern": r"pg\..*",
+        "stream.checkpoint": str(root / "checkpoint"),
+        "stream.trigger": "1 second",
+        "write.index_shards": "1",
+        "write.parallelism": "2",
+        **more,
     }
     return [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]
 
 
 def run(root, bootstrap: str, **more: str) -> subprocess.CompletedProcess:
     """One `laketide run` to its end; what it said is kept in runs.log."""
-    done = subprocess.run([CLI, "run", *conf(root, bootstrap, **more)], capture_output=True, text=True, env=ENV, timeout=300)
+    done = subprocess.run(
+        [CLI, "run", *conf(root, bootstrap, **more)], capture_output=True, text=True, env=ENV, timeout=300
+    )
     with open(root / "runs.log", "a") as log:
         log.write(done.stderr)
     return done
@@ -122,7 +137,7 @@ def model(source: PostgresTable) -> list[dict]:
 
 
 def _normal(row: dict) -> dict:
-    return {k: v.astimezone(dt.timezone.utc) if isinstance(v, dt.datetime) else v for k, v in row.items()}
+    return {k: v.astimezone(dt.UTC) if isinstance(v, dt.datetime) else v for k, v in row.items()}
 
 
 def all_equal(root, tables: dict[str, PostgresTable]) -> bool:
@@ -146,7 +161,9 @@ def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while
         send(kafka, tables["orders"], upserts(tables["orders"], (1, 2, 30), 1) + deletes(tables["orders"], (4, 5)))
         send(kafka, tables["lines"], deletes(tables["lines"], ((0, 1), (2, 2))) + upserts(tables["lines"], (40, 41), 1))
         # a fourth source table: its topic appears while the job runs
-        refunds = tables["refunds"] = PostgresTable(columns=[c for c in POSTGRES_COLUMNS if c.name in ("id", "amount")], table="refunds", lsn=200_000)
+        refunds = tables["refunds"] = PostgresTable(
+            columns=[c for c in POSTGRES_COLUMNS if c.name in ("id", "amount")], table="refunds", lsn=200_000
+        )
         kafka.create_topic(refunds.topic, 3)
         send(kafka, refunds, upserts(refunds, range(5), 0))
         # a column added to one source table arrives in its table only
@@ -154,7 +171,9 @@ def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while
         customers.columns.append(Column("middle", "STRING", {"type": "string", "optional": True}))
         customers.rows = {k: {**v, "middle": None} for k, v in customers.rows.items()}
         send(kafka, customers, upserts(customers, (3, 4, 50), 1))
-        wait_until(lambda: job.running() and all_equal(tmp_path, tables), 240, "four tables, the added column and the changes")
+        wait_until(
+            lambda: job.running() and all_equal(tmp_path, tables), 240, "four tables, the added column and the changes"
+        )
         operators_see_every_table(f"http://127.0.0.1:{port}", tmp_path)
     finally:
         job.signal(2)
@@ -175,24 +194,33 @@ def operators_see_every_table(api: str, root: Path) -> None:
     assert all(t["records"] > 0 and t["last_instant"] and t["quarantined"] == 0 for t in listed), listed
     assert {t["name"]: t["source_table"] for t in listed}["lines"] == "lines"
     unnamed = httpx.get(f"{api}/v1/writer", timeout=30)
-    assert unnamed.status_code == 400 and "?table=" in unnamed.json()["detail"] and "refunds" in unnamed.json()["detail"]
+    assert (
+        unnamed.status_code == 400 and "?table=" in unnamed.json()["detail"] and "refunds" in unnamed.json()["detail"]
+    )
     assert httpx.get(f"{api}/v1/writer", params={"table": "nope"}, timeout=30).status_code == 404
     writer = httpx.get(f"{api}/v1/writer", params={"table": "orders"}, timeout=30).json()
     assert writer["running"] and writer["recent"] and all(r["table"] == "orders" for r in writer["recent"])
     instants = httpx.get(f"{api}/v1/instants", params={"table": "refunds"}, timeout=30).json()
     assert len(instants["items"]) >= 1
     metrics = httpx.get(f"{api}/metrics", timeout=30).text
-    assert all(f'laketide_commits_total{{table="{name}"}}' in metrics for name in ("customers", "lines", "orders", "refunds")), metrics[-2000:]
+    assert all(
+        f'laketide_commits_total{{table="{name}"}}' in metrics for name in ("customers", "lines", "orders", "refunds")
+    ), metrics[-2000:]
     page = httpx.get(f"{api}/ui", timeout=30)
     assert page.status_code == 200 and 'href="/ui?table=refunds"' in page.text
     orders_page = httpx.get(f"{api}/ui", params={"table": "orders"}, timeout=30)
-    assert orders_page.status_code == 200 and 'X-Laketide-Table' in orders_page.text and "Timeline" in orders_page.text
+    assert orders_page.status_code == 200 and "X-Laketide-Table" in orders_page.text and "Timeline" in orders_page.text
     panel = httpx.get(f"{api}/ui/part/job", headers={"X-Laketide-Table": "lines"}, timeout=30)
     assert panel.status_code == 200
     in_a_browser(api)
     # the CLI acts on one table by its path, through the job's API
-    saved = subprocess.run([CLI, "savepoint", "create", str(root / "lake" / "lines"), "--token", TOKEN, "--comment", "db"],
-                           capture_output=True, text=True, env=ENV, timeout=120)
+    saved = subprocess.run(
+        [CLI, "savepoint", "create", str(root / "lake" / "lines"), "--token", TOKEN, "--comment", "db"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
     assert saved.returncode == 0, saved.stderr[-2000:]
     points = httpx.get(f"{api}/v1/savepoints", params={"table": "lines"}, timeout=30).json()
     assert [p["comment"] for p in points] == ["db"], points
@@ -203,7 +231,6 @@ def in_a_browser(api: str) -> None:
     """The dashboard in chromium: the table list, then one table's page, whose panels keep refreshing as that
     table's (htmx sends the table with every request), and an instant's detail opened by a click."""
     from playwright.sync_api import expect, sync_playwright
-
     from test_dashboard import CHROMIUM, FLAGS
 
     with sync_playwright() as playwright:
@@ -232,9 +259,21 @@ def test_a_second_job_on_the_same_database_is_refused_naming_its_tables(kafka, t
     first = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap)], tmp_path / "first.log").start()
     try:
         wait_until(lambda: first.running() and all_equal(tmp_path, tables), 240, "the first job's tables")
-        second = subprocess.run([CLI, "run", *conf(tmp_path, kafka.bootstrap, **{"stream.checkpoint": str(tmp_path / "cp2"),
-                                                                                  "database.lease_wait": "0"})],
-                                capture_output=True, text=True, env=ENV, timeout=300)
+        second = subprocess.run(
+            [
+                CLI,
+                "run",
+                *conf(
+                    tmp_path,
+                    kafka.bootstrap,
+                    **{"stream.checkpoint": str(tmp_path / "cp2"), "database.lease_wait": "0"},
+                ),
+            ],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=300,
+        )
     finally:
         first.signal(2)
         first.wait(120)
@@ -262,7 +301,9 @@ def test_a_table_that_cannot_be_written_leaves_the_others_written(kafka, tmp_pat
     with read_only(lines / ".hoodie"):
         stopped = run(tmp_path, kafka.bootstrap, **available_now)
     assert stopped.returncode != 0 and "table lines:" in stopped.stderr, stopped.stderr[-3000:]
-    assert read(tmp_path, tables["orders"]) == model(tables["orders"]) and read(tmp_path, tables["customers"]) == model(tables["customers"])
+    assert read(tmp_path, tables["orders"]) == model(tables["orders"]) and read(tmp_path, tables["customers"]) == model(
+        tables["customers"]
+    )
     assert read(tmp_path, tables["lines"]) != model(tables["lines"])
     # the next start replays the micro-batch: the tables that committed it skip it, lines writes it
     again = run(tmp_path, kafka.bootstrap, **available_now)
@@ -277,12 +318,17 @@ def test_a_table_that_cannot_be_written_leaves_the_others_written(kafka, tmp_pat
         going_on = run(tmp_path, kafka.bootstrap, **available_now, **{"database.on_table_failure": "quarantine"})
     assert going_on.returncode == 0, going_on.stderr[-3000:]
     assert read(tmp_path, tables["orders"]) == model(tables["orders"])
-    aside = [r for f in (tmp_path / "lake" / "lines_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    aside = [
+        r for f in (tmp_path / "lake" / "lines_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()
+    ]
     assert len(aside) == 2 and all(r["reason"].startswith("table lines could not be written") for r in aside), aside
-    raws = [json.loads(r["raw"]) for r in aside]  # the raw form of every Kafka record in quarantine: where it was, and its value
-    assert {json.loads(raw["value"])["payload"]["after"]["qty"] for raw in raws} == {2, 3} and {raw["topic"] for raw in raws} == {"pg.public.lines"}
+    raws = [
+        json.loads(r["raw"]) for r in aside
+    ]  # the raw form of every Kafka record in quarantine: where it was, and its value
+    assert {json.loads(raw["value"])["payload"]["after"]["qty"] for raw in raws} == {2, 3} and {
+        raw["topic"] for raw in raws
+    } == {"pg.public.lines"}
     assert all(r["source"].startswith("pg.public.lines/") for r in aside)
-
 
 
 def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, tmp_path):
@@ -299,14 +345,29 @@ def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, 
         for source in tables.values():
             keys = rng.sample(range(30), 4)
             gone = [k for k in list(source.rows)[:2] if rng.random() < 0.3]
-            send(kafka, source, upserts(source, [k for k in keys if source.key_of(values(source, k, 0)) not in gone], next(versions)))
+            send(
+                kafka,
+                source,
+                upserts(source, [k for k in keys if source.key_of(values(source, k, 0)) not in gone], next(versions)),
+            )
             send(kafka, source, deletes(source, gone))
 
     burst()
-    settings = {"source.kafka.max_offsets_per_trigger": "20", "coordinator.lease_wait": "30", "database.lease_wait": "30"}
+    settings = {
+        "source.kafka.max_offsets_per_trigger": "20",
+        "coordinator.lease_wait": "30",
+        "database.lease_wait": "30",
+    }
     # one job dies between two tables' commits of one micro-batch: the next replays it, and those two skip it
-    between = Job([sys.executable, str(Path(__file__).with_name("run_database_job.py")), "2", *conf(tmp_path, kafka.bootstrap, **settings)[1::2]],
-                  tmp_path / "between.log").start()
+    between = Job(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("run_database_job.py")),
+            "2",
+            *conf(tmp_path, kafka.bootstrap, **settings)[1::2],
+        ],
+        tmp_path / "between.log",
+    ).start()
     assert between.wait(180) == 137, between.log_tail()
     for cycle in range(3):  # each cycle is a job's start (about 15 s): the suite's time is bounded
         log = tmp_path / f"job-{cycle}.log"
@@ -319,7 +380,10 @@ def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, 
             time.sleep(rng.uniform(0.0, 0.8))
         assert job.running(), job.log_tail()
         job.kill()
-    assert "micro-batch 0: tables=3 written=1 records=" in (tmp_path / "job-0.log").read_text() and "already_committed=2" in (tmp_path / "job-0.log").read_text()
+    assert (
+        "micro-batch 0: tables=3 written=1 records=" in (tmp_path / "job-0.log").read_text()
+        and "already_committed=2" in (tmp_path / "job-0.log").read_text()
+    )
     drained = run(tmp_path, kafka.bootstrap, **{**settings, "stream.trigger": "available-now"})
     assert drained.returncode == 0, drained.stderr[-3000:]
     for name, source in tables.items():

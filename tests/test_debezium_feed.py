@@ -17,7 +17,6 @@ import subprocess
 
 import pyarrow.parquet as pq
 import pytest
-
 from chaoslib import Job, wait_until
 from conftest import hudi_read, rows
 from connect_events import (
@@ -46,11 +45,20 @@ TOASTED = ("name", "doc", "blob")  # text and bytes columns Postgres may store o
 
 def conf(root, bootstrap: str, **more: str) -> list[str]:
     settings = {
-        "table.path": str(root / "table"), "table.name": "orders", "table.record_key": '["id"]', "table.partition_by": '["region"]',
-        "source.format": "kafka", "source.kafka.bootstrap_servers": bootstrap,
+        "table.path": str(root / "table"),
+        "table.name": "orders",
+        "table.record_key": '["id"]',
+        "table.partition_by": '["region"]',
+        "source.format": "kafka",
+        "source.kafka.bootstrap_servers": bootstrap,
         "source.kafka.topics": json.dumps([TOPIC, TRANSACTIONS, HEARTBEATS, SCHEMA_TOPIC]),
-        "source.schema": DDL, "source.envelope": "debezium", "stream.checkpoint": str(root / "checkpoint"),
-        "stream.trigger": "available-now", "write.index_shards": "2", "write.parallelism": "2", **more,
+        "source.schema": DDL,
+        "source.envelope": "debezium",
+        "stream.checkpoint": str(root / "checkpoint"),
+        "stream.trigger": "available-now",
+        "write.index_shards": "2",
+        "write.parallelism": "2",
+        **more,
     }
     # an empty source.schema leaves it out: the columns come from the events
     left_out = {"source.schema"} if settings["source.schema"] == "" else set()
@@ -60,10 +68,14 @@ def conf(root, bootstrap: str, **more: str) -> list[str]:
 
 
 def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([CLI, "run", *conf(root, bootstrap, **more)], capture_output=True, text=True, env=ENV, timeout=600)
+    done = subprocess.run(
+        [CLI, "run", *conf(root, bootstrap, **more)], capture_output=True, text=True, env=ENV, timeout=600
+    )
     with open(root / "runs.log", "a") as log:
         log.write(done.stderr)
-    assert done.returncode == expect, f"laketide run exited {done.returncode} (all of it in {root / 'runs.log'}):\n{done.stderr[-3000:]}"
+    assert done.returncode == expect, (
+        f"laketide run exited {done.returncode} (all of it in {root / 'runs.log'}):\n{done.stderr[-3000:]}"
+    )
     return done
 
 
@@ -81,7 +93,7 @@ def table_rows(root) -> list[dict]:
     for r in read:
         for name, value in r.items():
             if isinstance(value, dt.datetime):
-                r[name] = value.astimezone(dt.timezone.utc)
+                r[name] = value.astimezone(dt.UTC)
     return read
 
 
@@ -90,23 +102,32 @@ def expected(source: PostgresTable) -> list[dict]:
     for r in out:
         for name, value in r.items():
             if isinstance(value, dt.datetime):
-                r[name] = value.astimezone(dt.timezone.utc)
+                r[name] = value.astimezone(dt.UTC)
     return out
 
 
 def quarantined(root) -> list[dict]:
-    return [r for f in (root / "table_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()] if (root / "table_quarantine").exists() else []
+    return (
+        [r for f in (root / "table_quarantine").rglob("*.parquet") for r in pq.read_table(f).to_pylist()]
+        if (root / "table_quarantine").exists()
+        else []
+    )
 
 
-@pytest.mark.parametrize("table_type,driver_batch_bytes", [("COPY_ON_WRITE", "64m"), ("MERGE_ON_READ", "0")], ids=["cow-driver", "mor-tasks"])
+@pytest.mark.parametrize(
+    "table_type,driver_batch_bytes", [("COPY_ON_WRITE", "64m"), ("MERGE_ON_READ", "0")], ids=["cow-driver", "mor-tasks"]
+)
 def test_postgres_events_keep_one_row_per_key_with_every_type_decoded(kafka, tmp_path, table_type, driver_batch_bytes):
-    """Copy-on-write written by the driver's threads, merge-on-read by Spark's tasks (``write.driver_batch_bytes = 0``)."""
+    """Copy-on-write written by the driver's threads, merge-on-read by Spark's tasks (``write.driver_batch_bytes =
+    0``)."""
     for topic, partitions in ((TOPIC, 3), (TRANSACTIONS, 1), (HEARTBEATS, 1), (SCHEMA_TOPIC, 1)):
         kafka.create_topic(topic, partitions)
     source = PostgresTable()
     snapshot = [source.upsert(sample_row(i, 0), op="r") for i in range(30)]
     # streaming begins while the snapshot is read: a TOASTed value unchanged keeps the one just inserted
-    snapshot += [source.upsert(sample_row(i, 1)) for i in (40, 41)] + [source.upsert(sample_row(i, 2), unchanged=TOASTED) for i in (40, 41)]
+    snapshot += [source.upsert(sample_row(i, 1)) for i in (40, 41)] + [
+        source.upsert(sample_row(i, 2), unchanged=TOASTED) for i in (40, 41)
+    ]
     send(kafka, snapshot)
     kafka.produce(HEARTBEATS, 0, {"serverName": "pg"}, HEARTBEAT)
     on = {"write.driver_batch_bytes": driver_batch_bytes}
@@ -134,14 +155,25 @@ def test_postgres_events_keep_one_row_per_key_with_every_type_decoded(kafka, tmp
     assert quarantined(tmp_path) == []
     assert not any(TOAST in str(v) for r in table_rows(tmp_path) for v in r.values())
     read = hudi_read(tmp_path / "table").to_pylist()
-    assert {r["id"]: r["_hoodie_partition_path"] for r in read if r["id"] in moved} == {i: source.rows[i]["region"] for i in moved if i in source.rows}
+    assert {r["id"]: r["_hoodie_partition_path"] for r in read if r["id"] in moved} == {
+        i: source.rows[i]["region"] for i in moved if i in source.rows
+    }
     assert (" on tasks " in second.stderr) == (driver_batch_bytes == "0")
     assert "skipped=heartbeat:1" in first.stderr
-    assert "heartbeat:1" in second.stderr and "transaction:2" in second.stderr and "schema_change:1" in second.stderr and "message:1" in second.stderr
+    assert (
+        "heartbeat:1" in second.stderr
+        and "transaction:2" in second.stderr
+        and "schema_change:1" in second.stderr
+        and "message:1" in second.stderr
+    )
 
     # a third run deletes what moved, by key alone, from its new partition; a TOASTed value unchanged again
     # keeps the value of a row that a log holds (merge-on-read) or a base file (copy-on-write)
-    send(kafka, [source.delete(i) for i in moved if i in source.rows] + [source.upsert(sample_row(i, 9), unchanged=TOASTED) for i in (5, 11, 50)])
+    send(
+        kafka,
+        [source.delete(i) for i in moved if i in source.rows]
+        + [source.upsert(sample_row(i, 9), unchanged=TOASTED) for i in (5, 11, 50)],
+    )
     run(tmp_path, kafka.bootstrap, **on)
     assert table_rows(tmp_path) == expected(source)
 
@@ -155,8 +187,13 @@ def test_avro_events_with_replica_identity_full_take_their_columns_from_the_avsc
     snapshot = [source.upsert(sample_row(i, 0), op="r") for i in range(24)]
     (tmp_path / "orders.avsc").write_text(json.dumps(avro_schema(snapshot[0]["schema"])))
     send(kafka, snapshot, avro=True)
-    on = {"source.schema": "", "source.value_format": "avro", "source.avro_schema": str(tmp_path / "orders.avsc"),
-          "table.type": "MERGE_ON_READ", "write.driver_batch_bytes": "0"}
+    on = {
+        "source.schema": "",
+        "source.value_format": "avro",
+        "source.avro_schema": str(tmp_path / "orders.avsc"),
+        "table.type": "MERGE_ON_READ",
+        "write.driver_batch_bytes": "0",
+    }
     run(tmp_path, kafka.bootstrap, **on)
     assert table_rows(tmp_path) == as_text_price(expected(source))
     changes = [source.upsert(sample_row(i, 1)) for i in range(0, 24, 4)]
@@ -209,15 +246,25 @@ def test_avro_values_under_the_schema_registry_take_an_added_column_as_it_comes(
     new_id = registry.register(f"{TOPIC}-value", avro_schema(added[0]["schema"]))
     send(kafka, added, avro=True, schema_id=new_id)
     kafka.produce(TOPIC, 0, {"id": 1}, b"\x00\x00\x00\x03\xe7\x00\x02")  # framed with an id the registry lacks
-    on = {"source.schema": "", "source.value_format": "avro", "source.schema_registry.url": registry.url,
-          "write.driver_batch_bytes": "0", "table.partition_by": "[]"}  # and a table without partitions
+    on = {
+        "source.schema": "",
+        "source.value_format": "avro",
+        "source.schema_registry.url": registry.url,
+        "write.driver_batch_bytes": "0",
+        "table.partition_by": "[]",
+    }  # and a table without partitions
     run(tmp_path, kafka.bootstrap, **on)
     wanted = [*names, "middle_name"]
     assert _read_or_none(tmp_path, wanted) == _model(new.rows, wanted)
     bad = quarantined(tmp_path)
     assert len(bad) == 1 and bad[0]["reason"] == f"schema id 999 is not in the schema registry {registry.url}"
     assert sorted(registry.lookups) == sorted({old_id, new_id, 999})
-    send(kafka, [new.upsert({**row(i, 2), "middle_name": f"n{i}"}) for i in (4, 5)] + [new.delete(6)], avro=True, schema_id=new_id)
+    send(
+        kafka,
+        [new.upsert({**row(i, 2), "middle_name": f"n{i}"}) for i in (4, 5)] + [new.delete(6)],
+        avro=True,
+        schema_id=new_id,
+    )
     run(tmp_path, kafka.bootstrap, **on)
     assert _read_or_none(tmp_path, wanted) == _model(new.rows, wanted)
 
@@ -227,17 +274,27 @@ MYSQL_NAMES = ["id", "name", "region", "amount", "born", "updated_at"]
 
 
 def _mysql_row(i: int, version: int, region: str | None = None) -> dict:
-    return {"id": i, "name": f"c{i}.{version}", "region": region or ("eu", "us")[i % 2], "amount": sample_row(i, version)["amount"],
-            "born": dt.date(1980 + i % 30, 1 + i % 12, 1 + i % 27),
-            "updated_at": dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=i * 37 + version * 1001)}
+    return {
+        "id": i,
+        "name": f"c{i}.{version}",
+        "region": region or ("eu", "us")[i % 2],
+        "amount": sample_row(i, version)["amount"],
+        "born": dt.date(1980 + i % 30, 1 + i % 12, 1 + i % 27),
+        "updated_at": dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+        + dt.timedelta(milliseconds=i * 37 + version * 1001),
+    }
 
 
 def _mysql_sent(values: dict) -> dict:
     """As the MySQL connector sends a row without its schema under Debezium's defaults (decimal precise,
     DATE as days, DATETIME(3) as ms)."""
-    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-    return {**values, "amount": decimal_bytes(values["amount"], 2), "born": (values["born"] - dt.date(1970, 1, 1)).days,
-            "updated_at": (values["updated_at"] - epoch) // dt.timedelta(milliseconds=1)}
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return {
+        **values,
+        "amount": decimal_bytes(values["amount"], 2),
+        "born": (values["born"] - dt.date(1970, 1, 1)).days,
+        "updated_at": (values["updated_at"] - epoch) // dt.timedelta(milliseconds=1),
+    }
 
 
 def test_mysql_events_without_their_schema_from_landing_files_through_a_failover(tmp_path):
@@ -263,14 +320,22 @@ def test_mysql_events_without_their_schema_from_landing_files_through_a_failover
     def read() -> list[dict]:
         return _normal(rows(hudi_read(tmp_path / "table"), "id", MYSQL_NAMES))
 
-    settings = {"source.format": "json", "source.path": str(landing), "source.schema": MYSQL_DDL, "source.debezium.timestamp_unit": "ms",
-                "source.debezium.ordering": "ts_ms", "table.type": "COPY_ON_WRITE"}
+    settings = {
+        "source.format": "json",
+        "source.path": str(landing),
+        "source.schema": MYSQL_DDL,
+        "source.debezium.timestamp_unit": "ms",
+        "source.debezium.ordering": "ts_ms",
+        "table.type": "COPY_ON_WRITE",
+    }
     land("0001.json", [upsert(_mysql_row(i, 0)) for i in range(16)], extra="\n{not json\n")
     run(tmp_path, "unused:1", **settings)
     assert read() == _model(model, MYSQL_NAMES)
     bad = quarantined(tmp_path)
     assert len(bad) == 1 and bad[0]["raw"] == "{not json"
-    events = [upsert(_mysql_row(i, 1)) for i in range(0, 16, 3)] + [upsert(_mysql_row(i, 2, region="moved")) for i in (1, 4)]
+    events = [upsert(_mysql_row(i, 1)) for i in range(0, 16, 3)] + [
+        upsert(_mysql_row(i, 2, region="moved")) for i in (1, 4)
+    ]
     events += [delete(i) for i in (2, 5)]
     mysql.fail_over()
     events += [upsert(_mysql_row(i, 3)) for i in (0, 1, 20)] + [delete(7)]
@@ -339,23 +404,41 @@ def test_columns_come_from_the_events_and_an_added_one_joins_without_a_restart(k
     settings = {"source.schema": "", "stream.trigger": "1 second", "table.type": "MERGE_ON_READ"}
     job = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap, **settings)], tmp_path / "job.log").start()
     try:
-        wait_until(lambda: job.running() and _read_or_none(tmp_path, names) == _model(before.rows, names), 240, "the first rows")
+        wait_until(
+            lambda: job.running() and _read_or_none(tmp_path, names) == _model(before.rows, names),
+            240,
+            "the first rows",
+        )
         after.rows, after.lsn = {k: {**v, "middle_name": None} for k, v in before.rows.items()}, before.lsn
         send(kafka, [after.upsert(row(i, 1, with_middle=True)) for i in (2, 3, 20)])
         wanted = [*names, "middle_name"]
-        wait_until(lambda: job.running() and _read_or_none(tmp_path, wanted) == _model(after.rows, wanted), 240, "the added column")
+        wait_until(
+            lambda: job.running() and _read_or_none(tmp_path, wanted) == _model(after.rows, wanted),
+            240,
+            "the added column",
+        )
     finally:
         job.kill()
-    assert "middle_name" not in (job.log_tail(200_000).split("unknown_fields=")[1] if "unknown_fields=" in job.log_tail(200_000) else "")
+    assert "middle_name" not in (
+        job.log_tail(200_000).split("unknown_fields=")[1] if "unknown_fields=" in job.log_tail(200_000) else ""
+    )
 
 
 def test_a_column_that_narrows_stops_the_job_naming_it(kafka, tmp_path):
     kafka.create_topic(TOPIC, 3)
     columns = [c for c in POSTGRES_COLUMNS if c.name in ("id", "name", "region", "amount")]
     source = PostgresTable(columns=columns)
-    send(kafka, [source.upsert({k: v for k, v in sample_row(i, 0).items() if k in ("id", "name", "region", "amount")}) for i in range(3)])
+    send(
+        kafka,
+        [
+            source.upsert({k: v for k, v in sample_row(i, 0).items() if k in ("id", "name", "region", "amount")})
+            for i in range(3)
+        ],
+    )
     run(tmp_path, kafka.bootstrap, **{"source.schema": ""})
-    narrowed = [c if c.name != "amount" else Column("amount", "INT", {"type": "int32", "optional": True}) for c in columns]
+    narrowed = [
+        c if c.name != "amount" else Column("amount", "INT", {"type": "int32", "optional": True}) for c in columns
+    ]
     changed = PostgresTable(columns=narrowed, lsn=5000)
     send(kafka, [changed.upsert({"id": 1, "name": "x", "region": "eu", "amount": 5})])
     done = run(tmp_path, kafka.bootstrap, expect=2, **{"source.schema": ""})
@@ -390,5 +473,5 @@ def _normal(read: list[dict]) -> list[dict]:
     for r in read:
         for name, value in r.items():
             if isinstance(value, dt.datetime):
-                r[name] = value.astimezone(dt.timezone.utc)
+                r[name] = value.astimezone(dt.UTC)
     return read

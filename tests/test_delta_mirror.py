@@ -6,7 +6,10 @@ import json
 
 import polars as pl
 import pyarrow as pa
+from conftest import hudi_read, rows
 from deltalake import DeltaTable
+from test_clean import SCHEMA, history, state
+from writes import upsert
 
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.savepoints import Savepoints
@@ -14,10 +17,6 @@ from laketide.table import Table
 from laketide.table.clean import Retention
 from laketide.table.delta_log import LAST_CHECKPOINT, DeltaLog
 from laketide.table.delta_mirror import DeltaMirror
-
-from conftest import hudi_read, rows
-from writes import upsert
-from test_clean import SCHEMA, history, state
 
 COLUMNS = ["id", "v", "region"]
 
@@ -41,7 +40,9 @@ def test_every_version_reads_as_hudi_did_through_clean_rollback_and_restore(tmp_
     assert mirror.catch_up() == [0, 1, 2, 3]
     expected.update({v: reads[t] for v, t in enumerate(instants)})
     Savepoints(coordinator).create(instants[1])
-    instants.append(upsert(table, coordinator, 4, [{"id": i, "v": 4, "region": ("us", "eu")[i % 2]} for i in range(3)], SCHEMA))
+    instants.append(
+        upsert(table, coordinator, 4, [{"id": i, "v": 4, "region": ("us", "eu")[i % 2]} for i in range(3)], SCHEMA)
+    )
     publish(1)
     Cleaner(coordinator, Retention(commits=1)).clean()
     publish(1)  # a clean changes no live file: its version is a commitInfo alone
@@ -50,7 +51,9 @@ def test_every_version_reads_as_hudi_did_through_clean_rollback_and_restore(tmp_
     coordinator.rollback(instants[-1], force=True)
     publish(1)  # the compensating version puts back what the rolled-back commit replaced
     assert state(table.uri) == reads[instants[3]]
-    instants.append(upsert(table, coordinator, 5, [{"id": 1, "v": 5, "region": "eu"}, {"id": 40, "v": 5, "region": "us"}], SCHEMA))
+    instants.append(
+        upsert(table, coordinator, 5, [{"id": 1, "v": 5, "region": "eu"}, {"id": 40, "v": 5, "region": "us"}], SCHEMA)
+    )
     publish(1)
     Savepoints(coordinator).restore(instants[1])
     publish(1)
@@ -62,7 +65,14 @@ def test_every_version_reads_as_hudi_did_through_clean_rollback_and_restore(tmp_
 
     # time travel to every version whose files are still there: the cleaner, a rollback and a restore delete
     # files, and with them the older versions that name them, as for Hudi's own time travel
-    readable = [v for v in expected if all(table.io.exists(u.split(table.uri.rstrip("/") + "/", 1)[1]) for u in DeltaTable(table.uri, version=v).file_uris())]
+    readable = [
+        v
+        for v in expected
+        if all(
+            table.io.exists(u.split(table.uri.rstrip("/") + "/", 1)[1])
+            for u in DeltaTable(table.uri, version=v).file_uris()
+        )
+    ]
     assert {1, max(expected) - 1, max(expected)} <= set(readable), "the savepoint's version and those after the restore"
     for version in readable:
         assert delta_rows(table.uri, version) == expected[version], f"delta version {version}"
@@ -109,18 +119,27 @@ def test_the_job_mirrors_merge_on_read_as_its_read_optimized_view(spark, tmp_pat
     from streaming import DATA_COLUMNS, expected_after, job_config
     from test_merge_on_read import COMPACTING_BATCHES, _land_batches
 
-    from laketide.table.delta_mirror import completed_actions
     from laketide.spark.job import run
+    from laketide.table.delta_mirror import completed_actions
 
     _land_batches(tmp_path, COMPACTING_BATCHES)
-    run(job_config(tmp_path, table__type="MERGE_ON_READ", compaction__delta_commits="2", compaction__mode="inline", mirror__delta="true"))
+    run(
+        job_config(
+            tmp_path,
+            table__type="MERGE_ON_READ",
+            compaction__delta_commits="2",
+            compaction__mode="inline",
+            mirror__delta="true",
+        )
+    )
     table = Table.open(str(tmp_path / "table"))
     actions = completed_actions(table)
     versions = DeltaLog(table.io).versions()
     assert versions == list(range(len(actions))), "one version per completed deltacommit, compaction and clean"
     dt = DeltaTable(table.uri)
     assert [h["laketide"]["hudiInstant"] for h in reversed(dt.history())] == [a.instant.timestamp for a in actions]
-    # deltacommits add no base file unless they insert: the mirror is the read-optimized view, which the last compaction made whole
+    # deltacommits add no base file unless they insert: the mirror is the read-optimized view, which the last compaction
+    # made whole
     mirrored = rows(dt.to_pyarrow_table(), "id", DATA_COLUMNS)
     assert mirrored == rows(table.read_optimized(), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES)
 

@@ -36,8 +36,15 @@ def test_every_configuration_key_is_in_the_reference():
     """A key without a description fails ``sections()``; every key the model has is in the reference."""
     keys = [k.name for s in sections() for k in s.keys]
     reference = reference_markdown()
-    assert {"table.path", "source.kafka.max_offsets_per_trigger", "write.driver_batch_bytes", "compaction.max_log_bytes",
-            "tables.<name>.schema", "database.on_table_failure", "storage.max_in_flight"} <= set(keys)
+    assert {
+        "table.path",
+        "source.kafka.max_offsets_per_trigger",
+        "write.driver_batch_bytes",
+        "compaction.max_log_bytes",
+        "tables.<name>.schema",
+        "database.on_table_failure",
+        "storage.max_in_flight",
+    } <= set(keys)
     assert all(f"`{k}`" in reference for k in keys)
     assert len(keys) == len(set(keys))
 
@@ -55,7 +62,10 @@ def test_the_site_builds_strictly_with_the_reference_in_it(tmp_path):
     fails it. The built configuration page holds the reference the model makes."""
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     page = (tmp_path / "site" / "configuration" / "index.html").read_text()

@@ -11,10 +11,10 @@ import os
 import random
 import subprocess
 
-from laketide.table import Table
-
 from conftest import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, PYTHON, RUNNER, expected_after, land_all
+
+from laketide.table import Table
 
 POINTS = ("begun", "written", "committed")
 SETTINGS = ["table.type=MERGE_ON_READ", "compaction.delta_commits=2", "compaction.mode=inline"]
@@ -37,10 +37,18 @@ def test_kill_and_restart_gives_the_expected_table(tmp_path):
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     crashes = 0
     for point, batch in schedule(seed):
-        result = subprocess.run([PYTHON, str(RUNNER), str(tmp_path), point, str(batch), *SETTINGS], env=env, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [PYTHON, str(RUNNER), str(tmp_path), point, str(batch), *SETTINGS],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode in (0, 137), result.stderr[-3000:]
         crashes += result.returncode == 137
-    final = subprocess.run([PYTHON, str(RUNNER), str(tmp_path), "-", "0", *SETTINGS], env=env, capture_output=True, text=True, timeout=300)
+    final = subprocess.run(
+        [PYTHON, str(RUNNER), str(tmp_path), "-", "0", *SETTINGS], env=env, capture_output=True, text=True, timeout=300
+    )
     assert final.returncode == 0, final.stderr[-3000:]
     assert crashes == len(schedule(seed)), f"seed {seed}: the crash schedule should kill the job at least twice"
 

@@ -1,5 +1,6 @@
 """What new files carry: zstd-compressed parquet (``write.parquet_compression``'s default, and log blocks
-with ``write.log_compression = zstd``) and bloom filters sized to the file (``write.bloom_entries`` unset), on both table types, through merges that update, insert
+with ``write.log_compression = zstd``) and bloom filters sized to the file (``write.bloom_entries`` unset), on both
+table types, through merges that update, insert
 between stored keys, delete and drop late records; read back by hudi-rs against a model, and the base
 files by Spark's own parquet reader."""
 
@@ -10,20 +11,41 @@ import glob
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import hudi_read, rows
+from streaming import DATA_COLUMNS, row
 
 import laketide
 from laketide.index.bloom import DEFAULT_NUM_ENTRIES, BloomFilter
 from laketide.writer.report import BatchReport
 
-from conftest import hudi_read, rows
-from streaming import DATA_COLUMNS, row
-
-SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string()), ("_hoodie_is_deleted", pa.bool_())])
-SETTINGS = {"write": {"index_shards": 2, "parallelism": 2, "log_compression": "zstd", "target_file_size": "256KB", "small_file_limit": "128KB"}}
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("amount", pa.float64()),
+        ("ts", pa.int64()),
+        ("region", pa.string()),
+        ("_hoodie_is_deleted", pa.bool_()),
+    ]
+)
+SETTINGS = {
+    "write": {
+        "index_shards": 2,
+        "parallelism": 2,
+        "log_compression": "zstd",
+        "target_file_size": "256KB",
+        "small_file_limit": "128KB",
+    }
+}
 
 
 def _write(path: str, lines: list[dict], model: dict, **new_table) -> BatchReport:
-    report = laketide.write(path, pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA), settings=SETTINGS, **new_table)
+    report = laketide.write(
+        path,
+        pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA),
+        settings=SETTINGS,
+        **new_table,
+    )
     for line in lines:
         stored = model.get(line["id"])
         if stored is not None and stored["ts"] > line["ts"]:
@@ -38,10 +60,25 @@ def _write(path: str, lines: list[dict], model: dict, **new_table) -> BatchRepor
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
 def test_zstd_files_with_sized_blooms_read_back(tmp_path, table_type, spark):
     path, model = str(tmp_path / "t"), {}
-    _write(path, [row(i, 1) for i in range(0, 6000, 2)], model, table_type=table_type, record_key="id", partition_by="region", ordering_field="ts", name="t")
+    _write(
+        path,
+        [row(i, 1) for i in range(0, 6000, 2)],
+        model,
+        table_type=table_type,
+        record_key="id",
+        partition_by="region",
+        ordering_field="ts",
+        name="t",
+    )
     # odd keys fall between the stored even ones; 10 and 12 arrive late; every 50th key is deleted
-    _write(path, [row(i, 2) for i in range(1, 3000, 2)] + [row(i, 3) for i in range(0, 3000, 4)] + [row(10, 0), row(12, 0)], model)
-    report = _write(path, [row(i, 4, deleted=True) for i in range(0, 6000, 50)] + [row(i, 4) for i in range(6000, 6100)], model)
+    _write(
+        path,
+        [row(i, 2) for i in range(1, 3000, 2)] + [row(i, 3) for i in range(0, 3000, 4)] + [row(10, 0), row(12, 0)],
+        model,
+    )
+    report = _write(
+        path, [row(i, 4, deleted=True) for i in range(0, 6000, 50)] + [row(i, 4) for i in range(6000, 6100)], model
+    )
     assert report.deletes == 120 and report.inserts == 100
     assert rows(hudi_read(path), "id", DATA_COLUMNS) == [model[k] for k in sorted(model)]
 
@@ -53,7 +90,10 @@ def test_zstd_files_with_sized_blooms_read_back(tmp_path, table_type, spark):
         meta = pq.read_metadata(f)
         assert meta.row_group(0).column(0).compression == "ZSTD"
         bloom = BloomFilter.from_footer(meta.metadata)
-        assert bloom.row_capacity < DEFAULT_NUM_ENTRIES and bloom.might_contain_many(pq.read_table(f, columns=["_hoodie_record_key"])[0]).all()
+        assert (
+            bloom.row_capacity < DEFAULT_NUM_ENTRIES
+            and bloom.might_contain_many(pq.read_table(f, columns=["_hoodie_record_key"])[0]).all()
+        )
     # Java's parquet reader, as a Hudi reader on Spark uses it
     assert spark.read.parquet(*base_files).count() == sum(pq.read_metadata(f).num_rows for f in base_files)
 
@@ -63,7 +103,13 @@ def test_a_small_file_group_carries_a_small_filter_that_grows_with_it(tmp_path):
     merges add keys (copy-on-write carries the filter over), and hudi-rs reads every row."""
     path, model = str(tmp_path / "t"), {}
     settings = {"write": {"index_shards": 2, "parallelism": 1}}
-    new_table = {"table_type": "COPY_ON_WRITE", "record_key": "id", "partition_by": "region", "ordering_field": "ts", "name": "t"}
+    new_table = {
+        "table_type": "COPY_ON_WRITE",
+        "record_key": "id",
+        "partition_by": "region",
+        "ordering_field": "ts",
+        "name": "t",
+    }
     lines = [row(i, 1, region="eu") for i in range(3)]
     laketide.write(path, pa.Table.from_pylist(lines, SCHEMA), settings=settings, **new_table)
     (first,) = glob.glob(f"{path}/eu/*.parquet")

@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from conftest import hudi_read
+from streaming import land
 
 from laketide.config import load_config
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, FOOTER_MAX_KEY, FOOTER_MIN_KEY
 from laketide.index.state import StateIndex
+from laketide.spark.job import run
 from laketide.table import Table
 from laketide.table.schema import RECORD_KEY
-from laketide.spark.job import run
-
-from conftest import hudi_read
-from streaming import land
 
 DDL = "id INT, name STRING, isActive BOOLEAN, longField BIGINT, doubleField DOUBLE, byteField INT"
 
@@ -43,7 +42,14 @@ def test_updates_land_in_the_spark_written_file_groups(spark, fixture_copy, tmp_
     before = {r["id"]: r for r in hudi_read(path).to_pylist()}
     groups_before = {r["id"]: r["_hoodie_file_name"].split("_")[0] for r in before.values()}
     updates = [
-        {"id": i, "name": f"updated-{i}", "isActive": True, "longField": 10_000_000_000 + i, "doubleField": 1.5, "byteField": before[i]["byteField"]}
+        {
+            "id": i,
+            "name": f"updated-{i}",
+            "isActive": True,
+            "longField": 10_000_000_000 + i,
+            "doubleField": 1.5,
+            "byteField": before[i]["byteField"],
+        }
         for i in (1, 2, 3, 4)
     ]
     updates.append({"id": 5, "name": "new", "isActive": False, "longField": 5, "doubleField": 2.5, "byteField": 30})
@@ -98,7 +104,14 @@ def test_upserts_of_3_and_7_byte_keys_find_hadoop_built_filters(spark, fixture_c
     before = {r["id"]: r for r in hudi_read(path).to_pylist()}
     assert sorted(len(str(i)) for i in before) == [3, 3, 7, 7]
     updates = [
-        {"id": i, "name": f"updated-{i}", "isActive": True, "longField": 10_000_000_000 + i, "doubleField": 1.5, "byteField": row["byteField"]}
+        {
+            "id": i,
+            "name": f"updated-{i}",
+            "isActive": True,
+            "longField": 10_000_000_000 + i,
+            "doubleField": 1.5,
+            "byteField": row["byteField"],
+        }
         for i, row in before.items()
     ]
     updates.append({"id": 777, "name": "new", "isActive": False, "longField": 5, "doubleField": 2.5, "byteField": 10})

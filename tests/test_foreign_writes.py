@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from laketide.coordinator import Coordinator, LocalLease
-from laketide.index.state import StateIndex
-from laketide.index.sync import ForeignWrites, foreign_writes
-from laketide.table import Table
-from laketide.table.commit import SCHEMA_KEY
-from laketide.table.instant import REPLACE_COMMIT
-from laketide.table.schema import avro_schema_json
-from laketide.spark.job import run
-
 from conftest import hudi_read, rows
 from foreign_writer import foreign_upsert, write_file_groups
 from streaming import DATA_COLUMNS, Model, job_config, land, row
 from test_clean import SCHEMA
+
+from laketide.coordinator import Coordinator, LocalLease
+from laketide.index.state import StateIndex
+from laketide.index.sync import ForeignWrites, foreign_writes
+from laketide.spark.job import run
+from laketide.table import Table
+from laketide.table.commit import SCHEMA_KEY
+from laketide.table.instant import REPLACE_COMMIT
+from laketide.table.schema import avro_schema_json
 
 
 def foreign_commit(table: Table, batch_id: int, records: list[dict], **routing) -> str:
@@ -64,13 +63,17 @@ def test_the_next_micro_batch_sees_inserts_and_clustering_by_other_writers(spark
     index = StateIndex.open(table.io, 2)
     covered_group = groups(table, "eu")[0]
     timeline = table.timeline
-    assert (covered_group.partition, covered_group.file_id) in index.snapshot({i.timestamp for i in timeline.completed_writes()}).covered
+    assert (covered_group.partition, covered_group.file_id) in index.snapshot(
+        {i.timestamp for i in timeline.completed_writes()}
+    ).covered
 
     # a backfill inserts new keys into a group the index covers
     backfill = [row(i, 1, region="eu") for i in range(1000, 1010, 2)]
     foreign_commit(table, 0, backfill, insert_into={"eu": covered_group.file_id})
     model.apply(backfill)
-    assert {r["id"] for r in pq.read_table(table.io.full_path(groups(table, "eu")[0].base_file.path)).to_pylist()} >= {r["id"] for r in backfill}
+    assert {r["id"] for r in pq.read_table(table.io.full_path(groups(table, "eu")[0].base_file.path)).to_pylist()} >= {
+        r["id"] for r in backfill
+    }
 
     # updating those keys must find them there, not insert them a second time
     micro_batch(1, [row(i, 2, region="eu") for i in range(1000, 1010, 2)] + [row(2, 2), row(3, 2)])

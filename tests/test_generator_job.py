@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from conftest import hudi_read
+
 from laketide.cli import embedded_defaults
 from laketide.config import load_config
 from laketide.spark.generator import GeneratorSpec, generate
 from laketide.spark.job import run
-
-from conftest import hudi_read
 
 ROWS, BATCHES = 3000, 3
 

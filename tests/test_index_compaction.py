@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import threading
 
+from conftest import hudi_read, rows
+from opslib import OpsTable
+from streaming import DATA_COLUMNS, row
+from test_write_api import NEW_TABLE, _arrow
+
 import laketide
 from laketide.coordinator.index_compaction import IndexCompaction
 from laketide.index import state
 from laketide.index.state import StateIndex
 from laketide.table import Table
-
-from conftest import hudi_read, rows
-from opslib import OpsTable
-from streaming import DATA_COLUMNS, row
-from test_write_api import NEW_TABLE, _arrow
 
 SETTINGS = {"write": {"index_shards": 2, "parallelism": 2}}
 
@@ -41,7 +41,7 @@ def test_writes_keep_each_shard_within_the_limit_and_every_key_found(tmp_path):
     assert all(any(name.startswith("base_") for name in names) and len(names) <= 3 for names in runs.values()), runs
     assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
     # every key is found again through the folded index: updating them all inserts nothing
-    again = [row(i, 9) for i in range(0, 140)]
+    again = [row(i, 9) for i in range(140)]
     report = laketide.write(path, _arrow(again), settings=SETTINGS)
     t.model.apply(again)
     assert (report.inserts, report.updates) == (0, 140)
@@ -75,7 +75,9 @@ def test_a_fold_writes_its_level_at_once_and_deletes_the_folded_runs_only_betwee
         assert folding.is_alive(), "the fold waits for the micro-batch before deleting what it replaced"
         during = _runs(table.io, 2)
         for shard, names in during.items():
-            assert set(before[shard]) < set(names) and any(n.startswith("level_") and n not in before[shard] for n in names)
+            assert set(before[shard]) < set(names) and any(
+                n.startswith("level_") and n not in before[shard] for n in names
+            )
         # a snapshot taken now reads the base and the new level, the deltas they fold no more
         snapshot = index.snapshot({i.timestamp for i in table.timeline.completed_writes()})
         assert all(len(runs) == 2 and "/base_" in runs[0] and "/level_" in runs[1] for runs in snapshot.runs.values())
@@ -83,10 +85,12 @@ def test_a_fold_writes_its_level_at_once_and_deletes_the_folded_runs_only_betwee
     assert not folding.is_alive()
     after = _runs(table.io, 2)
     for shard, names in after.items():
-        assert [n for n in names if n.startswith("base_")] == [n for n in before[shard] if n.startswith("base_")], "the base is not rewritten"
+        assert [n for n in names if n.startswith("base_")] == [n for n in before[shard] if n.startswith("base_")], (
+            "the base is not rewritten"
+        )
         assert len(names) == 2 and names[1].startswith("level_"), after
     # the job writes on from the folded index
-    lines = [row(i, 7) for i in range(0, 100)]
+    lines = [row(i, 7) for i in range(100)]
     report = laketide.write(path, _arrow(lines), settings=SETTINGS)
     t.model.apply(lines)
     assert (report.inserts, report.updates) == (0, 100)
@@ -100,14 +104,17 @@ def test_levels_take_the_deltas_until_they_hold_an_eighth_of_the_base_then_a_new
     t = OpsTable(tmp_path, {"table.type": "MERGE_ON_READ"})
     settings = {"write": {**SETTINGS["write"], "index_compaction_deltas": 2}}
     path = _write_batches(t, 1, settings)
-    lines = [row(i, 2) for i in range(0, 40_000)]  # a base of about 20,000 entries a shard, 320 KB
+    lines = [row(i, 2) for i in range(40_000)]  # a base of about 20,000 entries a shard, 320 KB
     laketide.write(path, _arrow(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_TABLE)
     t.model.apply(lines)
     io = Table.open(path).io
     first_bases = {s: [n for n in names if n.startswith("base_")] for s, names in _runs(io, 2).items()}
     seen_levels, n = set(), 3
     # 400 new keys a batch, 200 a shard: a level reaches an eighth of the base after about a dozen batches
-    while all(names == first_bases[s] for s, names in {s: [m for m in ns if m.startswith("base_")] for s, ns in _runs(io, 2).items()}.items()):
+    while all(
+        names == first_bases[s]
+        for s, names in {s: [m for m in ns if m.startswith("base_")] for s, ns in _runs(io, 2).items()}.items()
+    ):
         lines = [row(i, n) for i in range(40_000 + 400 * n, 40_400 + 400 * n)]
         laketide.write(path, _arrow(lines), settings=settings)
         t.model.apply(lines)
@@ -144,7 +151,7 @@ def test_deltas_as_large_as_a_bulk_loads_are_folded_whatever_the_limit(tmp_path,
     t = OpsTable(tmp_path, {"table.type": "MERGE_ON_READ"})
     settings = {"write": {**SETTINGS["write"], "index_compaction_deltas": 100}}
     path = _write_batches(t, 1, settings)  # a new table's shards get a base at once
-    lines = [row(i, 2) for i in range(0, 6000)]  # 3,000 entries a shard, about 48 KB
+    lines = [row(i, 2) for i in range(6000)]  # 3,000 entries a shard, about 48 KB
     laketide.write(path, _arrow(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_TABLE)
     t.model.apply(lines)
     runs = _runs(Table.open(path).io, 2)

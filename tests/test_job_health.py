@@ -9,24 +9,43 @@ from laketide.writer.report import Backlog, BatchReport, Failure
 NOW = 1_800_000_000.0
 
 
-def batches(seconds: list[float], every: float = 10.0, records: int = 1000, lag: list[int] | None = None) -> list[BatchReport]:
+def batches(
+    seconds: list[float], every: float = 10.0, records: int = 1000, lag: list[int] | None = None
+) -> list[BatchReport]:
     """Micro-batches ending ``every`` seconds apart, the last just now."""
     return [
-        BatchReport(batch_id=n, instant=f"2027011500000{n:04d}", records=records, seconds=s, ended_at=NOW - every * (len(seconds) - 1 - n),
-                    lag={"t/0": lag[n]} if lag else {})
+        BatchReport(
+            batch_id=n,
+            instant=f"2027011500000{n:04d}",
+            records=records,
+            seconds=s,
+            ended_at=NOW - every * (len(seconds) - 1 - n),
+            lag={"t/0": lag[n]} if lag else {},
+        )
         for n, s in enumerate(seconds)
     ]
 
 
 def test_trigger_intervals():
-    assert trigger_seconds("10 seconds") == 10 and trigger_seconds("500 milliseconds") == 0.5 and trigger_seconds("2 minutes") == 120
+    assert (
+        trigger_seconds("10 seconds") == 10
+        and trigger_seconds("500 milliseconds") == 0.5
+        and trigger_seconds("2 minutes") == 120
+    )
     assert trigger_seconds("available-now") is None and trigger_seconds(None) is None
     # every form the configuration takes (``parse_trigger``)
-    assert trigger_seconds("10s") == 10 and trigger_seconds("500ms") == 0.5 and trigger_seconds("1m") == 60 and trigger_seconds("2 HOURS") == 7200
+    assert (
+        trigger_seconds("10s") == 10
+        and trigger_seconds("500ms") == 0.5
+        and trigger_seconds("1m") == 60
+        and trigger_seconds("2 HOURS") == 7200
+    )
 
 
 def test_keeping_up_then_idle_with_rates_and_the_last_commits_age():
-    health = assess(batches([1.0, 1.0, 1.0]), [], "10 seconds", Backlog(files=2, bytes=10, age_seconds=3), False, NOW - 4, NOW)
+    health = assess(
+        batches([1.0, 1.0, 1.0]), [], "10 seconds", Backlog(files=2, bytes=10, age_seconds=3), False, NOW - 4, NOW
+    )
     assert health.state == "healthy" and "2 landing files wait" in health.summary and not health.falling_behind
     assert health.last_commit_seconds_ago == 4 and health.processing_rate == 1000.0 and 0 < health.input_rate < 1000
     idle = assess(batches([1.0, 1.0]), [], "10 seconds", Backlog(files=0, bytes=0), False, NOW, NOW)
@@ -47,14 +66,26 @@ def test_a_kafka_lag_that_keeps_growing_is_behind():
 
 
 def test_files_waiting_while_no_micro_batch_starts_is_behind():
-    health = assess(batches([1.0], every=10), [], "10 seconds", Backlog(files=3, bytes=1, age_seconds=120), False, NOW - 100, NOW + 100)
+    health = assess(
+        batches([1.0], every=10),
+        [],
+        "10 seconds",
+        Backlog(files=3, bytes=1, age_seconds=120),
+        False,
+        NOW - 100,
+        NOW + 100,
+    )
     assert health.state == "behind" and "3 landing files wait and no micro-batch has started" in health.summary
 
 
 def test_a_recent_failure_wins_and_an_old_one_is_only_the_last_error():
     failure = Failure(at=NOW - 5, what="clean", instant="20270115000000001", error="OSError: disk full")
     health = assess(batches([1.0]), [failure], "10 seconds", None, False, NOW, NOW)
-    assert health.state == "failing" and "clean: OSError: disk full" in health.summary and health.last_error == "clean: OSError: disk full"
+    assert (
+        health.state == "failing"
+        and "clean: OSError: disk full" in health.summary
+        and health.last_error == "clean: OSError: disk full"
+    )
     old = failure.model_copy(update={"at": NOW - RATE_WINDOW_SECONDS - 1})
     later = assess(batches([1.0]), [old], "10 seconds", None, False, NOW, NOW)
     assert later.state == "idle" and later.last_error == "clean: OSError: disk full"

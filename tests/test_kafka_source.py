@@ -16,7 +16,6 @@ import time
 import httpx
 import pyarrow.parquet as pq
 import pytest
-
 from chaoslib import Job, free_port, run_here, wait_until
 from conftest import hudi_read, rows
 from debezium import COLUMNS, ROW_DDL, ChangeModel, event, row
@@ -27,20 +26,34 @@ TOPIC = "dbserver.public.orders"
 
 def job_conf(root, bootstrap: str, **more: str) -> list[str]:
     settings = {
-        "table.path": str(root / "table"), "table.name": "orders", "table.record_key": '["id"]', "table.partition_by": '["region"]',
+        "table.path": str(root / "table"),
+        "table.name": "orders",
+        "table.record_key": '["id"]',
+        "table.partition_by": '["region"]',
         "table.ordering_field": "_event_position",
-        "source.format": "kafka", "source.kafka.bootstrap_servers": bootstrap, "source.kafka.topics": f'["{TOPIC}"]',
-        "source.schema": ROW_DDL, "source.envelope": "debezium", "stream.checkpoint": str(root / "checkpoint"),
-        "stream.trigger": "available-now", "write.index_shards": "2", "write.parallelism": "2", **more,
+        "source.format": "kafka",
+        "source.kafka.bootstrap_servers": bootstrap,
+        "source.kafka.topics": f'["{TOPIC}"]',
+        "source.schema": ROW_DDL,
+        "source.envelope": "debezium",
+        "stream.checkpoint": str(root / "checkpoint"),
+        "stream.trigger": "available-now",
+        "write.index_shards": "2",
+        "write.parallelism": "2",
+        **more,
     }
     return [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]
 
 
 def run(root, bootstrap: str, expect: int = 0, **more: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([CLI, "run", *job_conf(root, bootstrap, **more)], capture_output=True, text=True, env=ENV, timeout=600)
+    done = subprocess.run(
+        [CLI, "run", *job_conf(root, bootstrap, **more)], capture_output=True, text=True, env=ENV, timeout=600
+    )
     with open(root / "runs.log", "a") as log:  # the whole of each run, for when one fails
         log.write(done.stderr)
-    assert done.returncode == expect, f"laketide run exited {done.returncode} (all of it in {root / 'runs.log'}):\n{done.stderr[-3000:]}"
+    assert done.returncode == expect, (
+        f"laketide run exited {done.returncode} (all of it in {root / 'runs.log'}):\n{done.stderr[-3000:]}"
+    )
     return done
 
 
@@ -72,7 +85,10 @@ def test_debezium_events_from_kafka_land_as_the_model(kafka, tmp_path):
     kafka.create_topic(TOPIC, 3)
     model = ChangeModel()
     first = [event("r", 10 + i, after=row(i, 1)) for i in range(12)]  # the snapshot
-    first += [event("u", 40, before=row(1, 1), after=row(1, 2)), event("u", 39, before=row(1, 1), after=row(1, 9))]  # out of order in the batch
+    first += [
+        event("u", 40, before=row(1, 1), after=row(1, 2)),
+        event("u", 39, before=row(1, 1), after=row(1, 9)),
+    ]  # out of order in the batch
     first += [event("d", 41, before=row(2, 1))]
     send(kafka, first)
     kafka.produce(TOPIC, 2, {"id": 2}, None)  # the tombstone after a delete
@@ -87,8 +103,13 @@ def test_debezium_events_from_kafka_land_as_the_model(kafka, tmp_path):
     second = [event("u", 30, before=row(3, 1), after=row(3, 7))]  # older than nothing stored: applies
     second += [event("u", 50, before=row(4, 1), after=row(4, 2)), event("u", 45, before=row(4, 1), after=row(4, 8))]
     second += [event("u", 35, before=row(1, 1), after=row(1, 5))]  # older than the stored lsn 40: changes nothing
-    second += [event("d", 60, before=row(5, 1)), event("c", 61, after=row(105, 1, region=row(5, 1)["region"]))]  # a key change
-    second += [event("c", 70 + i, after=row(i, 1)) for i in range(20, 26)] + [event("x", 80, after=row(7, 3))]  # an unknown op
+    second += [
+        event("d", 60, before=row(5, 1)),
+        event("c", 61, after=row(105, 1, region=row(5, 1)["region"])),
+    ]  # a key change
+    second += [event("c", 70 + i, after=row(i, 1)) for i in range(20, 26)] + [
+        event("x", 80, after=row(7, 3))
+    ]  # an unknown op
     send(kafka, second)
     model.apply(second)
     done = run(tmp_path, kafka.bootstrap)
@@ -97,7 +118,11 @@ def test_debezium_events_from_kafka_land_as_the_model(kafka, tmp_path):
 
     aside = quarantined(tmp_path)
     malformed = [r for r in aside if "not valid JSON" in r["reason"]]
-    assert len(malformed) == 1 and json.loads(malformed[0]["raw"])["partition"] == 0 and json.loads(malformed[0]["raw"])["value"] == "{not json"
+    assert (
+        len(malformed) == 1
+        and json.loads(malformed[0]["raw"])["partition"] == 0
+        and json.loads(malformed[0]["raw"])["value"] == "{not json"
+    )
     assert "offset" in json.loads(malformed[0]["raw"])
     unknown = [r for r in aside if "unknown Debezium op 'x'" in r["reason"]]
     assert len(unknown) == 1 and json.loads(unknown[0]["raw"])["offset"] >= 0
@@ -145,8 +170,11 @@ def test_kill_9_cycles_while_events_arrive_leave_the_model_exact(kafka, tmp_path
     kafka.create_topic(TOPIC, 3)
     feed, rng = Feed(kafka, seed=5), random.Random(9)
     feed.send(30)
-    conf = job_conf(tmp_path, kafka.bootstrap, **{"stream.trigger": "1 second", "source.kafka.max_offsets_per_trigger": "10",
-                                                   "coordinator.lease_wait": "30"})
+    conf = job_conf(
+        tmp_path,
+        kafka.bootstrap,
+        **{"stream.trigger": "1 second", "source.kafka.max_offsets_per_trigger": "10", "coordinator.lease_wait": "30"},
+    )
     for cycle in range(3):
         log = tmp_path / f"job-{cycle}.log"
         job = Job([CLI, "run", *conf], log).start()
@@ -175,7 +203,9 @@ def test_kill_9_cycles_while_events_arrive_leave_the_model_exact(kafka, tmp_path
     from confluent_kafka import Consumer, TopicPartition
 
     probe = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "probe"})
-    assert ends == {TOPIC: {str(p): probe.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in range(3)}}
+    assert ends == {
+        TOPIC: {str(p): probe.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in range(3)}
+    }
     probe.close()
 
 
@@ -186,8 +216,15 @@ def test_lag_shows_and_falls_to_zero_once_the_producer_stops(kafka, tmp_path):
     feed = Feed(kafka, seed=3)
     feed.send(90)
     port = free_port()
-    conf = job_conf(tmp_path, kafka.bootstrap, **{"stream.trigger": "1 second", "source.kafka.max_offsets_per_trigger": "10",
-                                                   "coordinator.api_port": str(port)})
+    conf = job_conf(
+        tmp_path,
+        kafka.bootstrap,
+        **{
+            "stream.trigger": "1 second",
+            "source.kafka.max_offsets_per_trigger": "10",
+            "coordinator.api_port": str(port),
+        },
+    )
     job = Job([CLI, "run", *conf], tmp_path / "job.log").start()
     api = f"http://127.0.0.1:{port}"
     seen_lag = []
@@ -205,9 +242,14 @@ def test_lag_shows_and_falls_to_zero_once_the_producer_stops(kafka, tmp_path):
         wait_until(lambda: sum(lag().values() or [0]) > 0, 180, "a lag above 0")
         metrics = httpx.get(f"{api}/metrics", timeout=5).text
         assert 'laketide_source_lag{partition="0",table=' in metrics and f'topic="{TOPIC}"}}' in metrics
-        wait_until(lambda: (current := lag()) and len(current) == 3 and not any(current.values()), 300, "the lag to fall to 0")
+        wait_until(
+            lambda: (current := lag()) and len(current) == 3 and not any(current.values()), 300, "the lag to fall to 0"
+        )
         metrics = httpx.get(f"{api}/metrics", timeout=5).text
-        assert all(re.search(rf'laketide_source_lag{{partition="{p}",table="[^"]*",topic="{TOPIC}"}} 0.0', metrics) for p in range(3))
+        assert all(
+            re.search(rf'laketide_source_lag{{partition="{p}",table="[^"]*",topic="{TOPIC}"}} 0.0', metrics)
+            for p in range(3)
+        )
     finally:
         job.signal(signal.SIGTERM)
         job.wait(120)
@@ -264,6 +306,7 @@ def test_a_kept_consumer_reads_on_where_it_ended_and_afresh_elsewhere(kafka):
         kafka.produce("kept", n % 2, None, {"n": n})
     consumer = RangeConsumer({"bootstrap.servers": kafka.bootstrap})
     try:
+
         def read(*ranges):
             table = consumer.read([OffsetRange("kept", p, a, b) for p, a, b in ranges])
             return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
@@ -288,10 +331,21 @@ def test_the_driver_weighs_a_kafka_record_by_the_records_it_read(kafka, tmp_path
     checkpoint = tmp_path / "checkpoint"
     (checkpoint / "offsets").mkdir(parents=True)
     for batch, end in ((0, 4), (1, 10)):  # the offset log as Spark writes it: its last line the source's offsets
-        (checkpoint / "offsets" / str(batch)).write_text('v1\n{"batchWatermarkMs":0}\n' + json.dumps({"weighed": {"0": end}}))
-    config = load_config(overrides=[f"table.path={tmp_path / 't'}", "table.name=t", 'table.record_key=["n"]', "source.format=kafka",
-                                     f"source.kafka.bootstrap_servers={kafka.bootstrap}", 'source.kafka.topics=["weighed"]',
-                                     "source.schema=n INT", f"stream.checkpoint={checkpoint}"])
+        (checkpoint / "offsets" / str(batch)).write_text(
+            'v1\n{"batchWatermarkMs":0}\n' + json.dumps({"weighed": {"0": end}})
+        )
+    config = load_config(
+        overrides=[
+            f"table.path={tmp_path / 't'}",
+            "table.name=t",
+            'table.record_key=["n"]',
+            "source.format=kafka",
+            f"source.kafka.bootstrap_servers={kafka.bootstrap}",
+            'source.kafka.topics=["weighed"]',
+            "source.schema=n INT",
+            f"stream.checkpoint={checkpoint}",
+        ]
+    )
     offsets = KafkaOffsets(config)
     try:
         assert offsets.record_weight() == KAFKA_RECORD_BYTES
@@ -355,15 +409,30 @@ def test_plain_json_values_are_read_and_decoded_on_the_driver_and_bad_ones_left_
 
     def produce(version: int, bad: bytes | None = None) -> None:
         for n in range(9):
-            kafka.produce(PLAIN, n % 3, {"id": n}, {"id": n, "name": f"n{n}v{version}", "amount": n + version / 10, "region": "eu", "ts": version})
+            kafka.produce(
+                PLAIN,
+                n % 3,
+                {"id": n},
+                {"id": n, "name": f"n{n}v{version}", "amount": n + version / 10, "region": "eu", "ts": version},
+            )
         if bad is not None:
             kafka.produce(PLAIN, 0, {"id": 0}, bad)
         kafka.produce(PLAIN, 1, {"id": 1}, None)  # a tombstone: no row
 
-    conf = {"table.path": str(tmp_path / "table"), "table.name": "plain", "table.record_key": '["id"]', "table.ordering_field": "ts",
-            "source.format": "kafka", "source.kafka.bootstrap_servers": kafka.bootstrap, "source.kafka.topics": f'["{PLAIN}"]',
-            "source.schema": "id BIGINT, name STRING, amount DOUBLE, region STRING, ts BIGINT", "source.kafka.max_offsets_per_trigger": "6",
-            "stream.checkpoint": str(tmp_path / "checkpoint"), "stream.trigger": "available-now", "write.parallelism": "2"}
+    conf = {
+        "table.path": str(tmp_path / "table"),
+        "table.name": "plain",
+        "table.record_key": '["id"]',
+        "table.ordering_field": "ts",
+        "source.format": "kafka",
+        "source.kafka.bootstrap_servers": kafka.bootstrap,
+        "source.kafka.topics": f'["{PLAIN}"]',
+        "source.schema": "id BIGINT, name STRING, amount DOUBLE, region STRING, ts BIGINT",
+        "source.kafka.max_offsets_per_trigger": "6",
+        "stream.checkpoint": str(tmp_path / "checkpoint"),
+        "stream.trigger": "available-now",
+        "write.parallelism": "2",
+    }
     args = [CLI, "run", *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]]
     produce(1)
     first = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=600)
@@ -373,7 +442,9 @@ def test_plain_json_values_are_read_and_decoded_on_the_driver_and_bad_ones_left_
     second = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     lines = re.findall(r"micro-batch \d+: instant=.*", first.stderr + second.stderr)
-    assert lines and not [line for line in lines if " on driver " not in line], [line for line in lines if " on driver " not in line]
+    assert lines and not [line for line in lines if " on driver " not in line], [
+        line for line in lines if " on driver " not in line
+    ]
     got = rows(hudi_read(tmp_path / "table"), "id", ["id", "name", "amount", "ts"])
     assert got == [{"id": n, "name": f"n{n}v3", "amount": n + 0.3, "ts": 3} for n in range(9)]
     aside = quarantined(tmp_path)
@@ -381,16 +452,40 @@ def test_plain_json_values_are_read_and_decoded_on_the_driver_and_bad_ones_left_
     assert json.loads(aside[0]["raw"])["topic"] == PLAIN and "not valid JSON" in aside[0]["reason"]
 
 
-ROW_AVRO = {"type": "record", "name": "Value", "namespace": "dbserver.public.orders", "fields": [
-    {"name": "id", "type": "long"}, {"name": "name", "type": ["null", "string"]},
-    {"name": "amount", "type": ["null", "double"]}, {"name": "region", "type": ["null", "string"]},
-]}
-ENVELOPE_AVRO = {"type": "record", "name": "Envelope", "namespace": "dbserver.public.orders", "fields": [
-    {"name": "before", "type": ["null", ROW_AVRO]}, {"name": "after", "type": ["null", "dbserver.public.orders.Value"]},
-    {"name": "source", "type": {"type": "record", "name": "Source", "fields": [
-        {"name": "connector", "type": "string"}, {"name": "lsn", "type": ["null", "long"]}, {"name": "ts_ms", "type": "long"}]}},
-    {"name": "op", "type": "string"}, {"name": "ts_ms", "type": ["null", "long"]},
-]}
+ROW_AVRO = {
+    "type": "record",
+    "name": "Value",
+    "namespace": "dbserver.public.orders",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": ["null", "string"]},
+        {"name": "amount", "type": ["null", "double"]},
+        {"name": "region", "type": ["null", "string"]},
+    ],
+}
+ENVELOPE_AVRO = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "dbserver.public.orders",
+    "fields": [
+        {"name": "before", "type": ["null", ROW_AVRO]},
+        {"name": "after", "type": ["null", "dbserver.public.orders.Value"]},
+        {
+            "name": "source",
+            "type": {
+                "type": "record",
+                "name": "Source",
+                "fields": [
+                    {"name": "connector", "type": "string"},
+                    {"name": "lsn", "type": ["null", "long"]},
+                    {"name": "ts_ms", "type": "long"},
+                ],
+            },
+        },
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"]},
+    ],
+}
 
 
 def test_avro_change_events_in_confluents_wire_format(kafka, tmp_path):
@@ -405,10 +500,17 @@ def test_avro_change_events_in_confluents_wire_format(kafka, tmp_path):
     schema_file = tmp_path / "orders.avsc"
     schema_file.write_text(json.dumps(ENVELOPE_AVRO))
     parsed = fastavro.parse_schema(ENVELOPE_AVRO)
-    events = [event("c", 10 + i, after=row(i, 1)) for i in range(9)] + [event("u", 30, before=row(4, 1), after=row(4, 2)), event("d", 31, before=row(5, 1))]
+    events = [event("c", 10 + i, after=row(i, 1)) for i in range(9)] + [
+        event("u", 30, before=row(4, 1), after=row(4, 2)),
+        event("d", 31, before=row(5, 1)),
+    ]
     for e in events:
         payload = {k: v for k, v in e["payload"].items()}
-        payload["source"] = {"connector": "postgresql", "lsn": payload["source"]["lsn"], "ts_ms": payload["source"]["ts_ms"]}
+        payload["source"] = {
+            "connector": "postgresql",
+            "lsn": payload["source"]["lsn"],
+            "ts_ms": payload["source"]["ts_ms"],
+        }
         out = io.BytesIO()
         out.write(b"\x00" + struct.pack(">I", 7))
         fastavro.schemaless_writer(out, parsed, payload)

@@ -7,6 +7,7 @@ import bisect
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.index.columns import PARTITION
 from laketide.table.schema import RECORD_KEY
 from laketide.writer import ranges
@@ -39,7 +40,10 @@ def test_cut_points_split_the_rows_of_many_parts_evenly_and_never_split_a_key():
             assert seen.setdefault(key, task) == task, "one key's rows meet in one task"
             assert bisect.bisect_right(cuts, key) == task, "a key equal to a cut starts the next range"
     # each task's range lies wholly above the one before
-    bounds = [(min(ranges.range_keys(tables[t], False).to_pylist()), max(ranges.range_keys(tables[t], False).to_pylist())) for t in range(tasks)]
+    bounds = [
+        (min(ranges.range_keys(tables[t], False).to_pylist()), max(ranges.range_keys(tables[t], False).to_pylist()))
+        for t in range(tasks)
+    ]
     assert all(bounds[t][1] < bounds[t + 1][0] for t in range(tasks - 1))
 
 
@@ -58,18 +62,26 @@ def test_unsorted_rows_are_cut_into_the_ranges_sorted_rows_are_cut_into():
 def test_range_keys_order_as_partition_then_key_and_by_key_alone_when_global():
     rows = pa.table({RECORD_KEY: ["b", "a", "a"], PARTITION: ["p", "pq", "p"]})
     keys = ranges.range_keys(rows, False).to_pylist()
-    assert sorted(range(3), key=lambda i: keys[i]) == [2, 0, 1], "p/a, p/b, then pq/a: a path that extends another sorts after all its keys"
+    assert sorted(range(3), key=lambda i: keys[i]) == [2, 0, 1], (
+        "p/a, p/b, then pq/a: a path that extends another sorts after all its keys"
+    )
     assert ranges.range_keys(rows, True).to_pylist() == ["b", "a", "a"]
     assert ranges.cut_points([], 4) == [] and ranges.cut_points([(["x"], 1.0)], 1) == []
 
 
 def test_a_small_batch_is_cut_only_where_partitions_start_and_a_cut_near_a_partition_start_moves_there():
     # 3 partitions of 4,000, 4,000 and 2,000 rows
-    rows = pa.table({RECORD_KEY: [f"{i:05d}" for i in range(10_000)], PARTITION: ["a"] * 4_000 + ["b"] * 4_000 + ["c"] * 2_000})
+    rows = pa.table(
+        {RECORD_KEY: [f"{i:05d}" for i in range(10_000)], PARTITION: ["a"] * 4_000 + ["b"] * 4_000 + ["c"] * 2_000}
+    )
     samples = [ranges.sample(rows, global_keys=False)]
-    assert ranges.cut_points(samples, 4, least_rows=20_000) == ["b\x00", "c\x00"], "less than a file's worth: cut only where partitions start"
+    assert ranges.cut_points(samples, 4, least_rows=20_000) == ["b\x00", "c\x00"], (
+        "less than a file's worth: cut only where partitions start"
+    )
     one_partition = [ranges.sample(rows.filter(pc.equal(rows[PARTITION], "a")), global_keys=False)]
-    assert ranges.cut_points(one_partition, 4, least_rows=20_000) == [], "less than a file's worth of one partition: one range"
+    assert ranges.cut_points(one_partition, 4, least_rows=20_000) == [], (
+        "less than a file's worth of one partition: one range"
+    )
     cuts = ranges.cut_points(samples, 2, least_rows=1_000)
     assert cuts == ["b\x00"], "the middle (5,000) is within a quarter range of b's start (4,000)"
     parts = ranges.split_sorted(rows, cuts, False)
@@ -82,7 +94,12 @@ def test_range_numbers_compare_partition_then_key_as_the_joined_range_keys_order
     partition, and by key alone under a global index."""
     partitions = ["a", "ab", "a", "b", "ab", "a", "b", ""]
     keys = ["9", "1", "10", "0", "5", "", "7", "3"]
-    rows = pa.table({RECORD_KEY: pa.chunked_array([keys[:3], keys[3:]]), PARTITION: pa.chunked_array([partitions[:3], partitions[3:]])})
+    rows = pa.table(
+        {
+            RECORD_KEY: pa.chunked_array([keys[:3], keys[3:]]),
+            PARTITION: pa.chunked_array([partitions[:3], partitions[3:]]),
+        }
+    )
     for global_keys, cuts in [(False, ["a\x001", "a\x00", "ab\x003", "b\x00"]), (False, []), (True, ["10", "5"])]:
         cuts = sorted(cuts)
         joined = ranges.range_keys(rows, global_keys).to_pylist()

@@ -10,17 +10,39 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import COW_FIXTURES, MOR_FIXTURE
 
 from laketide.table import Table
 from laketide.table.keygen import escape_path_name, partition_paths, record_keys, value_text
 
-from conftest import COW_FIXTURES, MOR_FIXTURE
-
-DOUBLES = [1.0, 0.1, -0.0, 0.0, 1e7, 9999999.0, 1e-3, 9.99e-4, 1e300, -2.5e-5, 123456.789, 100.0, 1.7976931348623157e308, 2.0 / 3]
+DOUBLES = [
+    1.0,
+    0.1,
+    -0.0,
+    0.0,
+    1e7,
+    9999999.0,
+    1e-3,
+    9.99e-4,
+    1e300,
+    -2.5e-5,
+    123456.789,
+    100.0,
+    1.7976931348623157e308,
+    2.0 / 3,
+]
 # Java before 19 prints a few doubles (subnormals such as 4.9E-324) with more than the shortest digits
 # (JDK-4511638); laketide writes the shortest form, as Java 19 and later do.
 FLOATS = [1.0, 0.1, 1e10, 3.4028235e38, 0.001, 1234567.0, 12345678.0, -7.5e-4]
-DECIMALS = [Decimal("12345.67890"), Decimal("0E-9"), Decimal("0.0000001"), Decimal("-1.5"), Decimal("100"), Decimal("0.000001"), Decimal("1.0E-7")]
+DECIMALS = [
+    Decimal("12345.67890"),
+    Decimal("0E-9"),
+    Decimal("0.0000001"),
+    Decimal("-1.5"),
+    Decimal("100"),
+    Decimal("0.000001"),
+    Decimal("1.0E-7"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +69,7 @@ def test_decimals_read_as_bigdecimal_tostring(java):
 
 def test_dates_and_timestamps():
     assert value_text(pa.array([dt.date(1969, 12, 31)])).to_pylist() == ["1969-12-31"]
-    moment = dt.datetime(2024, 1, 1, 0, 0, 0, 5, tzinfo=dt.timezone.utc)
+    moment = dt.datetime(2024, 1, 1, 0, 0, 0, 5, tzinfo=dt.UTC)
     # consistent.logical.timestamp off (Hudi's default): the raw epoch microseconds
     assert value_text(pa.array([moment], pa.timestamp("us", "UTC"))).to_pylist() == ["1704067200000005"]
     assert value_text(pa.array([moment], pa.timestamp("us", "Asia/Tokyo"))).to_pylist() == ["1704067200000005"]
@@ -71,7 +93,12 @@ def test_partition_paths_escape_as_hive_does():
     assert escape_path_name("a/b c#%:=?*'\"\\{[]^\t\x7f") == "a%2Fb c%23%25%3A%3D%3F%2A%27%22%5C%7B%5B%5D%5E%09%7F"
     rows = pa.table({"p": ["x/y", None, "", "ok"], "q": [1.0, 2.5, 3.0, 4.0]})
     paths, reasons = partition_paths(rows, ["p", "q"], hive_style=True, urlencode=True)
-    assert paths.to_pylist() == ["p=x%2Fy/q=1.0", "p=__HIVE_DEFAULT_PARTITION__/q=2.5", "p=__HIVE_DEFAULT_PARTITION__/q=3.0", "p=ok/q=4.0"]
+    assert paths.to_pylist() == [
+        "p=x%2Fy/q=1.0",
+        "p=__HIVE_DEFAULT_PARTITION__/q=2.5",
+        "p=__HIVE_DEFAULT_PARTITION__/q=3.0",
+        "p=ok/q=4.0",
+    ]
     assert reasons.null_count == 4
     paths, reasons = partition_paths(rows, ["p"], urlencode=False)
     assert reasons.to_pylist()[0] == "partition value of 'p' contains '/'"
@@ -87,7 +114,9 @@ def test_our_key_generator_reproduces_every_spark_fixtures_keys_and_partitions(f
     checked = 0
     for entry in files:
         data = pq.read_table(table.io.full_path(entry.path))
-        paths, reasons = partition_paths(data, config.partition_fields, config.hive_style_partitioning, config.urlencode_partitions)
+        paths, reasons = partition_paths(
+            data, config.partition_fields, config.hive_style_partitioning, config.urlencode_partitions
+        )
         assert reasons.null_count == len(reasons)
         assert set(paths.to_pylist()) == {posixpath.dirname(entry.path)}, "the partition directory Hudi chose"
         if config.populate_meta_fields:
@@ -100,11 +129,11 @@ def test_our_key_generator_reproduces_every_spark_fixtures_keys_and_partitions(f
 
 @pytest.mark.parametrize("bare", [False, True])
 def test_a_one_field_complex_key_table_keeps_the_encoding_its_data_has(tmp_path, monkeypatch, bare):
+    from writes import upsert
+
     from laketide.coordinator import Coordinator, LocalLease
     from laketide.table.properties import TableConfig
     from laketide.writer.preflight import complex_key_encoding
-
-    from writes import upsert
 
     table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region", "day"], "v")
     assert table.config.complex_key, "two partition fields make it ComplexKeyGenerator"
@@ -131,16 +160,23 @@ def test_paths_made_per_distinct_value_equal_paths_made_per_row():
 
     from laketide.table.keygen import _partition_paths
 
-    rows = pa.table({
-        "b": [True, None, False, True],
-        "d": pa.array([datetime.date(2020, 1, 1), None, datetime.date(2020, 1, 1), datetime.date(2021, 1, 1)]),
-        "ts": pa.array([1, 2, None, 1], pa.timestamp("ms", tz="UTC")),
-        "dec": pa.array([decimal.Decimal("1.50"), None, decimal.Decimal("1.50"), decimal.Decimal("2.00")], pa.decimal128(5, 2)),
-        "s": ["a/b", "", None, "x"],
-        "i": [1, None, 1, 2],
-    })
+    rows = pa.table(
+        {
+            "b": [True, None, False, True],
+            "d": pa.array([datetime.date(2020, 1, 1), None, datetime.date(2020, 1, 1), datetime.date(2021, 1, 1)]),
+            "ts": pa.array([1, 2, None, 1], pa.timestamp("ms", tz="UTC")),
+            "dec": pa.array(
+                [decimal.Decimal("1.50"), None, decimal.Decimal("1.50"), decimal.Decimal("2.00")], pa.decimal128(5, 2)
+            ),
+            "s": ["a/b", "", None, "x"],
+            "i": [1, None, 1, 2],
+        }
+    )
     for fields in (["b"], ["d"], ["ts"], ["dec"], ["s"], ["i"], ["b", "s", "dec"], ["i", "d"]):
         for hive_style in (False, True):
             for urlencode in (False, True):
-                once, each = partition_paths(rows, fields, hive_style, urlencode), _partition_paths(rows, fields, hive_style, urlencode)
+                once, each = (
+                    partition_paths(rows, fields, hive_style, urlencode),
+                    _partition_paths(rows, fields, hive_style, urlencode),
+                )
                 assert [a.to_pylist() for a in once] == [a.to_pylist() for a in each], (fields, hive_style, urlencode)

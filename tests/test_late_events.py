@@ -12,7 +12,6 @@ import re
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from conftest import hudi_read, rows
 from opslib import OpsTable, region_of
 from streaming import DATA_COLUMNS, row
@@ -27,7 +26,10 @@ def _r(key: int, ts: int, deleted: bool = False) -> dict:
 BATCHES = [
     [_r(k, 10) for k in range(30)],
     # keys 0-9 updated; 10-14 late updates; 15-19 late deletes; 20-22 deleted
-    [_r(k, 20) for k in range(10)] + [_r(k, 5) for k in range(10, 15)] + [_r(k, 5, True) for k in range(15, 20)] + [_r(k, 20, True) for k in range(20, 23)],
+    [_r(k, 20) for k in range(10)]
+    + [_r(k, 5) for k in range(10, 15)]
+    + [_r(k, 5, True) for k in range(15, 20)]
+    + [_r(k, 20, True) for k in range(20, 23)],
     # against rows the previous micro-batch stored (in log files, on merge-on-read): 0-4 late, 5-9 newer,
     # and 23 a tie, which goes to the incoming record
     [_r(k, 15) for k in range(5)] + [_r(k, 25) for k in range(5, 10)] + [_r(23, 10)],
@@ -59,7 +61,9 @@ def test_late_updates_and_deletes_are_counted_and_lose_to_the_stored_row(tmp_pat
     assert rows(hudi_read(ops.path), "id", DATA_COLUMNS) == _expected()
 
 
-@pytest.mark.parametrize("kind", [pa.int64(), pa.string(), pa.timestamp("us", "UTC"), pa.date32(), pa.float64()], ids=str)
+@pytest.mark.parametrize(
+    "kind", [pa.int64(), pa.string(), pa.timestamp("us", "UTC"), pa.date32(), pa.float64()], ids=str
+)
 def test_a_tasks_ordering_spans_match_each_groups_own(kind):
     """The lowest ordering value among existing keys and the highest among upserts, taken for every file
     group of a write task at once (``ordering_spans``), are what each group's own records give."""

@@ -32,17 +32,26 @@ print(len(modules))
 
 def test_everything_outside_spark_imports_without_pyspark():
     """Every module of the Spark-free core, the API, the CLI and the config imports with pyspark blocked."""
-    done = subprocess.run([sys.executable, "-c", BLOCK_PYSPARK.format(packages=SPARK_FREE)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_PYSPARK.format(packages=SPARK_FREE)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.strip()) > 40
 
 
 def test_the_laketide_write_api_runs_without_pyspark(tmp_path):
     """Not only importing: ``laketide.write`` writes a table with pyspark blocked."""
-    script = BLOCK_PYSPARK.format(packages=[]) + f"""
+    script = (
+        BLOCK_PYSPARK.format(packages=[])
+        + f"""
 import pyarrow as pa
 report = laketide.write({str(tmp_path / "t")!r}, pa.table({{"id": [1, 2], "v": ["a", "b"]}}), record_key="id")
 assert report.inserts == 2, report
 """
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

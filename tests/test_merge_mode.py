@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from laketide.table import Table
-from laketide.spark.job import run
-
 from conftest import hudi_read
 from streaming import job_config, land, row
+
+from laketide.spark.job import run
+from laketide.table import Table
 
 
 def _land_history(root) -> None:
@@ -25,8 +24,18 @@ def _land_history(root) -> None:
 def _land_ties(root) -> None:
     # one micro-batch of two files: key 5 twice in the earlier file (the later line wins), then once in the
     # later file with the same ordering value. The earlier file is the smaller one, so Spark reads it last.
-    land(root, "2a.json", [row(5, 1, region="eu", name="first line"), row(5, 1, region="eu", name="second line")], 1_700_000_002)
-    land(root, "2b.json", [row(5, 1, region="eu", name="later file " + "x" * 2000), row(6, 1, region="eu")], 1_700_000_003)
+    land(
+        root,
+        "2a.json",
+        [row(5, 1, region="eu", name="first line"), row(5, 1, region="eu", name="second line")],
+        1_700_000_002,
+    )
+    land(
+        root,
+        "2b.json",
+        [row(5, 1, region="eu", name="later file " + "x" * 2000), row(6, 1, region="eu")],
+        1_700_000_003,
+    )
 
 
 def _final(root, mode: str):

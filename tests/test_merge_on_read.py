@@ -8,18 +8,17 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from laketide.table import Table
-from laketide.table.logfile import BlockType, Header, data_block_rows, deleted_records, read_blocks
-from laketide.table.properties import TableConfig
-from laketide.table.slice_reader import MergeRule, merge_slice
-from laketide.table.view import FileSlice
-from laketide.table.files import BaseFile, LogFile
-from laketide.table.schema import RECORD_KEY, storage_schema, schema_from_avro
-from laketide.spark.job import run
-
 from conftest import FIXTURES, MOR_FIXTURE, hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, expected_after, job_config, land, land_all, row
+
+from laketide.spark.job import run
+from laketide.table import Table
+from laketide.table.files import BaseFile, LogFile
+from laketide.table.logfile import BlockType, Header, data_block_rows, deleted_records, read_blocks
+from laketide.table.properties import TableConfig
+from laketide.table.schema import RECORD_KEY, schema_from_avro, storage_schema
+from laketide.table.slice_reader import MergeRule, merge_slice
+from laketide.table.view import FileSlice
 
 LOG_FIXTURES = FIXTURES / "hudi-log-files"
 
@@ -33,13 +32,22 @@ def test_spark_mor_fixture_reads_as_hudi_rs(fixtures_dir):
     ours = table.snapshot()
     assert rows(ours, "uuid", theirs.column_names) == rows(theirs, "uuid")
     for instant in table.timeline.completed_writes():
-        assert rows(table.snapshot(instant.timestamp), "uuid", theirs.column_names) == rows(hudi_read(path, as_of=instant.timestamp), "uuid")
+        assert rows(table.snapshot(instant.timestamp), "uuid", theirs.column_names) == rows(
+            hudi_read(path, as_of=instant.timestamp), "uuid"
+        )
 
 
 def _fixture_slice(tmp_path, log_name: str, base_rows: pa.Table) -> tuple[Table, FileSlice]:
     """A one-group table holding ``base_rows`` as its base file and a fixture log file on it."""
     table = Table.create_from_config(
-        str(tmp_path), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["uuid"], partition_fields=["city"], ordering_field="ts")
+        str(tmp_path),
+        TableConfig(
+            name="t",
+            table_type="MERGE_ON_READ",
+            record_key_fields=["uuid"],
+            partition_fields=["city"],
+            ordering_field="ts",
+        ),
     )
     base = BaseFile("", "ee2ace10-7667-40f5-9848-0a144b5ea064-0", "0-1-2", "20250101000000000")
     pq.write_table(base_rows, tmp_path / base.name)
@@ -67,11 +75,15 @@ def test_log_file_fixtures_merge_as_hudi_rs(tmp_path, log_name):
         for column in (RECORD_KEY, "uuid"):
             stored = stored.set_column(stored.schema.get_field_index(column), column, pa.array(keys))
     else:
-        stored = stored.set_column(stored.schema.get_field_index("ts"), "ts", pa.array([0] * stored.num_rows, pa.int64()))
+        stored = stored.set_column(
+            stored.schema.get_field_index("ts"), "ts", pa.array([0] * stored.num_rows, pa.int64())
+        )
         stored = stored.set_column(stored.schema.get_field_index("rider"), "rider", pa.array(["old"] * stored.num_rows))
     table, fs = _fixture_slice(tmp_path, log_name, stored)
     ours = merge_slice(table.io, fs, lambda instant: True, MergeRule("ts"))
-    theirs = pa.Table.from_batches([HudiFileGroupReader(str(tmp_path)).read_file_slice_from_paths(fs.base_file.name, [fs.log_files[0].name])])
+    theirs = pa.Table.from_batches(
+        [HudiFileGroupReader(str(tmp_path)).read_file_slice_from_paths(fs.base_file.name, [fs.log_files[0].name])]
+    )
     assert rows(ours, RECORD_KEY, theirs.column_names) == rows(theirs, RECORD_KEY)
     if block.block_type == BlockType.DELETE_BLOCK:
         assert ours[RECORD_KEY].to_pylist() == ["kept-by-the-delete-block"]
@@ -112,7 +124,10 @@ def test_mor_incremental_reads_match_hudi_rs(mor_run):
     for i, start in enumerate(points):
         for end in points[i + 1 :]:
             theirs = hudi_read(root / "table", start=start, end=end)
-            assert rows(table.incremental(start, end), "id", DATA_COLUMNS) == rows(theirs, "id", DATA_COLUMNS), (start, end)
+            assert rows(table.incremental(start, end), "id", DATA_COLUMNS) == rows(theirs, "id", DATA_COLUMNS), (
+                start,
+                end,
+            )
 
 
 def test_read_optimized_reads_base_files_only(mor_run):
@@ -133,7 +148,10 @@ def test_rolling_back_deltacommits_deletes_only_their_log_files(mor_run, tmp_pat
     table = Table.open(str(copy))
     first, middle, last = [i.timestamp for i in table.timeline.completed_writes()]
     logs_before = {lf.path for s in table.file_system_view().latest_slices() for lf in s.log_files}
-    logs_of = {i: {s.path for s in table.timeline.commit_metadata(i).write_stats() if ".log." in s.path} for i in table.timeline.completed_writes()}
+    logs_of = {
+        i: {s.path for s in table.timeline.commit_metadata(i).write_stats() if ".log." in s.path}
+        for i in table.timeline.completed_writes()
+    }
     logs_of = {i.timestamp: paths for i, paths in logs_of.items()}
     assert logs_of[middle] and logs_of[last] and logs_before == logs_of[middle] | logs_of[last]
 
@@ -149,11 +167,16 @@ def test_rolling_back_deltacommits_deletes_only_their_log_files(mor_run, tmp_pat
     logs_after = {lf.path for s in table.file_system_view().latest_slices() for lf in s.log_files}
     assert {p for p in deleted if ".log." in p} == logs_of[middle] and not logs_after
     assert not any(path.endswith(".parquet") and first in path for path in deleted)
-    assert rows(hudi_read(copy), "id", DATA_COLUMNS) == expected_after(BATCHES[:1]) == rows(table.snapshot(), "id", DATA_COLUMNS)
+    assert (
+        rows(hudi_read(copy), "id", DATA_COLUMNS)
+        == expected_after(BATCHES[:1])
+        == rows(table.snapshot(), "id", DATA_COLUMNS)
+    )
 
 
 def test_late_updates_and_deletes_lose_to_newer_stored_rows(spark, tmp_path):
-    """Event-time ordering without reading the base: the late records go into the log, and the readers keep the newer rows."""
+    """Event-time ordering without reading the base: the late records go into the log, and the readers keep the newer
+    rows."""
     batches = [
         [row(i, 10) for i in range(1, 7)],
         # 1: late update; 2: late delete; 3: newer update; 4: newer delete; 5: tie (the later write wins)
@@ -169,7 +192,8 @@ def test_late_updates_and_deletes_lose_to_newer_stored_rows(spark, tmp_path):
     assert rows(table.snapshot(), "id", DATA_COLUMNS) == expected
 
 
-# updates and a delete per micro-batch on 40 keys: with compaction.delta_commits = 2 every group compacts every other batch
+# updates and a delete per micro-batch on 40 keys: with compaction.delta_commits = 2 every group compacts every other
+# batch
 COMPACTING_BATCHES = [[row(i, 1) for i in range(1, 41)]] + [
     [row(i, t) for i in range(1 + t, 20 + t)] + [row(30 + t, t, deleted=True)] for t in range(2, 8)
 ]
@@ -204,13 +228,17 @@ def test_compaction_in_the_job_keeps_every_read_equal_to_the_model(spark, tmp_pa
     # incremental reads across compactions: a compaction adds no change of its own
     for start, end in zip(deltas, deltas[1:]):
         theirs = hudi_read(path, start=start.timestamp, end=end.timestamp)
-        assert rows(table.incremental(start.timestamp, end.timestamp), "id", DATA_COLUMNS) == rows(theirs, "id", DATA_COLUMNS)
+        assert rows(table.incremental(start.timestamp, end.timestamp), "id", DATA_COLUMNS) == rows(
+            theirs, "id", DATA_COLUMNS
+        )
         assert {r["ts"] for r in rows(theirs, "id", DATA_COLUMNS)} <= {deltas.index(end) + 1}
 
     # cleaning down to one version per group removes the older slices, logs included
     view = table.file_system_view()
     assert any(lf.base_instant != compactions[-1].timestamp for g in view.groups.values() for lf in g.log_files)
-    code, out, err = laketide("clean", str(path), "--policy", "KEEP_LATEST_FILE_VERSIONS", "--retain-file-versions", "1", "--json")
+    code, out, err = laketide(
+        "clean", str(path), "--policy", "KEEP_LATEST_FILE_VERSIONS", "--retain-file-versions", "1", "--json"
+    )
     assert code == 0, err
     view = Table.open(str(path)).file_system_view()
     assert all(len(g.base_files) == 1 and not g.log_files for g in view.groups.values())
@@ -230,13 +258,18 @@ def test_compact_command_and_writes_during_a_pending_compaction(spark, tmp_path)
     assert scheduled and Table.open(str(path)).timeline.pending()[0].action == "compaction"
 
     planned = {lf.name for s in Table.open(str(path)).file_system_view().latest_slices() for lf in s.log_files}
-    # micro-batches while the compaction is pending: their logs stay on the committed slices, where every reader sees them
+    # micro-batches while the compaction is pending: their logs stay on the committed slices, where every reader sees
+    # them
     _land_batches(tmp_path, COMPACTING_BATCHES[:5])
     run(job_config(tmp_path, **config))
     table = Table.open(str(path))
     late = [lf for s in table.file_system_view().latest_slices() for lf in s.log_files if lf.name not in planned]
     assert late and all(lf.base_instant < scheduled for lf in late)
-    assert rows(hudi_read(path), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES[:5]) == rows(table.snapshot(), "id", DATA_COLUMNS)
+    assert (
+        rows(hudi_read(path), "id", DATA_COLUMNS)
+        == expected_after(COMPACTING_BATCHES[:5])
+        == rows(table.snapshot(), "id", DATA_COLUMNS)
+    )
 
     # the job's write.parquet_compression, given to the command, which does not read the job's configuration
     code, out, err = laketide("compact", str(path), "--run", "--json", "--parquet-compression", "snappy")
@@ -244,13 +277,19 @@ def test_compact_command_and_writes_during_a_pending_compaction(spark, tmp_path)
     assert [c["instant"] for c in json.loads(out)["compacted"]] == [scheduled]
     table = Table.open(str(path))
     slices = table.file_system_view().latest_slices()
-    assert {pq.ParquetFile(table.io.full_path(s.base_file.path)).metadata.row_group(0).column(0).compression for s in slices} == {"SNAPPY"}
+    assert {
+        pq.ParquetFile(table.io.full_path(s.base_file.path)).metadata.row_group(0).column(0).compression for s in slices
+    } == {"SNAPPY"}
     # the logs written since the plan were carried over to the new slices, blocks and all
     carried = [lf for s in slices for lf in s.log_files]
     assert {s.base_instant for s in slices} == {scheduled} and len(carried) == len(late)
     assert all(lf.base_instant == scheduled for lf in carried)
     assert sorted(table.io.read_bytes(lf.path) for lf in carried) == sorted(table.io.read_bytes(lf.path) for lf in late)
-    assert rows(hudi_read(path), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES[:5]) == rows(table.snapshot(), "id", DATA_COLUMNS)
+    assert (
+        rows(hudi_read(path), "id", DATA_COLUMNS)
+        == expected_after(COMPACTING_BATCHES[:5])
+        == rows(table.snapshot(), "id", DATA_COLUMNS)
+    )
 
     code, out, err = laketide("compact", str(Table.open(str(tmp_path / "table")).uri), "--run")
     assert code == 0 and "no pending compaction" in out
@@ -270,7 +309,13 @@ def test_a_kill_during_compaction_then_recovery(tmp_path):
     settings = ["table.type=MERGE_ON_READ", "compaction.delta_commits=2", "compaction.mode=inline"]
     path = tmp_path / "table"
     for point, batch in [("compaction-written", -1), ("-", 0)]:
-        result = subprocess.run([PYTHON, str(RUNNER), str(tmp_path), point, str(batch), *settings], env=env, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [PYTHON, str(RUNNER), str(tmp_path), point, str(batch), *settings],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == (0 if point == "-" else 137), result.stderr[-3000:]
         if point == "compaction-written":
             # killed with the base files written: the compaction is pending, and readers still see the logs
@@ -280,9 +325,15 @@ def test_a_kill_during_compaction_then_recovery(tmp_path):
     table = Table.open(str(path))
     timeline = table.timeline
     assert timeline.pending() == []
-    assert rows(hudi_read(path), "id", DATA_COLUMNS) == expected_after(COMPACTING_BATCHES) == rows(table.snapshot(), "id", DATA_COLUMNS)
+    assert (
+        rows(hudi_read(path), "id", DATA_COLUMNS)
+        == expected_after(COMPACTING_BATCHES)
+        == rows(table.snapshot(), "id", DATA_COLUMNS)
+    )
     deltas = [c for c in timeline.completed_writes() if c.action == "deltacommit"]
-    assert sorted(int(timeline.commit_metadata(c).extra_metadata["laketide.batch.id"]) for c in deltas) == list(range(len(COMPACTING_BATCHES)))
+    assert sorted(int(timeline.commit_metadata(c).extra_metadata["laketide.batch.id"]) for c in deltas) == list(
+        range(len(COMPACTING_BATCHES))
+    )
     assert len([c for c in timeline.completed_writes() if c.action == "commit"]) >= 2
 
 
@@ -294,7 +345,9 @@ def test_a_slice_merges_a_key_range_at_a_time_as_it_merges_whole(tmp_path):
     from laketide.table.logfile import delete_block, parquet_data_block
     from laketide.table.slice_reader import merge_slice_batches
 
-    table = Table.create_from_config(str(tmp_path), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["k"], ordering_field="ts"))
+    table = Table.create_from_config(
+        str(tmp_path), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["k"], ordering_field="ts")
+    )
     keys = [f"k{i:05d}" for i in range(1000)]
     base = BaseFile("", "f1-0", "0-0-0", "20260101000000000")
     stored = pa.table({RECORD_KEY: keys, "k": keys, "ts": [10] * 1000, "v": ["base"] * 1000})
@@ -302,11 +355,24 @@ def test_a_slice_merges_a_key_range_at_a_time_as_it_merges_whole(tmp_path):
     rng = random.Random(1)
     # updates newer and older than the stored rows, inserts beyond and before every stored key, deletes of all kinds
     upserted = sorted(set(rng.sample(keys, 300) + [f"k{i:05d}" for i in range(1000, 1100)] + ["a-before"]))
-    updates = pa.table({RECORD_KEY: upserted, "k": upserted, "ts": [rng.choice([5, 11]) for _ in upserted], "v": ["log"] * len(upserted)})
+    updates = pa.table(
+        {
+            RECORD_KEY: upserted,
+            "k": upserted,
+            "ts": [rng.choice([5, 11]) for _ in upserted],
+            "v": ["log"] * len(upserted),
+        }
+    )
     deleted = rng.sample(keys, 100) + ["k01050"]
     blocks = [
         parquet_data_block(updates, {Header.INSTANT_TIME: "20260101000000001"}),
-        delete_block(deleted, [""] * len(deleted), [rng.choice([0, 7, 12]) for _ in deleted], pa.int64(), {Header.INSTANT_TIME: "20260101000000002"}),
+        delete_block(
+            deleted,
+            [""] * len(deleted),
+            [rng.choice([0, 7, 12]) for _ in deleted],
+            pa.int64(),
+            {Header.INSTANT_TIME: "20260101000000002"},
+        ),
     ]
     log = LogFile("", base.file_id, base.instant_time, 1, "0-0-0")
     (tmp_path / log.name).write_bytes(b"".join(b.to_bytes() for b in blocks))
@@ -328,20 +394,37 @@ def test_the_late_check_reads_each_file_of_a_slice_once_per_process(tmp_path):
     from laketide.table.logfile import parquet_data_block
     from laketide.table.slice_reader import stored_ordering
 
-    table = Table.create_from_config(str(tmp_path), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["k"], ordering_field="ts"))
+    table = Table.create_from_config(
+        str(tmp_path), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["k"], ordering_field="ts")
+    )
     base = BaseFile("", "f2-0", "0-0-0", "20260101000000000")
-    pq.write_table(pa.table({RECORD_KEY: ["a", "b"], "k": ["a", "b"], "ts": [10, 10]}).replace_schema_metadata({SORTED_MARKER: RECORD_KEY}), tmp_path / base.name)
+    pq.write_table(
+        pa.table({RECORD_KEY: ["a", "b"], "k": ["a", "b"], "ts": [10, 10]}).replace_schema_metadata(
+            {SORTED_MARKER: RECORD_KEY}
+        ),
+        tmp_path / base.name,
+    )
     logs = []
     for version, ts in ((1, 20), (2, 30)):
         log = LogFile("", base.file_id, base.instant_time, version, "0-0-0")
-        block = parquet_data_block(pa.table({RECORD_KEY: ["a"], "k": ["a"], "ts": [ts]}), {Header.INSTANT_TIME: f"2026010100000000{version}"})
+        block = parquet_data_block(
+            pa.table({RECORD_KEY: ["a"], "k": ["a"], "ts": [ts]}), {Header.INSTANT_TIME: f"2026010100000000{version}"}
+        )
         (tmp_path / log.name).write_bytes(block.to_bytes())
-        logs.append(LogFile("", base.file_id, base.instant_time, version, "0-0-0", (tmp_path / log.name).stat().st_size))
+        logs.append(
+            LogFile("", base.file_id, base.instant_time, version, "0-0-0", (tmp_path / log.name).stat().st_size)
+        )
     read = []
     io = table.io
     real = io.read_bytes
     io.read_bytes = lambda path: read.append(path) or real(path)
-    fs = FileSlice("", base.file_id, base.instant_time, BaseFile.parse("", base.name, (tmp_path / base.name).stat().st_size), logs[:1])
+    fs = FileSlice(
+        "",
+        base.file_id,
+        base.instant_time,
+        BaseFile.parse("", base.name, (tmp_path / base.name).stat().st_size),
+        logs[:1],
+    )
     assert stored_ordering(io, fs, lambda i: True, MergeRule("ts"), pa.scalar(25)) is None  # nothing above 25 yet
     assert stored_ordering(io, fs, lambda i: True, MergeRule("ts"), pa.scalar(25)) is None
     assert read == [logs[0].path], "the first log is read once"
@@ -359,38 +442,64 @@ def test_late_events_newer_than_the_base_file_are_judged_from_the_logs_alone(tmp
     than some base row read the base, and either way only the incoming keys' records are merged."""
     import random
 
+    from laketide.table import slice_reader
     from laketide.table.encoding import SORTED_MARKER
     from laketide.table.logfile import delete_block, parquet_data_block
-    from laketide.table import slice_reader
     from laketide.table.slice_reader import merge_slice_batches, stored_ordering
 
     rng = random.Random(seed)
-    table = Table.create_from_config(str(tmp_path), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["k"], ordering_field="ts"))
+    table = Table.create_from_config(
+        str(tmp_path), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["k"], ordering_field="ts")
+    )
     keys = [f"k{i:03d}" for i in range(200)]
     base = BaseFile("", "f3-0", "0-0-0", "20260101000000000")
-    pq.write_table(pa.table({RECORD_KEY: keys, "k": keys, "ts": [rng.randint(1, 10) for _ in keys]}).replace_schema_metadata({SORTED_MARKER: RECORD_KEY}), tmp_path / base.name)
+    pq.write_table(
+        pa.table({RECORD_KEY: keys, "k": keys, "ts": [rng.randint(1, 10) for _ in keys]}).replace_schema_metadata(
+            {SORTED_MARKER: RECORD_KEY}
+        ),
+        tmp_path / base.name,
+    )
     logs = []
     for version in range(1, 5):
         upserted = sorted(rng.sample(keys, 60) + [f"n{version}{i:02d}" for i in range(5)])
         deleted = rng.sample(keys + upserted, 30)
         blocks = [
-            parquet_data_block(pa.table({RECORD_KEY: upserted, "k": upserted, "ts": [rng.randint(1, 40) for _ in upserted]}), {Header.INSTANT_TIME: f"2026010100000000{version}"}),
-            delete_block(deleted, [""] * len(deleted), [rng.choice([0, rng.randint(1, 40)]) for _ in deleted], pa.int64(), {Header.INSTANT_TIME: f"2026010100000000{version}"}),
+            parquet_data_block(
+                pa.table({RECORD_KEY: upserted, "k": upserted, "ts": [rng.randint(1, 40) for _ in upserted]}),
+                {Header.INSTANT_TIME: f"2026010100000000{version}"},
+            ),
+            delete_block(
+                deleted,
+                [""] * len(deleted),
+                [rng.choice([0, rng.randint(1, 40)]) for _ in deleted],
+                pa.int64(),
+                {Header.INSTANT_TIME: f"2026010100000000{version}"},
+            ),
         ]
         log = LogFile("", base.file_id, base.instant_time, version, "0-0-0")
         (tmp_path / log.name).write_bytes(b"".join(b.to_bytes() for b in blocks))
-        logs.append(LogFile("", base.file_id, base.instant_time, version, "0-0-0", (tmp_path / log.name).stat().st_size))
-    fs = FileSlice("", base.file_id, base.instant_time, BaseFile.parse("", base.name, (tmp_path / base.name).stat().st_size), logs)
-    whole = pa.concat_tables(list(merge_slice_batches(table.io, fs, lambda i: True, MergeRule("ts"), columns=[RECORD_KEY, "ts"])))
+        logs.append(
+            LogFile("", base.file_id, base.instant_time, version, "0-0-0", (tmp_path / log.name).stat().st_size)
+        )
+    fs = FileSlice(
+        "", base.file_id, base.instant_time, BaseFile.parse("", base.name, (tmp_path / base.name).stat().st_size), logs
+    )
+    whole = pa.concat_tables(
+        list(merge_slice_batches(table.io, fs, lambda i: True, MergeRule("ts"), columns=[RECORD_KEY, "ts"]))
+    )
     stored = dict(zip(whole[RECORD_KEY].to_pylist(), whole["ts"].to_pylist()))
     opened = []
     real = slice_reader.key_ordered_batches
-    monkeypatch.setattr(slice_reader, "key_ordered_batches", lambda io, path, *a, **kw: opened.append(path) or real(io, path, *a, **kw))
+    monkeypatch.setattr(
+        slice_reader, "key_ordered_batches", lambda io, path, *a, **kw: opened.append(path) or real(io, path, *a, **kw)
+    )
     # events newer than the base file, then events older than some of its rows (the base is read)
     for oldest, base_read in ((11, False), (1, True)):
         incoming = {k: rng.randint(oldest, 40) for k in rng.sample(keys, 120) + ["n100", "n301", "absent"]}
         names = pa.array(list(incoming))
-        judged = stored_ordering(table.io, fs, lambda i: True, MergeRule("ts"), pa.scalar(min(incoming.values())), names)
+        judged = stored_ordering(
+            table.io, fs, lambda i: True, MergeRule("ts"), pa.scalar(min(incoming.values())), names
+        )
         found = dict(zip(judged[RECORD_KEY].to_pylist(), judged["ts"].to_pylist()))
         late = {k for k, v in incoming.items() if k in stored and stored[k] > v}
         assert {k for k, v in incoming.items() if k in found and found[k] > v} == late
@@ -401,7 +510,12 @@ def test_late_events_newer_than_the_base_file_are_judged_from_the_logs_alone(tmp
 
 @pytest.mark.parametrize(
     "values",
-    [[3, 41, 7], [2.5, -1.0, 9.25], ["b", "zz", "a"], [pa.scalar(5, pa.timestamp("us", tz="UTC")), pa.scalar(9, pa.timestamp("us", tz="UTC")), None]],
+    [
+        [3, 41, 7],
+        [2.5, -1.0, 9.25],
+        ["b", "zz", "a"],
+        [pa.scalar(5, pa.timestamp("us", tz="UTC")), pa.scalar(9, pa.timestamp("us", tz="UTC")), None],
+    ],
     ids=["int", "double", "string", "timestamp"],
 )
 def test_a_logs_ordering_bound_comes_from_its_blocks_footers(tmp_path, monkeypatch, values):
@@ -412,15 +526,22 @@ def test_a_logs_ordering_bound_comes_from_its_blocks_footers(tmp_path, monkeypat
     from laketide.table.io import FileIO
     from laketide.table.logfile import parquet_data_block
 
-    column = pa.array([v.as_py() if isinstance(v, pa.Scalar) else v for v in values], values[0].type if isinstance(values[0], pa.Scalar) else None)
+    column = pa.array(
+        [v.as_py() if isinstance(v, pa.Scalar) else v for v in values],
+        values[0].type if isinstance(values[0], pa.Scalar) else None,
+    )
     rows = pa.table({RECORD_KEY: ["a", "b", "c"], "ts": column})
     io = FileIO.for_uri(str(tmp_path))
     expected = pa.compute.max(column).as_py()
     for name, field in (("with", "ts"), ("without", None)):
-        (tmp_path / name).write_bytes(parquet_data_block(rows, {Header.INSTANT_TIME: "20260101000000001"}, ordering_field=field).to_bytes())
+        (tmp_path / name).write_bytes(
+            parquet_data_block(rows, {Header.INSTANT_TIME: "20260101000000001"}, ordering_field=field).to_bytes()
+        )
     decoded = []
     real = ordering_bounds.data_block_rows
-    monkeypatch.setattr(ordering_bounds, "data_block_rows", lambda block, columns=None: decoded.append(1) or real(block, columns))
+    monkeypatch.setattr(
+        ordering_bounds, "data_block_rows", lambda block, columns=None: decoded.append(1) or real(block, columns)
+    )
     assert ordering_bounds.log_max(io, "with", "ts").to_pylist() == [expected]
     assert decoded == [], "the footer answered"
     assert ordering_bounds.log_max(io, "without", "ts").to_pylist() == [expected]
@@ -434,8 +555,13 @@ def test_archival_takes_a_compaction_plan_with_its_commit(spark, tmp_path):
     _land_batches(tmp_path, COMPACTING_BATCHES)
     run(
         job_config(
-            tmp_path, table__type="MERGE_ON_READ", compaction__delta_commits="2", compaction__mode="inline",
-            archive__min_commits="4", archive__max_commits="6", clean__retain_commits="3",
+            tmp_path,
+            table__type="MERGE_ON_READ",
+            compaction__delta_commits="2",
+            compaction__mode="inline",
+            archive__min_commits="4",
+            archive__max_commits="6",
+            clean__retain_commits="3",
         )
     )
     table = Table.open(str(tmp_path / "table"))
@@ -455,12 +581,20 @@ def test_a_write_task_decides_its_log_blocks_dictionary_columns_once_from_its_re
     import io
 
     import numpy as np
+
     from laketide.table.encoding import ONE_PER_FILE, records_dictionary_columns
     from laketide.table.logfile import parquet_data_block
     from laketide.table.schema import COMMIT_TIME
 
     n = 1000
-    records = pa.table({RECORD_KEY: [str(i) for i in range(n)], "status": ["new", "paid"] * (n // 2), "amount": np.arange(n) / 7, "_lt_file_id": ["g"] * n})
+    records = pa.table(
+        {
+            RECORD_KEY: [str(i) for i in range(n)],
+            "status": ["new", "paid"] * (n // 2),
+            "amount": np.arange(n) / 7,
+            "_lt_file_id": ["g"] * n,
+        }
+    )
     decided = records_dictionary_columns(records)
     assert "status" in decided and set(ONE_PER_FILE) <= set(decided)
     assert not {RECORD_KEY, "amount", "_lt_file_id"} & set(decided)

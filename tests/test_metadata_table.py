@@ -9,15 +9,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import hudi_read, rows
+from writes import upsert
 
 from laketide.coordinator import Coordinator, LocalLease
 from laketide.table import Table
 from laketide.table.metadata_table import PARTITIONS, PARTITIONS_INFLIGHT, metadata_partitions
 from laketide.table.properties import PROPERTIES_FILE, format_properties, parse_properties
 from laketide.writer.preflight import JobRefused, check_writable
-
-from conftest import hudi_read, rows
-from writes import upsert
 
 CLI = str(Path(sys.executable).with_name("laketide"))
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
@@ -54,11 +53,15 @@ def test_a_table_with_a_metadata_table_is_refused_until_it_is_dropped(tmp_path, 
     assert data["partitions"] == ["column_stats", "files", "record_index"] and data["removed"]
 
     props = parse_properties(table.io.read_text(PROPERTIES_FILE))
-    assert props[PARTITIONS] == "" and props[PARTITIONS_INFLIGHT] == "", "cleared as HoodieTableConfig.clearMetadataPartitions does"
+    assert props[PARTITIONS] == "" and props[PARTITIONS_INFLIGHT] == "", (
+        "cleared as HoodieTableConfig.clearMetadataPartitions does"
+    )
     assert metadata_partitions(props) == []
     assert not table.io.exists(".hoodie/metadata")
     if backup:
-        assert data["backup"].startswith(".hoodie/.metadata_") and table.io.exists(data["backup"] + "/.hoodie/hoodie.properties")
+        assert data["backup"].startswith(".hoodie/.metadata_") and table.io.exists(
+            data["backup"] + "/.hoodie/hoodie.properties"
+        )
     reopened = Table.open(table.uri)
     check_writable(reopened.config, reopened.uri)
     assert rows(hudi_read(table.uri), "id", ["id", "v"]) == [{"id": i, "v": 1} for i in range(5)]

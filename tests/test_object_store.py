@@ -7,14 +7,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import rows
+from stores import SCHEMA, expected_rows, hudi_read_store
+from streaming import DATA_COLUMNS, row
 
 import laketide
 from laketide.table import FileIO, Table
 from laketide.table.io import InstantFileExists
-
-from conftest import rows
-from stores import SCHEMA, expected_rows, hudi_read_store
-from streaming import DATA_COLUMNS, row
 
 
 def test_the_storage_seam_creates_once_and_reads_what_it_wrote(s3):
@@ -35,10 +34,16 @@ def test_the_storage_seam_creates_once_and_reads_what_it_wrote(s3):
     assert io.delete("p/f.parquet") and not io.delete("p/f.parquet")
 
 
-@pytest.mark.parametrize("table_type, lease", [("COPY_ON_WRITE", "storage"), ("MERGE_ON_READ", "storage"), ("COPY_ON_WRITE", "zookeeper")])
+@pytest.mark.parametrize(
+    "table_type, lease", [("COPY_ON_WRITE", "storage"), ("MERGE_ON_READ", "storage"), ("COPY_ON_WRITE", "zookeeper")]
+)
 def test_laketide_write_to_s3_reads_back_as_the_model(s3, request, table_type, lease):
     uri = f"s3://lake/orders-{table_type.lower()}-{lease}"
-    coordinator = {"lease": lease, "zookeeper": request.getfixturevalue("zookeeper")} if lease == "zookeeper" else {"lease": "storage"}
+    coordinator = (
+        {"lease": lease, "zookeeper": request.getfixturevalue("zookeeper")}
+        if lease == "zookeeper"
+        else {"lease": "storage"}
+    )
     settings = {"storage": {"options": s3}, "coordinator": coordinator, "write": {"index_shards": 2}}
     batches = [
         [row(i, 1) for i in range(1, 41)],
@@ -46,7 +51,11 @@ def test_laketide_write_to_s3_reads_back_as_the_model(s3, request, table_type, l
         [row(i, 3) for i in (1, 2, 60)] + [row(31, 1)],  # 31 arrives late: older than the table's row
     ]
     for n, lines in enumerate(batches):
-        new_table = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "table_type": table_type} if n == 0 else {}
+        new_table = (
+            {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "table_type": table_type}
+            if n == 0
+            else {}
+        )
         data = pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA)
         report = laketide.write(uri, data, settings=settings, **new_table)
     assert report.late == 1
@@ -91,9 +100,17 @@ def test_the_streaming_job_writes_a_merge_on_read_table_on_s3(s3, tmp_path):
 
     uri = f"s3://lake/job-{table_type.lower()}"
     options = {f"storage.options.{k}": v for k, v in s3.items()}
-    settings = {"table.path": uri, "table.type": table_type, "coordinator.lease": "storage", "compaction.delta_commits": "2", "mirror.delta": "true"}
+    settings = {
+        "table.path": uri,
+        "table.type": table_type,
+        "coordinator.lease": "storage",
+        "compaction.delta_commits": "2",
+        "mirror.delta": "true",
+    }
     t = OpsTable(tmp_path, {**settings, **options})
-    t.land([[row(i, 1) for i in range(1, 31)], [row(i, 2) for i in range(20, 41)] + [row(3, 2, deleted=True), row(25, 1)]])
+    t.land(
+        [[row(i, 1) for i in range(1, 31)], [row(i, 2) for i in range(20, 41)] + [row(3, 2, deleted=True), row(25, 1)]]
+    )
     t.run()
     t.land([[row(i, 3) for i in range(1, 50, 4)] + [{"id": None, "ts": 3, "region": "us"}]])
     t.run(**{"write.driver_batch_bytes": "0"})
@@ -115,7 +132,14 @@ def test_spark_reads_a_table_on_s3_through_the_laketide_source(s3, spark):
     uri = "s3://lake/read-by-spark"
     lines = [row(i, 1) for i in range(1, 21)] + [row(5, 2, deleted=True)]
     data = pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA)
-    laketide.write(uri, data, record_key="id", partition_by="region", ordering_field="ts", settings={"storage": {"options": s3}, "coordinator": {"lease": "storage"}})
+    laketide.write(
+        uri,
+        data,
+        record_key="id",
+        partition_by="region",
+        ordering_field="ts",
+        settings={"storage": {"options": s3}, "coordinator": {"lease": "storage"}},
+    )
     from laketide.spark.table_source import LaketideDataSource
 
     spark.dataSource.register(LaketideDataSource)
@@ -127,15 +151,28 @@ def test_spark_reads_a_table_on_s3_through_the_laketide_source(s3, spark):
 
 
 def test_laketide_write_to_azure_blob_reads_back_as_the_model(azurite):
-    """The same on Azure Blob (Azurite), ``az://``, under the storage lease: conditional creates and ETag updates there too."""
+    """The same on Azure Blob (Azurite), ``az://``, under the storage lease: conditional creates and ETag updates there
+    too."""
     io = FileIO.for_uri("az://lake/seam", azurite)
     assert io.create_exclusive("x", b"1") and not io.create_exclusive("x", b"2")
     uri = "az://lake/orders"
     settings = {"storage": {"options": azurite}, "coordinator": {"lease": "storage"}, "write": {"index_shards": 2}}
-    batches = [[row(i, 1) for i in range(1, 31)], [row(i, 2) for i in range(20, 41)] + [row(3, 2, deleted=True), row(25, 1)]]
+    batches = [
+        [row(i, 1) for i in range(1, 31)],
+        [row(i, 2) for i in range(20, 41)] + [row(3, 2, deleted=True), row(25, 1)],
+    ]
     for n, lines in enumerate(batches):
-        new_table = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "table_type": "MERGE_ON_READ"} if n == 0 else {}
-        laketide.write(uri, pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA), settings=settings, **new_table)
+        new_table = (
+            {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "table_type": "MERGE_ON_READ"}
+            if n == 0
+            else {}
+        )
+        laketide.write(
+            uri,
+            pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA),
+            settings=settings,
+            **new_table,
+        )
     assert rows(hudi_read_store(uri, azurite), "id", DATA_COLUMNS) == expected_rows(batches)
     assert rows(Table.open(uri, FileIO.for_uri(uri, azurite)).snapshot(), "id", DATA_COLUMNS) == expected_rows(batches)
 
@@ -144,10 +181,10 @@ def test_the_requests_of_a_micro_batch_do_not_grow_with_the_history(s3):
     """One writer, as the job keeps it, writes 14 micro-batches into an S3 table: each reports its requests
     by kind, and the LIST requests of the last equal those of the fourth, within one, though the table
     holds three times the instants and files."""
+    from writes import _loaded, batch_writer
+
     from laketide.coordinator import Coordinator
     from laketide.coordinator.storage_lease import StorageLease
-
-    from writes import _loaded, batch_writer
 
     uri = "s3://lake/budget"
     io = FileIO.for_uri(uri, s3)
@@ -173,15 +210,22 @@ def test_a_store_that_ignores_conditional_writes_is_refused_by_the_storage_lease
     """moto behind a proxy that drops If-None-Match and If-Match: the lease's probe finds both missing and
     refuses, naming the way out; the probe leaves nothing behind. The same bucket straight from moto passes."""
     from faultproxy import FaultProxy
+
     from laketide.coordinator.storage_lease import PROBE_DIR, StorageLease
     from laketide.table.errors import Invalid
 
-    proxy = FaultProxy(s3["aws_endpoint_url"].removeprefix("http://"), drop_headers=("If-None-Match", "If-Match")).start()
+    proxy = FaultProxy(
+        s3["aws_endpoint_url"].removeprefix("http://"), drop_headers=("If-None-Match", "If-Match")
+    ).start()
     try:
         io = FileIO.for_uri("s3://lake/unconditional", {**s3, "aws_endpoint_url": proxy.endpoint})
         with pytest.raises(Invalid) as refused:
             StorageLease(io, job_id="job-a", ttl=3).acquire()
-        assert "If-None-Match" in str(refused.value) and "If-Match" in str(refused.value) and "coordinator.lease = 'zookeeper'" in str(refused.value)
+        assert (
+            "If-None-Match" in str(refused.value)
+            and "If-Match" in str(refused.value)
+            and "coordinator.lease = 'zookeeper'" in str(refused.value)
+        )
         assert io.list_dir(PROBE_DIR) == []
     finally:
         proxy.stop()
@@ -217,15 +261,31 @@ def test_a_wrong_bucket_or_storage_option_is_a_laketide_error_naming_the_table(s
     from laketide.table.errors import ErrorKind, LaketideError
 
     options = [a for k, v in s3.items() for a in ("-s", f"{k}={v}")]
-    missing = subprocess.run([CLI, *options, "timeline", "s3://no-such-bucket/orders", "--json"], capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        [CLI, *options, "timeline", "s3://no-such-bucket/orders", "--json"], capture_output=True, text=True, timeout=120
+    )
     answer = json.loads(missing.stdout)
-    assert missing.returncode == 3 and answer["kind"] == "not_found" and "s3://no-such-bucket/orders" in answer["error"], missing.stderr[-2000:]
+    assert (
+        missing.returncode == 3 and answer["kind"] == "not_found" and "s3://no-such-bucket/orders" in answer["error"]
+    ), missing.stderr[-2000:]
     assert "Traceback" not in missing.stderr
     with pytest.raises(LaketideError) as refused:
-        laketide.write("s3://no-such-bucket/orders", pa.table({"id": [1], "ts": [1]}), record_key="id", ordering_field="ts",
-                       settings={"storage": {"options": s3}, "coordinator": {"lease": "storage"}})
-    assert refused.value.kind is ErrorKind.NOT_FOUND and "s3://no-such-bucket/orders " in str(refused.value), str(refused.value)
-    bogus = subprocess.run([CLI, *options, "-s", "aws_no_such_key=1", "timeline", "s3://lake/orders", "--json"], capture_output=True, text=True, timeout=120)
+        laketide.write(
+            "s3://no-such-bucket/orders",
+            pa.table({"id": [1], "ts": [1]}),
+            record_key="id",
+            ordering_field="ts",
+            settings={"storage": {"options": s3}, "coordinator": {"lease": "storage"}},
+        )
+    assert refused.value.kind is ErrorKind.NOT_FOUND and "s3://no-such-bucket/orders " in str(refused.value), str(
+        refused.value
+    )
+    bogus = subprocess.run(
+        [CLI, *options, "-s", "aws_no_such_key=1", "timeline", "s3://lake/orders", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bogus.returncode == 2 and "aws_no_such_key" in json.loads(bogus.stdout)["error"], bogus.stderr[-2000:]
 
 
@@ -256,16 +316,24 @@ def test_a_restore_killed_part_way_is_finished_by_the_next_restore_command(s3, t
     data = lambda v: pa.Table.from_pylist([{"_hoodie_is_deleted": False, **row(i, v)} for i in range(1, 6)], SCHEMA)  # noqa: E731
     laketide.write(uri, data(1), settings=settings, record_key="id", partition_by="region", ordering_field="ts")
     options = [a for k, v in s3.items() for a in ("-s", f"{k}={v}")]
-    saved = subprocess.run([CLI, *options, "savepoint", "create", uri, "--json"], capture_output=True, text=True, timeout=120)
+    saved = subprocess.run(
+        [CLI, *options, "savepoint", "create", uri, "--json"], capture_output=True, text=True, timeout=120
+    )
     assert saved.returncode == 0, saved.stderr[-2000:]
     savepoint = json.loads(saved.stdout)["instant"]
     expected = rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS)
     for v in (2, 3):
         laketide.write(uri, data(v), settings=settings)
-    killed = subprocess.run([sys.executable, "-c", KILLED_RESTORE, uri, savepoint, *(f"{k}={v}" for k, v in s3.items())], capture_output=True, text=True)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_RESTORE, uri, savepoint, *(f"{k}={v}" for k, v in s3.items())],
+        capture_output=True,
+        text=True,
+    )
     assert killed.returncode == 9, killed.stderr[-2000:]
     assert Table.open(uri, FileIO.for_uri(uri, s3)).timeline.pending(["restore"]), "a restore is left part way"
-    again = subprocess.run([CLI, *options, "restore", uri, savepoint, "--json"], capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [CLI, *options, "restore", uri, savepoint, "--json"], capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert "held by another command" in again.stderr
     table = Table.open(uri, FileIO.for_uri(uri, s3))

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-import laketide
-from laketide.table import FileIO, Table
-
 from chaoslib import free_port
 from conftest import rows
 from stores import SCHEMA, expected_rows, hudi_read_store
 from streaming import DATA_COLUMNS, Model, land, row
+
+import laketide
+from laketide.table import FileIO, Table
 
 
 def test_a_frozen_job_on_s3_is_taken_over_and_exits_without_completing_anything(s3, tmp_path):
@@ -29,7 +28,12 @@ def test_a_frozen_job_on_s3_is_taken_over_and_exits_without_completing_anything(
     from streaming import Model, land
 
     uri = "s3://lake/takeover"
-    conf = [f"table.path={uri}", "coordinator.lease=storage", "coordinator.lease_ttl=6", *(f"storage.options.{k}={v}" for k, v in s3.items())]
+    conf = [
+        f"table.path={uri}",
+        "coordinator.lease=storage",
+        "coordinator.lease_ttl=6",
+        *(f"storage.options.{k}={v}" for k, v in s3.items()),
+    ]
     model = Model()
     first_lines = [row(i, 1) for i in range(1, 21)]
     land(tmp_path, "batch-000.json", first_lines, 1_700_000_000)
@@ -40,7 +44,9 @@ def test_a_frozen_job_on_s3_is_taken_over_and_exits_without_completing_anything(
     try:
         wait_until(lambda: _commits(table) >= 1, 180, "the first job's first commit")
         second = Job(job_args(tmp_path, extra=[*conf, "coordinator.lease_wait=2"]), tmp_path / "second.log").start()
-        assert second.wait(180) == 4 and "is held by" in second.log_tail() and holder in second.log_tail(), second.log_tail()
+        assert second.wait(180) == 4 and "is held by" in second.log_tail() and holder in second.log_tail(), (
+            second.log_tail()
+        )
         first.signal(signal.SIGSTOP)
         time.sleep(8)  # past lease_ttl
         more = [row(i, 2) for i in range(10, 31)]
@@ -59,7 +65,9 @@ def test_a_frozen_job_on_s3_is_taken_over_and_exits_without_completing_anything(
     assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == model.expected()
     committed = {i.timestamp for i in current.timeline.completed_writes()}
     written = [e.path for e in current.io.walk() if e.path.endswith(".parquet") and not e.path.startswith(".hoodie")]
-    assert written and all(path.rsplit("_", 1)[1][:17] in committed for path in written), "no file of an instant that did not complete"
+    assert written and all(path.rsplit("_", 1)[1][:17] in committed for path in written), (
+        "no file of an instant that did not complete"
+    )
 
 
 def _commits(table) -> int:
@@ -85,18 +93,26 @@ def twenty_batches() -> list[list[dict]]:
     return batches
 
 
-def run_twenty_batches(tmp_path: Path, uri: str, options: dict, table_type: str, metrics: list[str] | None = None) -> Model:
+def run_twenty_batches(
+    tmp_path: Path, uri: str, options: dict, table_type: str, metrics: list[str] | None = None
+) -> Model:
     """``laketide run`` (available-now, one file per micro-batch, the storage lease, the Delta mirror) over
     ``twenty_batches``; while it runs, ``metrics`` gets each scrape of its ``/metrics``."""
     import httpx
-
     from chaoslib import Job, job_args
 
     model, port = Model(event_time=True), free_port()
     for n, lines in enumerate(twenty_batches()):
         land(tmp_path, f"batch-{n:03d}.json", lines, 1_700_000_000 + n)
         model.apply(lines)
-    conf = [f"table.path={uri}", f"table.type={table_type}", "coordinator.lease=storage", "mirror.delta=true", "compaction.delta_commits=4", "write.driver_batch_bytes=16000"]
+    conf = [
+        f"table.path={uri}",
+        f"table.type={table_type}",
+        "coordinator.lease=storage",
+        "mirror.delta=true",
+        "compaction.delta_commits=4",
+        "write.driver_batch_bytes=16000",
+    ]
     conf += [f"storage.options.{k}={v}" for k, v in options.items()]
     job = Job(job_args(tmp_path, api_port=port, extra=conf), tmp_path / "job.log").start()
     while metrics is not None and job.running():
@@ -140,7 +156,12 @@ def test_twenty_micro_batches_land_through_a_store_that_throttles_and_resets(s3,
         proxy.stop()
     assert proxy.counts["slow_down"] > 50 and proxy.counts["reset"] > 5, proxy.counts
     assert_every_reader_equals(uri, s3, model, "COPY_ON_WRITE")
-    retried = [float(line.split()[-1]) for text in scrapes for line in text.splitlines() if line.startswith("laketide_storage_retries_total{")]
+    retried = [
+        float(line.split()[-1])
+        for text in scrapes
+        for line in text.splitlines()
+        if line.startswith("laketide_storage_retries_total{")
+    ]
     assert retried and max(retried) > 0, "retries show in /metrics"
     assert " retries=" in (tmp_path / "job.log").read_text()
 
@@ -156,9 +177,8 @@ def test_a_store_that_keeps_failing_stops_the_job_and_the_next_run_recovers(s3, 
     """The store answers every request with 503 from the second micro-batch on: past storage.max_retries
     the job exits 6 naming the store and the way out. Once the store answers again, the next run rolls back
     what the failed micro-batch left, writes it again, and the table equals the model."""
-    from faultproxy import FaultProxy
-
     from chaoslib import Job, job_args
+    from faultproxy import FaultProxy
 
     proxy = FaultProxy(s3["aws_endpoint_url"].removeprefix("http://")).start()
     uri, model = "s3://lake/failing", Model(event_time=True)
@@ -172,7 +192,17 @@ def test_a_store_that_keeps_failing_stops_the_job_and_the_next_run_recovers(s3, 
         assert "storage.max_retries" in tail and proxy.endpoint.removeprefix("http://") in tail
     finally:
         proxy.stop()
-    final = Job(job_args(tmp_path, extra=[*conf[:-len(s3)], *(f"storage.options.{k}={v}" for k, v in s3.items()), "coordinator.lease_wait=30"]), tmp_path / "final.log").start()
+    final = Job(
+        job_args(
+            tmp_path,
+            extra=[
+                *conf[: -len(s3)],
+                *(f"storage.options.{k}={v}" for k, v in s3.items()),
+                "coordinator.lease_wait=30",
+            ],
+        ),
+        tmp_path / "final.log",
+    ).start()
     assert final.wait(300) == 0, final.log_tail()
     table = Table.open(uri, FileIO.for_uri(uri, s3))
     assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == model.expected()
@@ -194,7 +224,9 @@ def test_kill_9_cycles_on_s3_leave_the_model_exact_and_no_file_of_a_lost_instant
     conf += [f"storage.options.{k}={v}" for k, v in s3.items()]
     rng, model = random.Random(11), Model()
     for n in range(8):
-        lines = [row(i, n + 1) for i in range(n * 4, n * 4 + 12)] + ([row(n * 4, n + 1, deleted=True)] if n % 3 == 2 else [])
+        lines = [row(i, n + 1) for i in range(n * 4, n * 4 + 12)] + (
+            [row(n * 4, n + 1, deleted=True)] if n % 3 == 2 else []
+        )
         land(tmp_path, f"batch-{n:03d}.json", lines, 1_700_000_000 + n)
         model.apply(lines)
     for cycle in range(5):
@@ -220,7 +252,6 @@ def test_every_cli_command_works_on_an_s3_table(s3, tmp_path):
 
     import httpx
     from deltalake import DeltaTable
-
     from opslib import CLI, ENV
 
     uri = "s3://lake/ops"
@@ -228,15 +259,29 @@ def test_every_cli_command_works_on_an_s3_table(s3, tmp_path):
 
     def cli(*args: str, expect: int = 0) -> str:
         done = subprocess.run([CLI, *store, *args], capture_output=True, text=True, env=ENV, timeout=300)
-        assert done.returncode == expect, f"laketide {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}"
+        assert done.returncode == expect, (
+            f"laketide {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}"
+        )
         return done.stdout
 
-    batches = [[row(i, n + 1) for i in range(n * 5, n * 5 + 20)] + ([row(n * 5, n + 1, deleted=True)] if n == 2 else []) for n in range(4)]
+    batches = [
+        [row(i, n + 1) for i in range(n * 5, n * 5 + 20)] + ([row(n * 5, n + 1, deleted=True)] if n == 2 else [])
+        for n in range(4)
+    ]
     states = []
     settings = {"storage": {"options": s3}, "coordinator": {"lease": "storage"}, "write": {"index_shards": 2}}
     for n, lines in enumerate(batches):
-        new = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "table_type": "MERGE_ON_READ"} if n == 0 else {}
-        laketide.write(uri, pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA), settings=settings, **new)
+        new = (
+            {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "table_type": "MERGE_ON_READ"}
+            if n == 0
+            else {}
+        )
+        laketide.write(
+            uri,
+            pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA),
+            settings=settings,
+            **new,
+        )
         states.append(expected_rows(batches[: n + 1]))
     read = lambda: rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS)  # noqa: E731
     writes = [i["instant"] for i in json.loads(cli("timeline", uri, "--json")) if i["state"] == "COMPLETED"]
@@ -255,12 +300,20 @@ def test_every_cli_command_works_on_an_s3_table(s3, tmp_path):
     assert read() == states[1]
     cli("mirror", uri)
     table = Table.open(uri, FileIO.for_uri(uri, s3))
-    assert rows(DeltaTable(uri, storage_options=s3).to_pyarrow_table(), "id", DATA_COLUMNS) == rows(table.read_optimized(), "id", DATA_COLUMNS)
+    assert rows(DeltaTable(uri, storage_options=s3).to_pyarrow_table(), "id", DATA_COLUMNS) == rows(
+        table.read_optimized(), "id", DATA_COLUMNS
+    )
     cli("metadata", "drop", uri)
     cli("savepoint", "delete", uri, writes[2])
 
     port = free_port()
-    server = subprocess.Popen([CLI, *store, "serve", "--table", uri, "--port", str(port)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [CLI, *store, "serve", "--table", uri, "--port", str(port)],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -268,7 +321,9 @@ def test_every_cli_command_works_on_an_s3_table(s3, tmp_path):
                 instants = httpx.get(f"http://127.0.0.1:{port}/v1/instants", timeout=5).json()["items"]
                 break
             except httpx.HTTPError:
-                assert server.poll() is None and time.monotonic() < deadline, server.stderr.read() if server.poll() is not None else "no answer"
+                assert server.poll() is None and time.monotonic() < deadline, (
+                    server.stderr.read() if server.poll() is not None else "no answer"
+                )
                 time.sleep(0.3)
         assert any(i["action"] == "restore" for i in instants)
     finally:
@@ -295,42 +350,70 @@ def test_a_holder_paused_in_its_compaction_leaves_no_second_base_file_when_it_wa
     if where.startswith("s3"):
         options = request.getfixturevalue("s3")
         uri = "s3://lake/paused-compaction"
-        conf = ["compaction.mode=inline", "coordinator.lease=storage", "coordinator.lease_ttl=6", *(f"storage.options.{k}={v}" for k, v in options.items())]
+        conf = [
+            "compaction.mode=inline",
+            "coordinator.lease=storage",
+            "coordinator.lease_ttl=6",
+            *(f"storage.options.{k}={v}" for k, v in options.items()),
+        ]
     else:
         options, uri = {}, str(tmp_path / "table")
-        conf = ["compaction.mode=async", "coordinator.lease=zookeeper", f"coordinator.zookeeper={request.getfixturevalue('zookeeper')}",
-                "coordinator.zookeeper_session_timeout=4"]
+        conf = [
+            "compaction.mode=async",
+            "coordinator.lease=zookeeper",
+            f"coordinator.zookeeper={request.getfixturevalue('zookeeper')}",
+            "coordinator.zookeeper_session_timeout=4",
+        ]
     conf = [f"table.path={uri}", "table.type=MERGE_ON_READ", "compaction.delta_commits=2", *conf]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
 
     def matches_the_model(batches: list) -> Table:
         table = Table.open(uri, FileIO.for_uri(uri, options))
         assert rows(hudi_read_store(uri, options), "id", DATA_COLUMNS) == expected_after(batches)
-        named = {s.path for i in table.timeline.completed_writes() for s in table.timeline.commit_metadata(i).write_stats()}
-        base_files = [e.path for e in table.io.walk() if e.path.endswith(".parquet") and not e.path.startswith(".hoodie")]
+        named = {
+            s.path for i in table.timeline.completed_writes() for s in table.timeline.commit_metadata(i).write_stats()
+        }
+        base_files = [
+            e.path for e in table.io.walk() if e.path.endswith(".parquet") and not e.path.startswith(".hoodie")
+        ]
         assert base_files and set(base_files) <= named, sorted(set(base_files) - named)
         return table
 
     with open(tmp_path / "first.log", "w") as log:
-        first = subprocess.Popen([PYTHON, str(RUNNER), str(tmp_path), "freeze:compaction-closing", "-1", *conf], env=env, stdout=log, stderr=subprocess.STDOUT)
+        first = subprocess.Popen(
+            [PYTHON, str(RUNNER), str(tmp_path), "freeze:compaction-closing", "-1", *conf],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         from chaoslib import wait_until
 
         wait_until(lambda: first.poll() is None and _stopped(first.pid), 300, "the first job paused in its compaction")
         time.sleep(8)  # past the lease's ttl, the session's timeout
-        second = subprocess.run([PYTHON, str(RUNNER), str(tmp_path), "-", "0", *conf, "coordinator.lease_wait=30"], env=env,
-                                capture_output=True, text=True, timeout=600)
+        second = subprocess.run(
+            [PYTHON, str(RUNNER), str(tmp_path), "-", "0", *conf, "coordinator.lease_wait=30"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert second.returncode == 0, second.stderr[-3000:]
         first.send_signal(signal.SIGCONT)
-        assert first.wait(120) != 0 and "LeaseLost" in (tmp_path / "first.log").read_text()[-3000:]  # `laketide run` exits 5 on it
+        assert (
+            first.wait(120) != 0 and "LeaseLost" in (tmp_path / "first.log").read_text()[-3000:]
+        )  # `laketide run` exits 5 on it
     finally:
         if first.poll() is None:
             first.send_signal(signal.SIGCONT)
             first.kill()
-    # the woken writer deleted the base file it closed after its lease went; what else it left, the next commit's sweep takes
+    # the woken writer deleted the base file it closed after its lease went; what else it left, the next commit's sweep
+    # takes
     matches_the_model(COMPACTING_BATCHES)
     land(tmp_path, "batch-999.json", [row(1, 99)], 1_700_000_999)
-    later = subprocess.run([PYTHON, str(RUNNER), str(tmp_path), "-", "0", *conf], env=env, capture_output=True, text=True, timeout=600)
+    later = subprocess.run(
+        [PYTHON, str(RUNNER), str(tmp_path), "-", "0", *conf], env=env, capture_output=True, text=True, timeout=600
+    )
     assert later.returncode == 0, later.stderr[-3000:]
     assert not matches_the_model([*COMPACTING_BATCHES, [row(1, 99)]]).timeline.pending()
 
@@ -344,7 +427,6 @@ def test_a_store_that_stops_answering_while_the_job_waits_ends_the_lease_with_ex
     """No micro-batch in flight: the lease's renewal is what meets the outage. Once the holding runs out the job
     stops with exit 6 (unavailable), naming the store and that the lease could not be renewed, not a takeover."""
     from faultproxy import FaultProxy
-
 
     proxy = FaultProxy(s3["aws_endpoint_url"].removeprefix("http://")).start()
     land(tmp_path, "batch-000.json", [row(i, 1) for i in range(5)], 1_700_000_000)
@@ -361,7 +443,12 @@ def _into_an_outage(tmp_path, s3: dict, proxy, uri: str, trigger: str, max_retri
     code, its log's tail and its settings."""
     from chaoslib import Job, job_args, wait_until
 
-    conf = [f"table.path={uri}", "coordinator.lease=storage", "coordinator.lease_ttl=6", f"storage.max_retries={max_retries}"]
+    conf = [
+        f"table.path={uri}",
+        "coordinator.lease=storage",
+        "coordinator.lease_ttl=6",
+        f"storage.max_retries={max_retries}",
+    ]
     conf += [f"storage.options.{k}={v}" for k, v in {**s3, "aws_endpoint_url": proxy.endpoint}.items()]
     log = tmp_path / "outage.log"
     job = Job(job_args(tmp_path, trigger=trigger, extra=conf), log).start()

@@ -11,13 +11,12 @@ import subprocess
 import time
 
 import httpx
-from deltalake import DeltaTable
-
-from laketide.table import Table
-
 from chaoslib import CLI, free_port, job_args, run_here
 from conftest import hudi_read, rows
+from deltalake import DeltaTable
 from streaming import BATCHES, DATA_COLUMNS, land, land_all, row
+
+from laketide.table import Table
 
 TOKEN = "ops-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -67,15 +66,27 @@ def _stop(proc: subprocess.Popen) -> None:
 def _through_the_jobs_api(root) -> None:
     land_all(root)
     port = free_port()
-    job = subprocess.Popen(job_args(root, api_port=port, trigger="1 second", extra=MIRROR), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen(
+        job_args(root, api_port=port, trigger="1 second", extra=MIRROR),
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         api = f"http://127.0.0.1:{port}"
-        writer = _wait_for(f"{api}/v1/writer", job, lambda w: len([b for b in w["recent"] if not b["skipped"] and not b["empty"]]) >= len(BATCHES))
+        writer = _wait_for(
+            f"{api}/v1/writer",
+            job,
+            lambda w: len([b for b in w["recent"] if not b["skipped"] and not b["empty"]]) >= len(BATCHES),
+        )
         answer = httpx.post(f"{api}/v1/instants/{writer['last_instant']}/rollback", json={}, headers=AUTH, timeout=300)
         assert answer.status_code == 200, answer.text
         assert _rolled_back_rows(answer.json()) > 0
         _assert_mirror_shows(root / "table", answer.json()["rollback_instant"])
-        assert httpx.get(f"{api}/v1/writer").json()["recent"][-1]["rolled_back"], "the job's status marks the rolled-back micro-batch"
+        assert httpx.get(f"{api}/v1/writer").json()["recent"][-1]["rolled_back"], (
+            "the job's status marks the rolled-back micro-batch"
+        )
     finally:
         _stop(job)
     assert job.returncode == 0
@@ -89,7 +100,9 @@ def _write_one_more(root, n: int) -> None:
 def _through_the_cli(root) -> None:
     _write_one_more(root, 0)
     newest = _newest_write(root / "table")
-    done = subprocess.run([CLI, "rollback", str(root / "table"), newest, "--json"], env=ENV, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [CLI, "rollback", str(root / "table"), newest, "--json"], env=ENV, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert _rolled_back_rows(answer) > 0
@@ -100,7 +113,13 @@ def _through_serve(root) -> None:
     _write_one_more(root, 1)
     newest = _newest_write(root / "table")
     port = free_port()
-    serve = subprocess.Popen([CLI, "serve", "--table", str(root / "table"), "--port", str(port)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    serve = subprocess.Popen(
+        [CLI, "serve", "--table", str(root / "table"), "--port", str(port)],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         api = f"http://127.0.0.1:{port}"
         _wait_for(f"{api}/healthz", serve, lambda h: h["status"] == "ok", timeout=60)

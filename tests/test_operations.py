@@ -7,15 +7,14 @@ import collections
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import hudi_read, rows
+from streaming import DATA_COLUMNS, Model, job_config, land, row
 
 from laketide.index.state import StateIndex
+from laketide.spark.job import run
 from laketide.table import Table, avro_models
 from laketide.table.instant import REPLACE_COMMIT, State
 from laketide.table.schema import COMMIT_SEQNO, PARTITION_PATH, RECORD_KEY
-from laketide.spark.job import run
-
-from conftest import hudi_read, rows
-from streaming import DATA_COLUMNS, Model, job_config, land, row
 
 
 class Landing:
@@ -45,7 +44,9 @@ def test_bulk_insert_loads_sorted_deduplicated_files_that_upserts_then_find(spar
     landing, model = Landing(tmp_path), Model()
     load = [row(i, 1) for i in range(1, 301)] + [row(7, 5), row(8, 0), row(9, 1), row(10, 3, deleted=True)]
     model.apply(load)
-    table = landing.run(load, write__operation="bulk_insert", write__target_file_size="2k", write__small_file_limit="1k")
+    table = landing.run(
+        load, write__operation="bulk_insert", write__target_file_size="2k", write__small_file_limit="1k"
+    )
     assert table_rows(tmp_path) == model.expected()
     instant, metadata = last_commit(table)
     assert metadata.operation_type == "BULK_INSERT"
@@ -89,7 +90,11 @@ def test_insert_does_not_look_keys_up(spark, tmp_path):
 
 def test_delete_partition_replaces_every_file_group_of_the_partitions(spark, tmp_path):
     landing, model = Landing(tmp_path), Model()
-    first = [row(i, 1) for i in range(1, 21)] + [row(i, 1, region="apac") for i in range(100, 110)] + [row(i, 1, region="apac-2") for i in range(200, 205)]
+    first = (
+        [row(i, 1) for i in range(1, 21)]
+        + [row(i, 1, region="apac") for i in range(100, 110)]
+        + [row(i, 1, region="apac-2") for i in range(200, 205)]
+    )
     model.apply(first)
     landing.run(first)
     before = Table.open(str(tmp_path / "table")).file_system_view()
@@ -100,9 +105,16 @@ def test_delete_partition_replaces_every_file_group_of_the_partitions(spark, tmp
     assert table_rows(tmp_path) == model.expected()
     instant, metadata = last_commit(table)
     assert instant.action == REPLACE_COMMIT and metadata.operation_type == "DELETE_PARTITION"
-    assert metadata.write_stats() == [] and metadata.replaced_file_ids() == {(p, f) for p in ("apac", "apac-2") for f in apac_groups if (p, f) in {(s.partition, s.file_id) for s in before.latest_slices()}}
+    assert metadata.write_stats() == [] and metadata.replaced_file_ids() == {
+        (p, f)
+        for p in ("apac", "apac-2")
+        for f in apac_groups
+        if (p, f) in {(s.partition, s.file_id) for s in before.latest_slices()}
+    }
     requested = table.io.read_bytes(f".hoodie/{instant.timestamp}.replacecommit.requested")
-    assert avro_models.read_container(requested, "HoodieRequestedReplaceMetadata")["operationType"] == "DELETE_PARTITION"
+    assert (
+        avro_models.read_container(requested, "HoodieRequestedReplaceMetadata")["operationType"] == "DELETE_PARTITION"
+    )
     assert [i.state for i in table.timeline.find(instant.timestamp)][-1] is State.COMPLETED
 
     # without partitions_to_delete, the partitions of the micro-batch's records go
@@ -140,7 +152,13 @@ def test_global_index_moves_a_record_between_partitions(spark, tmp_path):
     located = collections.defaultdict(list)
     for key, partition in zip(read["id"].to_pylist(), read[PARTITION_PATH].to_pylist()):
         located[key].append(partition)
-    assert located[1] == ["eu"] and located[2] == ["apac"] and located[7] == ["eu"] and located[5] == ["us"] and 4 not in located
+    assert (
+        located[1] == ["eu"]
+        and located[2] == ["apac"]
+        and located[7] == ["eu"]
+        and located[5] == ["us"]
+        and 4 not in located
+    )
     _, metadata = last_commit(table)
     totals = metadata.totals()
     assert totals["deletes"] == 4 and totals["updates"] == 1 and totals["inserts"] == 3

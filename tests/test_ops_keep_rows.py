@@ -11,31 +11,45 @@ import time
 
 import httpx
 import pytest
+from chaoslib import free_port
+from hudi_avsc import RECORD_OF, java_decode
+from opslib import CLI, ENV, OpsTable, changes, region_of
 
 from laketide.table import Table
 from laketide.table.instant import SAVEPOINT, Instant, State
 from laketide.table.savepoint import SavepointMetadata
 from laketide.table.timeline import TimelineWriter
 
-from chaoslib import free_port
-from hudi_avsc import RECORD_OF, java_decode
-from opslib import CLI, ENV, OpsTable, changes, region_of
-
 KEEP_ONE = {"clean.retain_commits": "1", "archive.min_commits": "2", "archive.max_commits": "3"}
 FLOWS = {
-    "mor-inline": {"table.type": "MERGE_ON_READ", "compaction.mode": "inline", "compaction.delta_commits": "2", "clean.async": "false"},
-    "mor-async": {"table.type": "MERGE_ON_READ", "compaction.mode": "async", "compaction.delta_commits": "2", "clean.async": "true"},
+    "mor-inline": {
+        "table.type": "MERGE_ON_READ",
+        "compaction.mode": "inline",
+        "compaction.delta_commits": "2",
+        "clean.async": "false",
+    },
+    "mor-async": {
+        "table.type": "MERGE_ON_READ",
+        "compaction.mode": "async",
+        "compaction.delta_commits": "2",
+        "clean.async": "true",
+    },
     "cow": {"clean.async": "false"},
 }
 REFUSED = 4
 
 
 def completed(t: OpsTable, action: str, after: str) -> list[str]:
-    return [i["instant"] for i in t.timeline() if i["action"] == action and i["state"] == "COMPLETED" and i["instant"] > after]
+    return [
+        i["instant"]
+        for i in t.timeline()
+        if i["action"] == action and i["state"] == "COMPLETED" and i["instant"] > after
+    ]
 
 
 def assert_every_timeline_file_decodes_in_java(spark, path) -> set[str]:
-    """Each Avro file on the timeline, resolved by Java's Avro against Hudi's schema for its record; the records read."""
+    """Each Avro file on the timeline, resolved by Java's Avro against Hudi's schema for its record; the records
+    read."""
     table = Table.open(str(path))
     decoded = set()
     for entry in table.io.list_dir(".hoodie"):
@@ -79,11 +93,15 @@ def test_restore_returns_every_savepointed_row_and_the_job_goes_on(spark, tmp_pa
 
     for savepoint in (second, first):
         if savepoint == first:
-            t.cli("savepoint", "delete", path, second)  # a restore refuses while a newer savepoint holds what it rolls back
+            t.cli(
+                "savepoint", "delete", path, second
+            )  # a restore refuses while a newer savepoint holds what it rolls back
         t.cli("restore", path, savepoint)
         t.model.rows = {r["id"]: dict(r) for r in saved[savepoint]}
         t.assert_matches(what=f"after the restore to {savepoint}")
-        assert t.read(as_of=savepoint) == saved[savepoint], "hudi-rs time travel to the savepoint equals the restored table"
+        assert t.read(as_of=savepoint) == saved[savepoint], (
+            "hudi-rs time travel to the savepoint equals the restored table"
+        )
         assert not [i for i in t.timeline() if i["state"] != "COMPLETED"], "no plan is left pending by the restore"
         before = t.model.expected()
         t.land([changes(t.landed)])
@@ -95,7 +113,15 @@ def test_restore_returns_every_savepointed_row_and_the_job_goes_on(spark, tmp_pa
     compaction = mor and newest == t.newest_write("commit")
     t.cli("rollback", path, newest)  # the newest write: cleaning kept the state before it
     t.assert_matches(t.model.expected() if compaction else before, what="after a rollback of the newest write")
-    kinds = {"HoodieCleanerPlan", "HoodieCleanMetadata", "HoodieSavepointMetadata", "HoodieRestorePlan", "HoodieRestoreMetadata", "HoodieRollbackPlan", "HoodieRollbackMetadata"}
+    kinds = {
+        "HoodieCleanerPlan",
+        "HoodieCleanMetadata",
+        "HoodieSavepointMetadata",
+        "HoodieRestorePlan",
+        "HoodieRestoreMetadata",
+        "HoodieRollbackPlan",
+        "HoodieRollbackMetadata",
+    }
     decoded |= assert_every_timeline_file_decodes_in_java(spark, t.path)
     assert decoded >= kinds | ({"HoodieCompactionPlan"} if mor else set())
 
@@ -103,7 +129,9 @@ def test_restore_returns_every_savepointed_row_and_the_job_goes_on(spark, tmp_pa
 def _mor_with_a_cleaned_slice_under_a_compaction(tmp_path) -> tuple[OpsTable, str, str]:
     """A compaction C of the 'us' groups, then a deltacommit D on 'eu' only, whose clean (keeping one commit)
     deletes the slice C replaced: rolling C back would leave its rows unreadable."""
-    t = OpsTable(tmp_path, {**KEEP_ONE, "table.type": "MERGE_ON_READ", "compaction.mode": "off", "clean.async": "false"})
+    t = OpsTable(
+        tmp_path, {**KEEP_ONE, "table.type": "MERGE_ON_READ", "compaction.mode": "off", "clean.async": "false"}
+    )
     keys = list(range(12))
     us = [k for k in keys if region_of(k) == "us"]
     eu = [k for k in keys if region_of(k) == "eu"]
@@ -128,14 +156,22 @@ def test_rollbacks_that_would_lose_rows_are_refused_over_the_cli(tmp_path):
         refused = t.cli("rollback", path, compaction, *args, expect_code=REFUSED)
         assert "whose files are gone" in refused.stderr and "Restore a savepoint" in refused.stderr, refused.stderr
     # a deltacommit the compaction folded: deleting its logs would take back nothing readers see
-    folded = max(i["instant"] for i in t.timeline() if i["action"] == "deltacommit" and i["state"] == "COMPLETED" and i["instant"] < compaction)
+    folded = max(
+        i["instant"]
+        for i in t.timeline()
+        if i["action"] == "deltacommit" and i["state"] == "COMPLETED" and i["instant"] < compaction
+    )
     for args in (["--force"], ["--force", "--dry-run"]):
         refused = t.cli("rollback", path, folded, *args, expect_code=REFUSED)
-        assert f"compaction {compaction} folded {folded}" in refused.stderr and "Restore a savepoint" in refused.stderr, refused.stderr
+        assert (
+            f"compaction {compaction} folded {folded}" in refused.stderr and "Restore a savepoint" in refused.stderr
+        ), refused.stderr
     t.assert_matches(what="after the refused forced rollback")
 
     dry = json.loads(t.cli("rollback", path, newest, "--dry-run", "--json").stdout)
-    assert dry["files"] and dry["rows"]["updates"] + dry["rows"]["inserts"] > 0, "a dry run names the files and rows that would go"
+    assert dry["files"] and dry["rows"]["updates"] + dry["rows"]["inserts"] > 0, (
+        "a dry run names the files and rows that would go"
+    )
     t.cli("savepoint", "create", path, newest)
     held = t.cli("rollback", path, newest, expect_code=REFUSED)
     assert f"savepoint {newest} holds {newest}" in held.stderr and "laketide savepoint delete" in held.stderr
@@ -151,7 +187,10 @@ def test_rollbacks_that_would_lose_rows_are_refused_over_rest(tmp_path):
     port = free_port()
     server = subprocess.Popen(
         [CLI, "serve", "--table", str(t.path), "--port", str(port), "--token", "ops-token"],
-        env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     api, auth = f"http://127.0.0.1:{port}", {"Authorization": "Bearer ops-token"}
     try:
@@ -161,7 +200,9 @@ def test_rollbacks_that_would_lose_rows_are_refused_over_rest(tmp_path):
                 httpx.get(f"{api}/healthz", timeout=2)
                 break
             except httpx.HTTPError:
-                assert server.poll() is None and time.monotonic() < deadline, server.stderr.read() if server.poll() is not None else "no answer"
+                assert server.poll() is None and time.monotonic() < deadline, (
+                    server.stderr.read() if server.poll() is not None else "no answer"
+                )
                 time.sleep(0.3)
         for body in ({"force": True}, {"force": True, "dry_run": True}):
             refused = httpx.post(f"{api}/v1/instants/{compaction}/rollback", json=body, headers=auth, timeout=60)
@@ -189,7 +230,9 @@ def test_a_failing_table_service_never_undoes_a_commit(tmp_path):
     # the attempt at start counts too: the job stops right after committing the next micro-batch
     t.land([changes(4)])
     stopped = t.run(expect_code=1, **{"services.max_consecutive_failures": "2"})
-    assert "table service 'archive' failed 2 times in a row" in stopped.stderr and "every commit stands" in stopped.stderr
+    assert (
+        "table service 'archive' failed 2 times in a row" in stopped.stderr and "every commit stands" in stopped.stderr
+    )
     t.assert_matches(what="the micro-batch whose archival failed stays committed")
     commits = completed(t, "commit", "0")
 
@@ -217,7 +260,9 @@ def test_a_folder_the_job_writes_that_cannot_be_written_is_refused_at_start(tmp_
 
 def test_a_restore_to_a_savepoint_whose_files_are_gone_refuses_and_names_them(tmp_path):
     """Savepoints written before they held log files name base files only, so a clean could take their logs."""
-    t = OpsTable(tmp_path, {**KEEP_ONE, "table.type": "MERGE_ON_READ", "compaction.mode": "off", "clean.async": "false"})
+    t = OpsTable(
+        tmp_path, {**KEEP_ONE, "table.type": "MERGE_ON_READ", "compaction.mode": "off", "clean.async": "false"}
+    )
     path = str(t.path)
     t.land([changes(0), changes(1)])
     t.prepare()
@@ -226,21 +271,30 @@ def test_a_restore_to_a_savepoint_whose_files_are_gone_refuses_and_names_them(tm
     bases = tuple(s.base_file.path for s in table.file_system_view().latest_slices(as_of=legacy) if s.base_file)
     writer = TimelineWriter(table.io, table.config)
     writer.write(Instant(legacy, SAVEPOINT, State.INFLIGHT))
-    writer.write(Instant(legacy, SAVEPOINT, State.COMPLETED), SavepointMetadata(legacy, "ops", 0, "base files only", bases).to_bytes())
+    writer.write(
+        Instant(legacy, SAVEPOINT, State.COMPLETED),
+        SavepointMetadata(legacy, "ops", 0, "base files only", bases).to_bytes(),
+    )
     t.cli("compact", path, "--delta-commits", "1")
     compaction = t.newest_write("commit")
     t.land([changes(2)])
     t.prepare()  # its clean keeps one commit: the slices under the compaction go, all but the savepointed base files
     before = t.timeline()
     refused = t.cli("restore", path, legacy, expect_code=REFUSED)
-    assert "would return part of the table" in refused.stderr and ".log." in refused.stderr and "Nothing was changed" in refused.stderr
+    assert (
+        "would return part of the table" in refused.stderr
+        and ".log." in refused.stderr
+        and "Nothing was changed" in refused.stderr
+    )
     assert f"The oldest state after it that can be restored without loss is {compaction}" in refused.stderr
     assert t.timeline() == before
     t.assert_matches(what="after the refused restore")
 
 
 def test_a_pending_compaction_whose_inputs_are_gone_is_rolled_back_not_run(tmp_path):
-    t = OpsTable(tmp_path, {**KEEP_ONE, "table.type": "MERGE_ON_READ", "compaction.mode": "off", "clean.async": "false"})
+    t = OpsTable(
+        tmp_path, {**KEEP_ONE, "table.type": "MERGE_ON_READ", "compaction.mode": "off", "clean.async": "false"}
+    )
     path = str(t.path)
     t.land([changes(0)])
     t.prepare()

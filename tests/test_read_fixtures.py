@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import COW_FIXTURES, hudi_read, rows
 
 from laketide.table import Table
 from laketide.table.instant import State
-
-from conftest import COW_FIXTURES, hudi_read, rows
 
 
 @pytest.mark.parametrize("name", COW_FIXTURES)

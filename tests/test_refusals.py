@@ -8,13 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
+from streaming import land, row
+from test_schema_evolution import tree_digest
 
 from laketide.config import load_config
 from laketide.spark.job import run
 from laketide.writer.preflight import JobRefused
-
-from streaming import land, row
-from test_schema_evolution import tree_digest
 
 CLI = str(Path(sys.executable).with_name("laketide"))
 
@@ -23,16 +22,25 @@ CLI = str(Path(sys.executable).with_name("laketide"))
     "fixture, key, partition, ordering, reason",
     [
         ("v8_simplekeygen_nonhivestyle", "id", "byteField", "longField", "hoodie.table.version = 8"),
-        ("v6_simplekeygen_hivestyle_no_metafields", "id", "byteField", "longField", "hoodie.populate.meta.fields = false"),
+        (
+            "v6_simplekeygen_hivestyle_no_metafields",
+            "id",
+            "byteField",
+            "longField",
+            "hoodie.populate.meta.fields = false",
+        ),
     ],
 )
-def test_laketide_run_refuses_tables_it_does_not_write(fixture_copy, tmp_path, fixture, key, partition, ordering, reason):
+def test_laketide_run_refuses_tables_it_does_not_write(
+    fixture_copy, tmp_path, fixture, key, partition, ordering, reason
+):
     table = fixture_copy(fixture)
     before = tree_digest(table)
     config = tmp_path / "job.toml"
     config.write_text(
         f'[table]\npath = "{table}"\nrecord_key = ["{key}"]\n'
-        f'[source]\nformat = "json"\npath = "{tmp_path / "landing"}"\nschema = "{key} STRING, {partition} STRING, {ordering} BIGINT"\n'
+        f'[source]\nformat = "json"\npath = "{tmp_path / "landing"}"\nschema = "{key} STRING, {partition} '
+        f'STRING, {ordering} BIGINT"\n'
         f'[stream]\ncheckpoint = "{tmp_path / "checkpoint"}"\ntrigger = "available-now"\n'
     )
     started = time.monotonic()
@@ -40,7 +48,9 @@ def test_laketide_run_refuses_tables_it_does_not_write(fixture_copy, tmp_path, f
     assert result.returncode == 2, result.stderr[-2000:]
     assert reason in result.stderr
     # refused before Spark starts: its reason alone, no JVM and none of Spark's errors
-    assert "Spark" not in result.stderr and "Executor" not in result.stderr and time.monotonic() - started < 15, result.stderr[-2000:]
+    assert "Spark" not in result.stderr and "Executor" not in result.stderr and time.monotonic() - started < 15, (
+        result.stderr[-2000:]
+    )
     assert tree_digest(table) == before, "the table is byte for byte unchanged"
     assert not (tmp_path / "checkpoint").exists()
 
@@ -76,7 +86,11 @@ GOOD = "id BIGINT, region STRING, ts BIGINT, name STRING"
         ("id BIGINT, ts BIGINT", {}, ["table.partition_by", "'region'"]),
         ("id BIGINT, region STRING, ts BIGINT, m MAP<INT, STRING>", {}, ["source.schema", "'m'", "string keys"]),
         ("id BIGINT, region STRING, ts BIGINT, _hoodie_is_deleted STRING", {}, ["_hoodie_is_deleted", "BOOLEAN"]),
-        (GOOD, {"ordering_field": None, "merge_mode": "EVENT_TIME_ORDERING"}, ["EVENT_TIME_ORDERING", "table.ordering_field"]),
+        (
+            GOOD,
+            {"ordering_field": None, "merge_mode": "EVENT_TIME_ORDERING"},
+            ["EVENT_TIME_ORDERING", "table.ordering_field"],
+        ),
     ],
 )
 def test_a_bad_configuration_fails_at_start_and_creates_nothing(spark, tmp_path, ddl, table, named):
@@ -106,12 +120,21 @@ def existing(spark, tmp_path_factory):
 @pytest.mark.parametrize(
     "table, named",
     [
-        ({"hive_style_partitioning": "true"}, ["table.hive_style_partitioning = True", "hoodie.datasource.write.hive_style_partitioning = False"]),
+        (
+            {"hive_style_partitioning": "true"},
+            ["table.hive_style_partitioning = True", "hoodie.datasource.write.hive_style_partitioning = False"],
+        ),
         ({"ordering_field": "name"}, ["table.ordering_field = 'name'", "hoodie.table.precombine.field = 'ts'"]),
         ({"record_key": '["name"]'}, ["table.record_key = ['name']", "hoodie.table.recordkey.fields = ['id']"]),
         ({"partition_by": '["name"]'}, ["table.partition_by = ['name']", "hoodie.table.partition.fields = ['region']"]),
-        ({"merge_mode": "COMMIT_TIME_ORDERING"}, ["table.merge_mode = 'COMMIT_TIME_ORDERING'", "hoodie.record.merge.mode = 'EVENT_TIME_ORDERING'"]),
-        ({"urlencode_partitions": "false"}, ["table.urlencode_partitions = False", "hoodie.datasource.write.partitionpath.urlencode = True"]),
+        (
+            {"merge_mode": "COMMIT_TIME_ORDERING"},
+            ["table.merge_mode = 'COMMIT_TIME_ORDERING'", "hoodie.record.merge.mode = 'EVENT_TIME_ORDERING'"],
+        ),
+        (
+            {"urlencode_partitions": "false"},
+            ["table.urlencode_partitions = False", "hoodie.datasource.write.partitionpath.urlencode = True"],
+        ),
     ],
 )
 def test_settings_the_table_fixes_win(existing, table, named):
@@ -131,7 +154,11 @@ def test_settings_left_out_take_the_tables(existing):
     config = _config(existing, GOOD, record_key=None, partition_by=None, ordering_field=None)
     assert config.table.record_key is None and config.table.partition_by is None and config.table.ordering_field is None
     writer = run(config)
-    assert writer.spec.record_key == ("id",) and writer.spec.partition_by == ("region",) and writer.spec.ordering_field == "ts"
+    assert (
+        writer.spec.record_key == ("id",)
+        and writer.spec.partition_by == ("region",)
+        and writer.spec.ordering_field == "ts"
+    )
 
 
 def test_a_new_table_without_its_record_key_is_refused_naming_it(spark, tmp_path):
@@ -149,13 +176,27 @@ def test_a_job_or_command_that_names_another_lease_than_the_tables_is_refused(ex
     io = FileIO.for_uri(str(existing / "table"))
     assert LeaseChoice.read(io) == LeaseChoice("local")
     before = tree_digest(existing / "table")
-    config = load_config(overrides=[f"table.path={existing / 'table'}", "source.format=json", f"source.path={existing / 'landing'}",
-                                    f"source.schema={GOOD}", f"stream.checkpoint={existing / 'checkpoint'}", "stream.trigger=available-now",
-                                    "coordinator.lease=zookeeper", "coordinator.zookeeper=127.0.0.1:1"])
+    config = load_config(
+        overrides=[
+            f"table.path={existing / 'table'}",
+            "source.format=json",
+            f"source.path={existing / 'landing'}",
+            f"source.schema={GOOD}",
+            f"stream.checkpoint={existing / 'checkpoint'}",
+            "stream.trigger=available-now",
+            "coordinator.lease=zookeeper",
+            "coordinator.zookeeper=127.0.0.1:1",
+        ]
+    )
     with pytest.raises(LeaseMismatch, match=r"take the local lease .* coordinator.lease = 'local'") as refused:
         run(config)
     assert LEASE_CHOICE in str(refused.value) and "delete" in str(refused.value)
-    command = subprocess.run([CLI, "clean", str(existing / "table"), "--zookeeper", "127.0.0.1:1"], capture_output=True, text=True, timeout=120)
+    command = subprocess.run(
+        [CLI, "clean", str(existing / "table"), "--zookeeper", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert command.returncode == 2 and "take the local lease" in command.stderr, command.stderr[-2000:]
     assert tree_digest(existing / "table") == before
 
@@ -169,8 +210,21 @@ def test_a_job_whose_api_port_is_in_use_stops_before_spark_naming_it(tmp_path):
     port = taken.getsockname()[1]
     try:
         started = time.monotonic()
-        result = subprocess.run([CLI, "run", "--conf", f"table.path={tmp_path / 'table'}", "--conf", f"stream.checkpoint={tmp_path / 'cp'}",
-                                 "--conf", f"coordinator.api_port={port}"], capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [
+                CLI,
+                "run",
+                "--conf",
+                f"table.path={tmp_path / 'table'}",
+                "--conf",
+                f"stream.checkpoint={tmp_path / 'cp'}",
+                "--conf",
+                f"coordinator.api_port={port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         taken.close()
     assert result.returncode == 4 and f"port {port} on 127.0.0.1 is in use" in result.stderr, result.stderr[-2000:]

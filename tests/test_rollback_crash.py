@@ -6,14 +6,13 @@ import itertools
 
 import pyarrow as pa
 import pytest
+from conftest import hudi_read, rows
+from writes import upsert
 
 from laketide.coordinator import Coordinator, LocalLease
 from laketide.table import FileIO, Table, avro_models
 from laketide.table.instant import ROLLBACK, State
 from laketide.table.rollback import RollbackMetadata
-
-from conftest import hudi_read, rows
-from writes import upsert
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 
@@ -55,7 +54,14 @@ def build(path, lease):
     before = rows(hudi_read(path), "id", ["id", "v", "region"])
     c2 = upsert(table, coordinator, 2, [{"id": 1, "v": 2, "region": "us"}, {"id": 50, "v": 2, "region": "eu"}], SCHEMA)
     after_c2 = rows(hudi_read(path), "id", ["id", "v", "region"])
-    dangling = upsert(table, coordinator, 3, [{"id": 2, "v": 3, "region": "us"}, {"id": 60, "v": 3, "region": "apac"}], SCHEMA, commit=False)
+    dangling = upsert(
+        table,
+        coordinator,
+        3,
+        [{"id": 2, "v": 3, "region": "us"}, {"id": 60, "v": 3, "region": "apac"}],
+        SCHEMA,
+        commit=False,
+    )
     return table, c2, dangling, before, after_c2
 
 

@@ -9,6 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_archive import java_container_read
+from test_clean import SCHEMA, base_files, history, state
+from test_rollback_crash import CrashingFileIO, SimulatedCrash
+from writes import upsert
 
 from laketide.coordinator import Coordinator
 from laketide.coordinator.archiver import Archiver
@@ -20,11 +24,6 @@ from laketide.table.instant import RESTORE, ROLLBACK, SAVEPOINT, State
 from laketide.table.savepoint import savepointed_files
 from laketide.table.timeline import InstantNotFound
 
-from writes import upsert
-from test_archive import java_container_read
-from test_clean import SCHEMA, base_files, history, state
-from test_rollback_crash import CrashingFileIO, SimulatedCrash
-
 CLI = str(Path(sys.executable).with_name("laketide"))
 
 
@@ -33,7 +32,9 @@ def test_a_savepointed_commit_survives_cleaning_and_archival(tmp_path):
     saved = Savepoints(coordinator).create(instants[1], user="ops", comment="before the backfill")
     assert saved.files and all(table.io.exists(f) for f in saved.files)
     for n in range(4, 12):
-        instants.append(upsert(table, coordinator, n, [{"id": i, "v": n, "region": ("us", "eu")[i % 2]} for i in range(8)], SCHEMA))
+        instants.append(
+            upsert(table, coordinator, n, [{"id": i, "v": n, "region": ("us", "eu")[i % 2]} for i in range(8)], SCHEMA)
+        )
         reads[instants[-1]] = state(table.uri)
     Cleaner(coordinator, Retention(commits=2)).clean()
     Archiver(coordinator, 3, 5).archive()
@@ -42,7 +43,9 @@ def test_a_savepointed_commit_survives_cleaning_and_archival(tmp_path):
     timeline = Table.open(table.uri).timeline
     assert timeline.completed_writes()[0].timestamp <= instants[1], "archival stopped before the savepoint"
     assert [s.instant for s in Savepoints(coordinator).list()] == [instants[1]]
-    assert Savepoints(coordinator).create(instants[1]).saved_at_ms == saved.saved_at_ms, "saving again returns the savepoint"
+    assert Savepoints(coordinator).create(instants[1]).saved_at_ms == saved.saved_at_ms, (
+        "saving again returns the savepoint"
+    )
     lease.release()
 
 
@@ -59,7 +62,9 @@ def test_restore_returns_the_table_to_the_savepoint(tmp_path):
     assert [i.action for i in timeline if i.action == ROLLBACK] == [], "the restore's rollbacks live in its metadata"
     (restore,) = timeline.filter({State.COMPLETED}, [RESTORE])
     record = avro_models.read_container(timeline.read_bytes(restore), "HoodieRestoreMetadata")
-    assert record["instantsToRollback"] == instants[3:][::-1] and set(record["hoodieRestoreMetadata"]) == set(instants[3:])
+    assert record["instantsToRollback"] == instants[3:][::-1] and set(record["hoodieRestoreMetadata"]) == set(
+        instants[3:]
+    )
     assert [i["action"] for i in record["restoreInstantInfo"]] == ["commit"] * 3
     plan = avro_models.read_container(timeline.read_bytes(restore.with_state(State.REQUESTED)), "HoodieRestorePlan")
     assert plan["savepointToRestoreTimestamp"] == instants[2] and plan["version"] == 2

@@ -1,4 +1,5 @@
-"""The configurations users run, through `laketide run` in a subprocess: lease local or ZooKeeper, API off or on with a token."""
+"""The configurations users run, through `laketide run` in a subprocess: lease local or ZooKeeper, API off or on with a
+token."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from laketide.table import Table
-
 from chaoslib import free_port, job_args
 from conftest import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, expected_after, land_all
+
+from laketide.table import Table
 
 TOKEN = "matrix-token"
 
@@ -45,7 +45,9 @@ def test_laketide_run(zookeeper, tmp_path, lease, api_on):
     land_all(tmp_path)
     port = free_port() if api_on else None
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "LAKETIDE_API_TOKEN": TOKEN}
-    proc = subprocess.Popen(_args(tmp_path, lease, zookeeper, port), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _args(tmp_path, lease, zookeeper, port), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         if api_on:
             api = f"http://127.0.0.1:{port}"
@@ -54,9 +56,14 @@ def test_laketide_run(zookeeper, tmp_path, lease, api_on):
             held = httpx.get(f"{api}/v1/lease").json()
             assert held["held"] and held["holder"]["api_address"] == api and held["holder"]["epoch"] >= 1
             assert held["holder"]["pid"] == proc.pid
-            assert httpx.post(f"{api}/v1/instants/{writer['last_instant']}/rollback", json={"dry_run": True}).status_code == 401
+            assert (
+                httpx.post(f"{api}/v1/instants/{writer['last_instant']}/rollback", json={"dry_run": True}).status_code
+                == 401
+            )
             authorized = {"Authorization": f"Bearer {TOKEN}"}
-            dry = httpx.post(f"{api}/v1/instants/{writer['last_instant']}/rollback", json={"dry_run": True}, headers=authorized)
+            dry = httpx.post(
+                f"{api}/v1/instants/{writer['last_instant']}/rollback", json={"dry_run": True}, headers=authorized
+            )
             assert dry.status_code == 200 and dry.json()["dry_run"]
             proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=180)

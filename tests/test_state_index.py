@@ -33,7 +33,8 @@ def write_all(index, instant, table):
 
 
 def compact(index, snapshot, shard: int) -> str | None:
-    """A shard folded into a base and the runs it replaced deleted, at once (the job deletes them between micro-batches)."""
+    """A shard folded into a base and the runs it replaced deleted, at once (the job deletes them between
+    micro-batches)."""
     fold = index.fold(snapshot, shard)
     if fold is not None:
         index.retire(fold)
@@ -96,7 +97,12 @@ def test_merge_keeps_each_hash_once():
     b = ShardRun(np.array([5, 7], np.uint64), np.array([0, 0], np.int32), [("p", "y")])
     merged = ShardRun.merge([a, b])
     assert list(merged.hashes) == [1, 5, 7, 9]
-    assert [merged.groups[c] for c in merged.lookup(np.array([1, 5, 7, 9, 2], np.uint64)) if c >= 0] == [("p", "x"), ("p", "y"), ("p", "y"), ("p", "x")]
+    assert [merged.groups[c] for c in merged.lookup(np.array([1, 5, 7, 9, 2], np.uint64)) if c >= 0] == [
+        ("p", "x"),
+        ("p", "y"),
+        ("p", "y"),
+        ("p", "x"),
+    ]
     assert merged.lookup(np.array([2], np.uint64))[0] == -1
 
 
@@ -113,7 +119,9 @@ def test_extending_a_run_equals_merging_it_again():
     assert np.array_equal(flat.hashes, merged.hashes)
     assert [flat.groups[c] for c in flat.codes] == [merged.groups[c] for c in merged.codes]
     probe = np.concatenate([merged.hashes, rng.integers(0, 2**63, 100, dtype=np.uint64)])
-    assert [extended.groups[c] if c >= 0 else None for c in extended.lookup(probe)] == [merged.groups[c] if c >= 0 else None for c in merged.lookup(probe)]
+    assert [extended.groups[c] if c >= 0 else None for c in extended.lookup(probe)] == [
+        merged.groups[c] if c >= 0 else None for c in merged.lookup(probe)
+    ]
     assert base.extended([ShardRun()]) is base
 
 
@@ -121,7 +129,9 @@ def test_a_micro_batch_extends_the_index_without_copying_it():
     """Each batch's entries join a small run over the large one, which is rewritten only once the small
     one holds an eighth of it: the large arrays are shared, not copied, from batch to batch."""
     rng = np.random.default_rng(5)
-    run = ShardRun.from_table(index_entries(rng.integers(0, 2**63, 80_000, dtype=np.uint64), ["p"] * 80_000, ["a"] * 80_000))
+    run = ShardRun.from_table(
+        index_entries(rng.integers(0, 2**63, 80_000, dtype=np.uint64), ["p"] * 80_000, ["a"] * 80_000)
+    )
     large = run.hashes
     for n in range(10):
         batch = rng.integers(0, 2**63, 1000, dtype=np.uint64)
@@ -152,7 +162,9 @@ def test_many_micro_batches_make_layers_of_growing_size_that_answer_as_one_run()
     assert len(layers) >= 3 and all(upper * 8 < lower for lower, upper in zip(layers, layers[1:])), layers
     merged = ShardRun.merge(runs)
     probe = np.concatenate([merged.hashes[::97], rng.integers(0, 2**63, 100, dtype=np.uint64)])
-    assert [run.groups[c] if c >= 0 else None for c in run.lookup(probe)] == [merged.groups[c] if c >= 0 else None for c in merged.lookup(probe)]
+    assert [run.groups[c] if c >= 0 else None for c in run.lookup(probe)] == [
+        merged.groups[c] if c >= 0 else None for c in merged.lookup(probe)
+    ]
 
 
 def test_cached_shards_are_extended_with_new_deltas_only(tmp_path, monkeypatch):
@@ -168,7 +180,9 @@ def test_cached_shards_are_extended_with_new_deltas_only(tmp_path, monkeypatch):
         committed.add(ts)
         reads.clear()
         snap = index.snapshot(committed)
-        assert lookup(index, snap, [f"k{m}-3" for m in range(1, n + 1)], "p") == [("p", f"fg{m}") for m in range(1, n + 1)]
+        assert lookup(index, snap, [f"k{m}-3" for m in range(1, n + 1)], "p") == [
+            ("p", f"fg{m}") for m in range(1, n + 1)
+        ]
         # each micro-batch reads only the run its own instant added
         assert [p.rsplit("/", 1)[1] for p in reads] == [f"delta_{ts}_0.arrow"]
     # a run that disappears (a rolled-back instant) makes the shard load again from its files
@@ -258,7 +272,9 @@ def test_run_files_hold_groups_dictionary_encoded_and_older_plain_runs_still_rea
     old = pa.BufferOutputStream()
     with ipc.new_file(old, RUN_SCHEMA) as writer:  # a delta as runs were written before: plain strings
         writer.write_table(entries(keys[10_000:], "p=2", "b" * 36 + "-0"))
-    index.io.write_atomic(f"{index.shard_dir(0)}/delta_20260101000000002_0.arrow", old.getvalue().to_pybytes(), overwrite=True)
+    index.io.write_atomic(
+        f"{index.shard_dir(0)}/delta_20260101000000002_0.arrow", old.getvalue().to_pybytes(), overwrite=True
+    )
     snap = index.snapshot({"20260101000000001", "20260101000000002"})
     base = compact(index, snap, 0)
     assert index.io.size(base) / len(keys) < 20
@@ -278,14 +294,21 @@ def test_a_large_run_finds_keys_through_its_directory_as_a_binary_search_would(m
     rng = np.random.default_rng(9)
     hashes = np.unique(rng.integers(0, 2**64 - 1, entries, dtype=np.uint64))
     run = ShardRun(hashes, np.arange(len(hashes), dtype=np.int32) % 7, [("p", f"g{i}") for i in range(7)])
-    probe = np.concatenate([hashes[rng.integers(0, len(hashes), 2000)], rng.integers(0, 2**64 - 1, 2000, dtype=np.uint64),
-                            np.array([0, hashes[0], hashes[-1], 2**64 - 1], np.uint64)])
+    probe = np.concatenate(
+        [
+            hashes[rng.integers(0, len(hashes), 2000)],
+            rng.integers(0, 2**64 - 1, 2000, dtype=np.uint64),
+            np.array([0, hashes[0], hashes[-1], 2**64 - 1], np.uint64),
+        ]
+    )
     plain = run.lookup(probe)
     monkeypatch.setattr(shard_run, "DIRECTORY_FROM", 1)
     monkeypatch.setattr(shard_run, "_DIRECTORY_CHUNK", 1000)  # counted in several slices
     assert np.array_equal(run.lookup(probe), plain)
     assert run._directory is not None and (plain >= 0).sum() >= 2000
-    assert run._directory[-1] == len(hashes) and len(run._directory) <= 2 * len(hashes) // shard_run.DIRECTORY_BUCKET + 3
+    assert (
+        run._directory[-1] == len(hashes) and len(run._directory) <= 2 * len(hashes) // shard_run.DIRECTORY_BUCKET + 3
+    )
 
 
 def test_a_compacted_base_on_a_local_disk_is_mapped_not_copied(tmp_path):
@@ -306,7 +329,12 @@ def test_a_compacted_base_on_a_local_disk_is_mapped_not_copied(tmp_path):
         run = index.load_shard(after, 0)
         base = io.full_path(after.runs[0][0])
         assert _mapped_from(run.hashes, base) and _mapped_from(run.codes, base)
-        assert lookup(index, after, ["k1-0", "k2-150", "k3-299", "absent"], "p") == [("p", "fg1"), ("p", "fg2"), ("p", "fg3"), None]
+        assert lookup(index, after, ["k1-0", "k2-150", "k3-299", "absent"], "p") == [
+            ("p", "fg1"),
+            ("p", "fg2"),
+            ("p", "fg3"),
+            None,
+        ]
 
 
 def _mapped_from(array: np.ndarray, path: str) -> bool:

@@ -10,11 +10,27 @@ import pytest
 from obstore.exceptions import GenericError, PermissionDeniedError
 
 from laketide.table.errors import ErrorKind
-from laketide.table.store_requests import RETRY, RequestCounts, RetryPolicy, StoreRequests, StoreUnavailable, is_transient
+from laketide.table.store_requests import (
+    RETRY,
+    RequestCounts,
+    RetryPolicy,
+    StoreRequests,
+    StoreUnavailable,
+    is_transient,
+)
 
-SLOW_DOWN = "Generic S3 error: Error performing PUT http://s3/lake/a in 1ms - Server returned non-2xx status code: 503 Service Unavailable: SlowDown\n\nDebug source: ..."
-RESET = "Generic S3 error: Error performing GET http://s3/lake/a in 1ms - HTTP error: error sending request\n\nDebug source: ..."
-NOT_ALLOWED = "Generic S3 error: Error performing PUT http://s3/lake/a in 1ms - Server returned non-2xx status code: 400 Bad Request: x"
+SLOW_DOWN = (
+    "Generic S3 error: Error performing PUT http://s3/lake/a in 1ms - Server returned non-2xx status code: 503 "
+    "Service Unavailable: SlowDown\n\nDebug source: ..."
+)
+RESET = (
+    "Generic S3 error: Error performing GET http://s3/lake/a in 1ms - HTTP error: error sending request\n\nDebug "
+    "source: ..."
+)
+NOT_ALLOWED = (
+    "Generic S3 error: Error performing PUT http://s3/lake/a in 1ms - Server returned non-2xx status code: 400 Bad "
+    "Request: x"
+)
 
 
 def test_throttling_and_lost_connections_are_transient_and_client_errors_are_not():
@@ -56,7 +72,9 @@ def test_past_max_retries_the_store_is_named_as_unavailable():
     with pytest.raises(StoreUnavailable) as failed:
         requests.call("PUT", request)
     assert len(calls) == 3 and failed.value.kind is ErrorKind.UNAVAILABLE
-    assert "s3://lake/t" in str(failed.value) and "storage.max_retries" in str(failed.value) and "503" in str(failed.value)
+    assert (
+        "s3://lake/t" in str(failed.value) and "storage.max_retries" in str(failed.value) and "503" in str(failed.value)
+    )
 
 
 def test_a_client_error_is_raised_at_once():

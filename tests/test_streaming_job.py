@@ -7,15 +7,15 @@ import posixpath
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from conftest import hudi_read, rows
+from streaming import BAD_ROWS, BATCHES, DATA_COLUMNS, expected_after, job_config, land_all
 
 from laketide.spark.job import run
 from laketide.spark.pipeline import MicroBatchWriter
-from laketide.writer.exchange import Exchange
 from laketide.table import Table
 from laketide.table.files import parse_data_file
+from laketide.writer.exchange import Exchange
 
-from conftest import hudi_read, rows
-from streaming import BAD_ROWS, BATCHES, DATA_COLUMNS, expected_after, job_config, land_all
 
 # the driver writes these small micro-batches itself by default; with no driver budget, Spark's tasks do
 @pytest.fixture(scope="module", params=["driver", "tasks"])
@@ -58,7 +58,10 @@ def test_the_first_micro_batch_is_cut_into_key_ranges_over_the_write_tasks(job_r
     root, _ = job_run
     timeline = Table.open(str(root / "table")).timeline
     first = timeline.completed_writes()[0]
-    tasks = {parse_data_file(*posixpath.split(s.path)).write_token.split("-")[0] for s in timeline.commit_metadata(first).write_stats()}
+    tasks = {
+        parse_data_file(*posixpath.split(s.path)).write_token.split("-")[0]
+        for s in timeline.commit_metadata(first).write_stats()
+    }
     assert tasks == {"0", "1"}
 
 
@@ -83,7 +86,9 @@ def test_time_travel_to_each_micro_batch(job_run):
     commits = Table.open(str(root / "table")).timeline.completed_writes()
     assert len(commits) == 3
     for n, commit in enumerate(commits):
-        assert rows(hudi_read(root / "table", as_of=commit.timestamp), "id", DATA_COLUMNS) == expected_after(BATCHES[: n + 1])
+        assert rows(hudi_read(root / "table", as_of=commit.timestamp), "id", DATA_COLUMNS) == expected_after(
+            BATCHES[: n + 1]
+        )
 
 
 def test_lost_checkpoint_does_not_duplicate(job_run, tmp_path):
@@ -110,7 +115,9 @@ def test_time_travel_by_a_readable_timestamp(job_run):
 
 
 @pytest.mark.parametrize("on_disk", [True, False], ids=["disk", "object-store"])
-def test_rows_kept_whole_for_a_bulk_insert_the_plan_did_not_make_are_cut_by_shard(spark, tmp_path, monkeypatch, on_disk):
+def test_rows_kept_whole_for_a_bulk_insert_the_plan_did_not_make_are_cut_by_shard(
+    spark, tmp_path, monkeypatch, on_disk
+):
     """The job hands the first micro-batch of an empty table on whole, for a bulk insert; should the table
     have filled by the plan (another writer), the rows are cut by shard then. Here every micro-batch is
     laid out so, the exchange on a disk or taken for an object store's."""
@@ -120,13 +127,19 @@ def test_rows_kept_whole_for_a_bulk_insert_the_plan_did_not_make_are_cut_by_shar
     writer = run(job_config(tmp_path, write__driver_batch_bytes=0))
     assert all(r.stage_seconds["assign_tasks"] > 0 for r in writer.status.recent[1:])
     assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == expected_after(BATCHES)
-    assert not list((tmp_path / "table" / ".hoodie" / ".laketide" / "exchange").iterdir()), "each micro-batch deletes its exchange files"
+    assert not list((tmp_path / "table" / ".hoodie" / ".laketide" / "exchange").iterdir()), (
+        "each micro-batch deletes its exchange files"
+    )
 
 
 def test_sparks_python_workers_allocate_arrow_memory_with_the_c_librarys_malloc(spark):
     """The session sets the workers' Arrow memory pool (``session.WANTED``): on pyarrow's default, a fresh
     worker's first large micro-batch ran far slower."""
-    names = spark.sparkContext.parallelize(range(2), 2).map(lambda _: __import__("pyarrow").default_memory_pool().backend_name).collect()
+    names = (
+        spark.sparkContext.parallelize(range(2), 2)
+        .map(lambda _: __import__("pyarrow").default_memory_pool().backend_name)
+        .collect()
+    )
     assert names == ["system", "system"]
 
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from laketide.table import Table
-from laketide.spark.job import run
-from laketide.spark.table_source import LaketideDataSource
-
 from conftest import hudi_read, rows
-from writes import upsert
 from streaming import DATA_COLUMNS, job_config, land_all
 from test_clean import SCHEMA, history
+from writes import upsert
+
+from laketide.spark.job import run
+from laketide.spark.table_source import LaketideDataSource
+from laketide.table import Table
 
 COLUMNS = ["id", "v", "region"]
 
@@ -34,22 +33,40 @@ def test_batch_reads_snapshot_time_travel_and_changes(spark, tmp_path):
     assert _spark_rows(source.load(table.uri), COLUMNS) == reads[instants[-1]]
     assert _spark_rows(source.option("as_of", instants[0]).load(table.uri), COLUMNS) == reads[instants[0]]
     changes = source.option("start", instants[0]).option("end", instants[1]).load(table.uri)
-    assert _spark_rows(changes, COLUMNS) == rows(hudi_read(table.uri, start=instants[0], end=instants[1]), "id", COLUMNS)
-    assert source.load(table.uri).columns[:5] == ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path", "_hoodie_file_name"]
+    assert _spark_rows(changes, COLUMNS) == rows(
+        hudi_read(table.uri, start=instants[0], end=instants[1]), "id", COLUMNS
+    )
+    assert source.load(table.uri).columns[:5] == [
+        "_hoodie_commit_time",
+        "_hoodie_commit_seqno",
+        "_hoodie_record_key",
+        "_hoodie_partition_path",
+        "_hoodie_file_name",
+    ]
 
 
 def _drain(spark, uri: str, checkpoint, sink, **options) -> None:
     reader = spark.readStream.format("laketide")
     for key, value in options.items():
         reader = reader.option(key, value)
-    query = reader.load(uri).writeStream.format("parquet").option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start(str(sink))
+    query = (
+        reader.load(uri)
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(sink))
+    )
     query.awaitTermination(300)
     assert query.exception() is None
 
 
 def _sink_by_commit(sink) -> dict[str, list[dict]]:
     files = list(sink.glob("*.parquet"))
-    data = pa.concat_tables([pq.read_table(f) for f in files]) if files else pa.table({"_hoodie_commit_time": pa.array([], pa.string())})
+    data = (
+        pa.concat_tables([pq.read_table(f) for f in files])
+        if files
+        else pa.table({"_hoodie_commit_time": pa.array([], pa.string())})
+    )
     out: dict[str, list[dict]] = {}
     for commit in sorted(set(data["_hoodie_commit_time"].to_pylist())):
         part = data.filter(pa.compute.equal(data["_hoodie_commit_time"], commit))
@@ -76,8 +93,13 @@ def test_a_downstream_query_reads_each_change_once_across_restarts_of_both(spark
     assert len(first) == 2, "the two commits before the failure; the rolled-back instant is never read"
     # restarted, the downstream query polls while the restarted upstream job writes
     query = (
-        spark.readStream.format("laketide").option("max_instants_per_trigger", "1").load(str(path))
-        .writeStream.format("parquet").option("checkpointLocation", str(downstream)).trigger(processingTime="200 milliseconds").start(str(sink))
+        spark.readStream.format("laketide")
+        .option("max_instants_per_trigger", "1")
+        .load(str(path))
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(downstream))
+        .trigger(processingTime="200 milliseconds")
+        .start(str(sink))
     )
     try:
         run(job_config(tmp_path))
@@ -116,13 +138,16 @@ def test_start_latest_and_a_window_older_than_the_active_timeline(spark, tmp_pat
     assert Table.open(table.uri).timeline.start > instants[1]
     with pytest.raises(Exception, match="fallback_to_full_scan"):
         _drain(spark, table.uri, tmp_path / "cp-old", tmp_path / "sink-old", start=instants[0])
-    _drain(spark, table.uri, tmp_path / "cp-full", tmp_path / "sink-full", start=instants[0], fallback_to_full_scan="true")
+    _drain(
+        spark, table.uri, tmp_path / "cp-full", tmp_path / "sink-full", start=instants[0], fallback_to_full_scan="true"
+    )
     full = rows(pq.read_table(tmp_path / "sink-full"), "id", COLUMNS)
     assert full == rows(hudi_read(table.uri), "id", COLUMNS), "the whole table once, as of the window's end"
 
 
 def test_an_installed_laketide_is_found_by_spark_without_registration():
-    """Spark registers every installed ``pyspark_*`` module's ``DefaultSource`` (pyspark.sql.worker.lookup_data_sources);
+    """Spark registers every installed ``pyspark_*`` module's ``DefaultSource``
+    (pyspark.sql.worker.lookup_data_sources);
     a wheel installs ``pyspark_laketide`` at the top level of site-packages, as ``src/`` holds it."""
     import subprocess
     import sys
@@ -131,7 +156,8 @@ def test_an_installed_laketide_is_found_by_spark_without_registration():
     src = Path(__file__).parents[1] / "src"
     probe = (
         "import pkgutil, importlib; "
-        "found = {m.name: importlib.import_module(m.name) for m in pkgutil.iter_modules([%r]) if m.name.startswith('pyspark_')}; "
+        "found = {m.name: importlib.import_module(m.name) for m in pkgutil.iter_modules([%r]) if "
+        "m.name.startswith('pyspark_')}; "
         "print(sorted((n, m.DefaultSource.name(), m.DefaultSource.__name__) for n, m in found.items()))" % str(src)
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import hudi_read
 
 from laketide.config import load_config
-from laketide.table import Table
 from laketide.spark.job import run
-
-from conftest import hudi_read
+from laketide.table import Table
 
 DDL = (
     "k INT, d DOUBLE, b BOOLEAN, t TINYINT, s SMALLINT, i INT, l BIGINT, f FLOAT, "
@@ -29,7 +28,7 @@ DDL = (
     "arr ARRAY<INT>, arr_s ARRAY<STRUCT<x: STRING, y: DOUBLE>>, m MAP<STRING, BIGINT>, "
     "st STRUCT<a: INT, inner: STRUCT<b: STRING, c: ARRAY<DATE>>>"
 )
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _row(k: int, d: float, **values) -> dict:
@@ -37,20 +36,55 @@ def _row(k: int, d: float, **values) -> dict:
 
 
 FULL = dict(
-    b=True, t=-128, s=32767, i=-2147483648, l=9223372036854775807, f=0.1, dec38=Decimal("12345678901234567890123456789.123456789"),
-    dec5=Decimal("-999.99"), str="ünïcode, \"quoted\"\n", bin=b"\x00\xffbytes", day=dt.date(1969, 12, 31),
-    ts=dt.datetime(1969, 7, 20, 20, 17, 40, 123456, tzinfo=UTC), ntz=dt.datetime(2024, 2, 29, 23, 59, 59, 999999),
-    arr=[1, None, 3], arr_s=[{"x": "a", "y": 1.5}, None, {"x": None, "y": None}], m={"one": 1, "none": None},
+    b=True,
+    t=-128,
+    s=32767,
+    i=-2147483648,
+    l=9223372036854775807,
+    f=0.1,
+    dec38=Decimal("12345678901234567890123456789.123456789"),
+    dec5=Decimal("-999.99"),
+    str='ünïcode, "quoted"\n',
+    bin=b"\x00\xffbytes",
+    day=dt.date(1969, 12, 31),
+    ts=dt.datetime(1969, 7, 20, 20, 17, 40, 123456, tzinfo=UTC),
+    ntz=dt.datetime(2024, 2, 29, 23, 59, 59, 999999),
+    arr=[1, None, 3],
+    arr_s=[{"x": "a", "y": 1.5}, None, {"x": None, "y": None}],
+    m={"one": 1, "none": None},
     st={"a": 7, "inner": {"b": "deep", "c": [dt.date(2000, 1, 1), None]}},
 )
 FIRST = [
     _row(1, 1.0, **FULL),
     _row(2, 0.001, **{k: None for k in FULL}),
-    _row(3, 1e7, b=False, t=0, s=0, i=0, l=0, f=-0.0, dec38=Decimal("0E-9"), dec5=Decimal("0.01"), str="", bin=b"", day=dt.date(2262, 4, 11),
-         ts=dt.datetime(2038, 1, 19, 3, 14, 8, tzinfo=UTC), ntz=dt.datetime(1900, 1, 1), arr=[], arr_s=[], m={}, st={"a": None, "inner": None}),
+    _row(
+        3,
+        1e7,
+        b=False,
+        t=0,
+        s=0,
+        i=0,
+        l=0,
+        f=-0.0,
+        dec38=Decimal("0E-9"),
+        dec5=Decimal("0.01"),
+        str="",
+        bin=b"",
+        day=dt.date(2262, 4, 11),
+        ts=dt.datetime(2038, 1, 19, 3, 14, 8, tzinfo=UTC),
+        ntz=dt.datetime(1900, 1, 1),
+        arr=[],
+        arr_s=[],
+        m={},
+        st={"a": None, "inner": None},
+    ),
 ]
 SECOND = [
-    _row(2, 0.001, **{**FULL, "day": None, "str": "updated", "arr": [None], "st": {"a": None, "inner": {"b": None, "c": None}}}),
+    _row(
+        2,
+        0.001,
+        **{**FULL, "day": None, "str": "updated", "arr": [None], "st": {"a": None, "inner": {"b": None, "c": None}}},
+    ),
     _row(4, -2.5e-5, **{**FULL, "f": 3.4028235e38, "l": -1, "m": None}),
 ]
 
@@ -114,7 +148,8 @@ def _run(root: Path, columns: list[str]):
 
 @pytest.fixture(scope="module")
 def typed_tables(spark, tmp_path_factory):
-    """Two tables from the same landing files: every type, and every type but TIMESTAMP_NTZ (hudi-rs 0.5 cannot read it)."""
+    """Two tables from the same landing files: every type, and every type but TIMESTAMP_NTZ (hudi-rs 0.5 cannot read
+    it)."""
     out = {}
     for label, columns in (("all", _top_columns()), ("no_ntz", [c for c in _top_columns() if c != "ntz"])):
         root = tmp_path_factory.mktemp(f"types-{label}")
@@ -157,23 +192,88 @@ def test_keys_and_partitions_are_encoded_as_hudis_key_generators_do(spark, typed
 
 
 # What Hudi's Spark writer puts in its Avro schema for each Spark type
-# (hudi-spark-common: org/apache/spark/sql/avro/SchemaConverters.scala, toAvroType; nulls first, as AvroConversionUtils does).
+# (hudi-spark-common: org/apache/spark/sql/avro/SchemaConverters.scala, toAvroType; nulls first, as AvroConversionUtils
+# does).
 HUDI_AVRO = {
-    "k": "int", "d": "double", "b": "boolean", "t": "int", "s": "int", "i": "int", "l": "long", "f": "float",
-    "dec38": {"type": "fixed", "name": "fixed", "namespace": "hoodie.types.types_record.dec38", "size": 16, "logicalType": "decimal", "precision": 38, "scale": 9},
-    "dec5": {"type": "fixed", "name": "fixed", "namespace": "hoodie.types.types_record.dec5", "size": 3, "logicalType": "decimal", "precision": 5, "scale": 2},
-    "str": "string", "bin": "bytes", "day": {"type": "int", "logicalType": "date"},
-    "ts": {"type": "long", "logicalType": "timestamp-micros"}, "ntz": {"type": "long", "logicalType": "local-timestamp-micros"},
+    "k": "int",
+    "d": "double",
+    "b": "boolean",
+    "t": "int",
+    "s": "int",
+    "i": "int",
+    "l": "long",
+    "f": "float",
+    "dec38": {
+        "type": "fixed",
+        "name": "fixed",
+        "namespace": "hoodie.types.types_record.dec38",
+        "size": 16,
+        "logicalType": "decimal",
+        "precision": 38,
+        "scale": 9,
+    },
+    "dec5": {
+        "type": "fixed",
+        "name": "fixed",
+        "namespace": "hoodie.types.types_record.dec5",
+        "size": 3,
+        "logicalType": "decimal",
+        "precision": 5,
+        "scale": 2,
+    },
+    "str": "string",
+    "bin": "bytes",
+    "day": {"type": "int", "logicalType": "date"},
+    "ts": {"type": "long", "logicalType": "timestamp-micros"},
+    "ntz": {"type": "long", "logicalType": "local-timestamp-micros"},
     "arr": {"type": "array", "items": ["null", "int"]},
-    "arr_s": {"type": "array", "items": ["null", {"type": "record", "name": "arr_s", "namespace": "hoodie.types.types_record", "fields": [
-        {"name": "x", "type": ["null", "string"], "default": None}, {"name": "y", "type": ["null", "double"], "default": None}]}]},
+    "arr_s": {
+        "type": "array",
+        "items": [
+            "null",
+            {
+                "type": "record",
+                "name": "arr_s",
+                "namespace": "hoodie.types.types_record",
+                "fields": [
+                    {"name": "x", "type": ["null", "string"], "default": None},
+                    {"name": "y", "type": ["null", "double"], "default": None},
+                ],
+            },
+        ],
+    },
     "m": {"type": "map", "values": ["null", "long"]},
-    "st": {"type": "record", "name": "st", "namespace": "hoodie.types.types_record", "fields": [
-        {"name": "a", "type": ["null", "int"], "default": None},
-        {"name": "inner", "type": ["null", {"type": "record", "name": "inner", "namespace": "hoodie.types.types_record.st", "fields": [
-            {"name": "b", "type": ["null", "string"], "default": None},
-            {"name": "c", "type": ["null", {"type": "array", "items": ["null", {"type": "int", "logicalType": "date"}]}], "default": None}]}],
-         "default": None}]},
+    "st": {
+        "type": "record",
+        "name": "st",
+        "namespace": "hoodie.types.types_record",
+        "fields": [
+            {"name": "a", "type": ["null", "int"], "default": None},
+            {
+                "name": "inner",
+                "type": [
+                    "null",
+                    {
+                        "type": "record",
+                        "name": "inner",
+                        "namespace": "hoodie.types.types_record.st",
+                        "fields": [
+                            {"name": "b", "type": ["null", "string"], "default": None},
+                            {
+                                "name": "c",
+                                "type": [
+                                    "null",
+                                    {"type": "array", "items": ["null", {"type": "int", "logicalType": "date"}]},
+                                ],
+                                "default": None,
+                            },
+                        ],
+                    },
+                ],
+                "default": None,
+            },
+        ],
+    },
 }
 
 

@@ -1,8 +1,10 @@
-"""The writer's synced file-system view equals a fresh listing after every kind of instant, without listing the table."""
+"""The writer's synced file-system view equals a fresh listing after every kind of instant, without listing the
+table."""
 
 from __future__ import annotations
 
 import pyarrow as pa
+from writes import upsert
 
 from laketide.coordinator import Coordinator, LocalLease
 from laketide.coordinator.cleaner import Cleaner
@@ -11,8 +13,6 @@ from laketide.table import Table
 from laketide.table.clean import CleanPolicy, Retention
 from laketide.table.files import table_relative
 from laketide.table.view_sync import ViewSync
-
-from writes import upsert
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 

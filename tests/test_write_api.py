@@ -7,16 +7,24 @@ import pandas as pd
 import polars as pl
 import pyarrow as pa
 import pytest
+from conftest import hudi_read, rows
+from opslib import OpsTable
+from streaming import DATA_COLUMNS, row
 
 import laketide
 from laketide.coordinator import LeaseHeld, LocalLease
 from laketide.table import Table
 
-from conftest import hudi_read, rows
-from opslib import OpsTable
-from streaming import DATA_COLUMNS, row
-
-SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("ts", pa.int64()), ("region", pa.string()), ("_hoodie_is_deleted", pa.bool_())])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("amount", pa.float64()),
+        ("ts", pa.int64()),
+        ("region", pa.string()),
+        ("_hoodie_is_deleted", pa.bool_()),
+    ]
+)
 NEW_TABLE = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "name": "orders"}
 SMALL = {"write": {"index_shards": 2, "parallelism": 2}}
 
@@ -91,7 +99,8 @@ def test_bad_rows_and_bad_calls(tmp_path):
 
 
 def test_a_store_error_no_step_told_apart_is_still_a_laketide_error(monkeypatch, tmp_path):
-    """Whatever object_store raises that no step handles comes out of `laketide.write` as a LaketideError naming the table."""
+    """Whatever object_store raises that no step handles comes out of `laketide.write` as a LaketideError naming the
+    table."""
     import pytest
     from obstore.exceptions import GenericError
 

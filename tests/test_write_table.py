@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import hudi_read, rows
+from writes import upsert
 
 from laketide.coordinator import Coordinator, LocalLease, RollbackRefused
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_MAX_KEY, FOOTER_MIN_KEY, BloomFilter
 from laketide.table import Table
 from laketide.table.instant import State
 from laketide.table.schema import COMMIT_SEQNO, COMMIT_TIME, IS_DELETED, META_COLUMNS, RECORD_KEY
-
-from conftest import hudi_read, rows
-from writes import upsert
 
 SCHEMA = pa.schema(
     [
@@ -38,7 +37,7 @@ def record(i: int, region: str, version: int, deleted: bool = False) -> dict:
         "name": f"name-{i}-v{version}",
         "amount": i * 1.5 + version,
         "ts": version,
-        "event_time": datetime(2026, 1, 1, tzinfo=timezone.utc).replace(second=version),
+        "event_time": datetime(2026, 1, 1, tzinfo=UTC).replace(second=version),
         "region": region,
         IS_DELETED: deleted,
     }
@@ -86,12 +85,12 @@ def test_three_commits_then_dangling_instant_then_rollback(table, coordinator):
     path = table.uri
     model, snapshots = Model(), {}
 
-    batch1 = [record(i, "us", 1) for i in range(0, 40)] + [record(i, "eu", 1) for i in range(100, 130)]
+    batch1 = [record(i, "us", 1) for i in range(40)] + [record(i, "eu", 1) for i in range(100, 130)]
     c1 = upsert(table, coordinator, 1, batch1, SCHEMA)
     model.apply(c1, batch1)
     snapshots[c1] = copy.deepcopy(model.expected())
 
-    batch2 = [record(i, "us", 2) for i in range(0, 10)] + [record(i, "eu", 2, deleted=True) for i in (100, 101)]
+    batch2 = [record(i, "us", 2) for i in range(10)] + [record(i, "eu", 2, deleted=True) for i in (100, 101)]
     c2 = upsert(table, coordinator, 2, batch2, SCHEMA)
     model.apply(c2, batch2)
     snapshots[c2] = copy.deepcopy(model.expected())
@@ -102,7 +101,7 @@ def test_three_commits_then_dangling_instant_then_rollback(table, coordinator):
     snapshots[c3] = copy.deepcopy(model.expected())
     assert c1 < c2 < c3
 
-    dangling_batch = [record(i, "us", 4) for i in range(0, 40)] + [record(i, "latam", 4) for i in range(300, 305)]
+    dangling_batch = [record(i, "us", 4) for i in range(40)] + [record(i, "latam", 4) for i in range(300, 305)]
     dangling = upsert(table, coordinator, 4, dangling_batch, SCHEMA, commit=False)
     dangling_files = table.file_system_view().uncommitted_files(dangling)
     assert {f.split("/")[0] for f in dangling_files} == {"us", "latam"}
@@ -121,9 +120,7 @@ def test_three_commits_then_dangling_instant_then_rollback(table, coordinator):
         assert data_rows(table.snapshot(as_of=instant)) == expected, instant
 
     # incremental (c1, c2]: the rows batch 2 upserted, and only those
-    expected_inc = sorted(
-        ({c: r[c] for c in DATA_COLUMNS} for r in batch2 if not r[IS_DELETED]), key=lambda r: r["id"]
-    )
+    expected_inc = sorted(({c: r[c] for c in DATA_COLUMNS} for r in batch2 if not r[IS_DELETED]), key=lambda r: r["id"])
     assert data_rows(hudi_read(path, start=c1, end=c2)) == expected_inc
     assert data_rows(table.incremental(c1, c2)) == expected_inc
 
@@ -186,7 +183,6 @@ def test_a_merge_carries_the_bloom_filter_over_and_adds_the_inserted_keys(table,
     assert footer[FOOTER_MIN_KEY.encode()] == b"1" and footer[FOOTER_MAX_KEY.encode()] == b"5"
 
 
-
 def test_a_carried_bloom_filter_that_outgrew_its_file_is_built_again(tmp_path):
     """Deleted keys stay in a carried filter and keys inserted again count again, so a file group with
     deletes would carry a filter that only grows; past 1.25 times the file's rows the merge builds a new one
@@ -215,7 +211,9 @@ def test_a_carried_bloom_filter_that_outgrew_its_file_is_built_again(tmp_path):
     assert bloom.count == 2_510 and bloom.might_contain_many(pa.array(churned)).all()  # carried: the deleted keys stay
     path, bloom = merge("20250101000000004", ["k00003"], False, path)
     # 2,510 counted for a file of 10 rows (a filter row holds 1,000): built again from the ten keys
-    assert bloom.count == 10 and bloom.serialize() == BloomFilter.for_keys(pa.array(kept), num_entries=1_000).serialize()
+    assert (
+        bloom.count == 10 and bloom.serialize() == BloomFilter.for_keys(pa.array(kept), num_entries=1_000).serialize()
+    )
     assert not bloom.might_contain_many(pa.array(churned)).any()
 
 
@@ -283,20 +281,24 @@ def test_writes_refused_without_lease(table, tmp_path):
 
 
 def test_replacecommit_hides_replaced_file_groups(table, coordinator):
-    from laketide.table.instant import REPLACE_COMMIT
     from foreign_writer import write_file_groups
 
+    from laketide.table.instant import REPLACE_COMMIT
+
     c1 = upsert(table, coordinator, 1, [record(i, "us", 1) for i in range(5)], SCHEMA)
-    (old_group,) = {s.file_id for s in table.timeline.commit_metadata(table.timeline.completed_writes()[0]).write_stats()}
+    (old_group,) = {
+        s.file_id for s in table.timeline.commit_metadata(table.timeline.completed_writes()[0]).write_stats()
+    }
     # rewrite the same keys into a brand-new file group, as clustering does
     instant = coordinator.begin(2, action=REPLACE_COMMIT)
     data = pa.Table.from_pylist([record(i, "us", 2) for i in range(5)], SCHEMA)
     stats = write_file_groups(table, instant, data, SCHEMA, new_groups_only=True)
-    coordinator.commit(instant, stats, action=REPLACE_COMMIT, operation="cluster", replaced_file_ids={"us": [old_group]})
+    coordinator.commit(
+        instant, stats, action=REPLACE_COMMIT, operation="cluster", replaced_file_ids={"us": [old_group]}
+    )
     expected = sorted(({c: record(i, "us", 2)[c] for c in DATA_COLUMNS} for i in range(5)), key=lambda r: r["id"])
     assert data_rows(hudi_read(table.uri)) == expected
     assert data_rows(table.snapshot()) == expected
     assert {s.file_id for s in table.file_system_view().latest_slices()} != {old_group}
     assert data_rows(table.snapshot(as_of=c1)) == data_rows(hudi_read(table.uri, as_of=c1))
     assert [i.action for i in table.timeline.completed_writes()] == ["commit", REPLACE_COMMIT]
-

@@ -6,21 +6,29 @@ import time
 
 import pyarrow as pa
 import pytest
+from chaoslib import free_port
+from conftest import hudi_read, rows
 from kazoo.client import KazooClient
+from writes import stage, upsert
 
 from laketide.coordinator import Coordinator, LeaseError, LeaseHeld, LeaseLost
 from laketide.coordinator.lease import ZooKeeperLease
 from laketide.table import Table
 
-from chaoslib import free_port
-from conftest import hudi_read, rows
-from writes import stage, upsert
-
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 
 
 def lease_for(zookeeper, table, job, lost=None, **kw):
-    return ZooKeeperLease(zookeeper, "/laketide-test", table.uri, job_id=job, api_address=f"http://127.0.0.1:1/{job}", session_timeout=2.0, on_lost=lost, **kw)
+    return ZooKeeperLease(
+        zookeeper,
+        "/laketide-test",
+        table.uri,
+        job_id=job,
+        api_address=f"http://127.0.0.1:1/{job}",
+        session_timeout=2.0,
+        on_lost=lost,
+        **kw,
+    )
 
 
 def expire_session(lease: ZooKeeperLease, hosts: str) -> None:
@@ -104,7 +112,8 @@ def test_unreachable_zookeeper_fails_clearly(tmp_path):
 
 
 def test_a_new_ensemble_continues_past_the_epochs_the_table_has_seen(zookeeper, tmp_path):
-    """ZooKeeper's epoch counter starts again on a new ensemble (here: a new root); the table's fence keeps the order."""
+    """ZooKeeper's epoch counter starts again on a new ensemble (here: a new root); the table's fence keeps the
+    order."""
     table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region"], "v")
     old = lease_for(zookeeper, table, "old-ensemble")
     old.acquire()
@@ -112,13 +121,18 @@ def test_a_new_ensemble_continues_past_the_epochs_the_table_has_seen(zookeeper, 
     Coordinator(table, old, "w").recover()
     old.release()
 
-    fresh = ZooKeeperLease(zookeeper, f"/laketide-new-{tmp_path.name}", table.uri, job_id="new-ensemble", session_timeout=2.0)
+    fresh = ZooKeeperLease(
+        zookeeper, f"/laketide-new-{tmp_path.name}", table.uri, job_id="new-ensemble", session_timeout=2.0
+    )
     assert fresh.acquire().epoch == 1
     coordinator = Coordinator(table, fresh, "w")
     coordinator.recover()
     assert fresh.epoch == 51 and fresh.current_holder().epoch == 51
     instant = upsert(table, coordinator, 1, [{"id": 1, "v": 1, "region": "us"}], SCHEMA)
-    assert table.timeline.commit_metadata(table.timeline.completed_writes()[-1]).extra_metadata["laketide.lease.epoch"] == "51"
+    assert (
+        table.timeline.commit_metadata(table.timeline.completed_writes()[-1]).extra_metadata["laketide.lease.epoch"]
+        == "51"
+    )
     assert instant is not None
     fresh.release()
     again = ZooKeeperLease(zookeeper, f"/laketide-new-{tmp_path.name}", table.uri, session_timeout=2.0)

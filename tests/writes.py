@@ -4,6 +4,7 @@ share (state index, blooms, markers, fence), on a coordinator the test chooses."
 from __future__ import annotations
 
 import pyarrow as pa
+from conftest import hudi_read, rows
 
 from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, LocalLease
@@ -13,24 +14,32 @@ from laketide.writer.batch_writer import BatchWriter, LoadedBatch, StagedWrite
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.running import quarantine_path
 
-from conftest import hudi_read, rows
-
 
 def batch_writer(table: Table, coordinator: Coordinator, **write) -> BatchWriter:
     config = JobConfig.model_validate(
-        {"table": {"path": table.uri, "record_key": table.config.record_key_fields}, "write": {"index_shards": 2, "parallelism": 2, **write}}
+        {
+            "table": {"path": table.uri, "record_key": table.config.record_key_fields},
+            "write": {"index_shards": 2, "parallelism": 2, **write},
+        }
     )
-    index = StateIndex.open(table.io, config.write.index_shards, config.global_index(bool(table.config.partition_fields)))
+    index = StateIndex.open(
+        table.io, config.write.index_shards, config.global_index(bool(table.config.partition_fields))
+    )
     return BatchWriter(config, table, coordinator, index, quarantine_path(config))
 
 
 def _loaded(writer: BatchWriter, records: list[dict], schema: pa.Schema) -> LoadedBatch:
     data = pa.Table.from_pylist(records, schema=schema)
-    return LoadedBatch(DriverBatch.prepare(data, writer.spec, writer.driver_pool, writer.clock.timed), data.schema, data.schema)
+    return LoadedBatch(
+        DriverBatch.prepare(data, writer.spec, writer.driver_pool, writer.clock.timed), data.schema, data.schema
+    )
 
 
-def stage(table: Table, coordinator: Coordinator, batch_id: int, records: list[dict], schema: pa.Schema, **write) -> StagedWrite | None:
-    """One micro-batch begun and written, its files marked, not committed: as a writer leaves it that dies before its commit."""
+def stage(
+    table: Table, coordinator: Coordinator, batch_id: int, records: list[dict], schema: pa.Schema, **write
+) -> StagedWrite | None:
+    """One micro-batch begun and written, its files marked, not committed: as a writer leaves it that dies before its
+    commit."""
     writer = batch_writer(table, coordinator, **write)
     try:
         return writer.stage(batch_id, _loaded(writer, records, schema))
@@ -38,7 +47,15 @@ def stage(table: Table, coordinator: Coordinator, batch_id: int, records: list[d
         writer.close()
 
 
-def upsert(table: Table, coordinator: Coordinator, batch_id: int, records: list[dict], schema: pa.Schema, commit: bool = True, **write) -> str | None:
+def upsert(
+    table: Table,
+    coordinator: Coordinator,
+    batch_id: int,
+    records: list[dict],
+    schema: pa.Schema,
+    commit: bool = True,
+    **write,
+) -> str | None:
     """One micro-batch through begin, the stages and commit (``write``: settings of the write section). Returns
     the instant, or None on replay."""
     if not commit:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from laketide.index.bloom import (
     FOOTER_BLOOM,
     FOOTER_BLOOM_TYPE,
@@ -77,7 +78,11 @@ class FileLayout:
         if meta.num_row_groups and SORTED_MARKER.encode() in (meta.metadata or {}):
             group = meta.row_group(0)
             columns = (group.column(i) for i in range(group.num_columns))
-            dictionary = [c.path_in_schema for c in columns if c.path_in_schema in top_level and any("DICTIONARY" in e for e in c.encodings)]
+            dictionary = [
+                c.path_in_schema
+                for c in columns
+                if c.path_in_schema in top_level and any("DICTIONARY" in e for e in c.encodings)
+            ]
         if bloom is None or bloom.kind != bloom_kind:
             return cls(None, dictionary)
         if bloom.count > BLOOM_REBUILD_RATIO * max(meta.num_rows, bloom.row_capacity):
@@ -117,7 +122,9 @@ class BaseFileWriter:
         carried_bloom = carried.bloom if carried is not None else None
         self.incremental_bloom = carried_bloom is not None and not carried.fresh_bloom
         self.bloom = carried_bloom if carried_bloom is not None else bloom.empty()
-        self._dictionary = [c for c in carried.dictionary if c in schema.names] if carried and carried.dictionary is not None else None
+        self._dictionary = (
+            [c for c in carried.dictionary if c in schema.names] if carried and carried.dictionary is not None else None
+        )
         self.row_group_rows = row_group_rows
         self.row_group_bytes = row_group_bytes
         self.compression = compression
@@ -160,7 +167,11 @@ class BaseFileWriter:
     def _flush(self, final: bool) -> None:
         """Write the buffered rows as whole row groups; unless ``final``, a partial last group stays buffered."""
         rows = pa.concat_tables(self._pending)
-        whole = rows.num_rows if final or self._pending_bytes >= self.row_group_bytes else rows.num_rows - rows.num_rows % self.row_group_rows
+        whole = (
+            rows.num_rows
+            if final or self._pending_bytes >= self.row_group_bytes
+            else rows.num_rows - rows.num_rows % self.row_group_rows
+        )
         if whole:
             self._parquet(rows).write_table(rows.slice(0, whole), row_group_size=self.row_group_rows)
         rest = rows.slice(whole)
@@ -172,7 +183,10 @@ class BaseFileWriter:
     def _parquet(self, first: pa.Table) -> pq.ParquetWriter:
         if self._writer is None:
             self._writer = pq.ParquetWriter(
-                self._sink, self.schema, compression=self.compression, store_schema=False,
+                self._sink,
+                self.schema,
+                compression=self.compression,
+                store_schema=False,
                 use_dictionary=self._dictionary if self._dictionary is not None else dictionary_columns(first),
             )
         return self._writer
@@ -214,7 +228,9 @@ class BaseFileWriter:
             self.io.delete(self.path)
 
 
-def ensure_partition_metadata(io: FileIO, partition: str, instant_time: str, depth: int, ensured: set[str] | None = None) -> None:
+def ensure_partition_metadata(
+    io: FileIO, partition: str, instant_time: str, depth: int, ensured: set[str] | None = None
+) -> None:
     """Write ``.hoodie_partition_metadata`` the first time a partition is written. ``ensured`` holds the
     partitions a task has seen to already: one request per partition, not one per file group."""
     if ensured is not None and partition in ensured:

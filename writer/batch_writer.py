@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
 import pyarrow as pa
+
+from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, LeaseLost
 from laketide.coordinator.services import ServiceFailures
 from laketide.index.columns import assigned_schema
@@ -26,9 +28,9 @@ from laketide.index.sync import ForeignWrites
 from laketide.table import Table
 from laketide.table.commit import SCHEMA_KEY, WriteStat
 from laketide.table.damage import TableDamaged
-from laketide.table.store_requests import REQUESTS, RETRY
 from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
 from laketide.table.schema import avro_schema_json
+from laketide.table.store_requests import REQUESTS, RETRY
 from laketide.table.view_sync import ViewSync
 from laketide.writer import stages
 from laketide.writer.clock import StepClock
@@ -36,16 +38,19 @@ from laketide.writer.driver_batch import DriverPool
 from laketide.writer.landing import copy_aside
 from laketide.writer.planning import FirstKeys, every_file_group, plan_instant
 from laketide.writer.preflight import complex_key_encoding
-from laketide.writer.source_table import SourceTable
 from laketide.writer.prepare import TRUNCATE, PrepareSpec, Tally
 from laketide.writer.report import RECENT_BATCHES, BatchReport, WriterStatus
-
-from laketide.config import JobConfig
+from laketide.writer.source_table import SourceTable
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")
 # write.operation -> Hudi's WriteOperationType, recorded in every commit
-OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete_partition": "DELETE_PARTITION"}
+OPERATION_TYPES = {
+    "upsert": "UPSERT",
+    "insert": "INSERT",
+    "bulk_insert": "BULK_INSERT",
+    "delete_partition": "DELETE_PARTITION",
+}
 
 
 class MicroBatch(Protocol):
@@ -60,7 +65,9 @@ class MicroBatch(Protocol):
     @property
     def bad_rows(self) -> int: ...
 
-    def write_quarantine(self, instant: str, more: list[tuple[str, str]], target: str, options: dict[str, str]) -> None: ...
+    def write_quarantine(
+        self, instant: str, more: list[tuple[str, str]], target: str, options: dict[str, str]
+    ) -> None: ...
 
     def partitions(self) -> list[str]: ...
 
@@ -138,7 +145,9 @@ class BatchWriter:
         self.views = views or ViewSync(table)
         self.first_keys = FirstKeys(table.io)  # where the small file groups' keys begin, kept between micro-batches
         # a change feed's one source table, and the ordering of its events
-        self.source_table = SourceTable(table, config.source.debezium.ordering if config.source.envelope == "debezium" else None)
+        self.source_table = SourceTable(
+            table, config.source.debezium.ordering if config.source.envelope == "debezium" else None
+        )
         self._warned_fields: set[str] = set()  # columns of change events not written, each warned of once
         self._warned_binlog = False
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
@@ -212,16 +221,25 @@ class BatchWriter:
             self.metrics.binlog_behind.inc(tally.binlog_behind)
             if not self._warned_binlog:
                 self._warned_binlog = True
-                log.warning("%d MySQL change events have a binlog file number below one seen before them (up to %s): the binlog went "
-                            "back (a failover to another server, or RESET MASTER). Ordered by position they are older than the rows "
-                            "they follow and are dropped as late; set source.debezium.ordering = 'ts_ms' to order by commit time",
-                            tally.binlog_behind, tally.binlog_highest)
+                log.warning(
+                    "%d MySQL change events have a binlog file number below one seen before them (up to %s): "
+                    "the binlog went "
+                    "back (a failover to another server, or RESET MASTER). Ordered by position they are older "
+                    "than the rows "
+                    "they follow and are dropped as late; set source.debezium.ordering = 'ts_ms' to order by "
+                    "commit time",
+                    tally.binlog_behind,
+                    tally.binlog_highest,
+                )
         for name, n in tally.unknown_fields.items():
             self.metrics.unknown_fields.labels(name).inc(n)
             if name not in self._warned_fields:
                 self._warned_fields.add(name)
-                log.warning("change events carry column %r, which source.schema does not declare: it is not written "
-                            "(add it to source.schema, or leave source.schema out to take every column from the events)", name)
+                log.warning(
+                    "change events carry column %r, which source.schema does not declare: it is not written "
+                    "(add it to source.schema, or leave source.schema out to take every column from the events)",
+                    name,
+                )
 
     def stage(self, batch_id: int, loaded: LoadedBatch) -> StagedWrite | None:
         """Begin an instant and write its files, marked, without completing it; ``None`` when the batch is
@@ -231,12 +249,18 @@ class BatchWriter:
         source_table = self.source_table.check(batch_id, loaded.batch.tally.source_tables)
         truncated_at = self._truncated_at(batch_id, loaded.batch.tally)
         # a truncate of the source table replaces every file group, as Hudi's INSERT_OVERWRITE_TABLE does
-        action, operation = (REPLACE_COMMIT, "INSERT_OVERWRITE_TABLE") if truncated_at else (self.action, OPERATION_TYPES[self.operation])
+        action, operation = (
+            (REPLACE_COMMIT, "INSERT_OVERWRITE_TABLE")
+            if truncated_at
+            else (self.action, OPERATION_TYPES[self.operation])
+        )
         instant = self.coordinator.begin(batch_id, action, operation)
         if instant is None:
             return None
         self._on_step("begun", batch_id)
-        staged = self._guarded(batch_id, instant, lambda: self._write(loaded, batch_id, instant, source_table, truncated_at))
+        staged = self._guarded(
+            batch_id, instant, lambda: self._write(loaded, batch_id, instant, source_table, truncated_at)
+        )
         staged.action, staged.operation = action, operation
         return staged
 
@@ -245,7 +269,11 @@ class BatchWriter:
         if tally.truncated_at is None:
             return None
         if self.config.source.debezium.truncate == "skip":
-            log.warning("micro-batch %s: %d truncate(s) of the source table skipped (source.debezium.truncate = 'skip')", batch_id, tally.skipped[TRUNCATE])
+            log.warning(
+                "micro-batch %s: %d truncate(s) of the source table skipped (source.debezium.truncate = 'skip')",
+                batch_id,
+                tally.skipped[TRUNCATE],
+            )
             return None
         return tally.truncated_at
 
@@ -260,7 +288,11 @@ class BatchWriter:
         try:
             return action()
         except LeaseLost as lost:
-            log.error("micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back", batch_id, instant)
+            log.error(
+                "micro-batch %s: the lease is gone, so instant %s is left to the next holder to roll back",
+                batch_id,
+                instant,
+            )
             self.status.failed(f"micro-batch {batch_id}", lost, instant)
             raise
         except BaseException as failure:
@@ -304,7 +336,16 @@ class BatchWriter:
     # -- the stages ---------------------------------------------------------
 
     def _plan(self, instant: str, incoming: pa.Schema) -> tuple[stages.BatchPlan, ForeignWrites]:
-        return plan_instant(self.table, self.views, self.index, self.config.write, instant, incoming, self.first_keys, self._placeholder())
+        return plan_instant(
+            self.table,
+            self.views,
+            self.index,
+            self.config.write,
+            instant,
+            incoming,
+            self.first_keys,
+            self._placeholder(),
+        )
 
     def _placeholder(self) -> str | None:
         """A change feed's stand-in for a value it did not send (``table.unchanged``)."""
@@ -318,12 +359,25 @@ class BatchWriter:
         target = f"{self.quarantine_path}/writer={self.coordinator.writer_id}/batch_id={batch_id}"
         # overwrite: a replayed batch quarantines the same rows once
         options = self.config.storage.io_options
-        batch.write_quarantine(instant, [(f"unreadable landing file: {why}", path) for path, why in sorted(bad_files.items())], target, options)
+        batch.write_quarantine(
+            instant,
+            [(f"unreadable landing file: {why}", path) for path, why in sorted(bad_files.items())],
+            target,
+            options,
+        )
         copy_aside(bad_files, f"{target}/_files", options)
-        log.warning("micro-batch %s: %d rows and %d files quarantined under %s", batch_id, batch.bad_rows, len(bad_files), target)
+        log.warning(
+            "micro-batch %s: %d rows and %d files quarantined under %s",
+            batch_id,
+            batch.bad_rows,
+            len(bad_files),
+            target,
+        )
         return batch.bad_rows + len(bad_files)
 
-    def _write(self, loaded: LoadedBatch, batch_id: int, instant: str, source_table: str | None, truncated_at: str | None) -> StagedWrite:
+    def _write(
+        self, loaded: LoadedBatch, batch_id: int, instant: str, source_table: str | None, truncated_at: str | None
+    ) -> StagedWrite:
         batch, bad_files = loaded.batch, loaded.bad_files
         quarantined = self._quarantine(batch, bad_files, batch_id, instant)
         self.clock.lap("quarantine")
@@ -332,7 +386,10 @@ class BatchWriter:
         replaced: dict[str, list[str]] = {}
         if truncated_at is not None:
             # every stored row is gone, and those of events before the truncate: the rest is written anew
-            statuses, replaced = batch.bulk_insert(replace(plan, table_empty=True, after=truncated_at)), every_file_group(plan)
+            statuses, replaced = (
+                batch.bulk_insert(replace(plan, table_empty=True, after=truncated_at)),
+                every_file_group(plan),
+            )
         elif self.operation == "delete_partition":
             statuses, replaced = [], self._file_groups_to_replace(batch, plan)
         elif self.operation == "bulk_insert" or (self.operation == "upsert" and plan.table_empty):
@@ -359,14 +416,35 @@ class BatchWriter:
             binlog_behind=batch.tally.binlog_behind,
             table=self.label,
         )
-        extra = {SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name), **foreign.commit_metadata(),
-                 **self.source_table.commit_metadata(source_table)}
-        return StagedWrite(batch_id, instant, report, stats, extra, replaced, [(status.partition, status.file_id) for status in statuses], foreign)
+        extra = {
+            SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name),
+            **foreign.commit_metadata(),
+            **self.source_table.commit_metadata(source_table),
+        }
+        return StagedWrite(
+            batch_id,
+            instant,
+            report,
+            stats,
+            extra,
+            replaced,
+            [(status.partition, status.file_id) for status in statuses],
+            foreign,
+        )
 
     def _commit(self, staged: StagedWrite) -> None:
         foreign = staged.foreign
-        self.index.write_coverage(staged.instant, staged.written, uncovered=foreign.touched, uncover_all=foreign.everything)
-        self.coordinator.commit(staged.instant, staged.stats, staged.extra, action=staged.action, operation=staged.operation, replaced_file_ids=staged.replaced)
+        self.index.write_coverage(
+            staged.instant, staged.written, uncovered=foreign.touched, uncover_all=foreign.everything
+        )
+        self.coordinator.commit(
+            staged.instant,
+            staged.stats,
+            staged.extra,
+            action=staged.action,
+            operation=staged.operation,
+            replaced_file_ids=staged.replaced,
+        )
         self.source_table.committed(staged.extra)
         self.clock.lap("commit")
         self._on_step("committed", staged.batch_id)
@@ -386,7 +464,12 @@ class BatchWriter:
             partitions = [p for p in table_partitions if any(fnmatch.fnmatchcase(p, pattern) for pattern in patterns)]
         replaced = {p: sorted(f for q, f in plan.current if q == p) for p in partitions}
         replaced = {p: ids for p, ids in replaced.items() if ids}
-        log.info("instant %s: deleting partitions %s (%d file groups)", plan.instant, sorted(replaced) or "none", sum(map(len, replaced.values())))
+        log.info(
+            "instant %s: deleting partitions %s (%d file groups)",
+            plan.instant,
+            sorted(replaced) or "none",
+            sum(map(len, replaced.values())),
+        )
         return replaced
 
     def _services(self, instant: str) -> None:

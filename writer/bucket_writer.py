@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.index.bloom import BloomSpec
 from laketide.index.columns import flag_mask
 from laketide.table.commit import NULL_COMMIT, WriteStat
@@ -92,7 +93,9 @@ class SequenceNumbers:
         return taken
 
 
-def stamp_meta_columns(rows: pa.Table, schema: pa.Schema, instant_time: str, seqnos: SequenceNumbers, partition: str, file_name: str) -> pa.Table:
+def stamp_meta_columns(
+    rows: pa.Table, schema: pa.Schema, instant_time: str, seqnos: SequenceNumbers, partition: str, file_name: str
+) -> pa.Table:
     """Incoming records with this instant's meta columns, numbered on from ``seqnos``."""
     n = rows.num_rows
     meta = {
@@ -151,10 +154,14 @@ class BucketWriter:
         self.placeholder = placeholder
 
     def _stamp(self, rows: pa.Table) -> pa.Table:
-        return stamp_meta_columns(rows, self.schema, self.instant_time, self.seqnos, self.target.partition, self.new_file.name)
+        return stamp_meta_columns(
+            rows, self.schema, self.instant_time, self.seqnos, self.target.partition, self.new_file.name
+        )
 
     def _conform(self, rows: pa.Table, meta: dict) -> pa.Table:
-        return conform(rows, self.schema, {FILE_NAME: pa.repeat(pa.scalar(self.new_file.name, pa.string()), rows.num_rows), **meta})
+        return conform(
+            rows, self.schema, {FILE_NAME: pa.repeat(pa.scalar(self.new_file.name, pa.string()), rows.num_rows), **meta}
+        )
 
     def _keep_old(self, rows: pa.Table) -> pa.Table:
         """Rows copied from the old slice keep their commit time and sequence number."""
@@ -171,7 +178,9 @@ class BucketWriter:
             return None
         kind = self.schema.field(self.ordering_field).type
         stored = old[self.ordering_field].cast(kind).take(pa.array(at, mask=at < 0))
-        late = pc.fill_null(pc.greater(stored, incoming[self.ordering_field].cast(kind)), False).to_numpy(zero_copy_only=False)
+        late = pc.fill_null(pc.greater(stored, incoming[self.ordering_field].cast(kind)), False).to_numpy(
+            zero_copy_only=False
+        )
         return late if late.any() else None
 
     def _merge_chunk(self, old: pa.Table, incoming: pa.Table) -> tuple[pa.Table, pa.ChunkedArray | None]:
@@ -205,7 +214,9 @@ class BucketWriter:
     def _merged_order(old: pa.Table, upserts: pa.Table, at: np.ndarray, deleted: np.ndarray) -> pa.Array:
         """Row numbers into ``old`` followed by ``upserts`` that list the merged rows in key order."""
         n_old = old.num_rows
-        slot = np.arange(n_old, dtype=np.int64)  # what takes each stored row's place: itself, an upsert, or nothing (-1)
+        slot = np.arange(
+            n_old, dtype=np.int64
+        )  # what takes each stored row's place: itself, an upsert, or nothing (-1)
         slot[at[deleted & (at >= 0)]] = -1
         upsert_at = at[~deleted]
         updates = upsert_at >= 0
@@ -246,7 +257,15 @@ class BucketWriter:
         if self.dictionary is not None and (carried is None or carried.dictionary is None):
             carried = replace(carried, dictionary=self.dictionary) if carried else FileLayout(None, self.dictionary)
         bloom = self.bloom if keys is None else self.bloom.at_most(keys)
-        self._file = BaseFileWriter(self.io, self.new_file.path, self.schema, self.avro_schema, bloom, carried=carried, compression=self.compression)
+        self._file = BaseFileWriter(
+            self.io,
+            self.new_file.path,
+            self.schema,
+            self.avro_schema,
+            bloom,
+            carried=carried,
+            compression=self.compression,
+        )
 
     def append_inserts(self, rows: pa.Table) -> None:
         """Write new records into a new file group, as they come (bulk insert): sorted by key, nothing to merge."""

@@ -13,9 +13,9 @@ import pyarrow.compute as pc
 
 from laketide.index.assigner import first_of_each_key
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EVENT_POSITION, KEY_HASH, PARTITION
+from laketide.table.encoding import records_dictionary_columns
 from laketide.table.io import FileIO
 from laketide.table.markers import CREATE, WriteMarkers
-from laketide.table.encoding import records_dictionary_columns
 from laketide.table.schema import IS_DELETED, RECORD_KEY
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
@@ -54,7 +54,7 @@ ORDERED_ROWS = 65_536
 def in_order(rows: pa.Table, order: np.ndarray) -> Iterator[pa.RecordBatch]:
     """``rows`` in ``order`` (row numbers), ``ORDERED_ROWS`` at a time."""
     for start in range(0, len(order), ORDERED_ROWS):
-        yield from rows.take(pa.array(order[start:start + ORDERED_ROWS])).to_batches()
+        yield from rows.take(pa.array(order[start : start + ORDERED_ROWS])).to_batches()
 
 
 def _run_key(rows: pa.Table, at: int, global_keys: bool) -> tuple[str, str]:
@@ -62,7 +62,8 @@ def _run_key(rows: pa.Table, at: int, global_keys: bool) -> tuple[str, str]:
 
 
 def _winners(rows: pa.Table, global_keys: bool, previous: tuple[str, str] | None) -> pa.Table:
-    """Rows sorted by ``bulk_sort_keys``, one per key: the first, unless ``previous`` (the last key of the batch before) repeats."""
+    """Rows sorted by ``bulk_sort_keys``, one per key: the first, unless ``previous`` (the last key of the batch
+    before) repeats."""
     first = first_of_each_key(rows, global_keys)
     if previous is not None and rows.num_rows:
         first[0] = _run_key(rows, 0, global_keys) != previous
@@ -101,14 +102,24 @@ class _BulkFiles:
         self.file_ids: list[pa.Array] = []
 
     def _new_writer(self, partition: str, keys: int) -> BucketWriter:
-        """A new file group for ``partition``, its bloom filter sized for the ``keys`` at hand (it grows if more come)."""
+        """A new file group for ``partition``, its bloom filter sized for the ``keys`` at hand (it grows if more
+        come)."""
         # deterministic, so a retried task writes the same file groups
         file_id = f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{self.plan.instant}/bulk/{self.task}/{self.opened}')}-0"
         self.opened += 1
         ensure_partition_metadata(self.io, partition, self.plan.instant, self.plan.partition_depth, self.ensured)
         writer = BucketWriter(
-            self.io, FileGroupTarget(partition, file_id), self.plan.instant, self.task, self.plan.table_schema, self.plan.avro_schema,
-            self.plan.bloom, token=self.token, seqnos=self.seqnos, dictionary=self.plan.dictionary, compression=self.plan.compression,
+            self.io,
+            FileGroupTarget(partition, file_id),
+            self.plan.instant,
+            self.task,
+            self.plan.table_schema,
+            self.plan.avro_schema,
+            self.plan.bloom,
+            token=self.token,
+            seqnos=self.seqnos,
+            dictionary=self.plan.dictionary,
+            compression=self.plan.compression,
         )
         self.markers.create(writer.new_file.path, CREATE)
         writer.start(keys=keys)
@@ -120,7 +131,9 @@ class _BulkFiles:
             for done in [p for p in self.open if p != partition]:
                 self._close(done)
         while rows.num_rows:
-            writer = self.open.get(partition) or self.open.setdefault(partition, self._new_writer(partition, rows.num_rows))
+            writer = self.open.get(partition) or self.open.setdefault(
+                partition, self._new_writer(partition, rows.num_rows)
+            )
             part = rows.slice(0, max(1, self._room(writer)))
             writer.append_inserts(part)
             self.hashes.append(part[KEY_HASH].to_numpy())
@@ -149,7 +162,14 @@ class _BulkFiles:
         for partition in list(self.open):
             self._close(partition)
         if self.hashes:
-            write_entries(self.plan, self.io, np.concatenate(self.hashes), pa.concat_arrays(self.partitions), pa.concat_arrays(self.file_ids), self.task)
+            write_entries(
+                self.plan,
+                self.io,
+                np.concatenate(self.hashes),
+                pa.concat_arrays(self.partitions),
+                pa.concat_arrays(self.file_ids),
+                self.task,
+            )
         return self.statuses
 
     def abort(self) -> None:
@@ -157,7 +177,9 @@ class _BulkFiles:
             writer.abort()
 
 
-def bulk_insert(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None, expected: int = 0) -> Iterator[pa.RecordBatch]:
+def bulk_insert(
+    plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None, expected: int = 0
+) -> Iterator[pa.RecordBatch]:
     """Write one task's range of a bulk insert: rows arrive sorted by ``bulk_sort_keys``, with their
     ``KEY_HASH``; ``expected``, when known, is how many, so their sequence numbers are made at once.
 

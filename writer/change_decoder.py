@@ -15,35 +15,52 @@ the column. Every part of one micro-batch is decoded into the same columns, foun
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import base64
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, LANDED_COLUMNS, SOURCE_BLOCK, SOURCE_FILE, SOURCE_MTIME, SOURCE_OFFSET
+
+from laketide.index.columns import (
+    CORRUPT,
+    DECODE_REASON,
+    EVENT_POSITION,
+    LANDED_COLUMNS,
+    SOURCE_BLOCK,
+    SOURCE_FILE,
+    SOURCE_MTIME,
+    SOURCE_OFFSET,
+)
 from laketide.table.errors import Invalid
 from laketide.table.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
-
 from laketide.writer.change_events import ChangeSpec, Messages, change_rows, output_schema, parse_messages, row_schemas
 from laketide.writer.connect_avro import AvroValues
-from laketide.writer.schema_registry import schema_ids, unframed
 from laketide.writer.connect_schema import Encoding, arrow_type
 from laketide.writer.connect_values import Decoding
 from laketide.writer.kafka_values import record_origin
 from laketide.writer.prepare import Tally
+from laketide.writer.schema_registry import schema_ids, unframed
 
 if TYPE_CHECKING:
     from laketide.table import Table
     from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 
 # what a reader hands on for each Kafka record: its value, and where it was
-RECORD_SCHEMA = pa.schema([("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
+RECORD_SCHEMA = pa.schema(
+    [("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())]
+)
 # and for a line of a landing file: the line, and where it was (as ``spark.sources.with_origin`` gives it)
-LINE_SCHEMA = pa.schema([("value", pa.string()), (SOURCE_FILE, pa.string()), (SOURCE_MTIME, pa.timestamp("us", "UTC")), (SOURCE_BLOCK, pa.int64())])
+LINE_SCHEMA = pa.schema(
+    [
+        ("value", pa.string()),
+        (SOURCE_FILE, pa.string()),
+        (SOURCE_MTIME, pa.timestamp("us", "UTC")),
+        (SOURCE_BLOCK, pa.int64()),
+    ]
+)
 
 
 class ChangeDecoder:
@@ -51,9 +68,21 @@ class ChangeDecoder:
     the columns from the events; ``required``: the columns the table's key, partitioning and ordering need;
     ``avro``: how the values are read, when they are Avro."""
 
-    def __init__(self, declared: pa.Schema | None, record_key: tuple[str, ...], required: tuple[str, ...], decoding: Decoding,
-                 avro: AvroValues | None = None):
-        self.declared, self.record_key, self.required, self.decoding, self.avro = declared, record_key, required, decoding, avro
+    def __init__(
+        self,
+        declared: pa.Schema | None,
+        record_key: tuple[str, ...],
+        required: tuple[str, ...],
+        decoding: Decoding,
+        avro: AvroValues | None = None,
+    ):
+        self.declared, self.record_key, self.required, self.decoding, self.avro = (
+            declared,
+            record_key,
+            required,
+            decoding,
+            avro,
+        )
         # the highest MySQL binlog file number of the micro-batches decoded so far by this job (the micro-batch
         # thread sets it between micro-batches; tasks get a copy)
         self.binlog_highest: int | None = None
@@ -75,16 +104,21 @@ class ChangeDecoder:
             for columns in schemas:
                 events = evolve(events, _arrow_schema(columns))
             if events is None and current is None:
-                raise Invalid("the change events carry no schema (the JSON converter's schemas.enable = false) and the table has no "
-                              "columns yet: give source.schema, or turn on the converter's schemas")
+                raise Invalid(
+                    "the change events carry no schema (the JSON converter's schemas.enable = false) and the "
+                    "table has no "
+                    "columns yet: give source.schema, or turn on the converter's schemas"
+                )
             merged = evolve(current, events) if events is not None else current
             check_avro_names(merged)
         except SchemaError as error:
             raise Invalid(f"the change events' columns cannot be written to the table: {error}") from None
         missing = [name for name in self.required if name not in merged.names]
         if missing:
-            raise Invalid(f"the change events have no column {', '.join(repr(m) for m in missing)}, which the table's key, "
-                          f"partitioning or ordering names; columns: {', '.join(merged.names)}")
+            raise Invalid(
+                f"the change events have no column {', '.join(repr(m) for m in missing)}, which the table's key, "
+                f"partitioning or ordering names; columns: {', '.join(merged.names)}"
+            )
         return merged
 
     def columns_for(self, row_schemas: Callable[[], list[list[dict]]], table: Table) -> pa.Schema:
@@ -99,7 +133,9 @@ class ChangeDecoder:
 
     def incoming(self, columns: pa.Schema) -> pa.Schema:
         """The records' columns a micro-batch decoded into ``columns`` brings: what the table's schema evolves by."""
-        return pa.schema([f for f in output_schema(ChangeSpec(columns, self.record_key)) if f.name not in LANDED_COLUMNS])
+        return pa.schema(
+            [f for f in output_schema(ChangeSpec(columns, self.record_key)) if f.name not in LANDED_COLUMNS]
+        )
 
     def saw(self, tally: Tally) -> None:
         """Keep the highest MySQL binlog file number a written micro-batch held (``rows`` compares the next with it)."""
@@ -162,9 +198,13 @@ class ChangeDecoder:
             origin = records[SOURCE_FILE].combine_chunks()
             for name in (SOURCE_FILE, SOURCE_MTIME, SOURCE_BLOCK):
                 rows = rows.append_column(name, records[name])
-            raw = pc.if_else(pc.is_valid(rows[DECODE_REASON]), records["value"].cast(pa.string()), pa.scalar(None, pa.string()))
+            raw = pc.if_else(
+                pc.is_valid(rows[DECODE_REASON]), records["value"].cast(pa.string()), pa.scalar(None, pa.string())
+            )
         tally = Tally(unknown_fields=changed.unknown_fields)
-        tally.binlog_behind, tally.binlog_highest = _binlog_behind(rows[EVENT_POSITION].combine_chunks(), origin, self.binlog_highest)
+        tally.binlog_behind, tally.binlog_highest = _binlog_behind(
+            rows[EVENT_POSITION].combine_chunks(), origin, self.binlog_highest
+        )
         return rows.append_column(CORRUPT, raw), tally
 
 
@@ -206,7 +246,11 @@ def raw_records(records: pa.Table, reasons: pa.ChunkedArray) -> pa.Array:
 
     for i in bad.nonzero()[0].tolist():
         value = records["value"][i].as_py()
-        raw: dict = {"topic": records["topic"][i].as_py(), "partition": records["partition"][i].as_py(), "offset": records["offset"][i].as_py()}
+        raw: dict = {
+            "topic": records["topic"][i].as_py(),
+            "partition": records["partition"][i].as_py(),
+            "offset": records["offset"][i].as_py(),
+        }
         try:
             raw["value"] = None if value is None else value.decode("utf-8")
         except UnicodeDecodeError:  # as text where it is UTF-8, else as base64 only

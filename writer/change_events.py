@@ -7,14 +7,19 @@ change, what kind of message it is (``EVENT_KIND``: skipped and counted, never q
 
 | message                                       | recognised by                                   | becomes          |
 |-----------------------------------------------|-------------------------------------------------|------------------|
-| create, snapshot read, update (``c``/``r``/``u``) | ``op``                                      | an upsert of ``after`` |
-| delete (``d``)                                | ``op``                                          | a delete of the key in ``before`` |
+| create, snapshot read, update (``c``/``r``/``u``) | ``op``                                      | an upsert of
+``after`` |
+| delete (``d``)                                | ``op``                                          | a delete of the key
+in ``before`` |
 | truncate (``t``)                              | ``op``                                          | kind ``truncate`` |
 | logical decoding message (``m``)              | ``op``                                          | kind ``message``  |
-| transaction BEGIN / END                       | ``status`` and no ``op``                        | kind ``transaction`` |
-| schema change (the ``<prefix>`` topic)        | ``ddl`` or ``tableChanges``, no ``op``          | kind ``schema_change`` |
+| transaction BEGIN / END                       | ``status`` and no ``op``                        | kind
+``transaction`` |
+| schema change (the ``<prefix>`` topic)        | ``ddl`` or ``tableChanges``, no ``op``          | kind
+``schema_change`` |
 | heartbeat (``__debezium-heartbeat.*``)        | its topic, or a value of ``ts_ms`` alone        | kind ``heartbeat`` |
-| anything else                                 |                                                 | quarantined, with why |
+| anything else                                 |                                                 | quarantined, with
+why |
 
 Events come with the converter's ``{"schema", "payload"}`` wrapper (``schemas.enable = true``) or bare.
 With the wrapper, each column is decoded by its Connect type and semantic name (``connect_values``);
@@ -30,9 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.index.columns import DECODE_REASON, EVENT_KIND, EVENT_POSITION, SOURCE_TABLE
 from laketide.table.schema import IS_DELETED
-
 from laketide.writer.connect_schema import Encoding, wire_type
 from laketide.writer.connect_values import Column, Decoding
 from laketide.writer.json_values import parse_values
@@ -41,20 +46,53 @@ from laketide.writer.prepare import TRUNCATE
 CHANGES = ("c", "r", "u", "d")
 HEARTBEAT_TOPIC = "__debezium-heartbeat"
 
-_SOURCE = pa.struct([
-    ("connector", pa.string()), ("db", pa.string()), ("schema", pa.string()), ("table", pa.string()),
-    ("lsn", pa.int64()), ("file", pa.string()), ("pos", pa.int64()), ("row", pa.int64()), ("gtid", pa.string()),
+_SOURCE = pa.struct(
+    [
+        ("connector", pa.string()),
+        ("db", pa.string()),
+        ("schema", pa.string()),
+        ("table", pa.string()),
+        ("lsn", pa.int64()),
+        ("file", pa.string()),
+        ("pos", pa.int64()),
+        ("row", pa.int64()),
+        ("gtid", pa.string()),
+        ("ts_ms", pa.int64()),
+    ]
+)
+_EVENT = [
+    ("op", pa.string()),
     ("ts_ms", pa.int64()),
-])
-_EVENT = [("op", pa.string()), ("ts_ms", pa.int64()), ("source", _SOURCE), ("status", pa.string()), ("ddl", pa.string()),
-          ("tableChanges", pa.list_(pa.struct([("type", pa.string())])))]
+    ("source", _SOURCE),
+    ("status", pa.string()),
+    ("ddl", pa.string()),
+    ("tableChanges", pa.list_(pa.struct([("type", pa.string())]))),
+]
 _SCALE = pa.struct([("scale", pa.string()), ("connect.decimal.precision", pa.string())])
 _ITEMS = pa.struct([("type", pa.string()), ("name", pa.string()), ("parameters", _SCALE)])
-_COLUMN = pa.struct([
-    ("field", pa.string()), ("type", pa.string()), ("name", pa.string()), ("parameters", _SCALE), ("items", _ITEMS),
-    ("fields", pa.list_(pa.struct([("field", pa.string()), ("type", pa.string()), ("name", pa.string()), ("parameters", _SCALE)]))),
-])
-_ENVELOPE = pa.struct([("name", pa.string()), ("fields", pa.list_(pa.struct([("field", pa.string()), ("name", pa.string()), ("fields", pa.list_(_COLUMN))])))])
+_COLUMN = pa.struct(
+    [
+        ("field", pa.string()),
+        ("type", pa.string()),
+        ("name", pa.string()),
+        ("parameters", _SCALE),
+        ("items", _ITEMS),
+        (
+            "fields",
+            pa.list_(
+                pa.struct(
+                    [("field", pa.string()), ("type", pa.string()), ("name", pa.string()), ("parameters", _SCALE)]
+                )
+            ),
+        ),
+    ]
+)
+_ENVELOPE = pa.struct(
+    [
+        ("name", pa.string()),
+        ("fields", pa.list_(pa.struct([("field", pa.string()), ("name", pa.string()), ("fields", pa.list_(_COLUMN))]))),
+    ]
+)
 # what every message is parsed for first: the event (bare, or in "payload") and the converter's schema
 MESSAGE = pa.schema([*_EVENT, ("payload", pa.struct(_EVENT)), ("schema", _ENVELOPE)])
 
@@ -72,8 +110,16 @@ def output_schema(spec: ChangeSpec) -> pa.Schema:
     """The columns ``change_rows`` gives: the row's, then the change's."""
     own = {IS_DELETED, EVENT_POSITION}
     fields = [f for f in spec.columns if f.name not in own]
-    return pa.schema([*fields, pa.field(IS_DELETED, pa.bool_()), pa.field(EVENT_POSITION, pa.string()),
-                      pa.field(DECODE_REASON, pa.string()), pa.field(EVENT_KIND, pa.string()), pa.field(SOURCE_TABLE, pa.string())])
+    return pa.schema(
+        [
+            *fields,
+            pa.field(IS_DELETED, pa.bool_()),
+            pa.field(EVENT_POSITION, pa.string()),
+            pa.field(DECODE_REASON, pa.string()),
+            pa.field(EVENT_KIND, pa.string()),
+            pa.field(SOURCE_TABLE, pa.string()),
+        ]
+    )
 
 
 @dataclass
@@ -103,7 +149,9 @@ class Messages:
         """The messages at ``rows``, in that order."""
         at = {int(i): j for j, i in enumerate(rows.tolist())}
         indices = pa.array(rows, pa.int64())
-        return Messages(self.values.take(indices), self.parsed.take(indices), {at[i]: why for i, why in self.bad.items() if i in at})
+        return Messages(
+            self.values.take(indices), self.parsed.take(indices), {at[i]: why for i, why in self.bad.items() if i in at}
+        )
 
 
 def parse_messages(values: pa.Array) -> Messages:
@@ -138,11 +186,19 @@ def change_rows(messages: Messages, topics: pa.Array, spec: ChangeSpec) -> Chang
     reasons_array = pc.coalesce(pa.array(reasons, pa.string()), _unknown_op(op, kinds))
     is_change = pc.and_(pc.fill_null(pc.is_in(op, pa.array(CHANGES)), False), pc.is_null(reasons_array))
     deleted = pc.fill_null(pc.equal(op, "d"), False)
-    columns, column_reasons, unknown = _images(values, parsed["schema"], is_change.to_numpy(zero_copy_only=False), deleted, spec)
+    columns, column_reasons, unknown = _images(
+        values, parsed["schema"], is_change.to_numpy(zero_copy_only=False), deleted, spec
+    )
     key_reason = _keyless(columns, is_change, deleted, spec)
     out = output_schema(spec)
     arrays = [columns[f.name] for f in out if f.name in columns]
-    arrays += [deleted, _position(event, spec.decoding.ordering), pc.coalesce(reasons_array, column_reasons, key_reason), kinds, _source_table(event)]
+    arrays += [
+        deleted,
+        _position(event, spec.decoding.ordering),
+        pc.coalesce(reasons_array, column_reasons, key_reason),
+        kinds,
+        _source_table(event),
+    ]
     return ChangeRows(pa.Table.from_arrays(arrays, schema=out), unknown)
 
 
@@ -176,17 +232,28 @@ def _kinds(event: dict[str, pa.Array], topics: pa.Array, schema: pa.Array, tombs
     transaction = pc.is_in(event["status"], pa.array(["BEGIN", "END"]))
     kind = pc.case_when(
         pc.make_struct(
-            pa.array(tombstone), pc.fill_null(pc.equal(op, "t"), False), pc.fill_null(pc.equal(op, "m"), False),
-            pc.and_(no_op, pc.fill_null(transaction, False)), pc.and_(no_op, schema_change), pc.and_(no_op, heartbeat),
+            pa.array(tombstone),
+            pc.fill_null(pc.equal(op, "t"), False),
+            pc.fill_null(pc.equal(op, "m"), False),
+            pc.and_(no_op, pc.fill_null(transaction, False)),
+            pc.and_(no_op, schema_change),
+            pc.and_(no_op, heartbeat),
         ),
-        "tombstone", TRUNCATE, "message", "transaction", "schema_change", "heartbeat",
+        "tombstone",
+        TRUNCATE,
+        "message",
+        "transaction",
+        "schema_change",
+        "heartbeat",
     )
     return kind.cast(pa.string())
 
 
 def _unknown_op(op: pa.Array, kinds: pa.Array) -> pa.Array:
     unknown = pc.and_(pc.is_null(kinds), pc.invert(pc.fill_null(pc.is_in(op, pa.array(CHANGES)), False)))
-    text = pc.binary_join_element_wise("unknown Debezium op '", pc.fill_null(op, "null"), "' (not a change event Debezium sends)", "")
+    text = pc.binary_join_element_wise(
+        "unknown Debezium op '", pc.fill_null(op, "null"), "' (not a change event Debezium sends)", ""
+    )
     return pc.if_else(unknown, text, pa.scalar(None, pa.string()))
 
 
@@ -204,7 +271,9 @@ def _images(values: pa.Array, schema: pa.ChunkedArray, changes: np.ndarray, dele
         if encodings is not None:
             for name in set(encodings) - {f.name for f in declared}:
                 unknown[name] += len(at)
-        columns, reasons = _decode_group(values.take(pa.array(at)), pc.take(deleted, pa.array(at)), encodings, declared, spec.decoding)
+        columns, reasons = _decode_group(
+            values.take(pa.array(at)), pc.take(deleted, pa.array(at)), encodings, declared, spec.decoding
+        )
         parts.append((at, columns, reasons))
     order = np.full(n, -1, np.int64)
     stacked = np.concatenate([at for at, _, _ in parts]) if parts else np.zeros(0, np.int64)
@@ -218,14 +287,25 @@ def _images(values: pa.Array, schema: pa.ChunkedArray, changes: np.ndarray, dele
     return columns, reasons, unknown
 
 
-def _decode_group(values: pa.Array, deleted: pa.Array, encodings: dict[str, Encoding] | None, declared: list[pa.Field], decoding: Decoding):
+def _decode_group(
+    values: pa.Array,
+    deleted: pa.Array,
+    encodings: dict[str, Encoding] | None,
+    declared: list[pa.Field],
+    decoding: Decoding,
+):
     """The declared columns of events of one row schema (``encodings``; ``None``: no schema, types inferred)."""
     if encodings is not None:
         wires = {f.name: wire_type(encodings[f.name]) for f in declared if f.name in encodings}
         unreadable = [name for name, t in wires.items() if t is None]
         wires = {name: t for name, t in wires.items() if t is not None}
         image = pa.struct(list(wires.items()))
-        parsed, bad = parse_values(values, pa.schema([("before", image), ("after", image), ("payload", pa.struct([("before", image), ("after", image)]))]))
+        parsed, bad = parse_values(
+            values,
+            pa.schema(
+                [("before", image), ("after", image), ("payload", pa.struct([("before", image), ("after", image)]))]
+            ),
+        )
     else:
         unreadable = []
         parsed, bad = parse_values(values)
@@ -248,7 +328,9 @@ def _decode_group(values: pa.Array, deleted: pa.Array, encodings: dict[str, Enco
         if f.name not in names:
             columns[f.name] = pa.nulls(n, f.type)
             continue
-        decoded = Column(f.name, encodings.get(f.name) if encodings else None, f.type, decoding).decode(rows.field(f.name))
+        decoded = Column(f.name, encodings.get(f.name) if encodings else None, f.type, decoding).decode(
+            rows.field(f.name)
+        )
         columns[f.name] = decoded.values
         reasons.append(decoded.reasons)
     return columns, pc.coalesce(*reasons)
@@ -345,8 +427,12 @@ def _fingerprints(columns: pa.ListArray) -> np.ndarray:
     """A 64-bit print of each row schema (its columns' names, types, semantic names and scales, in order)."""
     flat = columns.flatten()
     described = pc.binary_join_element_wise(
-        pc.fill_null(flat.field("field"), ""), pc.fill_null(flat.field("type"), ""), pc.fill_null(flat.field("name"), ""),
-        pc.fill_null(flat.field("parameters").field("scale"), ""), pc.fill_null(flat.field("items").field("name"), ""), "\x1f",
+        pc.fill_null(flat.field("field"), ""),
+        pc.fill_null(flat.field("type"), ""),
+        pc.fill_null(flat.field("name"), ""),
+        pc.fill_null(flat.field("parameters").field("scale"), ""),
+        pc.fill_null(flat.field("items").field("name"), ""),
+        "\x1f",
     )
     codes = described.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.uint64) + np.uint64(1)
     offsets = columns.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -364,7 +450,9 @@ def _keyless(columns: dict[str, pa.Array], is_change: pa.Array, deleted: pa.Arra
     for key in spec.record_key:
         if key in columns:
             missing = pc.or_(missing, pc.is_null(columns[key]))
-    text = pc.if_else(deleted, pa.scalar("the delete has no key in before"), pa.scalar("the change event has no key in after"))
+    text = pc.if_else(
+        deleted, pa.scalar("the delete has no key in before"), pa.scalar("the change event has no key in after")
+    )
     return pc.if_else(pc.and_(is_change, missing), text, pa.scalar(None, pa.string()))
 
 

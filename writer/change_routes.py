@@ -74,7 +74,9 @@ def _named_tables(messages: Messages) -> list[tuple[str | None, str | None, str]
     source = event["source"]
     is_row = pc.and_(pc.fill_null(pc.is_in(event["op"], pa.array(ROW_OPS)), False), pc.is_valid(source.field("table")))
     rows = np.nonzero(pc.fill_null(is_row, False).to_numpy(zero_copy_only=False))[0]
-    db, schema, table = (source.field(name).take(pa.array(rows, pa.int64())).to_pylist() for name in ("db", "schema", "table"))
+    db, schema, table = (
+        source.field(name).take(pa.array(rows, pa.int64())).to_pylist() for name in ("db", "schema", "table")
+    )
     for j, i in enumerate(rows.tolist()):
         out[i] = (db[j], schema[j], table[j])
     return out
@@ -89,9 +91,14 @@ def record_key_of(keys: pa.Array, table: str) -> list[str]:
         try:
             parsed = json.loads(text)
         except ValueError:
-            raise Invalid(f"the Kafka key of source table {table}'s events is not JSON (it is read to find the table's primary key): {way_out}") from None
+            raise Invalid(
+                f"the Kafka key of source table {table}'s events is not JSON (it is read to find the table's "
+                f"primary key): {way_out}"
+            ) from None
         if isinstance(parsed, dict) and isinstance(parsed.get("payload"), dict) and "schema" in parsed:
-            fields = [f["field"] for f in (parsed["schema"] or {}).get("fields", []) if "field" in f] or list(parsed["payload"])
+            fields = [f["field"] for f in (parsed["schema"] or {}).get("fields", []) if "field" in f] or list(
+                parsed["payload"]
+            )
         elif isinstance(parsed, dict):
             fields = list(parsed)
         else:
@@ -99,4 +106,7 @@ def record_key_of(keys: pa.Array, table: str) -> list[str]:
         if fields:
             return fields
         raise Invalid(f"the Kafka key of source table {table}'s events, {text[:200]!r}, names no column: {way_out}")
-    raise Invalid(f"source table {table}'s events have no Kafka key: the table has no primary key (or the connector sends none). {way_out}")
+    raise Invalid(
+        f"source table {table}'s events have no Kafka key: the table has no primary key (or the connector sends "
+        f"none). {way_out}"
+    )

@@ -24,8 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
+
+from laketide.config import CompactionSection, WriteSection
 from laketide.coordinator import Coordinator, LeaseLost
 from laketide.coordinator.actions import TimelineAction
+from laketide.index.bloom import BloomSpec
 from laketide.table.commit import BATCHES_KEY, NULL_COMMIT, WriteStat
 from laketide.table.compaction import (
     CompactionOperation,
@@ -50,12 +53,9 @@ from laketide.table.schema import (
 from laketide.table.slice_reader import MergeRule, merge_slice_batches
 from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
-from laketide.index.bloom import BloomSpec
 from laketide.writer.base_file import BaseFileWriter
-from laketide.writer.planning import average_record_size, bloom_spec
 from laketide.writer.bucket_writer import conform
-
-from laketide.config import CompactionSection, WriteSection
+from laketide.writer.planning import average_record_size, bloom_spec
 
 log = logging.getLogger("laketide.compaction")
 
@@ -97,7 +97,9 @@ class Compactor:
         coordinator.hold()
         timeline = self.table.timeline
         busy = groups_under_compaction(timeline)
-        due = slices_to_compact(self._view(timeline).latest_slices(), self.settings.delta_commits, self.settings.max_log_bytes, busy)
+        due = slices_to_compact(
+            self._view(timeline).latest_slices(), self.settings.delta_commits, self.settings.max_log_bytes, busy
+        )
         if not due:
             return None
         plan = plan_for(due)
@@ -116,7 +118,9 @@ class Compactor:
             if missing:
                 log.warning(
                     "compaction %s cannot run: %d of the files it compacts are gone (%s); rolling it back",
-                    instant.timestamp, len(missing), ", ".join(missing[:3]),
+                    instant.timestamp,
+                    len(missing),
+                    ", ".join(missing[:3]),
                 )
                 self.coordinator.rollback(instant.timestamp)
                 continue
@@ -128,7 +132,9 @@ class Compactor:
         inputs = [f.path for op in plan.operations for f in op.file_slice().files]
         return [path for path in inputs if not io.is_file(path)]
 
-    def _execute(self, instant: Instant, plan: CompactionPlan, progress: Callable[[int, int], None] | None) -> CompactionResult:
+    def _execute(
+        self, instant: Instant, plan: CompactionPlan, progress: Callable[[int, int], None] | None
+    ) -> CompactionResult:
         coordinator, io = self.coordinator, self.table.io
         coordinator.hold()
         started = time.monotonic()
@@ -155,9 +161,17 @@ class Compactor:
             self._on_step("compaction-carried")
             # the streaming batches committed so far travel with every commit, so archival never loses them
             extra = {BATCHES_KEY: json.dumps(coordinator.committed_batches(timeline))}
-            coordinator.commit(instant.timestamp, stats, extra, action=COMMIT, operation="COMPACT", pending_action=COMPACTION)
+            coordinator.commit(
+                instant.timestamp, stats, extra, action=COMMIT, operation="COMPACT", pending_action=COMPACTION
+            )
         result = CompactionResult(instant.timestamp, len(stats), records, time.monotonic() - started)
-        log.info("compaction %s: %d file groups, %d records, %.2f s", result.instant, result.file_groups, result.records, result.seconds)
+        log.info(
+            "compaction %s: %d file groups, %d records, %.2f s",
+            result.instant,
+            result.file_groups,
+            result.records,
+            result.seconds,
+        )
         return result
 
     def _yield_to_batch(self) -> None:
@@ -168,7 +182,9 @@ class Compactor:
         if self.settings.yield_seconds > 0 and self.finish_lock.acquire(timeout=self.settings.yield_seconds):
             self.finish_lock.release()
 
-    def _carry_late_logs(self, plan: CompactionPlan, instant_time: str, timeline: Timeline, markers: WriteMarkers) -> list[WriteStat]:
+    def _carry_late_logs(
+        self, plan: CompactionPlan, instant_time: str, timeline: Timeline, markers: WriteMarkers
+    ) -> list[WriteStat]:
         """Copy the logs committed on planned slices since the plan onto the slices the compaction starts."""
         io = self.table.io
         current = {(s.partition, s.file_id): s for s in self._view(timeline).latest_slices()}
@@ -181,15 +197,34 @@ class Compactor:
                 io.write_bytes(copy.path, data)
                 stats.append(
                     WriteStat(
-                        file_id=op.file_id, path=copy.path, partition_path=op.partition, prev_commit=instant_time,
-                        total_write_bytes=len(data), file_size_in_bytes=len(data), base_file="", log_files=[copy.name], log_version=version, log_offset=0,
+                        file_id=op.file_id,
+                        path=copy.path,
+                        partition_path=op.partition,
+                        prev_commit=instant_time,
+                        total_write_bytes=len(data),
+                        file_size_in_bytes=len(data),
+                        base_file="",
+                        log_files=[copy.name],
+                        log_version=version,
+                        log_offset=0,
                     )
                 )
         if stats:
-            log.info("compaction %s: %d logs written since its plan carried over to the new slices", instant_time, len(stats))
+            log.info(
+                "compaction %s: %d logs written since its plan carried over to the new slices", instant_time, len(stats)
+            )
         return stats
 
-    def _compact(self, op: CompactionOperation, instant_time: str, schema: pa.Schema, rule: MergeRule, visible, markers: WriteMarkers, bloom: BloomSpec) -> WriteStat:
+    def _compact(
+        self,
+        op: CompactionOperation,
+        instant_time: str,
+        schema: pa.Schema,
+        rule: MergeRule,
+        visible,
+        markers: WriteMarkers,
+        bloom: BloomSpec,
+    ) -> WriteStat:
         """One slice merged into a new base file, a key range at a time (bounded memory): records keep
         their commit time and sequence number."""
         io = self.table.io
@@ -197,14 +232,28 @@ class Compactor:
         new_file = BaseFile(op.partition, op.file_id, write_token(0, 0, time.time_ns() // 1000 % 10**12), instant_time)
         markers.create(new_file.path, CREATE)
         full = with_meta_schema(schema)
-        writer = BaseFileWriter(io, new_file.path, full, avro_schema_json(full, self.table.name), bloom, compression=self.write.parquet_compression)
+        writer = BaseFileWriter(
+            io,
+            new_file.path,
+            full,
+            avro_schema_json(full, self.table.name),
+            bloom,
+            compression=self.write.parquet_compression,
+        )
         try:
             # key ranges come in order; within one, kept base rows and log records are sorted together
             for rows in merge_slice_batches(io, op.file_slice(), visible, rule):
-                writer.write(conform(rows.sort_by(RECORD_KEY), full, {FILE_NAME: pa.repeat(pa.scalar(new_file.name, pa.string()), rows.num_rows)}))
+                writer.write(
+                    conform(
+                        rows.sort_by(RECORD_KEY),
+                        full,
+                        {FILE_NAME: pa.repeat(pa.scalar(new_file.name, pa.string()), rows.num_rows)},
+                    )
+                )
             # the file appears on an object store when it is closed: a writer paused while it merged may have lost
             # its lease meanwhile, and another may have completed this compaction; a second base file of one
-            # instant in a file group would make readers refuse the table (what slips past is swept, ``coordinator.sweep``)
+            # instant in a file group would make readers refuse the table (what slips past is swept,
+            # ``coordinator.sweep``)
             self._on_step("compaction-closing")
             self.coordinator.hold()
             result = writer.close()

@@ -17,14 +17,26 @@ import json
 import math
 
 import pyarrow as pa
+
 from laketide.table.errors import Invalid
 from laketide.table.io import FileIO
-
 from laketide.writer.schema_registry import SchemaRegistry, UnknownSchema, framing
 
 # Avro's primitive types as Connect's (AvroData: an int carries connect.type int8 or int16 when it was one)
-AVRO_TO_CONNECT = {"int": "int32", "long": "int64", "float": "float", "double": "double", "boolean": "boolean", "string": "string",
-                   "bytes": "bytes", "fixed": "bytes", "enum": "string", "null": "null", "map": "map", "array": "array"}
+AVRO_TO_CONNECT = {
+    "int": "int32",
+    "long": "int64",
+    "float": "float",
+    "double": "double",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "bytes",
+    "fixed": "bytes",
+    "enum": "string",
+    "null": "null",
+    "map": "map",
+    "array": "array",
+}
 
 
 def read_schema(path: str, io_options: dict[str, str] | None = None) -> dict:
@@ -54,8 +66,13 @@ class AvroChanges:
 
         self._named: dict[str, dict] = {}
         self.connect = self._connect(schema, optional=False)
-        if self.connect.get("type") != "struct" or not {"before", "after"} & {f["field"] for f in self.connect.get("fields", [])}:
-            raise NotAChangeEvent("source.avro_schema is not a Debezium change event's schema (a record with before, after, source and op)")
+        if self.connect.get("type") != "struct" or not {"before", "after"} & {
+            f["field"] for f in self.connect.get("fields", [])
+        }:
+            raise NotAChangeEvent(
+                "source.avro_schema is not a Debezium change event's schema (a record with before, after, "
+                "source and op)"
+            )
         self._schema_json = json.dumps(self.connect).encode()
         self.parsed = fastavro.parse_schema(_without_logical_types(schema))
 
@@ -141,7 +158,9 @@ class AvroValues:
             except UnknownSchema as error:
                 self.by_id[schema_id] = str(error)
             except NotAChangeEvent:
-                self.by_id[schema_id] = f"schema id {schema_id} of the schema registry is not a Debezium change event's schema"
+                self.by_id[schema_id] = (
+                    f"schema id {schema_id} of the schema registry is not a Debezium change event's schema"
+                )
 
     def row_schemas(self, ids: set[int | None]) -> list[list[dict]]:
         """The row schemas of values framed with ``ids`` (``None``: not framed)."""
@@ -165,10 +184,22 @@ class AvroValues:
                     try:
                         payload = changes.as_json(payload)
                     except ValueError as error:
-                        where = "source.avro_schema" if changes is self.fixed else f"schema id {schema_id} of the schema registry"
-                        payload, reason = b"{}", f"the value is not Avro of {where} ({error})" + (
-                            "; if the source's columns changed, put the topic's current schema in source.avro_schema, or use "
-                            "source.schema_registry" if changes is self.fixed else "")
+                        where = (
+                            "source.avro_schema"
+                            if changes is self.fixed
+                            else f"schema id {schema_id} of the schema registry"
+                        )
+                        payload, reason = (
+                            b"{}",
+                            f"the value is not Avro of {where} ({error})"
+                            + (
+                                "; if the source's columns changed, put the topic's current schema in "
+                                "source.avro_schema, or use "
+                                "source.schema_registry"
+                                if changes is self.fixed
+                                else ""
+                            ),
+                        )
             out.append(payload)
             reasons.append(reason)
         return pa.array(out, pa.binary()), reasons
@@ -178,7 +209,10 @@ class AvroValues:
             return self.by_id.get(schema_id, f"schema id {schema_id} was not looked up")
         if self.fixed is not None:
             return self.fixed
-        return "the value is not in Confluent's wire format (a zero byte and a schema id), so the schema registry cannot say its schema"
+        return (
+            "the value is not in Confluent's wire format (a zero byte and a schema id), so the schema registry "
+            "cannot say its schema"
+        )
 
 
 def _without_logical_types(avro):

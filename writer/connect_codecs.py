@@ -36,12 +36,12 @@ def floor_div(values: pa.Array, by: int) -> pa.Array:
 
 def fits_int32(values: pa.Array) -> bool:
     low, high = pc.min_max(values).values()
-    return low.as_py() is None or (-(2**31) <= low.as_py() and high.as_py() < 2**31)
+    return low.as_py() is None or (low.as_py() >= -(2**31) and high.as_py() < 2**31)
 
 
 def fits_day(micros: pa.Array) -> bool:
     low, high = pc.min_max(micros).values()
-    return low.as_py() is None or (0 <= low.as_py() and high.as_py() < US_PER_DAY)
+    return low.as_py() is None or (low.as_py() >= 0 and high.as_py() < US_PER_DAY)
 
 
 DATE_ONLY = re.compile(r"^\s*[+-]?\d{4,}-\d{2}-\d{2}(Z|[+-]\d{2}:?\d{2})?\s*$")
@@ -70,7 +70,7 @@ def time_of_day(text: str | None):
         return None
 
 
-def b64(text: str | None) -> bytes | None | bool:
+def b64(text: str | None) -> bytes | bool | None:
     if text is None:
         return None
     try:
@@ -79,18 +79,20 @@ def b64(text: str | None) -> bytes | None | bool:
         return False
 
 
-def base64_decimals(values: pa.Array, scale: int) -> list[Decimal | None | bool]:
+def base64_decimals(values: pa.Array, scale: int) -> list[Decimal | bool | None]:
     """Kafka Connect's Decimal: the unscaled value, big-endian two's complement, in base64."""
-    out: list[Decimal | None | bool] = []
+    out: list[Decimal | bool | None] = []
     for text in values.to_pylist():
         raw = b64(text)
-        out.append(raw if raw is None or raw is False else Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale))
+        out.append(
+            raw if raw is None or raw is False else Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+        )
     return out
 
 
-def variable_decimals(values: pa.Array) -> list[Decimal | None | bool]:
+def variable_decimals(values: pa.Array) -> list[Decimal | bool | None]:
     """Debezium's VariableScaleDecimal: ``{"scale": s, "value": <Connect Decimal's bytes>}`` per row."""
-    out: list[Decimal | None | bool] = []
+    out: list[Decimal | bool | None] = []
     for item in values.to_pylist():
         if item is None:
             out.append(None)

@@ -12,7 +12,12 @@ TIME = "io.debezium.time."
 DECIMAL = CONNECT + "Decimal"
 VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 DAYS = {TIME + "Date", CONNECT + "Date"}
-EPOCH_UNITS = {TIME + "Timestamp": "ms", CONNECT + "Timestamp": "ms", TIME + "MicroTimestamp": "us", TIME + "NanoTimestamp": "ns"}
+EPOCH_UNITS = {
+    TIME + "Timestamp": "ms",
+    CONNECT + "Timestamp": "ms",
+    TIME + "MicroTimestamp": "us",
+    TIME + "NanoTimestamp": "ns",
+}
 DAY_UNITS = {TIME + "Time": "ms", CONNECT + "Time": "ms", TIME + "MicroTime": "us", TIME + "NanoTime": "ns"}
 ISO_TIMESTAMPS = {TIME + "ZonedTimestamp", TIME + "IsoTimestamp"}
 ISO_DATES = {TIME + "IsoDate"}
@@ -66,9 +71,19 @@ def arrow_type(encoding: Encoding) -> pa.DataType | None:
         return pa.decimal128(max(precision, encoding.scale or 0), encoding.scale or 0)
     if name == VARIABLE_DECIMAL:
         return pa.string()  # its scale differs by row: kept exactly, as text
-    simple = {"int8": pa.int32(), "int16": pa.int32(), "int32": pa.int32(), "int64": pa.int64(), "float": pa.float32(),
-              "float32": pa.float32(), "double": pa.float64(), "float64": pa.float64(), "boolean": pa.bool_(), "string": pa.string(),
-              "bytes": pa.binary()}
+    simple = {
+        "int8": pa.int32(),
+        "int16": pa.int32(),
+        "int32": pa.int32(),
+        "int64": pa.int64(),
+        "float": pa.float32(),
+        "float32": pa.float32(),
+        "double": pa.float64(),
+        "float64": pa.float64(),
+        "boolean": pa.bool_(),
+        "string": pa.string(),
+        "bytes": pa.binary(),
+    }
     if kind in simple:
         return simple[kind]
     if kind == "array" and encoding.items is not None:

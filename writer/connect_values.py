@@ -15,13 +15,15 @@ encoding it is, and ``decode`` follows them:
 | ``io.debezium.time.IsoDate`` (string)                 | ``2018-06-20Z``                | DATE, TIMESTAMP           |
 | ``io.debezium.time.Time``/``MicroTime``/``NanoTime``, ``...connect.data.Time`` | ms/µs/ns of the day | TIME |
 | ``io.debezium.time.ZonedTime``, ``IsoTime`` (string)  | ``13:37:03.5Z``                | TIME                      |
-| ``org.apache.kafka.connect.data.Decimal`` (bytes)     | base64, big-endian two's complement, ``parameters.scale`` | DECIMAL, DOUBLE, FLOAT, integers, STRING |
+| ``org.apache.kafka.connect.data.Decimal`` (bytes)     | base64, big-endian two's complement, ``parameters.scale`` |
+DECIMAL, DOUBLE, FLOAT, integers, STRING |
 | ``io.debezium.data.VariableScaleDecimal`` (struct)    | ``{scale, value}``, value as above | the same              |
 | ``io.debezium.data.Json``, ``Uuid``, ``Enum``, ``Xml``, ``EnumSet`` (string) | text    | STRING                    |
 | ``io.debezium.data.Bits`` (bytes), any bytes          | base64                         | BINARY                    |
 
 A time of day or a timestamp under an integer column is its microseconds (of the day, since the epoch),
-whatever unit the connector sent; a date under an integer column stays days. Without the event's schema, the declared type decides: a string under
+whatever unit the connector sent; a date under an integer column stays days. Without the event's schema, the declared
+type decides: a string under
 a DATE or TIMESTAMP column is ISO-8601; an integer under DATE is days; an integer under TIMESTAMP needs
 ``source.debezium.timestamp_unit`` (its unit differs by the column's precision in the database); a string
 under DECIMAL is ``source.debezium.decimal_handling``'s encoding (``precise``: base64 at the declared scale;
@@ -93,7 +95,10 @@ class Column:
         """``values`` with the rows of ``bad`` nulled and given ``what`` as their reason."""
         mask = pa.array(bad, pa.bool_()) if isinstance(bad, np.ndarray) else pc.fill_null(bad, False)
         reason = f"column '{self.name}': {what} (encoding: {self.described})"
-        return Decoded(pc.if_else(mask, pa.nulls(len(values), values.type), values), pc.if_else(mask, pa.scalar(reason), pa.scalar(None, pa.string())))
+        return Decoded(
+            pc.if_else(mask, pa.nulls(len(values), values.type), values),
+            pc.if_else(mask, pa.scalar(reason), pa.scalar(None, pa.string())),
+        )
 
     def refuse(self, values: pa.Array, what: str) -> Decoded:
         """Every non-null value of the column refused: the encoding cannot become the target type."""
@@ -155,9 +160,16 @@ class Column:
                 return self._cast_micros(pc.multiply_checked(values.cast(pa.int64()), codecs.US_PER_DAY), values)
             unit = self._epoch_unit()
             if unit is None:
-                what = ("an integer timestamp without the event's schema, whose unit (ms, µs, ns) differs by the column's "
+                what = (
+                    (
+                        "an integer timestamp without the event's schema, whose unit (ms, µs, ns) differs by "
+                        "the column's "
                         "precision: turn on the converter's schemas (value.converter.schemas.enable = true), or set "
-                        "source.debezium.timestamp_unit") if self.encoding is None else "an integer that is not a timestamp"
+                        "source.debezium.timestamp_unit"
+                    )
+                    if self.encoding is None
+                    else "an integer that is not a timestamp"
+                )
                 return self.refuse(values, what)
             return self._cast_micros(codecs.to_micros(values.cast(pa.int64()), unit), values)
         if pa.types.is_string(values.type):
@@ -183,7 +195,12 @@ class Column:
         zoned = pc.match_substring_regex(text, r"(Z|[+-]\d{2}(:?\d{2})?)$")
         text = pc.if_else(pc.fill_null(zoned, False), text, pc.binary_join_element_wise(text, "Z", ""))
         decoded = self.cast(text, pa.timestamp("us", "UTC"))
-        return Decoded(decoded.values.cast(self.target) if self.target.tz is not None else decoded.values.cast(pa.timestamp("us", "UTC")).cast(pa.int64()).cast(self.target), self._reworded(decoded, "text that is not an ISO-8601 timestamp"))
+        return Decoded(
+            decoded.values.cast(self.target)
+            if self.target.tz is not None
+            else decoded.values.cast(pa.timestamp("us", "UTC")).cast(pa.int64()).cast(self.target),
+            self._reworded(decoded, "text that is not an ISO-8601 timestamp"),
+        )
 
     def _reworded(self, decoded: Decoded, what: str) -> pa.Array:
         reason = f"column '{self.name}': {what} (encoding: {self.described})"
@@ -192,12 +209,18 @@ class Column:
     def _date(self, values: pa.Array) -> Decoded:
         if pa.types.is_integer(values.type):
             if self.encoding is None or self._name_in(DAYS):
-                return self.cast(values.cast(pa.int64()).cast(pa.int32()), pa.date32()) if codecs.fits_int32(values) else self.refuse(values, "days out of range")
+                return (
+                    self.cast(values.cast(pa.int64()).cast(pa.int32()), pa.date32())
+                    if codecs.fits_int32(values)
+                    else self.refuse(values, "days out of range")
+                )
             unit = self._epoch_unit()
             if unit is None:
                 return self.refuse(values, "an integer that is not a date")
             micros = codecs.to_micros(values.cast(pa.int64()), unit)
-            return Decoded(pc.cast(pc.floor(pc.divide(micros.cast(pa.float64()), codecs.US_PER_DAY)).cast(pa.int32()), pa.date32()))
+            return Decoded(
+                pc.cast(pc.floor(pc.divide(micros.cast(pa.float64()), codecs.US_PER_DAY)).cast(pa.int32()), pa.date32())
+            )
         if pa.types.is_string(values.type):
             if self.encoding is None or self._name_in(ISO_DATES):
                 if self.encoding is None and not codecs.all_dates(values):
@@ -224,19 +247,32 @@ class Column:
         if pa.types.is_string(values.type) and (self.encoding is None or self._name_in(ISO_TIMES)):
             parsed = [codecs.time_of_day(v) for v in values.to_pylist()]
             bad = np.array([v is not None and p is None for v, p in zip(values.to_pylist(), parsed)])
-            return self.fail(pa.array(parsed, pa.time64("us")).cast(self.target), bad, "text that is not an ISO-8601 time")
+            return self.fail(
+                pa.array(parsed, pa.time64("us")).cast(self.target), bad, "text that is not an ISO-8601 time"
+            )
         return self.refuse(values, f"a {values.type} value is not a time of day")
 
     def _number(self, values: pa.Array) -> Decoded:
         """DECIMAL, DOUBLE, FLOAT and integer columns."""
         wire, e = values.type, self.encoding
-        if pa.types.is_integer(self.target) and pa.types.is_integer(wire) and e is not None and (e.name in DAY_UNITS or e.name in EPOCH_UNITS):
+        if (
+            pa.types.is_integer(self.target)
+            and pa.types.is_integer(wire)
+            and e is not None
+            and (e.name in DAY_UNITS or e.name in EPOCH_UNITS)
+        ):
             unit = DAY_UNITS.get(e.name) or EPOCH_UNITS[e.name]
             return self.cast(codecs.to_micros(values.cast(pa.int64()), unit), self.target)
-        if pa.types.is_struct(wire) and (e is None or e.name == VARIABLE_DECIMAL) and {"scale", "value"} <= {f.name for f in wire}:
+        if (
+            pa.types.is_struct(wire)
+            and (e is None or e.name == VARIABLE_DECIMAL)
+            and {"scale", "value"} <= {f.name for f in wire}
+        ):
             return self._from_decimals(codecs.variable_decimals(values))
         if pa.types.is_string(wire):
-            if (e is not None and e.name == DECIMAL) or (e is None and pa.types.is_decimal(self.target) and self.decoding.decimal_handling == "precise"):
+            if (e is not None and e.name == DECIMAL) or (
+                e is None and pa.types.is_decimal(self.target) and self.decoding.decimal_handling == "precise"
+            ):
                 scale = e.scale if e is not None and e.scale is not None else getattr(self.target, "scale", 0)
                 return self._from_decimals(codecs.base64_decimals(values, scale))
             return self.cast(pc.utf8_trim_whitespace(values), self.target)
@@ -246,7 +282,7 @@ class Column:
             return self.cast(values, self.target)
         return self.refuse(values, f"a {wire} value is not a number")
 
-    def _from_decimals(self, parsed: list[Decimal | None | bool]) -> Decoded:
+    def _from_decimals(self, parsed: list[Decimal | bool | None]) -> Decoded:
         """Python decimals (``False`` where the value did not decode) into the target, exactly or not at all."""
         bad = np.array([p is False for p in parsed])
         exact: list = []
@@ -262,15 +298,27 @@ class Column:
                 more = self.fail(out.values, too_big, f"a value that does not fit {target} exactly")
                 return Decoded(more.values, pc.coalesce(out.reasons, more.reasons))
             return out
-        return self.fail(self.cast(pa.array([None if p is None else str(p) for p in exact], pa.string()), target).values, bad, "a value that is not a valid decimal")
+        return self.fail(
+            self.cast(pa.array([None if p is None else str(p) for p in exact], pa.string()), target).values,
+            bad,
+            "a value that is not a valid decimal",
+        )
 
     def _text(self, values: pa.Array) -> Decoded:
         wire = values.type
         if pa.types.is_string(wire):
             return Decoded(values)
-        if pa.types.is_struct(wire) and (self.encoding is None or self.encoding.name == VARIABLE_DECIMAL) and {"scale", "value"} <= {f.name for f in wire}:
+        if (
+            pa.types.is_struct(wire)
+            and (self.encoding is None or self.encoding.name == VARIABLE_DECIMAL)
+            and {"scale", "value"} <= {f.name for f in wire}
+        ):
             parsed = codecs.variable_decimals(values)
-            return self.fail(pa.array([None if p is None or p is False else str(p) for p in parsed], pa.string()), np.array([p is False for p in parsed]), "a value that is not a valid decimal")
+            return self.fail(
+                pa.array([None if p is None or p is False else str(p) for p in parsed], pa.string()),
+                np.array([p is False for p in parsed]),
+                "a value that is not a valid decimal",
+            )
         if pa.types.is_integer(wire) or pa.types.is_floating(wire) or pa.types.is_boolean(wire):
             return self.cast(values, pa.string())
         return self.refuse(values, f"a {wire} value into a STRING column")
@@ -282,7 +330,9 @@ class Column:
             return self.cast(values, self.target)  # text declared BINARY: its UTF-8 bytes
         decoded = [codecs.b64(v) for v in values.to_pylist()]
         bad = np.array([v is False for v in decoded])
-        return self.fail(pa.array([None if v is False else v for v in decoded], self.target), bad, "text that is not base64")
+        return self.fail(
+            pa.array([None if v is False else v for v in decoded], self.target), bad, "text that is not base64"
+        )
 
     def _list(self, values: pa.Array) -> Decoded:
         items = values.flatten()

@@ -97,8 +97,10 @@ class TableFailed(LaketideError):
     """A table of a database job could not be written; the micro-batch's other tables were. Its kind is its error's."""
 
     def __init__(self, label: str, error: BaseException):
-        super().__init__(f"table {label}: {first_line(error) or type(error).__name__}",
-                         kind=error.kind if isinstance(error, LaketideError) else None)
+        super().__init__(
+            f"table {label}: {first_line(error) or type(error).__name__}",
+            kind=error.kind if isinstance(error, LaketideError) else None,
+        )
 
 
 class TablesHeld(Conflict):
@@ -108,7 +110,14 @@ class TablesHeld(Conflict):
 class Database:
     """The tables of a job of a whole database, written one micro-batch at a time (``write``)."""
 
-    def __init__(self, config: JobConfig, writer_id: str, parts: TableParts, job_id: str, on_step: Callable[[str, int], None] | None = None):
+    def __init__(
+        self,
+        config: JobConfig,
+        writer_id: str,
+        parts: TableParts,
+        job_id: str,
+        on_step: Callable[[str, int], None] | None = None,
+    ):
         self.config, self.writer_id, self.parts, self.job_id, self.on_step = config, writer_id, parts, job_id, on_step
         self.routes = TableRoutes(config)
         self.tables: dict[str, DatabaseTable] = {}
@@ -148,14 +157,20 @@ class Database:
                 continue
             at = by_table[label][1]
             try:
-                report.tables.append(self._write_table(self.tables[label], batch_id, records.take(pa.array(at)), routed.messages.take(at)))
+                report.tables.append(
+                    self._write_table(
+                        self.tables[label], batch_id, records.take(pa.array(at)), routed.messages.take(at)
+                    )
+                )
             except LeaseLost:
                 raise
             except Exception as error:
                 failures[label] = error
         report.failed = {label: first_line(error) or type(error).__name__ for label, error in failures.items()}
         if len(routed.unrouted):
-            self._unrouted(batch_id, records.take(pa.array(routed.unrouted)), routed.messages.take(routed.unrouted), report)
+            self._unrouted(
+                batch_id, records.take(pa.array(routed.unrouted)), routed.messages.take(routed.unrouted), report
+            )
         self._owed_services()
         report.seconds = time.monotonic() - started
         log.info(report.line())
@@ -175,7 +190,9 @@ class Database:
             out.setdefault(label, (key, []))[1].append(at)
         return {label: (key, np.sort(np.concatenate(parts))) for label, (key, parts) in out.items()}
 
-    def _open_new(self, by_table: dict[str, tuple[SourceTable, np.ndarray]], records: pa.Table) -> dict[str, BaseException]:
+    def _open_new(
+        self, by_table: dict[str, tuple[SourceTable, np.ndarray]], records: pa.Table
+    ) -> dict[str, BaseException]:
         """Open (or create) the tables seen for the first time, each under its lease, and return why those that did not
         open did not (``database.on_table_failure`` decides). Tables whose lease another job holds stop the job,
         named together."""
@@ -195,24 +212,43 @@ class Database:
                 failures[label] = error
         self.tables = opened
         if held:
-            raise TablesHeld(f"{len(held)} table(s) of this database are written by another job: {'; '.join(held)}. Nothing was "
-                             "written to them; stop the other job, or give this one another table.path")
+            raise TablesHeld(
+                f"{len(held)} table(s) of this database are written by another job: {'; '.join(held)}. Nothing was "
+                "written to them; stop the other job, or give this one another table.path"
+            )
         return failures
 
     def _open(self, label: str, source: SourceTable, records: pa.Table) -> DatabaseTable:
         config = self.routes.config_for(source)
         opened = check_table(config, lambda: record_key_of(records["key"].combine_chunks(), source.name))
         table = open_table(config, self.parts.declared(config), opened)
-        lease = make_lease(config, table, job_id=f"{self.job_id}-{label}", api_address=self.api_address, on_lost=self.lost.set, probed=True)
+        lease = make_lease(
+            config,
+            table,
+            job_id=f"{self.job_id}-{label}",
+            api_address=self.api_address,
+            on_lost=self.lost.set,
+            probed=True,
+        )
         holder = lease.acquire(self.config.database.lease_wait)
         try:
-            job = start(config, table, lease, self.writer_id, self._writer_factory(label), self.on_step, metrics=Metrics(label, self.metrics))
+            job = start(
+                config,
+                table,
+                lease,
+                self.writer_id,
+                self._writer_factory(label),
+                self.on_step,
+                metrics=Metrics(label, self.metrics),
+            )
         except BaseException:
             lease.release()
             raise
         job.services.gate = self.gate
         self._by_source[source] = label
-        log.info("table %s opened for source table %s at %s (lease: %s)", label, source.name, table.uri, holder.describe())
+        log.info(
+            "table %s opened for source table %s at %s (lease: %s)", label, source.name, table.uri, holder.describe()
+        )
         return DatabaseTable(label, source, job, self.parts.decoder(config, table))
 
     def _writer_factory(self, label: str) -> Callable[..., BatchWriter]:
@@ -235,24 +271,35 @@ class Database:
                 table.job.services.after_commit()
 
     def _unrouted(self, batch_id: int, records: pa.Table, messages: Messages, report: DatabaseReport) -> None:
-        """Records of no table: messages that are not row changes are counted; the rest go to quarantine beside the tables."""
-        rows = change_rows(messages, records["topic"].combine_chunks().cast(pa.string()), ChangeSpec(pa.schema([]), ())).rows
+        """Records of no table: messages that are not row changes are counted; the rest go to quarantine beside the
+        tables."""
+        rows = change_rows(
+            messages, records["topic"].combine_chunks().cast(pa.string()), ChangeSpec(pa.schema([]), ())
+        ).rows
         kinds = rows[EVENT_KIND].combine_chunks()
         report.skipped.update({k: n for k, n in Counter(kinds.drop_null().to_pylist()).items()})
         bad = pc.is_null(kinds)
         if not pc.any(bad).as_py():
             return
-        reasons = pc.coalesce(rows[DECODE_REASON].combine_chunks(), pa.scalar(
-            "a change event that names no source table, from a topic no table of this job is known for")).filter(bad)
+        reasons = pc.coalesce(
+            rows[DECODE_REASON].combine_chunks(),
+            pa.scalar("a change event that names no source table, from a topic no table of this job is known for"),
+        ).filter(bad)
         taken = records.filter(bad)
         target = f"{self.routes.folder}{UNROUTED}/writer={self.writer_id}/batch_id={batch_id}"
         _quarantine(taken, reasons, target, self.config.storage.io_options)
         report.unrouted = len(taken)
         log.warning("micro-batch %s: %d records of no table quarantined under %s", batch_id, len(taken), target)
 
-    def _after_failures(self, batch_id: int, failures: dict[str, BaseException], records: pa.Table,
-                        by_table: dict[str, tuple[SourceTable, np.ndarray]]) -> None:
-        """``database.on_table_failure``: stop with the first failing table's error, or set its records aside and go on."""
+    def _after_failures(
+        self,
+        batch_id: int,
+        failures: dict[str, BaseException],
+        records: pa.Table,
+        by_table: dict[str, tuple[SourceTable, np.ndarray]],
+    ) -> None:
+        """``database.on_table_failure``: stop with the first failing table's error, or set its records aside and go
+        on."""
         if not failures:
             return
         if self.config.database.on_table_failure == "stop":
@@ -267,8 +314,14 @@ class Database:
         target = f"{quarantine_path(config)}/writer={self.writer_id}/batch_id={batch_id}"
         reason = f"table {label} could not be written: {first_line(error) or type(error).__name__}"
         _quarantine(records, pa.repeat(pa.scalar(reason), records.num_rows), target, config.storage.io_options)
-        log.error("micro-batch %s: table %s failed; its %d records were set aside under %s (database.on_table_failure = 'quarantine')",
-                  batch_id, label, records.num_rows, target)
+        log.error(
+            "micro-batch %s: table %s failed; its %d records were set aside under %s (database.on_table_failure "
+            "= 'quarantine')",
+            batch_id,
+            label,
+            records.num_rows,
+            target,
+        )
 
     def close(self) -> None:
         """Wait for every table's services, close its writer and release its lease."""
@@ -285,8 +338,13 @@ def _quarantine(records: pa.Table, reasons: pa.Array, target: str, options: dict
     """Kafka records set aside under ``target`` with their reasons: each in the raw form every Kafka record in
     quarantine has (``change_decoder.raw_records``), and where it was."""
     raws = raw_records(records, reasons)
-    places = pc.binary_join_element_wise(records["topic"].combine_chunks().cast(pa.string()), "/",
-                                         records["partition"].combine_chunks().cast(pa.string()), "@",
-                                         records["offset"].combine_chunks().cast(pa.string()), "")
+    places = pc.binary_join_element_wise(
+        records["topic"].combine_chunks().cast(pa.string()),
+        "/",
+        records["partition"].combine_chunks().cast(pa.string()),
+        "@",
+        records["offset"].combine_chunks().cast(pa.string()),
+        "",
+    )
     quarantine.clear(target, options)
     quarantine.write_part(target, quarantine.quarantine_rows("", reasons, raws, places), options=options)

@@ -21,6 +21,7 @@ from functools import partial
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.index.columns import PARTITION, QUARANTINE_FIELDS, RAW, REASON, SHARD, SOURCE, WRITE_SLOT
 from laketide.table.encoding import records_dictionary_columns
 from laketide.table.files import write_token
@@ -53,12 +54,17 @@ class DriverPool:
         """The pool of ``write`` (the job's ``[write]``): the driver's cores, or fewer tasks (``write.parallelism``)."""
         return cls(min(write.parallelism, os.cpu_count() or 1))
 
-    def run(self, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, Part]]) -> list:
-        """``run_part(slot, batches)`` over each (slot, rows), its seconds charged to ``stage``; what they yield, in slot order.
+    def run(
+        self, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, Part]]
+    ) -> list:
+        """``run_part(slot, batches)`` over each (slot, rows), its seconds charged to ``stage``; what they yield, in
+        slot order.
         Rows given as a function (``slots.split_lazily``) are taken in the worker, as part of the stage."""
         return self.start(timed, stage, run_part, parts)()
 
-    def start(self, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, Part]]) -> Callable[[], list]:
+    def start(
+        self, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, Part]]
+    ) -> Callable[[], list]:
         """``run``, handed to the workers now; the function returned waits for what they yield. The
         micro-batch thread works on meanwhile, rather than wait idle."""
 
@@ -89,10 +95,14 @@ class DriverBatch:
         self.pool = pool
         self.threads = pool.threads
         self._timed = timed
-        self._bad = pc.is_valid(prepared[REASON]).to_numpy(zero_copy_only=False) if prepared.num_rows else np.zeros(0, bool)
+        self._bad = (
+            pc.is_valid(prepared[REASON]).to_numpy(zero_copy_only=False) if prepared.num_rows else np.zeros(0, bool)
+        )
 
     @classmethod
-    def prepare(cls, landed: pa.Table, spec: PrepareSpec, pool: DriverPool, timed: Timed, arrival: pa.Array | None = None) -> DriverBatch:
+    def prepare(
+        cls, landed: pa.Table, spec: PrepareSpec, pool: DriverPool, timed: Timed, arrival: pa.Array | None = None
+    ) -> DriverBatch:
         """Rows prepared in as many slices as threads, once their arrival order is known: ``arrival``, one
         number per row, where the reader knows it (``landing.read_landed_parquet``), else from the rows.
         Messages that are not rows (a change feed's transaction markers, heartbeats, ...) are set aside first."""
@@ -107,7 +117,9 @@ class DriverBatch:
 
         def prepare_slice(start: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
             rows = pa.Table.from_batches(list(batches), landed.schema)
-            yield prepare_in_order(rows, spec, arrival_file.slice(start, rows.num_rows), arrival_row.slice(start, rows.num_rows))
+            yield prepare_in_order(
+                rows, spec, arrival_file.slice(start, rows.num_rows), arrival_row.slice(start, rows.num_rows)
+            )
 
         return cls(pa.concat_tables(pool.run(timed, "prepare", prepare_slice, slices)), pool, timed, tally)
 
@@ -147,7 +159,9 @@ class DriverBatch:
         good = self._take_good()
         narrow = stages.routing_columns(good, plan.assign.ordering_field)
         by_shard = split_lazily(narrow, narrow[SHARD].to_numpy())
-        routing_done = self.pool.start(self._timed, "assign", lambda shard, batches: _routing_batches(plan, batches), by_shard)
+        routing_done = self.pool.start(
+            self._timed, "assign", lambda shard, batches: _routing_batches(plan, batches), by_shard
+        )
         write_plan = self._with_dictionary(plan, sample)  # while the workers route
         routed = routing_done()
         del by_shard, narrow, sample
@@ -156,8 +170,18 @@ class DriverBatch:
         routing = pa.concat_tables(routed, promote_options="default")
         del routed
         # each write worker orders its own slot's rows by file group (``_routed``), side by side
-        parts = [(slot, partial(_routed, good, part, assigned_schema)) for slot, part in split_lazily(routing, routing[WRITE_SLOT].to_numpy())]
-        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: stages.write(write_plan, batches, slot, write_token(slot)), parts))
+        parts = [
+            (slot, partial(_routed, good, part, assigned_schema))
+            for slot, part in split_lazily(routing, routing[WRITE_SLOT].to_numpy())
+        ]
+        return _statuses(
+            self.pool.run(
+                self._timed,
+                "write",
+                lambda slot, batches: stages.write(write_plan, batches, slot, write_token(slot)),
+                parts,
+            )
+        )
 
     def _with_dictionary(self, plan: stages.BatchPlan, sample: pa.Table | None = None) -> stages.BatchPlan:
         """The plan with the columns every file of the micro-batch dictionary-encodes, decided once here
@@ -180,11 +204,20 @@ class DriverBatch:
         def by_range(good: pa.Table) -> list[tuple[int, pa.Table]]:
             good = good.drop_columns([SHARD])
             cuts = ranges.cut_points([ranges.sample(good, global_keys)], self.threads, plan.assign.new_group_records)
-            return ranges.split_sorted(bulk_stage.bulk_winners(good, plan.assign.ordering_field, global_keys), cuts, global_keys)
+            return ranges.split_sorted(
+                bulk_stage.bulk_winners(good, plan.assign.ordering_field, global_keys), cuts, global_keys
+            )
 
         parts = by_range(self._take_good())
         sizes = {slot: part.num_rows for slot, part in parts}
-        return _statuses(self.pool.run(self._timed, "write", lambda slot, batches: bulk_stage.bulk_insert(plan, batches, slot, write_token(slot), sizes[slot]), parts))
+        return _statuses(
+            self.pool.run(
+                self._timed,
+                "write",
+                lambda slot, batches: bulk_stage.bulk_insert(plan, batches, slot, write_token(slot), sizes[slot]),
+                parts,
+            )
+        )
 
 
 def _routing_batches(plan: stages.BatchPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:

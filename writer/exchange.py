@@ -8,7 +8,8 @@ an object store.
 
 Spark's shuffle of Arrow parts moved every byte from the Python worker into the JVM and back out, twice
 per hop: on ``local[2]``, two hops of a 1M-row micro-batch took 1.7 s (1.5 s as a Python RDD), through
-files 0.6 to 0.7 s, Spark's scheduling of the stages included (``bench/tasks_path.py``'s floors). The JVM then holds no rows, only the tasks' answers.
+files 0.6 to 0.7 s, Spark's scheduling of the stages included (``bench/tasks_path.py``'s floors). The JVM then holds no
+rows, only the tasks' answers.
 
 Files are named by task attempt, and only the attempts whose answers reached the driver are read, so a
 retried task never reads what a failed attempt half wrote. The files live on storage every executor
@@ -100,7 +101,8 @@ class Exchange:
         return tables
 
     def take(self, handoffs: Iterable[Handoff], dest: int | None) -> pa.Table | None:
-        """Every batch the ``handoffs`` sent to ``dest`` (``None``: to any), as one table; ``None`` when there are none."""
+        """Every batch the ``handoffs`` sent to ``dest`` (``None``: to any), as one table; ``None`` when there are
+        none."""
         tables = self.tables(handoffs, dest)
         return pa.concat_tables(tables) if tables else None
 

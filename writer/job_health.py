@@ -44,8 +44,13 @@ def _lag_growing(done: list[BatchReport]) -> bool:
 
 
 def assess(
-    recent: list[BatchReport], failures: list[Failure], trigger: str | None, landing: Backlog | None, running_batch: bool,
-    last_commit_at: float | None, now: float | None = None,
+    recent: list[BatchReport],
+    failures: list[Failure],
+    trigger: str | None,
+    landing: Backlog | None,
+    running_batch: bool,
+    last_commit_at: float | None,
+    now: float | None = None,
 ) -> Health:
     """``landing``: a landing source's backlog (``None`` for Kafka and the generator); ``running_batch``: a
     micro-batch is in progress now; ``last_commit_at``: the newest completed write's time (epoch seconds)."""
@@ -55,35 +60,59 @@ def assess(
     input_rate, processing_rate = _rates(done, now)
     backlog = landing or _kafka_backlog(done, now)
     slow = interval is not None and len(done) >= 3 and sorted(r.seconds for r in done[-3:])[1] > interval
-    stalled = bool(landing and landing.files) and not running_batch and bool(done) and now - done[-1].ended_at > (interval or 0) + 30
+    stalled = (
+        bool(landing and landing.files)
+        and not running_batch
+        and bool(done)
+        and now - done[-1].ended_at > (interval or 0) + 30
+    )
     behind = slow or _lag_growing(done) or stalled
     fresh = [f for f in failures if now - f.at <= RATE_WINDOW_SECONDS]
     health = Health(
-        state="healthy", summary="keeping up", last_commit_seconds_ago=round(now - last_commit_at, 1) if last_commit_at else None,
-        input_rate=input_rate, processing_rate=processing_rate, falling_behind=behind, backlog=backlog,
+        state="healthy",
+        summary="keeping up",
+        last_commit_seconds_ago=round(now - last_commit_at, 1) if last_commit_at else None,
+        input_rate=input_rate,
+        processing_rate=processing_rate,
+        falling_behind=behind,
+        backlog=backlog,
         last_error=f"{failures[-1].what}: {failures[-1].error}" if failures else None,
     )
     if fresh:
         last = fresh[-1]
         health.state = "failing"
-        health.summary = (f"{len(fresh)} failure{'s' if len(fresh) > 1 else ''} in the last {RATE_WINDOW_SECONDS // 60} minutes, the last of "
-                          f"{last.what}: {last.error}. A table service is retried after each micro-batch; the log has the traceback")
+        health.summary = (
+            f"{len(fresh)} failure{'s' if len(fresh) > 1 else ''} in the last {RATE_WINDOW_SECONDS // 60} "
+            "minutes, the last of "
+            f"{last.what}: {last.error}. A table service is retried after each micro-batch; the log has the traceback"
+        )
     elif behind:
         health.state = "behind"
         health.summary = _behind_summary(slow, stalled, interval, done, backlog)
     elif not running_batch and not (backlog and (backlog.files or backlog.records)):
         health.state, health.summary = "idle", "nothing waiting: the job waits for data"
     elif backlog and backlog.files and not running_batch:
-        health.summary = f"keeping up; {backlog.files} landing file{'s' if backlog.files != 1 else ''} wait for the next micro-batch"
+        health.summary = (
+            f"keeping up; {backlog.files} landing file{'s' if backlog.files != 1 else ''} wait for the next micro-batch"
+        )
     return health
 
 
-def _behind_summary(slow: bool, stalled: bool, interval: float | None, done: list[BatchReport], backlog: Backlog | None) -> str:
+def _behind_summary(
+    slow: bool, stalled: bool, interval: float | None, done: list[BatchReport], backlog: Backlog | None
+) -> str:
     if slow:
-        return (f"micro-batches take {sorted(r.seconds for r in done[-3:])[1]:.1f} s against a trigger of {interval:g} s: the backlog grows. "
-                "Give the job more cores or memory, raise the trigger interval, or cap a micro-batch (source.max_files_per_trigger, "
-                "source.kafka.max_offsets_per_trigger) so each takes less")
+        return (
+            f"micro-batches take {sorted(r.seconds for r in done[-3:])[1]:.1f} s against a trigger of "
+            f"{interval:g} s: the backlog grows. "
+            "Give the job more cores or memory, raise the trigger interval, or cap a micro-batch "
+            "(source.max_files_per_trigger, "
+            "source.kafka.max_offsets_per_trigger) so each takes less"
+        )
     if stalled:
-        return (f"{backlog.files} landing file{'s' if backlog.files != 1 else ''} wait{'' if backlog.files != 1 else 's'} and no micro-batch "
-                "has started: check the job's log for a stuck stage or a source error")
+        return (
+            f"{backlog.files} landing file{'s' if backlog.files != 1 else ''} "
+            f"wait{'' if backlog.files != 1 else 's'} and no micro-batch "
+            "has started: check the job's log for a stuck stage or a source error"
+        )
     return "the Kafka lag grew in each of the last micro-batches: the job reads slower than the topics fill"

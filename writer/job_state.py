@@ -46,7 +46,9 @@ class JobState(BaseModel):
         except FileNotFoundError:
             return None
         except (OSError, ValueError, ValidationError):
-            log.warning("the job's state file %s cannot be read; it is written again by the next job", JOB_STATE, exc_info=True)
+            log.warning(
+                "the job's state file %s cannot be read; it is written again by the next job", JOB_STATE, exc_info=True
+            )
             return None
 
 

@@ -65,7 +65,9 @@ def _has_line_break(data: np.ndarray) -> bool:
     return bool((data == ord("\n")).any() or (data == ord("\r")).any())
 
 
-def _parsed(values: pa.Array, schema: pa.Schema | None, start: int) -> tuple[list[tuple[int, pa.Table]], dict[int, str]]:
+def _parsed(
+    values: pa.Array, schema: pa.Schema | None, start: int
+) -> tuple[list[tuple[int, pa.Table]], dict[int, str]]:
     try:
         return [(start, _read(values, schema))], {}
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, _Misaligned) as error:
@@ -94,10 +96,19 @@ def _read(values: pa.Array, schema: pa.Schema | None) -> pa.Table:
         raise _NotObject("a value is not a JSON object")
     lines = pc.binary_join_element_wise(values, pa.scalar(b"", pa.binary()), pa.scalar(b"\n", pa.binary()))
     offsets = lines.buffers()[1]
-    first, last = (int.from_bytes(offsets[4 * i: 4 * i + 4], "little", signed=True) for i in (lines.offset, lines.offset + len(lines)))
+    first, last = (
+        int.from_bytes(offsets[4 * i : 4 * i + 4], "little", signed=True)
+        for i in (lines.offset, lines.offset + len(lines))
+    )
     data = lines.buffers()[2][first:last]
-    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore" if schema is not None else "infer")
-    table = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(block_size=_block_size(values, data, schema)), parse_options=options)
+    options = pj.ParseOptions(
+        explicit_schema=schema, unexpected_field_behavior="ignore" if schema is not None else "infer"
+    )
+    table = pj.read_json(
+        pa.BufferReader(data),
+        read_options=pj.ReadOptions(block_size=_block_size(values, data, schema)),
+        parse_options=options,
+    )
     if table.num_rows != len(values):
         raise _Misaligned(f"{len(values)} values gave {table.num_rows} JSON objects")
     return table

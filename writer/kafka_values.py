@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_FILE, SOURCE_OFFSET
 
+from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_FILE, SOURCE_OFFSET
 from laketide.writer.json_values import read_all
 from laketide.writer.schema_registry import unframed
 
-_READ_AS_SPARK = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_large_string, pa.types.is_boolean)
+_READ_AS_SPARK = (
+    pa.types.is_integer,
+    pa.types.is_floating,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_boolean,
+)
 
 
 def record_origin(records: pa.Table) -> tuple[pa.Array, pa.Array]:
@@ -42,5 +48,11 @@ def plain_rows(records: pa.Table, schema: pa.Schema) -> pa.Table | None:
         return None
     origin, offsets = record_origin(records)
     nothing = pa.nulls(records.num_rows, pa.string())
-    columns = {**{f.name: values[f.name] for f in declared}, DECODE_REASON: nothing, CORRUPT: nothing, SOURCE_FILE: origin, SOURCE_OFFSET: offsets}
+    columns = {
+        **{f.name: values[f.name] for f in declared},
+        DECODE_REASON: nothing,
+        CORRUPT: nothing,
+        SOURCE_FILE: origin,
+        SOURCE_OFFSET: offsets,
+    }
     return pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)

@@ -11,6 +11,7 @@ import urllib.parse
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from laketide.table.io import FileEntry, FileIO
 from laketide.writer.report import Backlog
 
@@ -35,7 +36,10 @@ def _same_type(found: pa.DataType, declared: pa.DataType) -> bool:
 
 def _holds_declared(found: pa.Schema, declared: pa.Schema) -> bool:
     """Whether a parquet file holds every declared column under exactly its type."""
-    return all(found.get_field_index(field.name) >= 0 and _same_type(found.field(field.name).type, field.type) for field in declared)
+    return all(
+        found.get_field_index(field.name) >= 0 and _same_type(found.field(field.name).type, field.type)
+        for field in declared
+    )
 
 
 def _read_as_declared(path: str, declared: pa.Schema) -> pa.Table | None:
@@ -55,7 +59,8 @@ def parquet_pieces(
     files: dict[str, FileEntry], declared: pa.Schema, tasks: int, options: dict[str, str] | None = None
 ) -> list[Piece] | None:
     """Parquet landing files as pieces Spark's tasks read (``read_piece``): (path, row group, the arrival
-    number of the group's first row, the piece's first row in the group, its rows). Only when every file holds every declared column under exactly its
+    number of the group's first row, the piece's first row in the group, its rows). Only when every file holds every
+    declared column under exactly its
     type, as ``read_landed_parquet`` asks; otherwise ``None``, and Spark reads them.
 
     A row group is read whole, so a micro-batch of fewer row groups than ``tasks`` would leave cores idle
@@ -188,7 +193,9 @@ def batch_files(checkpoint: str, batch_id: int, options: dict[str, str] | None =
         if str(n) in logged:
             entries += _log_entries(fileio, f"sources/0/{n}")
             continue
-        compacts = sorted((int(k.split(".")[0]), k) for k in logged if k.endswith(".compact") and int(k.split(".")[0]) >= n)
+        compacts = sorted(
+            (int(k.split(".")[0]), k) for k in logged if k.endswith(".compact") and int(k.split(".")[0]) >= n
+        )
         if compacts and compacts[0][1] not in read_compacts:
             read_compacts.add(compacts[0][1])
             entries += _log_entries(fileio, f"sources/0/{compacts[0][1]}")
@@ -212,7 +219,9 @@ def copy_aside(files: dict[str, str] | list[str], target: str, options: dict[str
         out.write_atomic(name, FileIO.for_uri(path, options).read_bytes(""), overwrite=True)
 
 
-def landing_backlog(source_path: str, checkpoint: str, batch_id: int, options: dict[str, str] | None = None) -> Backlog | None:
+def landing_backlog(
+    source_path: str, checkpoint: str, batch_id: int, options: dict[str, str] | None = None
+) -> Backlog | None:
     """Landing files newer than the newest one Spark's file source has taken, as of micro-batch ``batch_id``:
     how many, their bytes, and the oldest one's age.
 
@@ -224,7 +233,14 @@ def landing_backlog(source_path: str, checkpoint: str, batch_id: int, options: d
     if not offsets or "logOffset" not in offsets:
         return None
     log = FileIO.for_uri(checkpoint, options)
-    name = next((n for n in (f"sources/0/{offsets['logOffset']}", f"sources/0/{offsets['logOffset']}.compact") if log.is_file(n)), None)
+    name = next(
+        (
+            n
+            for n in (f"sources/0/{offsets['logOffset']}", f"sources/0/{offsets['logOffset']}.compact")
+            if log.is_file(n)
+        ),
+        None,
+    )
     if name is None:
         return None
     taken = [json.loads(line)["timestamp"] for line in log.read_text(name).splitlines()[1:] if line.startswith("{")]
@@ -232,7 +248,11 @@ def landing_backlog(source_path: str, checkpoint: str, batch_id: int, options: d
     landing = FileIO.for_uri(source_path, options)
     waiting = [e for e in landing.walk("") if not e.is_dir and not _hidden(e.path) and e.mtime_ns // 1_000_000 > newest]
     oldest = min((e.mtime_ns for e in waiting), default=None)
-    return Backlog(files=len(waiting), bytes=sum(e.size for e in waiting), age_seconds=round(time.time() - oldest / 1e9, 1) if oldest else None)
+    return Backlog(
+        files=len(waiting),
+        bytes=sum(e.size for e in waiting),
+        age_seconds=round(time.time() - oldest / 1e9, 1) if oldest else None,
+    )
 
 
 def _hidden(path: str) -> bool:

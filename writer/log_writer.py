@@ -14,14 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.index.columns import EXISTED, as_mask, flag_mask
 from laketide.table.commit import WriteStat
 from laketide.table.encoding import LOG_BLOCK_CODEC
 from laketide.table.files import LogFile, log_write_token
 from laketide.table.io import FileIO
 from laketide.table.logfile import Header, delete_block, parquet_data_block
-from laketide.table.schema import IS_DELETED, RECORD_KEY
 from laketide.table.ordering_bounds import remember_log_bound
+from laketide.table.schema import IS_DELETED, RECORD_KEY
 from laketide.table.slice_reader import MergeRule, rows_of_keys, stored_ordering, stored_rows
 from laketide.table.unchanged import fill_from_stored_rows
 from laketide.table.view import FileSlice
@@ -72,7 +73,11 @@ class OrderingSpan:
         """The span of one file group's records."""
         values = incoming[field].cast(kind)
         existed = values.filter(pc.fill_null(incoming[EXISTED], False)) if EXISTED in incoming.column_names else values
-        upserts = values.filter(pc.invert(pc.fill_null(incoming[IS_DELETED], False))) if IS_DELETED in incoming.column_names else values
+        upserts = (
+            values.filter(pc.invert(pc.fill_null(incoming[IS_DELETED], False)))
+            if IS_DELETED in incoming.column_names
+            else values
+        )
         return cls(pc.min(existed), pc.max(upserts))
 
 
@@ -84,10 +89,16 @@ def ordering_spans(rows: pa.Table, starts: np.ndarray, field: str, kind: pa.Data
     values = rows[field].cast(kind)
     nulls = pa.nulls(n, kind)
     lowest = pc.if_else(pc.fill_null(rows[EXISTED], False), values, nulls) if EXISTED in rows.column_names else values
-    highest = pc.if_else(pc.fill_null(rows[IS_DELETED], False), nulls, values) if IS_DELETED in rows.column_names else values
+    highest = (
+        pc.if_else(pc.fill_null(rows[IS_DELETED], False), nulls, values) if IS_DELETED in rows.column_names else values
+    )
     group = np.repeat(np.arange(len(starts), dtype=np.int32), np.diff(np.append(starts, n)))
     try:
-        found = pa.table({"g": group, "lo": lowest, "hi": highest}).group_by("g", use_threads=False).aggregate([("lo", "min"), ("hi", "max")])
+        found = (
+            pa.table({"g": group, "lo": lowest, "hi": highest})
+            .group_by("g", use_threads=False)
+            .aggregate([("lo", "min"), ("hi", "max")])
+        )
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
     at = np.empty(len(starts), np.int64)
@@ -126,7 +137,9 @@ class LogWriter:
         self.dictionary = dictionary
         self.compression = compression
         self.placeholder = placeholder
-        self.log_file = LogFile(target.partition, target.file_id, target.base_instant, target.version, log_write_token(token, instant_time))
+        self.log_file = LogFile(
+            target.partition, target.file_id, target.base_instant, target.version, log_write_token(token, instant_time)
+        )
 
     def drop_late(self, incoming: pa.Table, span: OrderingSpan | None = None) -> tuple[pa.Table, int]:
         """Incoming records (upserts and deletes) older than the row the slice stores, and how many.
@@ -143,11 +156,20 @@ class LogWriter:
         lowest = (span or OrderingSpan.of(incoming, field, kind)).lowest
         if not lowest.is_valid:
             return incoming, 0
-        stored = stored_ordering(self.io, self.target.file_slice, self._visible, MergeRule(field), lowest, incoming[RECORD_KEY].combine_chunks())
+        stored = stored_ordering(
+            self.io,
+            self.target.file_slice,
+            self._visible,
+            MergeRule(field),
+            lowest,
+            incoming[RECORD_KEY].combine_chunks(),
+        )
         if stored is None or not stored.num_rows:
             return incoming, 0
         at = rows_of_keys(incoming[RECORD_KEY], stored[RECORD_KEY])
-        late = pc.fill_null(pc.greater(stored[field].cast(kind).take(pa.array(at, mask=at < 0)), incoming[field].cast(kind)), False)
+        late = pc.fill_null(
+            pc.greater(stored[field].cast(kind).take(pa.array(at, mask=at < 0)), incoming[field].cast(kind)), False
+        )
         count = pc.sum(late).as_py() or 0
         return (incoming.filter(pc.invert(late)), count) if count else (incoming, 0)
 
@@ -155,7 +177,9 @@ class LogWriter:
         return instant < self.instant_time  # one writer: every earlier log block is committed
 
     def _stored(self, keys: pa.Array, columns: list[str]) -> pa.Table:
-        return stored_rows(self.io, self.target.file_slice, self._visible, MergeRule(self.ordering_field), keys, columns)
+        return stored_rows(
+            self.io, self.target.file_slice, self._visible, MergeRule(self.ordering_field), keys, columns
+        )
 
     def write(self, incoming: pa.Table, existed: pa.Array, highest: pa.Scalar | None = None) -> WriteStat:
         """Append ``incoming`` (one row per key); ``existed`` tells which keys the group already holds.
@@ -169,14 +193,22 @@ class LogWriter:
         header = {Header.INSTANT_TIME: self.instant_time, Header.SCHEMA: self.avro_schema}
         blocks = []
         if upserts.num_rows:
-            rows = stamp_meta_columns(upserts, self.schema, self.instant_time, self.seqnos, self.target.partition, self.target.file_id)
+            rows = stamp_meta_columns(
+                upserts, self.schema, self.instant_time, self.seqnos, self.target.partition, self.target.file_id
+            )
             blocks.append(parquet_data_block(rows, header, self.dictionary, self.compression, self.ordering_field))
         if deletes.num_rows:
             field = self.ordering_field
-            values = deletes[field].to_pylist() if field and field in deletes.column_names else [None] * deletes.num_rows
+            values = (
+                deletes[field].to_pylist() if field and field in deletes.column_names else [None] * deletes.num_rows
+            )
             kind = self.schema.field(field).type if field and field in self.schema.names else None
             keys = deletes[RECORD_KEY].to_pylist()
-            blocks.append(delete_block(keys, [self.target.partition] * len(keys), values, kind, {Header.INSTANT_TIME: self.instant_time}))
+            blocks.append(
+                delete_block(
+                    keys, [self.target.partition] * len(keys), values, kind, {Header.INSTANT_TIME: self.instant_time}
+                )
+            )
         data = b"".join(b.to_bytes() for b in blocks)
         self.io.write_bytes(self.log_file.path, data)
         if self.ordering_field in upserts.column_names and upserts.num_rows:

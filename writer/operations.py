@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from laketide.config import CompactionSection, WriteSection
 from laketide.coordinator import Coordinator, Lease, LeaseHeld
 from laketide.coordinator.cleaner import Cleaner, CleanResult
 from laketide.coordinator.metrics import Metrics
@@ -32,8 +33,6 @@ from laketide.table.errors import Invalid
 from laketide.table.instant import InstantClock
 from laketide.table.savepoint import SavepointMetadata
 from laketide.writer.compactor import CompactionResult, Compactor
-
-from laketide.config import CompactionSection, WriteSection
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None] | None
@@ -74,7 +73,12 @@ class Operations:
     @classmethod
     @contextmanager
     def under_lease(
-        cls, table: Table, lease: Lease, when_held: str = "ask the running job instead", take: bool = True, metrics: Metrics | None = None,
+        cls,
+        table: Table,
+        lease: Lease,
+        when_held: str = "ask the running job instead",
+        take: bool = True,
+        metrics: Metrics | None = None,
     ) -> Iterator[Operations]:
         """Take ``lease`` for one command (``take=False``: a dry run, which changes nothing) and release it after.
 
@@ -87,14 +91,22 @@ class Operations:
                     holder = lease.current_holder()
                     by_a_command = holder is not None and holder.job_id == OPS_WRITER_ID
                     if by_a_command:
-                        log.warning("%s is held by another command (%s); waiting up to %.0f s for it to end or, if it died, for its holding "
-                                    "to run out", table.uri, holder.describe(), COMMAND_WAIT_SECONDS)
+                        log.warning(
+                            "%s is held by another command (%s); waiting up to %.0f s for it to end or, if it "
+                            "died, for its holding "
+                            "to run out",
+                            table.uri,
+                            holder.describe(),
+                            COMMAND_WAIT_SECONDS,
+                        )
                     lease.acquire(timeout=COMMAND_WAIT_SECONDS if by_a_command else 0)
                 except LeaseHeld as held:
                     raise LeaseHeld(table.uri, held.holder, when_held) from None
             table = Table.open(table.uri, table.io)  # what the table is once the lease is ours
             index = StateIndex(table.io, 1)
-            coordinator = Coordinator(table, lease, OPS_WRITER_ID, instant_side_files=index.instant_files, metrics=metrics)
+            coordinator = Coordinator(
+                table, lease, OPS_WRITER_ID, instant_side_files=index.instant_files, metrics=metrics
+            )
             if take:
                 Savepoints(coordinator).resume_restore()
             yield cls(coordinator, index, DeltaMirror(table, hold=coordinator.hold) if has_mirror(table.io) else None)
@@ -110,11 +122,19 @@ class Operations:
 
         return self._between(then_mirror)
 
-    def rollback(self, instant: str, force: bool = False, dry_run: bool = False, progress: Progress = None) -> RollbackResult:
-        """Roll back one instant (``Coordinator.rollback``): refused where it would lose rows, whatever ``force`` says."""
-        return self._change(lambda: self.coordinator.rollback(instant, force=force, dry_run=dry_run, progress=progress), changes=not dry_run)
+    def rollback(
+        self, instant: str, force: bool = False, dry_run: bool = False, progress: Progress = None
+    ) -> RollbackResult:
+        """Roll back one instant (``Coordinator.rollback``): refused where it would lose rows, whatever ``force``
+        says."""
+        return self._change(
+            lambda: self.coordinator.rollback(instant, force=force, dry_run=dry_run, progress=progress),
+            changes=not dry_run,
+        )
 
-    def create_savepoint(self, instant: str | None = None, user: str | None = None, comment: str = "") -> SavepointMetadata:
+    def create_savepoint(
+        self, instant: str | None = None, user: str | None = None, comment: str = ""
+    ) -> SavepointMetadata:
         return self._change(lambda: Savepoints(self.coordinator).create(instant, user, comment))
 
     def delete_savepoint(self, instant: str) -> None:
@@ -128,12 +148,20 @@ class Operations:
         return self._change(lambda: cleaner.clean(dry_run=dry_run, progress=progress), changes=not dry_run)
 
     def compact(
-        self, settings: CompactionSection, schedule: bool = True, run: bool = True, progress: Progress = None, write: WriteSection | None = None
+        self,
+        settings: CompactionSection,
+        schedule: bool = True,
+        run: bool = True,
+        progress: Progress = None,
+        write: WriteSection | None = None,
     ) -> CompactOutcome:
         """Schedule a compaction of the slices past ``settings``' thresholds, run the pending ones, or both.
         ``write``: how the new base files are written (codec, bloom filters); default, ``write.*``'s defaults."""
         if self.table.config.table_type != "MERGE_ON_READ":
-            raise Invalid(f"{self.table.uri} is a {self.table.config.table_type} table; only merge-on-read tables have logs to compact")
+            raise Invalid(
+                f"{self.table.uri} is a {self.table.config.table_type} table; only merge-on-read tables have "
+                "logs to compact"
+            )
         compactor = Compactor(self.coordinator, settings, write)
 
         def compact() -> CompactOutcome:
@@ -153,5 +181,6 @@ class Operations:
         return MirrorOutcome(written, versions[-1] if versions else None)
 
     def drop_metadata_table(self, backup: bool = False) -> metadata_table.DropResult:
-        """Disable and delete Hudi's metadata table (``backup``: move it aside instead), as Hudi does when it is disabled."""
+        """Disable and delete Hudi's metadata table (``backup``: move it aside instead), as Hudi does when it is
+        disabled."""
         return self._between(lambda: metadata_table.drop(self.table.io, InstantClock().next() if backup else None))

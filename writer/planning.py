@@ -9,8 +9,10 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
-from laketide.index.bloom import BloomSpec, KeyRange
+
+from laketide.config import WriteSection
 from laketide.index.assigner import AssignPlan, SmallFileGroup, UncoveredGroup
+from laketide.index.bloom import BloomSpec, KeyRange
 from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
@@ -23,8 +25,6 @@ from laketide.table.view_sync import ViewSync
 from laketide.writer import stages
 from laketide.writer.log_writer import LogTarget
 from laketide.writer.slots import balanced_slots
-
-from laketide.config import WriteSection
 
 log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024
@@ -75,7 +75,13 @@ def average_record_size(timeline: Timeline) -> int:
 
 
 def plan_instant(
-    table: Table, views: ViewSync, index: StateIndex, write: WriteSection, instant: str, incoming: pa.Schema, first_keys: FirstKeys,
+    table: Table,
+    views: ViewSync,
+    index: StateIndex,
+    write: WriteSection,
+    instant: str,
+    incoming: pa.Schema,
+    first_keys: FirstKeys,
     placeholder: str | None = None,
 ) -> tuple[stages.BatchPlan, ForeignWrites]:
     """What the stages of one instant need: where each key may live (the index snapshot, the groups it
@@ -92,7 +98,11 @@ def plan_instant(
     snapshot = index.snapshot(committed, timeline.start)
     foreign = foreign_writes(timeline)
     if foreign.everything or foreign.touched:
-        log.info("instant %s: %s changed by other writers; their keys are probed again", instant, "every file group" if foreign.everything else f"{len(foreign.touched)} file groups")
+        log.info(
+            "instant %s: %s changed by other writers; their keys are probed again",
+            instant,
+            "every file group" if foreign.everything else f"{len(foreign.touched)} file groups",
+        )
     still_covered = set() if foreign.everything else snapshot.covered - foreign.touched
     uncovered = frozenset(set(current) - still_covered)
     record_size = average_record_size(timeline)
@@ -136,7 +146,12 @@ def plan_instant(
 
 
 def _uncovered_and_small_groups(
-    assign: AssignPlan, slices: list[FileSlice], uncovered: frozenset, write: WriteSection, record_size: int, first_keys: FirstKeys
+    assign: AssignPlan,
+    slices: list[FileSlice],
+    uncovered: frozenset,
+    write: WriteSection,
+    record_size: int,
+    first_keys: FirstKeys,
 ) -> None:
     """The groups the index does not cover (probed by their blooms), and the small groups with room
     (inserts fill them, by key range, before opening new ones)."""
@@ -144,13 +159,17 @@ def _uncovered_and_small_groups(
     for s in slices:
         if (s.partition, s.file_id) in uncovered:
             logs = tuple(lf.path for lf in s.log_files)
-            assign.uncovered.setdefault(s.partition, []).append(UncoveredGroup(s.partition, s.file_id, s.base_file.path, logs))
+            assign.uncovered.setdefault(s.partition, []).append(
+                UncoveredGroup(s.partition, s.file_id, s.base_file.path, logs)
+            )
         elif s.size < write.small_file_limit and (write.target_file_size - s.size) // record_size > 0:
             small.append(s)
     firsts = first_keys.of([s.base_file.path for s in small])
     for s in small:
         capacity = (write.target_file_size - s.size) // record_size
-        assign.small_groups.setdefault(s.partition, []).append(SmallFileGroup(s.partition, s.file_id, capacity, firsts[s.base_file.path]))
+        assign.small_groups.setdefault(s.partition, []).append(
+            SmallFileGroup(s.partition, s.file_id, capacity, firsts[s.base_file.path])
+        )
     for groups in assign.small_groups.values():
         # the fullest first, for the groups whose range is not known: it leaves the small ones soonest
         groups.sort(key=lambda g: (g.capacity, g.file_id))

@@ -13,6 +13,8 @@ import uuid
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from laketide.config import TableSection
 from laketide.table.errors import Invalid
 from laketide.table.io import FileIO
 from laketide.table.metadata_table import metadata_partitions
@@ -34,8 +36,6 @@ from laketide.table.schema import (
 from laketide.table.table import Table
 from laketide.table.view import FileSystemView
 
-from laketide.config import TableSection
-
 log = logging.getLogger(__name__)
 
 SUPPORTED_KEY_GENERATORS = {
@@ -56,7 +56,9 @@ def check_quarantine_path(path: str, options: dict[str, str] | None = None) -> N
     written and deleted here is the only thing a refused job leaves (with the
     directory, when it had to create it).
     """
-    _check_writable_folder("write.quarantine_path", path, options, "rows that cannot be written go there, so the job needs it")
+    _check_writable_folder(
+        "write.quarantine_path", path, options, "rows that cannot be written go there, so the job needs it"
+    )
 
 
 def check_exchange_dir(path: str | None, options: dict[str, str] | None = None) -> None:
@@ -70,14 +72,19 @@ def _check_writable_folder(setting: str, path: str, options: dict[str, str] | No
     try:
         io = FileIO.for_uri(path, options)
         if io.is_file(""):
-            raise JobRefused(f"{setting} = {path!r} is a file, not a directory; point it at a directory (it is created if missing)")
+            raise JobRefused(
+                f"{setting} = {path!r} is a file, not a directory; point it at a directory (it is created if missing)"
+            )
         probe = f".laketide-write-check-{uuid.uuid4().hex}"
         io.write_bytes(probe, b"")
         io.delete(probe)
     except (OSError, ValueError) as exc:
         if isinstance(exc, JobRefused):
             raise
-        raise JobRefused(f"{setting} = {path!r} cannot be written ({exc}); {why}: point it at a writable directory, or fix its permissions or mount") from None
+        raise JobRefused(
+            f"{setting} = {path!r} cannot be written ({exc}); {why}: point it at a writable directory, or fix "
+            "its permissions or mount"
+        ) from None
 
 
 def check_writable(table: TableConfig, uri: str) -> None:
@@ -89,22 +96,31 @@ def check_writable(table: TableConfig, uri: str) -> None:
     if not table.populate_meta_fields:
         problems.append("hoodie.populate.meta.fields = false; laketide writes tables with Hudi's meta columns only")
     if table.base_file_format != "parquet":
-        problems.append(f"hoodie.table.base.file.format = {table.base_file_format.upper()}; laketide writes PARQUET only")
+        problems.append(
+            f"hoodie.table.base.file.format = {table.base_file_format.upper()}; laketide writes PARQUET only"
+        )
     if table.key_generator not in SUPPORTED_KEY_GENERATORS:
         problems.append(
             f"hoodie.table.keygenerator.class = {table.key_generator}; laketide writes keys of "
             + ", ".join(sorted(g.rsplit(".", 1)[1] for g in SUPPORTED_KEY_GENERATORS))
         )
     if table.merge_mode not in MERGE_STRATEGY_ID:
-        problems.append(f"the table merges records with {table.merge_mode}; laketide supports EVENT_TIME_ORDERING and COMMIT_TIME_ORDERING")
+        problems.append(
+            f"the table merges records with {table.merge_mode}; laketide supports EVENT_TIME_ORDERING and "
+            "COMMIT_TIME_ORDERING"
+        )
     if partitions := metadata_partitions(props):
         problems.append(
-            f"the table has Hudi's metadata table (partitions {', '.join(partitions)}), which laketide does not keep up to date, "
+            f"the table has Hudi's metadata table (partitions {', '.join(partitions)}), which laketide does not "
+            "keep up to date, "
             f"so it would go stale. Set hoodie.metadata.enable=false on the table's Hudi writers, then run "
             f"`laketide metadata drop {uri}` (what Hudi does when the metadata table is disabled)"
         )
     if props.get("hoodie.table.timeline.timezone", "UTC").upper() != "UTC":
-        problems.append(f"hoodie.table.timeline.timezone = {props['hoodie.table.timeline.timezone']}; laketide writes UTC instants only")
+        problems.append(
+            f"hoodie.table.timeline.timezone = {props['hoodie.table.timeline.timezone']}; laketide writes UTC "
+            "instants only"
+        )
     if problems:
         raise JobRefused(f"laketide cannot write the table at {uri}:\n  " + "\n  ".join(problems))
 
@@ -127,7 +143,10 @@ def complex_key_encoding(table: Table, view: FileSystemView) -> bool:
             if len(keys):
                 prefixed = keys[0].as_py().startswith(f"{config.record_key_fields[0]}:")
                 if not prefixed:
-                    log.warning("%s holds bare record keys under ComplexKeyGenerator (HUDI-7001); writing them the same way", table.uri)
+                    log.warning(
+                        "%s holds bare record keys under ComplexKeyGenerator (HUDI-7001); writing them the same way",
+                        table.uri,
+                    )
                 return prefixed
     return True
 
@@ -144,8 +163,10 @@ def settled_config(job: TableSection, existing: TableConfig | None, uri: str) ->
     """The table settings to write with: the table's own, after checking the job agrees with them."""
     if existing is None:
         if not job.record_key:
-            raise JobRefused(f"there is no table at {uri} yet, and table.record_key is not set: give the column or columns that "
-                             "identify a record (table.record_key = [\"id\"]) to create it")
+            raise JobRefused(
+                f"there is no table at {uri} yet, and table.record_key is not set: give the column or columns that "
+                'identify a record (table.record_key = ["id"]) to create it'
+            )
         return TableConfig(
             name=job.name or "laketide_table",
             table_type=job.type or "COPY_ON_WRITE",
@@ -163,8 +184,20 @@ def settled_config(job: TableSection, existing: TableConfig | None, uri: str) ->
     _agree("partition_by", job.partition_by, "hoodie.table.partition.fields", existing.partition_fields, uri)
     _agree("ordering_field", job.ordering_field, "hoodie.table.precombine.field", existing.ordering_field, uri)
     _agree("merge_mode", job.merge_mode, "hoodie.record.merge.mode", existing.merge_mode, uri)
-    _agree("hive_style_partitioning", job.hive_style_partitioning, "hoodie.datasource.write.hive_style_partitioning", existing.hive_style_partitioning, uri)
-    _agree("urlencode_partitions", job.urlencode_partitions, "hoodie.datasource.write.partitionpath.urlencode", existing.urlencode_partitions, uri)
+    _agree(
+        "hive_style_partitioning",
+        job.hive_style_partitioning,
+        "hoodie.datasource.write.hive_style_partitioning",
+        existing.hive_style_partitioning,
+        uri,
+    )
+    _agree(
+        "urlencode_partitions",
+        job.urlencode_partitions,
+        "hoodie.datasource.write.partitionpath.urlencode",
+        existing.urlencode_partitions,
+        uri,
+    )
     return existing
 
 
@@ -202,21 +235,36 @@ def check_fields(table: TableConfig, source: pa.Schema, config_key: dict[str, st
 
     def check(field: str, key: str, role: str, allowed, kinds: str) -> None:
         if field not in names:
-            raise JobRefused(f"{key}: {role} field {field!r} is not a column of the source schema ({', '.join(source.names)})")
+            raise JobRefused(
+                f"{key}: {role} field {field!r} is not a column of the source schema ({', '.join(source.names)})"
+            )
         dtype = source.field(field).type
         if not allowed(dtype):
-            raise JobRefused(f"{key}: {role} field {field!r} is {spark_type(dtype)}; {role} fields must be one of {kinds}")
+            raise JobRefused(
+                f"{key}: {role} field {field!r} is {spark_type(dtype)}; {role} fields must be one of {kinds}"
+            )
 
     for field in table.record_key_fields:
         check(field, config_key["record_key"], "record key", _is_key_type, usable)
     for field in table.partition_fields:
         check(field, config_key["partition_by"], "partition", _is_key_type, usable)
         if table.hive_style_partitioning and field[0] in "._":
-            raise JobRefused(f"{config_key['partition_by']}: partition field {field!r} would make hidden '{field}=...' directories")
+            raise JobRefused(
+                f"{config_key['partition_by']}: partition field {field!r} would make hidden '{field}=...' directories"
+            )
     if table.ordering_field:
-        check(table.ordering_field, config_key["ordering_field"], "ordering", _is_ordering_type, usable.replace("boolean, ", ""))
+        check(
+            table.ordering_field,
+            config_key["ordering_field"],
+            "ordering",
+            _is_ordering_type,
+            usable.replace("boolean, ", ""),
+        )
     if IS_DELETED in names and not pa.types.is_boolean(source.field(IS_DELETED).type):
-        raise JobRefused(f"source.schema: {IS_DELETED} marks deletes and must be BOOLEAN, not {spark_type(source.field(IS_DELETED).type)}")
+        raise JobRefused(
+            f"source.schema: {IS_DELETED} marks deletes and must be BOOLEAN, not "
+            f"{spark_type(source.field(IS_DELETED).type)}"
+        )
     clashes = sorted(names & set(META_COLUMNS))
     if clashes:
         raise JobRefused(f"source.schema: {', '.join(clashes)} are Hudi's meta columns; the source may not carry them")
@@ -232,12 +280,21 @@ def check_schema(source: pa.Schema, current: pa.Schema | None) -> pa.Schema:
         raise JobRefused(f"source.schema: {exc}") from None
 
 
-def table_config_for(job: TableSection, existing: TableConfig | None, current_schema: pa.Schema | None, source: pa.Schema | None,
-                     uri: str) -> TableConfig:
+def table_config_for(
+    job: TableSection,
+    existing: TableConfig | None,
+    current_schema: pa.Schema | None,
+    source: pa.Schema | None,
+    uri: str,
+) -> TableConfig:
     """Every check, in the order a user would fix them; returns the settings to write with. ``source``: ``None``
     when the columns come from change events, which are checked as each micro-batch brings them."""
     table = settled_config(job, existing, uri)
-    keys = {"record_key": "table.record_key", "partition_by": "table.partition_by", "ordering_field": "table.ordering_field"}
+    keys = {
+        "record_key": "table.record_key",
+        "partition_by": "table.partition_by",
+        "ordering_field": "table.ordering_field",
+    }
     if existing is not None:
         keys = {k: f"{v} (from the table's hoodie.properties)" for k, v in keys.items()}
     if source is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.index.columns import (
     CORRUPT,
     DECODE_REASON,
@@ -26,13 +27,13 @@ from laketide.index.columns import (
     SOURCE_MTIME,
     SOURCE_OFFSET,
     SOURCE_TABLE,
+    flag_mask,
 )
-from laketide.index.columns import flag_mask
-from laketide.writer.quarantine import sources_of
 from laketide.index.state import index_keys, shard_of
+from laketide.table.keygen import first_reason, partition_paths, record_keys
 from laketide.table.schema import IS_DELETED
 from laketide.table.unchanged import fill_from_earlier_events
-from laketide.table.keygen import first_reason, partition_paths, record_keys
+from laketide.writer.quarantine import sources_of
 
 
 @dataclass(frozen=True)
@@ -73,18 +74,34 @@ class Tally:
         self.truncated_at = max(filter(None, (self.truncated_at, other.truncated_at)), default=None)
         self.unknown_fields.update(other.unknown_fields)
         self.binlog_behind += other.binlog_behind
-        self.binlog_highest = max(filter(lambda n: n is not None, (self.binlog_highest, other.binlog_highest)), default=None)
+        self.binlog_highest = max(
+            filter(lambda n: n is not None, (self.binlog_highest, other.binlog_highest)), default=None
+        )
         return self
 
     def to_json(self) -> str:
-        return json.dumps({"skipped": dict(self.skipped), "source_tables": sorted(self.source_tables), "truncated_at": self.truncated_at,
-                           "unknown_fields": dict(self.unknown_fields), "binlog_behind": self.binlog_behind, "binlog_highest": self.binlog_highest})
+        return json.dumps(
+            {
+                "skipped": dict(self.skipped),
+                "source_tables": sorted(self.source_tables),
+                "truncated_at": self.truncated_at,
+                "unknown_fields": dict(self.unknown_fields),
+                "binlog_behind": self.binlog_behind,
+                "binlog_highest": self.binlog_highest,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Tally:
         data = json.loads(text or "{}")
-        return cls(Counter(data.get("skipped", {})), set(data.get("source_tables", [])), data.get("truncated_at"),
-                   Counter(data.get("unknown_fields", {})), data.get("binlog_behind", 0), data.get("binlog_highest"))
+        return cls(
+            Counter(data.get("skipped", {})),
+            set(data.get("source_tables", [])),
+            data.get("truncated_at"),
+            Counter(data.get("unknown_fields", {})),
+            data.get("binlog_behind", 0),
+            data.get("binlog_highest"),
+        )
 
 
 def with_earlier_values(rows: pa.Table, spec: PrepareSpec) -> pa.Table:
@@ -106,7 +123,9 @@ def set_aside(rows: pa.Table) -> tuple[pa.Table, Tally]:
         kinds = rows[EVENT_KIND]
         tally.skipped = Counter({c["values"]: c["counts"] for c in pc.value_counts(kinds.drop_null()).to_pylist()})
         if tally.skipped.get(TRUNCATE) and EVENT_POSITION in rows.column_names:
-            tally.truncated_at = pc.max(rows[EVENT_POSITION].filter(pc.fill_null(pc.equal(kinds, TRUNCATE), False))).as_py()
+            tally.truncated_at = pc.max(
+                rows[EVENT_POSITION].filter(pc.fill_null(pc.equal(kinds, TRUNCATE), False))
+            ).as_py()
         rows = rows.filter(pc.is_null(kinds))
     if SOURCE_TABLE in rows.column_names:
         tally.source_tables = {t for t in pc.unique(rows[SOURCE_TABLE]).to_pylist() if t is not None}
@@ -156,7 +175,9 @@ def batch_arrival(rows: pa.Table) -> tuple[pa.Array, pa.Array]:
 def record_offsets(rows: pa.Table) -> tuple[pa.Array, pa.Array]:
     """A Kafka record's arrival: its topic-partition, then its offset there. One key's events share a
     partition when the producer keys by it, as Debezium does, so the later offset is the later event."""
-    return rows[SOURCE_FILE].combine_chunks().cast(pa.string()), pc.fill_null(rows[SOURCE_OFFSET].combine_chunks().cast(pa.int64()), 0)
+    return rows[SOURCE_FILE].combine_chunks().cast(pa.string()), pc.fill_null(
+        rows[SOURCE_OFFSET].combine_chunks().cast(pa.int64()), 0
+    )
 
 
 def _landing_blocks(rows: pa.Table) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -170,7 +191,9 @@ def _landing_blocks(rows: pa.Table) -> tuple[list[str], np.ndarray, np.ndarray]:
     ]
     mtimes, paths, blocks = (part.dictionary.to_pylist() for part in parts)
     # a micro-batch has few blocks: each block's name is built once, and rows take it by code
-    origin = (parts[0].indices.to_numpy().astype(np.int64) * len(paths) + parts[1].indices.to_numpy()) * len(blocks) + parts[2].indices.to_numpy()
+    origin = (parts[0].indices.to_numpy().astype(np.int64) * len(paths) + parts[1].indices.to_numpy()) * len(
+        blocks
+    ) + parts[2].indices.to_numpy()
     encoded = pa.array(origin).dictionary_encode()
     codes = encoded.indices.to_numpy().astype(np.int64)
     names = []
@@ -209,7 +232,10 @@ def _raw(rows: pa.Table, bad: np.ndarray) -> pa.Array:
             out[i] = corrupt[i]
             continue
         record = records.slice(i, 1).to_pylist()[0]
-        out[i] = json.dumps({**_record_origin(rows, int(i)), "row": record} if SOURCE_OFFSET in rows.column_names else record, default=str)
+        out[i] = json.dumps(
+            {**_record_origin(rows, int(i)), "row": record} if SOURCE_OFFSET in rows.column_names else record,
+            default=str,
+        )
     return pa.array(out, pa.string())
 
 
@@ -260,7 +286,10 @@ def prepare_in_order(rows: pa.Table, spec: PrepareSpec, arrival_file: pa.Array, 
         reasons = [rows[DECODE_REASON].combine_chunks().cast(pa.string()), key_reason]
     if spec.ordering_field:
         kind = rows.schema.field(spec.ordering_field).type
-        missing = (pc.is_null(rows[spec.ordering_field]), f"ordering field '{spec.ordering_field}' is missing or not a valid {kind}")
+        missing = (
+            pc.is_null(rows[spec.ordering_field]),
+            f"ordering field '{spec.ordering_field}' is missing or not a valid {kind}",
+        )
         reasons.append(first_reason([missing], n))
     reasons += [partition_reason, mismatched]
     reason = pc.coalesce(*reasons)

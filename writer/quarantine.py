@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,17 +23,25 @@ from laketide.table.lru import LruCache
 
 RAW_SHOWN = 2000
 QUARANTINE_SCHEMA = pa.schema(
-    [("instant", pa.string()), ("reason", pa.string()), ("raw", pa.string()), ("quarantined_at", pa.timestamp("us", tz="UTC")),
-     ("source", pa.string())]  # the landing file, or "topic/partition@offset"; files written before it lack the column
+    [
+        ("instant", pa.string()),
+        ("reason", pa.string()),
+        ("raw", pa.string()),
+        ("quarantined_at", pa.timestamp("us", tz="UTC")),
+        ("source", pa.string()),
+    ]  # the landing file, or "topic/partition@offset"; files written before it lack the column
 )
 _PLACE = re.compile(r"writer=([^/]+)/batch_id=(\d+)/")
 
 
 def quarantine_rows(instant: str, reasons: pa.Array, raws: pa.Array, sources: pa.Array | None = None) -> pa.Table:
     n = len(reasons)
-    now = pa.scalar(datetime.now(timezone.utc), pa.timestamp("us", tz="UTC"))
+    now = pa.scalar(datetime.now(UTC), pa.timestamp("us", tz="UTC"))
     sources = sources if sources is not None else pa.nulls(n, pa.string())
-    return pa.table([pa.repeat(pa.scalar(instant, pa.string()), n), reasons, raws, pa.repeat(now, n), sources], schema=QUARANTINE_SCHEMA)
+    return pa.table(
+        [pa.repeat(pa.scalar(instant, pa.string()), n), reasons, raws, pa.repeat(now, n), sources],
+        schema=QUARANTINE_SCHEMA,
+    )
 
 
 def sources_of(rows: pa.Table) -> pa.Array:
@@ -97,10 +105,15 @@ def _file_reasons(io: FileIO, entry: FileEntry) -> dict[str, int]:
     return counts
 
 
-def summarize(target: str, options: dict[str, str] | None = None, sample: int = 10, reasons: int = 20) -> QuarantineSummary:
-    """Rows per reason (the ``reasons`` most frequent) and the ``sample`` newest rows of the quarantine at ``target``."""
+def summarize(
+    target: str, options: dict[str, str] | None = None, sample: int = 10, reasons: int = 20
+) -> QuarantineSummary:
+    """Rows per reason (the ``reasons`` most frequent) and the ``sample`` newest rows of the quarantine at
+    ``target``."""
     io = FileIO.for_uri(target, options)
-    files = sorted((e for e in io.walk("") if not e.is_dir and e.path.endswith(".parquet")), key=lambda e: e.mtime_ns, reverse=True)
+    files = sorted(
+        (e for e in io.walk("") if not e.is_dir and e.path.endswith(".parquet")), key=lambda e: e.mtime_ns, reverse=True
+    )
     counts: Counter[str] = Counter()
     for entry in files:
         counts.update(_file_reasons(io, entry))
@@ -110,13 +123,26 @@ def summarize(target: str, options: dict[str, str] | None = None, sample: int = 
             break
         with io.open_input(entry.path) as f:
             # the first rows only: a micro-batch of bad rows can make a large file, and this runs at every refresh
-            table = pa.Table.from_batches(list(itertools.islice(pq.ParquetFile(f).iter_batches(batch_size=sample - len(rows)), 1)))
+            table = pa.Table.from_batches(
+                list(itertools.islice(pq.ParquetFile(f).iter_batches(batch_size=sample - len(rows)), 1))
+            )
         place = _PLACE.search(entry.path)
         rows += [
-            QuarantinedRow(instant=r["instant"], reason=r["reason"], raw=(r["raw"] or "")[:RAW_SHOWN], quarantined_at=r["quarantined_at"].isoformat(),
-                           source=r.get("source"), writer=place.group(1) if place else None, batch_id=int(place.group(2)) if place else None)
+            QuarantinedRow(
+                instant=r["instant"],
+                reason=r["reason"],
+                raw=(r["raw"] or "")[:RAW_SHOWN],
+                quarantined_at=r["quarantined_at"].isoformat(),
+                source=r.get("source"),
+                writer=place.group(1) if place else None,
+                batch_id=int(place.group(2)) if place else None,
+            )
             for r in table.to_pylist()
         ]
     return QuarantineSummary(
-        path=io.full_path(""), total=sum(counts.values()), files=len(files), reasons=dict(counts.most_common(reasons)), sample=rows
+        path=io.full_path(""),
+        total=sum(counts.values()),
+        files=len(files),
+        reasons=dict(counts.most_common(reasons)),
+        sample=rows,
     )

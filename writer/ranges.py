@@ -15,6 +15,7 @@ import bisect
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.index.columns import PARTITION
 from laketide.table.schema import RECORD_KEY
 from laketide.writer.slots import split_by
@@ -74,11 +75,17 @@ def cut_points(samples: list[tuple[list[str], float]], tasks: int, least_rows: i
     for goal in share * np.arange(1, tasks):
         at = min(int(np.searchsorted(totals, goal)), len(weighted) - 1)
         near = [i for i in starts if abs(totals[i] - weighted[i][1] - goal) <= share / 4]
-        cuts.append(_partition_of(weighted[min(near, key=lambda i: abs(totals[i] - goal))][0]) + _SEPARATOR if near else weighted[at][0])
+        cuts.append(
+            _partition_of(weighted[min(near, key=lambda i: abs(totals[i] - goal))][0]) + _SEPARATOR
+            if near
+            else weighted[at][0]
+        )
     return sorted(set(cuts))
 
 
-def _partition_start_cuts(weighted: list[tuple[str, float]], totals: np.ndarray, starts: list[int], tasks: int) -> list[str]:
+def _partition_start_cuts(
+    weighted: list[tuple[str, float]], totals: np.ndarray, starts: list[int], tasks: int
+) -> list[str]:
     """Up to ``tasks - 1`` cuts, each where a partition starts, nearest the points that share the rows evenly."""
     if not starts or tasks <= 1:
         return []
@@ -89,7 +96,8 @@ def _partition_start_cuts(weighted: list[tuple[str, float]], totals: np.ndarray,
 
 
 def _partition_starts(weighted: list[tuple[str, float]]) -> list[int]:
-    """Where a new partition begins among sorted range keys (none under a global index, whose keys have no partition)."""
+    """Where a new partition begins among sorted range keys (none under a global index, whose keys have no
+    partition)."""
     parts = [_partition_of(key) for key, _ in weighted]
     return [i for i in range(1, len(parts)) if parts[i] is not None and parts[i] != parts[i - 1]]
 
@@ -99,12 +107,17 @@ def _partition_of(key: str) -> str | None:
 
 
 def split_sorted(rows: pa.Table, cuts: list[str], global_keys: bool) -> list[tuple[int, pa.Table]]:
-    """Rows sorted by range key, cut into (task, rows) at ``cuts``: a task's rows are those from its cut up to the next."""
+    """Rows sorted by range key, cut into (task, rows) at ``cuts``: a task's rows are those from its cut up to the
+    next."""
     if not rows.num_rows:
         return []
     keys = _Keys(rows, global_keys)
     starts = [0] + [bisect.bisect_left(keys, cut) for cut in cuts] + [rows.num_rows]
-    return [(task, rows.slice(start, end - start)) for task, (start, end) in enumerate(zip(starts, starts[1:])) if end > start]
+    return [
+        (task, rows.slice(start, end - start))
+        for task, (start, end) in enumerate(zip(starts, starts[1:]))
+        if end > start
+    ]
 
 
 def split_unsorted(rows: pa.Table, cuts: list[str], global_keys: bool) -> list[tuple[int, pa.Table]]:
@@ -132,7 +145,10 @@ def range_numbers(rows: pa.Table, cuts: list[str], global_keys: bool) -> np.ndar
                 at_or_above = pc.greater_equal(keys, cut)
             else:
                 partition, key = cut.split(_SEPARATOR, 1)
-                at_or_above = pc.or_(pc.greater(partitions, partition), pc.and_(pc.equal(partitions, partition), pc.greater_equal(keys, key)))
+                at_or_above = pc.or_(
+                    pc.greater(partitions, partition),
+                    pc.and_(pc.equal(partitions, partition), pc.greater_equal(keys, key)),
+                )
             task += np.asarray(at_or_above, dtype=bool)
     return task
 

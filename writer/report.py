@@ -38,13 +38,16 @@ class BatchReport:
     ran_on: str = "tasks"
     # its instant was rolled back after it committed (by an operator, or a restore); set when the status is read
     rolled_back: bool = False
-    # requests to an object store during the micro-batch, by kind (GET, PUT, LIST, DELETE, HEAD), from the driver's process
+    # requests to an object store during the micro-batch, by kind (GET, PUT, LIST, DELETE, HEAD), from the driver's
+    # process
     requests: dict[str, int] = field(default_factory=dict)
     # of those, the requests sent again after the store throttled or lost them
     retries: int = 0
-    # a Kafka source's lag once the micro-batch committed: per "topic/partition", the newest offset minus the next one to read
+    # a Kafka source's lag once the micro-batch committed: per "topic/partition", the newest offset minus the next one
+    # to read
     lag: dict[str, int] = field(default_factory=dict)
-    # messages of a change feed that are not row changes, by kind (transaction, heartbeat, schema_change, ...): counted, not written
+    # messages of a change feed that are not row changes, by kind (transaction, heartbeat, schema_change, ...): counted,
+    # not written
     skipped_messages: dict[str, int] = field(default_factory=dict)
     # columns change events carried that the table's rows lack (not in source.schema): how many events carried each
     unknown_fields: dict[str, int] = field(default_factory=dict)
@@ -59,7 +62,11 @@ class BatchReport:
         return f"table {self.table}: {self._line()}" if self.table else self._line()
 
     def _line(self) -> str:
-        skipped = " skipped=" + ",".join(f"{kind}:{n}" for kind, n in sorted(self.skipped_messages.items())) if self.skipped_messages else ""
+        skipped = (
+            " skipped=" + ",".join(f"{kind}:{n}" for kind, n in sorted(self.skipped_messages.items()))
+            if self.skipped_messages
+            else ""
+        )
         if self.empty:
             return f"micro-batch {self.batch_id}: empty, no instant{skipped}"
         if self.skipped:
@@ -70,11 +77,16 @@ class BatchReport:
         replaced += " lag=" + ",".join(f"{place}:{n}" for place, n in self.lag.items()) if self.lag else ""
         replaced += skipped
         replaced += f" binlog_behind={self.binlog_behind}" if self.binlog_behind else ""
-        replaced += " unknown_fields=" + ",".join(f"{name}:{n}" for name, n in sorted(self.unknown_fields.items())) if self.unknown_fields else ""
+        replaced += (
+            " unknown_fields=" + ",".join(f"{name}:{n}" for name, n in sorted(self.unknown_fields.items()))
+            if self.unknown_fields
+            else ""
+        )
         steps = " ".join(f"{name}={seconds:.2f}" for name, seconds in self.stage_seconds.items())
         return (
             f"micro-batch {self.batch_id}: instant={self.instant} records={self.records} inserts={self.inserts} "
-            f"updates={self.updates} deletes={self.deletes} late={self.late} quarantined={self.quarantined} files={self.files}"
+            f"updates={self.updates} deletes={self.deletes} late={self.late} quarantined={self.quarantined} "
+            f"files={self.files}"
             f"{replaced} seconds={self.seconds:.2f} on {self.ran_on} ({steps})"
         )
 
@@ -111,7 +123,9 @@ class WriterStatus:
     def failed(self, what: str, error: BaseException, instant: str | None = None) -> None:
         text = first_line(error) or type(error).__name__
         with self._lock:
-            self.failures = (self.failures + [Failure(at=time.time(), what=what, instant=instant, error=text)])[-RECENT_FAILURES:]
+            self.failures = (self.failures + [Failure(at=time.time(), what=what, instant=instant, error=text)])[
+                -RECENT_FAILURES:
+            ]
 
 
 class Backlog(BaseModel):
@@ -120,7 +134,9 @@ class Backlog(BaseModel):
     files: int | None = None
     bytes: int | None = None
     records: int | None = Field(None, description="Kafka: the lag, the newest offsets minus the next ones to read")
-    age_seconds: float | None = Field(None, description="landing: the oldest waiting file's age; Kafka: the age of the lag's figure")
+    age_seconds: float | None = Field(
+        None, description="landing: the oldest waiting file's age; Kafka: the age of the lag's figure"
+    )
 
 
 class Health(BaseModel):
@@ -130,8 +146,12 @@ class Health(BaseModel):
     summary: str = Field(description="one line: what is the matter, and what to do about it")
     last_commit_seconds_ago: float | None = None
     input_rate: float | None = Field(None, description="records a second that came in, over the last minutes")
-    processing_rate: float | None = Field(None, description="records a second while writing (records over micro-batch seconds)")
-    falling_behind: bool = Field(False, description="micro-batches take longer than the trigger's interval, or the backlog keeps growing")
+    processing_rate: float | None = Field(
+        None, description="records a second while writing (records over micro-batch seconds)"
+    )
+    falling_behind: bool = Field(
+        False, description="micro-batches take longer than the trigger's interval, or the backlog keeps growing"
+    )
     backlog: Backlog | None = None
     last_error: str | None = None
 
@@ -147,10 +167,14 @@ class WriterView(BaseModel):
 
     running: bool
     writer_id: str | None = None
-    source: str | None = Field(None, description="where the records come from: a landing path, Kafka topics, or the generator")
+    source: str | None = Field(
+        None, description="where the records come from: a landing path, Kafka topics, or the generator"
+    )
     trigger: str | None = None
     stopping: bool = False
-    files_waiting: int | None = Field(None, description="a landing source's files newer than the newest one read (listed at most every 10 s)")
+    files_waiting: int | None = Field(
+        None, description="a landing source's files newer than the newest one read (listed at most every 10 s)"
+    )
     current_batch: int | None = None
     last_instant: str | None = None
     # the last micro-batches, newest last: every field of the log line, and whether an instant was rolled back since
@@ -159,14 +183,18 @@ class WriterView(BaseModel):
     records_total: int = Field(0, description="records of the micro-batches this writer committed")
     index: IndexCoverage | None = None
     health: Health | None = None
-    last_job: JobState | None = Field(None, description="with no job in this server: the table's last job's own last word")
+    last_job: JobState | None = Field(
+        None, description="with no job in this server: the table's last job's own last word"
+    )
     failures: list[Failure] = Field(default_factory=list, description="the job's recent failures, newest last")
 
 
 class TableSummary(BaseModel):
     """One table of a job, as ``GET /v1/tables`` lists it."""
 
-    name: str = Field(description="how the job names the table: its path below the folder of every table (give it as ?table=)")
+    name: str = Field(
+        description="how the job names the table: its path below the folder of every table (give it as ?table=)"
+    )
     uri: str
     source_table: str | None = Field(None, description="the source table whose change events it holds")
     last_instant: str | None = None

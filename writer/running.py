@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import pyarrow as pa
+
+from laketide.config import ConfigError, JobConfig
 from laketide.coordinator import Coordinator, Lease, LocalLease
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
@@ -23,8 +25,8 @@ from laketide.coordinator.lease import ZooKeeperLease
 from laketide.coordinator.lease_choice import LeaseChoice
 from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.savepoints import Savepoints
-from laketide.coordinator.storage_lease import StorageLease, probe_conditional_writes
 from laketide.coordinator.services import ServiceFailures, TableServices
+from laketide.coordinator.storage_lease import StorageLease, probe_conditional_writes
 from laketide.index.state import INDEX_DIR, StateIndex
 from laketide.table import FileIO, Table, TableNotFound, properties_file
 from laketide.table.delta_mirror import DeltaMirror, has_mirror
@@ -34,14 +36,12 @@ from laketide.table.timeline import drawn_again
 from laketide.table.view_sync import ViewSync
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.compactor import Compactor
+from laketide.writer.job_health import assess
+from laketide.writer.job_state import JobState, JobStateRecorder
 from laketide.writer.landing import landing_backlog
 from laketide.writer.operations import Operations
 from laketide.writer.preflight import settled_config, table_config_for
-from laketide.writer.job_health import assess
-from laketide.writer.job_state import JobState, JobStateRecorder
 from laketide.writer.report import Backlog, BatchReport, IndexCoverage, WriterView
-
-from laketide.config import ConfigError, JobConfig
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")
@@ -109,14 +109,26 @@ def lease_choice(config: JobConfig) -> LeaseChoice:
     return LeaseChoice(coordinator.lease)
 
 
-def make_lease(config: JobConfig, table: Table, job_id: str, api_address: str | None = None, on_lost=None, probed: bool = False) -> Lease:
+def make_lease(
+    config: JobConfig, table: Table, job_id: str, api_address: str | None = None, on_lost=None, probed: bool = False
+) -> Lease:
     """``probed``: the store's conditional writes were proven already (``check_table``)."""
     coordinator = config.coordinator
     if coordinator.lease == "storage":
-        return StorageLease(table.io, job_id=job_id, api_address=api_address, ttl=coordinator.lease_ttl, on_lost=on_lost, probe=not probed)
+        return StorageLease(
+            table.io,
+            job_id=job_id,
+            api_address=api_address,
+            ttl=coordinator.lease_ttl,
+            on_lost=on_lost,
+            probe=not probed,
+        )
     if coordinator.lease == "local":
         if not table.io.is_local:
-            raise ConfigError(f"coordinator.lease = 'local' needs a table on the local file system; {table.uri} is not. Use 'storage' or 'zookeeper'.")
+            raise ConfigError(
+                f"coordinator.lease = 'local' needs a table on the local file system; {table.uri} is not. Use "
+                "'storage' or 'zookeeper'."
+            )
         return LocalLease.for_table(table.uri, job_id=job_id, api_address=api_address)
     return ZooKeeperLease(
         coordinator.zookeeper,
@@ -158,7 +170,9 @@ class RunningJob:
     services: TableServices
     mirror: DeltaMirror | None = None
     state: JobStateRecorder | None = None  # the job's last word, kept with the table
-    _waiting: tuple[float, Backlog | None] = field(default=(float("-inf"), None), init=False)  # (when listed, the landing backlog)
+    _waiting: tuple[float, Backlog | None] = field(
+        default=(float("-inf"), None), init=False
+    )  # (when listed, the landing backlog)
     _facts: TableFacts | None = field(default=None, init=False)
 
     def stop(self) -> None:
@@ -171,7 +185,9 @@ class RunningJob:
         status = self.writer.status
         facts = self._table_facts(status.last_instant)
         landing = self._landing_backlog(status.recent)
-        running_batch = status.current_batch is not None and (not status.recent or status.recent[-1].batch_id != status.current_batch)
+        running_batch = status.current_batch is not None and (
+            not status.recent or status.recent[-1].batch_id != status.current_batch
+        )
         return WriterView(
             running=True,
             writer_id=self.coordinator.writer_id,
@@ -186,7 +202,9 @@ class RunningJob:
             records_total=status.records_total,
             index=facts.index,
             failures=status.failures,
-            health=assess(status.recent, status.failures, self.config.stream.trigger, landing, running_batch, facts.last_commit_at),
+            health=assess(
+                status.recent, status.failures, self.config.stream.trigger, landing, running_batch, facts.last_commit_at
+            ),
         )
 
     def _table_facts(self, last_instant: str | None) -> TableFacts:
@@ -205,7 +223,9 @@ class RunningJob:
         snapshot = self.index.snapshot(completed, timeline.start)
         groups = {(s.partition, s.file_id) for s in self.writer.views.view(timeline).latest_slices()}
         last = timeline.latest_completed_write()
-        index = IndexCoverage(shards=self.index.shards, file_groups=len(groups), covered_file_groups=len(groups & snapshot.covered))
+        index = IndexCoverage(
+            shards=self.index.shards, file_groups=len(groups), covered_file_groups=len(groups & snapshot.covered)
+        )
         at = instant_to_datetime(last.timestamp).timestamp() if last is not None else None
         return TableFacts(time.monotonic(), last_instant, completed, timeline.start, index, at)
 
@@ -218,7 +238,9 @@ class RunningJob:
         at, backlog = self._waiting
         if time.monotonic() - at > WAITING_SECONDS:
             try:
-                backlog = landing_backlog(self.config.source.path, self.config.stream.checkpoint, done[-1], self.config.storage.io_options)
+                backlog = landing_backlog(
+                    self.config.source.path, self.config.stream.checkpoint, done[-1], self.config.storage.io_options
+                )
             except Exception:  # only for showing: the status answers without it
                 log.warning("the landing files waiting could not be counted", exc_info=True)
                 backlog = None
@@ -232,7 +254,8 @@ class RunningJob:
 
     @property
     def operations(self) -> Operations:
-        """An operator's changes, on the job's coordinator, each between micro-batches; the Delta mirror then shows it."""
+        """An operator's changes, on the job's coordinator, each between micro-batches; the Delta mirror then shows
+        it."""
         return Operations(self.coordinator, self.index, self.mirror, self.between_batches)
 
     def between_batches(self, action: Callable[[], T]) -> T:
@@ -256,7 +279,10 @@ def _describe_source(config: JobConfig) -> str:
 def _log_pending(table: Table) -> None:
     pending = [i.timestamp for i in table.timeline.pending([COMPACTION])]
     if pending:
-        log.info("compactions %s are pending; the next start of the job (or laketide compact --run) runs them", ", ".join(pending))
+        log.info(
+            "compactions %s are pending; the next start of the job (or laketide compact --run) runs them",
+            ", ".join(pending),
+        )
 
 
 def _rolled_back(report: BatchReport, completed: set[str], timeline_start: str | None) -> bool:
@@ -276,15 +302,23 @@ def mirror_for(config: JobConfig, table: Table, views: ViewSync, hold: Callable[
 
 
 def table_services(
-    config: JobConfig, coordinator: Coordinator, index: StateIndex, views: ViewSync, index_compaction: IndexCompaction,
-    compactor: Compactor | None = None, mirror: DeltaMirror | None = None,
+    config: JobConfig,
+    coordinator: Coordinator,
+    index: StateIndex,
+    views: ViewSync,
+    index_compaction: IndexCompaction,
+    compactor: Compactor | None = None,
+    mirror: DeltaMirror | None = None,
 ) -> TableServices:
     """Compaction (merge-on-read, when async), cleaning, then archival (when enabled), after each commit, on the job's
-    synced view; the state index's compaction; last the Delta mirror, which publishes what they and the commit completed."""
+    synced view; the state index's compaction; last the Delta mirror, which publishes what they and the commit
+    completed."""
     services: list = [("compact", compactor.run)] if compactor is not None and config.compaction.mode == "async" else []
     services.append(("clean", Cleaner(coordinator, config.clean.retention(), index.obsolete_runs, views.view).clean))
     if config.archive.enabled:
-        archiver = Archiver(coordinator, config.archive.min_commits, config.archive.max_commits, index.instants, views.view)
+        archiver = Archiver(
+            coordinator, config.archive.min_commits, config.archive.max_commits, index.instants, views.view
+        )
         services.append(("archive", archiver.archive))
     services.append(("index compaction", index_compaction.run))
     if mirror is not None:
@@ -294,7 +328,11 @@ def table_services(
 
 
 def compactor_for(
-    config: JobConfig, table: Table, coordinator: Coordinator, views: ViewSync, on_step: Callable[[str, int], None] | None = None
+    config: JobConfig,
+    table: Table,
+    coordinator: Coordinator,
+    views: ViewSync,
+    on_step: Callable[[str, int], None] | None = None,
 ) -> Compactor | None:
     if table.config.table_type != "MERGE_ON_READ" or config.compaction.mode == "off":
         return None
@@ -309,7 +347,11 @@ def _after_commit(config: JobConfig, compactor: Compactor | None, services: Tabl
 
     def after(instant: str) -> None:
         failures = services.failures
-        if compactor is not None and failures.run("schedule compaction", compactor.schedule, instant) and config.compaction.mode == "inline":
+        if (
+            compactor is not None
+            and failures.run("schedule compaction", compactor.schedule, instant)
+            and config.compaction.mode == "inline"
+        ):
             failures.run("compact", compactor.run, instant)
         services.after_commit(instant)
 
@@ -327,15 +369,22 @@ def open_index(config: JobConfig, table: Table) -> StateIndex:
             raise
         # a change feed's table indexed per partition by an earlier version: its key-only deletes were dropped
         raise Invalid(
-            f"the state index of {table.uri} finds keys per partition, but change events (source.envelope = 'debezium') into a "
+            f"the state index of {table.uri} finds keys per partition, but change events (source.envelope = "
+            "'debezium') into a "
             "partitioned table need a key found in any partition. With no job running, delete the folder "
             f"{table.io.full_path(INDEX_DIR)}: the next job rebuilds it, keyed by the record key alone"
         ) from None
 
 
 def start(
-    config: JobConfig, table: Table, lease: Lease, writer_id: str, factory: WriterFactory = BatchWriter, on_step: Callable[[str, int], None] | None = None,
-    streaming: bool = True, metrics: Metrics | None = None,
+    config: JobConfig,
+    table: Table,
+    lease: Lease,
+    writer_id: str,
+    factory: WriterFactory = BatchWriter,
+    on_step: Callable[[str, int], None] | None = None,
+    streaming: bool = True,
+    metrics: Metrics | None = None,
 ) -> RunningJob:
     """Everything a writer needs, under ``lease`` (held): what a previous holder left is recovered first,
     a restore cut short is finished, and a compaction left pending is run. The lease is recorded as the table's
@@ -354,8 +403,15 @@ def start(
     index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas, coordinator.hold)
     services = table_services(config, coordinator, index, views, index_compaction, compactor, mirror)
     writer = factory(
-        config=config, table=table, coordinator=coordinator, index=index, quarantine_path=quarantine_path(config),
-        on_step=on_step, after_commit=_after_commit(config, compactor, services), views=views, failures=services.failures,
+        config=config,
+        table=table,
+        coordinator=coordinator,
+        index=index,
+        quarantine_path=quarantine_path(config),
+        on_step=on_step,
+        after_commit=_after_commit(config, compactor, services),
+        views=views,
+        failures=services.failures,
     )
     services.failures.on_failure = lambda name, instant, error: writer.status.failed(name, error, instant)
     if compactor is not None:
@@ -363,7 +419,9 @@ def start(
     index_compaction.swap_lock = writer.batch_lock
     state = _job_state(table, coordinator, writer_id) if streaming else None
     if state is not None:
-        writer.observers.append(lambda report: None if report.skipped or report.empty else state.committed(report.batch_id, report.instant))
+        writer.observers.append(
+            lambda report: None if report.skipped or report.empty else state.committed(report.batch_id, report.instant)
+        )
     # a compaction the previous run left pending is finished now, not only after the next commit
     services.after_commit()
     return RunningJob(config, table, coordinator, writer, index, threading.Event(), services, mirror, state)
@@ -372,8 +430,15 @@ def start(
 def _job_state(table: Table, coordinator: Coordinator, writer_id: str) -> JobStateRecorder:
     holder = coordinator.lease.holder
     now = time.time()
-    state = JobState(state="running", writer_id=writer_id, job_id=holder.job_id if holder else None, host=holder.host if holder else None,
-                     pid=holder.pid if holder else None, started_at=now, updated_at=now)
+    state = JobState(
+        state="running",
+        writer_id=writer_id,
+        job_id=holder.job_id if holder else None,
+        host=holder.host if holder else None,
+        pid=holder.pid if holder else None,
+        started_at=now,
+        updated_at=now,
+    )
     recorder = JobStateRecorder(table.io, coordinator.hold, state)
     recorder.started()
     return recorder

@@ -16,6 +16,7 @@ import time
 import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from laketide.table.errors import Invalid, Unavailable
 
 MAGIC = 0  # the first byte of Confluent's wire format
@@ -49,31 +50,41 @@ class SchemaRegistry:
         failure: Exception | None = None
         for attempt in range(RETRIES):
             try:
-                answer = httpx.get(where, auth=auth, timeout=10, headers={"Accept": "application/vnd.schemaregistry.v1+json"})
+                answer = httpx.get(
+                    where, auth=auth, timeout=10, headers={"Accept": "application/vnd.schemaregistry.v1+json"}
+                )
             except httpx.HTTPError as error:
                 failure = error
             else:
                 if answer.status_code == 404:
                     raise UnknownSchema(f"schema id {schema_id} is not in the schema registry {self.url}")
                 if answer.status_code in (401, 403):
-                    raise Invalid(f"the schema registry {self.url} refused the credentials (HTTP {answer.status_code}): "
-                                  "set source.schema_registry.options.\"basic.auth.user.info\" = \"user:password\"")
+                    raise Invalid(
+                        f"the schema registry {self.url} refused the credentials (HTTP {answer.status_code}): "
+                        'set source.schema_registry.options."basic.auth.user.info" = "user:password"'
+                    )
                 if answer.status_code < 500:
                     return self._parsed(schema_id, answer)
                 failure = RuntimeError(f"HTTP {answer.status_code}")
             time.sleep(0.5 * 2**attempt)
-        raise Unavailable(f"the schema registry {self.url} could not be asked for schema id {schema_id} ({failure}); "
-                          "check source.schema_registry.url and that the registry is up, then start the job again")
+        raise Unavailable(
+            f"the schema registry {self.url} could not be asked for schema id {schema_id} ({failure}); "
+            "check source.schema_registry.url and that the registry is up, then start the job again"
+        )
 
     def _parsed(self, schema_id: int, answer: httpx.Response) -> dict:
         try:
             body = answer.json()
             if body.get("schemaType", "AVRO") != "AVRO":
-                raise UnknownSchema(f"schema id {schema_id} of the schema registry {self.url} is {body['schemaType']}, not Avro")
+                raise UnknownSchema(
+                    f"schema id {schema_id} of the schema registry {self.url} is {body['schemaType']}, not Avro"
+                )
             return json.loads(body["schema"])
         except (ValueError, KeyError, TypeError) as error:
-            raise Invalid(f"the schema registry {self.url} answered schema id {schema_id} with what is not an Avro schema "
-                          f"(HTTP {answer.status_code}: {error}); is source.schema_registry.url the registry's address?") from None
+            raise Invalid(
+                f"the schema registry {self.url} answered schema id {schema_id} with what is not an Avro schema "
+                f"(HTTP {answer.status_code}: {error}); is source.schema_registry.url the registry's address?"
+            ) from None
 
 
 def framing(value: bytes | None) -> tuple[int | None, bytes | None]:
@@ -84,7 +95,9 @@ def framing(value: bytes | None) -> tuple[int | None, bytes | None]:
 
 
 def _framed(values: pa.Array) -> pa.Array:
-    return pc.fill_null(pc.and_(pc.starts_with(values, bytes([MAGIC])), pc.greater_equal(pc.binary_length(values), 5)), False)
+    return pc.fill_null(
+        pc.and_(pc.starts_with(values, bytes([MAGIC])), pc.greater_equal(pc.binary_length(values), 5)), False
+    )
 
 
 def unframed(values: pa.Array) -> pa.Array:
@@ -100,7 +113,9 @@ def schema_ids(values: pa.Array) -> set[int | None]:
     """The schema ids of the framed values (``None`` standing for those not framed); nulls (tombstones) left out."""
     values = values.cast(pa.binary()).drop_null()
     framed = _framed(values)
-    ids: set[int | None] = {int.from_bytes(head, "big") for head in pc.unique(pc.binary_slice(values.filter(framed), 1, 5)).to_pylist()}
+    ids: set[int | None] = {
+        int.from_bytes(head, "big") for head in pc.unique(pc.binary_slice(values.filter(framed), 1, 5)).to_pylist()
+    }
     if not pc.all(framed).as_py():
         ids.add(None)
     return ids

@@ -40,7 +40,10 @@ def split_lazily(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, Callable[[
     if not rows.num_rows:
         return []
     order, starts, sorted_keys = _runs(keys)
-    return [(int(sorted_keys[start]), partial(rows.take, pa.array(order[start:end]))) for start, end in zip(starts[:-1], starts[1:])]
+    return [
+        (int(sorted_keys[start]), partial(rows.take, pa.array(order[start:end])))
+        for start, end in zip(starts[:-1], starts[1:])
+    ]
 
 
 def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

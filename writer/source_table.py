@@ -39,18 +39,30 @@ class SourceTable:
         if not seen:
             return None
         if self.ordering == "position" and self.known_ordering() == "ts_ms":
-            raise Invalid(f"table {self.table.uri} was written with source.debezium.ordering = 'ts_ms': its rows' positions begin with "
-                          "the commit time and sort after every log position, so events ordered by 'position' would all be dropped as late. "
-                          "Keep source.debezium.ordering = 'ts_ms' for this table. Nothing of this micro-batch was written.")
-        way_out = ("One laketide table takes the change events of one source table: give each source table its own job "
-                   "(source.kafka.topics naming its topic, or a topic_pattern that matches only it). Nothing of this micro-batch was written.")
+            raise Invalid(
+                f"table {self.table.uri} was written with source.debezium.ordering = 'ts_ms': its rows' "
+                "positions begin with "
+                "the commit time and sort after every log position, so events ordered by 'position' would all "
+                "be dropped as late. "
+                "Keep source.debezium.ordering = 'ts_ms' for this table. Nothing of this micro-batch was written."
+            )
+        way_out = (
+            "One laketide table takes the change events of one source table: give each source table its own job "
+            "(source.kafka.topics naming its topic, or a topic_pattern that matches only it). Nothing of this "
+            "micro-batch was written."
+        )
         if len(seen) > 1:
-            raise MixedSourceTables(f"micro-batch {batch_id} holds change events of {len(seen)} source tables ({', '.join(sorted(seen))}). {way_out}")
+            raise MixedSourceTables(
+                f"micro-batch {batch_id} holds change events of {len(seen)} source tables "
+                f"({', '.join(sorted(seen))}). {way_out}"
+            )
         (name,) = seen
         known = self.known()
         if known is not None and known != name:
-            raise MixedSourceTables(f"micro-batch {batch_id} holds change events of source table {name}, but table {self.table.uri} "
-                                    f"was written from {known}. {way_out}")
+            raise MixedSourceTables(
+                f"micro-batch {batch_id} holds change events of source table {name}, but table {self.table.uri} "
+                f"was written from {known}. {way_out}"
+            )
         return name
 
     def known(self) -> str | None:

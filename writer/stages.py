@@ -54,7 +54,9 @@ from laketide.writer.log_writer import LogTarget, LogWriter, OrderingSpan, order
 from laketide.writer.slots import split_by
 
 # a write status as it travels from a task: its write stat as Hudi's JSON, then the file group and late records
-STATUS_SCHEMA = pa.schema([("stat", pa.string()), ("partition", pa.string()), ("file_id", pa.string()), ("late", pa.int64())])
+STATUS_SCHEMA = pa.schema(
+    [("stat", pa.string()), ("partition", pa.string()), ("file_id", pa.string()), ("late", pa.int64())]
+)
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,12 @@ class WriteStatus:
         return cls(partition, file_id, stat, late)
 
     def to_row(self) -> dict:
-        return {"stat": self.stat.model_dump_json(by_alias=True) if self.stat else "", "partition": self.partition, "file_id": self.file_id, "late": self.late}
+        return {
+            "stat": self.stat.model_dump_json(by_alias=True) if self.stat else "",
+            "partition": self.partition,
+            "file_id": self.file_id,
+            "late": self.late,
+        }
 
     @classmethod
     def from_row(cls, row: dict) -> WriteStatus:
@@ -160,7 +167,11 @@ def routing_columns(rows: pa.Table, ordering_field: str | None) -> pa.Table:
     assign stage works on these, and only the write stage's rows are taken whole (``routed_rows``).
     Deduplicating, splitting and filtering every column at each step of the assign stage cost it a fifth
     more thread time on a 100,000-row merge-on-read micro-batch."""
-    names = dict.fromkeys(c for c in (RECORD_KEY, PARTITION, SHARD, KEY_HASH, ARRIVAL_FILE, ARRIVAL, IS_DELETED, ordering_field) if c and c in rows.column_names)
+    names = dict.fromkeys(
+        c
+        for c in (RECORD_KEY, PARTITION, SHARD, KEY_HASH, ARRIVAL_FILE, ARRIVAL, IS_DELETED, ordering_field)
+        if c and c in rows.column_names
+    )
     return rows.select(list(names)).append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
 
 
@@ -206,7 +217,9 @@ def assign(plan: BatchPlan, rows: pa.Table, out_schema: pa.Schema) -> list[tuple
     if not rows.num_rows:
         return []
     routing = route(plan, routing_columns(rows, plan.assign.ordering_field))
-    return [(slot, routed_rows(rows, part, out_schema)) for slot, part in split_by(routing, routing[WRITE_SLOT].to_numpy())]
+    return [
+        (slot, routed_rows(rows, part, out_schema)) for slot, part in split_by(routing, routing[WRITE_SLOT].to_numpy())
+    ]
 
 
 def slot_rows(rows: pa.Table, routing: pa.Table, out_schema: pa.Schema) -> pa.Table:
@@ -232,17 +245,27 @@ def _index_whole_group(plan: BatchPlan, io: FileIO, paths: list[str], partition:
     read = _read_keys(io)
     keys = pc.unique(pa.concat_arrays([read(p) for p in paths]))
     partitions = repeated(partition, len(keys))
-    write_entries(plan, io, index_keys(partitions, keys, plan.index.global_keys), partitions, repeated(file_id, len(keys)), task)
+    write_entries(
+        plan, io, index_keys(partitions, keys, plan.index.global_keys), partitions, repeated(file_id, len(keys)), task
+    )
 
 
-def write_entries(plan: BatchPlan, io: FileIO, hashes: np.ndarray, partitions: pa.Array, file_ids: pa.Array, task: int) -> None:
-    """Index entries a write task adds, one delta run per shard: each key's index hash (``index_keys``), partition and file group."""
+def write_entries(
+    plan: BatchPlan, io: FileIO, hashes: np.ndarray, partitions: pa.Array, file_ids: pa.Array, task: int
+) -> None:
+    """Index entries a write task adds, one delta run per shard: each key's index hash (``index_keys``), partition and
+    file group."""
     shards = shard_of(hashes, plan.index.shards)
     index = StateIndex(io, plan.index.shards)
     for shard in np.unique(shards):
         mine = shards == shard
         at = pa.array(mine)
-        index.write_delta(int(shard), plan.instant, index_entries(hashes[mine], partitions.filter(at), file_ids.filter(at)), part=_WRITE_PART_BASE + task)
+        index.write_delta(
+            int(shard),
+            plan.instant,
+            index_entries(hashes[mine], partitions.filter(at), file_ids.filter(at)),
+            part=_WRITE_PART_BASE + task,
+        )
 
 
 def file_group_order(rows: pa.Table) -> np.ndarray:
@@ -281,7 +304,9 @@ def _groups_at(rows: pa.Table, starts: np.ndarray) -> list[tuple[str, str]]:
     return list(zip(rows[PARTITION].take(at).to_pylist(), rows[FILE_ID].take(at).to_pylist()))
 
 
-def _ordering_spans(plan: BatchPlan, rows: pa.Table, starts: np.ndarray, log_schema: pa.Schema) -> list[OrderingSpan] | None:
+def _ordering_spans(
+    plan: BatchPlan, rows: pa.Table, starts: np.ndarray, log_schema: pa.Schema
+) -> list[OrderingSpan] | None:
     """Each file group's ``OrderingSpan`` when a merge-on-read task logs under event-time ordering."""
     field = plan.ordering_field
     if plan.log_targets is None or field is None or field not in rows.column_names:
@@ -289,7 +314,9 @@ def _ordering_spans(plan: BatchPlan, rows: pa.Table, starts: np.ndarray, log_sch
     return ordering_spans(rows, starts, field, log_schema.field(field).type)
 
 
-def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None) -> Iterator[pa.RecordBatch]:
+def write(
+    plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: str | None = None
+) -> Iterator[pa.RecordBatch]:
     """Write the file groups of one task; ``token`` names this task attempt in its file names."""
     rows = _concat(batches)
     if rows is None:
@@ -312,8 +339,17 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
         log_target = plan.log_targets.get((partition, file_id)) if plan.log_targets is not None else None
         if log_target is not None:
             writer = LogWriter(
-                io, log_target, plan.instant, task, log_schema, plan.avro_schema,
-                token or write_token(task), plan.ordering_field, seqnos=seqnos, dictionary=dictionary, compression=plan.log_compression,
+                io,
+                log_target,
+                plan.instant,
+                task,
+                log_schema,
+                plan.avro_schema,
+                token or write_token(task),
+                plan.ordering_field,
+                seqnos=seqnos,
+                dictionary=dictionary,
+                compression=plan.log_compression,
                 placeholder=plan.assign.placeholder,
             )
             span = spans[at] if spans else None
@@ -328,8 +364,18 @@ def write(plan: BatchPlan, batches: Iterator[pa.RecordBatch], task: int, token: 
             base = BaseFile.parse(partition, current) if current else None
             incoming = incoming.sort_by(RECORD_KEY)  # a base file is sorted by key: merges stream it
             bucket = BucketWriter(
-                io, FileGroupTarget(partition, file_id, base), plan.instant, task, plan.table_schema, plan.avro_schema, plan.bloom,
-                plan.ordering_field, token, seqnos=seqnos, dictionary=dictionary, compression=plan.compression,
+                io,
+                FileGroupTarget(partition, file_id, base),
+                plan.instant,
+                task,
+                plan.table_schema,
+                plan.avro_schema,
+                plan.bloom,
+                plan.ordering_field,
+                token,
+                seqnos=seqnos,
+                dictionary=dictionary,
+                compression=plan.compression,
                 placeholder=plan.assign.placeholder,
             )
             markers.create(bucket.new_file.path, MERGE if base else CREATE)

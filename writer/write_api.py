@@ -14,6 +14,8 @@ from typing import Any, Literal
 import pyarrow as pa
 from obstore.exceptions import BaseError as ObstoreError
 
+from laketide.config import ConfigError, JobConfig
+from laketide.config_tables import refuse_database_job
 from laketide.table import FileIO, Table, TableNotFound
 from laketide.table.errors import Invalid
 from laketide.table.store_requests import store_failure
@@ -24,14 +26,11 @@ from laketide.writer.report import BatchReport
 from laketide.writer.running import (
     finish,
     make_lease,
-    take_recorded_lease,
     open_table,
     quarantine_path,
     start,
+    take_recorded_lease,
 )
-
-from laketide.config import ConfigError, JobConfig
-from laketide.config_tables import refuse_database_job
 
 log = logging.getLogger("laketide.write")
 WRITER_ID = "laketide-write"
@@ -64,16 +63,31 @@ def write(
     Raises a ``LaketideError``: ``Invalid`` for bad settings or data, ``Conflict`` when the lease stays held.
     """
     try:
-        return _write(data, table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings, writer_id)
+        return _write(
+            data, table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings, writer_id
+        )
     except ObstoreError as error:  # what the store failed that no step told apart: still one of laketide's errors
         raise store_failure(error, table_uri) from error
 
 
-def _write(data, table_uri: str, operation, record_key, partition_by, ordering_field, table_type, name, settings, writer_id: str) -> BatchReport:
+def _write(
+    data,
+    table_uri: str,
+    operation,
+    record_key,
+    partition_by,
+    ordering_field,
+    table_type,
+    name,
+    settings,
+    writer_id: str,
+) -> BatchReport:
     rows = _arrow(data)
     config = _config(table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings)
     refuse_database_job(config)
-    table = open_table(config, rows.schema)  # the table first: a store or bucket that is wrong is named by the table's path
+    table = open_table(
+        config, rows.schema
+    )  # the table first: a store or bucket that is wrong is named by the table's path
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
     take_recorded_lease(config, table.io)
     lease = make_lease(config, table, job_id=f"{writer_id}-api")
@@ -84,7 +98,14 @@ def _write(data, table_uri: str, operation, record_key, partition_by, ordering_f
         batch_id = job.coordinator.committed_batches().get(writer_id, -1) + 1
         writer = job.writer
         with writer.batch_lock:
-            report = writer.run(batch_id, lambda: LoadedBatch(DriverBatch.prepare(rows, writer.spec, writer.driver_pool, writer.clock.timed), _in_utc(rows.schema), rows.schema))
+            report = writer.run(
+                batch_id,
+                lambda: LoadedBatch(
+                    DriverBatch.prepare(rows, writer.spec, writer.driver_pool, writer.clock.timed),
+                    _in_utc(rows.schema),
+                    rows.schema,
+                ),
+            )
         writer.announce(report)
         finish(job, ended_by_itself=True)
         return report
@@ -95,10 +116,18 @@ def _write(data, table_uri: str, operation, record_key, partition_by, ordering_f
         lease.release()
 
 
-def _config(table_uri: str, operation: str, record_key, partition_by, ordering_field, table_type, name, settings: dict | None) -> JobConfig:
+def _config(
+    table_uri: str, operation: str, record_key, partition_by, ordering_field, table_type, name, settings: dict | None
+) -> JobConfig:
     sections = dict(settings or {})
     table = {"path": table_uri, **sections.pop("table", {})}
-    for key, value in (("record_key", record_key), ("partition_by", partition_by), ("ordering_field", ordering_field), ("type", table_type), ("name", name)):
+    for key, value in (
+        ("record_key", record_key),
+        ("partition_by", partition_by),
+        ("ordering_field", ordering_field),
+        ("type", table_type),
+        ("name", name),
+    ):
         if value is not None:
             table[key] = [value] if key in ("record_key", "partition_by") and isinstance(value, str) else value
     if "record_key" not in table:
@@ -115,7 +144,10 @@ def _settings_of_existing(table_uri: str, options: dict[str, str] | None) -> dic
     try:
         existing = Table.open(table_uri, FileIO.for_uri(table_uri, options)).config
     except TableNotFound:
-        raise Invalid(f"no table at {table_uri} yet: laketide.write needs record_key (the column or columns that identify a record) to create it") from None
+        raise Invalid(
+            f"no table at {table_uri} yet: laketide.write needs record_key (the column or columns that identify "
+            "a record) to create it"
+        ) from None
     return {
         "record_key": existing.record_key_fields,
         "partition_by": existing.partition_fields,
@@ -136,10 +168,16 @@ def _arrow(data: Any) -> pa.Table:
         return data.to_arrow()
     if type(data).__module__.startswith("pandas"):
         return pa.Table.from_pandas(data, preserve_index=False)
-    raise Invalid(f"laketide.write takes a pyarrow Table or RecordBatchReader, a Polars or a pandas DataFrame, not {type(data).__name__}")
+    raise Invalid(
+        "laketide.write takes a pyarrow Table or RecordBatchReader, a Polars or a pandas DataFrame, not "
+        f"{type(data).__name__}"
+    )
 
 
 def _in_utc(schema: pa.Schema) -> pa.Schema:
     """The schema the table's evolves by: a timestamp with a zone is an instant, kept in UTC as Spark keeps it."""
-    fields = [f.with_type(pa.timestamp(f.type.unit, tz="UTC")) if pa.types.is_timestamp(f.type) and f.type.tz else f for f in schema]
+    fields = [
+        f.with_type(pa.timestamp(f.type.unit, tz="UTC")) if pa.types.is_timestamp(f.type) and f.type.tz else f
+        for f in schema
+    ]
     return pa.schema(fields, metadata=schema.metadata)

@@ -19,7 +19,18 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-__all__ = ["Conflict", "ErrorKind", "Invalid", "LaketideError", "NotFound", "Refused", "Unavailable", "UnsupportedTableError", "__version__", "write"]
+__all__ = [
+    "Conflict",
+    "ErrorKind",
+    "Invalid",
+    "LaketideError",
+    "NotFound",
+    "Refused",
+    "Unavailable",
+    "UnsupportedTableError",
+    "__version__",
+    "write",
+]
 _ERRORS = set(__all__) - {"__version__", "write"}
 
 

@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from laketide.config_services import ArchiveSection, CleanSection, CompactionSection, MirrorSection, ServicesSection  # noqa: F401
+from laketide.config_services import ArchiveSection, CleanSection, CompactionSection, MirrorSection, ServicesSection
 from laketide.config_source import (  # noqa: F401 (part of this module's interface)
     DebeziumSection,
     GeneratorSection,
@@ -116,7 +116,10 @@ class WriteSection(_Section):
     @model_validator(mode="after")
     def _partitions_only_to_delete(self) -> WriteSection:
         if self.partitions_to_delete is not None and self.operation != "delete_partition":
-            raise ValueError(f"write.partitions_to_delete is set but write.operation is {self.operation!r}; it applies to delete_partition only")
+            raise ValueError(
+                f"write.partitions_to_delete is set but write.operation is {self.operation!r}; it applies to "
+                "delete_partition only"
+            )
         return self
 
 
@@ -242,15 +245,23 @@ class JobConfig(_Section):
     @model_validator(mode="after")
     def _tables_need_a_template(self) -> JobConfig:
         if "table" not in placeholders(self.table.path) and self.tables:
-            raise ValueError(f"[tables.{next(iter(self.tables))}] applies to a job whose table.path holds {{table}} (one table per source table)")
+            raise ValueError(
+                f"[tables.{next(iter(self.tables))}] applies to a job whose table.path holds {{table}} (one "
+                "table per source table)"
+            )
         return self
 
     @model_validator(mode="after")
     def _archive_keeps_the_clean_window(self) -> JobConfig:
         # reads inside the retained window need their commits on the active timeline (Hudi checks the same)
-        if self.archive.enabled and self.clean.policy == "KEEP_LATEST_COMMITS" and self.archive.min_commits <= self.clean.retain_commits:
+        if (
+            self.archive.enabled
+            and self.clean.policy == "KEEP_LATEST_COMMITS"
+            and self.archive.min_commits <= self.clean.retain_commits
+        ):
             raise ValueError(
-                f"archive.min_commits ({self.archive.min_commits}) must be above clean.retain_commits ({self.clean.retain_commits})"
+                f"archive.min_commits ({self.archive.min_commits}) must be above clean.retain_commits "
+                f"({self.clean.retain_commits})"
             )
         return self
 
@@ -274,8 +285,10 @@ class JobConfig(_Section):
     def _change_events_find_their_row_anywhere(self) -> JobConfig:
         if self.source.envelope == "debezium" and self.table.partition_by and self.index.global_ is False:
             raise ValueError(
-                "index.global = false with source.envelope = 'debezium' on a partitioned table would drop deletes that carry "
-                "the key alone (Postgres' REPLICA IDENTITY DEFAULT) and keep two rows of a key whose partition column changed: "
+                "index.global = false with source.envelope = 'debezium' on a partitioned table would drop "
+                "deletes that carry "
+                "the key alone (Postgres' REPLICA IDENTITY DEFAULT) and keep two rows of a key whose partition "
+                "column changed: "
                 "leave index.global unset (a global index), or set table.partition_by = []"
             )
         return self
@@ -326,7 +339,9 @@ def _describe(error: ValidationError) -> str:
     return "invalid configuration:\n" + "\n".join(lines)
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None) -> JobConfig:
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None
+) -> JobConfig:
     data: dict = dict(base or {})
     if path is not None:
         try:

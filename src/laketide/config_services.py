@@ -14,7 +14,9 @@ from laketide.config_types import Size
 class CleanSection(_Section):
     """``[clean]``: which old file versions the cleaner deletes (Hudi's cleaner policies)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, populate_by_name=True, use_attribute_docstrings=True
+    )
 
     policy: Literal["KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_HOURS"] = "KEEP_LATEST_COMMITS"
     """Hudi's cleaner policy."""

@@ -96,7 +96,8 @@ class SchemaRegistrySection(_Section):
     """A schema registry (Confluent's REST API) that gives each Avro value's schema by the id in its framing."""
 
     url: str | None = None
-    """The registry, e.g. ``http://registry:8081``: Debezium's Avro values take their schema from it by the id in their framing."""
+    """The registry, e.g. ``http://registry:8081``: Debezium's Avro values take their schema from it by the id
+    in their framing."""
     options: dict[str, str] = Field(default_factory=dict)
     """The client's own options, as Confluent's clients name them: ``basic.auth.user.info = "user:password"``."""
 
@@ -138,15 +139,25 @@ class SourceSection(_Section):
                 raise ValueError("source.kafka.bootstrap_servers is required for source.format = 'kafka'")
             if bool(kafka.topics) == bool(kafka.topic_pattern):
                 raise ValueError("give source.kafka.topics or source.kafka.topic_pattern, one of them")
-            if self.value_format == "avro" and not self.avro_schema and not (self.envelope == "debezium" and self.schema_registry.url):
-                raise ValueError("source.avro_schema (an .avsc file) is required for source.value_format = 'avro'"
-                                 + (", or source.schema_registry.url" if self.envelope == "debezium" else ""))
+            if (
+                self.value_format == "avro"
+                and not self.avro_schema
+                and not (self.envelope == "debezium" and self.schema_registry.url)
+            ):
+                raise ValueError(
+                    "source.avro_schema (an .avsc file) is required for source.value_format = 'avro'"
+                    + (", or source.schema_registry.url" if self.envelope == "debezium" else "")
+                )
         elif self.format != "generator" and not self.path:
             raise ValueError(f"source.path is required for source.format = {self.format!r}")
         if self.envelope == "debezium" and self.format in ("csv", "parquet"):
-            raise ValueError(f"source.envelope = 'debezium' reads change events from Kafka or from landing files of JSON lines, not "
-                             f"{self.format}: set source.format = 'json' (one event a line, as Kafka Connect's file and S3 sinks write them)")
-        # change events with their schema (the JSON converter's, Avro's .avsc) carry their columns (``writer.change_decoder``)
+            raise ValueError(
+                f"source.envelope = 'debezium' reads change events from Kafka or from landing files of JSON lines, not "
+                f"{self.format}: set source.format = 'json' (one event a line, as Kafka Connect's file and S3 "
+                "sinks write them)"
+            )
+        # change events with their schema (the JSON converter's, Avro's .avsc) carry their columns
+        # (``writer.change_decoder``)
         from_events = self.envelope == "debezium"
         if self.format != "generator" and not self.schema_ddl and not from_events:
             raise ValueError(f"source.schema (Spark DDL) is required for source.format = {self.format!r}")

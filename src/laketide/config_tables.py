@@ -6,7 +6,8 @@ A job whose ``table.path`` holds ``{table}`` writes each captured table into its
 one source table (and ``schema``, to pin its columns); the rest come from ``[table]``. ``TableRoutes``
 gives the settings of one source table's Hudi table, as a single-table job would have them.
 
-Pure: no I/O, no Spark. The job that runs such a configuration is built on this (see the documentation's "A whole database in one job").
+Pure: no I/O, no Spark. The job that runs such a configuration is built on this (see the documentation's "A whole
+database in one job").
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ class TableKeys(_Section):
     def _avro_name(cls, name: str | None) -> str | None:
         # Hudi names the table's Avro record <name>_record in namespace hoodie.<name>; readers reject other names
         if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ValueError(f"{name!r} is not a valid table name: letters, digits and '_' only, not starting with a digit (it names the table's Avro schema)")
+            raise ValueError(
+                f"{name!r} is not a valid table name: letters, digits and '_' only, not starting with a digit "
+                "(it names the table's Avro schema)"
+            )
         return name
 
 
@@ -99,12 +103,17 @@ def placeholders(path: str) -> list[str]:
     try:
         parsed = list(string.Formatter().parse(path))
     except ValueError as error:
-        raise Invalid(f"table.path {path!r} is not a valid template ({error}); write a literal brace as {{{{ or }}}}") from None
+        raise Invalid(
+            f"table.path {path!r} is not a valid template ({error}); write a literal brace as {{{{ or }}}}"
+        ) from None
     for _, name, spec, conversion in parsed:
         if name is None:
             continue
         if name not in PLACEHOLDERS or spec or conversion:
-            raise Invalid(f"table.path {path!r} names {{{name}}}; a path may hold {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+            raise Invalid(
+                f"table.path {path!r} names {{{name}}}; a path may hold "
+                f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+            )
         found.append(name)
     return found
 
@@ -118,8 +127,11 @@ def refuse_database_job(config: JobConfig) -> None:
     """A ``{table}`` path given to one write of one table (``laketide.write``) is refused, rather than a folder
     literally named ``{table}`` written."""
     if is_database_job(config):
-        raise Invalid(f"table.path {config.table.path!r} asks for one table per source table ({{table}}): that is a streaming job of a "
-                      "whole database, run by `laketide run` from Kafka; laketide.write writes one table, named by its own path")
+        raise Invalid(
+            f"table.path {config.table.path!r} asks for one table per source table ({{table}}): that is a "
+            "streaming job of a "
+            "whole database, run by `laketide run` from Kafka; laketide.write writes one table, named by its own path"
+        )
 
 
 @dataclass(frozen=True)
@@ -148,13 +160,20 @@ class TableRoutes:
         self.config = config
         self.names = placeholders(config.table.path)
         if "table" not in self.names:
-            raise Invalid(f"table.path {config.table.path!r} has no {{table}}: one table per source table needs it in the path")
+            raise Invalid(
+                f"table.path {config.table.path!r} has no {{table}}: one table per source table needs it in the path"
+            )
         if config.source.format != "kafka" or config.source.envelope != "debezium":
-            raise Invalid("a job of a whole database reads Debezium's change events from Kafka: set source.format = \"kafka\" and "
-                          "source.envelope = \"debezium\" (one topic per source table, matched by source.kafka.topic_pattern)")
+            raise Invalid(
+                'a job of a whole database reads Debezium\'s change events from Kafka: set source.format = "kafka" and '
+                'source.envelope = "debezium" (one topic per source table, matched by source.kafka.topic_pattern)'
+            )
         if config.source.value_format != "json":
-            raise Invalid(f"a job of a whole database reads the JSON converter's events; source.value_format = {config.source.value_format!r} "
-                          "is read by a job of one table: run one job per table (its own table.path and source.kafka.topics)")
+            raise Invalid(
+                "a job of a whole database reads the JSON converter's events; source.value_format = "
+                f"{config.source.value_format!r} "
+                "is read by a job of one table: run one job per table (its own table.path and source.kafka.topics)"
+            )
 
     def config_for(self, source: SourceTable) -> JobConfig:
         """The settings of ``source``'s table: ``[table]`` with the path filled in and ``[tables.<name>]`` over it.
@@ -162,28 +181,38 @@ class TableRoutes:
         name = source.name
         values = self._values(source)
         override = self.config.tables.get(name)
-        table = self.config.table.model_copy(update={
-            "path": self.path_of(source),
-            "name": self.config.table.name or _avro_name(name),
-            **(override.model_dump(exclude_unset=True, exclude={"schema_"}) if override else {}),
-        })
+        table = self.config.table.model_copy(
+            update={
+                "path": self.path_of(source),
+                "name": self.config.table.name or _avro_name(name),
+                **(override.model_dump(exclude_unset=True, exclude={"schema_"}) if override else {}),
+            }
+        )
         source_section = self.config.source
         if override is not None and override.schema_ is not None:
             source_section = source_section.model_copy(update={"schema_ddl": override.schema_})
         write = self.config.write
         if write.quarantine_path is not None:
-            aside = write.quarantine_path.format(**values) if placeholders(write.quarantine_path) else f"{write.quarantine_path.rstrip('/')}/{self.label(table.path)}"
+            aside = (
+                write.quarantine_path.format(**values)
+                if placeholders(write.quarantine_path)
+                else f"{write.quarantine_path.rstrip('/')}/{self.label(table.path)}"
+            )
             write = write.model_copy(update={"quarantine_path": aside})
         # deep: a table's start settles its own sections (the lease its table recorded), not its neighbours'
-        return self.config.model_copy(update={"table": table, "source": source_section, "write": write, "tables": {}}, deep=True)
+        return self.config.model_copy(
+            update={"table": table, "source": source_section, "write": write, "tables": {}}, deep=True
+        )
 
     def _values(self, source: SourceTable) -> dict[str, str]:
         values = {"table": source.name, "schema": source.schema, "db": source.db, "topic": source.topic}
         for placeholder in self.names:
             value = values[placeholder]
             if not value or not _SAFE.match(value) or value in (".", ".."):
-                raise Invalid(f"the source's {placeholder} {value!r} cannot name a folder of {self.config.table.path!r}; "
-                              "its events go to quarantine")
+                raise Invalid(
+                    f"the source's {placeholder} {value!r} cannot name a folder of {self.config.table.path!r}; "
+                    "its events go to quarantine"
+                )
         return {p: values[p] for p in self.names}
 
     def path_of(self, source: SourceTable) -> str:
@@ -198,13 +227,17 @@ class TableRoutes:
 
     def label(self, path: str) -> str:
         """How the job names a table (its API, its log lines, its metrics): its path below ``folder``."""
-        return path[len(self.folder):].strip("/") or path
+        return path[len(self.folder) :].strip("/") or path
 
     def key(self, source: SourceTable) -> SourceTable:
         """What tells two tables of the job apart: only what the path names (a source table's events that
         come from two topics are one table unless the path holds ``{topic}``)."""
-        return SourceTable(source.name, source.schema if "schema" in self.names else None,
-                           source.db if "db" in self.names else None, source.topic if "topic" in self.names else None)
+        return SourceTable(
+            source.name,
+            source.schema if "schema" in self.names else None,
+            source.db if "db" in self.names else None,
+            source.topic if "topic" in self.names else None,
+        )
 
 
 def _avro_name(name: str) -> str:

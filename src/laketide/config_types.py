@@ -32,8 +32,20 @@ def parse_trigger(value: Any) -> str:
     return text
 
 
-_SECONDS = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1, "second": 1, "seconds": 1, "m": 60, "minute": 60,
-            "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600}
+_SECONDS = {
+    "ms": 0.001,
+    "millisecond": 0.001,
+    "milliseconds": 0.001,
+    "s": 1,
+    "second": 1,
+    "seconds": 1,
+    "m": 60,
+    "minute": 60,
+    "minutes": 60,
+    "h": 3600,
+    "hour": 3600,
+    "hours": 3600,
+}
 
 
 def trigger_seconds(trigger: str | None) -> float | None:

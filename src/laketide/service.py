@@ -33,10 +33,17 @@ def run_service(config: JobConfig, on_ready: Callable | None = None, on_step: Ca
 
             token = settings.api_token or os.environ.get(TOKEN_ENV)
             limits = ApiLimits(settings.api_max_rate or None, settings.api_max_concurrent, settings.api_max_body)
-            hosts = tuple(settings.api_allowed_hosts) if settings.api_allowed_hosts is not None else default_hosts(settings.api_host)
+            hosts = (
+                tuple(settings.api_allowed_hosts)
+                if settings.api_allowed_hosts is not None
+                else default_hosts(settings.api_host)
+            )
             if hasattr(job, "tables"):  # a job of a whole database: each table's views are its own job's
+
                 def views_of(table):
-                    return ViewSettings(quarantine_path(table.job.config), config.storage.io_options, config.write.small_file_limit)
+                    return ViewSettings(
+                        quarantine_path(table.job.config), config.storage.io_options, config.write.small_file_limit
+                    )
 
                 app = create_database_app(job, token, views_of, limits, hosts)
             else:
@@ -48,7 +55,12 @@ def run_service(config: JobConfig, on_ready: Callable | None = None, on_step: Ca
                 job.api_address = server.address
             else:
                 job.coordinator.lease.announce(server.address)
-            log.info("coordinator API on %s (OpenAPI at %s/docs, dashboard at %s/ui)", server.address, server.address, server.address)
+            log.info(
+                "coordinator API on %s (OpenAPI at %s/docs, dashboard at %s/ui)",
+                server.address,
+                server.address,
+                server.address,
+            )
         if on_ready is not None:
             on_ready(job)
 

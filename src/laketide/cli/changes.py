@@ -7,7 +7,8 @@ to the job's API when a job holds the lease; otherwise this command takes the le
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any, Callable, Optional
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 from pydantic_core import to_jsonable_python
@@ -61,9 +62,18 @@ class Change:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
             # the table by its path: a job of a whole database answers for many
-            response = httpx.request(method, f"{self.api.rstrip('/')}{path}", params={"table": self.table.uri}, json=body, headers=headers, timeout=600)
+            response = httpx.request(
+                method,
+                f"{self.api.rstrip('/')}{path}",
+                params={"table": self.table.uri},
+                json=body,
+                headers=headers,
+                timeout=600,
+            )
         except httpx.HTTPError as exc:
-            raise LaketideError(f"cannot reach the job's API at {self.api}: {exc}", kind=ErrorKind.UNAVAILABLE) from None
+            raise LaketideError(
+                f"cannot reach the job's API at {self.api}: {exc}", kind=ErrorKind.UNAVAILABLE
+            ) from None
         if response.status_code == 204:
             return None
         if response.status_code == 200:
@@ -74,7 +84,9 @@ class Change:
         raise LaketideError(f"{self.api} answered {response.status_code}: {detail}", kind=kind)
 
 
-def _changes(method: str, path: str, body: dict | None, local: Callable[[Any], Any], table, api, token, zookeeper, zookeeper_root) -> Any:
+def _changes(
+    method: str, path: str, body: dict | None, local: Callable[[Any], Any], table, api, token, zookeeper, zookeeper_root
+) -> Any:
     return Change(table, api, token, zookeeper, zookeeper_root).run(method, path, body, local)
 
 
@@ -84,7 +96,12 @@ def rollback(
     table: TableArg,
     instant: Annotated[str, typer.Argument()],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be deleted, change nothing")] = False,
-    force: Annotated[bool, typer.Option("--force", help="allow a completed instant that is not the newest (never a rollback that loses rows)")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="allow a completed instant that is not the newest (never a rollback that loses rows)"
+        ),
+    ] = False,
     api: ApiOpt = None,
     token: TokenOpt = None,
     zookeeper: ZkOpt = None,
@@ -100,10 +117,17 @@ def rollback(
             return operations.rollback(instant, force=force, dry_run=dry_run, progress=progress)
 
     body = {"dry_run": dry_run, "force": force}
-    data = _changes("POST", f"/v1/instants/{instant}/rollback", body, local, table, api, token, zookeeper, zookeeper_root)
+    data = _changes(
+        "POST", f"/v1/instants/{instant}/rollback", body, local, table, api, token, zookeeper, zookeeper_root
+    )
     verb = "would delete" if data["dry_run"] else f"rolled back with {data['rollback_instant']}, deleted"
     rows = data.get("rows")
-    taken = f"; {'would take' if data['dry_run'] else 'took'} back {rows['inserts']} inserts, {rows['updates']} updates and {rows['deletes']} deletes" if rows else ""
+    taken = (
+        f"; {'would take' if data['dry_run'] else 'took'} back {rows['inserts']} inserts, {rows['updates']} "
+        f"updates and {rows['deletes']} deletes"
+        if rows
+        else ""
+    )
     files = "\n".join(f"  {f}" for f in data["files"])
     forced = f"\nneeds force: {data['needs_force']} (run it with --force)" if data.get("needs_force") else ""
     out.result(data, f"{data['instant']} ({data['action']}): {verb} {len(data['files'])} files{taken}{forced}\n{files}")
@@ -113,9 +137,9 @@ def rollback(
 @answers
 def savepoint_create(
     table: TableArg,
-    instant: Annotated[Optional[str], typer.Argument(help="a completed write (default: the latest)")] = None,
+    instant: Annotated[str | None, typer.Argument(help="a completed write (default: the latest)")] = None,
     comment: Annotated[str, typer.Option(help="why it is kept")] = "",
-    user: Annotated[Optional[str], typer.Option(help="who keeps it (default: the login name)")] = None,
+    user: Annotated[str | None, typer.Option(help="who keeps it (default: the login name)")] = None,
     api: ApiOpt = None,
     token: TokenOpt = None,
     zookeeper: ZkOpt = None,
@@ -127,7 +151,15 @@ def savepoint_create(
         validate_instant_time(instant)
     body = {"instant": instant, "comment": comment, "user": user}
     data = _changes(
-        "POST", "/v1/savepoints", body, lambda operations: operations.create_savepoint(instant, user, comment), table, api, token, zookeeper, zookeeper_root
+        "POST",
+        "/v1/savepoints",
+        body,
+        lambda operations: operations.create_savepoint(instant, user, comment),
+        table,
+        api,
+        token,
+        zookeeper,
+        zookeeper_root,
     )
     Output(as_json).result(data, f"savepointed {data['instant']}: {len(data['files'])} files held")
 
@@ -145,7 +177,17 @@ def savepoint_delete(
 ) -> None:
     """Drop a savepoint; cleaning may then delete the files it held."""
     validate_instant_time(instant)
-    _changes("DELETE", f"/v1/savepoints/{instant}", None, lambda operations: operations.delete_savepoint(instant), table, api, token, zookeeper, zookeeper_root)
+    _changes(
+        "DELETE",
+        f"/v1/savepoints/{instant}",
+        None,
+        lambda operations: operations.delete_savepoint(instant),
+        table,
+        api,
+        token,
+        zookeeper,
+        zookeeper_root,
+    )
     Output(as_json).result({"deleted": instant}, f"deleted savepoint {instant}")
 
 
@@ -168,8 +210,14 @@ def restore(
         with out.progress(f"restoring {savepoint}") as progress:
             return operations.restore(savepoint, progress)
 
-    data = _changes("POST", "/v1/restore", {"savepoint": savepoint}, local, table, api, token, zookeeper, zookeeper_root)
+    data = _changes(
+        "POST", "/v1/restore", {"savepoint": savepoint}, local, table, api, token, zookeeper, zookeeper_root
+    )
     if data["restore_instant"] is None:
         out.result(data, f"nothing was written after {savepoint}; the table is already restored")
     else:
-        out.result(data, f"restored to {savepoint} with {data['restore_instant']}: {len(data['rolled_back'])} instants rolled back, {data['files']} files deleted")
+        out.result(
+            data,
+            f"restored to {savepoint} with {data['restore_instant']}: {len(data['rolled_back'])} instants "
+            f"rolled back, {data['files']} files deleted",
+        )

@@ -1,10 +1,10 @@
-"""Commands that read a table: timeline, services, show, file-groups, partitions, savepoint list, lease (``table.inspect``)."""
+"""Commands that read a table: timeline, services, show, file-groups, partitions, savepoint list, lease
+(``table.inspect``)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
-from typing import Annotated, Optional
+from datetime import UTC, datetime
+from typing import Annotated
 
 import typer
 
@@ -25,10 +25,10 @@ from laketide.table.errors import Invalid
 @answers
 def timeline(
     table: TableArg,
-    state: Annotated[Optional[str], typer.Option(help="REQUESTED, INFLIGHT or COMPLETED")] = None,
-    action: Annotated[Optional[str], typer.Option(help="commit, deltacommit, replacecommit, rollback, ...")] = None,
+    state: Annotated[str | None, typer.Option(help="REQUESTED, INFLIGHT or COMPLETED")] = None,
+    action: Annotated[str | None, typer.Option(help="commit, deltacommit, replacecommit, rollback, ...")] = None,
     limit: Annotated[int, typer.Option(min=1, help="newest N instants")] = 20,
-    before: Annotated[Optional[str], typer.Option(help="only instants older than this one (the next page)")] = None,
+    before: Annotated[str | None, typer.Option(help="only instants older than this one (the next page)")] = None,
     archived: Annotated[bool, typer.Option("--archived", help="go on into the archived timeline")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -41,7 +41,9 @@ def timeline(
     except ValueError:
         raise Invalid(f"--state must be REQUESTED, INFLIGHT or COMPLETED, not {state!r}") from None
     page = t.inspect.timeline(states, [action] if action else None, before, limit, archived)
-    columns = ["instant", "action", "state", "records", "files", "bytes", "seconds"] + (["archived"] if archived else [])
+    columns = ["instant", "action", "state", "records", "files", "bytes", "seconds"] + (
+        ["archived"] if archived else []
+    )
     Output(as_json).rows(page.items, columns, f"timeline of {t.uri}", "no instants")
 
 
@@ -61,7 +63,8 @@ def services(table: TableArg, as_json: JsonOpt = False) -> None:
                 f"last clean       {run(view.last_clean)}",
                 f"last compaction  {run(view.last_compaction)}",
                 f"last rollback    {run(view.last_rollback)}",
-                f"archive          {archive.files} files, {archive.bytes} bytes, up to {archive.newest_archived or '-'}",
+                f"archive          {archive.files} files, {archive.bytes} bytes, "
+                f"up to {archive.newest_archived or '-'}",
                 "pending          " + (", ".join(f"{p.instant} {p.state}" for p in view.pending) or "nothing"),
                 "savepoints       " + (", ".join(s.instant for s in view.savepoints) or "none"),
             ]
@@ -93,7 +96,7 @@ def show(table: TableArg, instant: Annotated[str, typer.Argument()], as_json: Js
 @answers
 def file_groups(
     table: TableArg,
-    partition: Annotated[Optional[str], typer.Option(help="one partition's groups only")] = None,
+    partition: Annotated[str | None, typer.Option(help="one partition's groups only")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The latest slice of every file group: base file, log files, size and rows."""
@@ -108,7 +111,12 @@ def file_groups(
 def partitions(table: TableArg, as_json: JsonOpt = False) -> None:
     """Each partition's file groups, rows and bytes."""
     t = open_table(table)
-    Output(as_json).rows(t.inspect.partitions(), ["partition", "file_groups", "records", "size_bytes"], f"partitions of {t.uri}", "no partitions")
+    Output(as_json).rows(
+        t.inspect.partitions(),
+        ["partition", "file_groups", "records", "size_bytes"],
+        f"partitions of {t.uri}",
+        "no partitions",
+    )
 
 
 @savepoint_app.command("list")
@@ -116,14 +124,19 @@ def partitions(table: TableArg, as_json: JsonOpt = False) -> None:
 def savepoint_list(table: TableArg, as_json: JsonOpt = False) -> None:
     """The table's savepoints, oldest first."""
     found = open_table(table).inspect.savepoints()
-    text = "\n".join(f"{sp.instant}  by {sp.user}  {len(sp.files)} files  {sp.comment}" for sp in found) or "no savepoints"
+    text = (
+        "\n".join(f"{sp.instant}  by {sp.user}  {len(sp.files)} files  {sp.comment}" for sp in found) or "no savepoints"
+    )
     Output(as_json).result(found, text)
 
 
 @app.command()
 @answers
-def lease(table: TableArg, zookeeper: ZkOpt = None, zookeeper_root: ZkRootOpt = "/laketide", as_json: JsonOpt = False) -> None:
-    """Who holds the table's lease, and the last word of the table's job (running, stopped, or failed with its error)."""
+def lease(
+    table: TableArg, zookeeper: ZkOpt = None, zookeeper_root: ZkRootOpt = "/laketide", as_json: JsonOpt = False
+) -> None:
+    """Who holds the table's lease, and the last word of the table's job (running, stopped, or failed with its
+    error)."""
     from laketide.writer.job_state import JobState
 
     t = open_table(table)
@@ -132,8 +145,12 @@ def lease(table: TableArg, zookeeper: ZkOpt = None, zookeeper_root: ZkRootOpt = 
     data = {"held": holder is not None, "holder": holder, "last_job": last}
     lines = [f"held by {holder.describe()}" if holder else "nobody holds the lease"]
     if last is not None:
-        when = datetime.fromtimestamp(last.updated_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        when = datetime.fromtimestamp(last.updated_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         silent = " (its lease is free: it ended without a word)" if last.state == "running" and holder is None else ""
-        lines.append(f"last job: {last.state} at {when}{silent}; {last.job_id or last.writer_id} on {last.host} (pid {last.pid}), "
-                     f"last micro-batch {last.last_batch}, instant {last.last_instant}" + (f"\n  error: {last.error}" if last.error else ""))
+        lines.append(
+            f"last job: {last.state} at {when}{silent}; {last.job_id or last.writer_id} on {last.host} (pid "
+            f"{last.pid}), "
+            f"last micro-batch {last.last_batch}, instant {last.last_instant}"
+            + (f"\n  error: {last.error}" if last.error else "")
+        )
     Output(as_json).result(data, "\n".join(lines))

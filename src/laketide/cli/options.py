@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,10 +12,10 @@ from laketide.service import TOKEN_ENV
 # the root's ``--storage-option`` pairs, set once per invocation before its command runs
 STORAGE_OPTIONS: ContextVar[dict[str, str]] = ContextVar("storage_options", default={})
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-ZkOpt = Annotated[Optional[str], typer.Option("--zookeeper", help="ZooKeeper hosts, when the table's lease lives there")]
+ZkOpt = Annotated[str | None, typer.Option("--zookeeper", help="ZooKeeper hosts, when the table's lease lives there")]
 ZkRootOpt = Annotated[str, typer.Option("--zookeeper-root", help="ZooKeeper root of laketide's leases")]
-ApiOpt = Annotated[Optional[str], typer.Option("--api", help="the running job's API (default: the lease holder's)")]
-TokenOpt = Annotated[Optional[str], typer.Option(help=f"API bearer token (default: ${TOKEN_ENV})")]
+ApiOpt = Annotated[str | None, typer.Option("--api", help="the running job's API (default: the lease holder's)")]
+TokenOpt = Annotated[str | None, typer.Option(help=f"API bearer token (default: ${TOKEN_ENV})")]
 TableArg = Annotated[str, typer.Argument(help="table path or URI")]
 
 
@@ -54,7 +54,9 @@ def storage_pairs(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE, e.g. --storage-option aws_region=eu-west-1", param_hint="--storage-option")
+            raise typer.BadParameter(
+                f"{pair!r} is not KEY=VALUE, e.g. --storage-option aws_region=eu-west-1", param_hint="--storage-option"
+            )
         options[key.strip()] = value
     return options
 

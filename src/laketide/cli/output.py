@@ -93,7 +93,9 @@ def answers(command: Callable) -> Callable:
         except Exception as error:
             if not type(error).__module__.startswith("obstore"):
                 raise
-            from laketide.table.store_requests import store_failure  # the store's own error no step told apart: a sentence
+            from laketide.table.store_requests import (
+                store_failure,  # the store's own error no step told apart: a sentence
+            )
 
             failure = store_failure(error, kwargs.get("table") or "the table")
             raise Output(kwargs.get("as_json", False)).fail(str(failure), failure.kind) from None

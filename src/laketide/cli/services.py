@@ -40,7 +40,9 @@ def _operations(table: str, zookeeper: str | None, zookeeper_root: str, when_hel
 def clean(
     table: TableArg,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be deleted, change nothing")] = False,
-    policy: Annotated[str, typer.Option(help="KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS or KEEP_LATEST_BY_HOURS")] = "KEEP_LATEST_COMMITS",
+    policy: Annotated[
+        str, typer.Option(help="KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS or KEEP_LATEST_BY_HOURS")
+    ] = "KEEP_LATEST_COMMITS",
     retain_commits: Annotated[int, typer.Option(min=1)] = 10,
     retain_file_versions: Annotated[int, typer.Option(min=1)] = 1,
     retain_hours: Annotated[float, typer.Option(min=0.001)] = 24.0,
@@ -54,24 +56,39 @@ def clean(
     from laketide.config import CleanSection
 
     try:
-        settings = CleanSection(policy=policy.upper(), retain_commits=retain_commits, retain_file_versions=retain_file_versions, retain_hours=retain_hours)
+        settings = CleanSection(
+            policy=policy.upper(),
+            retain_commits=retain_commits,
+            retain_file_versions=retain_file_versions,
+            retain_hours=retain_hours,
+        )
     except ValidationError as exc:
         raise Invalid(f"--policy: {exc.errors()[0]['msg']}") from None
     out = Output(as_json)
-    with _operations(table, zookeeper, zookeeper_root, "the job cleans the table itself (clean.async)", take=not dry_run) as operations:
+    with _operations(
+        table, zookeeper, zookeeper_root, "the job cleans the table itself (clean.async)", take=not dry_run
+    ) as operations:
         with out.progress("cleaning", quiet=dry_run) as progress:
             result = operations.clean(settings.retention(), dry_run=dry_run, progress=progress)
         uri = operations.table.uri
-    verb = "would delete" if dry_run else (f"cleaned with {result.clean_instant}, deleted" if result.clean_instant else "nothing to clean; deleted")
+    verb = (
+        "would delete"
+        if dry_run
+        else (f"cleaned with {result.clean_instant}, deleted" if result.clean_instant else "nothing to clean; deleted")
+    )
     kept = f"reads from {result.earliest_to_retain or 'every commit'} on are kept"
-    out.result(result, f"{uri}: {verb} {len(result.files)} files ({kept})\n" + "\n".join(f"  {f}" for f in result.files))
+    out.result(
+        result, f"{uri}: {verb} {len(result.files)} files ({kept})\n" + "\n".join(f"  {f}" for f in result.files)
+    )
 
 
 @app.command()
 @answers
 def compact(
     table: TableArg,
-    schedule: Annotated[bool, typer.Option("--schedule", help="plan a compaction of the slices past the thresholds, run nothing")] = False,
+    schedule: Annotated[
+        bool, typer.Option("--schedule", help="plan a compaction of the slices past the thresholds, run nothing")
+    ] = False,
     run_: Annotated[bool, typer.Option("--run", help="execute the pending compactions only")] = False,
     delta_commits: Annotated[int, typer.Option(min=1, help="compact slices with at least this many log files")] = 5,
     max_log_bytes: Annotated[int, typer.Option(min=1, help="or with at least this many bytes of logs")] = 256 * 2**20,
@@ -88,41 +105,70 @@ def compact(
     out = Output(as_json)
     settings = CompactionSection(delta_commits=delta_commits, max_log_bytes=max_log_bytes, mode="off")
     plan, execute = schedule or not run_, run_ or not schedule
-    with _operations(table, zookeeper, zookeeper_root, "the job compacts the table itself (compaction.mode)") as operations:
+    with _operations(
+        table, zookeeper, zookeeper_root, "the job compacts the table itself (compaction.mode)"
+    ) as operations:
         with out.progress("compacting") as progress:
-            outcome = operations.compact(settings, schedule=plan, run=execute, progress=progress, write=WriteSection(parquet_compression=parquet_compression))
+            outcome = operations.compact(
+                settings,
+                schedule=plan,
+                run=execute,
+                progress=progress,
+                write=WriteSection(parquet_compression=parquet_compression),
+            )
         uri = operations.table.uri
-    parts = [f"scheduled compaction {outcome.scheduled}"] if outcome.scheduled else (["no slice is due for compaction"] if plan else [])
-    parts += [f"compacted {r.instant}: {r.file_groups} file groups, {r.records} records in {r.seconds:.1f}s" for r in outcome.compacted]
+    parts = (
+        [f"scheduled compaction {outcome.scheduled}"]
+        if outcome.scheduled
+        else (["no slice is due for compaction"] if plan else [])
+    )
+    parts += [
+        f"compacted {r.instant}: {r.file_groups} file groups, {r.records} records in {r.seconds:.1f}s"
+        for r in outcome.compacted
+    ]
     out.result(outcome, f"{uri}: " + ("; ".join(parts) or "no pending compaction"))
 
 
 @app.command()
 @answers
-def mirror(table: TableArg, zookeeper: ZkOpt = None, zookeeper_root: ZkRootOpt = "/laketide", as_json: JsonOpt = False) -> None:
-    """Write or catch up the table's Delta Lake log (_delta_log/), for Delta readers; from then on every writer keeps it current.
+def mirror(
+    table: TableArg, zookeeper: ZkOpt = None, zookeeper_root: ZkRootOpt = "/laketide", as_json: JsonOpt = False
+) -> None:
+    """Write or catch up the table's Delta Lake log (_delta_log/), for Delta readers; from then on every writer keeps
+    it current.
 
     A new mirror starts at the active timeline's first completed action: its first version is the table as of then.
     Never run Delta's VACUUM on the mirror: Hudi's cleaner is the only deleter, and VACUUM would delete file
     versions that Hudi time travel still reads.
     """
     out = Output(as_json)
-    with _operations(table, zookeeper, zookeeper_root, "the job keeps its mirror current itself (mirror.delta)") as operations:
+    with _operations(
+        table, zookeeper, zookeeper_root, "the job keeps its mirror current itself (mirror.delta)"
+    ) as operations:
         outcome = operations.catch_up_mirror()
         uri = operations.table.uri
-    out.result(outcome, f"{uri}: {len(outcome.written)} Delta versions written; the Delta log is at version {outcome.latest_version}")
+    out.result(
+        outcome,
+        f"{uri}: {len(outcome.written)} Delta versions written; the Delta log is at version {outcome.latest_version}",
+    )
 
 
 @metadata_app.command("drop")
 @answers
 def metadata_drop(
     table: TableArg,
-    backup: Annotated[bool, typer.Option("--backup", help="move .hoodie/metadata aside to .hoodie/.metadata_<instant> instead of deleting it")] = False,
+    backup: Annotated[
+        bool,
+        typer.Option(
+            "--backup", help="move .hoodie/metadata aside to .hoodie/.metadata_<instant> instead of deleting it"
+        ),
+    ] = False,
     zookeeper: ZkOpt = None,
     zookeeper_root: ZkRootOpt = "/laketide",
     as_json: JsonOpt = False,
 ) -> None:
-    """Disable and delete Hudi's metadata table, as Hudi does when it is disabled (set hoodie.metadata.enable=false on Hudi's writers too)."""
+    """Disable and delete Hudi's metadata table, as Hudi does when it is disabled (set hoodie.metadata.enable=false on
+    Hudi's writers too)."""
     out = Output(as_json)
     with _operations(table, zookeeper, zookeeper_root, "stop the job first") as operations:
         result = operations.drop_metadata_table(backup)
@@ -131,4 +177,6 @@ def metadata_drop(
         out.result(result, f"{uri} has no metadata table")
     else:
         where = f", moved to {result.backup}" if result.backup else (", deleted" if result.removed else "")
-        out.result(result, f"{uri}: metadata table disabled (partitions {', '.join(result.partitions) or 'none'}){where}")
+        out.result(
+            result, f"{uri}: metadata table disabled (partitions {', '.join(result.partitions) or 'none'}){where}"
+        )
