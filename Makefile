@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test-servers test docs test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-job-memory bench-api bench-database bench-freshness clean wheel
+.PHONY: install system-deps test-servers test lint docs test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-job-memory bench-api bench-database bench-freshness clean wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,7 @@ $(VENV)/spark-classes.jsa: $(VENV)/.installed
 
 # the timed tests (a page drawn in under a second) run alone after the rest, on a machine that is not also
 # running Spark jobs and brokers for the other worker
-test: install system-deps test-servers $(VENV)/spark-classes.jsa
+test: install system-deps test-servers $(VENV)/spark-classes.jsa lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not timed"
 	$(PY) -m pytest -m timed
 
@@ -117,6 +117,11 @@ wheel: install
 
 clean:
 	rm -rf $(VENV) .venv42 .venv-paimon build dist *.egg-info demo
+
+# ruff's checks and format over every folder (settings in pyproject.toml): `ruff format .` fixes the format
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 # the documentation site (docs/, mkdocs.yml) into ./site; the suite builds it too, strictly (tests/test_docs.py)
 docs: install

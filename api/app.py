@@ -180,15 +180,19 @@ def list_savepoints(ctx: Ctx) -> list[SavepointMetadata]:
     return ctx.read(lambda table: table.inspect.savepoints())
 
 
+# what a change without a body asks for: models never changed once made, so one of each serves every request
+_ROLLBACK_DEFAULTS, _SAVEPOINT_DEFAULTS = RollbackRequest(), SavepointRequest()
+
+
 @changes.post("/v1/instants/{instant}/rollback", response_model=RollbackResult, tags=["instants"])
 def rollback(
-    ctx: Ctx, instant: InstantPath, request: Annotated[RollbackRequest, Body()] = RollbackRequest()
+    ctx: Ctx, instant: InstantPath, request: Annotated[RollbackRequest, Body()] = _ROLLBACK_DEFAULTS
 ) -> RollbackResult:
     return ctx.change(lambda operations: operations.rollback(instant, request.force, request.dry_run))
 
 
 @changes.post("/v1/savepoints", response_model=SavepointMetadata, tags=["savepoints"])
-def create_savepoint(ctx: Ctx, request: Annotated[SavepointRequest, Body()] = SavepointRequest()) -> SavepointMetadata:
+def create_savepoint(ctx: Ctx, request: Annotated[SavepointRequest, Body()] = _SAVEPOINT_DEFAULTS) -> SavepointMetadata:
     return ctx.change(lambda operations: operations.create_savepoint(request.instant, request.user, request.comment))
 
 

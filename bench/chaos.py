@@ -128,7 +128,7 @@ def sigstop(root: Path, zk: ZooKeeperServer, rng: random.Random, cycles: int) ->
             holder.signal(signal.SIGSTOP)
             successor = Job(_args(root, zk.address), root / f"job-{n + 1}.log").start()
             before = completed_count(root)
-            wait_until(lambda: completed_count(root) >= before + 1, 180, "the successor's commits")
+            wait_until(lambda before=before: completed_count(root) >= before + 1, 180, "the successor's commits")
             holder.signal(signal.SIGCONT)
             exits.append(holder.wait(120))
             holder = successor

@@ -58,13 +58,13 @@ def main() -> None:
         f"source.generator.rows_per_batch={args.rows}",
         "source.generator.batches=100000",
     ]
-    log = open(work / "job.log", "w")
-    job = subprocess.Popen(
-        [CLI, "run", *(a for s in settings for a in ("--conf", s))],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
-    )
+    with open(work / "job.log", "w") as log:  # the job writes it through its own copy of the descriptor
+        job = subprocess.Popen(
+            [CLI, "run", *(a for s in settings for a in ("--conf", s))],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+        )
     peak = peak_pss = 0
     at_peak: list[dict] = []
 

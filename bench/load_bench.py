@@ -49,7 +49,7 @@ def laketide_load(workdir: Path, name: str, landing: Path, operation: str, paral
 
     with PeakRss() as rss:
         writer = run(_config(workdir, name, landing, operation, parallelism))
-    report = [r for r in writer.status.recent if not r.skipped][0]
+    report = next(r for r in writer.status.recent if not r.skipped)
     slices = Table.open(str(workdir / name)).file_system_view().latest_slices()
     return {
         "engine": f"laketide {operation}",

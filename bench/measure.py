@@ -13,6 +13,7 @@ children), which stalled the measured engine's own Python threads.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -39,10 +40,8 @@ def process_memory(pid: int) -> list[tuple[psutil.Process, int, int]]:
     me = psutil.Process(pid)
     out = [(me, me.memory_info().rss, _pss(pid))]
     for child in me.children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.Error, OSError):
             out.append((child, child.memory_info().rss, _pss(child.pid)))
-        except (psutil.Error, OSError):
-            pass
     return out
 
 

@@ -174,7 +174,7 @@ def run_size(workdir: Path, keys: int, args: argparse.Namespace) -> dict:
         "median_batch_seconds": round(statistics.median(seconds), 3),
         # index folds run beside the batches (every ``write.index_compaction_deltas``): the mean carries them
         "mean_batch_seconds": round(statistics.fmean(seconds), 3),
-        "p95_batch_seconds": round(sorted(seconds)[int(round(0.95 * (len(seconds) - 1)))], 3),
+        "p95_batch_seconds": round(sorted(seconds)[round(0.95 * (len(seconds) - 1))], 3),
         "first_batch_seconds": round(seconds[0], 3),
         "peak_rss_mb": round(rss.peak / 2**20),
         "index_memory_bytes_per_key": round(index_memory / int((expected >= 0).sum()), 1),

@@ -126,22 +126,22 @@ def make_workload(
     rng = np.random.default_rng(seed)
     batches = [shape.rows(np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64))]
     next_id, next_ts = n, n
-    for b in [b] * k + [then[1]] * then[0]:
-        updates = int(b * update_share)
+    for size in [b] * k + [then[1]] * then[0]:
+        updates = int(size * update_share)
         if skew == "zipf":
             picked = (rng.zipf(1.2, size=updates) - 1) % next_id
         elif skew == "newest":  # the newest 5% of the keys so far, as recent orders are the ones that change
             picked = rng.integers(next_id - max(1, next_id // 20), next_id, size=updates)
         else:
             picked = rng.integers(0, next_id, size=updates)
-        inserts = np.arange(next_id, next_id + (b - updates), dtype=np.int64)
+        inserts = np.arange(next_id, next_id + (size - updates), dtype=np.int64)
         next_id += len(inserts)
         ids = np.concatenate([picked.astype(np.int64), inserts])
         rng.shuffle(ids)
-        dups = rng.random(b) < 0.01
-        ids[dups] = ids[rng.integers(0, b, size=int(dups.sum()))]
-        ts = np.arange(next_ts, next_ts + b, dtype=np.int64)
-        next_ts += b
+        dups = rng.random(size) < 0.01
+        ids[dups] = ids[rng.integers(0, size, size=int(dups.sum()))]
+        ts = np.arange(next_ts, next_ts + size, dtype=np.int64)
+        next_ts += size
         batches.append(shape.rows(ids, ts))
     return batches
 
@@ -186,7 +186,7 @@ class Result:
     def summary(self, batch_rows: int) -> dict:
         secs = sorted(self.batch_seconds)
         median = statistics.median(secs)
-        p95 = secs[min(len(secs) - 1, int(round(0.95 * (len(secs) - 1))))]
+        p95 = secs[min(len(secs) - 1, round(0.95 * (len(secs) - 1)))]
         return {
             "engine": self.engine,
             "load_seconds": round(self.load_seconds, 2),

@@ -7,6 +7,7 @@ epoch into the instant, so a writer that lost its lease cannot commit.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -313,10 +314,8 @@ class ZooKeeperLease(Lease):
         if self._client.exists(self.epoch_node) is None:
             from kazoo.exceptions import NodeExistsError
 
-            try:
+            with contextlib.suppress(NodeExistsError):
                 self._client.create(self.epoch_node, b"0")
-            except NodeExistsError:
-                pass
 
     def current_holder(self) -> LeaseHolder | None:
         from kazoo.exceptions import NoNodeError
@@ -354,7 +353,7 @@ class ZooKeeperLease(Lease):
                 self.holder = holder
                 return holder
             gone = threading.Event()
-            if self._client.exists(self.lease_node, watch=lambda event: gone.set()) is None:
+            if self._client.exists(self.lease_node, watch=lambda event, gone=gone: gone.set()) is None:
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -186,10 +186,11 @@ class Savepoints:
     def _nearest_whole(self, timeline: Timeline, savepoint: str, on_storage: set[str]) -> str:
         """Where the table can go back to without loss instead: a whole savepoint, or the oldest whole write after this
         one."""
-        whole = []
-        for sp in reversed(savepoints(timeline)):
-            if sp.instant != savepoint and not (set(sp.files) | replay(timeline, sp.instant).files()) - on_storage:
-                whole.append(sp.instant)
+        whole = [
+            sp.instant
+            for sp in reversed(savepoints(timeline))
+            if sp.instant != savepoint and not (set(sp.files) | replay(timeline, sp.instant).files()) - on_storage
+        ]
         if whole:
             return f"Savepoint {whole[0]} can be restored without loss."
         for write, history in replay_steps(timeline):

@@ -28,6 +28,7 @@ operation skips steps 2 to 4: it does not look keys up.
 from __future__ import annotations
 
 import bisect
+import itertools
 import operator
 import uuid
 from collections.abc import Callable, Iterable
@@ -372,7 +373,7 @@ class BucketAssigner:
         at, inserted = at[order.to_numpy()], inserted.take(order).combine_chunks()
         in_order = partition_codes[at]
         bounds = [0, *(np.flatnonzero(np.diff(in_order)) + 1), len(at)]
-        for start, end in zip(bounds[:-1], bounds[1:]):
+        for start, end in itertools.pairwise(bounds):
             partition = names[in_order[start]]
             for file_id, positions in self._route(partition, inserted.slice(start, end - start)):
                 codes[at[start:end][positions]] = groups.code((partition, file_id))

@@ -22,8 +22,9 @@ Options:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -185,7 +186,7 @@ class _Planning:
     """A reader's enumerator lives on the driver: it is left out when Spark ships the reader to its tasks."""
 
     path: str
-    storage_options: dict[str, str] = {}
+    storage_options: Mapping[str, str] = MappingProxyType({})
     _enumerator: SplitEnumerator | None = None
 
     @property

@@ -19,7 +19,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from enum import Enum
+from enum import StrEnum
 
 from laketide.table import avro_models
 from laketide.table.files import absolute_path, table_relative
@@ -28,7 +28,7 @@ from laketide.table.timeline import Timeline
 from laketide.table.view import FileSystemView
 
 
-class CleanPolicy(str, Enum):
+class CleanPolicy(StrEnum):
     KEEP_LATEST_COMMITS = "KEEP_LATEST_COMMITS"
     KEEP_LATEST_FILE_VERSIONS = "KEEP_LATEST_FILE_VERSIONS"
     KEEP_LATEST_BY_HOURS = "KEEP_LATEST_BY_HOURS"

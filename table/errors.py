@@ -10,10 +10,10 @@ table), as delta-rs's ``DeltaError`` subclasses do.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class ErrorKind(str, Enum):
+class ErrorKind(StrEnum):
     # the work failed on the server's side (a damaged file, a service that keeps failing): retrying will not help
     FAILED = "failed"
     NOT_FOUND = "not_found"  # a table, instant or savepoint that is not there

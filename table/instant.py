@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import Enum
+from enum import StrEnum
 
 from laketide.table.errors import Invalid
 
@@ -41,7 +41,7 @@ _NAME = re.compile(r"^(\d{17}|\d{14})(?:_(\d{17}|\d{14}))?\.([a-z]+)(?:\.(reques
 INSTANT_TIME = re.compile(r"^\d{17}$")
 
 
-class State(str, Enum):
+class State(StrEnum):
     REQUESTED = "REQUESTED"
     INFLIGHT = "INFLIGHT"
     COMPLETED = "COMPLETED"

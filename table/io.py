@@ -43,12 +43,14 @@ class FileEntry:
 
 
 class FileIO:
-    # what ``for_uri`` needs, beside the path, to open this storage again (in a Spark task, say)
-    options: dict[str, str] = {}
+    # what ``for_uri`` needs, beside the path, to open this storage again (in a Spark task, say): none for a local
+    # file system; a store's options (``ObjectStoreFileIO``)
+    options: dict[str, str]
 
     def __init__(self, fs: pafs.FileSystem, base_path: str):
         self.fs = fs
         self.base_path = base_path.rstrip("/")
+        self.options = {}
 
     @classmethod
     def for_uri(cls, uri: str, options: dict[str, str] | None = None) -> FileIO:

@@ -70,8 +70,8 @@ class SliceHistory:
 def replay(timeline: Timeline, until: str | None = None, inclusive: bool = True) -> SliceHistory:
     """The history after every completed write up to ``until`` (``inclusive``: at it too; ``None``: all)."""
     history = SliceHistory()
-    for _, history in replay_steps(timeline, until, inclusive):
-        pass
+    for step in replay_steps(timeline, until, inclusive):
+        history = step[1]
     return history
 
 

@@ -58,8 +58,9 @@ def log_blocks(io: FileIO, fs: FileSlice, visible: Callable[[str], bool]) -> lis
     blocks: list[LogBlock] = []
     for log_file in sorted(fs.log_files, key=lambda lf: (lf.version, lf.write_token)):
         try:
+            # one at a time: the blocks before a torn one count, and a torn block raises as it is read
             for block in read_blocks(io.read_bytes(log_file.path)):
-                blocks.append(block)
+                blocks.append(block)  # noqa: PERF402
         except CorruptLog as torn:
             # only a write that never committed can leave a torn block: its blocks do not count anyway
             log.warning("%s: %s; the blocks before it are read", log_file.path, torn)

@@ -65,10 +65,12 @@ def archive_history(table: Table, instants: int, per_archival: int = 1000) -> No
     archive = ArchivedTimeline(table.io, table.config.archive_dir)
     templates = [_archived_template(n) for n in range(min(1000, instants))]
     for block in range(0, instants, per_archival):
-        entries = []
-        for n in range(block, min(block + per_archival, instants)):
-            entries.append({**templates[n % 1000], "commitTime": parse_instant_time(1_600_000_000 + n)})
-        archive.append(entries)
+        archive.append(
+            [
+                {**templates[n % 1000], "commitTime": parse_instant_time(1_600_000_000 + n)}
+                for n in range(block, min(block + per_archival, instants))
+            ]
+        )
 
 
 def _archived_template(n: int) -> dict:

@@ -6,6 +6,8 @@ Used by the chaos tests and by ``bench/chaos.py``.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import random
@@ -55,19 +57,19 @@ class ZooKeeperServer:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30) -> ZooKeeperServer:
-        log = open(self.root / "zookeeper.log", "a")
-        self.proc = subprocess.Popen(
-            [
-                "java",
-                "-Dzookeeper.admin.enableServer=false",
-                "-cp",
-                f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}",
-                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                str(self.root / "zoo.cfg"),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        with open(self.root / "zookeeper.log", "a") as log:
+            self.proc = subprocess.Popen(
+                [
+                    "java",
+                    "-Dzookeeper.admin.enableServer=false",
+                    "-cp",
+                    f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}",
+                    "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                    str(self.root / "zoo.cfg"),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         log.close()
         deadline = time.monotonic() + timeout
         while not self._ok():
@@ -214,18 +216,15 @@ class Job:
     proc: subprocess.Popen | None = None
 
     def start(self) -> Job:
-        log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        log.close()
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(
+                self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         return self
 
     def signal(self, sig: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
@@ -327,7 +326,7 @@ def verdict(root: Path, expected: list[dict]) -> Verdict:
         rows_wrong=wrong,
         files_left_over=leftover_data_files(table),
         pending=[i.timestamp for i in timeline.pending()],
-        epoch_regressions=sum(1 for a, b in zip(epochs, epochs[1:]) if b < a),
+        epoch_regressions=sum(1 for a, b in itertools.pairwise(epochs) if b < a),
     )
 
 

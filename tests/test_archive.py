@@ -63,7 +63,7 @@ def archived_table(path, commits=12, min_commits=4, max_commits=6):
 
 
 def test_archival_keeps_min_commits_and_the_table_reads_the_same(tmp_path):
-    table, coordinator, lease, instants, reads, result = archived_table(tmp_path / "t")
+    table, _coordinator, lease, instants, reads, result = archived_table(tmp_path / "t")
     timeline = Table.open(table.uri).timeline
     active = [i.timestamp for i in timeline.completed_writes()]
     assert active == instants[-4:], "the newest min_commits writes stay active"
@@ -89,7 +89,7 @@ def test_archival_keeps_min_commits_and_the_table_reads_the_same(tmp_path):
 
 
 def test_replayed_batches_stay_skipped_after_their_commits_are_archived(tmp_path):
-    table, coordinator, lease, instants, reads, _ = archived_table(tmp_path / "t")
+    table, _coordinator, lease, instants, _reads, _ = archived_table(tmp_path / "t")
     fresh = Coordinator(Table.open(table.uri), lease, "w")
     assert fresh.is_committed(0), "batch 0's commit is archived; the newer commits carry its id forward"
     assert fresh.is_committed(len(instants) - 1) and not fresh.is_committed(len(instants))
@@ -98,7 +98,7 @@ def test_replayed_batches_stay_skipped_after_their_commits_are_archived(tmp_path
 
 
 def test_the_archive_file_is_read_by_javas_avro(spark, tmp_path):
-    table, coordinator, lease, instants, reads, _ = archived_table(tmp_path / "t")
+    table, _coordinator, lease, _instants, _reads, _ = archived_table(tmp_path / "t")
     archived = ArchivedTimeline(table.io, table.config.archive_dir)
     (block,) = read_blocks(table.io.read_bytes(archived.files()[0][1]))
     assert block.header[Header.SCHEMA] == avro_models.schema_json("HoodieArchivedMetaEntry")
@@ -143,7 +143,7 @@ def test_a_failed_writes_leftovers_hold_archival_until_cleaned(tmp_path):
 
 
 def test_an_index_run_of_a_failed_write_holds_archival(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=12)
+    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=12)
     failed = str(int(instants[3]) + 1)
     index = StateIndex.open(table.io, 2)
     table.io.write_bytes(f"{StateIndex.shard_dir(0)}/delta_{failed}_0.arrow", b"a failed write's run")
@@ -153,7 +153,7 @@ def test_an_index_run_of_a_failed_write_holds_archival(tmp_path):
 
 
 def test_pending_writes_hold_archival(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=12)
+    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=12)
     pending = coordinator.begin(99)
     for n in range(3):
         instants.append(upsert(table, coordinator, 100 + n, [{"id": 1, "v": 100 + n, "region": "eu"}], SCHEMA))
@@ -167,7 +167,7 @@ def test_pending_writes_hold_archival(tmp_path):
 def test_an_archival_interrupted_after_any_step_is_finished_by_the_next(tmp_path):
     crash_points = 0
     for budget, after in ((b, a) for b in itertools.count(1) for a in (False, True)):
-        table, coordinator, lease, instants, reads = history(tmp_path / f"t-{budget}-{after}", commits=9)
+        table, _coordinator, lease, instants, reads = history(tmp_path / f"t-{budget}-{after}", commits=9)
         crashing = Table(CrashingFileIO(table.io, budget, after), table.config)
         try:
             Archiver(Coordinator(crashing, lease, "w"), 4, 6).archive()
@@ -192,7 +192,7 @@ def test_an_archival_interrupted_after_any_step_is_finished_by_the_next(tmp_path
 
 
 def test_archivals_append_blocks_to_the_newest_file_until_it_is_full(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=8)
+    table, _coordinator, lease, instants, _reads = history(tmp_path / "t", commits=8)
     archived = ArchivedTimeline(table.io, table.config.archive_dir)
     first = archived.append([archived_entry(i, b"") for i in [Instant(instants[0], "rollback", State.INFLIGHT)]])
     second = archived.append([archived_entry(i, b"") for i in [Instant(instants[1], "rollback", State.INFLIGHT)]])

@@ -13,12 +13,12 @@ from laketide.index.hashing import murmur2
 
 
 def _bloom_files(root) -> list[str]:
-    files = []
-    for name in [*COW_FIXTURES, MOR_FIXTURE]:
-        for path in sorted(glob.glob(str(root / name / "**" / "*.parquet"), recursive=True)):
-            if FOOTER_BLOOM.encode() in (pq.read_metadata(path).metadata or {}):
-                files.append(path)
-    return files
+    return [
+        path
+        for name in [*COW_FIXTURES, MOR_FIXTURE]
+        for path in sorted(glob.glob(str(root / name / "**" / "*.parquet"), recursive=True))
+        if FOOTER_BLOOM.encode() in (pq.read_metadata(path).metadata or {})
+    ]
 
 
 @pytest.fixture(scope="module")

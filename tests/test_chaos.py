@@ -65,7 +65,11 @@ def test_sigkill_at_random_times_while_files_land(zookeeper, tmp_path):
             job = Job(_args(tmp_path, zookeeper, 3), log).start()
             # the kill window opens once the job holds the lease: on a busy machine, starting Spark alone
             # can take a whole window measured from the process start, and nothing would ever commit
-            wait_until(lambda: not job.running() or "lease of " in log.read_text(), 180, "the job to take the lease")
+            wait_until(
+                lambda job=job, log=log: not job.running() or "lease of " in log.read_text(),
+                180,
+                "the job to take the lease",
+            )
             deadline = time.monotonic() + rng.uniform(3, 14)
             while time.monotonic() < deadline and job.running():
                 time.sleep(0.1)

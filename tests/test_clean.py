@@ -38,13 +38,10 @@ def history(path, commits: int = 6):
     lease = LocalLease.for_table(table.uri, job_id="writer")
     lease.acquire()
     coordinator = Coordinator(table, lease, "w")
-    instants = []
-    for n in range(commits):
-        instants.append(
-            upsert(
-                table, coordinator, n, [{"id": i, "v": n, "region": ("us", "eu")[i % 2]} for i in range(6 + n)], SCHEMA
-            )
-        )
+    instants = [
+        upsert(table, coordinator, n, [{"id": i, "v": n, "region": ("us", "eu")[i % 2]} for i in range(6 + n)], SCHEMA)
+        for n in range(commits)
+    ]
     reads = {t: state(path, as_of=t) for t in instants}
     return table, coordinator, lease, instants, reads
 
@@ -70,11 +67,13 @@ def test_keep_latest_commits_keeps_every_read_in_the_window(tmp_path):
 
     clean = [i for i in table.timeline if i.action == CLEAN]
     assert [i.state for i in clean] == [State.COMPLETED]
-    record = next(fastavro.reader(open(table.io.full_path(f".hoodie/{clean[0].timestamp}.clean"), "rb")))
+    with open(table.io.full_path(f".hoodie/{clean[0].timestamp}.clean"), "rb") as f:
+        record = next(fastavro.reader(f))
     assert record["earliestCommitToRetain"] == instants[-3] and record["totalFilesDeleted"] == len(result.files)
     assert record["version"] == 2 and record["lastCompletedCommitTimestamp"] == instants[-1]
     assert sum(len(pm["successDeleteFiles"]) for pm in record["partitionMetadata"].values()) == len(result.files)
-    plan = next(fastavro.reader(open(table.io.full_path(f".hoodie/{clean[0].timestamp}.clean.requested"), "rb")))
+    with open(table.io.full_path(f".hoodie/{clean[0].timestamp}.clean.requested"), "rb") as f:
+        plan = next(fastavro.reader(f))
     assert plan["policy"] == "KEEP_LATEST_COMMITS"
     assert all(
         info["filePath"].startswith(table.io.full_path(""))
@@ -98,7 +97,7 @@ def test_keep_latest_file_versions(tmp_path):
 
 
 def test_keep_latest_by_hours(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=3)
+    table, _coordinator, lease, instants, _reads = history(tmp_path / "t", commits=3)
     view = table.file_system_view()
     assert plan_clean(view, Retention(CleanPolicy.KEEP_LATEST_BY_HOURS, hours=1)).is_empty(), (
         "all commits are within the hour"
@@ -128,7 +127,7 @@ def test_files_of_failed_writes_are_swept(tmp_path):
 def test_a_clean_interrupted_after_any_step_is_finished_by_the_next(tmp_path):
     crash_points = 0
     for budget, after in ((b, a) for b in itertools.count(1) for a in (False, True)):
-        table, coordinator, lease, instants, reads = history(tmp_path / f"t-{budget}-{after}", commits=4)
+        table, _coordinator, lease, instants, reads = history(tmp_path / f"t-{budget}-{after}", commits=4)
         crashing = Table(CrashingFileIO(table.io, budget, after), table.config)
         try:
             Cleaner(Coordinator(crashing, lease, "w"), Retention(commits=2)).clean()
@@ -151,7 +150,7 @@ def test_a_clean_interrupted_after_any_step_is_finished_by_the_next(tmp_path):
 
 
 def test_index_runs_a_compaction_replaced_are_cleaned(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=2)
+    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=2)
     index = StateIndex.open(table.io, 2)
     shard_dir = StateIndex.shard_dir(0)
     table.io.write_bytes(f"{shard_dir}/delta_{instants[0]}_0.arrow", b"folded already")
@@ -177,7 +176,7 @@ def test_plan_round_trips_through_hudis_avro(tmp_path):
 
 
 def test_cli_clean(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=4)
+    table, _coordinator, lease, instants, reads = history(tmp_path / "t", commits=4)
     lease.release()
     dry = subprocess.run(
         [CLI, "clean", table.uri, "--retain-commits", "2", "--dry-run", "--json"], capture_output=True, text=True
@@ -196,7 +195,7 @@ def test_cli_clean(tmp_path):
 
 @pytest.mark.parametrize("commits", [1, 2])
 def test_nothing_to_clean_on_a_young_table(tmp_path, commits):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=commits)
+    table, coordinator, lease, _instants, _reads = history(tmp_path / "t", commits=commits)
     assert Cleaner(coordinator, Retention(commits=10)).clean().clean_instant is None
     assert [i for i in Table.open(table.uri).timeline if i.action == CLEAN] == []
     lease.release()

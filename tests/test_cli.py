@@ -118,7 +118,7 @@ class _Job:
 
 
 def test_rollback_goes_through_the_running_jobs_api(written):
-    table, instants, states, dangling = written
+    table, _instants, states, dangling = written
     job = _Job(table)
     try:
         code, out, _ = laketide("lease", table.uri, "--json")

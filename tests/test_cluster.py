@@ -49,13 +49,12 @@ class StandaloneCluster:
             "SPARK_HOME": str(SPARK_CLASS.parents[1]),
             "SPARK_NO_DAEMONIZE": "1",
         }
-        log = open(self.root / f"{name}.log", "w")
-        self.procs.append(
-            subprocess.Popen(
-                [str(SPARK_CLASS), *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        with open(self.root / f"{name}.log", "w") as log:
+            self.procs.append(
+                subprocess.Popen(
+                    [str(SPARK_CLASS), *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
             )
-        )
-        log.close()
 
     def start(self) -> StandaloneCluster:
         self._start(

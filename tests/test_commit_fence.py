@@ -92,7 +92,7 @@ def test_a_paused_writer_cannot_complete_an_instant_the_new_holder_rolled_back(t
     successor = Coordinator(Table.open(table.uri), PassedCheckLease(2), "w1")
     assert [r.instant for r in successor.recover()] == [instant]
 
-    with pytest.raises(LeaseLost, match="claimed by a newer lease holder|epoch 2"):
+    with pytest.raises(LeaseLost, match=r"claimed by a newer lease holder|epoch 2"):
         commit(table, stale, instant, stats)
     timeline = Table.open(table.uri).timeline
     assert not [i for i in timeline if i.timestamp == instant]
@@ -103,7 +103,7 @@ def test_a_paused_writer_cannot_complete_an_instant_the_new_holder_rolled_back(t
 def test_the_outcome_claim_alone_stops_the_stale_writer(table):
     """Even where the epoch fence is not reached (both race on one instant), exactly one create wins."""
     stale = Coordinator(table, PassedCheckLease(1), "w1")
-    instant, stats = begin_and_write(table, stale, 1, records(range(2, 8), 1))
+    instant, _stats = begin_and_write(table, stale, 1, records(range(2, 8), 1))
     fence = CommitFence(table.io)
     assert fence.claim_rollback(instant, 2) is None
     body = CommitMetadata().to_json_bytes()
@@ -143,7 +143,7 @@ def test_an_instant_begun_after_the_takeover_cannot_complete_and_is_rolled_back(
 
 def test_files_a_stale_writer_writes_after_the_rollback_are_swept_at_the_next_commit(table):
     stale = Coordinator(table, PassedCheckLease(1), "w1")
-    instant, stats = begin_and_write(table, stale, 1, records(range(2, 8), 1))
+    instant, _stats = begin_and_write(table, stale, 1, records(range(2, 8), 1))
     successor = Coordinator(Table.open(table.uri), PassedCheckLease(2), "w1")
     successor.recover()
     assert data_files_of(table, instant) == []

@@ -92,7 +92,7 @@ def test_kafka_needs_its_brokers_and_topics():
     kafka = [*REQUIRED, "source.format=kafka", "source.schema=id BIGINT"]
     with pytest.raises(ConfigError, match="bootstrap_servers"):
         load_config(overrides=kafka)
-    with pytest.raises(ConfigError, match="topics or source.kafka.topic_pattern"):
+    with pytest.raises(ConfigError, match=r"topics or source.kafka.topic_pattern"):
         load_config(overrides=[*kafka, "source.kafka.bootstrap_servers=b:9092"])
     with pytest.raises(ConfigError, match="avro_schema"):
         load_config(
@@ -180,7 +180,7 @@ def test_a_change_feed_into_a_partitioned_table_has_a_global_index_and_refuses_a
     }
     config = load_config(None, [], base=base)
     assert config.global_index(partitioned=True) and not config.global_index(partitioned=False)
-    with pytest.raises(ConfigError, match="index.global = false"):
+    with pytest.raises(ConfigError, match=r"index.global = false"):
         load_config(None, ["index.global=false"], base=base)
 
 
@@ -199,7 +199,7 @@ def test_change_events_come_from_kafka_or_json_lines_and_may_leave_the_schema_ou
     ]
     assert load_config(None, avro, base=base).source.schema_ddl is None
     for landing in ("csv", "parquet"):
-        with pytest.raises(ConfigError, match="set source.format = 'json'"):
+        with pytest.raises(ConfigError, match=r"set source.format = 'json'"):
             load_config(None, [f"source.format={landing}"], base=base)
 
 

@@ -74,7 +74,7 @@ def test_bad_templates_and_stray_overrides_are_refused_at_load():
         load_config(overrides=["table.path=/lake/{tbl}"])
     with pytest.raises(ConfigError, match=r"\[tables.orders\] applies to a job whose table.path holds \{table\}"):
         load_config(overrides=["table.path=/lake/orders", "tables.orders.type=MERGE_ON_READ"])
-    with pytest.raises(ConfigError, match="tables.orders.bogus"):
+    with pytest.raises(ConfigError, match=r"tables.orders.bogus"):
         load_config(overrides=["table.path=/lake/{table}", "tables.orders.bogus=1"])
     with pytest.raises(Invalid, match="reads Debezium's change events from Kafka"):
         TableRoutes(load_config(overrides=["table.path=/lake/{table}"]))

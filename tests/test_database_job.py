@@ -374,7 +374,7 @@ def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, 
         job = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap, **settings)], log).start()
         # events for it to read: a job killed once it had read all there was left nothing to the next
         burst()
-        wait_until(lambda: not job.running() or "micro-batch" in log.read_text(), 180, "a micro-batch")
+        wait_until(lambda job=job, log=log: not job.running() or "micro-batch" in log.read_text(), 180, "a micro-batch")
         for _ in range(rng.randint(1, 4)):
             burst()
             time.sleep(rng.uniform(0.0, 0.8))

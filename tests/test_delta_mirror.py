@@ -98,7 +98,7 @@ def test_a_restarted_mirror_catches_up_from_its_checkpoint(tmp_path):
 
 
 def test_schema_stats_and_partition_values(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=1)
+    table, _coordinator, lease, _instants, _reads = history(tmp_path / "t", commits=1)
     DeltaMirror(table).catch_up()
     dt = DeltaTable(table.uri)
     assert dt.metadata().partition_columns == ["region"]
@@ -147,7 +147,7 @@ def test_the_job_mirrors_merge_on_read_as_its_read_optimized_view(spark, tmp_pat
 def test_mirror_command_backfills_and_operations_keep_it_current(tmp_path):
     from test_cli import laketide
 
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=3)
+    table, _coordinator, lease, instants, reads = history(tmp_path / "t", commits=3)
     lease.release()
     code, out, err = laketide("mirror", table.uri, "--json")
     assert code == 0, err
@@ -162,10 +162,10 @@ def test_mirror_command_backfills_and_operations_keep_it_current(tmp_path):
 
 
 def test_a_schema_change_is_a_metadata_action(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=2)
+    table, coordinator, lease, _instants, _reads = history(tmp_path / "t", commits=2)
     mirror = DeltaMirror(table)
     mirror.catch_up()
-    wider = pa.schema(list(SCHEMA) + [pa.field("note", pa.string())])
+    wider = pa.schema([*list(SCHEMA), pa.field("note", pa.string())])
     upsert(table, coordinator, 2, [{"id": 1, "v": 2, "region": "eu", "note": "added"}], wider)
     (version,) = mirror.catch_up()
     lease.release()

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from laketide.table.instant import COMMIT, Instant, InstantClock, State, validate_instant_time
@@ -10,7 +12,7 @@ def test_ten_thousand_instant_times_are_unique_and_increasing():
     clock = InstantClock()
     times = [clock.next() for _ in range(10_000)]
     assert all(len(t) == 17 and t.isdigit() for t in times)
-    assert all(a < b for a, b in zip(times, times[1:]))
+    assert all(a < b for a, b in itertools.pairwise(times))
     for t in times[::997]:
         validate_instant_time(t)
 
@@ -81,7 +83,7 @@ def test_written_properties_hold_what_readers_require():
 
 
 def test_missing_required_property_is_named():
-    with pytest.raises(ValueError, match="hoodie.table.version"):
+    with pytest.raises(ValueError, match=r"hoodie.table.version"):
         TableConfig.from_properties({"hoodie.table.name": "t", "hoodie.table.type": "COPY_ON_WRITE"})
 
 
@@ -109,5 +111,5 @@ def test_time_travel_accepts_the_forms_hudi_accepts(given, instant):
 def test_other_time_travel_forms_fail_clearly(given):
     from laketide.table.instant import parse_instant_time
 
-    with pytest.raises(ValueError, match="not a point in time|instant time"):
+    with pytest.raises(ValueError, match=r"not a point in time|instant time"):
         parse_instant_time(given)

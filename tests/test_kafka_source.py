@@ -179,7 +179,7 @@ def test_kill_9_cycles_while_events_arrive_leave_the_model_exact(kafka, tmp_path
         log = tmp_path / f"job-{cycle}.log"
         job = Job([CLI, "run", *conf], log).start()
         feed.send(5)  # events for it to read: a job killed once it had read all there was left nothing to the next
-        wait_until(lambda: not job.running() or "micro-batch" in log.read_text(), 180, "a micro-batch")
+        wait_until(lambda job=job, log=log: not job.running() or "micro-batch" in log.read_text(), 180, "a micro-batch")
         for _ in range(rng.randint(2, 6)):
             feed.send(5)
             time.sleep(rng.uniform(0.1, 0.6))

@@ -79,14 +79,16 @@ def _parquet(path: Path, table: pa.Table, mtime: float) -> None:
 
 
 def test_a_mistyped_parquet_file_goes_to_quarantine_and_later_files_are_written(spark, tmp_path):
-    good = lambda ids: pa.table(
-        {
-            "id": pa.array(ids, pa.int64()),
-            "region": ["eu"] * len(ids),
-            "qty": pa.array([1] * len(ids), pa.int32()),
-            "ts": pa.array([1] * len(ids), pa.int64()),
-        }
-    )  # noqa: E731
+    def good(ids):
+        return pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "region": ["eu"] * len(ids),
+                "qty": pa.array([1] * len(ids), pa.int32()),
+                "ts": pa.array([1] * len(ids), pa.int64()),
+            }
+        )
+
     landing = tmp_path / "landing"
     _parquet(landing / "0.parquet", good([1, 2]), 1_700_000_000)
     _parquet(landing / "1.parquet", good([3]).set_column(2, "qty", pa.array([2**40], pa.int64())), 1_700_000_001)

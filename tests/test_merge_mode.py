@@ -82,7 +82,7 @@ def test_ties_in_one_micro_batch_go_to_the_later_file_then_line(mode, request):
 
 
 def test_merge_mode_is_recorded_as_hudi_records_it(event_time, commit_time, tmp_path_factory):
-    for (rows, writer), mode, payload in (
+    for (_rows, writer), mode, payload in (
         (event_time, "EVENT_TIME_ORDERING", "org.apache.hudi.common.model.DefaultHoodieRecordPayload"),
         (commit_time, "COMMIT_TIME_ORDERING", "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload"),
     ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 
@@ -226,7 +227,7 @@ def test_compaction_in_the_job_keeps_every_read_equal_to_the_model(spark, tmp_pa
         assert rows(hudi_read(path, as_of=instant.timestamp), "id", DATA_COLUMNS) == expected, instant
         assert rows(table.snapshot(instant.timestamp), "id", DATA_COLUMNS) == expected, instant
     # incremental reads across compactions: a compaction adds no change of its own
-    for start, end in zip(deltas, deltas[1:]):
+    for start, end in itertools.pairwise(deltas):
         theirs = hudi_read(path, start=start.timestamp, end=end.timestamp)
         assert rows(table.incremental(start.timestamp, end.timestamp), "id", DATA_COLUMNS) == rows(
             theirs, "id", DATA_COLUMNS
@@ -236,7 +237,7 @@ def test_compaction_in_the_job_keeps_every_read_equal_to_the_model(spark, tmp_pa
     # cleaning down to one version per group removes the older slices, logs included
     view = table.file_system_view()
     assert any(lf.base_instant != compactions[-1].timestamp for g in view.groups.values() for lf in g.log_files)
-    code, out, err = laketide(
+    code, _out, err = laketide(
         "clean", str(path), "--policy", "KEEP_LATEST_FILE_VERSIONS", "--retain-file-versions", "1", "--json"
     )
     assert code == 0, err
@@ -363,7 +364,7 @@ def test_a_slice_merges_a_key_range_at_a_time_as_it_merges_whole(tmp_path):
             "v": ["log"] * len(upserted),
         }
     )
-    deleted = rng.sample(keys, 100) + ["k01050"]
+    deleted = [*rng.sample(keys, 100), "k01050"]
     blocks = [
         parquet_data_block(updates, {Header.INSTANT_TIME: "20260101000000001"}),
         delete_block(
@@ -495,7 +496,7 @@ def test_late_events_newer_than_the_base_file_are_judged_from_the_logs_alone(tmp
     )
     # events newer than the base file, then events older than some of its rows (the base is read)
     for oldest, base_read in ((11, False), (1, True)):
-        incoming = {k: rng.randint(oldest, 40) for k in rng.sample(keys, 120) + ["n100", "n301", "absent"]}
+        incoming = {k: rng.randint(oldest, 40) for k in [*rng.sample(keys, 120), "n100", "n301", "absent"]}
         names = pa.array(list(incoming))
         judged = stored_ordering(
             table.io, fs, lambda i: True, MergeRule("ts"), pa.scalar(min(incoming.values())), names

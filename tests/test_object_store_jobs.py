@@ -4,6 +4,7 @@ cycles, a frozen lease holder taken over, and every CLI command."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import time
@@ -116,10 +117,8 @@ def run_twenty_batches(
     conf += [f"storage.options.{k}={v}" for k, v in options.items()]
     job = Job(job_args(tmp_path, api_port=port, extra=conf), tmp_path / "job.log").start()
     while metrics is not None and job.running():
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             metrics.append(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
-        except httpx.HTTPError:
-            pass
         time.sleep(0.5)
     assert job.wait(600) == 0, job.log_tail()
     log = (tmp_path / "job.log").read_text()
@@ -232,7 +231,11 @@ def test_kill_9_cycles_on_s3_leave_the_model_exact_and_no_file_of_a_lost_instant
     for cycle in range(5):
         log = tmp_path / f"job-{cycle}.log"
         job = Job(job_args(tmp_path, trigger="1 second", extra=conf), log).start()
-        wait_until(lambda: not job.running() or "lease of " in log.read_text(), 180, "the job to take the lease")
+        wait_until(
+            lambda job=job, log=log: not job.running() or "lease of " in log.read_text(),
+            180,
+            "the job to take the lease",
+        )
         time.sleep(rng.uniform(0.5, 6))
         assert job.running(), job.log_tail()
         job.kill()

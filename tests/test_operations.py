@@ -175,5 +175,5 @@ def test_global_index_moves_a_record_between_partitions(spark, tmp_path):
 def test_an_index_of_the_other_scope_is_refused(tmp_path):
     table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region"], "ts")
     StateIndex.open(table.io, 2)
-    with pytest.raises(ValueError, match="index.global = true"):
+    with pytest.raises(ValueError, match=r"index.global = true"):
         StateIndex.open(table.io, 2, global_keys=True)

@@ -75,5 +75,5 @@ def test_v8_timeline_has_completion_times(fixtures_dir):
 
 
 def test_missing_table_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="hoodie.properties"):
+    with pytest.raises(FileNotFoundError, match=r"hoodie.properties"):
         Table.open(str(tmp_path))

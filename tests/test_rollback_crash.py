@@ -112,7 +112,7 @@ def test_rollback_survives_a_crash_after_every_step(tmp_path, target_kind):
 def test_recover_rolls_back_what_a_dead_writer_left(tmp_path):
     lease = LocalLease(str(tmp_path / "lease"), "t")
     lease.acquire()
-    table, c2, dangling, before, after_c2 = build(tmp_path / "t", lease)
+    _table, _c2, dangling, _before, after_c2 = build(tmp_path / "t", lease)
     lease.release()
     successor = LocalLease(str(tmp_path / "lease"), "t", job_id="successor")
     assert successor.acquire().epoch == 2
@@ -126,7 +126,7 @@ def test_rollback_plan_and_metadata_name_absolute_paths(tmp_path):
     """Hudi's BaseRollbackHelper resolves each file's partition against the base path, so the paths are absolute."""
     lease = LocalLease(str(tmp_path / "lease"), "t")
     lease.acquire()
-    table, c2, dangling, before, after_c2 = build(tmp_path / "t", lease)
+    table, _c2, dangling, _before, _after_c2 = build(tmp_path / "t", lease)
     result = Coordinator(table, lease, "w").rollback(dangling)
     timeline = Table.open(table.uri).timeline
     (rb,) = timeline.filter({State.COMPLETED}, [ROLLBACK])

@@ -74,7 +74,7 @@ def test_restore_returns_the_table_to_the_savepoint(tmp_path):
 
 
 def test_refusals(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=4)
+    _table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=4)
     pending = coordinator.begin(99)
     with pytest.raises(SavepointRefused, match="not a completed write"):
         Savepoints(coordinator).create(pending)
@@ -86,7 +86,7 @@ def test_refusals(tmp_path):
         Savepoints(coordinator).delete(instants[1])
     coordinator.rollback(pending, force=True)
     Cleaner(coordinator, Retention(commits=1)).clean()
-    with pytest.raises(SavepointRefused, match="is before .*, the oldest commit the last clean kept"):
+    with pytest.raises(SavepointRefused, match=r"is before .*, the oldest commit the last clean kept"):
         Savepoints(coordinator).create(instants[0])
     # a policy without a retained commit: the files themselves are checked
     Cleaner(coordinator, Retention(CleanPolicy.KEEP_LATEST_FILE_VERSIONS, file_versions=1)).clean()
@@ -96,7 +96,7 @@ def test_refusals(tmp_path):
 
 
 def test_delete_releases_the_files(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=4)
+    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=4)
     saved = Savepoints(coordinator).create(instants[0])
     assert savepointed_files(Table.open(table.uri).timeline) == frozenset(saved.files)
     Savepoints(coordinator).delete(instants[0])
@@ -152,7 +152,7 @@ def test_savepoint_create_and_delete_interrupted_after_any_step(tmp_path):
 
 
 def test_savepoint_metadata_is_read_by_javas_avro(spark, tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=3)
+    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=3)
     Savepoints(coordinator).create(instants[1], user="ops", comment="nightly")
     decoded = json.loads(java_container_read(spark, table.io.read_bytes(f".hoodie/{instants[1]}.savepoint")))
     assert decoded["savepointedBy"] == "ops" and decoded["comments"] == "nightly"
@@ -166,7 +166,7 @@ def test_savepoint_metadata_is_read_by_javas_avro(spark, tmp_path):
 
 
 def test_cli_savepoint_and_restore(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=4)
+    table, _coordinator, lease, instants, reads = history(tmp_path / "t", commits=4)
     lease.release()
 
     def cli(*args):

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -159,7 +161,7 @@ def test_many_micro_batches_make_layers_of_growing_size_that_answer_as_one_run()
     while layer is not None:
         layers.append(len(layer.hashes))
         layer = layer.recent
-    assert len(layers) >= 3 and all(upper * 8 < lower for lower, upper in zip(layers, layers[1:])), layers
+    assert len(layers) >= 3 and all(upper * 8 < lower for lower, upper in itertools.pairwise(layers)), layers
     merged = ShardRun.merge(runs)
     probe = np.concatenate([merged.hashes[::97], rng.integers(0, 2**63, 100, dtype=np.uint64)])
     assert [run.groups[c] if c >= 0 else None for c in run.lookup(probe)] == [

@@ -28,14 +28,14 @@ def job_run(spark, tmp_path_factory, request):
 
 
 def test_final_rows_match_the_model(job_run):
-    root, writer = job_run
+    root, _writer = job_run
     table = hudi_read(root / "table")
     assert rows(table, "id", DATA_COLUMNS) == expected_after(BATCHES)
     assert len(set(table["_hoodie_record_key"].to_pylist())) == table.num_rows
 
 
 def test_each_file_was_one_micro_batch_with_progress(job_run):
-    root, writer = job_run
+    _root, writer = job_run
     reports = writer.status.recent
     assert [r.batch_id for r in reports] == [0, 1, 2]
     assert reports[0].inserts == 30 and reports[0].updates == 0

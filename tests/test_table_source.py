@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -27,7 +29,7 @@ def _spark_rows(df, columns) -> list[dict]:
 
 
 def test_batch_reads_snapshot_time_travel_and_changes(spark, tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=3)
+    table, _coordinator, lease, instants, reads = history(tmp_path / "t", commits=3)
     lease.release()
     source = spark.read.format("laketide")
     assert _spark_rows(source.load(table.uri), COLUMNS) == reads[instants[-1]]
@@ -115,7 +117,7 @@ def test_a_downstream_query_reads_each_change_once_across_restarts_of_both(spark
     assert list(got) == commits, "every commit once, none repeated across the restarts"
     # the first micro-batch from "earliest" is the table as of the first commit; then each commit's changes
     assert got[commits[0]] == rows(hudi_read(path, as_of=commits[0]), "id", DATA_COLUMNS)
-    for previous, commit in zip(commits, commits[1:]):
+    for previous, commit in itertools.pairwise(commits):
         assert got[commit] == rows(hudi_read(path, start=previous, end=commit), "id", DATA_COLUMNS), commit
     assert sum(len(v) for v in got.values()) == sum(len(v) for v in first.values()) + len(got[commits[2]])
 
@@ -125,7 +127,7 @@ def test_start_latest_and_a_window_older_than_the_active_timeline(spark, tmp_pat
     from laketide.coordinator.cleaner import Cleaner
     from laketide.table.clean import Retention
 
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=6)
+    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=6)
     _drain(spark, table.uri, tmp_path / "cp-latest", tmp_path / "sink-latest", start="latest")
     instants.append(upsert(table, coordinator, 6, [{"id": 100, "v": 6, "region": "us"}], SCHEMA))
     _drain(spark, table.uri, tmp_path / "cp-latest", tmp_path / "sink-latest", start="latest")
@@ -156,9 +158,9 @@ def test_an_installed_laketide_is_found_by_spark_without_registration():
     src = Path(__file__).parents[1] / "src"
     probe = (
         "import pkgutil, importlib; "
-        "found = {m.name: importlib.import_module(m.name) for m in pkgutil.iter_modules([%r]) if "
+        f"found = {{m.name: importlib.import_module(m.name) for m in pkgutil.iter_modules([{str(src)!r}]) if "
         "m.name.startswith('pyspark_')}; "
-        "print(sorted((n, m.DefaultSource.name(), m.DefaultSource.__name__) for n, m in found.items()))" % str(src)
+        "print(sorted((n, m.DefaultSource.name(), m.DefaultSource.__name__) for n, m in found.items()))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[('pyspark_laketide', 'laketide', 'LaketideDataSource')]"

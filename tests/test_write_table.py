@@ -168,7 +168,7 @@ def test_a_merge_carries_the_bloom_filter_over_and_adds_the_inserted_keys(table,
     # one index shard: every key may go to the one small group
     upsert(table, coordinator, 1, [record(i, "us", 1) for i in range(1, 6)], SCHEMA, index_shards=1)
     old_bloom = BloomFilter.from_footer(_footer_and_keys(table)[0])
-    (group,) = table.file_system_view().latest_slices()
+    (_group,) = table.file_system_view().latest_slices()
     # the new keys go into the group, which is small (Hudi's small-file handling, as the product does it)
     batch = [record(2, "us", 2), record(3, "us", 2, deleted=True), record(10, "us", 2), record(11, "us", 2)]
     upsert(table, coordinator, 2, batch, SCHEMA, index_shards=1)

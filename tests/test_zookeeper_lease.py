@@ -107,7 +107,7 @@ def test_released_lease_is_free_at_once(zookeeper, tmp_path):
 def test_unreachable_zookeeper_fails_clearly(tmp_path):
     table = Table.create(str(tmp_path / "t"), "t", ["id"], [], None)
     lease = ZooKeeperLease(f"127.0.0.1:{free_port()}", "/laketide", table.uri, connect_timeout=1.0)
-    with pytest.raises(LeaseError, match="cannot reach ZooKeeper .* never falls back"):
+    with pytest.raises(LeaseError, match=r"cannot reach ZooKeeper .* never falls back"):
         lease.acquire()
 
 

@@ -319,7 +319,7 @@ class BatchWriter:
         self.status.last_instant = report.instant
         self.status.quarantined_total += report.quarantined
         self.status.records_total += report.records
-        self.status.recent = (self.status.recent + [report])[-RECENT_BATCHES:]
+        self.status.recent = ([*self.status.recent, report])[-RECENT_BATCHES:]
 
     def announce(self, report: BatchReport) -> None:
         """Log a micro-batch's line and tell the observers; then stop if a table service failed too often."""

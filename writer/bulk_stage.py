@@ -3,6 +3,7 @@ sorted by ``bulk_sort_keys``, and writes new file groups as the rows come, with 
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -80,7 +81,7 @@ def _by_partition(rows: pa.Table) -> list[tuple[str, pa.Table]]:
     rows = rows.drop_columns([PARTITION])
     if np.all(codes[1:] >= codes[:-1]):
         starts = np.concatenate([[0], np.flatnonzero(codes[1:] != codes[:-1]) + 1, [len(codes)]])
-        return [(names[codes[start]], rows.slice(start, end - start)) for start, end in zip(starts[:-1], starts[1:])]
+        return [(names[codes[start]], rows.slice(start, end - start)) for start, end in itertools.pairwise(starts)]
     return [(names[code], part) for code, part in split_by(rows, codes)]
 
 

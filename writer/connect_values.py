@@ -285,9 +285,7 @@ class Column:
     def _from_decimals(self, parsed: list[Decimal | bool | None]) -> Decoded:
         """Python decimals (``False`` where the value did not decode) into the target, exactly or not at all."""
         bad = np.array([p is False for p in parsed])
-        exact: list = []
-        for p in parsed:
-            exact.append(None if p is None or p is False else p)
+        exact: list = [None if p is None or p is False else p for p in parsed]
         target = self.target
         if pa.types.is_decimal(target):
             fits = [codecs.fits_decimal(p, target) for p in exact]

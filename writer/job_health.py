@@ -13,6 +13,7 @@ without a job. The rules, in the order they win:
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from laketide.config_types import trigger_seconds
@@ -40,7 +41,7 @@ def _kafka_backlog(done: list[BatchReport], now: float) -> Backlog | None:
 
 def _lag_growing(done: list[BatchReport]) -> bool:
     lags = [sum(r.lag.values()) for r in done[-4:] if r.lag]
-    return len(lags) == 4 and all(b > a for a, b in zip(lags, lags[1:]))
+    return len(lags) == 4 and all(b > a for a, b in itertools.pairwise(lags))
 
 
 def assess(

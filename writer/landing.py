@@ -3,6 +3,7 @@ what they weigh once decoded, parquet read straight into Arrow, and copies set a
 
 from __future__ import annotations
 
+import itertools
 import json
 import posixpath
 import time
@@ -99,7 +100,7 @@ def _slices(group: tuple[str, int, int, int], cut: int) -> list[Piece]:
         a = (1 + a) / (1 + DECODE_SHARE)
         ends.append(a)
     bounds = [0] + [round(rows * end / ends[-1]) for end in ends]
-    return [(path, number, first, start, end - start) for start, end in zip(bounds, bounds[1:]) if end > start]
+    return [(path, number, first, start, end - start) for start, end in itertools.pairwise(bounds) if end > start]
 
 
 def read_piece(piece: Piece, declared: pa.Schema, options: dict[str, str] | None = None) -> tuple[pa.Table, pa.Array]:

@@ -11,6 +11,7 @@ each sample weighted by the rows it stands for, as Spark's range partitioning sa
 from __future__ import annotations
 
 import bisect
+import itertools
 
 import numpy as np
 import pyarrow as pa
@@ -115,7 +116,7 @@ def split_sorted(rows: pa.Table, cuts: list[str], global_keys: bool) -> list[tup
     starts = [0] + [bisect.bisect_left(keys, cut) for cut in cuts] + [rows.num_rows]
     return [
         (task, rows.slice(start, end - start))
-        for task, (start, end) in enumerate(zip(starts, starts[1:]))
+        for task, (start, end) in enumerate(itertools.pairwise(starts))
         if end > start
     ]
 

@@ -123,7 +123,7 @@ class WriterStatus:
     def failed(self, what: str, error: BaseException, instant: str | None = None) -> None:
         text = first_line(error) or type(error).__name__
         with self._lock:
-            self.failures = (self.failures + [Failure(at=time.time(), what=what, instant=instant, error=text)])[
+            self.failures = ([*self.failures, Failure(at=time.time(), what=what, instant=instant, error=text)])[
                 -RECENT_FAILURES:
             ]
 

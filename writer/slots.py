@@ -6,6 +6,7 @@ The driver's threads and Spark's write tasks use the same slots, so a file group
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable
 from functools import partial
 
@@ -31,7 +32,7 @@ def split_by(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, pa.Table]]:
         return []
     order, starts, sorted_keys = _runs(keys)
     ordered = rows.take(pa.array(order))
-    return [(int(sorted_keys[start]), ordered.slice(start, end - start)) for start, end in zip(starts[:-1], starts[1:])]
+    return [(int(sorted_keys[start]), ordered.slice(start, end - start)) for start, end in itertools.pairwise(starts)]
 
 
 def split_lazily(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, Callable[[], pa.Table]]]:
@@ -42,7 +43,7 @@ def split_lazily(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, Callable[[
     order, starts, sorted_keys = _runs(keys)
     return [
         (int(sorted_keys[start]), partial(rows.take, pa.array(order[start:end])))
-        for start, end in zip(starts[:-1], starts[1:])
+        for start, end in itertools.pairwise(starts)
     ]
 
 

@@ -8,6 +8,7 @@ fails on an undocumented key rather than the reference leaving it out.
 
 from __future__ import annotations
 
+import inspect
 import re
 import types
 import typing
@@ -50,7 +51,7 @@ def sections(model: type[BaseModel] = JobConfig, prefix: str = "", about: str | 
     """Every section of ``model`` (the job's by default), depth first, each with its own keys. A table of
     sections (``[tables.<name>]``) is a section of the keys its value model adds to those it inherits."""
     keys, nested = [], []
-    own = model.__dict__.get("__annotations__", {})
+    own = inspect.get_annotations(model)
     # a subclass's own keys first: ``table.path`` before the keys every ``[tables.<name>]`` shares
     for name, field in sorted(model.model_fields.items(), key=lambda item: item[0] not in own):
         key = f"{prefix}{field.alias or name}"

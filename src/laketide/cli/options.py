@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Annotated
 
 import typer
@@ -10,7 +12,7 @@ import typer
 from laketide.service import TOKEN_ENV
 
 # the root's ``--storage-option`` pairs, set once per invocation before its command runs
-STORAGE_OPTIONS: ContextVar[dict[str, str]] = ContextVar("storage_options", default={})
+STORAGE_OPTIONS: ContextVar[Mapping[str, str]] = ContextVar("storage_options", default=MappingProxyType({}))
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 ZkOpt = Annotated[str | None, typer.Option("--zookeeper", help="ZooKeeper hosts, when the table's lease lives there")]
 ZkRootOpt = Annotated[str, typer.Option("--zookeeper-root", help="ZooKeeper root of laketide's leases")]
