@@ -66,6 +66,28 @@ def writer_id_for(checkpoint: str, options: dict[str, str] | None = None) -> str
     return writer_id
 
 
+def clear_interrupted_log_writes(checkpoint: str, options: dict[str, str] | None = None) -> list[str]:
+    """Delete what a killed job left half written in its checkpoint; the paths deleted.
+
+    Spark writes each entry of the query's logs (offsets, commits, a file source's seen files, the metadata) to
+    ``.<name>.<uuid>.tmp`` beside it and renames it into place (its ``CheckpointFileManager.createAtomic``). A job
+    killed between the two leaves the temporary file, which Spark never reads, but beside which it refuses to start
+    a query whose offset log holds no batch yet (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``: a kill -9 in the
+    first micro-batch left a checkpoint no later job could start on). Run before the query starts: a checkpoint
+    is one query's, and no other writes it then."""
+    io = FileIO.for_uri(checkpoint, options)
+    left = [
+        e.path for e in io.walk() if not e.is_dir and e.name.startswith(".") and e.name.endswith((".tmp", ".tmp.crc"))
+    ]
+    for path in left:
+        io.delete(path)
+    if left:
+        log.info(
+            "deleted %d half-written log entries a stopped job left in checkpoint %s: %s", len(left), checkpoint, left
+        )
+    return left
+
+
 def run(
     config: JobConfig,
     on_step: Callable[[str, int], None] | None = None,
@@ -122,8 +144,8 @@ def run(
 
 def start_query(config: JobConfig, source, each: Callable):
     """The query of ``source`` (a streaming DataFrame) handing each micro-batch to ``each(df, batch_id)``, under the
-    job's
-    name, checkpoint and trigger."""
+    job's name, checkpoint and trigger."""
+    clear_interrupted_log_writes(config.stream.checkpoint, config.storage.io_options)
     stream = (
         source.writeStream.queryName(config.stream.query_name)
         .option("checkpointLocation", config.stream.checkpoint)

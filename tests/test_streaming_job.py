@@ -175,3 +175,28 @@ def test_a_task_gives_the_memory_it_freed_back_to_the_system(spark):
 
     kept, given_back = held_after(give_back=False), held_after(give_back=True)
     assert given_back < 16 * 2**20 < 128 * 2**20 < kept, (kept, given_back)
+
+
+def test_a_log_entry_a_kill_left_half_written_does_not_stop_the_next_start(tmp_path):
+    """Spark writes each entry of the query's offset and commit logs to a temporary file and renames it; a job
+    killed between the two leaves the temporary file (seen after a kill -9 in the first micro-batch), and Spark
+    refuses to start a query whose log holds no batch beside it ("offsets should be empty on batch 0"). The next
+    job clears such files before its query starts."""
+    from streaming import land
+
+    land(tmp_path, "batch-000.json", [{"id": 1, "name": "a", "amount": 1.0, "ts": 1, "region": "eu"}], 1_700_000_000)
+    checkpoint = tmp_path / "checkpoint"
+    for folder in ("offsets", "commits", "sources/0"):
+        (checkpoint / folder).mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"d298cb4b-2c3b-47f5-bc45-b157938d2263"}')
+    left = [
+        checkpoint / "offsets" / ".0.569938aa-b1e4-4b86-8ec5-ac9bebc6c400.tmp",
+        checkpoint / "offsets" / "..0.5.tmp.crc",
+    ]
+    for path in left:
+        path.write_bytes(b"")
+    run(job_config(tmp_path))
+    assert rows(hudi_read(tmp_path / "table"), "id", DATA_COLUMNS) == [
+        {"id": 1, "name": "a", "amount": 1.0, "ts": 1, "region": "eu"}
+    ]
+    assert not any(path.exists() for path in left)
