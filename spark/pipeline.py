@@ -380,9 +380,8 @@ class MicroBatchWriter(BatchWriter):
 
     def _kafka_rows(self, df: DataFrame, batch_id: int) -> pa.Table:
         """A Kafka micro-batch's rows for the driver: read and decoded there (``kafka_offsets``,
-        ``writer.kafka_values``)
-        when the offset log gives its range and its values are JSON the driver decodes as Spark would, else
-        collected from the query's scan."""
+        ``writer.kafka_values``) when the offset log gives its range and its values are JSON the driver decodes as Spark
+        would, else collected from the query's scan."""
         records = self.offsets.read(batch_id) if self.config.source.value_format == "json" else None
         rows = plain_rows(records, to_arrow_schema(df.schema, timezone=self.timezone)) if records is not None else None
         return rows if rows is not None else df.toArrow()

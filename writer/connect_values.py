@@ -23,10 +23,9 @@ DECIMAL, DOUBLE, FLOAT, integers, STRING |
 
 A time of day or a timestamp under an integer column is its microseconds (of the day, since the epoch),
 whatever unit the connector sent; a date under an integer column stays days. Without the event's schema, the declared
-type decides: a string under
-a DATE or TIMESTAMP column is ISO-8601; an integer under DATE is days; an integer under TIMESTAMP needs
-``source.debezium.timestamp_unit`` (its unit differs by the column's precision in the database); a string
-under DECIMAL is ``source.debezium.decimal_handling``'s encoding (``precise``: base64 at the declared scale;
+type decides: a string under a DATE or TIMESTAMP column is ISO-8601; an integer under DATE is days; an integer under
+TIMESTAMP needs ``source.debezium.timestamp_unit`` (its unit differs by the column's precision in the database); a
+string under DECIMAL is ``source.debezium.decimal_handling``'s encoding (``precise``: base64 at the declared scale;
 ``string``: the number as text), a number is a number.
 
 A value that cannot be decoded is null with a reason that names the column and the encoding, and the row

@@ -58,8 +58,7 @@ class DriverPool:
         self, timed: Timed, stage: str, run_part: Callable[[int, Iterator], Iterator], parts: list[tuple[int, Part]]
     ) -> list:
         """``run_part(slot, batches)`` over each (slot, rows), its seconds charged to ``stage``; what they yield, in
-        slot order.
-        Rows given as a function (``slots.split_lazily``) are taken in the worker, as part of the stage."""
+        slot order. Rows given as a function (``slots.split_lazily``) are taken in the worker, as part of the stage."""
         return self.start(timed, stage, run_part, parts)()
 
     def start(

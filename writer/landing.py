@@ -61,8 +61,7 @@ def parquet_pieces(
 ) -> list[Piece] | None:
     """Parquet landing files as pieces Spark's tasks read (``read_piece``): (path, row group, the arrival
     number of the group's first row, the piece's first row in the group, its rows). Only when every file holds every
-    declared column under exactly its
-    type, as ``read_landed_parquet`` asks; otherwise ``None``, and Spark reads them.
+    declared column under exactly its type, as ``read_landed_parquet`` asks; otherwise ``None``, and Spark reads them.
 
     A row group is read whole, so a micro-batch of fewer row groups than ``tasks`` would leave cores idle
     while one task prepares a large group: such groups are cut into slices of rows, each task reading the

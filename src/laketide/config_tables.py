@@ -7,8 +7,7 @@ one source table (and ``schema``, to pin its columns); the rest come from ``[tab
 gives the settings of one source table's Hudi table, as a single-table job would have them.
 
 Pure: no I/O, no Spark. The job that runs such a configuration is built on this (see the documentation's "A whole
-database in one job").
-"""
+database in one job")."""
 
 from __future__ import annotations
 
