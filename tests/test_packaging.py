@@ -1,0 +1,63 @@
+"""The installed project as tools see it: every ``laketide.*`` package resolves to its source file by path, as a
+language server's "go to definition" and a type checker need (``make install`` writes ``src`` into the venv's
+path; the top-level folders are laketide's sub-packages through the links in ``src/laketide``)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ["table", "index", "writer", "coordinator", "spark", "api"]
+
+
+def test_every_subpackage_is_the_top_level_folder_of_its_name():
+    for name in PACKAGES:
+        link = ROOT / "src" / "laketide" / name
+        assert link.is_symlink() and link.resolve() == ROOT / name, name
+
+
+def test_the_install_puts_a_path_on_sys_path_not_an_import_hook():
+    """An editable install that maps packages with an import hook leaves path-based tools with nothing to follow."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import laketide.table, sys; print(laketide.table.__file__); print(sys.meta_path)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    location, finders = done.stdout.splitlines()
+    assert Path(location).resolve() == ROOT / "table" / "__init__.py"
+    assert "editable" not in finders.lower()
+
+
+def test_a_type_checker_resolves_every_laketide_import_to_its_source(tmp_path):
+    """pyright, which language servers are built on, reads each module's own signatures: no import is missing and
+    a revealed type is the source's, not Unknown."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from laketide.table import Table\n"
+        "from laketide.index.bloom import BloomSpec\n"
+        "from laketide.writer.bulk_stage import bulk_order\n"
+        "from laketide.coordinator import Coordinator\n"
+        "from laketide.spark.job import run\n"
+        "from laketide.api.app import create_app\n"
+        "from laketide.config import JobConfig\n"
+        "reveal_type(Table.open)\n"
+        "reveal_type(bulk_order)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pyright", "--outputjson", "--pythonpath", sys.executable, str(probe)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    report = json.loads(done.stdout)
+    missing = [
+        d["message"]
+        for d in report["generalDiagnostics"]
+        if d.get("rule") in ("reportMissingImports", "reportAttributeAccessIssue")
+    ]
+    assert not missing, missing
+    revealed = [d["message"] for d in report["generalDiagnostics"] if d["severity"] == "information"]
+    assert any("io: FileIO | None" in m for m in revealed), revealed
+    assert any("ordering_field" in m for m in revealed), revealed
