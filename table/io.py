@@ -11,7 +11,7 @@ import os
 import posixpath
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
@@ -53,7 +53,7 @@ class FileIO:
         self.options = {}
 
     @classmethod
-    def for_uri(cls, uri: str, options: dict[str, str] | None = None) -> FileIO:
+    def for_uri(cls, uri: str, options: Mapping[str, str] | None = None) -> FileIO:
         """A FileIO rooted at ``uri``, chosen by its scheme: a local path; an object store (``s3://``, ``gs://``,
         ``az://``, ``abfs://``) through ``object_io`` with ``options`` (object_store's keys); else a URI
         pyarrow understands (``hdfs://``)."""

@@ -19,7 +19,7 @@ import math
 import posixpath
 import re
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import obstore
 import pyarrow as pa
@@ -63,7 +63,7 @@ class ObjectStoreFileIO(FileIO):
     is_local = False
     has_exclusive_create = True
 
-    def __init__(self, uri: str, options: dict[str, str] | None = None):
+    def __init__(self, uri: str, options: Mapping[str, str] | None = None):
         root, prefix = _split(uri)
         self.options = dict(options or {})
         options = dict(self.options)

@@ -75,13 +75,13 @@ class WriteSection(_Section):
     """The size a file group grows to."""
     small_file_limit: Size = 100 * 2**20
     """File groups below it take new inserts, each the keys of its range."""
-    index_shards: int = Field(4, gt=0, le=4096)
+    index_shards: int = Field(default=4, gt=0, le=4096)
     """State index shards (fixed when the index is created)."""
-    parallelism: int = Field(4, gt=0)
+    parallelism: int = Field(default=4, gt=0)
     """Write slots: the driver's write threads (at most its cores) or Spark's write tasks."""
     bloom_type: Literal["DYNAMIC_V0", "SIMPLE"] = "DYNAMIC_V0"
     """The base files' bloom filter (``hoodie.bloom.index.filter.type``)."""
-    bloom_entries: int | None = Field(None, gt=0)
+    bloom_entries: int | None = Field(default=None, gt=0)
     """Keys a new base file's bloom filter is sized for (``hoodie.index.bloom.num_entries``); unset, a
     ``DYNAMIC_V0`` filter is sized to the records a file of ``target_file_size`` holds at the table's average
     record size, between 1,000 and 60,000 (Hudi's fixed default, 430 KB of filter in every file), and grows a
@@ -95,7 +95,7 @@ class WriteSection(_Section):
     quarantine_path: str | None = None
     """Where rows that cannot be written go; unset, ``<table.path>_quarantine``. Checked at start: a
     directory (created if missing) the job can write in, or the job stops (exit 2) before writing anything."""
-    index_compaction_deltas: int = Field(16, gt=0)
+    index_compaction_deltas: int = Field(default=16, gt=0)
     """Index runs per shard before they are compacted (a shard without a base yet at its second run, and one
     whose runs hold a million entries and an eighth of its base, as a bulk load's do, at once)."""
     driver_batch_bytes: Annotated[int, BeforeValidator(parse_size), Field(ge=0)] = 64 * 2**20
@@ -134,7 +134,7 @@ class IndexSection(_Section):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
-    global_: bool | None = Field(None, alias="global")
+    global_: bool | None = Field(default=None, alias="global")
     """A record key is unique across partitions, and a record whose partition value changes moves (fixed when
     the index is created); unset, false, but true for a Debezium feed into a partitioned table."""
 
@@ -145,27 +145,27 @@ class CoordinatorSection(_Section):
     lease: Literal["local", "zookeeper", "storage"] = "local"
     """``local`` (a locked file in ``.hoodie/.laketide/``, one machine), ``zookeeper``, or ``storage`` (a
     lease object in the table's object store, no lock service)."""
-    lease_ttl: float = Field(30.0, ge=3)
+    lease_ttl: float = Field(default=30.0, ge=3)
     """Seconds a ``storage`` lease lasts without a heartbeat; renewed every third of it, and given up a third
     before it runs out."""
     zookeeper: str = "127.0.0.1:2181"
     """ZooKeeper's connect string."""
     zookeeper_root: str = "/laketide"
     """Leases live at ``<root>/tables/<url-encoded table URI>/lease``."""
-    zookeeper_session_timeout: float = Field(10.0, gt=0)
+    zookeeper_session_timeout: float = Field(default=10.0, gt=0)
     """Seconds a SUSPENDED connection is waited for before the job gives up its lease."""
-    lease_wait: float = Field(30.0, ge=0)
+    lease_wait: float = Field(default=30.0, ge=0)
     """Seconds to wait for a held lease before failing with the holder's name."""
-    api_port: int | None = Field(None, ge=0, le=65535)
+    api_port: int | None = Field(default=None, ge=0, le=65535)
     """Serve the REST API from the job on this port (``0`` picks a free one); unset, no API."""
     api_host: str = "127.0.0.1"
     """The address the API listens on."""
     api_token: str | None = None
     """The bearer token for changes; unset, ``LAKETIDE_API_TOKEN`` is read."""
-    api_max_rate: float = Field(25.0, ge=0)
+    api_max_rate: float = Field(default=25.0, ge=0)
     """Requests a second the API answers, all clients together (``0``: no limit); beyond, a request waits up
     to 2 s, then 429 (``api/limits.py``)."""
-    api_max_concurrent: int = Field(2, ge=1)
+    api_max_concurrent: int = Field(default=2, ge=1)
     """Requests answered at once."""
     api_max_body: Size = 64 * 1024
     """The largest request body; larger is 413, before it is read."""
@@ -194,11 +194,11 @@ class StorageSection(_Section):
     ``aws_endpoint_url``, ``azure_storage_account_name``, ``google_service_account``, ..., ``allow_http``);
     what is not given comes from the environment. Used for the table, the quarantine and Spark's tasks; the CLI
     takes them as ``laketide --storage-option KEY=VALUE``."""
-    max_retries: int = Field(10, ge=0)
+    max_retries: int = Field(default=10, ge=0)
     """A request the store throttles (503, 429, 500) or loses (reset, timeout) is sent again after an exponential
     backoff with full jitter (50 ms doubling, at most 5 s), this many times; past that the micro-batch fails
     and the job exits with code 6 naming the store."""
-    max_in_flight: int = Field(32, ge=1)
+    max_in_flight: int = Field(default=32, ge=1)
     """Requests to the store open at once, per process (the driver, each executor); a multipart upload sends
     this many parts at a time."""
 

@@ -20,13 +20,13 @@ class CleanSection(_Section):
 
     policy: Literal["KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_HOURS"] = "KEEP_LATEST_COMMITS"
     """Hudi's cleaner policy."""
-    retain_commits: int = Field(10, ge=1)
+    retain_commits: int = Field(default=10, ge=1)
     """``KEEP_LATEST_COMMITS``: reads as of the newest N commits keep working."""
-    retain_file_versions: int = Field(1, ge=1)
+    retain_file_versions: int = Field(default=1, ge=1)
     """``KEEP_LATEST_FILE_VERSIONS``: versions kept per file group."""
-    retain_hours: float = Field(24.0, gt=0)
+    retain_hours: float = Field(default=24.0, gt=0)
     """``KEEP_LATEST_BY_HOURS``: reads as of any commit of the last N hours keep working."""
-    async_: bool = Field(True, alias="async")
+    async_: bool = Field(default=True, alias="async")
     """Clean in a background thread after commits (one at a time, under the lease, never blocking a
     micro-batch); ``false`` cleans inline after each commit."""
 
@@ -41,9 +41,9 @@ class ArchiveSection(_Section):
 
     enabled: bool = True
     """Move old instants to ``.hoodie/archived/`` after commits (in the same background round as cleaning)."""
-    min_commits: int = Field(20, ge=1)
+    min_commits: int = Field(default=20, ge=1)
     """Completed writes the active timeline keeps (``hoodie.keep.min.commits``); above ``clean.retain_commits``."""
-    max_commits: int = Field(30, ge=2)
+    max_commits: int = Field(default=30, ge=2)
     """Archival starts once the active timeline has more completed writes than this (``hoodie.keep.max.commits``)."""
 
     @model_validator(mode="after")
@@ -63,14 +63,14 @@ class CompactionSection(_Section):
     ``inline`` after the commit that scheduled it, ``off`` leaves it to ``laketide compact``.
     """
 
-    delta_commits: int = Field(5, ge=1)
+    delta_commits: int = Field(default=5, ge=1)
     """Compact a file slice once it has this many log files (one per deltacommit that touched it)."""
     max_log_bytes: Size = 256 * 2**20
     """Or once its logs hold this many bytes."""
     mode: Literal["async", "inline", "off"] = "async"
     """``async`` (in the table-services thread beside ingestion), ``inline`` (right after the commit that
     schedules it), ``off`` (only ``laketide compact``)."""
-    yield_seconds: float = Field(2.0, ge=0)
+    yield_seconds: float = Field(default=2.0, ge=0)
     """``async``: before each file slice, wait up to this long for the micro-batch being written to finish, so
     compaction uses the driver's cores between micro-batches; ``0`` never waits."""
 
@@ -84,7 +84,7 @@ class ServicesSection(_Section):
     failures in a row of one service the job stops with an error naming it.
     """
 
-    max_consecutive_failures: int = Field(5, ge=1)
+    max_consecutive_failures: int = Field(default=5, ge=1)
     """After this many failures in a row of one service the job stops (exit 1) with an error naming it,
     every commit in place."""
 
@@ -99,5 +99,5 @@ class MirrorSection(_Section):
     delta: bool = False
     """Keep a Delta Lake log (``_delta_log/``) of the same files beside the timeline; a table that has one is
     kept current whatever this says."""
-    log_retention_versions: int = Field(1000, ge=10)
+    log_retention_versions: int = Field(default=1000, ge=10)
     """The Delta log keeps this many versions: older commit files and checkpoints go at a checkpoint."""

@@ -16,21 +16,21 @@ class _Section(BaseModel):
 class GeneratorSection(_Section):
     """``source.format = "generator"``: made-up orders, for a demo or a load test."""
 
-    rows_per_batch: int = Field(10_000, gt=0)
+    rows_per_batch: int = Field(default=10_000, gt=0)
     """Rows a micro-batch."""
-    batches: int = Field(5, gt=0)
+    batches: int = Field(default=5, gt=0)
     """Micro-batches before the source is exhausted."""
-    update_fraction: float = Field(0.5, ge=0, le=1)
+    update_fraction: float = Field(default=0.5, ge=0, le=1)
     """Share of a batch's rows that update an earlier key."""
-    delete_fraction: float = Field(0.02, ge=0, le=1)
+    delete_fraction: float = Field(default=0.02, ge=0, le=1)
     """Share that delete an earlier key."""
-    duplicate_fraction: float = Field(0.01, ge=0, le=1)
+    duplicate_fraction: float = Field(default=0.01, ge=0, le=1)
     """Share that repeat a key of the same batch."""
-    partitions: int = Field(4, gt=0)
+    partitions: int = Field(default=4, gt=0)
     """Distinct partition values."""
     seed: int = 42
     """Seed of the random rows: the same seed makes the same rows."""
-    key_space: int = Field(0, ge=0)
+    key_space: int = Field(default=0, ge=0)
     """0: every new key is new forever; N: the table stays at N keys, and every row after the first N is a change."""
 
 
@@ -47,7 +47,7 @@ class KafkaSection(_Section):
     starting_offsets: str = "earliest"
     """Where a new query starts: ``earliest``, ``latest``, or Spark's JSON per partition,
     ``{"orders": {"0": 42, "1": -2}}`` (-2 earliest, -1 latest)."""
-    max_offsets_per_trigger: int | None = Field(None, gt=0)
+    max_offsets_per_trigger: int | None = Field(default=None, gt=0)
     """Offsets a micro-batch spans at most, shared by the partitions in proportion to their backlog; unset,
     what ``write.driver_batch_bytes`` holds at 1 KiB a record (65,536 at its default), and no cap with
     ``driver_batch_bytes = 0`` (``JobConfig.kafka_offsets_per_trigger``)."""
@@ -109,10 +109,10 @@ class SourceSection(_Section):
     """``json``, ``csv``, ``parquet`` (a landing directory), ``kafka`` or ``generator``."""
     path: str | None = None
     """The landing directory (required for files)."""
-    schema_ddl: str | None = Field(None, alias="schema")
+    schema_ddl: str | None = Field(default=None, alias="schema")
     """The rows' columns as Spark DDL (required for files; optional for Debezium's events, whose columns then
     come from the events)."""
-    max_files_per_trigger: int | None = Field(None, gt=0)
+    max_files_per_trigger: int | None = Field(default=None, gt=0)
     """Landing files a micro-batch takes at most."""
     options: dict[str, str] = Field(default_factory=dict)
     """Any option of Spark's reader for the format, e.g. ``--conf source.options.sep=";"``."""

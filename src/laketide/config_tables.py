@@ -40,7 +40,7 @@ class TableKeys(_Section):
     type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] | None = None
     """A new table's type: ``COPY_ON_WRITE`` (unset) rewrites the file groups a micro-batch touches;
     ``MERGE_ON_READ`` appends log files that compaction folds into new base files."""
-    record_key: list[str] | None = Field(None, min_length=1)
+    record_key: list[str] | None = Field(default=None, min_length=1)
     """The record key fields (required for a new table); more than one gives ``f1:v1,f2:v2`` keys (Hudi's
     ComplexKeyGenerator). An existing table's comes from its ``hoodie.properties``."""
     partition_by: list[str] | None = None
@@ -83,16 +83,16 @@ class DatabaseSection(_Section):
     on_table_failure: Literal["stop", "quarantine"] = "stop"
     """When one table's write fails (the micro-batch's other tables are written): ``stop`` the query with its
     error, or ``quarantine`` its records of the micro-batch and go on."""
-    services_at_once: int = Field(2, ge=1)
+    services_at_once: int = Field(default=2, ge=1)
     """Tables whose services (clean, archival, compaction, index compaction, mirror) run at a time."""
-    lease_wait: float = Field(5.0, ge=0)
+    lease_wait: float = Field(default=5.0, ge=0)
     """Seconds a table's first event waits for its lease before the job stops, naming the tables others hold."""
 
 
 class TableOverride(TableKeys):
     """``[tables.<name>]``: the ``table.*`` keys of one source table's Hudi table, and its pinned columns."""
 
-    schema_: str | None = Field(None, alias="schema")
+    schema_: str | None = Field(default=None, alias="schema")
     """The source table's columns as Spark DDL; unset, the events' own."""
 
 

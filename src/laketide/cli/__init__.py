@@ -119,6 +119,7 @@ def run(
     job_config = load_config(config, conf or [], base=None if config else embedded_defaults(conf or []))
     _logging()
     from laketide.service import run_service
+    from laketide.writer.database import Database
 
     try:
         writer = run_service(job_config)
@@ -126,7 +127,7 @@ def run(
         raise
     except (ValueError, NotImplementedError) as exc:
         raise Output().fail(str(exc), ErrorKind.FAILED) from None  # a library's error, e.g. Spark's, named as it came
-    if not hasattr(writer, "status"):  # a job of a whole database
+    if isinstance(writer, Database):  # a job of a whole database
         for label, table in sorted(writer.tables.items()):
             typer.echo(
                 f"table {label}: {sum(1 for r in table.job.writer.status.recent if not r.skipped)} "

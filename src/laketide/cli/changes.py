@@ -47,14 +47,14 @@ class Change:
     def run(self, method: str, path: str, body: dict | None, local: Callable[[Any], Any]) -> Any:
         """``local(operations)`` makes the change here; its result is what the API would answer."""
         if self.api:
-            return self._through_api(method, path, body)
+            return self._through_api(self.api, method, path, body)
         from laketide.writer.operations import Operations
 
         lease = lease_for(self.table, self.zookeeper, self.zookeeper_root)
         with Operations.under_lease(self.table, lease, "it has no API to ask") as operations:
             return to_jsonable_python(local(operations))
 
-    def _through_api(self, method: str, path: str, body: dict | None) -> Any:
+    def _through_api(self, api: str, method: str, path: str, body: dict | None) -> Any:
         import httpx
 
         from laketide.api.errors import KIND_OF_STATUS
@@ -64,16 +64,14 @@ class Change:
             # the table by its path: a job of a whole database answers for many
             response = httpx.request(
                 method,
-                f"{self.api.rstrip('/')}{path}",
+                f"{api.rstrip('/')}{path}",
                 params={"table": self.table.uri},
                 json=body,
                 headers=headers,
                 timeout=600,
             )
         except httpx.HTTPError as exc:
-            raise LaketideError(
-                f"cannot reach the job's API at {self.api}: {exc}", kind=ErrorKind.UNAVAILABLE
-            ) from None
+            raise LaketideError(f"cannot reach the job's API at {api}: {exc}", kind=ErrorKind.UNAVAILABLE) from None
         if response.status_code == 204:
             return None
         if response.status_code == 200:
@@ -81,7 +79,7 @@ class Change:
         is_json = response.headers.get("content-type", "").startswith("application/json")
         detail = response.json().get("detail", response.text) if is_json else response.text
         kind = KIND_OF_STATUS.get(response.status_code, ErrorKind.FAILED)
-        raise LaketideError(f"{self.api} answered {response.status_code}: {detail}", kind=kind)
+        raise LaketideError(f"{api} answered {response.status_code}: {detail}", kind=kind)
 
 
 def _changes(

@@ -34,7 +34,7 @@ def lease_for(table, zookeeper: str | None, zookeeper_root: str, job_id: str = "
         if zookeeper:
             LeaseChoice("zookeeper", zookeeper, zookeeper_root).agree(recorded, table.io)
         elif recorded.kind == "zookeeper":
-            zookeeper, zookeeper_root = recorded.zookeeper, recorded.root
+            zookeeper, zookeeper_root = recorded.zookeeper, recorded.root or zookeeper_root
     if zookeeper:
         return ZooKeeperLease(zookeeper, zookeeper_root, table.uri, job_id=job_id, connect_timeout=10.0)
     if not table.io.is_local:

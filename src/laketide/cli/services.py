@@ -56,11 +56,14 @@ def clean(
     from laketide.config import CleanSection
 
     try:
-        settings = CleanSection(
-            policy=policy.upper(),
-            retain_commits=retain_commits,
-            retain_file_versions=retain_file_versions,
-            retain_hours=retain_hours,
+        # validated as the job's [clean] section is: an unknown policy is named with what is allowed
+        settings = CleanSection.model_validate(
+            {
+                "policy": policy.upper(),
+                "retain_commits": retain_commits,
+                "retain_file_versions": retain_file_versions,
+                "retain_hours": retain_hours,
+            }
         )
     except ValidationError as exc:
         raise Invalid(f"--policy: {exc.errors()[0]['msg']}") from None
