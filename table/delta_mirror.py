@@ -32,18 +32,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from laketide.table.delta_log import (
-    CHECKPOINT_INTERVAL,
-    LOG_DIR,
-    DeltaLog,
-    LogState,
-    delta_schema,
-    file_stats,
-    new_metadata,
-    partition_value,
-    protocol_for,
-    relative_uri,
-)
+from laketide.table.delta_log import CHECKPOINT_INTERVAL, LOG_DIR, DeltaLog, LogState, new_metadata, relative_uri
+from laketide.table.delta_stats import delta_schema, file_stats, partition_value, protocol_for
 from laketide.table.instant import CLEAN, RESTORE, ROLLBACK, WRITE_ACTIONS, Instant, State
 from laketide.table.schema import with_meta_schema
 from laketide.table.timeline import Timeline

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import math
 import posixpath
 import re
 import urllib.parse
@@ -35,6 +34,7 @@ from obstore.store import from_url
 
 from laketide.table.errors import Invalid, first_line
 from laketide.table.io import FileEntry, FileIO, InstantFileExists
+from laketide.table.object_files import READ_BUFFER, ObjectOutput, ObjectWriter, RangeReader
 from laketide.table.store_requests import RetryPolicy, StoreRequests
 
 log = logging.getLogger(__name__)
@@ -43,11 +43,9 @@ CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_t
 # laketide's own keys among the options (``storage.max_retries``, ``storage.max_in_flight``), not object_store's:
 # (default, least value)
 OWN_KEYS = {"max_retries": (10, 0), "max_in_flight": (32, 1)}
-READ_BUFFER = 4 * 2**20
 EMPTY_RANGE = re.compile(r"416|non-partial|[Rr]ange [Nn]ot [Ss]atisfiable")
 # a store without S3's batch delete (DeleteObjects, POST ?delete), which object_store uses even for one object
 NO_BATCH_DELETE = re.compile(r"POST \S*\?delete\S* .*(405|501)")
-WRITE_BUFFER = 16 * 2**20
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -171,7 +169,7 @@ class ObjectStoreFileIO(FileIO):
                         "GET", obstore.get, self.store, key, options={"range": {"suffix": READ_BUFFER}}
                     )
                     return pa.PythonFile(
-                        _RangeReader(self, key, tail.meta["size"], bytes(tail.bytes()), tail.range[0]), mode="r"
+                        RangeReader(self, key, tail.meta["size"], bytes(tail.bytes()), tail.range[0]), mode="r"
                     )
                 except NotSupportedError:
                     self._suffix_ranges = False
@@ -181,12 +179,12 @@ class ObjectStoreFileIO(FileIO):
             size = self.requests.call("HEAD", obstore.head, self.store, key)["size"]
         except (NotFoundError, FileNotFoundError):
             raise FileNotFoundError(self.full_path(rel)) from None
-        return pa.PythonFile(_RangeReader(self, key, size), mode="r")
+        return pa.PythonFile(RangeReader(self, key, size), mode="r")
 
     def open_output(self, rel: str) -> pa.NativeFile:
         """A buffered writer: one PUT for a small file, a multipart upload for a large one; the object
         appears whole when the writer closes, and not at all when it fails or is discarded."""
-        return _Output(_Writer(self, self._key(rel)), mode="w")
+        return ObjectOutput(ObjectWriter(self, self._key(rel)), mode="w")
 
     def makedirs(self, rel: str) -> None:
         """Object stores have no folders to make."""
@@ -317,115 +315,6 @@ class ObjectStoreFileIO(FileIO):
         return FileEntry(
             self._rel(meta["path"]), meta.get("size", 0), False, int(mtime.timestamp() * 1e9) if mtime else 0
         )
-
-
-class _RangeReader:
-    """A seekable file over one object, reading ranges of at least ``READ_BUFFER`` bytes (one GET each,
-    counted), with the file interface pyarrow's ``PythonFile`` expects."""
-
-    def __init__(self, io: ObjectStoreFileIO, key: str, size: int, buffer: bytes = b"", buffer_start: int = 0):
-        self._io, self._key, self._size = io, key, size
-        self._position = 0
-        self._buffer, self._buffer_start = buffer, buffer_start
-        self.closed = False
-
-    def read(self, size: int = -1) -> bytes:
-        end = self._size if size is None or size < 0 else min(self._size, self._position + size)
-        if end <= self._position:
-            return b""
-        buffered_end = self._buffer_start + len(self._buffer)
-        if not (self._buffer_start <= self._position and end <= buffered_end):
-            length = max(end - self._position, min(READ_BUFFER, self._size - self._position))
-            self._buffer = self._io.requests.call(
-                "GET", obstore.get_range, self._io.store, self._key, start=self._position, length=length
-            ).to_bytes()
-            self._buffer_start = self._position
-        data = self._buffer[self._position - self._buffer_start : end - self._buffer_start]
-        self._position = end
-        return data
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._position, 2: self._size}[whence]
-        self._position = max(0, base + offset)
-        return self._position
-
-    def tell(self) -> int:
-        return self._position
-
-    def seekable(self) -> bool:
-        return True
-
-    def size(self) -> int:
-        return self._size
-
-    def close(self) -> None:
-        self._buffer = b""
-        self.closed = True
-
-
-class _Output(pa.PythonFile):
-    """An object being written, which its writer can also ``discard``: closed then, it never appears."""
-
-    def __init__(self, writer: _Writer, mode: str = "w"):
-        self.writer = writer
-
-    def discard(self) -> None:
-        self.writer.discard()
-
-
-class _Writer:
-    """A file that pyarrow's ``PythonFile`` writes: up to ``WRITE_BUFFER`` bytes are held and sent in one
-    PUT (retried and counted as any request); a larger file streams as a multipart upload, whose parts
-    object_store sends ``max_in_flight`` at a time and retries itself."""
-
-    def __init__(self, io: ObjectStoreFileIO, key: str):
-        self._io, self._key = io, key
-        self._held: list[bytes] = []
-        self._upload = None
-        self._position = 0
-        self.closed = False
-
-    def write(self, data) -> int:
-        data = bytes(data)
-        self._position += len(data)
-        if self._upload is not None:
-            self._upload.write(data)
-            return len(data)
-        self._held.append(data)
-        if self._position > WRITE_BUFFER:
-            self._upload = obstore.open_writer(
-                self._io._upload_store,
-                self._key,
-                buffer_size=WRITE_BUFFER,
-                max_concurrency=self._io.requests.max_in_flight,
-            )
-            for held in self._held:
-                self._upload.write(held)
-            self._held = []
-        return len(data)
-
-    def tell(self) -> int:
-        return self._position
-
-    def flush(self) -> None:
-        """Nothing to flush early: the object appears whole at ``close``."""
-
-    def discard(self) -> None:
-        """Never complete the object: what is held is dropped, and a multipart upload left unfinished (the
-        store drops its parts, by the bucket's lifecycle rule for incomplete uploads)."""
-        self.closed = True
-        self._held, self._upload = [], None
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        if self._upload is None:
-            self._io.requests.call("PUT", obstore.put, self._io.store, self._key, b"".join(self._held))
-            self._held = []
-            return
-        self._upload.close()
-        self._io.requests.counts.add("PUT", math.ceil(self._position / WRITE_BUFFER) + 2)
 
 
 def _count(key: str, value, least: int) -> int:

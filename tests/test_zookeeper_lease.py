@@ -12,7 +12,7 @@ from kazoo.client import KazooClient
 from writes import stage, upsert
 
 from laketide.coordinator import Coordinator, LeaseError, LeaseHeld, LeaseLost
-from laketide.coordinator.lease import ZooKeeperLease
+from laketide.coordinator.zookeeper_lease import ZooKeeperLease
 from laketide.table import Table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])

@@ -21,12 +21,12 @@ from laketide.coordinator import Coordinator, Lease, LocalLease
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.index_compaction import IndexCompaction
-from laketide.coordinator.lease import ZooKeeperLease
 from laketide.coordinator.lease_choice import LeaseChoice
 from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.savepoints import Savepoints
 from laketide.coordinator.services import ServiceFailures, TableServices
 from laketide.coordinator.storage_lease import StorageLease, probe_conditional_writes
+from laketide.coordinator.zookeeper_lease import ZooKeeperLease
 from laketide.index.state import INDEX_DIR, StateIndex
 from laketide.table import FileIO, Table, TableNotFound, properties_file
 from laketide.table.delta_mirror import DeltaMirror, has_mirror

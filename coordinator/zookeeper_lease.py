@@ -1,0 +1,215 @@
+"""The ZooKeeper lease: one ephemeral znode per table, an epoch counter bumped in the same transaction.
+
+For tables whose writers share a ZooKeeper ensemble (``coordinator.lease = "zookeeper"``); ``lease.py`` has the
+lease's contract and the local lease, ``storage_lease.py`` the lease object on an object store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from urllib.parse import quote
+
+from laketide.coordinator.lease import Lease, LeaseError, LeaseHeld, LeaseHolder, LeaseLost
+
+log = logging.getLogger(__name__)
+
+
+class ZooKeeperLease(Lease):
+    """One ephemeral znode per table under ``root``; its data names the holder.
+
+    Taking the lease is one ZooKeeper transaction that creates the ephemeral
+    node and bumps the table's persistent epoch counter, so every new holder
+    has a higher epoch. The holder may commit only while its session is
+    connected and the node is still its own.
+
+    ZooKeeper weather is ridden out: while the connection is SUSPENDED (a
+    server restart, a network blip, a leader election) ``check()`` waits for
+    it to come back, up to the session timeout, and the holder goes on if its
+    session survived. Only LOST (the session expired, so the ephemeral node is
+    gone) ends the holding; ``on_lost`` then stops the job. A wait that runs
+    out also ends it, since the session may have expired meanwhile.
+    """
+
+    def __init__(
+        self,
+        hosts: str,
+        root: str,
+        table: str,
+        job_id: str = "",
+        api_address: str | None = None,
+        session_timeout: float = 10.0,
+        connect_timeout: float = 10.0,
+        on_lost=None,
+    ):
+        from kazoo.client import KazooClient
+
+        self.hosts = hosts
+        self.table = table
+        self.job_id = job_id
+        self.api_address = api_address
+        self.connect_timeout = connect_timeout
+        self.session_timeout = session_timeout
+        self.on_lost = on_lost
+        self._connected = threading.Event()
+        self._suspended_at = 0.0
+        self.table_node = f"{root.rstrip('/')}/tables/{quote(table, safe='')}"
+        self.lease_node = f"{self.table_node}/lease"
+        self.epoch_node = f"{self.table_node}/epoch"
+        self.holder = None
+        self.state = "NEW"
+        # Reconnection attempts back off to at most a second (kazoo's default goes up to a minute):
+        # after a short outage the session must be found intact before the session timeout runs out.
+        retry = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_jitter": 0.1, "max_delay": 1.0}
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=retry)
+        self._client.add_listener(self._on_state)
+
+    def _on_state(self, state) -> None:
+        from kazoo.client import KazooState
+
+        previous, self.state = self.state, state if isinstance(state, str) else str(state)
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+            if previous == KazooState.SUSPENDED:
+                log.warning(
+                    "ZooKeeper connection back after %.1fs, session intact: commits to %s go on",
+                    time.monotonic() - self._suspended_at,
+                    self.table,
+                )
+            return
+        self._connected.clear()
+        if state == KazooState.LOST and self.holder is not None:
+            log.error("ZooKeeper session expired: the lease of %s is gone; writing stops", self.table)
+            if self.on_lost is not None:
+                self.on_lost()
+        elif state == KazooState.SUSPENDED:
+            self._suspended_at = time.monotonic()
+            log.warning(
+                "ZooKeeper connection suspended: commits to %s wait up to %.0fs for it",
+                self.table,
+                self.session_timeout,
+            )
+
+    def _connect(self) -> None:
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        if self._client.connected:
+            return
+        try:
+            self._client.start(timeout=self.connect_timeout)
+        except KazooTimeoutError:
+            raise LeaseError(
+                f"cannot reach ZooKeeper at {self.hosts} within {self.connect_timeout:.0f}s; "
+                "coordinator.lease = 'zookeeper' never falls back to the local lease"
+            ) from None
+        self.state = "CONNECTED"
+        self._connected.set()
+        self._client.ensure_path(self.table_node)
+        if self._client.exists(self.epoch_node) is None:
+            from kazoo.exceptions import NodeExistsError
+
+            with contextlib.suppress(NodeExistsError):
+                self._client.create(self.epoch_node, b"0")
+
+    def current_holder(self) -> LeaseHolder | None:
+        from kazoo.exceptions import NoNodeError
+
+        self._connect()
+        try:
+            data, _ = self._client.get(self.lease_node)
+        except NoNodeError:
+            return None
+        return LeaseHolder.model_validate_json(data)
+
+    def _try_take(self) -> LeaseHolder | None:
+        from kazoo.exceptions import NodeExistsError, RolledBackError
+
+        raw, stat = self._client.get(self.epoch_node)
+        holder = LeaseHolder(job_id=self.job_id, api_address=self.api_address, epoch=int(raw or b"0") + 1)
+        tx = self._client.transaction()
+        tx.create(self.lease_node, holder.model_dump_json().encode(), ephemeral=True)
+        tx.set_data(self.epoch_node, str(holder.epoch).encode(), version=stat.version)
+        results = tx.commit()
+        if any(isinstance(r, NodeExistsError) for r in results):
+            return None
+        if any(isinstance(r, (RolledBackError, Exception)) for r in results):
+            return None  # another taker bumped the epoch first: look again
+        return holder
+
+    def acquire(self, timeout: float = 0.0) -> LeaseHolder:
+        import threading
+
+        self._connect()
+        deadline = time.monotonic() + timeout
+        while True:
+            holder = self._try_take()
+            if holder is not None:
+                self.holder = holder
+                return holder
+            gone = threading.Event()
+            if self._client.exists(self.lease_node, watch=lambda event, gone=gone: gone.set()) is None:
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LeaseHeld(self.table, self.current_holder())
+            gone.wait(min(remaining, 1.0))
+
+    def announce(self, api_address: str) -> None:
+        self.check()
+        self.api_address = api_address
+        self.holder = self.holder.model_copy(update={"api_address": api_address})
+        self._client.set(self.lease_node, self.holder.model_dump_json().encode())
+
+    def advance_epoch(self, floor: int) -> None:
+        self.check()
+        raw, stat = self._client.get(self.epoch_node)
+        if int(raw or b"0") < floor:
+            # versioned: a concurrent change of the counter makes this fail rather than go backwards
+            self._client.set(self.epoch_node, str(floor).encode(), version=stat.version)
+        if self.holder.epoch < floor:
+            self.holder = self.holder.model_copy(update={"epoch": floor})
+            self._client.set(self.lease_node, self.holder.model_dump_json().encode())
+
+    def check(self) -> None:
+        from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+
+        deadline = time.monotonic() + self.session_timeout
+        while True:
+            if self.holder is None:
+                raise LeaseLost(f"the lease of {self.table} is not held")
+            if self.state == "LOST":
+                raise LeaseLost(f"the ZooKeeper session for {self.table} expired; another writer may hold the lease")
+            if not self._connected.wait(max(0.0, deadline - time.monotonic())):
+                raise LeaseLost(
+                    f"ZooKeeper was unreachable for the whole session timeout ({self.session_timeout:.0f}s); "
+                    f"the session may have expired and another writer may hold {self.table}"
+                )
+            try:
+                stat = self._client.exists(self.lease_node)
+            except ConnectionLoss:
+                continue  # suspended again between the wait and the read: wait again, within the same deadline
+            except SessionExpiredError:
+                raise LeaseLost(
+                    f"the ZooKeeper session for {self.table} expired; another writer may hold the lease"
+                ) from None
+            if stat is None or stat.ephemeralOwner != self._client.client_id[0]:
+                raise LeaseLost(
+                    f"the lease node of {self.table} is no longer this writer's; another writer may hold it"
+                )
+            return
+
+    def release(self) -> None:
+        from kazoo.exceptions import KazooException
+
+        if self.holder is not None and self._client.connected:
+            try:
+                stat = self._client.exists(self.lease_node)
+                if stat is not None and stat.ephemeralOwner == self._client.client_id[0]:
+                    self._client.delete(self.lease_node)
+            except KazooException:
+                pass
+        self.holder = None
+        self._client.stop()
+        self._client.close()
