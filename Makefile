@@ -125,5 +125,4 @@ lint: install
 
 # the documentation site (docs/, mkdocs.yml) into ./site; the suite builds it too, strictly (tests/test_docs.py)
 docs: install
-	$(PY) -m pip install -q -e '.[docs]'
 	$(PY) -m mkdocs build --strict

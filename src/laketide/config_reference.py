@@ -18,7 +18,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 from laketide.config import JobConfig
 from laketide.config_types import parse_size
@@ -123,7 +122,7 @@ def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "required"
     value = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
-    if value is PydanticUndefined or value is None:
+    if value is None:
         return "unset"
     if _is_size(field.metadata) and isinstance(value, int):
         return f"`{_size(value)}`"
