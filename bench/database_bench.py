@@ -265,8 +265,7 @@ def idle_cost(work: Path, tables: list[BenchTable]) -> dict:
 
     from laketide.config import load_config
     from laketide.config_tables import SourceTable, TableRoutes
-    from laketide.writer.batch_writer import BatchWriter
-    from laketide.writer.running import check_table, make_lease, open_table, start
+    from laketide.writer.session import WriterSession
 
     routes = TableRoutes(
         load_config(
@@ -280,23 +279,20 @@ def idle_cost(work: Path, tables: list[BenchTable]) -> dict:
             ]
         )
     )
-    jobs = []
+    sessions = []
     gc.collect()
     before = psutil.Process().memory_info().rss
     for table in tables:
         config = routes.config_for(SourceTable(table.name, "public", "shop"))
-        opened = open_table(config, None, check_table(config))
-        lease = make_lease(config, opened, job_id=f"idle-{table.name}", probed=True)
-        lease.acquire(10)
-        job = start(config, opened, lease, "idle", BatchWriter, streaming=False)
+        session = WriterSession(config, "idle", job_id=f"idle-{table.name}", lease_wait=10, streaming=False)
+        job = session.open()
         job.services.wait()
         job.status()
-        jobs.append(job)
+        sessions.append(session)
     gc.collect()
     grown = psutil.Process().memory_info().rss - before
-    for job in jobs:
-        job.writer.close()
-        job.coordinator.lease.release()
+    for session in sessions:
+        session.close()
     return {"idle_mb_a_table": round(grown / len(tables) / 2**20, 1)}
 
 

@@ -37,7 +37,7 @@ def warm_read(files: list[Path]) -> None:
     Arrow grouping (pyarrow's code paged in, its thread pool started, the file's pages maybe reclaimed since it
     was written) added 0.5 to 2.7 s to delta-rs's timed load when the engines before it had pushed them out,
     which is no engine's work. laketide's job warms its Python workers the same way before its first
-    micro-batch (``spark_batch.warm_workers``)."""
+    micro-batch (``workers.warm_workers``)."""
     if files:
         dedupe(pq.read_table(files[0]))
 

@@ -23,10 +23,9 @@ from laketide.spark.job import await_query, start_query, writer_id_for
 from laketide.spark.kafka_offsets import KafkaOffsets
 from laketide.spark.session import spark_session
 from laketide.spark.sources import change_decoder, source_schema
-from laketide.spark.spark_batch import warm_workers
+from laketide.spark.workers import warm_workers
 from laketide.table.errors import LaketideError
 from laketide.writer.database import Database, DatabaseReport, TableParts
-from laketide.writer.running import finish
 
 log = logging.getLogger("laketide.job")
 # what the query hands each micro-batch: the records as Kafka gave them (the key names a new table's record key)
@@ -62,17 +61,14 @@ def run_database(
             lambda df, batch_id: _write(database, offsets, df, batch_id),
         )
         stopped = _await(query, database)
-        for table in database.tables.values():
-            finish(table.job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)
-        return database
+        database.finish(ended_by_itself=config.stream.trigger == "available-now" and not stopped)
     except BaseException as failure:
-        for table in database.tables.values():
-            if table.job.state is not None:
-                table.job.state.ended(failure)
+        database.close(failure)
         raise
     finally:
         offsets.close()
-        database.close()
+    database.close()
+    return database
 
 
 def _write(database: Database, offsets: KafkaOffsets, df, batch_id: int) -> None:

@@ -1,7 +1,7 @@
 """The streaming job: open the table, take the lease, recover, and run the query.
 
 Threads of the job's process, and what each may touch (each shared object's docstring names its guard):
-- the stream thread (Spark's ``foreachBatch``) runs ``MicroBatchWriter`` under the writer's ``batch_lock``:
+- the stream thread (Spark's ``foreachBatch``) runs ``MicroBatches`` under the writer's ``batch_lock``:
   the coordinator, the index, the synced view, the driver's pool;
 - the driver's worker pool (``DriverPool``, one per writer) runs the stage functions of a micro-batch the
   driver writes, on rows it is handed; the stage clock and the shard cache (``index.shard_cache``) are
@@ -12,7 +12,7 @@ Threads of the job's process, and what each may touch (each shared object's docs
 - the API's threads (uvicorn) read the table afresh for every request, and make changes through
   ``RunningJob.operations``, under ``batch_lock``;
 - kazoo's listener (ZooKeeper lease) only flips the lease's state and sets the ``lost`` event;
-- the warm-up thread runs one Spark job at the start (``spark_batch.warm_workers``; not in a job whose micro-batches
+- the warm-up thread runs one Spark job at the start (``workers.warm_workers``; not in a job whose micro-batches
   are all the driver's), touching nothing of the job's but the SparkContext, which takes jobs from any thread;
 - the main thread (here) waits for the query, and stops it when the lease is lost, a service failed too
   often, or a stop was asked for.
@@ -32,24 +32,18 @@ from laketide.config_tables import is_database_job
 from laketide.coordinator import LeaseLost
 from laketide.coordinator.services import TableServiceFailed
 from laketide.spark.kafka_source import KafkaDataLoss
-from laketide.spark.pipeline import MicroBatchWriter
+from laketide.spark.pipeline import MicroBatches
 from laketide.spark.session import spark_session
 from laketide.spark.sources import generated_fits_driver, read_stream, source_schema
-from laketide.spark.spark_batch import warm_workers
+from laketide.spark.stage_clock import StageClock
+from laketide.spark.workers import warm_workers
 from laketide.table import FileIO
 from laketide.table.errors import LaketideError
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.database import Database
 from laketide.writer.preflight import check_exchange_dir, check_quarantine_path
-from laketide.writer.running import (
-    RunningJob,
-    check_table,
-    finish,
-    make_lease,
-    open_table,
-    quarantine_path,
-    start,
-)
+from laketide.writer.running import RunningJob
+from laketide.writer.session import WriterSession, check_table, quarantine_path
 
 DATA_LOSS = re.compile(r"KafkaDataLoss: ([^\n]+)")
 log = logging.getLogger("laketide.job")
@@ -114,32 +108,29 @@ def run(
     spark.sparkContext.setLogLevel("WARN")
     if tasks:
         threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()
-    table = open_table(config, source_schema(spark, config.source), opened)
     writer_id = writer_id_for(config.stream.checkpoint, config.storage.io_options)
     lost = threading.Event()
-    lease = make_lease(
-        config, table, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_lost=lost.set, probed=True
+    session = WriterSession(
+        config,
+        writer_id,
+        job_id=f"{config.stream.query_name}-{writer_id[:8]}",
+        opened=opened,
+        source=source_schema(spark, config.source),
+        on_lost=lost.set,
+        clock=StageClock(spark.sparkContext),
+        on_step=on_step,
     )
-    holder = lease.acquire(config.coordinator.lease_wait)
-    log.info("lease of %s taken: %s", table.uri, holder.describe())
-    job = None
-    try:
-        job = start(config, table, lease, writer_id, lambda **parts: MicroBatchWriter(spark, **parts), on_step)
+    with session as job:
         if on_ready is not None:
             on_ready(job)
-        query = start_query(config, read_stream(spark, config), job.writer)
-        stopped = _await(query, job, lost)
-        finish(job, ended_by_itself=config.stream.trigger == "available-now" and not stopped)
+        batches = MicroBatches(spark, job.writer)
+        try:
+            query = start_query(config, read_stream(spark, config), batches)
+            stopped = _await(query, job, lost, batches)
+        finally:
+            batches.close()
+        job.finish(ended_by_itself=config.stream.trigger == "available-now" and not stopped)
         return job.writer
-    except BaseException as failure:
-        if job is not None and job.state is not None:
-            job.state.ended(failure)  # skipped when the lease is what was lost: the new holder speaks now
-        raise
-    finally:
-        if job is not None:
-            job.services.wait()
-            job.writer.close()
-        lease.release()
 
 
 def start_query(config: JobConfig, source, each: Callable):
@@ -187,7 +178,7 @@ def await_query(
     return stop_requested.is_set()
 
 
-def _await(query, job: RunningJob, lost: threading.Event) -> bool:
+def _await(query, job: RunningJob, lost: threading.Event, batches: MicroBatches) -> bool:
     failures = job.services.failures
 
     def watch() -> None:
@@ -203,8 +194,8 @@ def _await(query, job: RunningJob, lost: threading.Event) -> bool:
             return job.coordinator.lease.loss()
         # a service that failed too often stops the query from inside a micro-batch, after its commit
         failures.raise_if_fatal()
-        if isinstance(job.writer.failure, LaketideError):
-            return job.writer.failure  # as raised, so its kind gives the exit code
+        if isinstance(batches.failure, LaketideError):
+            return batches.failure  # as raised, so its kind gives the exit code
         loss = DATA_LOSS.search(str(failure))
         if loss:  # raised by the Kafka source's planning, which runs in a Python worker of Spark's
             return KafkaDataLoss(loss.group(1).strip())

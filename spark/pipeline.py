@@ -1,9 +1,8 @@
-"""The streaming query's ``foreachBatch``: read each micro-batch, then write it through the Spark-free core.
+"""The streaming query's ``foreachBatch`` (``MicroBatches``): read each micro-batch, then hand it to the Spark-free
+core's ``BatchWriter``, which begins, writes and commits it.
 
-``MicroBatchWriter`` runs on the driver. It reads a micro-batch that fits the driver
-(``write.driver_batch_bytes``) into a ``DriverBatch``, and any other into a ``SparkBatch``, whose
-stages run in Spark's tasks; ``writer.batch_writer.BatchWriter`` then begins, writes and commits
-it the same way for both.
+``MicroBatchReader`` runs on the driver. It reads a micro-batch that fits the driver (``write.driver_batch_bytes``)
+into a ``DriverBatch``, and any other into a ``SparkBatch``, whose stages run in Spark's tasks (``spark_batch``).
 """
 
 from __future__ import annotations
@@ -11,30 +10,19 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from laketide.config import JobConfig
-from laketide.coordinator import Coordinator
 from laketide.index.columns import LANDED_COLUMNS
-from laketide.index.state import StateIndex
 from laketide.spark.generator import FIRST_ROW, GeneratorSpec, generated
+from laketide.spark.handoff import Layout
 from laketide.spark.kafka_offsets import KafkaOffsets
 from laketide.spark.sources import change_decoder, decodes_changes, generated_fits_driver, read_files, unreadable_files
-from laketide.spark.spark_batch import (
-    PREPARED_SCHEMA,
-    PREPARED_STRUCT,
-    Layout,
-    SparkBatch,
-    give_back_memory,
-    hand_on_prepared,
-)
-from laketide.spark.stage_clock import StageClock
-from laketide.table import Table
+from laketide.spark.spark_batch import SparkBatch, prepare_pieces, prepare_records
 from laketide.table.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
@@ -46,10 +34,9 @@ from laketide.writer.landing import (
     decoded_bytes,
     parquet_pieces,
     read_landed_parquet,
-    read_piece,
     source_offsets,
 )
-from laketide.writer.prepare import ArrivalCounter, Tally, prepare, prepare_in_order, set_aside, with_earlier_values
+from laketide.writer.prepare import Tally
 from laketide.writer.schema_registry import schema_ids
 
 log = logging.getLogger("laketide.job")
@@ -57,8 +44,6 @@ log = logging.getLogger("laketide.job")
 LANDING_FORMATS = ("parquet", "json", "csv")
 # where Spark's tasks hand a micro-batch's rows on, under the table, unless ``write.exchange_dir`` says
 EXCHANGE_DIR = ".hoodie/.laketide/exchange"
-# what a prepare task over Spark's rows hands on at a time
-PREPARED_CHUNK_BYTES = 16 * 2**20
 
 
 def _data_fields(df: DataFrame) -> list[StructField]:
@@ -66,25 +51,50 @@ def _data_fields(df: DataFrame) -> list[StructField]:
     return [f for f in df.schema.fields if f.name not in LANDED_COLUMNS]
 
 
-class MicroBatchWriter(BatchWriter):
-    """The ``foreachBatch`` function of the streaming query."""
+class MicroBatches:
+    """The ``foreachBatch`` function of the streaming query: each micro-batch read by ``MicroBatchReader`` and handed
+    to the job's writer, under its batch lock."""
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        config: JobConfig,
-        table: Table,
-        coordinator: Coordinator,
-        index: StateIndex,
-        quarantine_path: str,
-        **hooks,
-    ):
-        """``hooks``: ``on_step``, ``after_commit``, ``views`` and ``failures``, as ``BatchWriter`` takes them."""
-        super().__init__(config, table, coordinator, index, quarantine_path, StageClock(spark.sparkContext), **hooks)
-        self.spark = spark
-        self.timezone = spark.conf.get("spark.sql.session.timeZone")
+    def __init__(self, spark: SparkSession, writer: BatchWriter):
+        self.writer = writer
+        self.reader = MicroBatchReader(spark, writer)
         # the error that failed a micro-batch, as raised here: Spark hands the query's waiter only its text
         self.failure: BaseException | None = None
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        writer = self.writer
+        # a service that failed too often in the background stops the job before it writes more
+        writer.failures.raise_if_fatal()
+        try:
+            with writer.batch_lock:
+                report = writer.run(batch_id, lambda: self.reader.read(df, batch_id))
+        except BaseException as failure:
+            self.failure = failure
+            raise
+        if writer.config.source.format == "kafka" and not report.skipped:
+            report.lag = self._lag(batch_id)
+        writer.announce(report)
+
+    def _lag(self, batch_id: int) -> dict[str, int]:
+        """Per topic-partition, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.
+        Only for reporting: a failure to ask is logged, and the lag left out."""
+        lag = self.reader.offsets.lag(batch_id)
+        for place, n in lag.items():
+            self.writer.metrics.source_lag.labels(*place.rsplit("/", 1)).set(n)
+        return lag
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+class MicroBatchReader:
+    """Reads each micro-batch for ``writer`` (its table, its prepare settings, its driver's threads, its clock): on
+    the driver when it fits (``write.driver_batch_bytes``), else in Spark's tasks."""
+
+    def __init__(self, spark: SparkSession, writer: BatchWriter):
+        config = writer.config
+        self.spark, self.config, self.writer = spark, config, writer
+        self.timezone = spark.conf.get("spark.sql.session.timeZone")
         self.offsets = KafkaOffsets(config)  # a Kafka source's lag, and its first micro-batch's size
         self.exchange_dir = config.write.exchange_dir or posixpath.join(config.table.path.rstrip("/"), EXCHANGE_DIR)
         # what a crash left in the exchange: no other writer holds the table's lease meanwhile
@@ -93,28 +103,10 @@ class MicroBatchWriter(BatchWriter):
         self.exchange_on_disk = exchange.on_disk
         self._had_slices = False  # once the table had a file slice, micro-batches are not laid out for a bulk insert
         # a change feed the core decodes (Debezium's JSON from Kafka); its columns are source.schema's, or the events'
-        self.changes = change_decoder(spark, config, table) if decodes_changes(config.source) else None
+        self.changes = change_decoder(spark, config, writer.table) if decodes_changes(config.source) else None
 
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        # a service that failed too often in the background stops the job before it writes more
-        self.failures.raise_if_fatal()
-        try:
-            with self.batch_lock:
-                report = self.run(batch_id, lambda: self._read(df, batch_id))
-        except BaseException as failure:
-            self.failure = failure
-            raise
-        if self.config.source.format == "kafka" and not report.skipped:
-            report.lag = self._lag(batch_id)
-        self.announce(report)
-
-    def _lag(self, batch_id: int) -> dict[str, int]:
-        """Per topic-partition, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.
-        Only for reporting: a failure to ask is logged, and the lag left out."""
-        lag = self.offsets.lag(batch_id)
-        for place, n in lag.items():
-            self.metrics.source_lag.labels(*place.rsplit("/", 1)).set(n)
-        return lag
+    def close(self) -> None:
+        self.offsets.close()
 
     def _fits_driver(self, weight: int | None) -> bool:
         """Whether a micro-batch of ``weight`` bytes once decoded (``None``: unknown) is for the driver
@@ -129,10 +121,6 @@ class MicroBatchWriter(BatchWriter):
         records = self.offsets.records(batch_id)
         return self._fits_driver(records * self.offsets.record_weight() if records is not None else None)
 
-    def close(self) -> None:
-        self.offsets.close()
-        super().close()
-
     def _prepared(
         self,
         df: DataFrame,
@@ -141,85 +129,22 @@ class MicroBatchWriter(BatchWriter):
         declared: pa.Schema | None = None,
         decode: Callable[[pa.Table], tuple[pa.Table, Tally]] | None = None,
     ) -> SparkBatch:
-        """The micro-batch prepared in Spark's tasks and handed on through its exchange: from Spark's rows
-        of ``df``, or, given ``pieces`` of parquet landing files (``parquet_pieces``), from those read
-        straight into Arrow, one piece a task, which skips Spark's reader and its conversion of every value.
-        ``decode``: what turns Spark's rows (Kafka records of a change feed) into the micro-batch's rows."""
-        spec, options = self.spec, self.config.storage.io_options
+        """The micro-batch prepared in Spark's tasks and handed on through its exchange: from Spark's rows of ``df``
+        (``decode``: what turns them into the micro-batch's rows), or from ``pieces`` of parquet landing files."""
+        writer, options = self.writer, self.config.storage.io_options
         exchange = Exchange.for_batch(self.exchange_dir, batch_id, options)
         layout = Layout.WHOLE if self._bulk_inserted() else Layout.ROUTING if self.exchange_on_disk else Layout.SHARDS
-
-        def chunked(prepared: Iterator[pa.Table]) -> Iterator[pa.Table]:
-            # Spark's Arrow batches are small: prepared rows are handed on about PREPARED_CHUNK_BYTES at a
-            # time, so a task holds about that much, and its file does not hold thousands of tiny batches
-            held: list[pa.Table] = []
-            for rows in prepared:
-                held.append(rows)
-                if sum(t.nbytes for t in held) >= PREPARED_CHUNK_BYTES:
-                    yield pa.concat_tables(held)
-                    held = []
-            if held:
-                yield pa.concat_tables(held)
-
-        def prepare_rows(batches):
-            from pyspark import TaskContext
-
-            arrival, tally = ArrivalCounter(TaskContext.get().partitionId() << 40), Tally()
-
-            def rows_of(tables):
-                for table in tables:
-                    if decode is not None:
-                        table, decoded = decode(table)
-                        tally.add(decoded)
-                    rows, seen = set_aside(table)
-                    tally.add(seen)
-                    yield rows
-
-            def rows_of_records():
-                if spec.placeholder is None:
-                    yield from rows_of(pa.Table.from_batches([batch]) for batch in batches)
-                    return
-                # a change feed: the task's records are held whole, so that a value an event did not send
-                # is filled from an earlier event of its key in any Arrow batch of the task (one Kafka split
-                # holds every event of its keys: Debezium keys records by the primary key)
-                held = list(batches)
-                if held:
-                    yield from (with_earlier_values(rows, spec) for rows in rows_of([pa.Table.from_batches(held)]))
-
-            prepared = (prepare(rows, spec, arrival) for rows in rows_of_records())
-            answer = hand_on_prepared(chunked(prepared), exchange, layout, spec.global_keys, spec.ordering_field, tally)
-            give_back_memory()
-            yield pa.RecordBatch.from_pylist([answer], schema=PREPARED_SCHEMA)
-
-        def prepare_pieces(listed):
-            pieces = (read_piece(piece, declared, options) for piece in listed)
-            prepared = (
-                prepare_in_order(rows, spec, pa.repeat(pa.scalar("", pa.string()), len(arrival)), arrival)
-                for rows, arrival in pieces
-            )
-            answer = hand_on_prepared(prepared, exchange, layout, spec.global_keys, spec.ordering_field)
-            give_back_memory()
-            yield answer
-
+        clock = writer.clock
         try:
             if pieces is None:
-                prepared = [
-                    row.asDict()
-                    for row in df.mapInArrow(self.clock.timed("prepare", prepare_rows), PREPARED_STRUCT).collect()
-                ]
+                prepared = prepare_records(df, writer.spec, exchange, layout, clock, decode)
             else:
-                # a Python RDD of the pieces, as the later stages are (``SparkBatch._stage``): they share its workers
-                context = self.spark.sparkContext
-                prepared = (
-                    context.parallelize(pieces, len(pieces))
-                    .mapPartitions(self.clock.timed("prepare", prepare_pieces))
-                    .collect()
-                )
+                prepared = prepare_pieces(self.spark, pieces, writer.spec, declared, exchange, layout, clock, options)
         except BaseException:
             exchange.delete()
             raise
         return SparkBatch(
-            self.spark, prepared, exchange, layout, self.index.shards, self.config.write.parallelism, self.clock
+            self.spark, prepared, exchange, layout, writer.index.shards, self.config.write.parallelism, clock
         )
 
     def _bulk_inserted(self) -> bool:
@@ -227,14 +152,15 @@ class MicroBatchWriter(BatchWriter):
         with no file slice (``plan.table_empty``), the first micro-batch of a new table. Its rows are then
         handed on whole, with no routing columns and not by shard; should another writer fill the table
         before the plan, they are cut by shard then."""
-        if self.operation == "bulk_insert":
+        operation = self.writer.operation
+        if operation == "bulk_insert":
             return True
-        if self.operation != "upsert" or self._had_slices:
+        if operation != "upsert" or self._had_slices:
             return False
-        self._had_slices = bool(self.views.view().latest_slices())
+        self._had_slices = bool(self.writer.views.view().latest_slices())
         return not self._had_slices
 
-    def _read(self, df: DataFrame, batch_id: int) -> LoadedBatch:
+    def read(self, df: DataFrame, batch_id: int) -> LoadedBatch:
         """The prepared rows of the micro-batch, the columns of its records, and the landing files set aside.
 
         A micro-batch that fits the driver is collected and prepared there; any other is
@@ -266,7 +192,7 @@ class MicroBatchWriter(BatchWriter):
             if self.config.source.format not in LANDING_FORMATS:  # no landing files to set aside
                 raise
             # a failure because the job is being stopped is not about the files
-            self.coordinator.lease.check()
+            self.writer.coordinator.lease.check()
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
         return LoadedBatch(self._prepared(readable, batch_id), incoming, data_schema, bad)
 
@@ -277,8 +203,8 @@ class MicroBatchWriter(BatchWriter):
         changes = self.changes
         if self._changes_fit_driver(batch_id):
             records = self.offsets.read(batch_id) if self.config.source.format == "kafka" else None
-            return changes.load(records.select(df.columns) if records is not None else df.toArrow(), self)
-        columns = changes.columns_for(lambda: self._row_schemas(df), self.table)
+            return changes.load(records.select(df.columns) if records is not None else df.toArrow(), self.writer)
+        columns = changes.columns_for(lambda: self._row_schemas(df), self.writer.table)
         batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns))
         changes.saw(batch.tally)
         incoming = changes.incoming(columns)
@@ -358,14 +284,18 @@ class MicroBatchWriter(BatchWriter):
             read = read_landed_parquet(files[0], data_schema) if source.format == "parquet" else None
             if read is not None:
                 rows, arrival = read
-                return DriverBatch.prepare(rows, self.spec, self.driver_pool, self.clock.timed, arrival=arrival)
+                return DriverBatch.prepare(rows, *self._driver_parts(), arrival=arrival)
             try:
                 landed = df.toArrow()
             except Exception:
-                self.coordinator.lease.check()
+                self.writer.coordinator.lease.check()
                 log.warning("micro-batch %s could not be collected; Spark's tasks read it file by file", batch_id)
                 return None
-        return DriverBatch.prepare(landed, self.spec, self.driver_pool, self.clock.timed)
+        return DriverBatch.prepare(landed, *self._driver_parts())
+
+    def _driver_parts(self) -> tuple:
+        """What ``DriverBatch.prepare`` takes of the writer: its prepare settings, its threads, its clock."""
+        return self.writer.spec, self.writer.driver_pool, self.writer.clock.timed
 
     def _generated(self, df: DataFrame, batch_id: int) -> pa.Table:
         """A generator micro-batch's rows, made on the driver from its offsets in the offset log (the query's first

@@ -1,6 +1,8 @@
-"""A micro-batch written by Spark's executors: the stage functions in Spark's tasks, rows handed on through files.
+"""A micro-batch written by Spark's executors: every stage of the tasks path, the stage functions in Spark's tasks,
+rows handed on through files.
 
-The prepare tasks read and prepare the rows and hand them on (``writer.exchange``); the assign stage
+The prepare tasks (``prepare_records``, ``prepare_pieces``) read and prepare the rows and hand them on
+(``spark.handoff``, ``writer.exchange``); the assign stage
 routes each index shard's rows; the write stage writes each write slot's. A stage runs at most one task
 per core, each taking several shards or slots. Spark schedules the tasks and retries them; only their
 answers come back to the driver: where each wrote its rows, the prepared rows' counts and key samples,
@@ -20,147 +22,129 @@ writer filled the table first) are cut by shard in a stage, then travel as on an
 
 from __future__ import annotations
 
-import ctypes
-import enum
 import logging
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql import DataFrame, SparkSession
 
-from laketide.index.columns import PARTITION, QUARANTINE_FIELDS, RAW, REASON, ROW, SHARD, SOURCE, WRITE_SLOT
+from laketide.index.columns import ROW, SHARD, WRITE_SLOT
+from laketide.spark.handoff import (
+    PREPARED_SCHEMA,
+    PREPARED_STRUCT,
+    TASK_SHIFT,
+    WHOLE,
+    Layout,
+    hand_on_prepared,
+    task_file_name,
+    task_write_token,
+)
 from laketide.spark.stage_clock import StageClock
-from laketide.table.schema import RECORD_KEY
+from laketide.spark.workers import give_back_memory
 from laketide.writer import bulk_stage, quarantine, ranges, stages
-from laketide.writer.exchange import HANDOFF_FIELDS, Exchange, Handoff
-from laketide.writer.prepare import Tally
+from laketide.writer.exchange import Exchange, Handoff
+from laketide.writer.landing import Piece, read_piece
+from laketide.writer.prepare import (
+    ArrivalCounter,
+    PrepareSpec,
+    Tally,
+    prepare,
+    prepare_in_order,
+    set_aside,
+    with_earlier_values,
+)
 from laketide.writer.slots import split_by
 
 log = logging.getLogger(__name__)
-
-# a prepare task's answer: its partition; where its good rows, their routing columns and its bad rows
-# went; its counts, a sample of its good rows' range keys (a bulk insert's cut points) and their partitions
-PREPARED_SCHEMA = pa.schema(
-    [
-        pa.field("task", pa.int32()),
-        *HANDOFF_FIELDS,
-        pa.field("routing_path", pa.string()),
-        pa.field("routing_dests", pa.list_(pa.int32())),
-        pa.field("bad_path", pa.string()),
-        pa.field("rows", pa.int64()),
-        pa.field("bad", pa.int64()),
-        pa.field("sample", pa.list_(pa.string())),
-        pa.field("sample_weight", pa.float64()),
-        pa.field("partitions", pa.list_(pa.string())),
-        pa.field("tally", pa.string()),
-    ]
-)
-PREPARED_STRUCT = from_arrow_schema(PREPARED_SCHEMA)
-# the destination of rows that are not cut (a prepare task's rows kept whole, its bad rows)
-WHOLE = 0
-# a routing row's ``ROW`` is its prepare task's partition shifted by this, plus its row in that task's good rows
-TASK_SHIFT = 40
+# what a prepare task over Spark's rows hands on at a time
+PREPARED_CHUNK_BYTES = 16 * 2**20
 
 
-class Layout(enum.Enum):
-    """How a prepare task hands its good rows on (see the module's docstring)."""
-
-    ROUTING = "routing"  # kept whole, their routing columns by index shard: an upsert through an exchange on disk
-    SHARDS = "shards"  # by index shard: an upsert through an object store
-    WHOLE = "whole"  # kept whole: a bulk insert, its rows taken by key range later
-
-
-def _file_name(kind: str, n: int) -> str:
-    """The file this task attempt writes for its ``n`` (a prepare task's partition, an assign task's
-    shard): an attempt's files are never another's."""
-    from pyspark import TaskContext
-
-    task = TaskContext.get()
-    return f"{kind}-{n}-{task.stageId()}-{task.partitionId()}-{task.taskAttemptId()}.arrow"
-
-
-def _write_token(slot: int) -> str:
-    """The write token of this task attempt's files for write slot ``slot``."""
-    from pyspark import TaskContext
-
-    from laketide.table.files import write_token
-
-    task = TaskContext.get()
-    return write_token(slot, task.stageId(), task.taskAttemptId())
-
-
-def _good(rows: pa.Table) -> pa.Table:
-    """The rows that do not go to quarantine, without the columns that say why."""
-    if rows.column(REASON).null_count < rows.num_rows:
-        rows = rows.filter(pc.is_null(rows[REASON]))
-    return rows.drop_columns(QUARANTINE_FIELDS)
-
-
-def _bad(rows: pa.Table) -> pa.Table:
-    """The rows that go to quarantine: why, the row as it came, and where it came from."""
-    bad = rows.filter(pc.is_valid(rows[REASON]))
-    return pa.table([bad[c].cast(pa.string()) for c in (REASON, RAW, SOURCE)], names=["reason", "raw", "source"])
-
-
-def _routing(good: pa.Table, ordering_field: str | None, task: int, first: int) -> pa.Table:
-    """``stages.routing_columns`` of a prepare task's good rows from its ``first``, each ``ROW`` naming the task too."""
-    routing = stages.routing_columns(good, ordering_field)
-    rows = np.arange(first, first + good.num_rows, dtype=np.int64) + (task << TASK_SHIFT)
-    return routing.set_column(routing.schema.get_field_index(ROW), ROW, pa.array(rows))
-
-
-def hand_on_prepared(
-    prepared: Iterator[pa.Table],
+def prepare_records(
+    df: DataFrame,
+    spec: PrepareSpec,
     exchange: Exchange,
     layout: Layout,
-    global_keys: bool,
-    ordering_field: str | None,
-    tally: Tally | None = None,
-) -> dict:
-    """A prepare task's rows handed on as ``layout`` says, its bad rows to a file of their own. Answers
-    a ``PREPARED_SCHEMA`` row, with ``tally`` (what the task set aside, filled as ``prepared`` is read). The sample is
-    drawn whatever the layout: an upsert the plan finds to be
-    into an empty table is bulk inserted too."""
-    from pyspark import TaskContext
+    clock: StageClock,
+    decode: Callable[[pa.Table], tuple[pa.Table, Tally]] | None = None,
+) -> list[dict]:
+    """The prepare stage over Spark's rows of ``df``: each task prepares its rows and hands them on as ``layout``
+    says; the tasks' answers (``PREPARED_SCHEMA``). ``decode``: what turns Spark's rows (Kafka records of a change
+    feed) into the micro-batch's rows."""
 
-    task = TaskContext.get().partitionId()
-    counts, bad, keys, partitions = [0, 0, 0], [], [], set()  # rows, bad rows, good rows
-    rows_out, routing_out = exchange.writer(_file_name("prepare", task)), exchange.writer(_file_name("routing", task))
-    try:
-        for rows in prepared:
-            good = _good(rows)
-            if good.num_rows < rows.num_rows:
-                bad.append(_bad(rows))
-            if layout is Layout.ROUTING:
-                for shard, part in split_by(_routing(good, ordering_field, task, counts[2]), good[SHARD].to_numpy()):
-                    routing_out.put(shard, part)
-            for dest, part in split_by(good, good[SHARD].to_numpy()) if layout is Layout.SHARDS else [(WHOLE, good)]:
-                rows_out.put(dest, part)
-            counts[0] += rows.num_rows
-            counts[1] += rows.num_rows - good.num_rows
-            counts[2] += good.num_rows
-            keys.append(good.select([RECORD_KEY, PARTITION]))
-            partitions.update(pc.unique(good[PARTITION]).to_pylist())
-    finally:
-        handoff, routing = rows_out.close(), routing_out.close()
-    bad_handoff = exchange.put(_file_name("bad", task), [(WHOLE, pa.concat_tables(bad))]) if bad else None
-    sample, weight = ranges.sample(pa.concat_tables(keys), global_keys, seed=task) if keys else ([], 0.0)
-    return {
-        "task": task,
-        **(handoff or Handoff("", ())).to_row(),
-        "routing_path": routing.path if routing else "",
-        "routing_dests": list(routing.dests) if routing else [],
-        "bad_path": bad_handoff.path if bad_handoff else "",
-        "rows": counts[0],
-        "bad": counts[1],
-        "sample": sample,
-        "sample_weight": weight,
-        "partitions": sorted(partitions),
-        "tally": (tally or Tally()).to_json(),
-    }
+    def prepare_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        arrival, tally = ArrivalCounter(TaskContext.get().partitionId() << 40), Tally()
+
+        def rows_of(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+            for table in tables:
+                if decode is not None:
+                    table, decoded = decode(table)
+                    tally.add(decoded)
+                rows, seen = set_aside(table)
+                tally.add(seen)
+                yield rows
+
+        def rows_of_records() -> Iterator[pa.Table]:
+            if spec.placeholder is None:
+                yield from rows_of(pa.Table.from_batches([batch]) for batch in batches)
+                return
+            # a change feed: the task's records are held whole, so that a value an event did not send
+            # is filled from an earlier event of its key in any Arrow batch of the task (one Kafka split
+            # holds every event of its keys: Debezium keys records by the primary key)
+            held = list(batches)
+            if held:
+                yield from (with_earlier_values(rows, spec) for rows in rows_of([pa.Table.from_batches(held)]))
+
+        prepared = (prepare(rows, spec, arrival) for rows in rows_of_records())
+        answer = hand_on_prepared(_chunked(prepared), exchange, layout, spec.global_keys, spec.ordering_field, tally)
+        give_back_memory()
+        yield pa.RecordBatch.from_pylist([answer], schema=PREPARED_SCHEMA)
+
+    return [row.asDict() for row in df.mapInArrow(clock.timed("prepare", prepare_task), PREPARED_STRUCT).collect()]
+
+
+def prepare_pieces(
+    spark: SparkSession,
+    pieces: list[Piece],
+    spec: PrepareSpec,
+    declared: pa.Schema | None,
+    exchange: Exchange,
+    layout: Layout,
+    clock: StageClock,
+    options: dict[str, str],
+) -> list[dict]:
+    """The prepare stage over ``pieces`` of parquet landing files (``landing.parquet_pieces``), read straight into
+    Arrow, one piece a task, which skips Spark's reader and its conversion of every value. A Python RDD of the
+    pieces, as the later stages are (``SparkBatch._stage``): they share its workers."""
+
+    def prepare_task(listed: Iterator[Piece]) -> Iterator[dict]:
+        read = (read_piece(piece, declared, options) for piece in listed)
+        prepared = (
+            prepare_in_order(rows, spec, pa.repeat(pa.scalar("", pa.string()), len(arrival)), arrival)
+            for rows, arrival in read
+        )
+        answer = hand_on_prepared(prepared, exchange, layout, spec.global_keys, spec.ordering_field)
+        give_back_memory()
+        yield answer
+
+    context = spark.sparkContext
+    return context.parallelize(pieces, len(pieces)).mapPartitions(clock.timed("prepare", prepare_task)).collect()
+
+
+def _chunked(prepared: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """Spark's Arrow batches are small: prepared rows are handed on about ``PREPARED_CHUNK_BYTES`` at a time, so a
+    task holds about that much, and its file does not hold thousands of tiny batches."""
+    held: list[pa.Table] = []
+    for rows in prepared:
+        held.append(rows)
+        if sum(t.nbytes for t in held) >= PREPARED_CHUNK_BYTES:
+            yield pa.concat_tables(held)
+            held = []
+    if held:
+        yield pa.concat_tables(held)
 
 
 class SparkBatch:
@@ -229,7 +213,7 @@ class SparkBatch:
         rows = self._stage(
             self.write_tasks,
             "write",
-            lambda slot: (row for batch in fn(slot, _write_token(slot)) for row in batch.to_pylist()),
+            lambda slot: (row for batch in fn(slot, task_write_token(slot)) for row in batch.to_pylist()),
         )
         return [stages.WriteStatus.from_row(row) for row in rows]
 
@@ -268,7 +252,7 @@ class SparkBatch:
             return (
                 None
                 if rows is None
-                else exchange.put(_file_name("assign", shard), stages.assign(plan, rows, assigned_arrow))
+                else exchange.put(task_file_name("assign", shard), stages.assign(plan, rows, assigned_arrow))
             )
 
         assigned = self._handoffs(self.shards, "assign", assign)
@@ -289,7 +273,7 @@ class SparkBatch:
             if rows is None:
                 return None
             routed = stages.route(plan, rows)
-            return exchange.put(_file_name("assign", shard), split_by(routed, routed[WRITE_SLOT].to_numpy()))
+            return exchange.put(task_file_name("assign", shard), split_by(routed, routed[WRITE_SLOT].to_numpy()))
 
         assigned = self._handoffs(self.shards, "assign", assign)
 
@@ -369,71 +353,10 @@ class SparkBatch:
 
         def cut(n: int) -> Handoff | None:
             rows = exchange.take([prepared[n]], None)
-            return None if rows is None else exchange.put(_file_name(kind, n), split(rows))
+            return None if rows is None else exchange.put(task_file_name(kind, n), split(rows))
 
         return self._handoffs(len(prepared), stage, cut)
 
     def release(self) -> None:
         """Delete the micro-batch's exchange files now that it ended."""
         self.exchange.delete()
-
-
-def give_back_memory() -> None:
-    """Return the C heap's free pages to the system: after each shard or write slot a task runs, and at the end
-    of a prepare task. A Python worker outlives its tasks and its Arrow memory comes from the C library's malloc
-    (``session.py``), which keeps what is freed for reuse, fragmented: after a 1M-row load, its two write tasks'
-    workers held 0.43 GB each, freed but not returned, through every micro-batch the driver wrote after it; and a
-    write slot began with 200 to 350 MB held by the prepare task and the slot before it, for none of its own
-    Arrow buffers (the worker's peak went 370 to 280 MB). Where the C library has no ``malloc_trim`` (not glibc),
-    nothing."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
-
-
-def warm_workers(spark: SparkSession) -> None:
-    """Start a Python worker on every core, import the stage modules in it and run Arrow's parquet, IPC and
-    compute code once, so that the first micro-batch on Spark's tasks does not pay for it (a 1M-row load on
-    ``local[2]``: 2.4 s against 3.3; a fresh worker's first prepare of half of it 0.35 s against 0.56
-    once warmed). Run at the job's start beside the query's; a failure only costs the first micro-batch that
-    time again. Spark keeps an idle worker about a minute."""
-    context = spark.sparkContext
-    cores = max(1, context.defaultParallelism)
-    try:
-        context.parallelize(range(cores), cores).mapPartitions(_warmed).collect()
-    except Exception:
-        log.warning(
-            "the Python workers of Spark's tasks could not be started ahead of the first micro-batch", exc_info=True
-        )
-
-
-def _warmed(numbers: Iterator[int]) -> Iterator[int]:
-    """The stage modules imported, and a small table taken through what a micro-batch does to its rows."""
-    import io
-
-    import pyarrow.parquet as pq
-
-    from laketide.index.hashing import hash64
-    from laketide.writer import bulk_stage, exchange, landing, prepare  # noqa: F401
-
-    n = 10_000
-    rows = pa.table(
-        {
-            "n": np.arange(n),
-            "key": pa.array(np.arange(n).astype(str)),
-            "x": np.linspace(0, 1, n),
-            "at": pa.array(np.arange(n), pa.timestamp("us", "UTC")),
-        }
-    )
-    parquet = io.BytesIO()
-    pq.write_table(rows, parquet, compression="zstd")
-    parquet.seek(0)
-    rows = pa.Table.from_batches(list(pq.ParquetFile(parquet).iter_batches()))
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, rows.schema) as ipc:
-        ipc.write_table(rows)
-    rows = pa.ipc.open_file(sink.getvalue()).read_all()
-    hash64(rows["key"])
-    split_by(rows.sort_by([("key", "ascending"), ("x", "descending"), ("n", "descending")]), rows["n"].to_numpy() % 4)
-    pc.unique(rows["key"])
-    yield from numbers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,30 @@ assert report.inserts == 2, report
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+SOURCE_FOLDERS = ["src/laketide", "table", "index", "writer", "coordinator", "spark", "api"]
+
+
+def _source_modules():
+    for folder in SOURCE_FOLDERS:
+        for path in sorted((ROOT / folder).glob("*.py")):
+            yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text())
+
+
+def test_one_writer_session_and_no_subclass_of_the_core():
+    """Every writer is made by ``WriterSession`` (the only place that builds a ``BatchWriter`` or takes a table's
+    lease for writing), and no adapter subclasses the core's writer: adapters compose it."""
+    builders, subclasses = set(), set()
+    for name, tree in _source_modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(
+                getattr(base, "id", getattr(base, "attr", None)) == "BatchWriter" for base in node.bases
+            ):
+                subclasses.add(f"{name}:{node.name}")
+            if isinstance(node, ast.Call):
+                called = getattr(node.func, "id", getattr(node.func, "attr", None))
+                if called in ("BatchWriter", "make_lease"):
+                    builders.add(name)
+    assert not subclasses
+    assert builders == {"writer/session.py"}

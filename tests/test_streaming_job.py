@@ -11,7 +11,7 @@ from conftest import hudi_read, rows
 from streaming import BAD_ROWS, BATCHES, DATA_COLUMNS, expected_after, job_config, land_all
 
 from laketide.spark.job import run
-from laketide.spark.pipeline import MicroBatchWriter
+from laketide.spark.pipeline import MicroBatchReader
 from laketide.table import Table
 from laketide.table.files import parse_data_file
 from laketide.writer.exchange import Exchange
@@ -121,7 +121,7 @@ def test_rows_kept_whole_for_a_bulk_insert_the_plan_did_not_make_are_cut_by_shar
     """The job hands the first micro-batch of an empty table on whole, for a bulk insert; should the table
     have filled by the plan (another writer), the rows are cut by shard then. Here every micro-batch is
     laid out so, the exchange on a disk or taken for an object store's."""
-    monkeypatch.setattr(MicroBatchWriter, "_bulk_inserted", lambda self: True)
+    monkeypatch.setattr(MicroBatchReader, "_bulk_inserted", lambda self: True)
     monkeypatch.setattr(Exchange, "on_disk", property(lambda self: on_disk))
     land_all(tmp_path)
     writer = run(job_config(tmp_path, write__driver_batch_bytes=0))
@@ -145,14 +145,14 @@ def test_sparks_python_workers_allocate_arrow_memory_with_the_c_librarys_malloc(
 
 def test_a_task_gives_the_memory_it_freed_back_to_the_system(spark):
     """A Python worker outlives its tasks: what a task's Arrow tables held leaves the worker at the task's end
-    (``spark_batch.give_back_memory``), not at the worker's."""
+    (``workers.give_back_memory``), not at the worker's."""
 
     def held_after(give_back: bool) -> int:
         def task(_):
             import numpy as np
             import pyarrow as pa
 
-            from laketide.spark.spark_batch import give_back_memory
+            from laketide.spark.workers import give_back_memory
 
             def rss() -> int:
                 with open("/proc/self/statm") as statm:

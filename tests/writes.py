@@ -12,7 +12,7 @@ from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch, StagedWrite
 from laketide.writer.driver_batch import DriverBatch
-from laketide.writer.running import quarantine_path
+from laketide.writer.session import quarantine_path
 
 
 def batch_writer(table: Table, coordinator: Coordinator, **write) -> BatchWriter:

@@ -1,7 +1,7 @@
 """A job of a whole database: each micro-batch of Kafka records split by source table, and each table written
 as a single-table job writes its own, inside one driver.
 
-Each table is a ``RunningJob`` of its own (``writer.running.start``): its lease, its timeline, its index, its
+Each table is a ``WriterSession`` of its own (``writer.session``): its lease, its timeline, its index, its
 services and mirror, its quarantine under its own path, its instant per micro-batch that holds its records.
 A table is opened (or created, with the Kafka key's fields as its record key) at its first event of the job.
 The tables share the driver's threads (one ``DriverPool``), the process' index shard cache, and a gate on how
@@ -35,13 +35,13 @@ from laketide.index.columns import DECODE_REASON, EVENT_KIND
 from laketide.table import Table
 from laketide.table.errors import Conflict, LaketideError, first_line
 from laketide.writer import quarantine
-from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.change_decoder import ChangeDecoder, raw_records
 from laketide.writer.change_events import ChangeSpec, Messages, change_rows
 from laketide.writer.change_routes import Routed, record_key_of, route
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.report import BatchReport
-from laketide.writer.running import RunningJob, check_table, make_lease, open_table, quarantine_path, start
+from laketide.writer.running import RunningJob
+from laketide.writer.session import WriterSession, check_table, quarantine_path
 
 log = logging.getLogger("laketide.job")
 UNROUTED = "_unrouted"  # beside the tables: the records of topics no table is known for that are not skipped
@@ -62,6 +62,7 @@ class DatabaseTable:
 
     label: str
     source: SourceTable
+    session: WriterSession
     job: RunningJob
     decoder: ChangeDecoder
 
@@ -221,38 +222,25 @@ class Database:
     def _open(self, label: str, source: SourceTable, records: pa.Table) -> DatabaseTable:
         config = self.routes.config_for(source)
         opened = check_table(config, lambda: record_key_of(records["key"].combine_chunks(), source.name))
-        table = open_table(config, self.parts.declared(config), opened)
-        lease = make_lease(
+        session = WriterSession(
             config,
-            table,
+            self.writer_id,
             job_id=f"{self.job_id}-{label}",
-            api_address=self.api_address,
+            opened=opened,
+            source=self.parts.declared(config),
+            lease_wait=self.config.database.lease_wait,
             on_lost=self.lost.set,
-            probed=True,
+            api_address=self.api_address,
+            metrics=Metrics(label, self.metrics),
+            driver_pool=self.pool,
+            label=label,
+            on_step=self.on_step,
         )
-        holder = lease.acquire(self.config.database.lease_wait)
-        try:
-            job = start(
-                config,
-                table,
-                lease,
-                self.writer_id,
-                self._writer_factory(label),
-                self.on_step,
-                metrics=Metrics(label, self.metrics),
-            )
-        except BaseException:
-            lease.release()
-            raise
+        job = session.open()
         job.services.gate = self.gate
         self._by_source[source] = label
-        log.info(
-            "table %s opened for source table %s at %s (lease: %s)", label, source.name, table.uri, holder.describe()
-        )
-        return DatabaseTable(label, source, job, self.parts.decoder(config, table))
-
-    def _writer_factory(self, label: str) -> Callable[..., BatchWriter]:
-        return lambda **parts: BatchWriter(**parts, driver_pool=self.pool, label=label)
+        log.info("table %s opened for source table %s at %s", label, source.name, job.table.uri)
+        return DatabaseTable(label, source, session, job, self.parts.decoder(config, job.table))
 
     def _write_table(self, table: DatabaseTable, batch_id: int, records: pa.Table, messages: Messages) -> BatchReport:
         writer = table.job.writer
@@ -323,15 +311,22 @@ class Database:
             target,
         )
 
-    def close(self) -> None:
-        """Wait for every table's services, close its writer and release its lease."""
+    def finish(self, ended_by_itself: bool) -> None:
+        """After the last micro-batch, every table's end (``RunningJob.finish``)."""
+        for table in self.tables.values():
+            table.job.finish(ended_by_itself)
+
+    def close(self, failure: BaseException | None = None) -> None:
+        """Close every table's session (``failure``: what ended the job, each table's last word), then the threads."""
+        errors = []
         for table in self.tables.values():
             try:
-                table.job.services.wait()
-                table.job.writer.close()
-            finally:
-                table.job.coordinator.lease.release()
+                table.session.close(failure)
+            except BaseException as error:  # every other table's lease is still released
+                errors.append(error)
         self.pool.shutdown()
+        if errors:
+            raise errors[0]
 
 
 def _quarantine(records: pa.Table, reasons: pa.Array, target: str, options: dict[str, str]) -> None:

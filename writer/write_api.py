@@ -19,18 +19,11 @@ from laketide.config_tables import refuse_database_job
 from laketide.table import FileIO, Table, TableNotFound
 from laketide.table.errors import Invalid
 from laketide.table.store_requests import store_failure
-from laketide.writer.batch_writer import BatchWriter, LoadedBatch
+from laketide.writer.batch_writer import LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.preflight import check_quarantine_path
 from laketide.writer.report import BatchReport
-from laketide.writer.running import (
-    finish,
-    make_lease,
-    open_table,
-    quarantine_path,
-    start,
-    take_recorded_lease,
-)
+from laketide.writer.session import WriterSession, check_table, quarantine_path
 
 log = logging.getLogger("laketide.write")
 WRITER_ID = "laketide-write"
@@ -85,16 +78,12 @@ def _write(
     rows = _arrow(data)
     config = _config(table_uri, operation, record_key, partition_by, ordering_field, table_type, name, settings)
     refuse_database_job(config)
-    table = open_table(
-        config, rows.schema
-    )  # the table first: a store or bucket that is wrong is named by the table's path
+    opened = check_table(config)  # the table first: a store or bucket that is wrong is named by the table's path
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
-    take_recorded_lease(config, table.io)
-    lease = make_lease(config, table, job_id=f"{writer_id}-api")
-    lease.acquire(config.coordinator.lease_wait)
-    job = None
-    try:
-        job = start(config, table, lease, writer_id, BatchWriter, streaming=False)
+    session = WriterSession(
+        config, writer_id, job_id=f"{writer_id}-api", opened=opened, source=rows.schema, streaming=False
+    )
+    with session as job:
         batch_id = job.coordinator.committed_batches().get(writer_id, -1) + 1
         writer = job.writer
         with writer.batch_lock:
@@ -107,13 +96,8 @@ def _write(
                 ),
             )
         writer.announce(report)
-        finish(job, ended_by_itself=True)
+        job.finish(ended_by_itself=True)
         return report
-    finally:
-        if job is not None:
-            job.services.wait()
-            job.writer.close()
-        lease.release()
 
 
 def _config(
