@@ -35,11 +35,11 @@ from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.rollback import RollbackResult
 from laketide.coordinator.savepoints import RestoreResult
 from laketide.table import Table
+from laketide.table.format.instant import State
+from laketide.table.format.savepoint import SavepointMetadata
 from laketide.table.inspect import FileGroupInfo, InstantDetail, InstantPage, PartitionInfo
-from laketide.table.inspect_layout import FileGroupPage, GroupOrder, TableLayout
-from laketide.table.inspect_timeline import ServicesView, TimelinePage
-from laketide.table.instant import State
-from laketide.table.savepoint import SavepointMetadata
+from laketide.table.inspect.layout import FileGroupPage, GroupOrder, TableLayout
+from laketide.table.inspect.timeline import ServicesView, TimelinePage
 from laketide.writer.database import Database, DatabaseTable
 from laketide.writer.quarantine import QuarantineSummary
 from laketide.writer.report import TableSummary, WriterView

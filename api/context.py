@@ -14,9 +14,9 @@ from laketide.coordinator import Coordinator, Lease, LeaseHolder
 from laketide.coordinator.metrics import Metrics
 from laketide.table import Table
 from laketide.table.errors import ErrorKind, Invalid, LaketideError, NotFound
+from laketide.table.format.timeline import drawn_again
+from laketide.table.reading.view_sync import ViewSync
 from laketide.table.table import SharedCaches
-from laketide.table.timeline import drawn_again
-from laketide.table.view_sync import ViewSync
 from laketide.writer import quarantine
 from laketide.writer.database import Database, DatabaseTable
 from laketide.writer.job_state import JobState

@@ -1,5 +1,5 @@
 """The REST API's request bodies and the error body. Responses are the domain's own models
-(``table/inspect.py``, ``writer/report.py`` and the operations' results), never re-declared here."""
+(``table/inspect/__init__.py``, ``writer/report.py`` and the operations' results), never re-declared here."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from enum import Enum
 from pydantic import BaseModel, Field
 
 from laketide.coordinator.lease import LeaseHolder
-from laketide.table.instant import KNOWN_ACTIONS
+from laketide.table.format.instant import KNOWN_ACTIONS
 
 Action = Enum("Action", {a.upper(): a for a in sorted(KNOWN_ACTIONS)}, type=str)
 INSTANT_PATTERN = r"^\d{17}$"

@@ -27,8 +27,8 @@ from laketide.api.chart import batch_chart
 from laketide.api.context import ApiContext, ApiTables, Ctx, TableQuery, token_required
 from laketide.api.models import INSTANT_PATTERN, Action
 from laketide.table import Table
-from laketide.table.inspect_layout import GroupOrder
-from laketide.table.instant import State, instant_to_datetime
+from laketide.table.format.instant import State, instant_to_datetime
+from laketide.table.inspect.layout import GroupOrder
 from laketide.writer.report import WriterView
 
 log = logging.getLogger(__name__)

@@ -73,7 +73,7 @@ class Commits:
         self._thread.join()
 
     def _watch(self) -> None:
-        from laketide.table.commit import BATCH_ID_KEY
+        from laketide.table.format.commit import BATCH_ID_KEY
 
         while not self._stop.wait(0.1):
             for path in self._completed():

@@ -25,7 +25,7 @@ UPDATES = 20_000
 
 
 def _rows(ids, version: int) -> pa.Table:
-    from laketide.table.schema import RECORD_KEY
+    from laketide.table.format.schema import RECORD_KEY
 
     keys = pa.array([f"{i:010d}" for i in ids])
     n = len(keys)
@@ -36,7 +36,7 @@ def _rows(ids, version: int) -> pa.Table:
 
 def _setup(root: str):
     from laketide.table import FileIO
-    from laketide.table.schema import avro_schema_json, with_meta_schema
+    from laketide.table.format.schema import avro_schema_json, with_meta_schema
 
     schema = pa.schema([("id", pa.string()), ("v", pa.int64()), ("payload", pa.string())])
     return FileIO.for_uri(root), schema, avro_schema_json(with_meta_schema(schema), "bench")
@@ -54,7 +54,7 @@ def build(rows: int, root: str) -> str:
 
 
 def merge(rows: int, root: str, path: str) -> dict:
-    from laketide.table.files import BaseFile
+    from laketide.table.format.files import BaseFile
     from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
 
     io, schema, avro = _setup(root)

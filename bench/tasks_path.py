@@ -75,7 +75,7 @@ def measure_floor(args: argparse.Namespace) -> None:
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
 
-    from laketide.table.io import FileIO
+    from laketide.table.storage.io import FileIO
     from laketide.writer.exchange import Exchange
     from laketide.writer.landing import parquet_pieces, read_piece
 

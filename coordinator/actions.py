@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from laketide.table.instant import Instant, State
-from laketide.table.timeline import Timeline
+from laketide.table.format.instant import Instant, State
+from laketide.table.format.timeline import Timeline
 
 if TYPE_CHECKING:
     from laketide.coordinator.lifecycle import Coordinator

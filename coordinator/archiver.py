@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 from laketide.coordinator.actions import TimelineAction
 from laketide.coordinator.lifecycle import Coordinator
-from laketide.table.archive import ArchivedTimeline, archived_entry
-from laketide.table.clean import failed_writes, retained_by_last_clean
 from laketide.table.errors import Invalid
-from laketide.table.instant import (
+from laketide.table.format.archive import ArchivedTimeline, archived_entry
+from laketide.table.format.clean import failed_writes, retained_by_last_clean
+from laketide.table.format.instant import (
     CLEAN,
     COMMIT,
     COMPACTION,
@@ -39,10 +39,10 @@ from laketide.table.instant import (
     Instant,
     State,
 )
-from laketide.table.markers import marked_instants
-from laketide.table.rollback import RollbackMetadata
-from laketide.table.timeline import Timeline
-from laketide.table.view import FileSystemView
+from laketide.table.format.markers import marked_instants
+from laketide.table.format.rollback import RollbackMetadata
+from laketide.table.format.timeline import Timeline
+from laketide.table.format.view import FileSystemView
 
 log = logging.getLogger(__name__)
 

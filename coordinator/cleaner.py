@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 from laketide.coordinator.actions import TimelineAction
 from laketide.coordinator.lifecycle import Coordinator
-from laketide.table.clean import CleanerPlan, CleanMetadata, Retention, plan_clean
-from laketide.table.instant import CLEAN, State
-from laketide.table.savepoint import savepointed_files
-from laketide.table.timeline import Timeline
-from laketide.table.view import FileSystemView
+from laketide.table.format.clean import CleanerPlan, CleanMetadata, Retention, plan_clean
+from laketide.table.format.instant import CLEAN, State
+from laketide.table.format.savepoint import savepointed_files
+from laketide.table.format.timeline import Timeline
+from laketide.table.format.view import FileSystemView
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import posixpath
 from dataclasses import dataclass
 
 from laketide.coordinator.lease import LeaseLost
-from laketide.table.io import FileIO
+from laketide.table.storage.io import FileIO
 
 FENCE_DIR = ".hoodie/.laketide"
 EPOCHS_DIR = posixpath.join(FENCE_DIR, "epochs")

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from laketide.table.errors import Invalid
-from laketide.table.io import FileIO, InstantFileExists
+from laketide.table.storage.io import FileIO, InstantFileExists
 
 LEASE_CHOICE = ".hoodie/.laketide/lease-choice.json"
 

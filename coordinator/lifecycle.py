@@ -21,7 +21,7 @@ from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.retry import RetryPolicy
 from laketide.coordinator.rollback import RollbackResult, Rollbacks
 from laketide.coordinator.sweep import Sweeper
-from laketide.table.commit import (
+from laketide.table.format.commit import (
     BATCH_ID_KEY,
     BATCHES_KEY,
     EPOCH_KEY,
@@ -30,13 +30,21 @@ from laketide.table.commit import (
     WriteStat,
     requested_replace,
 )
-from laketide.table.compaction import pending_compactions
-from laketide.table.instant import COMMIT, COMPACTION, REPLACE_COMMIT, WRITE_ACTIONS, Instant, InstantClock, State
-from laketide.table.io import InstantFileExists
-from laketide.table.markers import WriteMarkers
-from laketide.table.rollback import RollbackPlan
+from laketide.table.format.compaction import pending_compactions
+from laketide.table.format.instant import (
+    COMMIT,
+    COMPACTION,
+    REPLACE_COMMIT,
+    WRITE_ACTIONS,
+    Instant,
+    InstantClock,
+    State,
+)
+from laketide.table.format.markers import WriteMarkers
+from laketide.table.format.rollback import RollbackPlan
+from laketide.table.format.timeline import Timeline, TimelineWriter
+from laketide.table.storage.io import InstantFileExists
 from laketide.table.table import Table
-from laketide.table.timeline import Timeline, TimelineWriter
 
 log = logging.getLogger(__name__)
 

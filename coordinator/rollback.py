@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from laketide.coordinator.actions import TimelineAction
 from laketide.coordinator.rollback_guard import NeedsForce, RollbackRefused, refuse_loss
 from laketide.coordinator.sweep import written_by
-from laketide.table.instant import (
+from laketide.table.format.instant import (
     COMMIT,
     COMPACTION,
     ROLLBACK,
@@ -33,9 +33,9 @@ from laketide.table.instant import (
     State,
     validate_instant_time,
 )
-from laketide.table.markers import WriteMarkers
-from laketide.table.rollback import RollbackMetadata, RollbackPlan
-from laketide.table.timeline import InstantNotFound, Timeline
+from laketide.table.format.markers import WriteMarkers
+from laketide.table.format.rollback import RollbackMetadata, RollbackPlan
+from laketide.table.format.timeline import InstantNotFound, Timeline
 
 if TYPE_CHECKING:
     from laketide.coordinator.lifecycle import Coordinator

@@ -24,15 +24,15 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable
 
-from laketide.table.commit import NULL_COMMIT, CommitMetadata
 from laketide.table.errors import Refused
-from laketide.table.files import BaseFile, instant_of_file, parse_data_file
-from laketide.table.io import FileIO
-from laketide.table.logfile import CorruptLog, first_block_instant
-from laketide.table.savepoint import savepoints
-from laketide.table.slice_history import replay
-from laketide.table.timeline import Timeline
-from laketide.table.view import FileSystemView
+from laketide.table.format.commit import NULL_COMMIT, CommitMetadata
+from laketide.table.format.files import BaseFile, instant_of_file, parse_data_file
+from laketide.table.format.logfile import CorruptLog, first_block_instant
+from laketide.table.format.savepoint import savepoints
+from laketide.table.format.slice_history import replay
+from laketide.table.format.timeline import Timeline
+from laketide.table.format.view import FileSystemView
+from laketide.table.storage.io import FileIO
 
 
 class RollbackRefused(Refused, RuntimeError):

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 from laketide.coordinator.actions import TimelineAction
 from laketide.coordinator.lifecycle import Coordinator
-from laketide.table.compaction import pending_compactions
 from laketide.table.errors import Refused
-from laketide.table.instant import (
+from laketide.table.format.compaction import pending_compactions
+from laketide.table.format.instant import (
     RESTORE,
     ROLLBACK,
     SAVEPOINT,
@@ -33,8 +33,8 @@ from laketide.table.instant import (
     Instant,
     State,
 )
-from laketide.table.rollback import RollbackMetadata
-from laketide.table.savepoint import (
+from laketide.table.format.rollback import RollbackMetadata
+from laketide.table.format.savepoint import (
     RestoreMetadata,
     RestorePlan,
     SavepointMetadata,
@@ -42,8 +42,8 @@ from laketide.table.savepoint import (
     lookup_window_start,
     savepoints,
 )
-from laketide.table.slice_history import replay, replay_steps
-from laketide.table.timeline import InstantNotFound, Timeline
+from laketide.table.format.slice_history import replay, replay_steps
+from laketide.table.format.timeline import InstantNotFound, Timeline
 
 log = logging.getLogger(__name__)
 

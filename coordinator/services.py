@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 
 from laketide.coordinator.lease import LeaseLost
 from laketide.coordinator.metrics import Metrics
-from laketide.table.damage import TableDamaged
 from laketide.table.errors import LaketideError
+from laketide.table.format.damage import TableDamaged
 
 log = logging.getLogger(__name__)
 

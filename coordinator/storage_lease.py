@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from laketide.coordinator.lease import Lease, LeaseHeld, LeaseHolder, LeaseLost
 from laketide.table.errors import ErrorKind, Invalid, first_line
-from laketide.table.io import FileIO
+from laketide.table.storage.io import FileIO
 
 log = logging.getLogger(__name__)
 LEASE_OBJECT = ".hoodie/.laketide/lease.json"

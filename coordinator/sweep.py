@@ -33,14 +33,14 @@ import posixpath
 import time
 from typing import TYPE_CHECKING
 
-from laketide.table.commit import EPOCH_KEY, CommitMetadata
-from laketide.table.files import BaseFile, LogFile, parse_data_file
-from laketide.table.instant import COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, State
-from laketide.table.io import FileIO
-from laketide.table.logfile import CorruptLog, first_block_instant
-from laketide.table.markers import APPEND, WriteMarkers, marked_instants
-from laketide.table.rollback import RollbackMetadata
-from laketide.table.timeline import Timeline
+from laketide.table.format.commit import EPOCH_KEY, CommitMetadata
+from laketide.table.format.files import BaseFile, LogFile, parse_data_file
+from laketide.table.format.instant import COMMIT, ROLLBACK, WRITE_ACTIONS, Instant, State
+from laketide.table.format.logfile import CorruptLog, first_block_instant
+from laketide.table.format.markers import APPEND, WriteMarkers, marked_instants
+from laketide.table.format.rollback import RollbackMetadata
+from laketide.table.format.timeline import Timeline
+from laketide.table.storage.io import FileIO
 
 if TYPE_CHECKING:
     from laketide.coordinator.lifecycle import Coordinator

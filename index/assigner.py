@@ -42,7 +42,7 @@ from laketide.index.bloom import BloomFilter, KeyRange
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EXISTED, FILE_ID, PARTITION, flag_mask
 from laketide.index.shard_run import ShardRun
 from laketide.index.state import index_entries, index_keys
-from laketide.table.schema import IS_DELETED, RECORD_KEY
+from laketide.table.format.schema import IS_DELETED, RECORD_KEY
 
 _FILE_ID_NAMESPACE = uuid.UUID("6f0c3a4e-7c1d-4b8e-9a5f-2d1e0b7c9a11")
 _as_py = operator.methodcaller("as_py")  # an Arrow scalar's Python value, what bisection compares

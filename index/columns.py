@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.table.schema import IS_DELETED, RECORD_KEY
+from laketide.table.format.schema import IS_DELETED, RECORD_KEY
 
 # -- landed
 CORRUPT = "_corrupt_record"  # the column Spark's JSON and CSV readers fill with a malformed record's text

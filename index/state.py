@@ -42,7 +42,7 @@ import pyarrow.ipc as ipc
 from laketide.index.hashing import hash64
 from laketide.index.shard_cache import SHARDS, WRITTEN_RUN_ENTRIES, WRITTEN_RUNS
 from laketide.index.shard_run import RECENT_SHARE, STORED_SCHEMA, FileGroupId, ShardRun
-from laketide.table.io import FileIO
+from laketide.table.storage.io import FileIO
 
 log = logging.getLogger(__name__)
 INDEX_DIR = ".hoodie/.laketide/index"

@@ -25,8 +25,8 @@ import json
 from dataclasses import dataclass
 
 from laketide.index.state import FileGroupId
-from laketide.table.commit import INDEX_SEEN_KEY
-from laketide.table.timeline import Timeline
+from laketide.table.format.commit import INDEX_SEEN_KEY
+from laketide.table.format.timeline import Timeline
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from laketide.config import EVENT_POSITION, ConfigError, JobConfig, KafkaSection
 from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_FILE, SOURCE_OFFSET
 from laketide.spark.kafka_source import NAME as PYTHON_KAFKA
 from laketide.spark.kafka_source import KafkaDataSource
-from laketide.table.schema import IS_DELETED
+from laketide.table.format.schema import IS_DELETED
 
 log = logging.getLogger(__name__)
 SPARK_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"

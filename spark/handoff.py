@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from laketide.index.columns import PARTITION, QUARANTINE_FIELDS, RAW, REASON, ROW, SHARD, SOURCE
-from laketide.table.schema import RECORD_KEY
+from laketide.table.format.schema import RECORD_KEY
 from laketide.writer import ranges, stages
 from laketide.writer.exchange import HANDOFF_FIELDS, Exchange, Handoff
 from laketide.writer.prepare import Tally
@@ -65,7 +65,7 @@ def task_write_token(slot: int) -> str:
     """The write token of this task attempt's files for write slot ``slot``."""
     from pyspark import TaskContext
 
-    from laketide.table.files import write_token
+    from laketide.table.format.files import write_token
 
     task = TaskContext.get()
     return write_token(slot, task.stageId(), task.taskAttemptId())

@@ -23,7 +23,7 @@ from laketide.spark.handoff import Layout
 from laketide.spark.kafka_offsets import KafkaOffsets
 from laketide.spark.sources import change_decoder, decodes_changes, generated_fits_driver, read_files, unreadable_files
 from laketide.spark.spark_batch import SparkBatch, prepare_pieces, prepare_records
-from laketide.table.io import FileEntry, FileIO
+from laketide.table.storage.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.exchange import Exchange

@@ -35,8 +35,8 @@ from laketide.spark.generator import ARROW_SCHEMA as GENERATOR_SCHEMA
 from laketide.spark.generator import NAME as GENERATOR
 from laketide.spark.generator import GeneratorDataSource, GeneratorSpec
 from laketide.table import Table
-from laketide.table.io import FileIO
-from laketide.table.schema import IS_DELETED
+from laketide.table.format.schema import IS_DELETED
+from laketide.table.storage.io import FileIO
 from laketide.writer.change_decoder import ChangeDecoder
 from laketide.writer.connect_avro import AvroValues, read_schema
 from laketide.writer.schema_registry import SchemaRegistry

@@ -43,14 +43,14 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from laketide.table import Table
-from laketide.table.clean import retained_by_last_clean
 from laketide.table.errors import Invalid
-from laketide.table.instant import parse_instant_time
-from laketide.table.io import FileIO
-from laketide.table.reader import commits_in_window, read_slices
-from laketide.table.schema import COMMIT_TIME, with_meta_schema
-from laketide.table.slice_reader import MergeRule
-from laketide.table.view import FileSlice, Visibility
+from laketide.table.format.clean import retained_by_last_clean
+from laketide.table.format.instant import parse_instant_time
+from laketide.table.format.schema import COMMIT_TIME, with_meta_schema
+from laketide.table.format.view import FileSlice, Visibility
+from laketide.table.reading.reader import commits_in_window, read_slices
+from laketide.table.reading.slice_reader import MergeRule
+from laketide.table.storage.io import FileIO
 
 NAME = "laketide"
 EARLIEST = "earliest"

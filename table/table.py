@@ -10,21 +10,27 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from laketide.table import reader
-from laketide.table.commit import SCHEMA_KEY
-from laketide.table.instant import parse_instant_time
-from laketide.table.io import FileIO
+from laketide.table.format.commit import SCHEMA_KEY
+from laketide.table.format.instant import parse_instant_time
+from laketide.table.format.properties import (
+    EVENT_TIME,
+    PROPERTIES_FILE,
+    TableConfig,
+    default_merge_mode,
+    format_properties,
+)
+from laketide.table.format.properties_file import TableNotFound, has_timeline, read_properties
+from laketide.table.format.schema import avro_schema_json, data_schema, schema_from_avro
+from laketide.table.format.timeline import Timeline
+from laketide.table.format.view import FileSystemView
 from laketide.table.lru import LruCache
-from laketide.table.properties import EVENT_TIME, PROPERTIES_FILE, TableConfig, default_merge_mode, format_properties
-from laketide.table.properties_file import TableNotFound, has_timeline, read_properties
-from laketide.table.schema import avro_schema_json, data_schema, schema_from_avro
-from laketide.table.slice_reader import MergeRule
-from laketide.table.timeline import Timeline
-from laketide.table.view import FileSystemView
+from laketide.table.reading import reader
+from laketide.table.reading.slice_reader import MergeRule
+from laketide.table.reading.view_sync import ViewSync
+from laketide.table.storage.io import FileIO
 
 if TYPE_CHECKING:
     from laketide.table.inspect import InspectTable
-    from laketide.table.view_sync import ViewSync
 
 __all__ = ["SharedCaches", "Table", "TableNotFound"]
 
@@ -104,7 +110,7 @@ class Table:
 
     @property
     def inspect(self) -> InspectTable:
-        """Typed views of the instants, file groups, partitions and savepoints (``table/inspect.py``)."""
+        """Typed views of the instants, file groups, partitions and savepoints (``table/inspect/__init__.py``)."""
         from laketide.table.inspect import InspectTable
 
         return InspectTable(self)
@@ -145,8 +151,6 @@ class Table:
             view = self._shared.views.get(key)
             if view is None:
                 if self._shared.sync is None:
-                    from laketide.table.view_sync import ViewSync  # it builds on Table
-
                     self._shared.sync = ViewSync(self)
                 view = self._shared.sync.view(timeline)
                 self._shared.views.put(key, view)

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 
 import laketide
 from laketide.table import Table
-from laketide.table.archive import ArchivedTimeline, archived_entry
-from laketide.table.commit import CommitMetadata, WriteStat
-from laketide.table.instant import DELTA_COMMIT, Instant, State, parse_instant_time
+from laketide.table.format.archive import ArchivedTimeline, archived_entry
+from laketide.table.format.commit import CommitMetadata, WriteStat
+from laketide.table.format.instant import DELTA_COMMIT, Instant, State, parse_instant_time
 
 PARTITIONS = 100
 

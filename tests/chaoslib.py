@@ -23,7 +23,7 @@ from pathlib import Path
 from streaming import DATA_COLUMNS, SCHEMA_DDL, Model
 
 from laketide.table import Table
-from laketide.table.commit import EPOCH_KEY
+from laketide.table.format.commit import EPOCH_KEY
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 CLI = str(Path(sys.executable).with_name("laketide"))
@@ -293,7 +293,7 @@ class Verdict:
 
 def leftover_data_files(table: Table) -> list[str]:
     """Data files whose instant is not a completed write: what readers could one day take for committed."""
-    from laketide.table.files import instant_of_file
+    from laketide.table.format.files import instant_of_file
 
     completed = {i.timestamp for i in table.timeline.completed_writes()}
     found = []

@@ -14,10 +14,17 @@ from collections import defaultdict
 import pyarrow as pa
 
 from laketide.table import Table
-from laketide.table.commit import SCHEMA_KEY
-from laketide.table.files import new_file_id
-from laketide.table.keygen import partition_paths, record_keys
-from laketide.table.schema import FILE_NAME, PARTITION_PATH, RECORD_KEY, avro_schema_json, data_schema, with_meta_schema
+from laketide.table.format.commit import SCHEMA_KEY
+from laketide.table.format.files import new_file_id
+from laketide.table.format.keygen import partition_paths, record_keys
+from laketide.table.format.schema import (
+    FILE_NAME,
+    PARTITION_PATH,
+    RECORD_KEY,
+    avro_schema_json,
+    data_schema,
+    with_meta_schema,
+)
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
 

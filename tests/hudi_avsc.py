@@ -1,5 +1,5 @@
 """Reader schemas of Hudi's timeline records, written out from Apache Hudi's ``hudi-common/src/main/avro``
-definitions (one per file named beside it), kept apart from laketide's own ``table/avro_models.py``
+definitions (one per file named beside it), kept apart from laketide's own ``table/format/avro_models.py``
 so that a test resolves what laketide writes against Hudi's schema, not against laketide's.
 
 ``java_decode`` reads an Avro container file with Java's Avro (the jar in the pyspark wheel), the

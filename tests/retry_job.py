@@ -14,7 +14,7 @@ from streaming import job_config
 
 from laketide.spark.job import run
 from laketide.table import Table
-from laketide.table.markers import WriteMarkers
+from laketide.table.format.markers import WriteMarkers
 
 
 def main() -> None:

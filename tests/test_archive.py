@@ -15,12 +15,13 @@ from laketide.coordinator import Coordinator
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
 from laketide.index.state import StateIndex
-from laketide.table import Table, avro_models
-from laketide.table.archive import ArchivedTimeline, archived_entry
-from laketide.table.clean import Retention
-from laketide.table.files import BaseFile
-from laketide.table.instant import CLEAN, COMMIT, Instant, State
-from laketide.table.logfile import Header, avro_data_block, avro_payloads, avro_records, read_blocks
+from laketide.table import Table
+from laketide.table.format import avro_models
+from laketide.table.format.archive import ArchivedTimeline, archived_entry
+from laketide.table.format.clean import Retention
+from laketide.table.format.files import BaseFile
+from laketide.table.format.instant import CLEAN, COMMIT, Instant, State
+from laketide.table.format.logfile import Header, avro_data_block, avro_payloads, avro_records, read_blocks
 
 LOG_FIXTURES = ["valid_log_avro_data.log", "valid_log_delete.log", "valid_log_parquet_data.log"]
 

@@ -18,7 +18,7 @@ from laketide.index.columns import ARRIVAL, FILE_ID, PARTITION
 from laketide.index.shard_run import ShardRun
 from laketide.index.state import index_keys
 from laketide.table import FileIO
-from laketide.table.schema import (
+from laketide.table.format.schema import (
     IS_DELETED,
     RECORD_KEY,
     avro_schema_json,

@@ -27,8 +27,8 @@ from chaoslib import (
 )
 
 from laketide.table import Table
-from laketide.table.commit import EPOCH_KEY
-from laketide.table.markers import FREEZE_AFTER_MARKER_ENV
+from laketide.table.format.commit import EPOCH_KEY
+from laketide.table.format.markers import FREEZE_AFTER_MARKER_ENV
 
 SEED = int(os.environ.get("LAKETIDE_CHAOS_SEED", "20261123"))
 EXIT_LEASE_LOST = 5

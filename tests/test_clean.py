@@ -20,9 +20,9 @@ from laketide.coordinator import Coordinator, LocalLease
 from laketide.coordinator.cleaner import Cleaner
 from laketide.index.state import StateIndex
 from laketide.table import Table
-from laketide.table.clean import CleanerPlan, CleanPolicy, Retention, plan_clean
-from laketide.table.files import BaseFile
-from laketide.table.instant import CLEAN, State, instant_to_datetime
+from laketide.table.format.clean import CleanerPlan, CleanPolicy, Retention, plan_clean
+from laketide.table.format.files import BaseFile
+from laketide.table.format.instant import CLEAN, State, instant_to_datetime
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 CLI = str(Path(sys.executable).with_name("laketide"))

@@ -18,7 +18,7 @@ from laketide.api.app import create_app
 from laketide.api.server import ApiServer
 from laketide.coordinator import Coordinator, LocalLease
 from laketide.index.state import StateIndex
-from laketide.table.view_sync import ViewSync
+from laketide.table.reading.view_sync import ViewSync
 from laketide.writer.operations import Operations
 
 CLI = str(Path(sys.executable).with_name("laketide"))

@@ -19,11 +19,11 @@ from laketide.coordinator import Coordinator, LeaseLost
 from laketide.coordinator.fence import CommitFence
 from laketide.coordinator.lease import Lease, LeaseHolder
 from laketide.table import Table
-from laketide.table.commit import SCHEMA_KEY, CommitMetadata
-from laketide.table.files import BaseFile
-from laketide.table.instant import State
-from laketide.table.markers import CREATE, TEMP_DIR, WriteMarkers, marked_instants
-from laketide.table.schema import avro_schema_json, data_schema
+from laketide.table.format.commit import SCHEMA_KEY, CommitMetadata
+from laketide.table.format.files import BaseFile
+from laketide.table.format.instant import State
+from laketide.table.format.markers import CREATE, TEMP_DIR, WriteMarkers, marked_instants
+from laketide.table.format.schema import avro_schema_json, data_schema
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 
@@ -255,7 +255,7 @@ def test_a_base_file_a_stale_writer_adds_to_a_completed_compaction_is_swept(tmp_
     sweeps delete it (its partitions are listed at most once a minute), and hudi-rs reads the table again."""
     from laketide.config import CompactionSection
     from laketide.coordinator import sweep as sweeping
-    from laketide.table.properties import TableConfig
+    from laketide.table.format.properties import TableConfig
     from laketide.writer.compactor import Compactor
 
     t = Table.create_from_config(
@@ -300,7 +300,7 @@ def test_a_file_a_late_task_writes_after_its_instant_completed_is_swept(tmp_path
     base file of that instant in a file group the commit wrote: the next sweep deletes it, and keeps the marker
     of a file not written yet until its grace runs out."""
     from laketide.coordinator import sweep as sweeping
-    from laketide.table.properties import TableConfig
+    from laketide.table.format.properties import TableConfig
 
     t = Table.create_from_config(
         str(tmp_path / "t"),

@@ -56,7 +56,7 @@ def test_no_reports_no_bars():
 
 def test_runs_of_cleans_fold_into_one_row_of_the_timeline_panel():
     from laketide.api.ui import _folded_cleans
-    from laketide.table.inspect_timeline import TimelineRow
+    from laketide.table.inspect.timeline import TimelineRow
 
     def row(instant: str, kind: str, state: str = "COMPLETED") -> TimelineRow:
         return TimelineRow(instant=instant, action="commit" if kind == "compaction" else kind, kind=kind, state=state)

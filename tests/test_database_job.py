@@ -22,7 +22,7 @@ from connect_events import POSTGRES_COLUMNS, TRANSACTION_BEGIN, TRANSACTION_END,
 from opslib import CLI, ENV
 
 from laketide.table import Table
-from laketide.table.commit import BATCH_ID_KEY
+from laketide.table.format.commit import BATCH_ID_KEY
 
 TOKEN = "db-token"
 ORDERS = [c for c in POSTGRES_COLUMNS if c.name in ("id", "name", "region", "amount", "created_at", "birthday")]

@@ -14,9 +14,9 @@ from writes import upsert
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.savepoints import Savepoints
 from laketide.table import Table
-from laketide.table.clean import Retention
-from laketide.table.delta_log import LAST_CHECKPOINT, DeltaLog
-from laketide.table.delta_mirror import DeltaMirror
+from laketide.table.format.clean import Retention
+from laketide.table.mirror.delta_log import LAST_CHECKPOINT, DeltaLog
+from laketide.table.mirror.delta_mirror import DeltaMirror
 
 COLUMNS = ["id", "v", "region"]
 
@@ -120,7 +120,7 @@ def test_the_job_mirrors_merge_on_read_as_its_read_optimized_view(spark, tmp_pat
     from test_merge_on_read import COMPACTING_BATCHES, _land_batches
 
     from laketide.spark.job import run
-    from laketide.table.delta_mirror import completed_actions
+    from laketide.table.mirror.delta_mirror import completed_actions
 
     _land_batches(tmp_path, COMPACTING_BATCHES)
     run(
@@ -182,7 +182,7 @@ def test_a_writer_that_lost_its_lease_writes_no_version(tmp_path):
     import pytest
 
     from laketide.coordinator.lease import LeaseLost
-    from laketide.table.delta_log import commit_path
+    from laketide.table.mirror.delta_log import commit_path
 
     table, coordinator, lease, _, _ = history(tmp_path / "t", commits=2)
     lease.release()

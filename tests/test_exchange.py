@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from laketide.table.io import FileIO
+from laketide.table.storage.io import FileIO
 from laketide.writer import exchange as exchange_module
 from laketide.writer.exchange import Exchange, Handoff
 

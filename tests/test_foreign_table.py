@@ -15,7 +15,7 @@ from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, FOOTER_MAX_KEY
 from laketide.index.state import StateIndex
 from laketide.spark.job import run
 from laketide.table import Table
-from laketide.table.schema import RECORD_KEY
+from laketide.table.format.schema import RECORD_KEY
 
 DDL = "id INT, name STRING, isActive BOOLEAN, longField BIGINT, doubleField DOUBLE, byteField INT"
 

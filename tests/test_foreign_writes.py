@@ -15,9 +15,9 @@ from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.spark.job import run
 from laketide.table import Table
-from laketide.table.commit import SCHEMA_KEY
-from laketide.table.instant import REPLACE_COMMIT
-from laketide.table.schema import avro_schema_json
+from laketide.table.format.commit import SCHEMA_KEY
+from laketide.table.format.instant import REPLACE_COMMIT
+from laketide.table.format.schema import avro_schema_json
 
 
 def foreign_commit(table: Table, batch_id: int, records: list[dict], **routing) -> str:

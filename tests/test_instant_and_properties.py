@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 
-from laketide.table.instant import COMMIT, Instant, InstantClock, State, validate_instant_time
-from laketide.table.properties import TableConfig, format_properties, parse_properties, table_checksum
+from laketide.table.format.instant import COMMIT, Instant, InstantClock, State, validate_instant_time
+from laketide.table.format.properties import TableConfig, format_properties, parse_properties, table_checksum
 
 
 def test_ten_thousand_instant_times_are_unique_and_increasing():
@@ -102,14 +102,14 @@ def test_missing_required_property_is_named():
     ],
 )
 def test_time_travel_accepts_the_forms_hudi_accepts(given, instant):
-    from laketide.table.instant import parse_instant_time
+    from laketide.table.format.instant import parse_instant_time
 
     assert parse_instant_time(given) == instant
 
 
 @pytest.mark.parametrize("given", ["yesterday", "2026-13-01", "2026112222150881", "22:15:08", ""])
 def test_other_time_travel_forms_fail_clearly(given):
-    from laketide.table.instant import parse_instant_time
+    from laketide.table.format.instant import parse_instant_time
 
     with pytest.raises(ValueError, match=r"not a point in time|instant time"):
         parse_instant_time(given)

@@ -193,7 +193,7 @@ def test_kill_9_cycles_while_events_arrive_leave_the_model_exact(kafka, tmp_path
     assert table_rows(tmp_path) == model.expected()
     # exactly once: every micro-batch committed once, in order, and the last one ends where the topic ends
     from laketide.table import Table
-    from laketide.table.commit import BATCH_ID_KEY
+    from laketide.table.format.commit import BATCH_ID_KEY
     from laketide.writer.landing import source_offsets
 
     timeline = Table.open(str(tmp_path / "table")).timeline

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.columns import PARTITION
-from laketide.table.schema import RECORD_KEY
+from laketide.table.format.schema import RECORD_KEY
 from laketide.writer import ranges
 
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import COW_FIXTURES, MOR_FIXTURE
 
 from laketide.table import Table
-from laketide.table.keygen import escape_path_name, partition_paths, record_keys, value_text
+from laketide.table.format.keygen import escape_path_name, partition_paths, record_keys, value_text
 
 DOUBLES = [
     1.0,
@@ -132,7 +132,7 @@ def test_a_one_field_complex_key_table_keeps_the_encoding_its_data_has(tmp_path,
     from writes import upsert
 
     from laketide.coordinator import Coordinator, LocalLease
-    from laketide.table.properties import TableConfig
+    from laketide.table.format.properties import TableConfig
     from laketide.writer.preflight import complex_key_encoding
 
     table = Table.create(str(tmp_path / "t"), "t", ["id"], ["region", "day"], "v")
@@ -158,7 +158,7 @@ def test_paths_made_per_distinct_value_equal_paths_made_per_row():
     import datetime
     import decimal
 
-    from laketide.table.keygen import _partition_paths
+    from laketide.table.format.keygen import _partition_paths
 
     rows = pa.table(
         {

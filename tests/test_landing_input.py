@@ -198,7 +198,7 @@ def test_parquet_read_by_the_driver_equals_sparks_read_or_is_left_to_spark(spark
 
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from laketide.table.io import FileIO
+    from laketide.table.storage.io import FileIO
     from laketide.writer.landing import read_landed_parquet
 
     def landed(*paths: str) -> dict:
@@ -257,7 +257,7 @@ def test_spark_tasks_read_parquet_pieces_in_the_order_the_driver_reads_them(tmp_
     rows the driver reads, each numbered in the same arrival order."""
     import numpy as np
 
-    from laketide.table.io import FileIO
+    from laketide.table.storage.io import FileIO
     from laketide.writer.landing import PIECE_LEAST_ROWS, parquet_pieces, read_landed_parquet, read_piece
 
     n = 2 * PIECE_LEAST_ROWS + 7

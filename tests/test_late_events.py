@@ -68,7 +68,7 @@ def test_a_tasks_ordering_spans_match_each_groups_own(kind):
     """The lowest ordering value among existing keys and the highest among upserts, taken for every file
     group of a write task at once (``ordering_spans``), are what each group's own records give."""
     from laketide.index.columns import EXISTED
-    from laketide.table.schema import IS_DELETED
+    from laketide.table.format.schema import IS_DELETED
     from laketide.writer.log_writer import OrderingSpan, ordering_spans
 
     rng = np.random.default_rng(3)

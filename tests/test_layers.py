@@ -83,3 +83,58 @@ def test_one_writer_session_and_no_subclass_of_the_core():
                     builders.add(name)
     assert not subclasses
     assert builders == {"writer/session.py"}
+
+
+# what each part of table/ may import of laketide: the part below it, never one above (imports for type checking
+# alone are exempt); ``errors`` and ``lru`` are table/'s own modules, ``table`` its ``Table``
+TABLE_LAYERS = {
+    "storage": {"storage", "errors"},
+    "format": {"format", "storage", "errors"},
+    "reading": {"reading", "format", "storage", "errors", "lru"},
+    "mirror": {"mirror", "format", "storage", "errors"},
+    "inspect": {"inspect", "reading", "format", "storage", "errors", "lru", "table"},
+}
+
+
+def _runtime_imports(tree: ast.Module) -> set[str]:
+    """The modules a module imports when it runs: every import but those under ``if TYPE_CHECKING:``."""
+    skipped = {
+        id(node)
+        for test in ast.walk(tree)
+        if isinstance(test, ast.If) and getattr(test.test, "id", None) == "TYPE_CHECKING"
+        for statement in test.body
+        for node in ast.walk(statement)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def _allowed(module: str, allowed: set[str]) -> bool:
+    """Whether a module of a part of ``table/`` may import ``module`` (of laketide): one of its ``allowed`` parts, or a
+    part's package alone (``from laketide.table.format import view`` names the package, then the module)."""
+    names = module.split(".")
+    if names[:2] != ["laketide", "table"] or len(names) == 2:
+        return False
+    return names[2] in allowed or (len(names) == 3 and names[2] in TABLE_LAYERS)
+
+
+def test_table_parts_import_only_the_parts_below_them():
+    """``table/`` by concern: storage, then the format, then reading and the mirror, then inspect; nothing in
+    ``table/`` imports the rest of laketide."""
+    wrong = []
+    for part, allowed in TABLE_LAYERS.items():
+        for path in sorted((ROOT / "table" / part).glob("*.py")):
+            for module in _runtime_imports(ast.parse(path.read_text())):
+                if not module.startswith("laketide"):
+                    continue
+                if not _allowed(module, allowed):
+                    wrong.append(f"table/{part}/{path.name} imports {module}")
+    assert not wrong, "\n".join(wrong)

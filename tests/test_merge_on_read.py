@@ -14,12 +14,12 @@ from streaming import BATCHES, DATA_COLUMNS, expected_after, job_config, land, l
 
 from laketide.spark.job import run
 from laketide.table import Table
-from laketide.table.files import BaseFile, LogFile
-from laketide.table.logfile import BlockType, Header, data_block_rows, deleted_records, read_blocks
-from laketide.table.properties import TableConfig
-from laketide.table.schema import RECORD_KEY, schema_from_avro, storage_schema
-from laketide.table.slice_reader import MergeRule, merge_slice
-from laketide.table.view import FileSlice
+from laketide.table.format.files import BaseFile, LogFile
+from laketide.table.format.logfile import BlockType, Header, data_block_rows, deleted_records, read_blocks
+from laketide.table.format.properties import TableConfig
+from laketide.table.format.schema import RECORD_KEY, schema_from_avro, storage_schema
+from laketide.table.format.view import FileSlice
+from laketide.table.reading.slice_reader import MergeRule, merge_slice
 
 LOG_FIXTURES = FIXTURES / "hudi-log-files"
 
@@ -342,9 +342,9 @@ def test_a_slice_merges_a_key_range_at_a_time_as_it_merges_whole(tmp_path):
     """Bounded memory: merging against 64-row batches of the base file gives the rows the whole-slice merge gives."""
     import random
 
-    from laketide.table.encoding import SORTED_MARKER
-    from laketide.table.logfile import delete_block, parquet_data_block
-    from laketide.table.slice_reader import merge_slice_batches
+    from laketide.table.format.encoding import SORTED_MARKER
+    from laketide.table.format.logfile import delete_block, parquet_data_block
+    from laketide.table.reading.slice_reader import merge_slice_batches
 
     table = Table.create_from_config(
         str(tmp_path), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["k"], ordering_field="ts")
@@ -391,9 +391,9 @@ def test_a_slice_merges_a_key_range_at_a_time_as_it_merges_whole(tmp_path):
 def test_the_late_check_reads_each_file_of_a_slice_once_per_process(tmp_path):
     """``stored_ordering`` bounds a slice by each file's highest ordering value, read once: a later
     micro-batch on the same slice reads only its new log, and still finds a stored row that is newer."""
-    from laketide.table.encoding import SORTED_MARKER
-    from laketide.table.logfile import parquet_data_block
-    from laketide.table.slice_reader import stored_ordering
+    from laketide.table.format.encoding import SORTED_MARKER
+    from laketide.table.format.logfile import parquet_data_block
+    from laketide.table.reading.slice_reader import stored_ordering
 
     table = Table.create_from_config(
         str(tmp_path), TableConfig(name="t", table_type="MERGE_ON_READ", record_key_fields=["k"], ordering_field="ts")
@@ -443,10 +443,10 @@ def test_late_events_newer_than_the_base_file_are_judged_from_the_logs_alone(tmp
     than some base row read the base, and either way only the incoming keys' records are merged."""
     import random
 
-    from laketide.table import slice_reader
-    from laketide.table.encoding import SORTED_MARKER
-    from laketide.table.logfile import delete_block, parquet_data_block
-    from laketide.table.slice_reader import merge_slice_batches, stored_ordering
+    from laketide.table.format.encoding import SORTED_MARKER
+    from laketide.table.format.logfile import delete_block, parquet_data_block
+    from laketide.table.reading import slice_reader
+    from laketide.table.reading.slice_reader import merge_slice_batches, stored_ordering
 
     rng = random.Random(seed)
     table = Table.create_from_config(
@@ -523,9 +523,9 @@ def test_a_logs_ordering_bound_comes_from_its_blocks_footers(tmp_path, monkeypat
     """A log block laketide writes carries statistics for the ordering field, so a writer bounds the log
     from the block's footer without decoding its rows (the first micro-batch after a start reads every
     log's bound); a block without them (older, or another writer's) is decoded, to the same bound."""
-    from laketide.table import ordering_bounds
-    from laketide.table.io import FileIO
-    from laketide.table.logfile import parquet_data_block
+    from laketide.table.format.logfile import parquet_data_block
+    from laketide.table.reading import ordering_bounds
+    from laketide.table.storage.io import FileIO
 
     column = pa.array(
         [v.as_py() if isinstance(v, pa.Scalar) else v for v in values],
@@ -551,7 +551,7 @@ def test_a_logs_ordering_bound_comes_from_its_blocks_footers(tmp_path, monkeypat
 
 def test_archival_takes_a_compaction_plan_with_its_commit(spark, tmp_path):
     """A completed compaction is a commit plus its plan files: archived together, or the plan would read as pending."""
-    from laketide.table.archive import ArchivedTimeline
+    from laketide.table.format.archive import ArchivedTimeline
 
     _land_batches(tmp_path, COMPACTING_BATCHES)
     run(
@@ -583,9 +583,9 @@ def test_a_write_task_decides_its_log_blocks_dictionary_columns_once_from_its_re
 
     import numpy as np
 
-    from laketide.table.encoding import ONE_PER_FILE, records_dictionary_columns
-    from laketide.table.logfile import parquet_data_block
-    from laketide.table.schema import COMMIT_TIME
+    from laketide.table.format.encoding import ONE_PER_FILE, records_dictionary_columns
+    from laketide.table.format.logfile import parquet_data_block
+    from laketide.table.format.schema import COMMIT_TIME
 
     n = 1000
     records = pa.table(

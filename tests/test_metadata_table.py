@@ -14,8 +14,8 @@ from writes import upsert
 
 from laketide.coordinator import Coordinator, LocalLease
 from laketide.table import Table
-from laketide.table.metadata_table import PARTITIONS, PARTITIONS_INFLIGHT, metadata_partitions
-from laketide.table.properties import PROPERTIES_FILE, format_properties, parse_properties
+from laketide.table.format.metadata_table import PARTITIONS, PARTITIONS_INFLIGHT, metadata_partitions
+from laketide.table.format.properties import PROPERTIES_FILE, format_properties, parse_properties
 from laketide.writer.preflight import JobRefused, check_writable
 
 CLI = str(Path(sys.executable).with_name("laketide"))

@@ -13,7 +13,7 @@ from streaming import DATA_COLUMNS, row
 
 import laketide
 from laketide.table import FileIO, Table
-from laketide.table.io import InstantFileExists
+from laketide.table.storage.io import InstantFileExists
 
 
 def test_the_storage_seam_creates_once_and_reads_what_it_wrote(s3):

@@ -12,9 +12,10 @@ from streaming import DATA_COLUMNS, Model, job_config, land, row
 
 from laketide.index.state import StateIndex
 from laketide.spark.job import run
-from laketide.table import Table, avro_models
-from laketide.table.instant import REPLACE_COMMIT, State
-from laketide.table.schema import COMMIT_SEQNO, PARTITION_PATH, RECORD_KEY
+from laketide.table import Table
+from laketide.table.format import avro_models
+from laketide.table.format.instant import REPLACE_COMMIT, State
+from laketide.table.format.schema import COMMIT_SEQNO, PARTITION_PATH, RECORD_KEY
 
 
 class Landing:

@@ -16,9 +16,9 @@ from hudi_avsc import RECORD_OF, java_decode
 from opslib import CLI, ENV, OpsTable, changes, region_of
 
 from laketide.table import Table
-from laketide.table.instant import SAVEPOINT, Instant, State
-from laketide.table.savepoint import SavepointMetadata
-from laketide.table.timeline import TimelineWriter
+from laketide.table.format.instant import SAVEPOINT, Instant, State
+from laketide.table.format.savepoint import SavepointMetadata
+from laketide.table.format.timeline import TimelineWriter
 
 KEEP_ONE = {"clean.retain_commits": "1", "archive.min_commits": "2", "archive.max_commits": "3"}
 FLOWS = {

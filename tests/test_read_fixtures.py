@@ -6,7 +6,7 @@ import pytest
 from conftest import COW_FIXTURES, hudi_read, rows
 
 from laketide.table import Table
-from laketide.table.instant import State
+from laketide.table.format.instant import State
 
 
 @pytest.mark.parametrize("name", COW_FIXTURES)

@@ -10,9 +10,10 @@ from conftest import hudi_read, rows
 from writes import upsert
 
 from laketide.coordinator import Coordinator, LocalLease
-from laketide.table import FileIO, Table, avro_models
-from laketide.table.instant import ROLLBACK, State
-from laketide.table.rollback import RollbackMetadata
+from laketide.table import FileIO, Table
+from laketide.table.format import avro_models
+from laketide.table.format.instant import ROLLBACK, State
+from laketide.table.format.rollback import RollbackMetadata
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 

@@ -18,11 +18,12 @@ from laketide.coordinator import Coordinator
 from laketide.coordinator.archiver import Archiver
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.savepoints import SavepointRefused, Savepoints
-from laketide.table import Table, avro_models
-from laketide.table.clean import CleanPolicy, Retention
-from laketide.table.instant import RESTORE, ROLLBACK, SAVEPOINT, State
-from laketide.table.savepoint import savepointed_files
-from laketide.table.timeline import InstantNotFound
+from laketide.table import Table
+from laketide.table.format import avro_models
+from laketide.table.format.clean import CleanPolicy, Retention
+from laketide.table.format.instant import RESTORE, ROLLBACK, SAVEPOINT, State
+from laketide.table.format.savepoint import savepointed_files
+from laketide.table.format.timeline import InstantNotFound
 
 CLI = str(Path(sys.executable).with_name("laketide"))
 

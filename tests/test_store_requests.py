@@ -10,7 +10,7 @@ import pytest
 from obstore.exceptions import GenericError, PermissionDeniedError
 
 from laketide.table.errors import ErrorKind
-from laketide.table.store_requests import (
+from laketide.table.storage.store_requests import (
     RETRY,
     RequestCounts,
     RetryPolicy,

@@ -13,7 +13,7 @@ from streaming import BAD_ROWS, BATCHES, DATA_COLUMNS, expected_after, job_confi
 from laketide.spark.job import run
 from laketide.spark.pipeline import MicroBatchReader
 from laketide.table import Table
-from laketide.table.files import parse_data_file
+from laketide.table.format.files import parse_data_file
 from laketide.writer.exchange import Exchange
 
 

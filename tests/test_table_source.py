@@ -125,7 +125,7 @@ def test_a_downstream_query_reads_each_change_once_across_restarts_of_both(spark
 def test_start_latest_and_a_window_older_than_the_active_timeline(spark, tmp_path):
     from laketide.coordinator.archiver import Archiver
     from laketide.coordinator.cleaner import Cleaner
-    from laketide.table.clean import Retention
+    from laketide.table.format.clean import Retention
 
     table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=6)
     _drain(spark, table.uri, tmp_path / "cp-latest", tmp_path / "sink-latest", start="latest")

@@ -14,7 +14,7 @@ from conftest import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, PYTHON, expected_after, land_all
 
 from laketide.table import Table
-from laketide.table.files import BaseFile
+from laketide.table.format.files import BaseFile
 
 HERE = Path(__file__).parent
 

@@ -10,9 +10,9 @@ from laketide.coordinator import Coordinator, LocalLease
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.savepoints import Savepoints
 from laketide.table import Table
-from laketide.table.clean import CleanPolicy, Retention
-from laketide.table.files import table_relative
-from laketide.table.view_sync import ViewSync
+from laketide.table.format.clean import CleanPolicy, Retention
+from laketide.table.format.files import table_relative
+from laketide.table.reading.view_sync import ViewSync
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 

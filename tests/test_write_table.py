@@ -14,8 +14,8 @@ from writes import upsert
 from laketide.coordinator import Coordinator, LocalLease, RollbackRefused
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_MAX_KEY, FOOTER_MIN_KEY, BloomFilter
 from laketide.table import Table
-from laketide.table.instant import State
-from laketide.table.schema import COMMIT_SEQNO, COMMIT_TIME, IS_DELETED, META_COLUMNS, RECORD_KEY
+from laketide.table.format.instant import State
+from laketide.table.format.schema import COMMIT_SEQNO, COMMIT_TIME, IS_DELETED, META_COLUMNS, RECORD_KEY
 
 SCHEMA = pa.schema(
     [
@@ -188,8 +188,8 @@ def test_a_carried_bloom_filter_that_outgrew_its_file_is_built_again(tmp_path):
     deletes would carry a filter that only grows; past 1.25 times the file's rows the merge builds a new one
     from the keys it writes, as Hudi's merge handle always does."""
     from laketide.table import FileIO
-    from laketide.table.files import BaseFile
-    from laketide.table.schema import avro_schema_json, with_meta_schema
+    from laketide.table.format.files import BaseFile
+    from laketide.table.format.schema import avro_schema_json, with_meta_schema
     from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
 
     io = FileIO.for_uri(str(tmp_path))
@@ -283,7 +283,7 @@ def test_writes_refused_without_lease(table, tmp_path):
 def test_replacecommit_hides_replaced_file_groups(table, coordinator):
     from foreign_writer import write_file_groups
 
-    from laketide.table.instant import REPLACE_COMMIT
+    from laketide.table.format.instant import REPLACE_COMMIT
 
     c1 = upsert(table, coordinator, 1, [record(i, "us", 1) for i in range(5)], SCHEMA)
     (old_group,) = {

@@ -21,11 +21,11 @@ from laketide.index.bloom import (
     BloomFilter,
     BloomSpec,
 )
-from laketide.table.damage import reading_data_file
-from laketide.table.encoding import BASE_FILE_CODEC, SORTED_MARKER, dictionary_columns
-from laketide.table.files import PARTITION_METADATA, partition_metadata
-from laketide.table.io import FileIO
-from laketide.table.schema import RECORD_KEY
+from laketide.table.format.damage import reading_data_file
+from laketide.table.format.encoding import BASE_FILE_CODEC, SORTED_MARKER, dictionary_columns
+from laketide.table.format.files import PARTITION_METADATA, partition_metadata
+from laketide.table.format.schema import RECORD_KEY
+from laketide.table.storage.io import FileIO
 
 
 @dataclass(frozen=True)

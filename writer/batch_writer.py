@@ -26,12 +26,12 @@ from laketide.index.columns import assigned_schema
 from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites
 from laketide.table import Table
-from laketide.table.commit import SCHEMA_KEY, WriteStat
-from laketide.table.damage import TableDamaged
-from laketide.table.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
-from laketide.table.schema import avro_schema_json
-from laketide.table.store_requests import REQUESTS, RETRY
-from laketide.table.view_sync import ViewSync
+from laketide.table.format.commit import SCHEMA_KEY, WriteStat
+from laketide.table.format.damage import TableDamaged
+from laketide.table.format.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
+from laketide.table.format.schema import avro_schema_json
+from laketide.table.reading.view_sync import ViewSync
+from laketide.table.storage.store_requests import REQUESTS, RETRY
 from laketide.writer import stages
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool

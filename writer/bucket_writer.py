@@ -16,11 +16,10 @@ import pyarrow.compute as pc
 
 from laketide.index.bloom import BloomSpec
 from laketide.index.columns import flag_mask
-from laketide.table.commit import NULL_COMMIT, WriteStat
-from laketide.table.encoding import BASE_FILE_CODEC
-from laketide.table.files import BaseFile, write_token
-from laketide.table.io import FileIO
-from laketide.table.schema import (
+from laketide.table.format.commit import NULL_COMMIT, WriteStat
+from laketide.table.format.encoding import BASE_FILE_CODEC
+from laketide.table.format.files import BaseFile, write_token
+from laketide.table.format.schema import (
     COMMIT_SEQNO,
     COMMIT_TIME,
     FILE_NAME,
@@ -30,8 +29,9 @@ from laketide.table.schema import (
     RECORD_KEY,
     with_meta_schema,
 )
-from laketide.table.slice_reader import key_ordered_batches, rows_of_keys
-from laketide.table.unchanged import fill_from_stored
+from laketide.table.reading.slice_reader import key_ordered_batches, rows_of_keys
+from laketide.table.reading.unchanged import fill_from_stored
+from laketide.table.storage.io import FileIO
 from laketide.writer.base_file import BaseFileWriter, FileLayout
 
 

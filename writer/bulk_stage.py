@@ -14,10 +14,10 @@ import pyarrow.compute as pc
 
 from laketide.index.assigner import first_of_each_key
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EVENT_POSITION, KEY_HASH, PARTITION
-from laketide.table.encoding import records_dictionary_columns
-from laketide.table.io import FileIO
-from laketide.table.markers import CREATE, WriteMarkers
-from laketide.table.schema import IS_DELETED, RECORD_KEY
+from laketide.table.format.encoding import records_dictionary_columns
+from laketide.table.format.markers import CREATE, WriteMarkers
+from laketide.table.format.schema import IS_DELETED, RECORD_KEY
+from laketide.table.storage.io import FileIO
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
 from laketide.writer.slots import split_by

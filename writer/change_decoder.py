@@ -35,7 +35,7 @@ from laketide.index.columns import (
     SOURCE_OFFSET,
 )
 from laketide.table.errors import Invalid
-from laketide.table.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
+from laketide.table.format.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
 from laketide.writer.change_events import ChangeSpec, Messages, change_rows, output_schema, parse_messages, row_schemas
 from laketide.writer.connect_avro import AvroValues
 from laketide.writer.connect_schema import Encoding, arrow_type

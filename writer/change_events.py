@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.columns import DECODE_REASON, EVENT_KIND, EVENT_POSITION, SOURCE_TABLE
-from laketide.table.schema import IS_DELETED
+from laketide.table.format.schema import IS_DELETED
 from laketide.writer.change_images import COLUMN, row_images, schema_groups
 from laketide.writer.connect_values import Decoding
 from laketide.writer.json_values import parse_values

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.columns import EVENT_POSITION
-from laketide.table.schema import IS_DELETED
+from laketide.table.format.schema import IS_DELETED
 from laketide.writer.connect_schema import Encoding, wire_type
 from laketide.writer.connect_values import Column, Decoding
 from laketide.writer.json_values import parse_values

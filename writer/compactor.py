@@ -29,8 +29,8 @@ from laketide.config import CompactionSection, WriteSection
 from laketide.coordinator import Coordinator, LeaseLost
 from laketide.coordinator.actions import TimelineAction
 from laketide.index.bloom import BloomSpec
-from laketide.table.commit import BATCHES_KEY, NULL_COMMIT, WriteStat
-from laketide.table.compaction import (
+from laketide.table.format.commit import BATCHES_KEY, NULL_COMMIT, WriteStat
+from laketide.table.format.compaction import (
     CompactionOperation,
     CompactionPlan,
     carried_name,
@@ -41,18 +41,18 @@ from laketide.table.compaction import (
     plan_for,
     slices_to_compact,
 )
-from laketide.table.files import BaseFile, write_token
-from laketide.table.instant import COMMIT, COMPACTION, Instant
-from laketide.table.markers import CREATE, WriteMarkers
-from laketide.table.schema import (
+from laketide.table.format.files import BaseFile, write_token
+from laketide.table.format.instant import COMMIT, COMPACTION, Instant
+from laketide.table.format.markers import CREATE, WriteMarkers
+from laketide.table.format.schema import (
     FILE_NAME,
     RECORD_KEY,
     avro_schema_json,
     with_meta_schema,
 )
-from laketide.table.slice_reader import MergeRule, merge_slice_batches
-from laketide.table.timeline import Timeline
-from laketide.table.view import FileSystemView
+from laketide.table.format.timeline import Timeline
+from laketide.table.format.view import FileSystemView
+from laketide.table.reading.slice_reader import MergeRule, merge_slice_batches
 from laketide.writer.base_file import BaseFileWriter
 from laketide.writer.bucket_writer import conform
 from laketide.writer.planning import average_record_size, bloom_spec

@@ -19,7 +19,7 @@ import math
 import pyarrow as pa
 
 from laketide.table.errors import Invalid
-from laketide.table.io import FileIO
+from laketide.table.storage.io import FileIO
 from laketide.writer.schema_registry import SchemaRegistry, UnknownSchema, framing
 
 # Avro's primitive types as Connect's (AvroData: an int carries connect.type int8 or int16 when it was one)

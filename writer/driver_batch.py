@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.columns import PARTITION, QUARANTINE_FIELDS, RAW, REASON, SHARD, SOURCE, WRITE_SLOT
-from laketide.table.encoding import records_dictionary_columns
-from laketide.table.files import write_token
+from laketide.table.format.encoding import records_dictionary_columns
+from laketide.table.format.files import write_token
 from laketide.writer import bulk_stage, quarantine, ranges, stages
 from laketide.writer.prepare import PrepareSpec, Tally, batch_arrival, prepare_in_order, set_aside, with_earlier_values
 from laketide.writer.slots import split_lazily

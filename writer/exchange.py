@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from laketide.table.io import FileIO
+from laketide.table.storage.io import FileIO
 
 # what a task answers per file it wrote
 HANDOFF_FIELDS = [pa.field("path", pa.string()), pa.field("dests", pa.list_(pa.int32()))]

@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from laketide.table.errors import first_line
-from laketide.table.io import FileIO
+from laketide.table.storage.io import FileIO
 
 log = logging.getLogger(__name__)
 JOB_STATE = ".hoodie/.laketide/job.json"

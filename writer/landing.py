@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from laketide.table.io import FileEntry, FileIO
+from laketide.table.storage.io import FileEntry, FileIO
 from laketide.writer.report import Backlog
 
 # a piece of a parquet landing file (``parquet_pieces``): path, row group, the group's first arrival number,

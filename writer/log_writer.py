@@ -16,16 +16,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.columns import EXISTED, as_mask, flag_mask
-from laketide.table.commit import WriteStat
-from laketide.table.encoding import LOG_BLOCK_CODEC
-from laketide.table.files import LogFile, log_write_token
-from laketide.table.io import FileIO
-from laketide.table.logfile import Header, delete_block, parquet_data_block
-from laketide.table.ordering_bounds import remember_log_bound
-from laketide.table.schema import IS_DELETED, RECORD_KEY
-from laketide.table.slice_reader import MergeRule, rows_of_keys, stored_ordering, stored_rows
-from laketide.table.unchanged import fill_from_stored_rows
-from laketide.table.view import FileSlice
+from laketide.table.format.commit import WriteStat
+from laketide.table.format.encoding import LOG_BLOCK_CODEC
+from laketide.table.format.files import LogFile, log_write_token
+from laketide.table.format.logfile import Header, delete_block, parquet_data_block
+from laketide.table.format.schema import IS_DELETED, RECORD_KEY
+from laketide.table.format.view import FileSlice
+from laketide.table.reading.ordering_bounds import remember_log_bound
+from laketide.table.reading.slice_reader import MergeRule, rows_of_keys, stored_ordering, stored_rows
+from laketide.table.reading.unchanged import fill_from_stored_rows
+from laketide.table.storage.io import FileIO
 from laketide.writer.bucket_writer import SequenceNumbers, stamp_meta_columns
 
 

@@ -25,13 +25,14 @@ from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.rollback import RollbackResult
 from laketide.coordinator.savepoints import RestoreResult, Savepoints
 from laketide.index.state import StateIndex
-from laketide.table import Table, metadata_table
-from laketide.table.clean import Retention
-from laketide.table.delta_log import DeltaLog
-from laketide.table.delta_mirror import DeltaMirror, has_mirror
+from laketide.table import Table
 from laketide.table.errors import Invalid
-from laketide.table.instant import InstantClock
-from laketide.table.savepoint import SavepointMetadata
+from laketide.table.format import metadata_table
+from laketide.table.format.clean import Retention
+from laketide.table.format.instant import InstantClock
+from laketide.table.format.savepoint import SavepointMetadata
+from laketide.table.mirror.delta_log import DeltaLog
+from laketide.table.mirror.delta_mirror import DeltaMirror, has_mirror
 from laketide.writer.compactor import CompactionResult, Compactor
 
 T = TypeVar("T")

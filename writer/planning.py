@@ -16,12 +16,12 @@ from laketide.index.bloom import BloomSpec, KeyRange
 from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
-from laketide.table.io import FileIO
-from laketide.table.properties import EVENT_TIME
-from laketide.table.schema import avro_schema_json, evolve, with_meta_schema
-from laketide.table.timeline import Timeline
-from laketide.table.view import FileSlice, FileSystemView
-from laketide.table.view_sync import ViewSync
+from laketide.table.format.properties import EVENT_TIME
+from laketide.table.format.schema import avro_schema_json, evolve, with_meta_schema
+from laketide.table.format.timeline import Timeline
+from laketide.table.format.view import FileSlice, FileSystemView
+from laketide.table.reading.view_sync import ViewSync
+from laketide.table.storage.io import FileIO
 from laketide.writer import stages
 from laketide.writer.log_writer import LogTarget
 from laketide.writer.slots import balanced_slots

@@ -16,15 +16,14 @@ import pyarrow.parquet as pq
 
 from laketide.config import TableSection
 from laketide.table.errors import Invalid
-from laketide.table.io import FileIO
-from laketide.table.metadata_table import metadata_partitions
-from laketide.table.properties import (
+from laketide.table.format.metadata_table import metadata_partitions
+from laketide.table.format.properties import (
     EVENT_TIME,
     MERGE_STRATEGY_ID,
     TableConfig,
     default_merge_mode,
 )
-from laketide.table.schema import (
+from laketide.table.format.schema import (
     IS_DELETED,
     META_COLUMNS,
     RECORD_KEY,
@@ -33,8 +32,9 @@ from laketide.table.schema import (
     evolve,
     storage_schema,
 )
+from laketide.table.format.view import FileSystemView
+from laketide.table.storage.io import FileIO
 from laketide.table.table import Table
-from laketide.table.view import FileSystemView
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from laketide.index.columns import (
     flag_mask,
 )
 from laketide.index.state import index_keys, shard_of
-from laketide.table.keygen import first_reason, partition_paths, record_keys
-from laketide.table.schema import IS_DELETED
-from laketide.table.unchanged import fill_from_earlier_events
+from laketide.table.format.keygen import first_reason, partition_paths, record_keys
+from laketide.table.format.schema import IS_DELETED
+from laketide.table.reading.unchanged import fill_from_earlier_events
 from laketide.writer.quarantine import sources_of
 
 

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
 from laketide.index.columns import SOURCE_FILE, SOURCE_OFFSET
-from laketide.table.io import FileEntry, FileIO
 from laketide.table.lru import LruCache
+from laketide.table.storage.io import FileEntry, FileIO
 
 RAW_SHOWN = 2000
 QUARANTINE_SCHEMA = pa.schema(

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.columns import PARTITION
-from laketide.table.schema import RECORD_KEY
+from laketide.table.format.schema import RECORD_KEY
 from laketide.writer.slots import split_by
 
 # one sampled key per this many rows of a part, and at least ``SAMPLE_LEAST`` (all of a smaller part): a

@@ -18,10 +18,10 @@ from laketide.coordinator import Coordinator
 from laketide.coordinator.services import TableServices
 from laketide.index.state import StateIndex
 from laketide.table import Table
-from laketide.table.delta_mirror import DeltaMirror
-from laketide.table.instant import COMPACTION, instant_to_datetime
-from laketide.table.timeline import drawn_again
-from laketide.table.view_sync import ViewSync
+from laketide.table.format.instant import COMPACTION, instant_to_datetime
+from laketide.table.format.timeline import drawn_again
+from laketide.table.mirror.delta_mirror import DeltaMirror
+from laketide.table.reading.view_sync import ViewSync
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.job_health import assess
 from laketide.writer.job_state import JobStateRecorder

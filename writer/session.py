@@ -24,9 +24,10 @@ from laketide.coordinator.savepoints import Savepoints
 from laketide.coordinator.storage_lease import StorageLease, probe_conditional_writes
 from laketide.coordinator.zookeeper_lease import ZooKeeperLease
 from laketide.index.state import INDEX_DIR, StateIndex
-from laketide.table import FileIO, Table, TableNotFound, properties_file
+from laketide.table import FileIO, Table, TableNotFound
 from laketide.table.errors import Invalid
-from laketide.table.view_sync import ViewSync
+from laketide.table.format import properties_file
+from laketide.table.reading.view_sync import ViewSync
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool

@@ -40,14 +40,14 @@ from laketide.index.state import (
     index_keys,
     shard_of,
 )
-from laketide.table.commit import WriteStat
-from laketide.table.damage import reading_data_file
-from laketide.table.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC, records_dictionary_columns
-from laketide.table.files import BaseFile, LogFile, parse_data_file, write_token
-from laketide.table.io import FileIO
-from laketide.table.markers import CREATE, MERGE, WriteMarkers
-from laketide.table.schema import IS_DELETED, RECORD_KEY, with_meta_schema
-from laketide.table.slice_reader import log_file_keys
+from laketide.table.format.commit import WriteStat
+from laketide.table.format.damage import reading_data_file
+from laketide.table.format.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC, records_dictionary_columns
+from laketide.table.format.files import BaseFile, LogFile, parse_data_file, write_token
+from laketide.table.format.markers import CREATE, MERGE, WriteMarkers
+from laketide.table.format.schema import IS_DELETED, RECORD_KEY, with_meta_schema
+from laketide.table.reading.slice_reader import log_file_keys
+from laketide.table.storage.io import FileIO
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
 from laketide.writer.log_writer import LogTarget, LogWriter, OrderingSpan, ordering_spans

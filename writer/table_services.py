@@ -14,8 +14,8 @@ from laketide.coordinator.index_compaction import IndexCompaction
 from laketide.coordinator.services import ServiceFailures, TableServices
 from laketide.index.state import StateIndex
 from laketide.table import Table
-from laketide.table.delta_mirror import DeltaMirror, has_mirror
-from laketide.table.view_sync import ViewSync
+from laketide.table.mirror.delta_mirror import DeltaMirror, has_mirror
+from laketide.table.reading.view_sync import ViewSync
 from laketide.writer.compactor import Compactor
 
 

@@ -18,7 +18,7 @@ from laketide.config import ConfigError, JobConfig
 from laketide.config_tables import refuse_database_job
 from laketide.table import FileIO, Table, TableNotFound
 from laketide.table.errors import Invalid
-from laketide.table.store_requests import store_failure
+from laketide.table.storage.store_requests import store_failure
 from laketide.writer.batch_writer import LoadedBatch
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.preflight import check_quarantine_path

@@ -31,8 +31,8 @@ from laketide.config_source import (  # noqa: F401 (part of this module's interf
 from laketide.config_tables import DatabaseSection, TableKeys, TableOverride, placeholders
 from laketide.config_types import Codec, Size, Trigger, parse_size
 from laketide.index.columns import EVENT_POSITION
-from laketide.table.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC
 from laketide.table.errors import Invalid
+from laketide.table.format.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC
 
 
 class TableSection(TableKeys):

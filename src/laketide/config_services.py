@@ -31,7 +31,7 @@ class CleanSection(_Section):
     micro-batch); ``false`` cleans inline after each commit."""
 
     def retention(self):
-        from laketide.table.clean import CleanPolicy, Retention
+        from laketide.table.format.clean import CleanPolicy, Retention
 
         return Retention(CleanPolicy(self.policy), self.retain_commits, self.retain_file_versions, self.retain_hours)
 

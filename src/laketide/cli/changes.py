@@ -28,7 +28,7 @@ from laketide.cli.options import (
 from laketide.cli.output import Output, answers
 from laketide.service import TOKEN_ENV
 from laketide.table.errors import ErrorKind, LaketideError
-from laketide.table.instant import validate_instant_time
+from laketide.table.format.instant import validate_instant_time
 
 
 class Change:

@@ -33,7 +33,7 @@ def timeline(
     as_json: JsonOpt = False,
 ) -> None:
     """List instants, newest first, with what each wrote and how long it took."""
-    from laketide.table.instant import State
+    from laketide.table.format.instant import State
 
     t = open_table(table)
     try:

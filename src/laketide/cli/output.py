@@ -93,7 +93,7 @@ def answers(command: Callable) -> Callable:
         except Exception as error:
             if not type(error).__module__.startswith("obstore"):
                 raise
-            from laketide.table.store_requests import (
+            from laketide.table.storage.store_requests import (
                 store_failure,  # the store's own error no step told apart: a sentence
             )
 

@@ -22,8 +22,8 @@ from laketide.cli.options import (
 )
 from laketide.cli.output import Output, answers
 from laketide.config_types import Codec
-from laketide.table.encoding import BASE_FILE_CODEC
 from laketide.table.errors import Invalid
+from laketide.table.format.encoding import BASE_FILE_CODEC
 
 
 @contextmanager

@@ -1,0 +1,205 @@
+"""The timeline: every instant of a table, read from and written to ``.hoodie/``.
+
+A timeline object is a snapshot of the directory listing when it was loaded;
+``Table.timeline`` loads a fresh one. Writing goes through ``TimelineWriter`` so
+that every transition is one atomic file write.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Iterable
+from functools import cached_property
+from typing import TypeVar
+
+from laketide.table.errors import NotFound, UnsupportedTableError
+from laketide.table.format.commit import CommitMetadata
+from laketide.table.format.damage import reading_timeline_file
+from laketide.table.format.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State
+from laketide.table.format.properties import TableConfig
+from laketide.table.storage.io import FileIO
+
+T = TypeVar("T")
+DRAW_ATTEMPTS = 3  # archival and cleans move files a few times an hour, not a second
+
+
+def drawn_again(draw: Callable[[], T], attempts: int = DRAW_ATTEMPTS) -> T:
+    """``draw()``, again (up to ``attempts`` in all) when a file it read went meanwhile: archival moved a commit
+    file into the archive, a clean or a rollback deleted files. Each attempt loads the timeline anew, which
+    says where the file went."""
+    for _ in range(attempts - 1):
+        try:
+            return draw()
+        except FileNotFoundError:
+            pass
+    return draw()
+
+
+class InstantNotFound(NotFound, KeyError):
+    """No such instant (or savepoint) on the timeline; ``instant`` names it."""
+
+    def __init__(self, instant: str, detail: str | None = None):
+        super().__init__(instant)
+        self.instant = instant
+        self.detail = detail or f"no instant {instant} on the timeline"
+
+    def __str__(self) -> str:  # KeyError's would be the repr of the key
+        return self.detail
+
+
+class Timeline:
+    def __init__(
+        self,
+        io: FileIO,
+        config: TableConfig,
+        instants: Iterable[Instant],
+        details: dict[str, CommitMetadata] | None = None,
+    ):
+        """``details`` caches the metadata of completed writes; a long-lived table passes one cache to
+        every timeline it loads, so each commit's metadata is read once, not once per load."""
+        self.io = io
+        self.config = config
+        latest: dict[tuple[str, str], Instant] = {}
+        for instant in instants:
+            key = (instant.timestamp, instant.action)
+            if key not in latest or instant.state.rank > latest[key].state.rank:
+                latest[key] = instant
+        # a compaction completes as a commit at its own instant time; its requested and inflight files stay
+        compacted = {ts for (ts, action), i in latest.items() if action == COMMIT and i.is_completed}
+        kept = [i for (ts, action), i in latest.items() if not (action == COMPACTION and ts in compacted)]
+        self.instants: list[Instant] = sorted(kept, key=lambda i: (i.timestamp, i.action))
+        # when each completed instant's file was written (ns), by (instant, action), as the listing of a loaded
+        # timeline tells it: how long an instant took, with its instant time
+        self.completed_at: dict[tuple[str, str], int] = {}
+        self._details: dict[str, CommitMetadata] = {} if details is None else details
+        if details:
+            # what left the active timeline (archived, rolled back) leaves the cache: it stays as long as the timeline
+            completed = {i.timestamp for i in self.instants if i.is_completed and i.action in WRITE_ACTIONS}
+            for gone in [t for t in list(details) if t not in completed]:
+                details.pop(gone, None)
+
+    @classmethod
+    def load(cls, io: FileIO, config: TableConfig, details: dict[str, CommitMetadata] | None = None) -> Timeline:
+        layout = config.timeline_layout_version
+        listed = [
+            (i, e.mtime_ns)
+            for e in io.list_dir(config.timeline_dir)
+            if not e.is_dir and (i := Instant.parse_file_name(e.name, layout))
+        ]
+        timeline = cls(io, config, (i for i, _ in listed), details)
+        timeline.completed_at = {(i.timestamp, i.action): mtime for i, mtime in listed if i.is_completed and mtime}
+        return timeline
+
+    def __iter__(self):
+        return iter(self.instants)
+
+    def __len__(self) -> int:
+        return len(self.instants)
+
+    def filter(self, states: set[State] | None = None, actions: Iterable[str] | None = None) -> list[Instant]:
+        actions = set(actions) if actions is not None else None
+        return [
+            i
+            for i in self.instants
+            if (states is None or i.state in states) and (actions is None or i.action in actions)
+        ]
+
+    def completed_writes(self) -> list[Instant]:
+        """Completed commits, deltacommits and replacecommits: the instants readers see."""
+        return self.filter({State.COMPLETED}, WRITE_ACTIONS)
+
+    def pending(self, actions: Iterable[str] | None = None) -> list[Instant]:
+        return self.filter({State.REQUESTED, State.INFLIGHT}, actions)
+
+    def latest_completed_write(self) -> Instant | None:
+        writes = self.completed_writes()
+        return writes[-1] if writes else None
+
+    @property
+    def last_timestamp(self) -> str | None:
+        return self.instants[-1].timestamp if self.instants else None
+
+    @property
+    def start(self) -> str | None:
+        """The oldest write instant on the active timeline, in any state.
+
+        Files of older instants belong to archived commits, so readers take
+        them as committed (Hudi's ``isBeforeTimelineStarts``). Archival never
+        moves this past a write that failed and left files behind.
+        """
+        for instant in self.instants:
+            if instant.action in WRITE_ACTIONS:
+                return instant.timestamp
+        return None
+
+    @cached_property
+    def _completed_by_time(self) -> dict[str, Instant]:
+        return {i.timestamp: i for i in self.completed_writes()}
+
+    def is_completed_write(self, timestamp: str) -> bool:
+        return timestamp in self._completed_by_time
+
+    def visible_time(self, instant: Instant) -> str:
+        """The time incremental reads order a completed write by: completion time in v8, instant time in v6."""
+        return instant.completion_time or instant.timestamp
+
+    def find(self, timestamp: str) -> list[Instant]:
+        found = [i for i in self.instants if i.timestamp == timestamp]
+        if not found:
+            raise InstantNotFound(timestamp)
+        return found
+
+    def instant_path(self, instant: Instant) -> str:
+        return posixpath.join(self.config.timeline_dir, instant.file_name(self.config.timeline_layout_version))
+
+    def read_bytes(self, instant: Instant) -> bytes:
+        return self.io.read_bytes(self.instant_path(instant))
+
+    def commit_metadata(self, instant: Instant) -> CommitMetadata:
+        """The metadata of a completed write (cached: completed instants never change)."""
+        # several threads may share the cache (a server's requests): single dict operations, so a race only reads a
+        # commit again
+        cached = self._details.get(instant.timestamp) if instant.is_completed else None
+        if cached is not None:
+            return cached
+        path = self.instant_path(instant)
+        with reading_timeline_file(self.io.full_path(path)):
+            metadata = CommitMetadata.from_bytes(self.io.read_bytes(path))
+        if instant.is_completed:
+            self._details[instant.timestamp] = metadata
+        return metadata
+
+
+class TimelineWriter:
+    """Writes instant transitions of a version 6 timeline, each one atomically."""
+
+    def __init__(self, io: FileIO, config: TableConfig):
+        if config.version >= 8:
+            raise UnsupportedTableError(
+                f"writing table version {config.version} is not supported yet; laketide writes version 6 tables"
+            )
+        self.io = io
+        self.config = config
+
+    def path(self, instant: Instant) -> str:
+        return posixpath.join(self.config.timeline_dir, instant.file_name(self.config.timeline_layout_version))
+
+    def write(self, instant: Instant, body: bytes = b"") -> Instant:
+        """Write the file of ``instant``. A completed instant is never overwritten."""
+        self.io.write_atomic(self.path(instant), body, overwrite=not instant.is_completed)
+        return instant
+
+    def exists(self, instant: Instant) -> bool:
+        return self.io.is_file(self.path(instant))
+
+    def delete(self, instant: Instant) -> None:
+        self.io.delete(self.path(instant))
+
+    def delete_all_states(self, timestamp: str, action: str) -> None:
+        """Remove the completed, then the inflight, then the requested file of one instant.
+
+        Removing the completed file first means a crash part way leaves a
+        pending instant, whose files readers ignore, never a dangling one.
+        """
+        for state in (State.COMPLETED, State.INFLIGHT, State.REQUESTED):
+            self.delete(Instant(timestamp, action, state))

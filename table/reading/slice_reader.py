@@ -1,0 +1,367 @@
+"""Reading one file slice of a merge-on-read table: its base file merged with its log blocks.
+
+As Hudi's merged log record scanner does it, blocks are applied in order:
+base rows first, then each log file's blocks by version. A block counts when
+its instant is a completed write visible as of the read (or older than the
+timeline, so archived); a rollback command block removes the earlier blocks
+of its target instant. A data block upserts its records, a delete block
+removes its keys. Under event-time ordering, a stored record with a higher
+ordering value stays, and a delete with an ordering value only removes a
+record whose value is not higher (a delete without one, Hudi's natural
+order, always removes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from io import BytesIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from laketide.table.errors import UnsupportedTableError
+from laketide.table.format.damage import reading_data_file
+from laketide.table.format.encoding import SORTED_MARKER
+from laketide.table.format.logfile import (
+    BlockType,
+    CorruptLog,
+    Header,
+    LogBlock,
+    data_block_rows,
+    deleted_records,
+    read_blocks,
+)
+from laketide.table.format.schema import RECORD_KEY
+from laketide.table.format.view import FileSlice
+from laketide.table.reading.ordering_bounds import file_bound, footer_max, log_max, may_exceed
+from laketide.table.storage.io import FileIO
+
+log = logging.getLogger("laketide.table")
+# The ordering value Hudi writes in a delete block when a delete has none: remove whatever is there.
+NATURAL_ORDER = 0
+ORDERING = "_lt_ordering"
+MERGE_BATCH_ROWS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class MergeRule:
+    ordering_field: str | None = None  # set under event-time ordering
+
+
+def log_blocks(io: FileIO, fs: FileSlice, visible: Callable[[str], bool]) -> list[LogBlock]:
+    """The blocks of a slice's log files that count, in the order they apply."""
+    blocks: list[LogBlock] = []
+    for log_file in sorted(fs.log_files, key=lambda lf: (lf.version, lf.write_token)):
+        try:
+            # one at a time: the blocks before a torn one count, and a torn block raises as it is read
+            for block in read_blocks(io.read_bytes(log_file.path)):
+                blocks.append(block)  # noqa: PERF402
+        except CorruptLog as torn:
+            # only a write that never committed can leave a torn block: its blocks do not count anyway
+            log.warning("%s: %s; the blocks before it are read", log_file.path, torn)
+    counted: list[LogBlock] = []
+    for block in blocks:
+        instant = block.header.get(Header.INSTANT_TIME)
+        if instant is None or not visible(instant):
+            continue
+        if block.block_type == BlockType.COMMAND_BLOCK:
+            target = block.header.get(Header.TARGET_INSTANT_TIME)
+            counted = [b for b in counted if b.header.get(Header.INSTANT_TIME) != target]
+            continue
+        counted.append(block)
+    return counted
+
+
+def rows_of_keys(keys: pa.ChunkedArray | pa.Array, among: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Where each of ``keys`` is in ``among`` (-1 where it is not), both holding a key at most once.
+
+    The hash set is built of the smaller side and the larger one probed: a merge looks a few incoming
+    keys up among a whole file's, and building a set of every stored key cost ten times the lookup
+    (18 ms against 1.6 for 4,000 keys among 77,000), a tenth of a copy-on-write micro-batch."""
+    at = np.full(len(keys), -1, dtype=np.int64)
+    if not len(keys) or not len(among):
+        return at
+    if len(among) <= len(keys):
+        return pc.fill_null(pc.index_in(keys, value_set=among), -1).to_numpy().astype(np.int64)
+    key_of = pc.fill_null(pc.index_in(among, value_set=keys), -1).to_numpy().astype(np.int64)
+    found = np.flatnonzero(key_of >= 0)
+    at[key_of[found]] = found
+    return at
+
+
+def _upsert(current: pa.Table, incoming: pa.Table, rule: MergeRule) -> pa.Table:
+    """``incoming`` records over ``current``: the later record wins, unless event-time ordering keeps a higher stored
+    one."""
+    incoming = _last_of_each_key(incoming)
+    if current.num_rows == 0:
+        return incoming
+    field = rule.ordering_field
+    if field and field in current.column_names and field in incoming.column_names:
+        at = rows_of_keys(incoming[RECORD_KEY], current[RECORD_KEY])
+        stored = current[field].take(pa.array(at, mask=at < 0))
+        kind = stored.type
+        late = pc.fill_null(pc.greater(stored, incoming[field].cast(kind)), False)
+        incoming = incoming.filter(pc.invert(late))
+    replaced = pc.is_in(current[RECORD_KEY], value_set=incoming[RECORD_KEY])
+    return pa.concat_tables([current.filter(pc.invert(replaced)), incoming], promote_options="permissive")
+
+
+def _last_of_each_key(rows: pa.Table) -> pa.Table:
+    """One record per key within a block: the last one written."""
+    keys = rows[RECORD_KEY].combine_chunks()
+    if pc.count_distinct(keys).as_py() == rows.num_rows:
+        return rows
+    order = np.arange(rows.num_rows)
+    ranked = pa.table({"k": keys, "i": order}).sort_by([("k", "ascending"), ("i", "descending")])
+    k = ranked["k"].to_numpy(zero_copy_only=False)
+    first = np.ones(len(k), dtype=bool)
+    first[1:] = k[1:] != k[:-1]
+    return rows.take(pc.sort_indices(ranked["i"].filter(pa.array(first))))
+
+
+def _delete(current: pa.Table, deletes: pa.Table, rule: MergeRule) -> pa.Table:
+    """``deletes`` (``RECORD_KEY``, ``ORDERING``) applied to ``current``."""
+    if deletes.num_rows == 0 or current.num_rows == 0:
+        return current
+    keys = deletes[RECORD_KEY].combine_chunks()
+    field = rule.ordering_field
+    if field and field in current.column_names:
+        stored = current[field].combine_chunks().take(pc.index_in(keys, value_set=current[RECORD_KEY]))
+        # a delete in natural order (no ordering value) removes whatever is stored
+        values = [None if v == NATURAL_ORDER else v for v in deletes[ORDERING].to_pylist()]
+        newer = pc.fill_null(pc.greater(stored, _ordering_values(values, stored.type)), False)
+        keys = keys.filter(pc.invert(newer))
+    return current.filter(pc.invert(pc.is_in(current[RECORD_KEY], value_set=keys)))
+
+
+def _ordering_values(values: list, kind: pa.DataType) -> pa.Array:
+    """A delete block's ordering values in the stored column's type (dates and timestamps travel as numbers)."""
+    if pa.types.is_date(kind):
+        return pa.array(values, pa.int32()).cast(pa.date32()).cast(kind)
+    if pa.types.is_timestamp(kind):
+        return pa.array(values, pa.int64()).cast(pa.timestamp("us", kind.tz)).cast(kind)
+    return pa.array(values).cast(kind)
+
+
+@dataclass(frozen=True)
+class _LogOp:
+    """One counted block, parsed once: the records it upserts, or the keys (and ordering values) it deletes."""
+
+    upserts: pa.Table | None = None
+    deletes: pa.Table | None = None
+
+    def within(self, lower: str | None, upper: str | None) -> _LogOp:
+        """The part of this block whose keys fall in ``(lower, upper]`` (``None``: unbounded)."""
+        rows = self.rows
+        keys = rows[RECORD_KEY]
+        mask = None
+        if lower is not None:
+            mask = pc.greater(keys, lower)
+        if upper is not None:
+            below = pc.less_equal(keys, upper)
+            mask = below if mask is None else pc.and_(mask, below)
+        return self._with(rows if mask is None else rows.filter(mask))
+
+    @property
+    def rows(self) -> pa.Table:
+        return self.upserts if self.upserts is not None else self.deletes
+
+    def _with(self, rows: pa.Table) -> _LogOp:
+        return _LogOp(rows, None) if self.upserts is not None else _LogOp(None, rows)
+
+
+def _log_ops(
+    io: FileIO, fs: FileSlice, visible: Callable[[str], bool], columns: list[str] | None = None
+) -> list[_LogOp]:
+    ops = []
+    for block in log_blocks(io, fs, visible):
+        if block.block_type in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
+            ops.append(_LogOp(upserts=data_block_rows(block, columns)))
+        elif block.block_type == BlockType.DELETE_BLOCK:
+            deletes = deleted_records(block)
+            keys = pa.array([k for k, _, _ in deletes], pa.string())
+            ops.append(_LogOp(deletes=pa.table({RECORD_KEY: keys, ORDERING: pa.array([v for _, _, v in deletes])})))
+        else:
+            raise UnsupportedTableError(
+                f"{fs.file_id}: log blocks of type {BlockType(block.block_type).name} are not read by laketide"
+            )
+    return ops
+
+
+def key_ordered_batches(
+    io: FileIO, path: str, batch_rows: int = MERGE_BATCH_ROWS, columns: list[str] | None = None
+) -> Iterator[pa.Table]:
+    """The rows of a base file in key order, a batch at a time.
+
+    Files laketide wrote are sorted (``SORTED_MARKER``), and stream. A file
+    another writer wrote carries no order guarantee; it is read whole and
+    sorted once. An empty file yields one empty batch of its schema.
+    """
+    with reading_data_file(io, path), io.open_input(path) as f:
+        parquet = pq.ParquetFile(f)
+        meta = parquet.schema_arrow.metadata or {}
+        if columns is not None:
+            columns = [c for c in columns if c in parquet.schema_arrow.names]
+        if meta.get(SORTED_MARKER.encode()) != RECORD_KEY.encode():
+            yield parquet.read(columns=columns).sort_by(RECORD_KEY)
+            return
+        empty = True
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+            empty = False
+            yield pa.Table.from_batches([batch])
+        if empty:
+            schema = parquet.schema_arrow
+            yield (schema if columns is None else pa.schema([schema.field(c) for c in columns])).empty_table()
+
+
+def _base_batches(io: FileIO, fs: FileSlice, batch_rows: int, columns: list[str] | None = None) -> Iterator[pa.Table]:
+    if fs.base_file is None:
+        return iter([pa.table({RECORD_KEY: pa.array([], pa.string())})])
+    return key_ordered_batches(io, fs.base_file.path, batch_rows, columns)
+
+
+def merge_slice_batches(
+    io: FileIO,
+    fs: FileSlice,
+    visible: Callable[[str], bool],
+    rule: MergeRule,
+    batch_rows: int = MERGE_BATCH_ROWS,
+    columns: list[str] | None = None,
+) -> Iterator[pa.Table]:
+    """The records of one file slice, a key range at a time: memory holds the slice's logs and one base batch.
+
+    Each batch of the key-sorted base file takes the log records and deletes of
+    its key range, applied block by block as for the whole slice; the last one
+    takes every key above it. ``columns`` (the key and the ordering field among
+    them) reads only those.
+    """
+    return _merged(io, fs, _log_ops(io, fs, visible, columns), rule, batch_rows, columns)
+
+
+def _merged(
+    io: FileIO,
+    fs: FileSlice,
+    ops: list[_LogOp],
+    rule: MergeRule,
+    batch_rows: int,
+    columns: list[str] | None,
+    keys: pa.Array | None = None,
+) -> Iterator[pa.Table]:
+    """The slice's rows, a base batch's key range at a time; only those of ``keys``, when given."""
+    if keys is not None:
+        ops = _ops_of_keys(ops, keys)
+    lower: str | None = None
+    batches = _base_batches(io, fs, batch_rows, columns)
+    current = next(batches)
+    for following in batches:
+        upper = current[RECORD_KEY][-1].as_py() if current.num_rows else lower
+        yield _apply(_of_keys(current, keys), [op.within(lower, upper) for op in ops], rule)
+        lower, current = upper, following
+    yield _apply(_of_keys(current, keys), [op.within(lower, None) for op in ops], rule)
+
+
+def _ops_of_keys(ops: list[_LogOp], keys: pa.Array) -> list[_LogOp]:
+    """The part of each block whose keys are among ``keys``, found in one lookup: ``pc.is_in`` builds its
+    hash set of ``keys`` at every call, and a call per block was a fifth of a late-event check."""
+    if not ops:
+        return ops
+    rows = [op.rows for op in ops]
+    among = pc.is_in(
+        pa.chunked_array([c for r in rows for c in r[RECORD_KEY].cast(keys.type).chunks], keys.type), value_set=keys
+    )
+    parts, at = [], 0
+    for op, r in zip(ops, rows):
+        parts.append(op._with(r.filter(among.slice(at, r.num_rows))))
+        at += r.num_rows
+    return parts
+
+
+def _of_keys(rows: pa.Table, keys: pa.Array | None) -> pa.Table:
+    return rows if keys is None or not rows.num_rows else rows.filter(pc.is_in(rows[RECORD_KEY], value_set=keys))
+
+
+def _apply(current: pa.Table, ops: list[_LogOp], rule: MergeRule) -> pa.Table:
+    for op in ops:
+        if op.upserts is not None and op.upserts.num_rows:
+            current = _upsert(current, op.upserts, rule)
+        elif op.deletes is not None:
+            current = _delete(current, op.deletes, rule)
+    return current
+
+
+def stored_ordering(
+    io: FileIO,
+    fs: FileSlice,
+    visible: Callable[[str], bool],
+    rule: MergeRule,
+    lowest: pa.Scalar,
+    keys: pa.Array | None = None,
+) -> pa.Table | None:
+    """For every key (of ``keys``, when given) whose stored ordering value can be above ``lowest``, its key
+    and a value that is above ``lowest`` exactly where the stored row's is; ``None`` when no stored row can
+    be newer than ``lowest``. Only the records of ``keys`` are merged: the merge is per key.
+
+    The base file's footer statistics and the logs' records bound what each file holds, so a stream whose
+    events arrive in order reads no row of the slice. Late events newer than every row of the base file
+    (late by less than the time since the last compaction, the common case) read the slice's logs only:
+    a base row cannot be above ``lowest``, and under event-time ordering no base row changes which log
+    record wins, so the logs merged alone answer the same; a whole base file is read only for events
+    older than some of its rows. Each file's bound is read once per process (``ordering_bounds.FILE_BOUNDS``): files
+    never change once written, so a later micro-batch reads only new logs."""
+    field = rule.ordering_field
+    bounds = [file_bound(io, lf.path, lf.size, field, lambda lf=lf: log_max(io, lf.path, field)) for lf in fs.log_files]
+    if fs.base_file is None and not fs.log_files:
+        return None  # nothing stored
+    base_may_exceed = False
+    if fs.base_file is not None:
+        path = fs.base_file.path
+        base = file_bound(
+            io, path, fs.base_file.size, field, lambda: footer_max(io, path, field)
+        )  # None: no statistics
+        base_may_exceed = base is None or may_exceed([base], lowest)
+    if not base_may_exceed and None not in bounds and not may_exceed(bounds, lowest):
+        return None
+    columns = [RECORD_KEY, field]
+    ops = _log_ops(io, fs, visible, columns)
+    if not base_may_exceed:
+        fs = dataclasses.replace(fs, base_file=None)
+    return pa.concat_tables(
+        list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, columns, keys)), promote_options="permissive"
+    )
+
+
+def stored_rows(
+    io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, keys: pa.Array, columns: list[str]
+) -> pa.Table:
+    """The stored rows of ``keys`` (their key and ``columns``): the slice merged for those keys alone."""
+    wanted = list(dict.fromkeys([RECORD_KEY, *columns, *([rule.ordering_field] if rule.ordering_field else [])]))
+    if fs.base_file is None and not fs.log_files:
+        return pa.table({RECORD_KEY: pa.array([], pa.string())})
+    ops = _log_ops(io, fs, visible, wanted)
+    return pa.concat_tables(
+        list(_merged(io, fs, ops, rule, MERGE_BATCH_ROWS, wanted, keys)), promote_options="permissive"
+    )
+
+
+def merge_slice(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule) -> pa.Table:
+    """The records of one file slice: its base file with every counted log block applied in order."""
+    return pa.concat_tables(list(merge_slice_batches(io, fs, visible, rule)), promote_options="permissive")
+
+
+def log_file_keys(io: FileIO, path: str) -> pa.Array:
+    """The record keys in a log file's data blocks, whatever their instant (an index over-approximates safely)."""
+    arrays = []
+    try:
+        for block in read_blocks(io.read_bytes(path)):
+            if block.block_type == BlockType.PARQUET_DATA_BLOCK:
+                arrays.append(pq.read_table(BytesIO(block.content), columns=[RECORD_KEY])[RECORD_KEY].combine_chunks())
+            elif block.block_type == BlockType.AVRO_DATA_BLOCK:
+                arrays.append(data_block_rows(block)[RECORD_KEY].combine_chunks())
+    except CorruptLog as torn:
+        log.warning("%s: %s; the keys before it are read", path, torn)
+    return pa.concat_arrays([a.cast(pa.string()) for a in arrays]) if arrays else pa.array([], pa.string())
