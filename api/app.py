@@ -10,7 +10,7 @@ changes through ``Operations``: the routes only parse, call and answer. Errors a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
 from fastapi.responses import Response
@@ -22,7 +22,6 @@ from laketide.api.guard import Guard
 from laketide.api.limits import Admission, ApiLimits
 from laketide.api.models import (
     INSTANT_PATTERN,
-    Action,
     ErrorOut,
     Health,
     LeaseOut,
@@ -35,7 +34,7 @@ from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.rollback import RollbackResult
 from laketide.coordinator.savepoints import RestoreResult
 from laketide.table import Table
-from laketide.table.format.instant import State
+from laketide.table.format.instant import Action, State
 from laketide.table.format.savepoint import SavepointMetadata
 from laketide.table.inspect import FileGroupInfo, InstantDetail, InstantPage, PartitionInfo
 from laketide.table.inspect.layout import FileGroupPage, GroupOrder, TableLayout
@@ -44,7 +43,9 @@ from laketide.writer.database import Database, DatabaseTable
 from laketide.writer.quarantine import QuarantineSummary
 from laketide.writer.report import TableSummary, WriterView
 
-ERRORS = {status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 413, 429, 500, 503)}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 413, 429, 500, 503)
+}
 InstantPath = Annotated[str, Path(pattern=INSTANT_PATTERN)]
 # the filters and cursor of the two listings of instants (/v1/instants, /v1/timeline)
 StateQuery = Annotated[State | None, Query(description="REQUESTED, INFLIGHT or COMPLETED")]
@@ -60,7 +61,7 @@ changes = APIRouter(responses=ERRORS, dependencies=[Depends(token_required)])
 @router.get("/healthz", response_model=Health, tags=["service"])
 def healthz(request: Request) -> Health:
     tables: ApiTables = request.app.state.tables
-    return Health(table=tables.only.uri if tables.only is not None else tables.database.routes.folder)
+    return Health(table=tables.where())
 
 
 @router.get("/metrics", tags=["service"], response_class=Response, responses={200: {"content": {"text/plain": {}}}})
@@ -70,13 +71,12 @@ def prometheus(request: Request) -> Response:
     if tables.only is not None:
         pairs = [(tables.only.metrics, tables.only.job.coordinator.lease if tables.only.job else None)]
     else:
-        pairs = [(t.job.coordinator.metrics, t.job.coordinator.lease) for t in tables.database.tables.values()]
+        pairs = [(t.job.coordinator.metrics, t.job.coordinator.lease) for t in tables.tables.values()]
     for metrics, lease in pairs:
         metrics.lease_held.set(1 if lease is not None and lease.holder is not None else 0)
         if lease is not None and lease.holder is not None:
             metrics.lease_epoch.set(lease.holder.epoch)
-    exposition = tables.only.metrics.exposition() if tables.only is not None else tables.database.metrics.exposition()
-    return Response(exposition, media_type="text/plain; version=0.0.4")
+    return Response(tables.exposition(), media_type="text/plain; version=0.0.4")
 
 
 @router.get("/v1/tables", response_model=list[TableSummary], tags=["table"])

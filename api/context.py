@@ -148,16 +148,36 @@ class ApiTables:
         database: Database | None = None,
         make: Callable[[DatabaseTable], ApiContext] | None = None,
     ):
-        self.only, self.database, self._make = only, database, make
+        if (only is None) == (database is None or make is None):
+            raise ValueError("an app answers for one table, or for a database job's tables and how to read each")
+        self.only, self.database = only, database
+        self._make: Callable[[DatabaseTable], ApiContext] = make if make is not None else _no_database
         self._contexts: dict[str, ApiContext] = {}
         self._lock = threading.Lock()  # the server's threads make contexts; each is made once
+
+    @property
+    def tables(self) -> dict[str, DatabaseTable]:
+        """A database job's tables by label (none for an app of one table)."""
+        return self.database.tables if self.database is not None else {}
+
+    def where(self) -> str:
+        """The one table's URI, or the folder of a database job's tables."""
+        if self.only is not None:
+            return self.only.uri
+        return self.database.routes.folder if self.database is not None else ""
+
+    def exposition(self) -> bytes:
+        """The metrics of the one table, or of every table of a database job (labelled by table)."""
+        if self.only is not None:
+            return self.only.metrics.exposition()
+        return self.database.metrics.exposition() if self.database is not None else b""
 
     def context(self, name: str | None) -> ApiContext:
         if self.only is not None:
             if name not in (None, "", self.only.name) and _where(name) != _where(self.only.uri):
                 raise NotFound(f"this server answers for table {self.only.name} ({self.only.uri}) only, not {name!r}")
             return self.only
-        tables = self.database.tables
+        tables = self.tables
         if not name:
             raise Invalid(
                 f"this job writes {len(tables)} tables: name one with ?table= ({_names(tables)}); GET "
@@ -181,8 +201,12 @@ class ApiTables:
             return [_summary(self.only.name, self.only.uri, None, view)]
         return [
             _summary(name, t.job.table.uri, t.source.name, self.context(name).writer())
-            for name, t in sorted(self.database.tables.items())
+            for name, t in sorted(self.tables.items())
         ]
+
+
+def _no_database(table: DatabaseTable) -> ApiContext:
+    raise NotFound(f"this server answers for one table, not for {table.label} of a database job")
 
 
 def _where(uri: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from html import escape
 
 from fastapi import FastAPI, Request
@@ -74,7 +75,7 @@ def _answer(request: Request, status: int, kind: ErrorKind, detail: str, **extra
 
 
 async def send_error(
-    send: Send, path: str, status: int, kind: ErrorKind, detail: str, headers: list[tuple[bytes, bytes]] = ()
+    send: Send, path: str, status: int, kind: ErrorKind, detail: str, headers: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
     """An error answered by ASGI middleware in front of the app (``api/limits.py``, ``api/guard.py``), in the same
     shape."""

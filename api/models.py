@@ -3,24 +3,22 @@
 
 from __future__ import annotations
 
-from enum import Enum
-
 from pydantic import BaseModel, Field
 
 from laketide.coordinator.lease import LeaseHolder
-from laketide.table.format.instant import KNOWN_ACTIONS
 
-Action = Enum("Action", {a.upper(): a for a in sorted(KNOWN_ACTIONS)}, type=str)
 INSTANT_PATTERN = r"^\d{17}$"
 
 
 class ErrorOut(BaseModel):
     detail: str
     kind: str | None = Field(
-        None,
+        default=None,
         description="the error's kind: not_found, invalid, refused, conflict, unavailable, lease_lost, failed, ...",
     )
-    holder_api: str | None = Field(None, description="on a 409 for a held lease: the API of the job that holds it")
+    holder_api: str | None = Field(
+        default=None, description="on a 409 for a held lease: the API of the job that holds it"
+    )
 
 
 class LeaseOut(BaseModel):
@@ -31,7 +29,7 @@ class LeaseOut(BaseModel):
 class RollbackRequest(BaseModel):
     dry_run: bool = False
     force: bool = Field(
-        False,
+        default=False,
         description="needed to roll back a completed instant that is not the newest; never allows a rollback that "
         "would "
         "lose rows (409)",
@@ -39,9 +37,11 @@ class RollbackRequest(BaseModel):
 
 
 class SavepointRequest(BaseModel):
-    instant: str | None = Field(None, pattern=INSTANT_PATTERN, description="a completed write; default: the latest")
-    comment: str = Field("", max_length=4096)
-    user: str | None = Field(None, max_length=256)
+    instant: str | None = Field(
+        default=None, pattern=INSTANT_PATTERN, description="a completed write; default: the latest"
+    )
+    comment: str = Field(default="", max_length=4096)
+    user: str | None = Field(default=None, max_length=256)
 
 
 class RestoreRequest(BaseModel):

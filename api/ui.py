@@ -25,9 +25,9 @@ from markupsafe import Markup
 
 from laketide.api.chart import batch_chart
 from laketide.api.context import ApiContext, ApiTables, Ctx, TableQuery, token_required
-from laketide.api.models import INSTANT_PATTERN, Action
+from laketide.api.models import INSTANT_PATTERN
 from laketide.table import Table
-from laketide.table.format.instant import State, instant_to_datetime
+from laketide.table.format.instant import Action, State, instant_to_datetime
 from laketide.table.inspect.layout import GroupOrder
 from laketide.writer.report import WriterView
 
@@ -48,11 +48,12 @@ actions = APIRouter(
 def _size(n: int | None) -> str:
     if n is None:
         return "-"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return str(n)
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(size) < 1024:
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    return f"{size:,.1f} TB"
 
 
 def _when(instant: str | None) -> str:

@@ -74,7 +74,8 @@ class Lease(ABC):
     def release(self) -> None: ...
 
     @abstractmethod
-    def check(self) -> None: ...
+    def check(self) -> LeaseHolder:
+        """The holder this lease is held as; raises ``LeaseLost`` once writing is no longer safe."""
 
     @abstractmethod
     def announce(self, api_address: str) -> None:
@@ -181,24 +182,27 @@ class LocalLease(Lease):
         return self.holder
 
     def _publish(self) -> None:
-        os.ftruncate(self._fd, 0)
-        os.lseek(self._fd, 0, os.SEEK_SET)
-        os.write(self._fd, self.holder.model_dump_json().encode())
-        os.fsync(self._fd)
+        fd, holder = self._fd, self.holder
+        if fd is None or holder is None:
+            raise LeaseLost(f"the lease of {self.table} is not held")
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, holder.model_dump_json().encode())
+        os.fsync(fd)
 
     def announce(self, api_address: str) -> None:
-        self.check()
+        held = self.check()
         self.api_address = api_address
-        self.holder = self.holder.model_copy(update={"api_address": api_address})
+        self.holder = held.model_copy(update={"api_address": api_address})
         self._publish()
 
     def advance_epoch(self, floor: int) -> None:
-        self.check()
-        if self.holder.epoch < floor:
-            self.holder = self.holder.model_copy(update={"epoch": floor})
+        held = self.check()
+        if held.epoch < floor:
+            self.holder = held.model_copy(update={"epoch": floor})
             self._publish()
 
-    def check(self) -> None:
+    def check(self) -> LeaseHolder:
         if self._fd is None or self.holder is None:
             raise LeaseLost(f"the lease of {self.table} is not held")
         try:
@@ -209,6 +213,7 @@ class LocalLease(Lease):
             raise LeaseLost(
                 f"the lease file {self.lock_path} was removed or replaced; another writer may hold {self.table}"
             )
+        return self.holder
 
     def release(self) -> None:
         if self._fd is not None:

@@ -32,13 +32,14 @@ from collections.abc import Callable
 from laketide.coordinator.lease import Lease, LeaseHeld, LeaseHolder, LeaseLost
 from laketide.table.errors import ErrorKind, Invalid, first_line
 from laketide.table.storage.io import FileIO
+from laketide.table.storage.object_io import ObjectStoreFileIO
 
 log = logging.getLogger(__name__)
 LEASE_OBJECT = ".hoodie/.laketide/lease.json"
 PROBE_DIR = ".hoodie/.laketide/probe"
 
 
-def probe_conditional_writes(io: FileIO) -> None:
+def probe_conditional_writes(io: ObjectStoreFileIO) -> None:
     """Raise ``Invalid`` unless the store honours a create-if-absent PUT (If-None-Match: *) and a PUT on a stale
     ETag (If-Match): a second create and a stale replace of one scratch object must both fail."""
     path = f"{PROBE_DIR}/{uuid.uuid4().hex}"
@@ -82,7 +83,7 @@ class StorageLease(Lease):
     ):
         """``probe``: prove the store's conditional writes before the first take (``probe_conditional_writes``);
         ``False`` when the caller has just done so."""
-        if not hasattr(io, "replace_versioned"):
+        if not isinstance(io, ObjectStoreFileIO):
             raise Invalid(
                 "coordinator.lease = 'storage' needs a table on an object store (s3://, gs://, az://); "
                 f"{io.base_path} is not. Use 'local' or 'zookeeper'."
@@ -134,7 +135,7 @@ class StorageLease(Lease):
             state, e_tag = self._read()
             if state is None or state["expires_at"] <= time.time():
                 if self._take(state, e_tag):
-                    return self.holder
+                    return self.check()
                 continue  # another taker won the race: read again
             if time.monotonic() >= deadline:
                 raise LeaseHeld(
@@ -200,12 +201,13 @@ class StorageLease(Lease):
             self._lost.set()
             self._on_lost()
 
-    def check(self) -> None:
+    def check(self) -> LeaseHolder:
         if self.holder is None:
             raise LeaseLost(f"the lease of {self.table} is not held")
         if self._lost.is_set() or time.time() >= self._valid_until:
             self._lose()
             raise self.loss()
+        return self.holder
 
     def loss(self) -> LeaseLost:
         if self._unreachable is not None:
@@ -219,18 +221,18 @@ class StorageLease(Lease):
         return LeaseLost(f"the lease of {self.table} ran out or was taken over; this writer must not commit")
 
     def announce(self, api_address: str) -> None:
-        self.check()
+        held = self.check()
         self.api_address = api_address
         with self._lock:
-            self.holder = self.holder.model_copy(update={"api_address": api_address})
+            self.holder = held.model_copy(update={"api_address": api_address})
         if not self._renew():
             raise LeaseLost(f"the lease of {self.table} was taken over")
 
     def advance_epoch(self, floor: int) -> None:
-        self.check()
-        if self.holder.epoch < floor:
+        held = self.check()
+        if held.epoch < floor:
             with self._lock:
-                self.holder = self.holder.model_copy(update={"epoch": floor})
+                self.holder = held.model_copy(update={"epoch": floor})
             if not self._renew():
                 raise LeaseLost(f"the lease of {self.table} was taken over")
 

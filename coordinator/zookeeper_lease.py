@@ -10,6 +10,7 @@ import contextlib
 import logging
 import threading
 import time
+from typing import Any, cast
 from urllib.parse import quote
 
 from laketide.coordinator.lease import Lease, LeaseError, LeaseHeld, LeaseHolder, LeaseLost
@@ -118,7 +119,7 @@ class ZooKeeperLease(Lease):
 
         self._connect()
         try:
-            data, _ = self._client.get(self.lease_node)
+            data, _ = self._get(self.lease_node)
         except NoNodeError:
             return None
         return LeaseHolder.model_validate_json(data)
@@ -126,7 +127,7 @@ class ZooKeeperLease(Lease):
     def _try_take(self) -> LeaseHolder | None:
         from kazoo.exceptions import NodeExistsError, RolledBackError
 
-        raw, stat = self._client.get(self.epoch_node)
+        raw, stat = self._get(self.epoch_node)
         holder = LeaseHolder(job_id=self.job_id, api_address=self.api_address, epoch=int(raw or b"0") + 1)
         tx = self._client.transaction()
         tx.create(self.lease_node, holder.model_dump_json().encode(), ephemeral=True)
@@ -157,22 +158,31 @@ class ZooKeeperLease(Lease):
             gone.wait(min(remaining, 1.0))
 
     def announce(self, api_address: str) -> None:
-        self.check()
+        held = self.check()
         self.api_address = api_address
-        self.holder = self.holder.model_copy(update={"api_address": api_address})
+        self.holder = held.model_copy(update={"api_address": api_address})
         self._client.set(self.lease_node, self.holder.model_dump_json().encode())
 
     def advance_epoch(self, floor: int) -> None:
-        self.check()
-        raw, stat = self._client.get(self.epoch_node)
+        held = self.check()
+        raw, stat = self._get(self.epoch_node)
         if int(raw or b"0") < floor:
             # versioned: a concurrent change of the counter makes this fail rather than go backwards
             self._client.set(self.epoch_node, str(floor).encode(), version=stat.version)
-        if self.holder.epoch < floor:
-            self.holder = self.holder.model_copy(update={"epoch": floor})
+        if held.epoch < floor:
+            self.holder = held.model_copy(update={"epoch": floor})
             self._client.set(self.lease_node, self.holder.model_dump_json().encode())
 
-    def check(self) -> None:
+    def _get(self, path: str) -> tuple[bytes, Any]:
+        """A node's data and stat: kazoo's ``get``, whose result its code leaves untyped."""
+        return cast("tuple[bytes, Any]", self._client.get(path))
+
+    def _owns(self, stat: Any) -> bool:
+        """Whether a node's ``stat`` (``None``: no node) says this session owns it."""
+        session = self._client.client_id
+        return stat is not None and session is not None and stat.ephemeralOwner == session[0]
+
+    def check(self) -> LeaseHolder:
         from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
         deadline = time.monotonic() + self.session_timeout
@@ -194,11 +204,11 @@ class ZooKeeperLease(Lease):
                 raise LeaseLost(
                     f"the ZooKeeper session for {self.table} expired; another writer may hold the lease"
                 ) from None
-            if stat is None or stat.ephemeralOwner != self._client.client_id[0]:
+            if not self._owns(stat):
                 raise LeaseLost(
                     f"the lease node of {self.table} is no longer this writer's; another writer may hold it"
                 )
-            return
+            return self.holder
 
     def release(self) -> None:
         from kazoo.exceptions import KazooException
@@ -206,7 +216,7 @@ class ZooKeeperLease(Lease):
         if self.holder is not None and self._client.connected:
             try:
                 stat = self._client.exists(self.lease_node)
-                if stat is not None and stat.ephemeralOwner == self._client.client_id[0]:
+                if self._owns(stat):
                     self._client.delete(self.lease_node)
             except KazooException:
                 pass

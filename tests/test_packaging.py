@@ -61,3 +61,11 @@ def test_a_type_checker_resolves_every_laketide_import_to_its_source(tmp_path):
     revealed = [d["message"] for d in report["generalDiagnostics"] if d["severity"] == "information"]
     assert any("io: FileIO | None" in m for m in revealed), revealed
     assert any("ordering_field" in m for m in revealed), revealed
+
+
+def test_the_type_checkers_view_of_pyarrow_compute_is_the_installed_pyarrows():
+    """``typings/pyarrow-stubs/compute.pyi`` names what the installed pyarrow makes at import time: regenerate it
+    (``tests/compute_stub.py``) after a pyarrow upgrade."""
+    from compute_stub import stub
+
+    assert (ROOT / "typings" / "pyarrow-stubs" / "compute.pyi").read_text() == stub()

@@ -74,8 +74,8 @@ class QuarantinedRow(BaseModel):
     reason: str
     raw: str = Field(description=f"the row as it came, cut to {RAW_SHOWN} characters")
     quarantined_at: str
-    source: str | None = Field(None, description="the landing file, or topic/partition@offset")
-    batch_id: int | None = Field(None, description="the micro-batch that read it")
+    source: str | None = Field(default=None, description="the landing file, or topic/partition@offset")
+    batch_id: int | None = Field(default=None, description="the micro-batch that read it")
     writer: str | None = None
 
 

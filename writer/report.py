@@ -133,9 +133,11 @@ class Backlog(BaseModel):
 
     files: int | None = None
     bytes: int | None = None
-    records: int | None = Field(None, description="Kafka: the lag, the newest offsets minus the next ones to read")
+    records: int | None = Field(
+        default=None, description="Kafka: the lag, the newest offsets minus the next ones to read"
+    )
     age_seconds: float | None = Field(
-        None, description="landing: the oldest waiting file's age; Kafka: the age of the lag's figure"
+        default=None, description="landing: the oldest waiting file's age; Kafka: the age of the lag's figure"
     )
 
 
@@ -145,12 +147,12 @@ class Health(BaseModel):
     state: Literal["healthy", "idle", "behind", "failing", "stopped"]
     summary: str = Field(description="one line: what is the matter, and what to do about it")
     last_commit_seconds_ago: float | None = None
-    input_rate: float | None = Field(None, description="records a second that came in, over the last minutes")
+    input_rate: float | None = Field(default=None, description="records a second that came in, over the last minutes")
     processing_rate: float | None = Field(
-        None, description="records a second while writing (records over micro-batch seconds)"
+        default=None, description="records a second while writing (records over micro-batch seconds)"
     )
     falling_behind: bool = Field(
-        False, description="micro-batches take longer than the trigger's interval, or the backlog keeps growing"
+        default=False, description="micro-batches take longer than the trigger's interval, or the backlog keeps growing"
     )
     backlog: Backlog | None = None
     last_error: str | None = None
@@ -168,23 +170,23 @@ class WriterView(BaseModel):
     running: bool
     writer_id: str | None = None
     source: str | None = Field(
-        None, description="where the records come from: a landing path, Kafka topics, or the generator"
+        default=None, description="where the records come from: a landing path, Kafka topics, or the generator"
     )
     trigger: str | None = None
     stopping: bool = False
     files_waiting: int | None = Field(
-        None, description="a landing source's files newer than the newest one read (listed at most every 10 s)"
+        default=None, description="a landing source's files newer than the newest one read (listed at most every 10 s)"
     )
     current_batch: int | None = None
     last_instant: str | None = None
     # the last micro-batches, newest last: every field of the log line, and whether an instant was rolled back since
     recent: list[BatchReport] = Field(default_factory=list)
     quarantined_total: int = 0
-    records_total: int = Field(0, description="records of the micro-batches this writer committed")
+    records_total: int = Field(default=0, description="records of the micro-batches this writer committed")
     index: IndexCoverage | None = None
     health: Health | None = None
     last_job: JobState | None = Field(
-        None, description="with no job in this server: the table's last job's own last word"
+        default=None, description="with no job in this server: the table's last job's own last word"
     )
     failures: list[Failure] = Field(default_factory=list, description="the job's recent failures, newest last")
 
@@ -196,9 +198,11 @@ class TableSummary(BaseModel):
         description="how the job names the table: its path below the folder of every table (give it as ?table=)"
     )
     uri: str
-    source_table: str | None = Field(None, description="the source table whose change events it holds")
+    source_table: str | None = Field(default=None, description="the source table whose change events it holds")
     last_instant: str | None = None
-    records: int = Field(0, description="records this job committed to it")
-    quarantined: int = Field(0, description="rows this job set aside")
-    lag: int | None = Field(None, description="Kafka: the records waiting in its topics after its last micro-batch")
+    records: int = Field(default=0, description="records this job committed to it")
+    quarantined: int = Field(default=0, description="rows this job set aside")
+    lag: int | None = Field(
+        default=None, description="Kafka: the records waiting in its topics after its last micro-batch"
+    )
     health: str | None = None

@@ -28,6 +28,7 @@ from laketide.table import FileIO, Table, TableNotFound
 from laketide.table.errors import Invalid
 from laketide.table.format import properties_file
 from laketide.table.reading.view_sync import ViewSync
+from laketide.table.storage.object_io import ObjectStoreFileIO
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
@@ -213,7 +214,7 @@ def check_table(config: JobConfig, new_table_key: Callable[[], list[str]] | None
     settled_config(config.table, existing.config if existing else None, io.full_path(""))
     if existing is not None:
         take_recorded_lease(config, io)
-    if config.coordinator.lease == "storage" and hasattr(io, "replace_versioned"):
+    if config.coordinator.lease == "storage" and isinstance(io, ObjectStoreFileIO):
         probe_conditional_writes(io)
     return io, existing
 

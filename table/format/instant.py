@@ -25,16 +25,25 @@ COMPACTION = "compaction"
 RESTORE = "restore"
 SAVEPOINT = "savepoint"
 WRITE_ACTIONS = frozenset({COMMIT, DELTA_COMMIT, REPLACE_COMMIT})
-KNOWN_ACTIONS = WRITE_ACTIONS | {
-    ROLLBACK,
-    CLEAN,
-    COMPACTION,
-    RESTORE,
-    SAVEPOINT,
-    "indexing",
-    "logcompaction",
-    "clustering",
-}
+
+
+class Action(StrEnum):
+    """Every action a Hudi timeline holds (a filter's choices in the API)."""
+
+    COMMIT = COMMIT
+    DELTACOMMIT = DELTA_COMMIT
+    REPLACECOMMIT = REPLACE_COMMIT
+    ROLLBACK = ROLLBACK
+    CLEAN = CLEAN
+    COMPACTION = COMPACTION
+    RESTORE = RESTORE
+    SAVEPOINT = SAVEPOINT
+    INDEXING = "indexing"
+    LOGCOMPACTION = "logcompaction"
+    CLUSTERING = "clustering"
+
+
+KNOWN_ACTIONS = frozenset(action.value for action in Action)
 
 _FORMAT = "%Y%m%d%H%M%S"
 _NAME = re.compile(r"^(\d{17}|\d{14})(?:_(\d{17}|\d{14}))?\.([a-z]+)(?:\.(requested|inflight))?$")

@@ -57,7 +57,7 @@ class InstantSummary(BaseModel):
 
 class InstantPage(BaseModel):
     items: list[InstantSummary]
-    next_before: str | None = Field(None, description="pass as `before` to get the next (older) page")
+    next_before: str | None = Field(default=None, description="pass as `before` to get the next (older) page")
 
 
 class FileWrite(BaseModel):
@@ -89,7 +89,7 @@ class InstantDetail(InstantSummary):
     extra_metadata: dict[str, str] = Field(default_factory=dict)
     totals: Totals = Field(default_factory=Totals)
     files: list[FileWrite] = Field(default_factory=list)
-    rolled_back: str | None = Field(None, description="for a rollback instant: the instant it rolled back")
+    rolled_back: str | None = Field(default=None, description="for a rollback instant: the instant it rolled back")
     deleted_files: list[str] = Field(default_factory=list)
 
 

@@ -50,7 +50,7 @@ class TimelineRow(BaseModel):
     instant: str
     action: str
     kind: str = Field(
-        "", description="what the instant did: a commit that is a compaction says 'compaction'; else its action"
+        default="", description="what the instant did: a commit that is a compaction says 'compaction'; else its action"
     )
     state: str
     archived: bool = False
@@ -62,14 +62,14 @@ class TimelineRow(BaseModel):
     files: int | None = None
     bytes: int | None = None
     seconds: float | None = Field(
-        None, description="from the instant time to its completed file (active timeline only)"
+        default=None, description="from the instant time to its completed file (active timeline only)"
     )
 
 
 class TimelinePage(BaseModel):
     items: list[TimelineRow]
     next_before: str | None = Field(
-        None, description="pass as `before` for the next (older) page; it goes on into the archive"
+        default=None, description="pass as `before` for the next (older) page; it goes on into the archive"
     )
     active_instants: int = Field(description="instants on the active timeline, in every state")
 
@@ -83,8 +83,8 @@ class ServiceRun(BaseModel):
 class ArchiveInfo(BaseModel):
     files: int
     bytes: int
-    newest_archived: str | None = Field(None, description="the newest instant the last archival moved")
-    last_archived_at: str | None = Field(None, description="when the archive was last written (UTC)")
+    newest_archived: str | None = Field(default=None, description="the newest instant the last archival moved")
+    last_archived_at: str | None = Field(default=None, description="when the archive was last written (UTC)")
 
 
 class ServicesView(BaseModel):
