@@ -118,10 +118,12 @@ wheel: install
 clean:
 	rm -rf $(VENV) .venv42 .venv-paimon build dist *.egg-info demo
 
-# ruff's checks and format over every folder (settings in pyproject.toml): `ruff format .` fixes the format
+# ruff's checks and format over every folder, then pyright's type check over every source folder (settings in
+# pyproject.toml): `ruff format .` fixes the format
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/pyright
 
 # the documentation site (docs/, mkdocs.yml) into ./site; the suite builds it too, strictly (tests/test_docs.py)
 docs: install

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 from laketide.table.errors import Invalid
 from laketide.table.storage.io import FileIO, InstantFileExists
@@ -22,9 +23,12 @@ class LeaseMismatch(Invalid):
     """The lease asked for is not the one the table's writers take (exit code 2)."""
 
 
+LeaseKind = Literal["local", "storage", "zookeeper"]
+
+
 @dataclass(frozen=True)
 class LeaseChoice:
-    kind: str  # "local", "storage" or "zookeeper"
+    kind: LeaseKind
     zookeeper: str | None = None  # the connect string, for "zookeeper"
     root: str | None = None  # the root path of laketide's nodes, for "zookeeper"
 
@@ -55,7 +59,13 @@ class LeaseChoice:
                 f"{io.full_path(LEASE_CHOICE)} is not the JSON laketide writes; with no writer running, delete it "
                 "and the next writer records its lease again"
             ) from None
-        return cls(data["kind"], data.get("zookeeper"), data.get("root"))
+        kind = data.get("kind")
+        if kind not in ("local", "storage", "zookeeper"):
+            raise Invalid(
+                f"{io.full_path(LEASE_CHOICE)} names the lease {kind!r}, which laketide does not know; with no writer "
+                "running, delete it and the next writer records its lease again"
+            )
+        return cls(kind, data.get("zookeeper"), data.get("root"))
 
     def record(self, io: FileIO) -> None:
         """Record this choice unless one is recorded: the first writer's wins, and a later one must agree."""

@@ -171,7 +171,7 @@ class StorageLease(Lease):
         """One conditional renewal; ``False`` when the object is another holder's now."""
         with self._lock:
             holder, e_tag = self.holder, self._e_tag
-        if holder is None:
+        if holder is None or e_tag is None:
             return False
         expires = time.time() + self.ttl
         new_tag = self.io.replace_versioned(LEASE_OBJECT, self._body(holder, expires), e_tag)

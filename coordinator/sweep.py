@@ -116,7 +116,7 @@ class Sweeper:
                 continue
             if instant_time in completed:
                 # the commit deleted its markers: these are a late task's, whose file the commit does not name
-                named = {s.path for s in timeline.commit_metadata(completed[instant_time]).write_stats()}
+                named = {s.path for s in timeline.commit_metadata(completed[instant_time]).write_stats() if s.path}
                 deleted += self._files_of(WriteMarkers(io, instant_time), named, now)
             elif instant_time in rolled_back or (earliest is not None and instant_time >= earliest):
                 deleted += self._files_of(WriteMarkers(io, instant_time), set(), now)

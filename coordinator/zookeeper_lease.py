@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from typing import Any, cast
@@ -99,7 +100,7 @@ class ZooKeeperLease(Lease):
         if self._client.connected:
             return
         try:
-            self._client.start(timeout=self.connect_timeout)
+            self._client.start(timeout=math.ceil(self.connect_timeout))  # whole seconds, as kazoo takes them
         except KazooTimeoutError:
             raise LeaseError(
                 f"cannot reach ZooKeeper at {self.hosts} within {self.connect_timeout:.0f}s; "

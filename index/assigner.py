@@ -258,7 +258,12 @@ class BucketAssigner:
         moves: dict[int, tuple[str, str]] = {}
         if plan.global_keys:
             pairs = [groups.pairs[c] if c >= 0 else None for c in located]
-            moves = {i: pairs[i] for i in self._moves(rows, partitions.to_pylist(), deleted.tolist(), pairs)}
+            # a moving row was located, so its pair is known
+            moves = {
+                i: pair
+                for i in self._moves(rows, partitions.to_pylist(), deleted.tolist(), pairs)
+                if (pair := pairs[i]) is not None
+            }
             located[list(moves)] = -1
             new_entry[list(moves)] = True
         existed = located >= 0
@@ -318,9 +323,9 @@ class BucketAssigner:
         the bucket writer counts it as late.
         """
         moving = [i for i, loc in enumerate(located) if loc is not None and loc[0] != partitions[i] and not deleted[i]]
-        if not moving or not self.plan.event_time or self._read_columns is None or self.plan.live is None:
-            return moving
         field = self.plan.ordering_field
+        if not moving or not self.plan.event_time or self._read_columns is None or self.plan.live is None or not field:
+            return moving
         incoming = rows[field].combine_chunks()
         late = set()
         for group in {located[i] for i in moving}:
@@ -383,7 +388,7 @@ class BucketAssigner:
         small group whose range it falls in or extends, up to this shard's share of the group's room;
         what is left, in key order, to the small groups without a known range, then to new groups."""
         small = self.plan.small_groups.get(partition, [])
-        ranged = sorted((g for g in small if g.first_key is not None), key=lambda g: g.first_key)
+        ranged = sorted((g for g in small if g.first_key is not None), key=lambda g: g.first_key or "")
         left = np.arange(len(keys))
         if ranged:
             # each key's group has the highest first key at or below it (keys below every group go to the first):

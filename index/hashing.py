@@ -9,6 +9,7 @@ bit for bit, including its two quirks: the tail bytes are sign-extended (Java's
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -18,17 +19,22 @@ _M = np.uint32(0x5BD1E995)
 
 def key_bytes(keys: Iterable[str] | pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """UTF-8 bytes of ``keys`` as one flat uint8 buffer plus int64 offsets."""
+    array = _large_strings(keys)
+    _, offsets_buf, data_buf = array.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[array.offset : array.offset + len(array) + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return data, offsets
+
+
+def _large_strings(keys: Any) -> pa.Array:
+    """``keys`` (strings, an Arrow array or a chunked one) as one ``large_string`` array; a null key is refused."""
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
-    if not isinstance(keys, pa.Array):
+    elif not isinstance(keys, pa.Array):
         keys = pa.array(list(keys), type=pa.large_string())
     if keys.null_count:
         raise ValueError("record keys must not be null")
-    keys = keys.cast(pa.large_string())
-    _, offsets_buf, data_buf = keys.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[keys.offset : keys.offset + len(keys) + 1]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    return data, offsets
+    return keys.cast(pa.large_string())
 
 
 class _FixedLengthKeys:

@@ -140,7 +140,7 @@ class StateIndex:
         # each coverage file read once, not at every snapshot, by (path, (size, mtime)): folding rewrites the
         # newest one under its name. Threads that share the index (the micro-batch, the services, the API)
         # may race on it; the loser reads a file again.
-        self._coverage: dict[tuple[str, tuple[int, int]], object] = {}
+        self._coverage: dict[tuple[str, tuple[int, int]], dict | list] = {}
 
     @classmethod
     def open(cls, io: FileIO, shards: int, global_keys: bool = False) -> StateIndex:
@@ -175,9 +175,14 @@ class StateIndex:
     def shard_dir(shard: int) -> str:
         return posixpath.join(INDEX_DIR, f"shard-{shard:05d}")
 
-    def _listing(self) -> tuple[dict[int, list[tuple[str, str, str]]], list[tuple[str, str]], dict[str, int]]:
+    def _listing(
+        self,
+    ) -> tuple[dict[int, list[tuple[str, str, str]]], list[tuple[str, str, tuple[int, int]]], dict[str, int]]:
+        """Every run file by shard (kind, instant, path), every coverage file (instant, path, (size, modified)),
+        and the run files' sizes."""
         runs: dict[int, list[tuple[str, str, str]]] = {}
-        coverage, sizes = [], {}
+        coverage: list[tuple[str, str, tuple[int, int]]] = []
+        sizes: dict[str, int] = {}
         for entry in self.io.list_dir(INDEX_DIR):
             if entry.is_dir and entry.name.startswith("shard-"):
                 shard = int(entry.name.split("-")[1])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -40,7 +41,7 @@ def decode_avro(records: DataFrame, schema_path: str, value_schema: StructType) 
     return records.mapInArrow(decode, out)
 
 
-def _datum(payload: bytes, parsed) -> tuple[dict | None, str | None]:
+def _datum(payload: bytes, parsed) -> tuple[Any, str | None]:
     import fastavro
 
     try:

@@ -17,6 +17,7 @@ key go to the later offset.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -54,7 +55,8 @@ KAFKA_COLUMNS = (
 def spark_has_kafka(spark: SparkSession) -> bool:
     """Spark's Kafka connector (spark-sql-kafka-0-10) is on the classpath."""
     try:
-        spark.sparkContext._jvm.java.lang.Class.forName(SPARK_KAFKA_PROVIDER)
+        jvm: Any = spark.sparkContext._jvm  # py4j's view of the JVM: its attributes are Java's packages
+        jvm.java.lang.Class.forName(SPARK_KAFKA_PROVIDER)
         return True
     except Exception:
         return False
@@ -62,6 +64,7 @@ def spark_has_kafka(spark: SparkSession) -> bool:
 
 def kafka_client(kafka: KafkaSection) -> dict[str, str]:
     """The Kafka client's settings (librdkafka's names) for laketide's own clients."""
+    assert kafka.bootstrap_servers is not None, "the config's validation requires it of a Kafka source"
     return {"bootstrap.servers": kafka.bootstrap_servers, **kafka.options}
 
 
@@ -140,6 +143,7 @@ def decode_records(records: DataFrame, source: SourceSection, value_schema: Stru
     if source.value_format == "avro":
         from laketide.spark.avro_values import decode_avro
 
+        assert source.avro_schema is not None, "the config's validation requires it of Avro values"
         return decode_avro(records, source.avro_schema, value_schema)
     parsing = StructType([*value_schema.fields, StructField(CORRUPT, StringType())])
     decoded = records.withColumn(

@@ -87,6 +87,8 @@ def _report_lag(database: Database, offsets: KafkaOffsets, report: DatabaseRepor
         return
     lag = offsets.lag(report.batch_id)
     for table_report in written:
+        if table_report.table is None:  # every table's report names its table
+            continue
         topics = database.topics_of(table_report.table)
         table_report.lag = {place: n for place, n in lag.items() if place.rsplit("/", 1)[0] in topics}
         metrics = database.tables[table_report.table].job.coordinator.metrics

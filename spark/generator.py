@@ -135,7 +135,8 @@ class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def partitions(self, start: dict, end: dict) -> list[_Split]:
         return splits(start["row"], end["row"])
 
-    def read(self, partition: _Split) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Split), "Spark hands back the splits partitions() made"
         yield generate(self.spec, partition.start, partition.end)
 
     def commit(self, end: dict) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from laketide.index.columns import PARTITION, QUARANTINE_FIELDS, RAW, REASON, ROW, SHARD, SOURCE
@@ -52,22 +53,26 @@ class Layout(enum.Enum):
     WHOLE = "whole"  # kept whole: a bulk insert, its rows taken by key range later
 
 
+def running_task() -> TaskContext:
+    """The Spark task this code runs in."""
+    task = TaskContext.get()
+    if task is None:
+        raise RuntimeError("a stage function ran outside a Spark task")
+    return task
+
+
 def task_file_name(kind: str, n: int) -> str:
     """The file this task attempt writes for its ``n`` (a prepare task's partition, an assign task's
     shard): an attempt's files are never another's."""
-    from pyspark import TaskContext
-
-    task = TaskContext.get()
+    task = running_task()
     return f"{kind}-{n}-{task.stageId()}-{task.partitionId()}-{task.taskAttemptId()}.arrow"
 
 
 def task_write_token(slot: int) -> str:
     """The write token of this task attempt's files for write slot ``slot``."""
-    from pyspark import TaskContext
-
     from laketide.table.format.files import write_token
 
-    task = TaskContext.get()
+    task = running_task()
     return write_token(slot, task.stageId(), task.taskAttemptId())
 
 
@@ -103,9 +108,7 @@ def hand_on_prepared(
     a ``PREPARED_SCHEMA`` row, with ``tally`` (what the task set aside, filled as ``prepared`` is read). The sample is
     drawn whatever the layout: an upsert the plan finds to be
     into an empty table is bulk inserted too."""
-    from pyspark import TaskContext
-
-    task = TaskContext.get().partitionId()
+    task = running_task().partitionId()
     counts, bad, keys, partitions = [0, 0, 0], [], [], set()  # rows, bad rows, good rows
     rows_out, routing_out = (
         exchange.writer(task_file_name("prepare", task)),

@@ -85,7 +85,7 @@ def clear_interrupted_log_writes(checkpoint: str, options: dict[str, str] | None
 def run(
     config: JobConfig,
     on_step: Callable[[str, int], None] | None = None,
-    on_ready: Callable[[RunningJob], None] | None = None,
+    on_ready: Callable[[RunningJob | Database], None] | None = None,
 ) -> BatchWriter | Database:
     """Run the job until its trigger ends it (available-now) or it is stopped; a job of a whole database
     (``table.path`` holding ``{table}``) runs as ``spark.database_job`` says.

@@ -49,7 +49,8 @@ class Brokers:
     def __init__(self, client: dict[str, str]):
         from confluent_kafka.admin import AdminClient
 
-        self.admin = AdminClient(client)
+        conf: dict[str, str | int | float | bool] = {**client}
+        self.admin = AdminClient(conf)
         self.read_committed = client.get("isolation.level") == "read_committed"
 
     def partitions(self, topics: list[str], pattern: str | None) -> dict[str, list[int]]:
@@ -70,7 +71,8 @@ class Brokers:
 
     def watermarks(self, partitions: list[Place]) -> dict[Place, tuple[int, int]]:
         """(earliest, next) offset of each (topic, partition): both asked at once."""
-        from confluent_kafka.admin import OffsetSpec
+        # confluent_kafka's public name, which its package re-exports without declaring it so
+        from confluent_kafka.admin import OffsetSpec  # pyright: ignore[reportPrivateImportUsage]
 
         earliest, latest = self._ask(partitions, OffsetSpec.earliest()), self._ask(partitions, OffsetSpec.latest())
         low, high = self._answers(earliest), self._answers(latest)
@@ -79,7 +81,8 @@ class Brokers:
     def newest(self, partitions: list[Place]) -> dict[Place, int]:
         """The next offset of each (topic, partition): what planning a micro-batch needs, one request (some brokers,
         Tansu among them, take longer over it the more a partition holds)."""
-        from confluent_kafka.admin import OffsetSpec
+        # confluent_kafka's public name, which its package re-exports without declaring it so
+        from confluent_kafka.admin import OffsetSpec  # pyright: ignore[reportPrivateImportUsage]
 
         return self._answers(self._ask(partitions, OffsetSpec.latest()))
 

@@ -177,7 +177,7 @@ class RangeConsumer:
         """The held messages of ``place`` below ``end`` moved to ``out`` (yielded at once when the range is whole)."""
         state = self._partitions[place]
         taken = 0
-        while taken < len(state.held) and state.held[taken].offset() < end:
+        while taken < len(state.held) and _offset(state.held[taken]) < end:
             taken += 1
         if taken:
             out.extend(state.held[:taken])
@@ -189,19 +189,19 @@ class RangeConsumer:
 
     def _take(self, message: Message, ends: dict[Place, int], out: dict[Place, list[Message]]) -> Place:
         """One message or event into its partition's messages of this read, held messages or known offsets."""
-        place = (message.topic(), message.partition())
+        place = _place(message)
         state = self._partitions.get(place)
         error = message.error()
         if state is None:
             return place  # of a partition unassigned since it was fetched
         if error is not None and error.code() == KafkaError._PARTITION_EOF:
             # the partition's end: offsets before it that no record came for are gone or transaction markers
-            state.known = max(state.known, message.offset())
+            state.known = max(state.known, _offset(message))
         elif error is not None and error.code() == KafkaError._AUTO_OFFSET_RESET:
             raise OffsetsGone(f"{place[0]} partition {place[1]}: offset {state.known} is no longer on the broker")
         elif error is not None:
             raise Unavailable(f"reading {place[0]} partition {place[1]} at offset {state.known}: {error}")
-        elif (offset := message.offset()) >= state.known:
+        elif (offset := _offset(message)) >= state.known:
             if place in out and offset < ends[place]:
                 out[place].append(message)
             else:  # past this read's range: the next read's
@@ -249,3 +249,16 @@ def as_batch(messages: list[Message]) -> pa.RecordBatch:
         listed,
     ]
     return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+
+
+def _place(message: Message) -> Place:
+    """A message's (topic, partition). confluent_kafka types both optional (an error not about a partition has none);
+    such an error names no partition of this consumer's, and is told apart by the empty topic."""
+    topic, partition = message.topic(), message.partition()
+    return (topic or "", partition if partition is not None else -1)
+
+
+def _offset(message: Message) -> int:
+    """A message's offset; librdkafka's invalid offset (-1) when it has none."""
+    offset = message.offset()
+    return offset if offset is not None else -1

@@ -102,8 +102,9 @@ class KafkaOffsets:
         try:
             end = self.logged(batch_id) or {}
             places = [(t, int(p)) for t, parts in end.items() for p in parts]
-            seen = {place: self._consumer.newest(place) for place in places} if self._consumer is not None else None
-            if seen is None or None in seen.values():  # a partition the consumer has not fetched: the brokers say
+            fetched = {place: self._consumer.newest(place) for place in places} if self._consumer is not None else {}
+            seen = {place: n for place, n in fetched.items() if n is not None}
+            if len(seen) < len(places):  # a partition the consumer has not fetched: the brokers say
                 seen = self.brokers.newest(places)
             return {
                 f"{t}/{p}": max(0, seen[(t, int(p))] - int(o)) for t, parts in end.items() for p, o in parts.items()

@@ -162,8 +162,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.fail_on_data_loss,
         )
 
-    def read(self, split: KafkaSplit) -> Iterator[pa.RecordBatch]:
-        yield from read_split(split)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaSplit), "Spark hands back the splits partitions() made"
+        yield from read_split(partition)
 
     def commit(self, end: Offsets) -> None:
         pass

@@ -25,6 +25,7 @@ from laketide.spark.sources import change_decoder, decodes_changes, generated_fi
 from laketide.spark.spark_batch import SparkBatch, prepare_pieces, prepare_records
 from laketide.table.storage.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter, LoadedBatch
+from laketide.writer.change_decoder import ChangeDecoder
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.exchange import Exchange
 from laketide.writer.kafka_values import plain_rows
@@ -168,7 +169,7 @@ class MicroBatchReader:
         micro-batch, its files are read one by one and the unreadable ones set aside.
         """
         if self.changes is not None:
-            return self._read_changes(df, batch_id)
+            return self._read_changes(df, batch_id, self.changes)
         data_fields = _data_fields(df)
         records = StructType(data_fields)
         incoming, data_schema = (
@@ -196,15 +197,14 @@ class MicroBatchReader:
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
         return LoadedBatch(self._prepared(readable, batch_id), incoming, data_schema, bad)
 
-    def _read_changes(self, df: DataFrame, batch_id: int) -> LoadedBatch:
+    def _read_changes(self, df: DataFrame, batch_id: int, changes: ChangeDecoder) -> LoadedBatch:
         """A change feed's micro-batch (Kafka records, ``change_feed.change_records``, or landing lines,
         ``sources.landed_lines``), decoded by the core into the columns found for the whole micro-batch: on the
         driver when it fits, else in Spark's prepare tasks."""
-        changes = self.changes
         if self._changes_fit_driver(batch_id):
             records = self.offsets.read(batch_id) if self.config.source.format == "kafka" else None
             return changes.load(records.select(df.columns) if records is not None else df.toArrow(), self.writer)
-        columns = changes.columns_for(lambda: self._row_schemas(df), self.writer.table)
+        columns = changes.columns_for(lambda: self._row_schemas(df, changes), self.writer.table)
         batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns))
         changes.saw(batch.tally)
         incoming = changes.incoming(columns)
@@ -216,16 +216,16 @@ class MicroBatchReader:
         files = self._landing_files(batch_id)
         return self._fits_driver(files[1] if files is not None else None)
 
-    def _row_schemas(self, df: DataFrame) -> list[list[dict]]:
+    def _row_schemas(self, df: DataFrame, changes: ChangeDecoder) -> list[list[dict]]:
         """The distinct row schemas of a micro-batch's change events, found by Spark's tasks."""
-        changes = self.changes
-        if changes.avro is not None:
+        avro = changes.avro
+        if avro is not None:
             # the tasks find the values' schema ids; the driver looks them up, before the tasks get the decoder
             def ids(batches):
                 found = set().union(*(schema_ids(batch.column("value")) for batch in batches))
                 yield pa.RecordBatch.from_pylist([{"id": i} for i in found], schema=pa.schema([("id", pa.int64())]))
 
-            return changes.avro.row_schemas({row["id"] for row in df.mapInArrow(ids, "id long").distinct().collect()})
+            return avro.row_schemas({row["id"] for row in df.mapInArrow(ids, "id long").distinct().collect()})
 
         def found(batches):
             seen = {
@@ -279,7 +279,7 @@ class MicroBatchReader:
                 return None
             landed = self._kafka_rows(df, batch_id)
         else:
-            if not self._fits_driver(files[1] if files is not None else None):
+            if files is None or not self._fits_driver(files[1]):
                 return None
             read = read_landed_parquet(files[0], data_schema) if source.format == "parquet" else None
             if read is not None:

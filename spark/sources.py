@@ -18,7 +18,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.streaming import DataStreamReader
+from pyspark.sql.streaming.readwriter import DataStreamReader
 from pyspark.sql.types import StringType, StructField, StructType
 
 from laketide.config import ConfigError, JobConfig, SourceSection
@@ -55,7 +55,7 @@ def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
         return from_arrow_schema(GENERATOR_SCHEMA)
     try:
         # Spark's parser, without building a DataFrame (which imports pandas, a second of every start)
-        parsed = StructType.fromDDL(source.schema_ddl)
+        parsed = StructType.fromDDL(source.schema_ddl or "")
     except Exception as exc:  # Spark's parse error names the position in the DDL
         raise ConfigError(f"source.schema is not valid Spark DDL: {str(exc).splitlines()[0]}") from None
     if not isinstance(parsed, StructType):

@@ -37,12 +37,13 @@ from laketide.spark.handoff import (
     WHOLE,
     Layout,
     hand_on_prepared,
+    running_task,
     task_file_name,
     task_write_token,
 )
-from laketide.spark.stage_clock import StageClock
 from laketide.spark.workers import give_back_memory
 from laketide.writer import bulk_stage, quarantine, ranges, stages
+from laketide.writer.clock import StepClock
 from laketide.writer.exchange import Exchange, Handoff
 from laketide.writer.landing import Piece, read_piece
 from laketide.writer.prepare import (
@@ -66,7 +67,7 @@ def prepare_records(
     spec: PrepareSpec,
     exchange: Exchange,
     layout: Layout,
-    clock: StageClock,
+    clock: StepClock,
     decode: Callable[[pa.Table], tuple[pa.Table, Tally]] | None = None,
 ) -> list[dict]:
     """The prepare stage over Spark's rows of ``df``: each task prepares its rows and hands them on as ``layout``
@@ -74,9 +75,7 @@ def prepare_records(
     feed) into the micro-batch's rows."""
 
     def prepare_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        arrival, tally = ArrivalCounter(TaskContext.get().partitionId() << 40), Tally()
+        arrival, tally = ArrivalCounter(running_task().partitionId() << 40), Tally()
 
         def rows_of(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
             for table in tables:
@@ -113,7 +112,7 @@ def prepare_pieces(
     declared: pa.Schema | None,
     exchange: Exchange,
     layout: Layout,
-    clock: StageClock,
+    clock: StepClock,
     options: dict[str, str],
 ) -> list[dict]:
     """The prepare stage over ``pieces`` of parquet landing files (``landing.parquet_pieces``), read straight into
@@ -160,7 +159,7 @@ class SparkBatch:
         layout: Layout,
         shards: int,
         write_tasks: int,
-        clock: StageClock,
+        clock: StepClock,
     ):
         """``prepared``: the prepare tasks' answers (``PREPARED_SCHEMA``), their good rows handed on as ``layout``
         says."""
@@ -242,9 +241,9 @@ class SparkBatch:
     def partitions(self) -> list[str]:
         return self._partitions
 
-    def assign_and_write(self, plan: stages.BatchPlan, assigned_arrow: pa.Schema) -> list[stages.WriteStatus]:
+    def assign_and_write(self, plan: stages.BatchPlan, assigned_schema: pa.Schema) -> list[stages.WriteStatus]:
         if self.layout is Layout.ROUTING:
-            return self._routed_and_written(plan, assigned_arrow)
+            return self._routed_and_written(plan, assigned_schema)
         exchange, by_shard = self.exchange, self._by_shard()
 
         def assign(shard: int) -> Handoff | None:
@@ -252,7 +251,7 @@ class SparkBatch:
             return (
                 None
                 if rows is None
-                else exchange.put(task_file_name("assign", shard), stages.assign(plan, rows, assigned_arrow))
+                else exchange.put(task_file_name("assign", shard), stages.assign(plan, rows, assigned_schema))
             )
 
         assigned = self._handoffs(self.shards, "assign", assign)
@@ -263,7 +262,7 @@ class SparkBatch:
 
         return self._written(write)
 
-    def _routed_and_written(self, plan: stages.BatchPlan, assigned_arrow: pa.Schema) -> list[stages.WriteStatus]:
+    def _routed_and_written(self, plan: stages.BatchPlan, assigned_schema: pa.Schema) -> list[stages.WriteStatus]:
         """The assign tasks route their shard's routing columns and hand the routing on by write slot;
         each write task takes its slot's rows from the prepare tasks' files, in file-group order."""
         exchange, routing, prepared, firsts = self.exchange, self.routing, self.prepared, self.firsts
@@ -289,7 +288,7 @@ class SparkBatch:
                 ROW,
                 pa.array(firsts[at >> TASK_SHIFT] + (at & ((1 << TASK_SHIFT) - 1))),
             )
-            rows = stages.slot_rows(pa.concat_tables(whole), routed, assigned_arrow)
+            rows = stages.slot_rows(pa.concat_tables(whole), routed, assigned_schema)
             return stages.write(plan, iter(rows.to_batches()), slot, token)
 
         return self._written(write)

@@ -8,11 +8,11 @@ inside them. Both go into each batch report and the benchmark JSON.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from pyspark import SparkContext
 
-from laketide.writer.clock import StepClock, time_stage
+from laketide.writer.clock import Stage, StepClock, time_stage
 
 TASK_STAGES = ("prepare", "assign", "write")
 
@@ -36,7 +36,7 @@ class StageClock(StepClock):
         }
         return {**self.seconds, **{k: v for k, v in tasks.items() if v}}
 
-    def timed(self, stage: str, fn: Callable[[Iterator], Iterator]) -> Callable[[Iterator], Iterator]:
+    def timed(self, stage: str, fn: Stage) -> Callable[[Iterable], Iterator]:
         """``fn`` (a ``mapInArrow`` function, or a driver thread's stage) with its time added to ``stage``'s
         accumulator."""
         accumulator = self._tasks[stage]

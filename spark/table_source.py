@@ -77,7 +77,7 @@ class SliceSplit(InputPartition):
     storage_options: dict[str, str] = field(default_factory=dict)  # how a task reaches an object store
 
 
-def storage_options(options: dict) -> dict[str, str]:
+def storage_options(options: Mapping[str, str]) -> dict[str, str]:
     """The reader's ``storage.<key>`` options: object_store's keys for a table on an object store
     (``.option("storage.aws_region", "eu-west-1")``); what is not given comes from the environment."""
     return {k[len(STORAGE_PREFIX) :]: v for k, v in dict(options).items() if k.lower().startswith(STORAGE_PREFIX)}
@@ -101,7 +101,7 @@ def read_split(split: SliceSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]
 class SplitEnumerator:
     """The driver's side: which instants a micro-batch covers, and the splits that read them."""
 
-    def __init__(self, uri: str, storage_options: dict[str, str] | None = None):
+    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None):
         self.table = Table.open(uri, FileIO.for_uri(uri, storage_options))
 
     def refresh(self) -> None:
@@ -244,7 +244,8 @@ class LaketideStreamReader(_Planning, DataSourceStreamReader, SupportsTriggerAva
         begin = None if start["instant"] == EARLIEST else start["instant"]
         return self.enumerator.splits(begin, end["instant"], self.full_scan)
 
-    def read(self, partition: SliceSplit) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SliceSplit), "Spark hands back the splits partitions() made"
         yield from read_split(partition, self.schema)
 
     def commit(self, end: dict) -> None:
@@ -270,7 +271,8 @@ class LaketideBatchReader(_Planning, DataSourceReader):
         start = parse_instant_time(options["start"]) if options.get("start") else None
         return enumerator.splits(start, end, options.get("fallback_to_full_scan", "false").lower() == "true")
 
-    def read(self, partition: SliceSplit) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SliceSplit), "Spark hands back the splits partitions() made"
         yield from read_split(partition, self.schema)
 
 

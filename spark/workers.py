@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -47,7 +47,7 @@ def warm_workers(spark: SparkSession) -> None:
         )
 
 
-def _warmed(numbers: Iterator[int]) -> Iterator[int]:
+def _warmed(numbers: Iterable[int]) -> Iterator[int]:
     """The stage modules imported, and a small table taken through what a micro-batch does to its rows."""
     import io
 

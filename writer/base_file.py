@@ -120,7 +120,7 @@ class BaseFileWriter:
         self.schema = schema
         self.avro_schema = avro_schema
         carried_bloom = carried.bloom if carried is not None else None
-        self.incremental_bloom = carried_bloom is not None and not carried.fresh_bloom
+        self.incremental_bloom = carried is not None and carried_bloom is not None and not carried.fresh_bloom
         self.bloom = carried_bloom if carried_bloom is not None else bloom.empty()
         self._dictionary = (
             [c for c in carried.dictionary if c in schema.names] if carried and carried.dictionary is not None else None
@@ -187,7 +187,10 @@ class BaseFileWriter:
                 self.schema,
                 compression=self.compression,
                 store_schema=False,
-                use_dictionary=self._dictionary if self._dictionary is not None else dictionary_columns(first),
+                # a list of columns, as pyarrow documents it, where its unannotated default says bool
+                use_dictionary=self._dictionary  # pyright: ignore[reportArgumentType]
+                if self._dictionary is not None
+                else dictionary_columns(first),
             )
         return self._writer
 
@@ -205,7 +208,7 @@ class BaseFileWriter:
             FOOTER_BLOOM_TYPE: self.bloom.kind,
             SORTED_MARKER: RECORD_KEY,
         }
-        if self.min_key is not None:
+        if self.min_key is not None and self.max_key is not None:
             footer[FOOTER_MIN_KEY] = self.min_key
             footer[FOOTER_MAX_KEY] = self.max_key
         writer = self._parquet(self.schema.empty_table())

@@ -110,6 +110,8 @@ class ChangeDecoder:
                     "columns yet: give source.schema, or turn on the converter's schemas"
                 )
             merged = evolve(current, events) if events is not None else current
+            if merged is None:  # neither, refused above
+                raise Invalid("the change events carry no columns")
             check_avro_names(merged)
         except SchemaError as error:
             raise Invalid(f"the change events' columns cannot be written to the table: {error}") from None
@@ -245,15 +247,18 @@ def raw_records(records: pa.Table, reasons: pa.ChunkedArray) -> pa.Array:
         return pa.array(out, pa.string())
 
     for i in bad.nonzero()[0].tolist():
-        value = records["value"][i].as_py()
+        value: bytes | None = records["value"][i].as_py()
         raw: dict = {
             "topic": records["topic"][i].as_py(),
             "partition": records["partition"][i].as_py(),
             "offset": records["offset"][i].as_py(),
         }
-        try:
-            raw["value"] = None if value is None else value.decode("utf-8")
-        except UnicodeDecodeError:  # as text where it is UTF-8, else as base64 only
-            raw["value_base64"] = base64.b64encode(value).decode()
+        if value is None:
+            raw["value"] = None
+        else:
+            try:
+                raw["value"] = value.decode("utf-8")
+            except UnicodeDecodeError:  # as text where it is UTF-8, else as base64 only
+                raw["value_base64"] = base64.b64encode(value).decode()
         out[i] = json.dumps(raw)
     return pa.array(out, pa.string())

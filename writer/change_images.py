@@ -48,7 +48,7 @@ def row_images(
     deleted: pa.Array,
     columns: list[pa.Field],
     decoding: Decoding,
-):
+) -> tuple[dict[str, pa.Array], pa.Array, Counter]:
     """The declared columns of each change's row image (``after``, ``before`` for a delete), decoded; the
     first reason a row's column could not be; and the columns events carried that are not declared."""
     n = len(values)
@@ -62,20 +62,20 @@ def row_images(
         if encodings is not None:
             for name in set(encodings) - {f.name for f in declared}:
                 unknown[name] += len(at)
-        columns, reasons = _decode_group(
+        decoded, reasons = _decode_group(
             values.take(pa.array(at)), pc.take(deleted, pa.array(at)), encodings, declared, decoding
         )
-        parts.append((at, columns, reasons))
+        parts.append((at, decoded, reasons))
     order = np.full(n, -1, np.int64)
     stacked = np.concatenate([at for at, _, _ in parts]) if parts else np.zeros(0, np.int64)
     order[stacked] = np.arange(len(stacked))
     index = pa.array(np.where(order >= 0, order, 0), mask=order < 0)
-    columns = {}
+    images: dict[str, pa.Array] = {}
     for f in declared:
         pieces = [cols[f.name] for _, cols, _ in parts]
-        columns[f.name] = pa.concat_arrays(pieces).take(index) if pieces else pa.nulls(n, f.type)
+        images[f.name] = pa.concat_arrays(pieces).take(index) if pieces else pa.nulls(n, f.type)
     reasons = pa.concat_arrays([r for _, _, r in parts]).take(index) if parts else pa.nulls(n, pa.string())
-    return columns, reasons, unknown
+    return images, reasons, unknown
 
 
 def _decode_group(
@@ -84,7 +84,7 @@ def _decode_group(
     encodings: dict[str, Encoding] | None,
     declared: list[pa.Field],
     decoding: Decoding,
-):
+) -> tuple[dict[str, pa.Array], pa.Array]:
     """The declared columns of events of one row schema (``encodings``; ``None``: no schema, types inferred)."""
     if encodings is not None:
         wires = {f.name: wire_type(encodings[f.name]) for f in declared if f.name in encodings}
@@ -108,10 +108,12 @@ def _decode_group(
     rows = _image(parsed, deleted)
     n = len(values)
     reasons = [pa.array([bad.get(i) for i in range(n)], pa.string())]
+    if rows is None:  # no event carried a row
+        return {f.name: pa.nulls(n, f.type) for f in declared}, reasons[0]
     columns = {}
-    names = {field.name for field in rows.type} if rows is not None else set()
+    names = {field.name for field in rows.type}
     for f in declared:
-        if f.name in unreadable:
+        if f.name in unreadable and encodings is not None:
             what = f"column '{f.name}': its encoding ({encodings[f.name].type}) cannot be read"
             columns[f.name] = pa.nulls(n, f.type)
             reasons.append(pc.if_else(rows.is_valid(), pa.scalar(what), pa.scalar(None, pa.string())))
@@ -149,7 +151,7 @@ def _image(parsed: pa.Table, deleted: pa.Array) -> pa.StructArray | None:
         bare = parsed[name].combine_chunks() if name in parsed.column_names else None
         payload = parsed["payload"].combine_chunks() if "payload" in parsed.column_names else None
         inner = payload.field(name) if payload is not None and name in {f.name for f in payload.type} else None
-        if bare is not None and inner is not None:
+        if bare is not None and inner is not None and payload is not None:
             bare, inner = _unified(bare, inner)
             picked.append(pc.if_else(payload.is_valid(), inner, bare))
         else:

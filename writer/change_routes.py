@@ -49,8 +49,8 @@ def route(records: pa.Table, topics_seen: dict[str, SourceTable]) -> Routed:
     topic_list = topics.to_pylist()
     for i, source in enumerate(named):
         if source is not None:
-            keys[i] = SourceTable(source[2], source[1], source[0], topic_list[i])
-            topics_seen.setdefault(topic_list[i], keys[i])
+            key = keys[i] = SourceTable(source[2], source[1], source[0], topic_list[i])
+            topics_seen.setdefault(topic_list[i], key)
     routed = Routed(messages)
     by_key: dict[SourceTable, list[int]] = {}
     unrouted = []

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+# a stage function: what Spark's mapPartitions and mapInArrow take (an iterator of its input, one of its output)
+Stage = Callable[[Any], Iterator]
 
 
-def time_stage(fn: Callable[[Iterator], Iterator], charge: Callable[[float], None]) -> Callable[[Iterator], Iterator]:
+def time_stage(fn: Stage, charge: Callable[[float], None]) -> Callable[[Iterable], Iterator]:
     """``fn`` with the time spent producing its output passed to ``charge`` once it is done."""
 
-    def run(batches: Iterator) -> Iterator:
+    def run(batches: Iterable) -> Iterator:
         spent = 0.0
         produced = fn(batches)
         while True:
@@ -61,7 +65,7 @@ class StepClock:
             spent = {f"{name}_tasks": round(seconds, 3) for name, seconds in self._spent.items() if seconds}
         return {**self.seconds, **spent}
 
-    def timed(self, stage: str, fn: Callable[[Iterator], Iterator]) -> Callable[[Iterator], Iterator]:
+    def timed(self, stage: str, fn: Stage) -> Callable[[Iterable], Iterator]:
         return time_stage(fn, lambda spent: self._charge(stage, spent))
 
     def _charge(self, stage: str, spent: float) -> None:

@@ -42,13 +42,14 @@ AVRO_TO_CONNECT = {
 def read_schema(path: str, io_options: dict[str, str] | None = None) -> dict:
     """The ``.avsc`` file, parsed and checked: a bad file stops the job at start, naming it."""
     import fastavro
+    from fastavro.schema import SchemaParseException
 
     try:
         schema = json.loads(FileIO.for_uri(path, io_options or {}).read_text(""))
         fastavro.parse_schema(schema)
     except FileNotFoundError:
         raise Invalid(f"source.avro_schema = {path!r}: no such file") from None
-    except (ValueError, fastavro.schema.SchemaParseException) as error:
+    except (ValueError, SchemaParseException) as error:
         raise Invalid(f"source.avro_schema = {path!r} is not an Avro schema: {error}") from None
     return schema
 

@@ -8,6 +8,7 @@ import binascii
 import datetime
 import re
 from decimal import Decimal
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -70,7 +71,7 @@ def time_of_day(text: str | None):
         return None
 
 
-def b64(text: str | None) -> bytes | bool | None:
+def b64(text: str | None) -> bytes | Literal[False] | None:
     if text is None:
         return None
     try:

@@ -71,7 +71,8 @@ class DriverPool:
             slot, part = item
 
             def batches() -> Iterator[pa.RecordBatch]:
-                yield from (part() if callable(part) else part).to_batches()
+                rows: pa.Table = part() if callable(part) else part
+                yield from rows.to_batches()
 
             return list(timed(stage, lambda rows: run_part(slot, rows))(batches()))
 

@@ -110,7 +110,7 @@ def _behind_summary(
             "(source.max_files_per_trigger, "
             "source.kafka.max_offsets_per_trigger) so each takes less"
         )
-    if stalled:
+    if stalled and backlog is not None:
         return (
             f"{backlog.files} landing file{'s' if backlog.files != 1 else ''} "
             f"wait{'' if backlog.files != 1 else 's'} and no micro-batch "

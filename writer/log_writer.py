@@ -211,7 +211,7 @@ class LogWriter:
             )
         data = b"".join(b.to_bytes() for b in blocks)
         self.io.write_bytes(self.log_file.path, data)
-        if self.ordering_field in upserts.column_names and upserts.num_rows:
+        if self.ordering_field is not None and self.ordering_field in upserts.column_names and upserts.num_rows:
             bound = highest if highest is not None and highest.is_valid else pc.max(upserts[self.ordering_field])
             remember_log_bound(self.io, self.log_file.path, len(data), self.ordering_field, bound)
         existed_upserts = int((~deleted & existed).sum())

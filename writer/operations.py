@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from laketide.config import CompactionSection, WriteSection
 from laketide.coordinator import Coordinator, Lease, LeaseHeld
@@ -54,6 +54,16 @@ class MirrorOutcome:
     latest_version: int | None
 
 
+class BetweenBatches(Protocol):
+    """Runs a change where it cannot race a micro-batch, and answers what the change answered."""
+
+    def __call__(self, action: Callable[[], T]) -> T: ...
+
+
+def _at_once(action: Callable[[], T]) -> T:
+    return action()
+
+
 class Operations:
     """The changes an operator can make, on one coordinator that holds the table's lease."""
 
@@ -62,14 +72,14 @@ class Operations:
         coordinator: Coordinator,
         index: StateIndex,
         mirror: DeltaMirror | None = None,
-        between_batches: Callable[[Callable[[], T]], T] | None = None,
+        between_batches: BetweenBatches | None = None,
     ):
         """``between_batches(action)`` runs a change where it cannot race a micro-batch (the job's batch lock)."""
         self.coordinator = coordinator
         self.table = coordinator.table
         self.index = index
         self.mirror = mirror
-        self._between = between_batches or (lambda action: action())
+        self._between: BetweenBatches = between_batches or _at_once
 
     @classmethod
     @contextmanager
@@ -91,7 +101,7 @@ class Operations:
                 try:
                     holder = lease.current_holder()
                     by_a_command = holder is not None and holder.job_id == OPS_WRITER_ID
-                    if by_a_command:
+                    if holder is not None and by_a_command:
                         log.warning(
                             "%s is held by another command (%s); waiting up to %.0f s for it to end or, if it "
                             "died, for its holding "

@@ -91,9 +91,10 @@ def plan_instant(
     timeline = table.timeline
     view = views.view(timeline)
     latest = view.latest_slices()
-    slices = [s for s in latest if s.base_file is not None]
-    current = {(s.partition, s.file_id): s.base_file.name for s in slices}
-    live = {(s.partition, s.file_id): s.base_file.path for s in slices}
+    bases = [(s, s.base_file) for s in latest if s.base_file is not None]
+    slices = [s for s, _ in bases]
+    current = {(s.partition, s.file_id): base.name for s, base in bases}
+    live = {(s.partition, s.file_id): base.path for s, base in bases}
     committed = {i.timestamp for i in timeline.completed_writes()}
     snapshot = index.snapshot(committed, timeline.start)
     foreign = foreign_writes(timeline)
@@ -157,11 +158,12 @@ def _uncovered_and_small_groups(
     (inserts fill them, by key range, before opening new ones)."""
     small = []
     for s in slices:
+        base = s.base_file
+        if base is None:  # the plan's slices all have one
+            continue
         if (s.partition, s.file_id) in uncovered:
             logs = tuple(lf.path for lf in s.log_files)
-            assign.uncovered.setdefault(s.partition, []).append(
-                UncoveredGroup(s.partition, s.file_id, s.base_file.path, logs)
-            )
+            assign.uncovered.setdefault(s.partition, []).append(UncoveredGroup(s.partition, s.file_id, base.path, logs))
         elif s.size < write.small_file_limit and (write.target_file_size - s.size) // record_size > 0:
             small.append(s)
     firsts = first_keys.of([s.base_file.path for s in small])

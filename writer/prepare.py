@@ -75,7 +75,7 @@ class Tally:
         self.unknown_fields.update(other.unknown_fields)
         self.binlog_behind += other.binlog_behind
         self.binlog_highest = max(
-            filter(lambda n: n is not None, (self.binlog_highest, other.binlog_highest)), default=None
+            (n for n in (self.binlog_highest, other.binlog_highest) if n is not None), default=None
         )
         return self
 

@@ -77,9 +77,7 @@ def cut_points(samples: list[tuple[list[str], float]], tasks: int, least_rows: i
         at = min(int(np.searchsorted(totals, goal)), len(weighted) - 1)
         near = [i for i in starts if abs(totals[i] - weighted[i][1] - goal) <= share / 4]
         cuts.append(
-            _partition_of(weighted[min(near, key=lambda i: abs(totals[i] - goal))][0]) + _SEPARATOR
-            if near
-            else weighted[at][0]
+            _partition_cut(weighted[min(near, key=lambda i: abs(totals[i] - goal))][0]) if near else weighted[at][0]
         )
     return sorted(set(cuts))
 
@@ -93,7 +91,7 @@ def _partition_start_cuts(
     share = totals[-1] / tasks
     before = np.array([totals[i] - weighted[i][1] for i in starts])  # the weight ahead of each partition start
     chosen = {starts[int(np.argmin(np.abs(before - goal)))] for goal in share * np.arange(1, tasks)}
-    return sorted(_partition_of(weighted[i][0]) + _SEPARATOR for i in chosen)
+    return sorted(_partition_cut(weighted[i][0]) for i in chosen)
 
 
 def _partition_starts(weighted: list[tuple[str, float]]) -> list[int]:
@@ -105,6 +103,11 @@ def _partition_starts(weighted: list[tuple[str, float]]) -> list[int]:
 
 def _partition_of(key: str) -> str | None:
     return key.split(_SEPARATOR, 1)[0] if _SEPARATOR in key else None
+
+
+def _partition_cut(key: str) -> str:
+    """The cut where the partition of ``key`` (a key at a partition start, so it has one) begins."""
+    return (_partition_of(key) or "") + _SEPARATOR
 
 
 def split_sorted(rows: pa.Table, cuts: list[str], global_keys: bool) -> list[tuple[int, pa.Table]]:

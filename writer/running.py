@@ -123,14 +123,13 @@ class RunningJob:
         """A landing source's backlog, listed at most every ``WAITING_SECONDS``: the API's readers poll, and
         a landing directory can be long. Threads of the API may race on ``_waiting``; the loser lists again."""
         done = [r.batch_id for r in recent if not r.skipped and not r.empty]
-        if self.config.source.format in ("generator", "kafka") or not done:
+        path = self.config.source.path
+        if self.config.source.format in ("generator", "kafka") or not done or path is None:
             return None
         at, backlog = self._waiting
         if time.monotonic() - at > WAITING_SECONDS:
             try:
-                backlog = landing_backlog(
-                    self.config.source.path, self.config.stream.checkpoint, done[-1], self.config.storage.io_options
-                )
+                backlog = landing_backlog(path, self.config.stream.checkpoint, done[-1], self.config.storage.io_options)
             except Exception:  # only for showing: the status answers without it
                 log.warning("the landing files waiting could not be counted", exc_info=True)
                 backlog = None

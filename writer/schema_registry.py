@@ -46,12 +46,13 @@ class SchemaRegistry:
     def _fetch(self, schema_id: int) -> dict:
         where = f"{self.url}/schemas/ids/{schema_id}"
         user = self.options.get("basic.auth.user.info")
-        auth = tuple(user.split(":", 1)) if user and ":" in user else None
+        name, _, password = (user or "").partition(":")
+        basic = (name, password) if user and ":" in user else None
         failure: Exception | None = None
         for attempt in range(RETRIES):
             try:
                 answer = httpx.get(
-                    where, auth=auth, timeout=10, headers={"Accept": "application/vnd.schemaregistry.v1+json"}
+                    where, auth=basic, timeout=10, headers={"Accept": "application/vnd.schemaregistry.v1+json"}
                 )
             except httpx.HTTPError as error:
                 failure = error

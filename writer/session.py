@@ -228,7 +228,7 @@ def take_recorded_lease(config: JobConfig, io: FileIO) -> None:
     given = config.coordinator.model_fields_set & {"lease", "zookeeper", "zookeeper_root"}
     if not given:
         config.coordinator.lease = recorded.kind
-        if recorded.kind == "zookeeper":
+        if recorded.kind == "zookeeper" and recorded.zookeeper and recorded.root:
             config.coordinator.zookeeper, config.coordinator.zookeeper_root = recorded.zookeeper, recorded.root
         return
     lease_choice(config).agree(recorded, io)

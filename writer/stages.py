@@ -70,8 +70,11 @@ class WriteStatus:
 
     @classmethod
     def of(cls, stat: WriteStat | None, late: int = 0, group: tuple[str, str] | None = None) -> WriteStatus:
-        partition, file_id = group if stat is None else (stat.partition_path, stat.file_id)
-        return cls(partition, file_id, stat, late)
+        if stat is not None:
+            return cls(stat.partition_path or "", stat.file_id, stat, late)
+        if group is None:
+            raise ValueError("a write status needs its write's statistics or its file group")
+        return cls(*group, stat, late)
 
     def to_row(self) -> dict:
         return {
@@ -130,8 +133,8 @@ def repeated(value: str, n: int) -> pa.Array:
 
 
 def _concat(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
-    batches = [b for b in batches if b.num_rows]
-    return pa.Table.from_batches(batches) if batches else None
+    held = [b for b in batches if b.num_rows]
+    return pa.Table.from_batches(held) if held else None
 
 
 def _read_keys(io: FileIO) -> Callable[[str], pa.Array]:

@@ -43,7 +43,7 @@ def _inline(node, defined: set[str]):
 @cache
 def schema_dict(name: str) -> dict:
     """The self-contained schema of record ``name``, as plain JSON data."""
-    return _inline(name, set())
+    return _record(_inline(name, set()), name)
 
 
 @cache
@@ -67,7 +67,7 @@ def write_container(name: str, record: dict) -> bytes:
 def read_container(data: bytes, name: str | None = None) -> dict:
     """The record of an Avro container file; with ``name``, resolved against that record's schema."""
     reader = fastavro.reader(io.BytesIO(data), reader_schema=schema(name) if name else None)
-    return next(iter(reader))
+    return _record(next(iter(reader)), name or "the container's")
 
 
 def encode(name: str, record: dict) -> bytes:
@@ -78,4 +78,11 @@ def encode(name: str, record: dict) -> bytes:
 
 
 def decode(data: bytes, writer_schema, reader_schema=None) -> dict:
-    return fastavro.schemaless_reader(io.BytesIO(data), writer_schema, reader_schema)
+    return _record(fastavro.schemaless_reader(io.BytesIO(data), writer_schema, reader_schema), "a block's")
+
+
+def _record(value: object, name: str) -> dict:
+    """An Avro value that must be a record (every Hudi metadata schema is one)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} Avro value is a {type(value).__name__}, not a record")
+    return value

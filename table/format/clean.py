@@ -195,7 +195,7 @@ def failed_writes(view: FileSystemView) -> list[tuple[str, str]]:
     """
     timeline = view.timeline
     first, last = timeline.start, timeline.last_timestamp
-    if first is None:
+    if first is None or last is None:
         return []
     known = {i.timestamp for i in timeline.completed_writes()} | {i.timestamp for i in timeline.pending()}
 

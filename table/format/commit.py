@@ -6,7 +6,6 @@ so the same model reads Spark-written commits and writes ours.
 
 from __future__ import annotations
 
-import io
 import json
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -106,9 +105,9 @@ class CommitMetadata(_Model):
 
     @classmethod
     def _from_avro(cls, data: bytes) -> CommitMetadata:
-        import fastavro
+        from laketide.table.format.avro_models import read_container
 
-        return cls.from_avro_record(next(iter(fastavro.reader(io.BytesIO(data)))))
+        return cls.from_avro_record(read_container(data))
 
     @classmethod
     def from_avro_record(cls, record: dict) -> CommitMetadata:

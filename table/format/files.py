@@ -44,7 +44,10 @@ class _DataFile:
     """A file in a partition; ``path`` is relative to the table base path."""
 
     partition: str
-    name: str
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
 
     @property
     def path(self) -> str:

@@ -59,10 +59,12 @@ def _as_float32(value: float) -> float:
 def _shortest_digits(value: float, single: bool) -> tuple[str, int]:
     """The fewest significant digits that read back as ``|value|`` (as a float32 if ``single``), and the exponent."""
     magnitude = _as_float32(abs(value)) if single else abs(value)
-    for precision in range(1, 18):
-        text = format(magnitude, f".{precision - 1}e")
-        back = float(text)
+    text = format(magnitude, ".16e")  # 17 significant digits read any double back
+    for precision in range(1, 17):
+        shorter = format(magnitude, f".{precision - 1}e")
+        back = float(shorter)
         if (_as_float32(back) if single else back) == magnitude:
+            text = shorter
             break
     mantissa, exponent = text.split("e")
     return mantissa.replace(".", "").rstrip("0") or "0", int(exponent)

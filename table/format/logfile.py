@@ -23,7 +23,7 @@ import datetime
 import io
 import json
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -178,7 +178,7 @@ def avro_records(block: LogBlock, reader_schema=None) -> list[dict]:
 
 def parquet_data_block(
     rows: pa.Table,
-    header: dict[int, str],
+    header: Mapping[Header, str],
     dictionary: list[str] | None = None,
     compression: str = LOG_BLOCK_CODEC,
     ordering_field: str | None = None,
@@ -195,10 +195,16 @@ def parquet_data_block(
     encoded = [c for c in dictionary if c in names] if dictionary is not None else dictionary_columns(rows)
     # statistics for the key only: a block is read whole, and computing every column's took a sixth of its write
     statistics = [RECORD_KEY] + ([ordering_field] if ordering_field in names else [])
+    # pyarrow takes a list of columns for both (documented), where its unannotated defaults say bool
     pq.write_table(
-        rows, sink, compression=compression, store_schema=False, use_dictionary=encoded, write_statistics=statistics
+        rows,
+        sink,
+        compression=compression,
+        store_schema=False,
+        use_dictionary=encoded,  # pyright: ignore[reportArgumentType]
+        write_statistics=statistics,  # pyright: ignore[reportArgumentType]
     )
-    return LogBlock(BlockType.PARQUET_DATA_BLOCK, header, sink.getvalue())
+    return LogBlock(BlockType.PARQUET_DATA_BLOCK, {int(key): value for key, value in header.items()}, sink.getvalue())
 
 
 def data_block_rows(block: LogBlock, columns: list[str] | None = None) -> pa.Table:

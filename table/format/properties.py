@@ -130,6 +130,15 @@ def _split_fields(value: str | None) -> list[str]:
     return [f for f in (value or "").split(",") if f]
 
 
+# hoodie.table.type as Hudi writes it, and as older writers abbreviated it
+_TABLE_TYPES: dict[str, Literal["COPY_ON_WRITE", "MERGE_ON_READ"]] = {
+    "COPY_ON_WRITE": "COPY_ON_WRITE",
+    "COW": "COPY_ON_WRITE",
+    "MERGE_ON_READ": "MERGE_ON_READ",
+    "MOR": "MERGE_ON_READ",
+}
+
+
 class TableConfig(BaseModel):
     """The keys of ``hoodie.properties`` that laketide reads and writes."""
 
@@ -168,8 +177,11 @@ class TableConfig(BaseModel):
         missing = [k for k in ("hoodie.table.name", "hoodie.table.type", "hoodie.table.version") if k not in props]
         if missing:
             raise ValueError(f"hoodie.properties lacks required keys: {', '.join(missing)}")
-        table_type = props["hoodie.table.type"].upper()
-        table_type = {"COW": "COPY_ON_WRITE", "MOR": "MERGE_ON_READ"}.get(table_type, table_type)
+        table_type = _TABLE_TYPES.get(props["hoodie.table.type"].upper())
+        if table_type is None:
+            raise ValueError(
+                f"hoodie.table.type {props['hoodie.table.type']!r} is neither COPY_ON_WRITE nor MERGE_ON_READ"
+            )
         keygen = props.get("hoodie.table.keygenerator.class", "") + props.get("hoodie.table.keygenerator.type", "")
         partitions = _split_fields(props.get("hoodie.table.partition.fields"))
         if "NonpartitionedKeyGenerator" in keygen or "NON_PARTITION" in keygen:

@@ -9,7 +9,7 @@ so a table looks the same through this view as through theirs.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, field
 
 from laketide.table.format.files import PARTITION_METADATA, RESERVED_TOP_DIRS, BaseFile, LogFile, parse_data_file
@@ -101,8 +101,8 @@ class FileSystemView:
     def __init__(
         self,
         timeline: Timeline,
-        base_files: list[BaseFile] = (),
-        log_files: list[LogFile] = (),
+        base_files: Sequence[BaseFile] = (),
+        log_files: Sequence[LogFile] = (),
         *,
         groups: dict[GroupKey, FileGroup] | None = None,
         carried: dict[GroupKey, FileSlice | None] | None = None,
@@ -139,7 +139,7 @@ class FileSystemView:
         return self._committed(instant_time, visible, earliest, as_of)
 
     @staticmethod
-    def _committed(instant_time: str, visible: set[str], earliest: str | None, as_of: str | None) -> bool:
+    def _committed(instant_time: str, visible: Set[str], earliest: str | None, as_of: str | None) -> bool:
         if instant_time in visible:
             return True
         archived = earliest is not None and instant_time < earliest

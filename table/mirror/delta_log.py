@@ -127,6 +127,8 @@ class DeltaLog:
     # -- checkpoints --------------------------------------------------------
 
     def write_checkpoint(self, state: LogState) -> None:
+        if state.metadata is None or state.protocol is None:
+            raise ValueError(f"version {state.version} of the Delta log has no metaData or protocol to checkpoint")
         rows = [{"protocol": state.protocol}, {"metaData": _checkpoint_metadata(state.metadata)}]
         rows += [{"add": _checkpoint_add(a)} for a in state.files.values()]
         rows += [{"remove": _checkpoint_remove(r)} for r in state.removed.values()]

@@ -313,7 +313,7 @@ def stored_ordering(
     record wins, so the logs merged alone answer the same; a whole base file is read only for events
     older than some of its rows. Each file's bound is read once per process (``ordering_bounds.FILE_BOUNDS``): files
     never change once written, so a later micro-batch reads only new logs."""
-    field = rule.ordering_field
+    field = _ordering_field(rule)
     bounds = [file_bound(io, lf.path, lf.size, field, lambda lf=lf: log_max(io, lf.path, field)) for lf in fs.log_files]
     if fs.base_file is None and not fs.log_files:
         return None  # nothing stored
@@ -339,7 +339,8 @@ def stored_rows(
     io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule: MergeRule, keys: pa.Array, columns: list[str]
 ) -> pa.Table:
     """The stored rows of ``keys`` (their key and ``columns``): the slice merged for those keys alone."""
-    wanted = list(dict.fromkeys([RECORD_KEY, *columns, *([rule.ordering_field] if rule.ordering_field else [])]))
+    ordering: list[str] = [rule.ordering_field] if rule.ordering_field else []
+    wanted = list(dict.fromkeys([RECORD_KEY, *columns, *ordering]))
     if fs.base_file is None and not fs.log_files:
         return pa.table({RECORD_KEY: pa.array([], pa.string())})
     ops = _log_ops(io, fs, visible, wanted)
@@ -365,3 +366,10 @@ def log_file_keys(io: FileIO, path: str) -> pa.Array:
     except CorruptLog as torn:
         log.warning("%s: %s; the keys before it are read", path, torn)
     return pa.concat_arrays([a.cast(pa.string()) for a in arrays]) if arrays else pa.array([], pa.string())
+
+
+def _ordering_field(rule: MergeRule) -> str:
+    """The ordering field a merge by ordering values needs."""
+    if rule.ordering_field is None:
+        raise ValueError("stored ordering values are asked of a table with no ordering field")
+    return rule.ordering_field

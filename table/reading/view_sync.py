@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from laketide.table.format.clean import cleaned_files
 from laketide.table.format.files import BaseFile, LogFile, parse_data_file
@@ -26,6 +26,8 @@ from laketide.table.format.instant import CLEAN, ROLLBACK, SAVEPOINT, WRITE_ACTI
 from laketide.table.format.rollback import RollbackMetadata
 from laketide.table.format.timeline import Timeline
 from laketide.table.format.view import FileGroup, FileSlice, FileSystemView, GroupKey, group_files, list_data_files
+
+F = TypeVar("F", BaseFile, LogFile)
 
 if TYPE_CHECKING:
     from laketide.table.table import Table
@@ -117,12 +119,10 @@ class ViewSync:
         key = (f.partition, f.file_id)
         group = self._groups.get(key) or FileGroup(*key)
         # a new FileGroup, never a changed one: the views made before hold the old one
-        bases, logs = list(group.base_files), list(group.log_files)
-        files = bases if isinstance(f, BaseFile) else logs
-        if old is not None and old in files:
-            files[files.index(old)] = f
+        if isinstance(f, BaseFile):
+            bases, logs = _placed(list(group.base_files), old, f), list(group.log_files)
         else:
-            files.append(f)
+            bases, logs = list(group.base_files), _placed(list(group.log_files), old, f)
         self._groups[key] = FileGroup(*key, bases, logs)
         self._changed.add(key)
 
@@ -186,3 +186,13 @@ class ViewSync:
 def _visible_by(f: DataFile) -> str:
     """The instant whose completion makes ``f`` count: a base file's own, a log file's slice's."""
     return f.instant_time if isinstance(f, BaseFile) else f.base_instant
+
+
+def _placed(files: list[F], old: object, new: F) -> list[F]:
+    """``files`` with ``new`` in the place of ``old`` (the same file listed again, its size known now), or added."""
+    for at, file in enumerate(files):
+        if old is not None and file == old:
+            files[at] = new
+            return files
+    files.append(new)
+    return files

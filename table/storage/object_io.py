@@ -18,7 +18,8 @@ import logging
 import posixpath
 import re
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import obstore
 import pyarrow as pa
@@ -58,8 +59,13 @@ def _split(uri: str) -> tuple[str, str]:
 class ObjectStoreFileIO(FileIO):
     """A table (or any folder) on an object store; paths are keys relative to ``base_path``."""
 
-    is_local = False
-    has_exclusive_create = True
+    @property
+    def is_local(self) -> bool:
+        return False
+
+    @property
+    def has_exclusive_create(self) -> bool:
+        return True
 
     def __init__(self, uri: str, options: Mapping[str, str] | None = None):
         root, prefix = _split(uri)
@@ -76,17 +82,20 @@ class ObjectStoreFileIO(FileIO):
         self._batch_delete = True  # until the store says it has none: then one signed DELETE per object
         # retries are laketide's (counted, ``store_requests``) on this store; the parts of a multipart upload
         # go through a second one, on which object_store retries them itself
+        # each scheme's settings (obstore types them per store): given as the job's storage.options say
+        config: Any = options or None
+        client_options: Any = client or None
         try:
             self.store = from_url(
                 root,
-                config=options or None,
-                client_options=client or None,
+                config=config,
+                client_options=client_options,
                 retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(minutes=5)},
             )
             self._upload_store = from_url(
                 root,
-                config=options or None,
-                client_options=client or None,
+                config=config,
+                client_options=client_options,
                 retry_config={
                     "max_retries": policy.max_retries,
                     "retry_timeout": datetime.timedelta(minutes=5),
@@ -115,7 +124,7 @@ class ObjectStoreFileIO(FileIO):
     def full_path(self, rel: str) -> str:
         return f"{self.base_path}/{rel}" if rel else self.base_path
 
-    def _rel(self, key: str) -> str:
+    def _rel_of_key(self, key: str) -> str:
         return posixpath.relpath(key, self.prefix) if self.prefix else key
 
     def exists(self, rel: str) -> bool:
@@ -147,7 +156,7 @@ class ObjectStoreFileIO(FileIO):
 
     def entry(self, rel: str) -> FileEntry:
         meta = self.requests.call("HEAD", obstore.head, self.store, self._key(rel))
-        return self._entry(meta)
+        return self._entry_of(meta)
 
     def read_bytes(self, rel: str) -> bytes:
         try:
@@ -219,7 +228,13 @@ class ObjectStoreFileIO(FileIO):
             got = self.requests.call("GET", obstore.get, self.store, self._key(rel))
         except (NotFoundError, FileNotFoundError):
             return None
-        return bytes(got.bytes()), got.meta["e_tag"]
+        e_tag = got.meta["e_tag"]
+        if e_tag is None:
+            raise Invalid(
+                f"the object store of {self.base_path} gave no ETag for {rel}: conditional writes (the storage "
+                "lease) need them; use coordinator.lease = 'zookeeper' on this store"
+            )
+        return bytes(got.bytes()), e_tag
 
     def create_versioned(self, rel: str, data: bytes) -> str | None:
         """Create the object unless it exists: its ETag, or ``None`` when another was there."""
@@ -273,7 +288,8 @@ class ObjectStoreFileIO(FileIO):
     def _signed_delete(self, key: str) -> None:
         import httpx
 
-        url = obstore.sign(self.store, "DELETE", key, datetime.timedelta(minutes=10))
+        signer: Any = self.store  # the stores of S3, GCS and Azure sign; no other refuses a batch delete
+        url = obstore.sign(signer, "DELETE", key, datetime.timedelta(minutes=10))
         answer = httpx.delete(url, timeout=60)
         if answer.status_code not in (200, 202, 204, 404):
             raise OSError(
@@ -296,24 +312,25 @@ class ObjectStoreFileIO(FileIO):
         listed = self.requests.call(
             "LIST", obstore.list_with_delimiter, self.store, prefix.rstrip("/") + "/" if prefix else None
         )
-        folders = [FileEntry(self._rel(p.rstrip("/")), 0, True) for p in listed["common_prefixes"]]
-        return folders + [self._entry(meta) for meta in listed["objects"]]
+        folders = [FileEntry(self._rel_of_key(p.rstrip("/")), 0, True) for p in listed["common_prefixes"]]
+        return folders + [self._entry_of(meta) for meta in listed["objects"]]
 
     def walk(self, rel: str = "") -> Iterator[FileEntry]:
         """Every object below ``rel`` (object stores list keys, so no folder entries)."""
         prefix = self._key(rel)
         for batch in self._pages(prefix.rstrip("/") + "/" if prefix else None):
             for meta in batch:
-                yield self._entry(meta)
+                yield self._entry_of(meta)
 
-    def _pages(self, prefix: str | None) -> Iterator[list[dict]]:
+    def _pages(self, prefix: str | None) -> Iterator[Sequence[Any]]:
         """A recursive listing in pages of up to 1000 keys, as S3 answers one LIST."""
         return self.requests.pages(lambda after: obstore.list(self.store, prefix, offset=after, chunk_size=1000))
 
-    def _entry(self, meta) -> FileEntry:
+    def _entry_of(self, meta: Any) -> FileEntry:
+        """A listed object's entry (``meta``: obstore's ``ObjectMeta``)."""
         mtime = meta.get("last_modified")
         return FileEntry(
-            self._rel(meta["path"]), meta.get("size", 0), False, int(mtime.timestamp() * 1e9) if mtime else 0
+            self._rel_of_key(meta["path"]), meta.get("size", 0), False, int(mtime.timestamp() * 1e9) if mtime else 0
         )
 
 

@@ -19,9 +19,9 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from obstore.exceptions import GenericError, PermissionDeniedError, UnauthenticatedError
 
@@ -127,7 +127,7 @@ class StoreRequests:
             except (PermissionDeniedError, UnauthenticatedError) as error:
                 raise self._refused(kind, error) from error
 
-    def pages(self, listing: Callable[[str | None], Iterator[list[dict]]]) -> Iterator[list[dict]]:
+    def pages(self, listing: Callable[[str | None], Iterable[Sequence[Any]]]) -> Iterator[Sequence[Any]]:
         """A recursive listing, one LIST per page; a page that fails transiently is asked for again,
         from after the last key already yielded."""
         after: str | None = None
