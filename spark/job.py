@@ -43,7 +43,7 @@ from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.database import Database
 from laketide.writer.preflight import check_exchange_dir, check_quarantine_path
 from laketide.writer.running import RunningJob
-from laketide.writer.session import WriterSession, check_table, quarantine_path
+from laketide.writer.session import WriterSession, check_table, open_table, quarantine_path
 
 DATA_LOSS = re.compile(r"KafkaDataLoss: ([^\n]+)")
 log = logging.getLogger("laketide.job")
@@ -108,14 +108,16 @@ def run(
     spark.sparkContext.setLogLevel("WARN")
     if tasks:
         threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()
+    # the table is opened (or created) once every check passed, before the checkpoint gets its writer id: a refused
+    # job leaves neither behind
+    table = open_table(config, source_schema(spark, config.source), opened)
     writer_id = writer_id_for(config.stream.checkpoint, config.storage.io_options)
     lost = threading.Event()
     session = WriterSession(
         config,
         writer_id,
         job_id=f"{config.stream.query_name}-{writer_id[:8]}",
-        opened=opened,
-        source=source_schema(spark, config.source),
+        opened=(table.io, table),
         on_lost=lost.set,
         clock=StageClock(spark.sparkContext),
         on_step=on_step,

@@ -24,7 +24,7 @@ from laketide.spark.kafka_offsets import KafkaOffsets
 from laketide.spark.sources import change_decoder, decodes_changes, generated_fits_driver, read_files, unreadable_files
 from laketide.spark.spark_batch import SparkBatch, prepare_pieces, prepare_records
 from laketide.table.storage.io import FileEntry, FileIO
-from laketide.writer.batch_writer import BatchWriter, LoadedBatch
+from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.change_decoder import ChangeDecoder
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.exchange import Exchange
@@ -37,6 +37,7 @@ from laketide.writer.landing import (
     read_landed_parquet,
     source_offsets,
 )
+from laketide.writer.micro_batch import LoadedBatch
 from laketide.writer.prepare import Tally
 from laketide.writer.schema_registry import schema_ids
 

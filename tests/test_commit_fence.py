@@ -239,14 +239,14 @@ def test_a_query_that_fails_once_the_lease_ran_out_ends_as_lease_lost():
         table=SimpleNamespace(uri="/lake/t"),
         services=SimpleNamespace(failures=failures),
         coordinator=SimpleNamespace(lease=RanOut(3)),
-        writer=SimpleNamespace(failure=None),
         stop_requested=threading.Event(),
     )
+    batches = SimpleNamespace(failure=None)
     with pytest.raises(LeaseLost, match="lost"):
-        _await(FailedQuery(), job, threading.Event())
+        _await(FailedQuery(), job, threading.Event(), batches)
     job.coordinator.lease = PassedCheckLease(3)
     with pytest.raises(RuntimeError, match="Concurrent update"):
-        _await(FailedQuery(), job, threading.Event())
+        _await(FailedQuery(), job, threading.Event(), batches)
 
 
 def test_a_base_file_a_stale_writer_adds_to_a_completed_compaction_is_swept(tmp_path):

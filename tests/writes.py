@@ -10,8 +10,9 @@ from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, LocalLease
 from laketide.index.state import StateIndex
 from laketide.table import Table
-from laketide.writer.batch_writer import BatchWriter, LoadedBatch, StagedWrite
+from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.driver_batch import DriverBatch
+from laketide.writer.micro_batch import LoadedBatch, StagedWrite
 from laketide.writer.session import quarantine_path
 
 

@@ -1,10 +1,10 @@
 """One micro-batch into the table, whoever read it: begin, quarantine, plan, write, commit, table services, report.
 
 ``BatchWriter`` is Spark-free. The Spark adapter (``spark/pipeline.py``) reads each micro-batch of the stream
-into a ``MicroBatch`` (``DriverBatch`` in the driver's threads, or ``SparkBatch`` on the executors) and hands
-it here; the Python write API (``writer/write_api.py``) hands it a ``DriverBatch`` of an Arrow table. The work
-on records is done by the stage functions (``writer.stages``), and only one small write status per file
-comes back to decide the commit.
+into a ``MicroBatch`` (``writer/micro_batch.py``: ``DriverBatch`` in the driver's threads, or ``SparkBatch`` on the
+executors) and hands it here; the Python write API (``writer/write_api.py``) hands it a ``DriverBatch`` of an
+Arrow table. The work on records is done by the stage functions (``writer.stages``), and only one small write
+status per file comes back to decide the commit.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Protocol, TypeVar
+from dataclasses import replace
+from typing import TypeVar
 
 import pyarrow as pa
 
@@ -26,7 +26,7 @@ from laketide.index.columns import assigned_schema
 from laketide.index.state import StateIndex
 from laketide.index.sync import ForeignWrites
 from laketide.table import Table
-from laketide.table.format.commit import SCHEMA_KEY, WriteStat
+from laketide.table.format.commit import SCHEMA_KEY
 from laketide.table.format.damage import TableDamaged
 from laketide.table.format.instant import COMMIT, DELTA_COMMIT, REPLACE_COMMIT
 from laketide.table.format.schema import avro_schema_json
@@ -36,6 +36,8 @@ from laketide.writer import stages
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.landing import copy_aside
+from laketide.writer.message_tally import MessageTally
+from laketide.writer.micro_batch import LoadedBatch, MicroBatch, StagedWrite
 from laketide.writer.planning import FirstKeys, every_file_group, plan_instant
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.prepare import TRUNCATE, PrepareSpec, Tally
@@ -51,57 +53,6 @@ OPERATION_TYPES = {
     "bulk_insert": "BULK_INSERT",
     "delete_partition": "DELETE_PARTITION",
 }
-
-
-class MicroBatch(Protocol):
-    """The prepared rows of one micro-batch, wherever they are held; ``ran_on`` names who runs its stages."""
-
-    ran_on: str
-    tally: Tally  # what its messages held besides rows: those skipped, and the source tables of change events
-
-    @property
-    def records(self) -> int: ...
-
-    @property
-    def bad_rows(self) -> int: ...
-
-    def write_quarantine(
-        self, instant: str, more: list[tuple[str, str]], target: str, options: dict[str, str]
-    ) -> None: ...
-
-    def partitions(self) -> list[str]: ...
-
-    def assign_and_write(self, plan: stages.BatchPlan, assigned_schema: pa.Schema) -> list[stages.WriteStatus]: ...
-
-    def bulk_insert(self, plan: stages.BatchPlan) -> list[stages.WriteStatus]: ...
-
-    def release(self) -> None: ...
-
-
-@dataclass
-class LoadedBatch:
-    """A micro-batch as read: its rows, the columns of its records, and the landing files set aside."""
-
-    batch: MicroBatch
-    incoming: pa.Schema  # the records' columns, timestamps in UTC: what the table's schema evolves by
-    data_schema: pa.Schema  # the same columns as the batch's rows hold them
-    bad_files: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class StagedWrite:
-    """An instant whose files are written and marked, not yet committed (``BatchWriter.commit_staged``)."""
-
-    batch_id: int
-    instant: str
-    report: BatchReport
-    stats: list[WriteStat]
-    extra: dict[str, str]
-    replaced: dict[str, list[str]]
-    written: list[tuple[str, str]]  # (partition, file id) of every file group written
-    foreign: ForeignWrites
-    action: str = COMMIT  # the instant's action, and Hudi's name of its operation
-    operation: str = "UPSERT"
 
 
 class BatchWriter:
@@ -148,8 +99,7 @@ class BatchWriter:
         self.source_table = SourceTable(
             table, config.source.debezium.ordering if config.source.envelope == "debezium" else None
         )
-        self._warned_fields: set[str] = set()  # columns of change events not written, each warned of once
-        self._warned_binlog = False
+        self.message_tally = MessageTally(coordinator.metrics)
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
         self.batch_lock = threading.RLock()
         self.metrics = coordinator.metrics
@@ -193,7 +143,7 @@ class BatchWriter:
         self.clock.lap("read")
         try:
             skipped = dict(loaded.batch.tally.skipped)
-            self._count_skipped(loaded.batch.tally)
+            self.message_tally.count(loaded.batch.tally)
             if loaded.batch.records + len(loaded.bad_files) == 0:
                 # no instant for an empty micro-batch: an idle stream must not fill the timeline
                 return BatchReport(batch_id, None, skipped=True, empty=True, skipped_messages=skipped, table=self.label)
@@ -212,34 +162,6 @@ class BatchWriter:
         report.retries = report.requests.pop(RETRY, 0)
         self._count(report)
         return report
-
-    def _count_skipped(self, tally: Tally) -> None:
-        """Messages skipped, and columns the events carried that the rows lack: counted, each column warned of once."""
-        for kind, n in tally.skipped.items():
-            self.metrics.skipped_messages.labels(kind).inc(n)
-        if tally.binlog_behind:
-            self.metrics.binlog_behind.inc(tally.binlog_behind)
-            if not self._warned_binlog:
-                self._warned_binlog = True
-                log.warning(
-                    "%d MySQL change events have a binlog file number below one seen before them (up to %s): "
-                    "the binlog went "
-                    "back (a failover to another server, or RESET MASTER). Ordered by position they are older "
-                    "than the rows "
-                    "they follow and are dropped as late; set source.debezium.ordering = 'ts_ms' to order by "
-                    "commit time",
-                    tally.binlog_behind,
-                    tally.binlog_highest,
-                )
-        for name, n in tally.unknown_fields.items():
-            self.metrics.unknown_fields.labels(name).inc(n)
-            if name not in self._warned_fields:
-                self._warned_fields.add(name)
-                log.warning(
-                    "change events carry column %r, which source.schema does not declare: it is not written "
-                    "(add it to source.schema, or leave source.schema out to take every column from the events)",
-                    name,
-                )
 
     def stage(self, batch_id: int, loaded: LoadedBatch) -> StagedWrite | None:
         """Begin an instant and write its files, marked, without completing it; ``None`` when the batch is

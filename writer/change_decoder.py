@@ -46,7 +46,8 @@ from laketide.writer.schema_registry import schema_ids, unframed
 
 if TYPE_CHECKING:
     from laketide.table import Table
-    from laketide.writer.batch_writer import BatchWriter, LoadedBatch
+    from laketide.writer.batch_writer import BatchWriter
+    from laketide.writer.micro_batch import LoadedBatch
 
 # what a reader hands on for each Kafka record: its value, and where it was
 RECORD_SCHEMA = pa.schema(
@@ -147,8 +148,8 @@ class ChangeDecoder:
     def load(self, records: pa.Table, writer: BatchWriter, messages: Messages | None = None) -> LoadedBatch:
         """A micro-batch of ``records`` decoded and prepared in the driver's threads, for ``writer``'s table;
         ``messages``: its values parsed already (``parse``), as routing them to their tables did."""
-        from laketide.writer.batch_writer import LoadedBatch
         from laketide.writer.driver_batch import DriverBatch
+        from laketide.writer.micro_batch import LoadedBatch
 
         if messages is None and self.avro is None:
             messages = self.parse(records)  # once, for the row schemas and the rows

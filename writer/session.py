@@ -48,7 +48,8 @@ class WriterSession:
             job.finish(ended_by_itself=True)
 
     ``opened``: what ``check_table`` found, when the caller ran the checks before anything else started (the
-    streaming job runs them before Spark); else they run here. ``source``: the source's columns, which a new table
+    streaming job runs them before Spark, and opens the table before its checkpoint is touched), or the table it
+    opened; else the checks run here. ``source``: the source's columns, which a new table
     takes and an existing one is checked against. ``job_id`` and ``api_address`` name the holder in the lease;
     ``on_lost`` is called when the lease is lost. A ``streaming`` writer keeps its state with the table
     (``writer/job_state.py``), and a failure that ends its session is recorded there as its last word; one
