@@ -11,10 +11,10 @@ from laketide.index.assigner import (
     BucketAssigner,
     SmallFileGroup,
     UncoveredGroup,
-    dedupe,
     new_file_id,
 )
 from laketide.index.columns import ARRIVAL, FILE_ID, PARTITION
+from laketide.index.dedupe import dedupe
 from laketide.index.shard_run import ShardRun
 from laketide.index.state import index_keys
 from laketide.table import FileIO

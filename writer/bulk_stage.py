@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.index.assigner import first_of_each_key
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EVENT_POSITION, KEY_HASH, PARTITION
+from laketide.index.dedupe import first_of_each_key
 from laketide.table.format.encoding import records_dictionary_columns
 from laketide.table.format.markers import CREATE, WriteMarkers
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY

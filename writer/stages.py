@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from laketide.index.assigner import AssignPlan, BucketAssigner, first_of_each_run
+from laketide.index.assigner import AssignPlan, BucketAssigner
 from laketide.index.bloom import BloomSpec
 from laketide.index.columns import (
     ARRIVAL,
@@ -33,6 +33,7 @@ from laketide.index.columns import (
     SHARD,
     WRITE_SLOT,
 )
+from laketide.index.dedupe import first_of_each_run
 from laketide.index.state import (
     IndexSnapshot,
     StateIndex,
