@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from laketide.table.errors import Invalid
 from laketide.table.storage.io import FileIO, InstantFileExists
@@ -60,7 +60,7 @@ class LeaseChoice:
                 "and the next writer records its lease again"
             ) from None
         kind = data.get("kind")
-        if kind not in ("local", "storage", "zookeeper"):
+        if kind not in get_args(LeaseKind):
             raise Invalid(
                 f"{io.full_path(LEASE_CHOICE)} names the lease {kind!r}, which laketide does not know; with no writer "
                 "running, delete it and the next writer records its lease again"

@@ -117,7 +117,7 @@ def run(
         config,
         writer_id,
         job_id=f"{config.stream.query_name}-{writer_id[:8]}",
-        opened=(table.io, table),
+        table=table,
         on_lost=lost.set,
         clock=StageClock(spark.sparkContext),
         on_step=on_step,

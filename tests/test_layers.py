@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,9 +63,13 @@ SOURCE_FOLDERS = ["src/laketide", "table", "index", "writer", "coordinator", "sp
 
 
 def _source_modules():
+    """Every source module with its parsed tree, sub-packages included; ``src/laketide``'s links to the other
+    folders are not followed (each module is read once, by its folder)."""
     for folder in SOURCE_FOLDERS:
-        for path in sorted((ROOT / folder).glob("*.py")):
-            yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text())
+        for where, _, files in os.walk(ROOT / folder):
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = Path(where) / name
+                yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text())
 
 
 def test_one_writer_session_and_no_subclass_of_the_core():

@@ -47,9 +47,9 @@ class WriterSession:
             report = job.writer.run(batch_id, load)
             job.finish(ended_by_itself=True)
 
-    ``opened``: what ``check_table`` found, when the caller ran the checks before anything else started (the
-    streaming job runs them before Spark, and opens the table before its checkpoint is touched), or the table it
-    opened; else the checks run here. ``source``: the source's columns, which a new table
+    ``table``: the table, when the caller opened it already (the streaming job opens it before its checkpoint is
+    touched); else it is opened here, with ``opened``, what ``check_table`` found when the caller ran the checks
+    before anything else started, or after running them here. ``source``: the source's columns, which a new table
     takes and an existing one is checked against. ``job_id`` and ``api_address`` name the holder in the lease;
     ``on_lost`` is called when the lease is lost. A ``streaming`` writer keeps its state with the table
     (``writer/job_state.py``), and a failure that ends its session is recorded there as its last word; one
@@ -66,6 +66,7 @@ class WriterSession:
         writer_id: str,
         *,
         job_id: str,
+        table: Table | None = None,
         opened: tuple[FileIO, Table | None] | None = None,
         source: pa.Schema | None = None,
         lease_wait: float | None = None,
@@ -79,7 +80,7 @@ class WriterSession:
         on_step: Callable[[str, int], None] | None = None,
     ):
         self.config, self.writer_id, self.job_id = config, writer_id, job_id
-        self.opened, self.source = opened, source
+        self.table, self.opened, self.source = table, opened, source
         self.lease_wait = config.coordinator.lease_wait if lease_wait is None else lease_wait
         self.on_lost, self.api_address = on_lost, api_address
         self.streaming, self.metrics = streaming, metrics
@@ -91,7 +92,7 @@ class WriterSession:
         """Open (or create) the table once every check passed, take its lease and assemble the running writer; a
         failure on the way releases the lease."""
         config = self.config
-        table = open_table(config, self.source, self.opened or check_table(config))
+        table = self.table or open_table(config, self.source, self.opened or check_table(config))
         lease = make_lease(config, table, self.job_id, self.api_address, self.on_lost, probed=True)
         holder = lease.acquire(self.lease_wait)
         log.info("lease of %s taken: %s", table.uri, holder.describe())
