@@ -33,7 +33,7 @@ from laketide.coordinator import LeaseLost
 from laketide.coordinator.services import TableServiceFailed
 from laketide.spark.kafka_source import KafkaDataLoss
 from laketide.spark.pipeline import MicroBatches
-from laketide.spark.session import spark_session
+from laketide.spark.session import builds_local_session, spark_session
 from laketide.spark.sources import generated_fits_driver, read_stream, source_schema
 from laketide.spark.stage_clock import StageClock
 from laketide.spark.workers import warm_workers
@@ -103,10 +103,14 @@ def run(
     opened = check_table(config)  # the table first: a store or bucket that is wrong is named by the table's path
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
     check_exchange_dir(config.write.exchange_dir, config.storage.io_options)
-    tasks = not generated_fits_driver(config)
+    local = builds_local_session(config.spark)
+    driver_limit = config.write.driver_limit(local)
+    tasks = not generated_fits_driver(config, driver_limit)
     spark = spark_session(config.spark, tasks)
     spark.sparkContext.setLogLevel("WARN")
-    if tasks:
+    # on one machine most micro-batches fit the driver and never use the workers: the first that does not starts
+    # them, rather than two warmed ones being held from the start (165 MB each)
+    if tasks and not (local and driver_limit):
         threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()
     # the table is opened (or created) once every check passed, before the checkpoint gets its writer id: a refused
     # job leaves neither behind

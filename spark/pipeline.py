@@ -21,6 +21,7 @@ from laketide.index.columns import LANDED_COLUMNS
 from laketide.spark.generator import FIRST_ROW, GeneratorSpec, generated
 from laketide.spark.handoff import Layout
 from laketide.spark.kafka_offsets import KafkaOffsets
+from laketide.spark.session import on_one_machine
 from laketide.spark.sources import change_decoder, decodes_changes, generated_fits_driver, read_files, unreadable_files
 from laketide.spark.spark_batch import SparkBatch, prepare_pieces, prepare_records
 from laketide.table.storage.io import FileEntry, FileIO
@@ -97,6 +98,8 @@ class MicroBatchReader:
         config = writer.config
         self.spark, self.config, self.writer = spark, config, writer
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
+        # what a micro-batch may weigh for the driver to write it (``write.driver_batch_bytes``, by Spark's master)
+        self.driver_limit = config.write.driver_limit(local=on_one_machine(spark))
         self.offsets = KafkaOffsets(config)  # a Kafka source's lag, and its first micro-batch's size
         self.exchange_dir = config.write.exchange_dir or posixpath.join(config.table.path.rstrip("/"), EXCHANGE_DIR)
         # what a crash left in the exchange: no other writer holds the table's lease meanwhile
@@ -113,12 +116,11 @@ class MicroBatchReader:
     def _fits_driver(self, weight: int | None) -> bool:
         """Whether a micro-batch of ``weight`` bytes once decoded (``None``: unknown) is for the driver
         (``write.driver_batch_bytes``)."""
-        limit = self.config.write.driver_batch_bytes
-        return bool(limit) and weight is not None and weight <= limit
+        return bool(self.driver_limit) and weight is not None and weight <= self.driver_limit
 
     def _kafka_fits_driver(self, batch_id: int) -> bool:
         """Whether a Kafka micro-batch is small enough for the driver (``write.driver_batch_bytes``), by its offsets."""
-        if not self.config.write.driver_batch_bytes:
+        if not self.driver_limit:
             return False
         records = self.offsets.records(batch_id)
         return self._fits_driver(records * self.offsets.record_weight() if records is not None else None)
@@ -269,10 +271,10 @@ class MicroBatchReader:
         read straight from storage; any other input is collected from Spark, which reads it under its own rules.
         """
         source = self.config.source
-        if not self.config.write.driver_batch_bytes:
+        if not self.driver_limit:
             return None
         if source.format == "generator":
-            if not generated_fits_driver(self.config):
+            if not generated_fits_driver(self.config, self.driver_limit):
                 return None
             landed = self._generated(df, batch_id)
         elif source.format == "kafka":

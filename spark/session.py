@@ -56,6 +56,17 @@ LOCAL = {
 }
 
 
+def on_one_machine(spark: SparkSession) -> bool:
+    """Whether the session's master is local: Spark's tasks run on the driver's machine."""
+    return spark.sparkContext.master.startswith("local")
+
+
+def builds_local_session(config: SparkSection) -> bool:
+    """Whether the job will build a session on a local master (``_built``), known before it starts; under
+    spark-submit the master is not known until then, so not."""
+    return SUBMITTED_ENV not in os.environ and config.master.startswith("local")
+
+
 def spark_session(config: SparkSection, tasks: bool = True) -> SparkSession:
     """The job's session; ``tasks``: whether any micro-batch may run in Spark's tasks (``DRIVER_ONLY`` if not)."""
     wanted = WANTED if tasks else {**WANTED, **DRIVER_ONLY}

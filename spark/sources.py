@@ -63,10 +63,10 @@ def declared_schema(spark: SparkSession, source: SourceSection) -> StructType:
     return parsed
 
 
-def generated_fits_driver(config: JobConfig) -> bool:
-    """Whether a generator's micro-batches are written by the driver (``write.driver_batch_bytes``), which then makes
-    their rows itself: such a job runs no Spark task, so it keeps no Python worker (``spark.session``)."""
-    limit = config.write.driver_batch_bytes
+def generated_fits_driver(config: JobConfig, limit: int) -> bool:
+    """Whether a generator's micro-batches are written by the driver (at most ``limit`` bytes, the job's
+    ``write.driver_limit``), which then makes their rows itself: such a job runs no Spark task, so it keeps no
+    Python worker (``spark.session``)."""
     return (
         config.source.format == "generator"
         and bool(limit)

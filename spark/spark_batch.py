@@ -304,7 +304,6 @@ class SparkBatch:
         """Each write task takes one key range of the micro-batch (``writer.ranges``) and writes it, sorted
         by ``bulk_sort_keys``, into new file groups: each file group holds a contiguous range of keys."""
         global_keys = plan.index.global_keys
-        ordering_field = plan.assign.ordering_field
         cuts = ranges.cut_points(self.samples, self.write_tasks, plan.assign.new_group_records)
         exchange, prepared = self.exchange, self.prepared
         by_range = None
@@ -340,8 +339,7 @@ class SparkBatch:
             rows = mine(task)
             if rows is None:
                 return iter(())
-            order = bulk_stage.bulk_order(rows, ordering_field, global_keys)
-            return bulk_stage.bulk_insert(plan, bulk_stage.in_order(rows, order), task, token, len(order))
+            return bulk_stage.bulk_insert_range(plan, rows, task, token)
 
         return self._written(insert_sorted)
 

@@ -144,7 +144,11 @@ def test_a_kafka_micro_batch_takes_what_the_driver_holds_unless_capped_otherwise
 
 
 def test_driver_batch_bytes_takes_sizes_and_zero_but_not_negatives():
-    assert load_config(overrides=REQUIRED).write.driver_batch_bytes == 64 * 2**20
+    write = load_config(overrides=REQUIRED).write
+    assert write.driver_batch_bytes is None
+    # unset: larger on a local master, whose machine runs Spark's tasks too
+    assert (write.driver_limit(local=True), write.driver_limit(local=False)) == (256 * 2**20, 64 * 2**20)
+    assert load_config(overrides=[*REQUIRED, "write.driver_batch_bytes=0"]).write.driver_limit(local=True) == 0
     assert load_config(overrides=[*REQUIRED, "write.driver_batch_bytes=16MiB"]).write.driver_batch_bytes == 16 * 2**20
     assert load_config(overrides=[*REQUIRED, "write.driver_batch_bytes=0"]).write.driver_batch_bytes == 0
     with pytest.raises(ConfigError, match="driver_batch_bytes"):

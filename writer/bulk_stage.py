@@ -33,19 +33,19 @@ def bulk_sort_keys(ordering_field: str | None, global_keys: bool) -> list[tuple[
     return keys + winner + [(ARRIVAL_FILE, "descending"), (ARRIVAL, "descending")]
 
 
-def bulk_order(rows: pa.Table, ordering_field: str | None, global_keys: bool) -> np.ndarray:
-    """The row numbers of the records a bulk insert writes of ``rows``, one per key (the one that wins it), in
-    ``bulk_sort_keys`` order: ordered on the sort columns alone, no other column copied."""
+def bulk_order(
+    rows: pa.Table, ordering_field: str | None, global_keys: bool, at: np.ndarray | None = None
+) -> np.ndarray:
+    """The row numbers of the records a bulk insert writes of ``rows`` (of the rows ``at``, when given), one per key
+    (the one that wins it), in ``bulk_sort_keys`` order: ordered on the sort columns alone, no other column copied."""
     order = bulk_sort_keys(ordering_field, global_keys)
     sort_columns = rows.select([name for name, _ in order])
-    at = pc.sort_indices(sort_columns, sort_keys=order)
-    keys = sort_columns.select([RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]).take(at)
-    return at.to_numpy()[first_of_each_key(keys, global_keys)]
-
-
-def bulk_winners(rows: pa.Table, ordering_field: str | None, global_keys: bool) -> pa.Table:
-    """The records a bulk insert writes of ``rows`` (``bulk_order``), every column taken once."""
-    return rows.take(pa.array(bulk_order(rows, ordering_field, global_keys)))
+    if at is not None:
+        sort_columns = sort_columns.take(pa.array(at))
+    ordered = pc.sort_indices(sort_columns, sort_keys=order)
+    keys = sort_columns.select([RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]).take(ordered)
+    winners = ordered.to_numpy()[first_of_each_key(keys, global_keys)]
+    return winners if at is None else at[winners]
 
 
 # rows of a write task's range put in order at a time: the ordered copy is made a piece at a time, as the files take it
@@ -176,6 +176,13 @@ class _BulkFiles:
     def abort(self) -> None:
         for writer in self.open.values():
             writer.abort()
+
+
+def bulk_insert_range(plan: BatchPlan, rows: pa.Table, task: int, token: str | None) -> Iterator[pa.RecordBatch]:
+    """``bulk_insert`` of one task's key range, ``rows`` in any order: ordered here, in the task, and copied in that
+    order a piece at a time (``in_order``), so that no whole ordered copy is held beside them."""
+    order = bulk_order(rows, plan.assign.ordering_field, plan.index.global_keys)
+    return bulk_insert(plan, in_order(rows, order), task, token, len(order))
 
 
 def bulk_insert(

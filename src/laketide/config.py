@@ -56,6 +56,12 @@ class StreamSection(_Section):
     """The streaming query's name."""
 
 
+# what a micro-batch may weigh decoded for the driver to write it, unless ``write.driver_batch_bytes`` says: on a
+# local master, and elsewhere
+LOCAL_DRIVER_BATCH_BYTES = 256 * 2**20
+DRIVER_BATCH_BYTES = 64 * 2**20
+
+
 class WriteSection(_Section):
     """``operation`` is Hudi's ``hoodie.datasource.write.operation``: what every micro-batch does.
 
@@ -98,14 +104,23 @@ class WriteSection(_Section):
     index_compaction_deltas: int = Field(default=16, gt=0)
     """Index runs per shard before they are compacted (a shard without a base yet at its second run, and one
     whose runs hold a million entries and an eighth of its base, as a bulk load's do, at once)."""
-    driver_batch_bytes: Annotated[int, BeforeValidator(parse_size), Field(ge=0)] = 64 * 2**20
+    driver_batch_bytes: Annotated[int | None, BeforeValidator(parse_size), Field(ge=0)] = None
     """A micro-batch whose landing files total at most this once decoded (parquet: the footers' uncompressed
     size; JSON, CSV: the file size) is written by the driver in threads, without Spark stages
-    (``writer.driver_batch``); ``0``: always Spark's tasks."""
+    (``writer.driver_batch``); ``0``: always Spark's tasks. Unset: 256 MiB on a local master, whose machine runs
+    Spark's tasks too (there a stage only adds its scheduling and a hand-over through files: a 1M-row load took
+    1.2 s on the driver against 1.8 s through the tasks), and 64 MiB elsewhere, where the driver's memory is
+    sized for it (``docs/deploying.md``)."""
     exchange_dir: str | None = None
     """Where Spark's tasks hand a micro-batch's rows from one stage to the next (Arrow IPC files, deleted when
     the micro-batch ends): a path or URI every executor reaches, opened with ``storage.options``; unset,
     ``.hoodie/.laketide/exchange`` under the table."""
+
+    def driver_limit(self, local: bool) -> int:
+        """``driver_batch_bytes``, or its default for a job whose Spark master is ``local`` or not."""
+        if self.driver_batch_bytes is not None:
+            return self.driver_batch_bytes
+        return LOCAL_DRIVER_BATCH_BYTES if local else DRIVER_BATCH_BYTES
 
     @model_validator(mode="after")
     def _small_below_target(self) -> WriteSection:
@@ -267,12 +282,13 @@ class JobConfig(_Section):
 
     def kafka_offsets_per_trigger(self) -> int | None:
         """At most how many offsets a Kafka micro-batch spans: ``source.kafka.max_offsets_per_trigger``, else as many
-        records as the driver writes at once (``write.driver_batch_bytes`` at ``KAFKA_RECORD_BYTES`` a record), so a
-        backlog after a pause or a slow commit comes in micro-batches the driver's kept consumer reads, not in one that
-        goes to Spark's tasks, each of which opens a consumer of its own (seconds more, and a broker under load kept one
-        waiting minutes); ``None`` (no cap) when the driver writes nothing."""
+        records as the driver writes at once (``write.driver_batch_bytes``, 64 MiB when unset, whatever the master,
+        at ``KAFKA_RECORD_BYTES`` a record), so a backlog after a pause or a slow commit comes in micro-batches the
+        driver's kept consumer reads, not in one that goes to Spark's tasks, each of which opens a consumer of its own
+        (seconds more, and a broker under load kept one waiting minutes); ``None`` (no cap) when the driver writes
+        nothing."""
         given = self.source.kafka.max_offsets_per_trigger
-        return given or (self.write.driver_batch_bytes // KAFKA_RECORD_BYTES or None)
+        return given or (self.write.driver_limit(local=False) // KAFKA_RECORD_BYTES or None)
 
     def global_index(self, partitioned: bool) -> bool:
         """Whether the keys of a table (``partitioned`` or not) are unique across partitions: ``index.global``,

@@ -49,7 +49,7 @@ class KafkaSection(_Section):
     ``{"orders": {"0": 42, "1": -2}}`` (-2 earliest, -1 latest)."""
     max_offsets_per_trigger: int | None = Field(default=None, gt=0)
     """Offsets a micro-batch spans at most, shared by the partitions in proportion to their backlog; unset,
-    what ``write.driver_batch_bytes`` holds at 1 KiB a record (65,536 at its default), and no cap with
+    what ``write.driver_batch_bytes`` holds at 1 KiB a record (65,536 when it is unset, on any master), and no cap with
     ``driver_batch_bytes = 0`` (``JobConfig.kafka_offsets_per_trigger``)."""
     reader: Literal["auto", "spark", "python"] = "auto"
     """``auto``: Spark's Kafka source if its connector is on the classpath, else laketide's; ``spark``; ``python``."""
