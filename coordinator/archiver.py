@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from laketide.coordinator.actions import TimelineAction
 from laketide.coordinator.lifecycle import Coordinator
-from laketide.table.errors import Invalid
+from laketide.table.errors import Invalid, UnsupportedTableError
 from laketide.table.format.archive import ArchivedTimeline, archived_entry
 from laketide.table.format.clean import failed_writes, retained_by_last_clean
 from laketide.table.format.instant import (
@@ -86,6 +86,14 @@ def services_to_archive(timeline: Timeline, min_commits: int, max_commits: int, 
     return out
 
 
+# why a version 8 table is not archived, and what to do meanwhile
+ARCHIVE_V8 = (
+    "archival of a version 8 table (Hudi 1.x's LSM timeline under .hoodie/timeline/history/) is not written by "
+    "laketide yet: set archive.enabled = false for this table (its active timeline then keeps every instant), or "
+    "let a Hudi 1.x writer archive it"
+)
+
+
 class Archiver:
     def __init__(
         self,
@@ -99,6 +107,8 @@ class Archiver:
         ``view`` the file-system view of a timeline (the job passes its synced view)."""
         if not 0 < min_commits < max_commits:
             raise Invalid(f"archive needs 0 < min_commits < max_commits; got {min_commits} and {max_commits}")
+        if coordinator.table.config.version >= 8:
+            raise UnsupportedTableError(ARCHIVE_V8)
         self.coordinator = coordinator
         self.table = coordinator.table
         self.steps = TimelineAction(coordinator, "archive")  # archival only removes timeline files

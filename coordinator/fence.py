@@ -22,6 +22,7 @@ files, and a writer that decides after that finds its instant gone.
 
 from __future__ import annotations
 
+import base64
 import json
 import posixpath
 from dataclasses import dataclass
@@ -43,14 +44,21 @@ class Outcome:
     metadata: bytes = b""
 
     def to_bytes(self) -> bytes:
-        return json.dumps(
-            {"instant": self.instant, "outcome": self.outcome, "epoch": self.epoch, "metadata": self.metadata.decode()}
-        ).encode()
+        # a version 6 commit's metadata is JSON text, kept readable; a version 8 one is Avro, kept as base64
+        try:
+            body = {"metadata": self.metadata.decode()}
+        except UnicodeDecodeError:
+            body = {"metadata_base64": base64.b64encode(self.metadata).decode()}
+        return json.dumps({"instant": self.instant, "outcome": self.outcome, "epoch": self.epoch, **body}).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Outcome:
         raw = json.loads(data)
-        return cls(raw["instant"], raw["outcome"], int(raw["epoch"]), raw.get("metadata", "").encode())
+        if "metadata_base64" in raw:
+            metadata = base64.b64decode(raw["metadata_base64"])
+        else:
+            metadata = raw.get("metadata", "").encode()
+        return cls(raw["instant"], raw["outcome"], int(raw["epoch"]), metadata)
 
 
 class CommitFence:

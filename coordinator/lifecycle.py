@@ -30,6 +30,7 @@ from laketide.table.format.commit import (
     WriteStat,
     requested_replace,
 )
+from laketide.table.format.commit_avro import commit_bytes
 from laketide.table.format.compaction import pending_compactions
 from laketide.table.format.instant import (
     COMMIT,
@@ -76,7 +77,7 @@ class Coordinator:
         self.writer_id = writer_id
         self.clock = clock or InstantClock()
         self.retry = retry or RetryPolicy()
-        self.timeline_writer = TimelineWriter(table.io, table.config)
+        self.timeline_writer = TimelineWriter(table.io, table.config, self.clock)
         self._inflight: dict[str, dict[str, str]] = {}
         self._side_files = instant_side_files or (lambda instant: [])
         self._batch_of: dict[str, dict[str, int]] = {}
@@ -185,7 +186,8 @@ class Coordinator:
         requested = Instant(instant_time, action, State.REQUESTED)
         plan = requested_replace(operation, extra) if action == REPLACE_COMMIT else b""
         self.retry.run(lambda: self.timeline_writer.write(requested, plan), f"request {instant_time}")
-        body = CommitMetadata(extra_metadata=extra, operation_type=operation).to_json_bytes()
+        began = CommitMetadata(extra_metadata=extra, operation_type=operation)
+        body = commit_bytes(began, self.table.config.version, action == REPLACE_COMMIT)
         inflight = requested.with_state(State.INFLIGHT)
         self.retry.run(lambda: self.timeline_writer.write(inflight, body), f"mark {instant_time} inflight")
         with self._lock:
@@ -218,7 +220,7 @@ class Coordinator:
             partition_to_replace_file_ids=replaced_file_ids or {},
             compacted=pending_action == COMPACTION,
         )
-        body = metadata.to_json_bytes()
+        body = commit_bytes(metadata, self.table.config.version, action == REPLACE_COMMIT)
         completed = Instant(instant_time, action, State.COMPLETED)
         inflight = Instant(instant_time, pending_action or action, State.INFLIGHT)
         self._reconcile(instant_time, metadata)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -97,6 +98,9 @@ class Table:
         if schema is not None:
             config = config.model_copy(update={"create_schema": avro_schema_json(data_schema(schema), config.name)})
         io.makedirs(".hoodie")
+        if config.version >= 8:  # the timeline and its history have their own folders
+            history = config.extra.get("hoodie.timeline.history.path", "history")
+            io.makedirs(posixpath.join(config.timeline_dir, history))
         io.write_atomic(PROPERTIES_FILE, format_properties(config.to_properties()).encode())
         return cls(io, config)
 

@@ -32,6 +32,7 @@ from laketide.table.format.schema import (
     evolve,
     storage_schema,
 )
+from laketide.table.format.timeline import WRITTEN_VERSIONS
 from laketide.table.format.view import FileSystemView
 from laketide.table.storage.io import FileIO
 from laketide.table.table import Table
@@ -91,8 +92,16 @@ def check_writable(table: TableConfig, uri: str) -> None:
     """Refuse a table whose type, version or layout laketide does not write yet."""
     props = table.extra
     problems = []
-    if table.version != 6:
-        problems.append(f"hoodie.table.version = {table.version}; laketide writes table version 6 only")
+    if table.version not in WRITTEN_VERSIONS:
+        problems.append(
+            f"hoodie.table.version = {table.version}; laketide writes table versions "
+            + " and ".join(str(v) for v in WRITTEN_VERSIONS)
+        )
+    elif table.version >= 8 and table.table_type == "MERGE_ON_READ":
+        problems.append(
+            "a merge-on-read table of version 8: laketide does not write its log files (named by the deltacommit "
+            "that writes them) yet; it writes version 8 copy-on-write tables, and merge-on-read ones of version 6"
+        )
     if not table.populate_meta_fields:
         problems.append("hoodie.populate.meta.fields = false; laketide writes tables with Hudi's meta columns only")
     if table.base_file_format != "parquet":
@@ -167,7 +176,7 @@ def settled_config(job: TableSection, existing: TableConfig | None, uri: str) ->
                 f"there is no table at {uri} yet, and table.record_key is not set: give the column or columns that "
                 'identify a record (table.record_key = ["id"]) to create it'
             )
-        return TableConfig(
+        created = TableConfig(
             name=job.name or "laketide_table",
             table_type=job.type or "COPY_ON_WRITE",
             record_key_fields=list(job.record_key),
@@ -176,8 +185,12 @@ def settled_config(job: TableSection, existing: TableConfig | None, uri: str) ->
             merge_mode=job.merge_mode or default_merge_mode(job.ordering_field),
             hive_style_partitioning=bool(job.hive_style_partitioning),
             urlencode_partitions=job.urlencode_partitions if job.urlencode_partitions is not None else True,
+            version=job.version or 6,
         )
+        check_writable(created, uri)
+        return created
     check_writable(existing, uri)
+    _agree("version", job.version, "hoodie.table.version", existing.version, uri)
     _agree("name", job.name, "hoodie.table.name", existing.name, uri)
     _agree("type", job.type, "hoodie.table.type", existing.table_type, uri)
     _agree("record_key", job.record_key, "hoodie.table.recordkey.fields", existing.record_key_fields, uri)

@@ -55,6 +55,10 @@ class TableKeys(_Section):
     """``field=value`` partition directories; unset, false."""
     urlencode_partitions: bool | None = None
     """Escape partition values as Hudi does (``hoodie.datasource.write.partitionpath.urlencode``); unset, true."""
+    version: Literal[6, 8] | None = None
+    """A new table's ``hoodie.table.version``: ``6`` (unset), what Hudi 0.14 and 0.15 write and read, or ``8``,
+    Hudi 1.0's (its timeline under ``.hoodie/timeline/`` with completion times, Avro commit metadata), which
+    Hudi 0.x cannot read. Version 8 tables are written copy-on-write, without archival, so far."""
 
     @field_validator("name")
     @classmethod

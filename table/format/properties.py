@@ -130,6 +130,16 @@ def _split_fields(value: str | None) -> list[str]:
     return [f for f in (value or "").split(",") if f]
 
 
+# hoodie.table.keygenerator.type of a version 8 table, by key generator class (Hudi's KeyGeneratorType)
+_KEY_GENERATOR_TYPES = {
+    "SimpleKeyGenerator": "SIMPLE",
+    "ComplexKeyGenerator": "COMPLEX",
+    "NonpartitionedKeyGenerator": "NON_PARTITION",
+    "TimestampBasedKeyGenerator": "TIMESTAMP",
+    "CustomKeyGenerator": "CUSTOM",
+}
+
+
 # hoodie.table.type as Hudi writes it, and as older writers abbreviated it
 _TABLE_TYPES: dict[str, Literal["COPY_ON_WRITE", "MERGE_ON_READ"]] = {
     "COPY_ON_WRITE": "COPY_ON_WRITE",
@@ -251,4 +261,18 @@ class TableConfig(BaseModel):
             props["hoodie.record.merge.strategy.id"] = MERGE_STRATEGY_ID[self.merge_mode]
         if self.create_schema:
             props["hoodie.table.create.schema"] = self.create_schema
+        if self.version >= 8:
+            props.update(self._version_8_properties(props))
         return props
+
+    def _version_8_properties(self, props: dict[str, str]) -> dict[str, str]:
+        """What a version 8 table records besides (``HoodieTableConfig`` of Hudi 1.0; a table made version 8 keeps
+        the version it began at)."""
+        return {
+            "hoodie.table.initial.version": props.get("hoodie.table.initial.version", str(self.version)),
+            "hoodie.timeline.path": props.get("hoodie.timeline.path", "timeline"),
+            "hoodie.timeline.history.path": props.get("hoodie.timeline.history.path", "history"),
+            "hoodie.table.keygenerator.type": _KEY_GENERATOR_TYPES.get(
+                props["hoodie.table.keygenerator.class"].rsplit(".", 1)[-1], "SIMPLE"
+            ),
+        }

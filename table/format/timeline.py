@@ -15,11 +15,13 @@ from typing import TypeVar
 from laketide.table.errors import NotFound, UnsupportedTableError
 from laketide.table.format.commit import CommitMetadata
 from laketide.table.format.damage import reading_timeline_file
-from laketide.table.format.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State
+from laketide.table.format.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, InstantClock, State
 from laketide.table.format.properties import TableConfig
-from laketide.table.storage.io import FileIO
+from laketide.table.storage.io import FileIO, InstantFileExists
 
 T = TypeVar("T")
+# the table versions laketide writes: 6 (Hudi 0.14 and 0.15) and 8 (Hudi 1.0)
+WRITTEN_VERSIONS = (6, 8)
 DRAW_ATTEMPTS = 3  # archival and cleans move files a few times an hour, not a second
 
 
@@ -171,29 +173,68 @@ class Timeline:
 
 
 class TimelineWriter:
-    """Writes instant transitions of a version 6 timeline, each one atomically."""
+    """Writes instant transitions, each one atomically, to a timeline of layout 1 (table version 6) or 2 (8).
 
-    def __init__(self, io: FileIO, config: TableConfig):
-        if config.version >= 8:
+    Under layout 2 a completed file is named by its instant and its completion time,
+    ``<requested>_<completed>.<action>`` (Hudi 1.x's ``InstantFileNameGenerator`` for version 8); the completion time
+    comes from ``clock`` when the file is written. An instant is completed once: its completed file is looked up by
+    listing, so a retried completion finds the file an earlier attempt wrote, under whatever completion time.
+    """
+
+    def __init__(self, io: FileIO, config: TableConfig, clock: InstantClock | None = None):
+        if config.version not in WRITTEN_VERSIONS:
             raise UnsupportedTableError(
-                f"writing table version {config.version} is not supported yet; laketide writes version 6 tables"
+                f"writing table version {config.version} is not supported; laketide writes versions "
+                + " and ".join(str(v) for v in WRITTEN_VERSIONS)
             )
         self.io = io
         self.config = config
+        self.clock = clock or InstantClock()
+        self._layout = config.timeline_layout_version
 
     def path(self, instant: Instant) -> str:
-        return posixpath.join(self.config.timeline_dir, instant.file_name(self.config.timeline_layout_version))
+        """The file of ``instant``; a completed one of layout 2 without its completion time is the one on the timeline
+        (``InstantNotFound`` when there is none)."""
+        if self._layout >= 2 and instant.is_completed and instant.completion_time is None:
+            found = self._completed(instant)
+            if found is None:
+                raise InstantNotFound(instant.timestamp, f"{instant.timestamp} has no completed {instant.action} file")
+            instant = found
+        return posixpath.join(self.config.timeline_dir, instant.file_name(self._layout))
 
     def write(self, instant: Instant, body: bytes = b"") -> Instant:
-        """Write the file of ``instant``. A completed instant is never overwritten."""
+        """Write the file of ``instant`` and return it (with its completion time under layout 2). A completed
+        instant is never overwritten, nor completed twice."""
+        if self._layout >= 2 and instant.is_completed:
+            if self._completed(instant) is not None:
+                raise InstantFileExists(f"{instant.timestamp} is already completed as a {instant.action}")
+            if instant.completion_time is None:
+                instant = instant.with_state(State.COMPLETED, self.clock.next(after=instant.timestamp))
         self.io.write_atomic(self.path(instant), body, overwrite=not instant.is_completed)
         return instant
 
     def exists(self, instant: Instant) -> bool:
+        if self._layout >= 2 and instant.is_completed:
+            return self._completed(instant) is not None
         return self.io.is_file(self.path(instant))
 
     def delete(self, instant: Instant) -> None:
+        if self._layout >= 2 and instant.is_completed and instant.completion_time is None:
+            found = self._completed(instant)
+            if found is None:
+                return
+            instant = found
         self.io.delete(self.path(instant))
+
+    def _completed(self, instant: Instant) -> Instant | None:
+        """The completed instant of ``instant``'s time and action on a layout 2 timeline, from a listing."""
+        prefix, suffix = f"{instant.timestamp}_", f".{instant.action}"
+        for entry in self.io.list_dir(self.config.timeline_dir):
+            if entry.name.startswith(prefix) and entry.name.endswith(suffix):
+                found = Instant.parse_file_name(entry.name, self._layout)
+                if found is not None and found.is_completed and found.action == instant.action:
+                    return found
+        return None
 
     def delete_all_states(self, timestamp: str, action: str) -> None:
         """Remove the completed, then the inflight, then the requested file of one instant.

@@ -1,0 +1,142 @@
+"""Writing table version 8 (Hudi 1.0): a new table, and copies of the tables Apache Hudi 1.x wrote, take upserts
+that hudi-rs reads back equal to a model, at every write; the timeline is layout 2, its commit metadata Avro."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import zipfile
+from pathlib import Path
+
+import fastavro
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from conftest import SPARK_TABLES, hudi_read, rows
+from streaming import DATA_COLUMNS, Model, row
+from test_write_api import SCHEMA
+
+import laketide
+from laketide.table import Table
+from laketide.table.errors import LaketideError
+
+CORPUS = Path(__file__).parent / "fixtures" / "hudi-1x"
+# laketide writes version 8 copy-on-write tables without archival so far (the LSM history is not written yet)
+V8 = {"table": {"version": 8}, "archive": {"enabled": False}, "write": {"index_shards": 2, "parallelism": 2}}
+NEW_TABLE = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "name": "orders"}
+META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
+        "_hoodie_file_name"]  # fmt: skip
+
+
+def _arrow(lines: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA)
+
+
+def test_a_new_version_8_table_takes_upserts_that_hudi_rs_reads_at_every_write(tmp_path):
+    path, model, seen = str(tmp_path / "orders"), Model(), {}
+    batches = [
+        [row(i, 1) for i in range(1, 41)],
+        [row(i, 2) for i in range(30, 51)] + [row(3, 2, deleted=True)],
+        [row(i, 3) for i in (1, 2, 60)] + [row(7, 3, deleted=True)],
+    ]
+    for lines in batches:
+        laketide.write(path, _arrow(lines), settings=V8, **NEW_TABLE)
+        model.apply(lines)
+        commit = Table.open(path).timeline.latest_completed_write()
+        assert commit is not None
+        seen[commit.timestamp] = model.expected()
+        assert rows(hudi_read(path), "id", DATA_COLUMNS) == model.expected()
+    for instant, expected in seen.items():  # hudi-rs's time travel, by each write's instant
+        assert rows(hudi_read(path, as_of=instant), "id", DATA_COLUMNS) == expected, instant
+
+    table = Table.open(path)
+    props = table.config.extra
+    assert props["hoodie.table.version"] == "8" and props["hoodie.timeline.layout.version"] == "2"
+    assert props["hoodie.table.initial.version"] == "8" and props["hoodie.timeline.path"] == "timeline"
+    assert props["hoodie.table.keygenerator.type"] == "SIMPLE"
+    timeline = tmp_path / "orders" / ".hoodie" / "timeline"
+    assert (timeline / "history").is_dir()
+    completed = sorted(p.name for p in timeline.iterdir() if re.fullmatch(r"\d{17}_\d{17}\.commit", p.name))
+    assert [name[:17] for name in completed] == list(seen)
+    for name in completed:
+        requested, done = name.removesuffix(".commit").split("_")
+        assert done > requested
+        with open(timeline / name, "rb") as body:  # Avro, as Hudi 1.x writes a commit's metadata
+            reader = fastavro.reader(body)
+            assert reader.writer_schema["name"] == "org.apache.hudi.avro.model.HoodieCommitMetadata"
+            record = next(iter(reader))
+        assert record["operationType"] in ("UPSERT", "BULK_INSERT", "INSERT")
+        assert all(s["fileId"] and s["path"] for stats in record["partitionToWriteStats"].values() for s in stats)
+    assert not list((tmp_path / "orders" / ".hoodie").glob("*.commit"))  # nothing at layout 1's place
+
+
+def test_java_avro_reads_each_version_8_commit_against_the_schema_hudi_1x_writes(spark, tmp_path):
+    """Every Avro file of the timeline a version 8 write leaves (inflight and completed commits), read by Java's
+    Avro (from the pyspark wheel) resolved against the schema Apache Hudi 1.0 itself put in a commit of the
+    corpus, as Hudi's ``TimelineMetadataUtils`` resolves it against its own."""
+    hudi = _corpus_table("v8_nonpartitioned", tmp_path / "corpus") / ".hoodie" / "timeline"
+    with open(next(hudi.glob("*_*.commit")), "rb") as body:
+        hudis_schema = fastavro.reader(body).metadata["avro.schema"]
+    path = tmp_path / "orders"
+    for ts in (1, 2):
+        laketide.write(str(path), _arrow([row(i, ts) for i in range(1, 21)]), settings=V8, **NEW_TABLE)
+    jvm = spark._jvm
+    schema = jvm.org.apache.avro.Schema.Parser().parse(hudis_schema)
+    decoded = 0
+    for file in sorted((path / ".hoodie" / "timeline").iterdir()):
+        data = file.read_bytes() if file.is_file() else b""
+        if not data.startswith(b"Obj\x01"):
+            continue
+        stream = jvm.org.apache.avro.file.SeekableByteArrayInput(bytearray(data))
+        reader = jvm.org.apache.avro.file.DataFileReader(stream, jvm.org.apache.avro.generic.GenericDatumReader(schema))
+        record = json.loads(str(reader.next().toString()))
+        assert record["operationType"], file.name
+        decoded += 1
+    assert decoded == 4  # two inflight, two completed
+
+
+def _corpus_table(name: str, root: Path) -> Path:
+    archive = CORPUS / f"{name}.zip" if (CORPUS / f"{name}.zip").exists() else SPARK_TABLES / f"{name}.zip"
+    with zipfile.ZipFile(archive) as zf:
+        zf.extractall(root, [m for m in zf.namelist() if not m.startswith("__MACOSX")])
+    return root / name
+
+
+@pytest.mark.parametrize("name", ["v8_complexkeygen_hivestyle", "v8_nonpartitioned", "v8_simplekeygen_nonhivestyle"])
+def test_a_version_8_table_hudi_wrote_takes_upserts(tmp_path, name):
+    """Updates to every other row and two new rows, made from the table's own rows (every type it holds);
+    hudi-rs reads the model after: the rows before, the updates applied, the new rows added."""
+    path = _corpus_table(name, tmp_path)
+    before = hudi_read(path)
+    data = before.drop_columns([c for c in META if c in before.column_names])
+    updated = data.filter(pa.array([i % 2 == 0 for i in range(data.num_rows)]))
+    at = updated.schema.get_field_index("longField")  # the ordering field: a later value wins
+    updated = updated.set_column(at, updated.schema.field(at), pc.add(updated["longField"], 1000))
+    fresh = data.slice(0, 2).set_column(0, "id", pa.array([9001, 9002], data.schema.field("id").type))
+    batch = pa.concat_tables([updated, fresh])
+    laketide.write(str(path), batch, settings={"archive": {"enabled": False}, "write": {"parallelism": 2}})
+
+    key = ["id", "name"] if name == "v8_complexkeygen_hivestyle" else ["id"]
+    expected = {tuple(r[k] for k in key): r for r in data.to_pylist()}
+    expected.update({tuple(r[k] for k in key): r for r in batch.to_pylist()})
+    after = hudi_read(path)
+    assert Table.open(str(path)).config.version == 8
+    got = after.drop_columns([c for c in META if c in after.column_names])
+    assert sorted(map(repr, got.to_pylist())) == sorted(map(repr, expected.values()))
+
+
+def test_a_version_8_merge_on_read_table_and_archival_are_refused_naming_the_way_out(tmp_path):
+    with pytest.raises(LaketideError, match="merge-on-read table of version 8"):
+        laketide.write(str(tmp_path / "mor"), _arrow([row(1, 1)]), table_type="MERGE_ON_READ", settings=V8, **NEW_TABLE)
+    with pytest.raises(LaketideError, match=r"archive\.enabled = false"):
+        laketide.write(str(tmp_path / "cow"), _arrow([row(1, 1)]), settings={"table": {"version": 8}}, **NEW_TABLE)
+    assert not (tmp_path / "mor").exists() and not (tmp_path / "cow" / ".hoodie").exists()
+
+
+def test_a_version_6_table_refuses_table_version_8(tmp_path):
+    path = str(tmp_path / "orders")
+    laketide.write(path, _arrow([row(1, 1)]), settings={"write": {"parallelism": 2}}, **NEW_TABLE)
+    with pytest.raises(LaketideError, match=r"table\.version = 8, but the table"):
+        laketide.write(path, _arrow([row(2, 1)]), settings=V8)
+    shutil.rmtree(path)
