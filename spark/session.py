@@ -58,7 +58,7 @@ LOCAL = {
 
 def on_one_machine(spark: SparkSession) -> bool:
     """Whether the session's master is local: Spark's tasks run on the driver's machine."""
-    return spark.sparkContext.master.startswith("local")
+    return (spark.sparkContext.master or "").startswith("local")
 
 
 def builds_local_session(config: SparkSection) -> bool:
