@@ -94,19 +94,10 @@ def _folded_by_compaction(timeline: Timeline, target: str) -> None:
 
 
 def _dependent_logs(io: FileIO, view: FileSystemView, target: str, files: set[str]) -> None:
-    others = [
-        lf.path
-        for group in view.groups.values()
-        for lf in group.log_files
-        if lf.base_instant == target and lf.path not in files
-    ]
-    writers = set()
-    for path in others:
-        try:
-            with io.open_input(path) as f:
-                writers.add(first_block_instant(f))
-        except (CorruptLog, FileNotFoundError):
-            continue
+    if view.timeline.config.version >= 8:
+        writers = _writers_on_slices_of(view, target)
+    else:
+        writers = _writers_of_logs_named(io, view, target, files)
     visible = sorted(w for w in writers if w is not None and view.timeline.is_completed_write(w))
     if visible:
         raise DataLossRefused(
@@ -148,3 +139,31 @@ def _fallback_slices(view: FileSystemView, target: str, metadata: CommitMetadata
                     "rewrote there would be lost. "
                     "Restore a savepoint instead (laketide savepoint list TABLE)"
                 )
+
+
+def _writers_on_slices_of(view: FileSystemView, target: str) -> set[str | None]:
+    """Version 8: the later deltacommits whose log files (each named by its deltacommit) lie in the file groups where
+    ``target`` wrote a base file, so on the slices it started."""
+    return {
+        lf.base_instant
+        for group in view.groups.values()
+        if any(b.instant_time == target for b in group.base_files)
+        for lf in group.log_files
+        if lf.base_instant > target
+    }
+
+
+def _writers_of_logs_named(io: FileIO, view: FileSystemView, target: str, files: set[str]) -> set[str | None]:
+    """Version 6: the instants that began the log files named by ``target`` (each names its slice's base instant),
+    other than ``target``'s own ``files``."""
+    writers: set[str | None] = set()
+    for group in view.groups.values():
+        for lf in group.log_files:
+            if lf.base_instant != target or lf.path in files:
+                continue
+            try:
+                with io.open_input(lf.path) as f:
+                    writers.add(first_block_instant(f))
+            except (CorruptLog, FileNotFoundError):
+                continue
+    return writers

@@ -20,6 +20,11 @@ from test_write_api import SCHEMA
 import laketide
 from laketide.table import Table
 from laketide.table.errors import LaketideError
+from laketide.table.format.files import BaseFile, LogFile
+from laketide.table.format.instant import Instant, State
+from laketide.table.format.properties import TableConfig
+from laketide.table.format.timeline import Timeline
+from laketide.table.format.view import FileSystemView
 
 CORPUS = Path(__file__).parent / "fixtures" / "hudi-1x"
 # laketide writes version 8 copy-on-write tables without archival so far (the LSM history is not written yet)
@@ -126,12 +131,57 @@ def test_a_version_8_table_hudi_wrote_takes_upserts(tmp_path, name):
     assert sorted(map(repr, got.to_pylist())) == sorted(map(repr, expected.values()))
 
 
-def test_a_version_8_merge_on_read_table_and_archival_are_refused_naming_the_way_out(tmp_path):
-    with pytest.raises(LaketideError, match="merge-on-read table of version 8"):
-        laketide.write(str(tmp_path / "mor"), _arrow([row(1, 1)]), table_type="MERGE_ON_READ", settings=V8, **NEW_TABLE)
+def test_a_new_version_8_merge_on_read_table_takes_upserts_and_compactions(tmp_path):
+    """Each deltacommit writes log files named by itself (Hudi 1.x's naming), compaction folds them into base files
+    and completes as a commit; hudi-rs reads the model after every write and as of each."""
+    path, model, seen = str(tmp_path / "orders"), Model(), {}
+    settings = {**V8, "compaction": {"mode": "inline", "delta_commits": 2}}
+    batches = [[row(i, 1) for i in range(1, 41)]] + [
+        [row(i, n) for i in range(n, 45, 3)] + [row(n * 7, n, deleted=True)] for n in range(2, 7)
+    ]
+    for lines in batches:
+        laketide.write(path, _arrow(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_TABLE)
+        model.apply(lines)
+        timeline = Table.open(path).timeline
+        newest = max(timeline.completed_writes(), key=lambda i: i.completion_time or "")
+        seen[newest.timestamp] = model.expected()
+        assert rows(hudi_read(path), "id", DATA_COLUMNS) == model.expected()
+    for instant, expected in seen.items():
+        assert rows(hudi_read(path, as_of=instant), "id", DATA_COLUMNS) == expected, instant
+
+    timeline = Table.open(path).timeline
+    deltacommits = {i.timestamp for i in timeline.completed_writes() if i.action == "deltacommit"}
+    compactions = [i for i in timeline.completed_writes() if i.action == "commit"]
+    assert deltacommits and compactions, "deltacommits, and compactions completed as commits"
+    logs = list((tmp_path / "orders").rglob(".*.log.*"))
+    assert logs and {p.name.split("_")[1].split(".")[0] for p in logs} <= deltacommits, "each log names its writer"
+    assert all(".log.1_" in p.name for p in logs)
+
+
+def test_a_version_8_log_belongs_to_the_slice_its_deltacommit_completed_on():
+    """A deltacommit that began before a compaction and completed after it: its log file is on the compacted slice
+    (Hudi 1.x's completion-time rule); one that completed before is folded into the compacted base file."""
+    config = TableConfig(name="t", table_type="MERGE_ON_READ", version=8, record_key_fields=["id"])
+    before, during, compaction = "20260101000000100", "20260101000000200", "20260101000000300"
+    instants = [
+        Instant("20260101000000000", "deltacommit", State.COMPLETED, "20260101000000050"),
+        Instant(before, "deltacommit", State.COMPLETED, "20260101000000150"),
+        Instant(during, "deltacommit", State.COMPLETED, "20260101000000400"),  # completed after the compaction began
+        Instant(compaction, "commit", State.COMPLETED, "20260101000000350"),
+    ]
+    timeline = Timeline(None, config, instants)  # type: ignore[arg-type]  # no file is read
+    base = [BaseFile("p", "fg-0", "0-0-0", t) for t in ("20260101000000000", compaction)]
+    logs = [LogFile("p", "fg-0", t, 1, "0-1-0") for t in (before, during)]
+    (latest,) = FileSystemView(timeline, base, logs).latest_slices()
+    assert latest.base_instant == compaction and [lf.base_instant for lf in latest.log_files] == [during]
+    (earlier,) = FileSystemView(timeline, base, logs).latest_slices(as_of=during)
+    assert [lf.base_instant for lf in earlier.log_files] == [before, during]
+
+
+def test_a_version_8_table_with_archival_on_is_refused_naming_the_way_out(tmp_path):
     with pytest.raises(LaketideError, match=r"archive\.enabled = false"):
         laketide.write(str(tmp_path / "cow"), _arrow([row(1, 1)]), settings={"table": {"version": 8}}, **NEW_TABLE)
-    assert not (tmp_path / "mor").exists() and not (tmp_path / "cow" / ".hoodie").exists()
+    assert not (tmp_path / "cow" / ".hoodie").exists()
 
 
 def test_a_version_6_table_refuses_table_version_8(tmp_path):

@@ -35,6 +35,8 @@ class LogTarget:
 
     version: int
     file_slice: FileSlice  # the group's latest committed slice, as the plan's view listed it
+    # the instant the log file is named by: version 8's deltacommit writing it; None, version 6's slice base instant
+    log_instant: str | None = None
 
     @property
     def partition(self) -> str:
@@ -138,7 +140,11 @@ class LogWriter:
         self.compression = compression
         self.placeholder = placeholder
         self.log_file = LogFile(
-            target.partition, target.file_id, target.base_instant, target.version, log_write_token(token, instant_time)
+            target.partition,
+            target.file_id,
+            target.log_instant or target.base_instant,
+            target.version,
+            log_write_token(token, instant_time),
         )
 
     def drop_late(self, incoming: pa.Table, span: OrderingSpan | None = None) -> tuple[pa.Table, int]:

@@ -137,7 +137,7 @@ def plan_instant(
         partition_depth=len(settings.partition_fields),
         ordering_field=settings.ordering_field if settings.merge_mode == EVENT_TIME else None,
         target_file_size=write.target_file_size,
-        log_targets=_log_targets(view, slices) if settings.table_type == "MERGE_ON_READ" else None,
+        log_targets=_log_targets(view, slices, instant) if settings.table_type == "MERGE_ON_READ" else None,
         write_slots=balanced_slots({s.file_id: s.size for s in slices}, write.parallelism),
         write_tasks=write.parallelism,
         table_empty=not latest,
@@ -177,15 +177,22 @@ def _uncovered_and_small_groups(
         groups.sort(key=lambda g: (g.capacity, g.file_id))
 
 
-def _log_targets(view: FileSystemView, slices: list[FileSlice]) -> dict[tuple[str, str], LogTarget]:
+def _log_targets(view: FileSystemView, slices: list[FileSlice], instant: str) -> dict[tuple[str, str], LogTarget]:
     """Merge-on-read: each live file group's next log file, on its latest committed slice.
 
-    Also while a compaction of the group is pending: its commit carries such logs over
-    to the slice it starts (``writer.compactor``), so every reader sees them throughout.
+    Version 6: named by the slice's base instant, one version past its last; also while a compaction of the
+    group is pending, whose commit carries such logs over to the slice it starts (``writer.compactor``), so every
+    reader sees them throughout. Version 8: named by ``instant``, the deltacommit writing it, version 1; which
+    slice it belongs to follows from when that deltacommit completes (``FileSystemView``), so nothing is carried.
     """
     targets = {}
+    by_instant = view.timeline.config.version >= 8
     for s in slices:
-        targets[(s.partition, s.file_id)] = LogTarget(view.next_log_version(s.partition, s.file_id, s.base_instant), s)
+        key = (s.partition, s.file_id)
+        if by_instant:
+            targets[key] = LogTarget(1, s, instant)
+        else:
+            targets[key] = LogTarget(view.next_log_version(s.partition, s.file_id, s.base_instant), s)
     return targets
 
 

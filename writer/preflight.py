@@ -97,11 +97,7 @@ def check_writable(table: TableConfig, uri: str) -> None:
             f"hoodie.table.version = {table.version}; laketide writes table versions "
             + " and ".join(str(v) for v in WRITTEN_VERSIONS)
         )
-    elif table.version >= 8 and table.table_type == "MERGE_ON_READ":
-        problems.append(
-            "a merge-on-read table of version 8: laketide does not write its log files (named by the deltacommit "
-            "that writes them) yet; it writes version 8 copy-on-write tables, and merge-on-read ones of version 6"
-        )
+
     if not table.populate_meta_fields:
         problems.append("hoodie.populate.meta.fields = false; laketide writes tables with Hudi's meta columns only")
     if table.base_file_format != "parquet":

@@ -9,7 +9,7 @@ so a table looks the same through this view as through theirs.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterable, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from laketide.table.format.files import PARTITION_METADATA, RESERVED_TOP_DIRS, BaseFile, LogFile, parse_data_file
@@ -115,6 +115,12 @@ class FileSystemView:
         # each group's latest slice as of now, before replaced groups drop out (None: nothing committed yet)
         self._current: dict[GroupKey, FileSlice | None] | None = None
         self._carried = carried or {}
+        # version 8: when each completed write completed, which places its log files in a slice
+        self._completions = (
+            {i.timestamp: i.completion_time for i in timeline.completed_writes() if i.completion_time}
+            if timeline.config.version >= 8
+            else {}
+        )
 
     @classmethod
     def load(cls, io: FileIO, timeline: Timeline) -> FileSystemView:
@@ -169,7 +175,8 @@ class FileSystemView:
         else:
             visible, earliest = self._visible_instants(as_of)
             candidates = (
-                (key, self._slice(group, visible, earliest, as_of)) for key, group in sorted(self.groups.items())
+                (key, self._slice(group, visible, earliest, as_of, self._completions))
+                for key, group in sorted(self.groups.items())
             )
         return [
             found
@@ -185,7 +192,7 @@ class FileSystemView:
             visible, earliest = self._visible_instants(None)
             carried = self._carried
             current = {
-                key: carried[key] if key in carried else self._slice(group, visible, earliest, None)
+                key: carried[key] if key in carried else self._slice(group, visible, earliest, None, self._completions)
                 for key, group in sorted(self.groups.items())
             }
             self._current, self._carried = current, {}
@@ -197,7 +204,18 @@ class FileSystemView:
         return {key: found for key, found in known.items() if keep(key)}
 
     @classmethod
-    def _slice(cls, group: FileGroup, visible: set[str], earliest: str | None, as_of: str | None) -> FileSlice | None:
+    def _slice(
+        cls,
+        group: FileGroup,
+        visible: set[str],
+        earliest: str | None,
+        as_of: str | None,
+        completions: Mapping[str, str] | None = None,
+    ) -> FileSlice | None:
+        """The group's newest committed slice. A version 6 log file names its slice's base instant; a version 8 one
+        names the deltacommit that wrote it, and belongs to the newest slice whose base instant is not after that
+        deltacommit's completion (``completions``; Hudi 1.x's file-slice rule, as hudi-rs's ``FileGroup.add_log_file``
+        applies it): a deltacommit that began before a compaction and completed after it is on the compacted slice."""
         base = None  # the newest committed base file (the last listed of equals, as a stable sort gives)
         for b in group.base_files:
             if (base is None or b.instant_time >= base.instant_time) and cls._committed(
@@ -205,16 +223,17 @@ class FileSystemView:
             ):
                 base = b
         start = base.instant_time if base else ""
+        completions = completions or {}
         logs = [
             lf
             for lf in group.log_files
-            if lf.base_instant >= start and cls._committed(lf.base_instant, visible, earliest, as_of)
+            if completions.get(lf.base_instant, lf.base_instant) >= start
+            and cls._committed(lf.base_instant, visible, earliest, as_of)
         ]
         if base is None and not logs:
             return None
-        logs.sort(
-            key=lambda lf: (lf.version, lf.write_token)
-        )  # Hudi's order (hudi-common HoodieLogFile.LogFileComparator)
+        # Hudi's order (hudi-common HoodieLogFile.LogFileComparator): by the instant a file is named by, then version
+        logs.sort(key=lambda lf: (lf.base_instant, lf.version, lf.write_token))
         return FileSlice(group.partition, group.file_id, start, base, logs)
 
     def next_log_version(self, partition: str, file_id: str, base_instant: str) -> int:
