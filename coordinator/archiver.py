@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from laketide.coordinator.actions import TimelineAction
 from laketide.coordinator.lifecycle import Coordinator
-from laketide.table.errors import Invalid, UnsupportedTableError
+from laketide.table.errors import Invalid
 from laketide.table.format.archive import ArchivedTimeline, archived_entry
 from laketide.table.format.clean import failed_writes, retained_by_last_clean
 from laketide.table.format.instant import (
@@ -39,6 +39,7 @@ from laketide.table.format.instant import (
     Instant,
     State,
 )
+from laketide.table.format.lsm_history import HistoryEntry, LsmHistory
 from laketide.table.format.markers import marked_instants
 from laketide.table.format.rollback import RollbackMetadata
 from laketide.table.format.timeline import Timeline
@@ -86,14 +87,6 @@ def services_to_archive(timeline: Timeline, min_commits: int, max_commits: int, 
     return out
 
 
-# why a version 8 table is not archived, and what to do meanwhile
-ARCHIVE_V8 = (
-    "archival of a version 8 table (Hudi 1.x's LSM timeline under .hoodie/timeline/history/) is not written by "
-    "laketide yet: set archive.enabled = false for this table (its active timeline then keeps every instant), or "
-    "let a Hudi 1.x writer archive it"
-)
-
-
 class Archiver:
     def __init__(
         self,
@@ -107,14 +100,15 @@ class Archiver:
         ``view`` the file-system view of a timeline (the job passes its synced view)."""
         if not 0 < min_commits < max_commits:
             raise Invalid(f"archive needs 0 < min_commits < max_commits; got {min_commits} and {max_commits}")
-        if coordinator.table.config.version >= 8:
-            raise UnsupportedTableError(ARCHIVE_V8)
         self.coordinator = coordinator
         self.table = coordinator.table
         self.steps = TimelineAction(coordinator, "archive")  # archival only removes timeline files
         self.min_commits = min_commits
         self.max_commits = max_commits
-        self.archived = ArchivedTimeline(self.table.io, self.table.config.archive_dir)
+        config = self.table.config
+        self.archived = ArchivedTimeline(self.table.io, config.archive_dir)
+        # version 8 archives into Hudi 1.x's LSM history instead of the archive log files
+        self.history = LsmHistory(self.table.io, config.history_dir) if config.version >= 8 else None
         self._index_instants = index_instants or (lambda: set())
         self._view = view or self.table.file_system_view
         self._settled = False  # whether an archival interrupted earlier has been finished
@@ -166,7 +160,10 @@ class Archiver:
         files = self._timeline_files(timeline, chosen)
         # until the deletes are done, a failure leaves work for the next round to finish
         self._settled = False
-        path = self.archived.append(archived_entry(i, timeline.read_bytes(i)) for i in files)
+        if self.history is not None:
+            path = self.history.append(self._history_entries(timeline, chosen))
+        else:
+            path = self.archived.append(archived_entry(i, timeline.read_bytes(i)) for i in files)
         coordinator.hold()
         self._delete(files)
         self._settled = True
@@ -178,7 +175,11 @@ class Archiver:
     def _finish_interrupted(self) -> None:
         """Delete the timeline files an archival wrote to the archive but had not deleted yet."""
         timeline = self.table.timeline
-        left = [i for i in self.archived.last_block_instants() if self.table.io.is_file(timeline.instant_path(i))]
+        if self.history is not None:
+            done = sorted(self.history.last_file_instants(), key=lambda i: i.timestamp)
+            left = [i for i in self._timeline_files(timeline, done) if self.table.io.is_file(timeline.instant_path(i))]
+        else:
+            left = [i for i in self.archived.last_block_instants() if self.table.io.is_file(timeline.instant_path(i))]
         if left:
             log.info("finishing an interrupted archival: %d timeline files left", len(left))
             self._delete(sorted(left, key=lambda i: (i.timestamp, i.state.rank)))
@@ -188,12 +189,37 @@ class Archiver:
         pending write."""
         self.steps.remove(*[i for i in files if not i.is_completed], *[i for i in files if i.is_completed])
 
+    def _history_entries(self, timeline: Timeline, chosen: list[Instant]) -> list[HistoryEntry]:
+        """Version 8: each chosen action as the LSM history holds it: its completed file, and its plan."""
+        return [
+            HistoryEntry(
+                instant.timestamp,
+                instant.completion_time or instant.timestamp,
+                instant.action,
+                timeline.read_bytes(instant) or None,
+                self._plan_of(timeline, instant),
+            )
+            for instant in chosen
+        ]
+
+    def _plan_of(self, timeline: Timeline, instant: Instant) -> bytes | None:
+        """The requested file's bytes, if any: for a commit that completed a compaction, the compaction's plan."""
+        io = self.table.io
+        requested = Instant(instant.timestamp, instant.action, State.REQUESTED)
+        compaction = Instant(instant.timestamp, COMPACTION, State.REQUESTED)
+        for planned in (compaction, requested) if instant.action == COMMIT else (requested,):
+            path = timeline.instant_path(planned)
+            if io.is_file(path):
+                return io.read_bytes(path) or None
+        return None
+
     def _timeline_files(self, timeline: Timeline, chosen: list[Instant]) -> list[Instant]:
         """Every timeline file (requested, inflight, completed) of the chosen instants that is on storage."""
         out = []
         for instant in chosen:
             for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
-                candidate = Instant(instant.timestamp, instant.action, state)
+                # the completed file is the chosen instant itself (under layout 2 its name holds its completion time)
+                candidate = instant if state is State.COMPLETED else Instant(instant.timestamp, instant.action, state)
                 if state is State.COMPLETED or self.table.io.is_file(timeline.instant_path(candidate)):
                     out.append(candidate)
             if instant.action == COMMIT:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import posixpath
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -99,8 +98,7 @@ class Table:
             config = config.model_copy(update={"create_schema": avro_schema_json(data_schema(schema), config.name)})
         io.makedirs(".hoodie")
         if config.version >= 8:  # the timeline and its history have their own folders
-            history = config.extra.get("hoodie.timeline.history.path", "history")
-            io.makedirs(posixpath.join(config.timeline_dir, history))
+            io.makedirs(config.history_dir)
         io.write_atomic(PROPERTIES_FILE, format_properties(config.to_properties()).encode())
         return cls(io, config)
 

@@ -21,7 +21,6 @@ CLI = str(Path(sys.executable).with_name("laketide"))
 @pytest.mark.parametrize(
     "fixture, key, partition, ordering, reason",
     [
-        ("v8_simplekeygen_nonhivestyle", "id", "byteField", "longField", "archive.enabled = false"),
         (
             "v6_simplekeygen_hivestyle_no_metafields",
             "id",

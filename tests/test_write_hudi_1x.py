@@ -22,12 +22,13 @@ from laketide.table import Table
 from laketide.table.errors import LaketideError
 from laketide.table.format.files import BaseFile, LogFile
 from laketide.table.format.instant import Instant, State
+from laketide.table.format.lsm_history import LsmHistory
 from laketide.table.format.properties import TableConfig
 from laketide.table.format.timeline import Timeline
 from laketide.table.format.view import FileSystemView
 
 CORPUS = Path(__file__).parent / "fixtures" / "hudi-1x"
-# laketide writes version 8 copy-on-write tables without archival so far (the LSM history is not written yet)
+# archival off, where a test looks at the whole active timeline
 V8 = {"table": {"version": 8}, "archive": {"enabled": False}, "write": {"index_shards": 2, "parallelism": 2}}
 NEW_TABLE = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "name": "orders"}
 META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
@@ -178,10 +179,44 @@ def test_a_version_8_log_belongs_to_the_slice_its_deltacommit_completed_on():
     assert [lf.base_instant for lf in earlier.log_files] == [before, during]
 
 
-def test_a_version_8_table_with_archival_on_is_refused_naming_the_way_out(tmp_path):
-    with pytest.raises(LaketideError, match=r"archive\.enabled = false"):
-        laketide.write(str(tmp_path / "cow"), _arrow([row(1, 1)]), settings={"table": {"version": 8}}, **NEW_TABLE)
-    assert not (tmp_path / "cow" / ".hoodie").exists()
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_a_version_8_table_archives_into_the_lsm_history_and_keeps_every_row(spark, tmp_path, table_type):
+    """Archival moves old actions off the active timeline into ``timeline/history`` (parquet files, manifests and
+    ``_version_``); layer 0 is merged once it holds 10 files, and only three snapshots' files stay. hudi-rs reads the
+    model after every write."""
+    path, model, seen = str(tmp_path / "orders"), Model(), {}
+    settings = {
+        "table": {"version": 8},
+        "write": {"index_shards": 2, "parallelism": 2},
+        "clean": {"retain_commits": 1},
+        "archive": {"min_commits": 2, "max_commits": 3},
+        "compaction": {"mode": "inline", "delta_commits": 2},
+    }
+    for n in range(1, 31):
+        lines = [row(i, n) for i in range(n % 7, 60, 7)]
+        laketide.write(path, _arrow(lines), table_type=table_type, settings=settings, **NEW_TABLE)
+        model.apply(lines)
+        seen[Table.open(path).timeline.latest_completed_write().timestamp] = model.expected()  # type: ignore[union-attr]
+        assert rows(hudi_read(path), "id", DATA_COLUMNS) == model.expected(), n
+
+    table = Table.open(path)
+    history = LsmHistory(table.io, table.config.history_dir)
+    archived = history.entries()
+    active = {i.timestamp for i in table.timeline.completed_writes()}
+    assert len(active) <= 4 and archived, "old writes left the active timeline"
+    assert {e.instant_time for e in archived if e.action in ("commit", "deltacommit")}.isdisjoint(active)
+    assert all(e.completion_time > e.instant_time and e.metadata for e in archived)
+    names = sorted(p.name for p in (tmp_path / "orders" / ".hoodie" / "timeline" / "history").iterdir())
+    assert "_version_" in names and len([n for n in names if n.startswith("manifest_")]) <= 3
+    assert any(n.endswith("_1.parquet") for n in names), "layer 0 was merged into layer 1"
+    assert len([n for n in names if n.endswith("_0.parquet")]) < 10
+    # Java's parquet reader (parquet-mr, in the pyspark wheel) reads the history's files as Hudi's reader does
+    history_files = [str(p) for p in (tmp_path / "orders" / ".hoodie" / "timeline" / "history").glob("*.parquet")]
+    read = spark.read.parquet(*[f"file://{f}" for f in history_files])
+    assert read.columns == ["instantTime", "completionTime", "action", "metadata", "plan", "version"]
+    assert read.count() >= len(archived)
+    newest, expected = list(seen.items())[-1]  # cleaning kept one commit: only the newest is there to travel to
+    assert rows(hudi_read(path, as_of=newest), "id", DATA_COLUMNS) == expected
 
 
 def test_a_version_6_table_refuses_table_version_8(tmp_path):

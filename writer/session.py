@@ -17,7 +17,6 @@ import pyarrow as pa
 
 from laketide.config import ConfigError, JobConfig
 from laketide.coordinator import Coordinator, Lease, LocalLease
-from laketide.coordinator.archiver import ARCHIVE_V8
 from laketide.coordinator.index_compaction import IndexCompaction
 from laketide.coordinator.lease_choice import LeaseChoice
 from laketide.coordinator.metrics import Metrics
@@ -34,7 +33,7 @@ from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.job_state import JobState, JobStateRecorder
-from laketide.writer.preflight import JobRefused, settled_config, table_config_for
+from laketide.writer.preflight import settled_config, table_config_for
 from laketide.writer.running import RunningJob
 from laketide.writer.table_services import after_commit, compactor_for, mirror_for, table_services
 
@@ -214,9 +213,7 @@ def check_table(config: JobConfig, new_table_key: Callable[[], list[str]] | None
     io, existing = _opened(config)
     if existing is None and not config.table.record_key and new_table_key is not None:
         config.table.record_key = new_table_key()
-    settled = settled_config(config.table, existing.config if existing else None, io.full_path(""))
-    if settled.version >= 8 and config.archive.enabled:
-        raise JobRefused(f"the table at {io.full_path('')} is version 8, and {ARCHIVE_V8}")
+    settled_config(config.table, existing.config if existing else None, io.full_path(""))
     if existing is not None:
         take_recorded_lease(config, io)
     if config.coordinator.lease == "storage" and isinstance(io, ObjectStoreFileIO):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import zlib
 from datetime import UTC, datetime
 from typing import Literal
@@ -176,6 +177,11 @@ class TableConfig(BaseModel):
         if self.version < 8:
             return ".hoodie"
         return ".hoodie/" + self.extra.get("hoodie.timeline.path", "timeline")
+
+    @property
+    def history_dir(self) -> str:
+        """Version 8: the LSM history archived instants go to (``hoodie.timeline.history.path``, under the timeline)."""
+        return posixpath.join(self.timeline_dir, self.extra.get("hoodie.timeline.history.path", "history"))
 
     @property
     def archive_dir(self) -> str:
