@@ -35,15 +35,14 @@ FLOWS = {
         "clean.async": "true",
     },
     "cow": {"clean.async": "false"},
-    # version 8 tables (Hudi 1.0's timeline), without archival: laketide does not write its LSM history yet
-    "cow-v8": {"clean.async": "false", "table.version": "8", "archive.enabled": "false"},
+    # version 8 tables (Hudi 1.0's timeline, archived into its LSM history)
+    "cow-v8": {"clean.async": "false", "table.version": "8"},
     "mor-async-v8": {
         "table.type": "MERGE_ON_READ",
         "compaction.mode": "async",
         "compaction.delta_commits": "2",
         "clean.async": "true",
         "table.version": "8",
-        "archive.enabled": "false",
     },
 }
 REFUSED = 4

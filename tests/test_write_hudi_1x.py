@@ -26,6 +26,7 @@ from laketide.table.format.lsm_history import LsmHistory
 from laketide.table.format.properties import TableConfig
 from laketide.table.format.timeline import Timeline
 from laketide.table.format.view import FileSystemView
+from laketide.table.inspect.timeline import services, timeline_page
 
 CORPUS = Path(__file__).parent / "fixtures" / "hudi-1x"
 # archival off, where a test looks at the whole active timeline
@@ -210,6 +211,10 @@ def test_a_version_8_table_archives_into_the_lsm_history_and_keeps_every_row(spa
     assert "_version_" in names and len([n for n in names if n.startswith("manifest_")]) <= 3
     assert any(n.endswith("_1.parquet") for n in names), "layer 0 was merged into layer 1"
     assert len([n for n in names if n.endswith("_0.parquet")]) < 10
+    # what the CLI, REST and the dashboard show of it
+    page = timeline_page(table, None, None, None, 200)
+    assert any(r.archived and r.action in ("commit", "deltacommit") and r.records for r in page.items)
+    assert services(table).archive.files >= 1
     # Java's parquet reader (parquet-mr, in the pyspark wheel) reads the history's files as Hudi's reader does
     history_files = [str(p) for p in (tmp_path / "orders" / ".hoodie" / "timeline" / "history").glob("*.parquet")]
     read = spark.read.parquet(*[f"file://{f}" for f in history_files])

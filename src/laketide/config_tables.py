@@ -58,7 +58,7 @@ class TableKeys(_Section):
     version: Literal[6, 8] | None = None
     """A new table's ``hoodie.table.version``: ``6`` (unset), what Hudi 0.14 and 0.15 write and read, or ``8``,
     Hudi 1.0's (its timeline under ``.hoodie/timeline/`` with completion times, Avro commit metadata), which
-    Hudi 0.x cannot read. Version 8 tables are written without archival so far (``archive.enabled = false``)."""
+    Hudi 0.x cannot read."""
 
     @field_validator("name")
     @classmethod

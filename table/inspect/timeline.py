@@ -36,8 +36,10 @@ from laketide.table.format.instant import (
     instant_to_datetime,
 )
 from laketide.table.format.logfile import CorruptLog, LogBlock, avro_records, read_blocks
+from laketide.table.format.lsm_history import HistoryEntry, LsmHistory
 from laketide.table.format.savepoint import SavepointMetadata, savepoints
 from laketide.table.lru import LruCache
+from laketide.table.storage.io import FileEntry
 
 if TYPE_CHECKING:
     from laketide.table.format.timeline import Timeline
@@ -172,9 +174,32 @@ def _block_rows(block: LogBlock) -> list[TimelineRow]:
     return sorted(latest.values(), key=lambda r: (r.instant, r.action), reverse=True)
 
 
+def _history_row(entry: HistoryEntry) -> TimelineRow:
+    row = TimelineRow(
+        instant=entry.instant_time, action=entry.action, kind=entry.action, state="COMPLETED", archived=True
+    )
+    if entry.action not in WRITE_ACTIONS or not entry.metadata:
+        return row
+    return _write_row(row, CommitMetadata.from_bytes(entry.metadata))
+
+
+def _history_newest_first(table: Table) -> Iterator[TimelineRow]:
+    """Version 8: the LSM history's actions, newest first, read once per snapshot and process."""
+    history = LsmHistory(table.io, table.config.history_dir)
+    key = (table.io.full_path(history.path), history.snapshot(), -1)
+    rows = ARCHIVE_BLOCKS.get(key)
+    if rows is None:
+        rows = [_history_row(e) for e in reversed(history.entries())]
+        ARCHIVE_BLOCKS.put(key, rows)
+    yield from rows
+
+
 def _archived_newest_first(table: Table) -> Iterator[TimelineRow]:
     """The archive's instants, newest first: files newest first, and in each its blocks (one per archival)
     newest first, each decoded only when the page reaches it, and once per process."""
+    if table.config.version >= 8:
+        yield from _history_newest_first(table)
+        return
     archive = ArchivedTimeline(table.io, table.config.archive_dir)
     for _, path in reversed(archive.files()):
         try:
@@ -228,12 +253,20 @@ def _last(instants: list[Instant], timeline: Timeline) -> ServiceRun | None:
     return ServiceRun(instant=newest.timestamp, state=newest.state.value, seconds=_seconds(newest, timeline))
 
 
+def _archive_files(table: Table) -> tuple[str, list[FileEntry]]:
+    """The archive's folder and files: version 8's LSM history (its parquet files), else the archive log files."""
+    if table.config.version >= 8:
+        path = table.config.history_dir
+        return path, [e for e in table.io.list_dir(path) if not e.is_dir and e.name.endswith(".parquet")]
+    path = table.config.archive_dir
+    return path, [e for e in table.io.list_dir(path) if not e.is_dir and archive_file_version(e.name) is not None]
+
+
 def _archive_info(table: Table) -> ArchiveInfo:
-    archive = ArchivedTimeline(table.io, table.config.archive_dir)
-    entries = [e for e in table.io.list_dir(archive.dir) if not e.is_dir and archive_file_version(e.name) is not None]
+    folder, entries = _archive_files(table)
     if not entries:
         return ArchiveInfo(files=0, bytes=0)
-    key = (table.io.full_path(archive.dir), tuple(sorted((e.name, e.size) for e in entries)))
+    key = (table.io.full_path(folder), tuple(sorted((e.name, e.size) for e in entries)))
     info = ARCHIVE_INFO.get(key)
     if info is None:
         newest = next(_archived_newest_first(table), None)  # the newest block's first row: what the last archival moved
