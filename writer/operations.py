@@ -27,10 +27,12 @@ from laketide.coordinator.savepoints import RestoreResult, Savepoints
 from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.table.errors import Invalid
-from laketide.table.format import metadata_table
+from laketide.table.format import metadata_table, table_version
 from laketide.table.format.clean import Retention
 from laketide.table.format.instant import InstantClock
 from laketide.table.format.savepoint import SavepointMetadata
+from laketide.table.format.table_version import VersionChange
+from laketide.table.format.timeline import WRITTEN_VERSIONS
 from laketide.table.mirror.delta_log import DeltaLog
 from laketide.table.mirror.delta_mirror import DeltaMirror, has_mirror
 from laketide.writer.compactor import CompactionResult, Compactor
@@ -190,6 +192,39 @@ class Operations:
         self.mirror = mirror
         versions = DeltaLog(self.table.io).versions()
         return MirrorOutcome(written, versions[-1] if versions else None)
+
+    def change_version(self, to: int, dry_run: bool = False, progress: Progress = None) -> VersionChange:
+        """Move the table to version ``to`` (6 or 8) as Hudi's ``UpgradeDowngrade`` does (``table_version``): first
+        roll back failed writes and, on a merge-on-read table, compact every slice that has logs (version 6 names a
+        log file by its slice's base instant, 8 by its deltacommit: neither reads the other's), then move the
+        timeline, the archive and ``hoodie.properties``. ``dry_run``: what would move, nothing changed."""
+        config = self.table.config
+        if to not in WRITTEN_VERSIONS:
+            raise Invalid(
+                f"--to {to}: laketide moves tables between versions {' and '.join(map(str, WRITTEN_VERSIONS))}"
+            )
+        if config.version == to:
+            removed = [] if dry_run else table_version.finish_upgrade(self.table.io)
+            return VersionChange(self.table.uri, config.version, to, removed=removed)
+        if config.version not in WRITTEN_VERSIONS:
+            raise Invalid(f"{self.table.uri} is table version {config.version}; laketide moves versions 6 and 8 only")
+        if dry_run:
+            move = table_version.upgrade_to_8 if to == 8 else table_version.downgrade_to_6
+            return move(self.table.io, config, dry_run=True)
+
+        def change() -> VersionChange:
+            self.coordinator.recover()
+            if config.table_type == "MERGE_ON_READ":
+                everything = CompactionSection(delta_commits=1)
+                compactor = Compactor(self.coordinator, everything)
+                compactor.run(progress)  # a pending compaction first, then one of every slice with logs
+                compactor.schedule()
+                compactor.run(progress)
+            move = table_version.upgrade_to_8 if to == 8 else table_version.downgrade_to_6
+            self.coordinator.hold()
+            return move(self.table.io, Table.open(self.table.uri, self.table.io).config)
+
+        return self._between(change)
 
     def drop_metadata_table(self, backup: bool = False) -> metadata_table.DropResult:
         """Disable and delete Hudi's metadata table (``backup``: move it aside instead), as Hudi does when it is

@@ -115,6 +115,11 @@ def _epoch_ms(ts: str) -> int:
     return int(instant_to_datetime(ts).timestamp() * 1000)
 
 
+def format_epoch_ms(ms: int) -> str:
+    """The instant time of a moment in milliseconds since the epoch (UTC)."""
+    return _format_ms(ms)
+
+
 def _format_ms(ms: int) -> str:
     dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return dt.strftime(_FORMAT) + f"{ms % 1000:03d}"

@@ -1,4 +1,5 @@
-"""Table services an operator runs by hand, under the table's lease: clean, compact, mirror, metadata drop.
+"""Table services an operator runs by hand, under the table's lease: clean, compact, mirror, metadata drop, and the
+table version's upgrade and downgrade.
 
 A running job runs these itself (clean.async, compaction.mode, mirror.delta), so each is refused while
 a job holds the lease, naming the setting that makes the job do it.
@@ -183,3 +184,55 @@ def metadata_drop(
         out.result(
             result, f"{uri}: metadata table disabled (partitions {', '.join(result.partitions) or 'none'}){where}"
         )
+
+
+def _change_version(table: str, to: int, dry_run: bool, zookeeper: str | None, zookeeper_root: str, as_json: bool):
+    out = Output(as_json)
+    with (
+        _operations(table, zookeeper, zookeeper_root, "stop the job first", take=not dry_run) as operations,
+        out.progress("compacting first", quiet=dry_run) as progress,
+    ):
+        change = operations.change_version(to, dry_run=dry_run, progress=progress)
+    if change.from_version == change.to_version:
+        out.result(change, f"{change.table} is already table version {to}")
+        return
+    verb = "would move" if dry_run else "moved"
+    out.result(
+        change,
+        f"{change.table}: {verb} from table version {change.from_version} to {change.to_version}: "
+        f"{change.timeline_files} timeline files, {change.archived_actions} archived actions",
+    )
+
+
+ToOpt = Annotated[int, typer.Option("--to", help="the table version to move to")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="say what would move, change nothing")]
+
+
+@app.command()
+@answers
+def upgrade(
+    table: TableArg,
+    to: ToOpt = 8,
+    dry_run: DryRunOpt = False,
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+    as_json: JsonOpt = False,
+) -> None:
+    """Move a table from version 6 to 8 (Hudi 1.x's), as Hudi's upgrade does: failed writes rolled back, a
+    merge-on-read table compacted, the timeline, archive and properties moved. Refused while a job holds the table."""
+    _change_version(table, to, dry_run, zookeeper, zookeeper_root, as_json)
+
+
+@app.command()
+@answers
+def downgrade(
+    table: TableArg,
+    to: ToOpt = 6,
+    dry_run: DryRunOpt = False,
+    zookeeper: ZkOpt = None,
+    zookeeper_root: ZkRootOpt = "/laketide",
+    as_json: JsonOpt = False,
+) -> None:
+    """Move a table from version 8 back to 6, which Hudi 0.x reads, as Hudi's downgrade does. Refused while a job
+    holds the table."""
+    _change_version(table, to, dry_run, zookeeper, zookeeper_root, as_json)
