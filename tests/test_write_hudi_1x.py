@@ -20,6 +20,7 @@ from test_write_api import SCHEMA
 import laketide
 from laketide.table import Table
 from laketide.table.errors import LaketideError
+from laketide.table.format import metadata_table
 from laketide.table.format.files import BaseFile, LogFile
 from laketide.table.format.instant import Instant, State
 from laketide.table.format.lsm_history import LsmHistory
@@ -76,6 +77,41 @@ def test_a_new_version_8_table_takes_upserts_that_hudi_rs_reads_at_every_write(t
         assert record["operationType"] in ("UPSERT", "BULK_INSERT", "INSERT")
         assert all(s["fileId"] and s["path"] for stats in record["partitionToWriteStats"].values() for s in stats)
     assert not list((tmp_path / "orders" / ".hoodie").glob("*.commit"))  # nothing at layout 1's place
+
+
+def test_the_empty_version_8_table_takes_its_first_rows(tmp_path):
+    path = _corpus_table("v8_empty", tmp_path)
+    schema = pa.schema([("id", pa.int32()), ("name", pa.string()), ("isActive", pa.bool_())])
+    first = pa.Table.from_pylist([{"id": i, "name": f"n{i}", "isActive": i % 2 == 0} for i in range(5)], schema)
+    laketide.write(str(path), first, settings={"write": {"parallelism": 2}})
+    second = pa.Table.from_pylist([{"id": i, "name": f"m{i}", "isActive": True} for i in range(3, 7)], schema)
+    laketide.write(str(path), second, settings={"write": {"parallelism": 2}})
+    expected = {r["id"]: r for r in first.to_pylist()} | {r["id"]: r for r in second.to_pylist()}
+    got = hudi_read(path).select(["id", "name", "isActive"]).to_pylist()
+    assert sorted(got, key=lambda r: r["id"]) == [expected[k] for k in sorted(expected)]
+
+
+def test_a_version_8_table_with_hudis_metadata_table_is_refused_until_it_is_dropped(tmp_path):
+    """hudi-rs's merge-on-read trips table keeps a metadata table (record and secondary indexes): refused, naming
+    ``laketide metadata drop``; once dropped, it takes updates and deletes on top of Hudi's own log files."""
+    path = _corpus_table("v8_trips_8i3u1d", tmp_path)
+    before = hudi_read(path)
+    data = before.drop_columns([c for c in META if c in before.column_names])
+    with pytest.raises(LaketideError, match="laketide metadata drop"):
+        laketide.write(str(path), data.slice(0, 1), settings={"write": {"parallelism": 2}})
+    metadata_table.drop(Table.open(str(path)).io)
+    updated = data.slice(0, 2)
+    updated = updated.set_column(
+        updated.schema.get_field_index("fare"), "fare", pa.array([1.5, 2.5], updated.schema.field("fare").type)
+    )
+    updated = updated.set_column(updated.schema.get_field_index("ts"), "ts", pc.add(updated["ts"], 1))
+    laketide.write(str(path), updated, settings={"write": {"parallelism": 2}})
+    expected = {r["uuid"]: r for r in data.to_pylist()} | {r["uuid"]: r for r in updated.to_pylist()}
+    after = hudi_read(path)
+    got = after.drop_columns([c for c in META if c in after.column_names]).to_pylist()
+    assert sorted(map(repr, got)) == sorted(map(repr, expected.values()))
+    ours = Table.open(str(path)).snapshot()
+    assert sorted(ours["uuid"].to_pylist()) == sorted(expected)
 
 
 def test_java_avro_reads_each_version_8_commit_against_the_schema_hudi_1x_writes(spark, tmp_path):
