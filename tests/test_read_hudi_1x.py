@@ -1,18 +1,23 @@
-"""laketide's reader against hudi-rs on tables Apache Hudi 1.x wrote (table version 8, timeline layout 2):
-the snapshot and a read as of every completed write are the same rows."""
+"""laketide's reader against hudi-rs on tables Apache Hudi 1.x wrote (table versions 8 and 9, timeline layout 2):
+the snapshot and a read as of every completed write are the same rows; a version 9 table is refused for writing,
+naming what it would take."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import zipfile
 from pathlib import Path
 
 import pytest
 from conftest import hudi_read, rows
 
+import laketide
 from laketide.table import Table
+from laketide.table.errors import LaketideError
 
 CORPUS = Path(__file__).parent / "fixtures" / "hudi-1x"
-TABLES = sorted(p.stem for p in CORPUS.glob("v8_*.zip"))
+TABLES = sorted(p.stem for p in CORPUS.glob("v[89]_*.zip"))
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +33,15 @@ def _key(table) -> str:
     return "_hoodie_record_key" if "_hoodie_record_key" in table.column_names else "id"
 
 
-def test_the_corpus_is_every_version_8_table():
-    assert len(TABLES) == 5
+def test_the_corpus_is_every_version_8_table_and_two_of_version_9():
+    assert len(TABLES) == 7
 
 
 @pytest.mark.parametrize("name", TABLES)
 def test_a_version_8_snapshot_is_hudi_rss(corpus, name):
     path = corpus / name
     table = Table.open(str(path))
-    assert table.config.version == 8
+    assert table.config.version == int(name[1])
     ours, theirs = table.snapshot(), hudi_read(path)
     assert ours.column_names == theirs.column_names
     assert rows(ours, _key(ours)) == rows(theirs, _key(theirs))
@@ -49,3 +54,16 @@ def test_a_version_8_read_as_of_each_write_is_hudi_rss(corpus, name):
     for commit in table.timeline.completed_writes():
         ours, theirs = table.snapshot(as_of=commit.timestamp), hudi_read(path, as_of=commit.timestamp)
         assert rows(ours, _key(ours)) == rows(theirs, _key(theirs)), commit.timestamp
+
+
+@pytest.mark.parametrize("name", [t for t in TABLES if t.startswith("v9_")])
+def test_writing_a_version_9_table_is_refused_naming_the_version(corpus, tmp_path, name):
+    source = corpus / name
+    path = tmp_path / name
+    shutil.copytree(source, path)
+    rows_in = Table.open(str(path)).snapshot().slice(0, 1)
+    data = rows_in.drop_columns([c for c in rows_in.column_names if c.startswith("_hoodie")])
+    with pytest.raises(
+        LaketideError, match=re.escape("hoodie.table.version = 9; laketide writes table versions 6 and 8")
+    ):
+        laketide.write(str(path), data, settings={"write": {"parallelism": 2}})

@@ -96,6 +96,12 @@ def check_writable(table: TableConfig, uri: str) -> None:
         problems.append(
             f"hoodie.table.version = {table.version}; laketide writes table versions "
             + " and ".join(str(v) for v in WRITTEN_VERSIONS)
+            + (
+                " (it reads version 9: Hudi 1.1's downgrade, CALL downgrade_table(table => ..., to_version => "
+                "'EIGHT'), makes the table one laketide writes)"
+                if table.version == 9
+                else ""
+            )
         )
 
     if not table.populate_meta_fields:
