@@ -79,6 +79,32 @@ def test_a_new_version_8_table_takes_upserts_that_hudi_rs_reads_at_every_write(t
     assert not list((tmp_path / "orders" / ".hoodie").glob("*.commit"))  # nothing at layout 1's place
 
 
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_a_version_8_tables_delta_mirror_reads_as_hudi_rs_after_every_write(tmp_path, table_type):
+    """The Delta mirror of a version 8 table (its completed actions found under ``.hoodie/timeline/``): delta-rs
+    reads what hudi-rs reads after each write, a delete_partition included (a replacecommit, Avro on version 8)."""
+    from deltalake import DeltaTable
+
+    path, model = str(tmp_path / "orders"), Model()
+    settings = {**V8, "mirror": {"delta": True}, "compaction": {"mode": "inline", "delta_commits": 2}}
+    for n in range(1, 6):
+        lines = [row(i, n) for i in range(n, 40, 2)] + [row(n * 3, n, deleted=True)]
+        laketide.write(path, _arrow(lines), table_type=table_type, settings=settings, **NEW_TABLE)
+        model.apply(lines)
+        hudi = rows(hudi_read(path), "id", DATA_COLUMNS)
+        assert hudi == model.expected(), n
+        if table_type == "COPY_ON_WRITE":  # merge-on-read mirrors its read-optimized view: base files only
+            assert rows(DeltaTable(path).to_pyarrow_table(), "id", DATA_COLUMNS) == hudi, n
+    if table_type == "COPY_ON_WRITE":
+        gone = row(1, 9)["region"]  # the partition of the micro-batch's rows goes
+        laketide.write(path, _arrow([row(1, 9)]), operation="delete_partition", settings=settings)
+        hudi = rows(hudi_read(path), "id", DATA_COLUMNS)
+        assert hudi == [r for r in model.expected() if r["region"] != gone] and hudi
+        assert rows(DeltaTable(path).to_pyarrow_table(), "id", DATA_COLUMNS) == hudi
+        assert any(p.name.endswith(".replacecommit") for p in (tmp_path / "orders" / ".hoodie" / "timeline").iterdir())
+    assert DeltaTable(path).version() >= 5
+
+
 def test_the_empty_version_8_table_takes_its_first_rows(tmp_path):
     path = _corpus_table("v8_empty", tmp_path)
     schema = pa.schema([("id", pa.int32()), ("name", pa.string()), ("isActive", pa.bool_())])
