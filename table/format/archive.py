@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from laketide.table.format import avro_models
 from laketide.table.format.commit import CommitMetadata
+from laketide.table.format.commit_avro import commit_record
 from laketide.table.format.instant import (
     CLEAN,
     COMMIT,
@@ -37,7 +38,7 @@ ENTRY = "HoodieArchivedMetaEntry"
 MAX_FILE_BYTES = 8 * 2**20
 WRITE_TOKEN = "1-0-1"  # HoodieLogFormat.UNKNOWN_WRITE_TOKEN
 _FILE = re.compile(r"^\.commits_\.archive\.(\d+)_[\d-]+$")
-_STAT_FIELDS = [f["name"] for f in avro_models.DEFINITIONS["HoodieWriteStat"]["fields"]]
+_STAT_FIELDS = tuple(f["name"] for f in avro_models.DEFINITIONS["HoodieWriteStat"]["fields"])
 
 
 def archive_file_name(version: int) -> str:
@@ -51,20 +52,7 @@ def archive_file_version(name: str) -> int | None:
 
 def _avro_commit(body: bytes, replace: bool) -> dict:
     """Commit metadata as Hudi converts its JSON to the Avro record (unknown JSON fields dropped)."""
-    meta = CommitMetadata.from_bytes(body)
-    stats = {
-        partition: [{k: v for k, v in s.model_dump(by_alias=True).items() if k in _STAT_FIELDS} for s in group]
-        for partition, group in meta.partition_to_write_stats.items()
-    }
-    record = {
-        "partitionToWriteStats": stats,
-        "extraMetadata": meta.extra_metadata,
-        "version": 1,
-        "operationType": meta.operation_type,
-    }
-    if replace:
-        record["partitionToReplaceFileIds"] = meta.partition_to_replace_file_ids
-    return record
+    return commit_record(CommitMetadata.from_bytes(body), replace, _STAT_FIELDS, compacted=False)
 
 
 def archived_entry(instant: Instant, body: bytes) -> dict:

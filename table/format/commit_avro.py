@@ -101,29 +101,30 @@ def _parsed(replace: bool):
     return fastavro.parse_schema(commit_schema(replace))
 
 
-def commit_record(metadata: CommitMetadata, replace: bool) -> dict:
-    """``metadata`` as the Avro record Hudi 1.x writes: every stat field present (null where laketide has no
-    value), the null branches where Hudi leaves them null."""
+def commit_record(
+    metadata: CommitMetadata, replace: bool, stat_fields: tuple[str, ...] = WRITE_STAT_FIELDS, compacted: bool = True
+) -> dict:
+    """``metadata`` as an Avro record: Hudi 1.x's by default, every stat field present (null where laketide has no
+    value); ``stat_fields`` and ``compacted`` give another form's (the archive of a version 6 table keeps 0.x's)."""
     stats = {
-        partition: [_stat_record(stat.model_dump(by_alias=True, exclude_none=True)) for stat in stats]
+        partition: [_stat_record(stat.model_dump(by_alias=True, exclude_none=True), stat_fields) for stat in stats]
         for partition, stats in metadata.partition_to_write_stats.items()
     }
-    record = {
+    record: dict = {
         "partitionToWriteStats": stats,
-        "compacted": metadata.compacted,
         "extraMetadata": metadata.extra_metadata,
         "version": 1,
         "operationType": metadata.operation_type,
     }
+    if compacted:
+        record["compacted"] = metadata.compacted
     if replace:
         record["partitionToReplaceFileIds"] = metadata.partition_to_replace_file_ids
     return record
 
 
-def _stat_record(stat: dict) -> dict:
-    record = {name: stat.get(name) for name in WRITE_STAT_FIELDS}
-    record["numUpdates"] = record["numUpdates"] or 0
-    return record
+def _stat_record(stat: dict, fields: tuple[str, ...]) -> dict:
+    return {name: stat.get(name) for name in fields}
 
 
 def commit_avro_bytes(metadata: CommitMetadata, replace: bool = False) -> bytes:
