@@ -48,7 +48,7 @@ from laketide.table.format.clean import retained_by_last_clean
 from laketide.table.format.instant import parse_instant_time
 from laketide.table.format.schema import COMMIT_TIME, with_meta_schema
 from laketide.table.format.view import FileSlice, Visibility
-from laketide.table.reading.reader import commits_in_window, read_slices
+from laketide.table.reading.reader import commits_in_window, read_slices, slices_up_to
 from laketide.table.reading.slice_reader import MergeRule
 from laketide.table.storage.io import FileIO
 
@@ -162,23 +162,26 @@ class SplitEnumerator:
             return None
         return start
 
-    def splits(self, start: str | None, end: str, full_scan_when_cleaned: bool = False) -> list[SliceSplit]:
-        """The splits of ``(start, end]``; ``start`` None reads the whole table as of ``end``."""
+    def splits(
+        self, start: str | None, end: str, full_scan_when_cleaned: bool = False, as_of_instant: bool = False
+    ) -> list[SliceSplit]:
+        """The splits of ``(start, end]``, ``end`` an offset (a visible time, ``slices_up_to``); ``start`` None reads
+        the whole table as of ``end``, or as of the instant time ``end`` (``as_of_instant``: time travel, by instant
+        time in every table version)."""
         start = self._check_window(start, end, full_scan_when_cleaned)
         view = self.table.file_system_view()
         timeline = view.timeline
-        visible, rule, uri, options = view.visibility(end), self.table.merge_rule, self.table.uri, self.table.io.options
+        rule, uri, options = self.table.merge_rule, self.table.uri, self.table.io.options
+        latest, visible = (view.latest_slices(end), view.visibility(end)) if as_of_instant else slices_up_to(view, end)
         if start is None:
-            return [SliceSplit(uri, s, visible, None, rule, options) for s in view.latest_slices(end)]
+            return [SliceSplit(uri, s, visible, None, rule, options) for s in latest]
         admitted = commits_in_window(timeline, start, end)
         if not admitted:
             return []
         touched = set().union(*(timeline.commit_metadata(i).file_ids() for i in admitted))
         times = tuple(sorted(i.timestamp for i in admitted))
         return [
-            SliceSplit(uri, s, visible, times, rule, options)
-            for s in view.latest_slices(end)
-            if (s.partition, s.file_id) in touched
+            SliceSplit(uri, s, visible, times, rule, options) for s in latest if (s.partition, s.file_id) in touched
         ]
 
 
@@ -269,7 +272,9 @@ class LaketideBatchReader(_Planning, DataSourceReader):
         if end is None:
             return []
         start = parse_instant_time(options["start"]) if options.get("start") else None
-        return enumerator.splits(start, end, options.get("fallback_to_full_scan", "false").lower() == "true")
+        full_scan = options.get("fallback_to_full_scan", "false").lower() == "true"
+        as_of = bool(options.get("as_of")) and not options.get("end") and start is None
+        return enumerator.splits(start, end, full_scan, as_of_instant=as_of)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SliceSplit), "Spark hands back the splits partitions() made"

@@ -184,6 +184,25 @@ class FileSystemView:
             if found is not None and key not in replaced and (partition is None or found.partition == partition)
         ]
 
+    def latest_slices_completed_by(self, end: str) -> tuple[list[FileSlice], Visibility]:
+        """Version 8's read up to ``end`` by completion time (an incremental read's end, as Hudi 1.x compares it):
+        the latest slices once the writes that completed by ``end`` had, and what counts in them. A write that began
+        before ``end`` and completed after it is not in it, as time travel by instant time would have it."""
+        timeline = self.timeline
+        writes = [i for i in timeline.completed_writes() if timeline.visible_time(i) <= end]
+        visible, earliest = {i.timestamp for i in writes}, timeline.start
+        replaced: set[tuple[str, str]] = set()
+        for instant in writes:
+            if instant.action == "replacecommit":
+                replaced |= timeline.commit_metadata(instant).replaced_file_ids()
+        found = [
+            found
+            for key, group in sorted(self.groups.items())
+            if key not in replaced
+            and (found := self._slice(group, visible, earliest, None, self._completions)) is not None
+        ]
+        return found, Visibility(frozenset(visible), earliest, None)
+
     def current_slices(self) -> dict[GroupKey, FileSlice | None]:
         """Each file group's latest slice as of now, replaced groups included, in group order: what the next
         view carries over for the groups its instants leave alone."""

@@ -12,7 +12,7 @@ from laketide.table.format.damage import reading_data_file
 from laketide.table.format.instant import Instant
 from laketide.table.format.schema import COMMIT_TIME, META_COLUMNS
 from laketide.table.format.timeline import Timeline
-from laketide.table.format.view import FileSlice, FileSystemView
+from laketide.table.format.view import FileSlice, FileSystemView, Visibility
 from laketide.table.reading.slice_reader import MergeRule, merge_slice
 from laketide.table.storage.io import FileIO
 
@@ -69,6 +69,15 @@ def commits_in_window(timeline: Timeline, start: str | None, end: str | None) ->
     ]
 
 
+def slices_up_to(view: FileSystemView, end: str | None) -> tuple[list[FileSlice], Visibility]:
+    """The latest slices, and what counts in them, up to an incremental read's ``end``: the writes whose visible
+    time is at most ``end`` (``commits_in_window``), so by instant time on version 6 and by completion time on 8,
+    where a write that began before ``end`` and completed after it is not in it."""
+    if end is not None and view.timeline.config.version >= 8:
+        return view.latest_slices_completed_by(end)
+    return view.latest_slices(end), view.visibility(end)
+
+
 def incremental(
     io: FileIO, view: FileSystemView, start: str | None, end: str | None, keep_meta: bool, rule: MergeRule = MergeRule()
 ) -> pa.Table:
@@ -78,8 +87,9 @@ def incremental(
     if not admitted:
         return read_slices(io, [], keep_meta)
     touched = set().union(*(timeline.commit_metadata(i).file_ids() for i in admitted))
-    slices = [s for s in view.latest_slices(end) if (s.partition, s.file_id) in touched]
-    table = read_slices(io, slices, True, view.visibility(end), rule)
+    latest, visibility = slices_up_to(view, end)
+    slices = [s for s in latest if (s.partition, s.file_id) in touched]
+    table = read_slices(io, slices, True, visibility, rule)
     if keep_meta and COMMIT_TIME in table.column_names:
         times = pa.array(sorted(i.timestamp for i in admitted), pa.string())
         table = table.filter(pc.is_in(table[COMMIT_TIME], value_set=times))
