@@ -175,11 +175,12 @@ class Archiver:
     def _finish_interrupted(self) -> None:
         """Delete the timeline files an archival wrote to the archive but had not deleted yet."""
         timeline = self.table.timeline
-        if self.history is not None:
+        if self.history is not None:  # its entries are completed actions: their other states' files go too
             done = sorted(self.history.last_file_instants(), key=lambda i: i.timestamp)
-            left = [i for i in self._timeline_files(timeline, done) if self.table.io.is_file(timeline.instant_path(i))]
+            archived = self._timeline_files(timeline, done)
         else:
-            left = [i for i in self.archived.last_block_instants() if self.table.io.is_file(timeline.instant_path(i))]
+            archived = list(self.archived.last_block_instants())
+        left = [i for i in archived if self.table.io.is_file(timeline.instant_path(i))]
         if left:
             log.info("finishing an interrupted archival: %d timeline files left", len(left))
             self._delete(sorted(left, key=lambda i: (i.timestamp, i.state.rank)))

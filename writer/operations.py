@@ -208,8 +208,8 @@ class Operations:
             return VersionChange(self.table.uri, config.version, to, removed=removed)
         if config.version not in WRITTEN_VERSIONS:
             raise Invalid(f"{self.table.uri} is table version {config.version}; laketide moves versions 6 and 8 only")
+        move = table_version.upgrade_to_8 if to == 8 else table_version.downgrade_to_6
         if dry_run:
-            move = table_version.upgrade_to_8 if to == 8 else table_version.downgrade_to_6
             return move(self.table.io, config, dry_run=True)
 
         def change() -> VersionChange:
@@ -220,7 +220,6 @@ class Operations:
                 compactor.run(progress)  # a pending compaction first, then one of every slice with logs
                 compactor.schedule()
                 compactor.run(progress)
-            move = table_version.upgrade_to_8 if to == 8 else table_version.downgrade_to_6
             self.coordinator.hold()
             return move(self.table.io, Table.open(self.table.uri, self.table.io).config)
 

@@ -103,7 +103,6 @@ def check_writable(table: TableConfig, uri: str) -> None:
                 else ""
             )
         )
-
     if not table.populate_meta_fields:
         problems.append("hoodie.populate.meta.fields = false; laketide writes tables with Hudi's meta columns only")
     if table.base_file_format != "parquet":

@@ -117,10 +117,6 @@ def _epoch_ms(ts: str) -> int:
 
 def format_epoch_ms(ms: int) -> str:
     """The instant time of a moment in milliseconds since the epoch (UTC)."""
-    return _format_ms(ms)
-
-
-def _format_ms(ms: int) -> str:
     dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return dt.strftime(_FORMAT) + f"{ms % 1000:03d}"
 
@@ -147,13 +143,13 @@ def parse_instant_time(value: str | int | datetime) -> str:
     """
     if isinstance(value, datetime):
         moment = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return _format_ms(int(moment.timestamp() * 1000))
+        return format_epoch_ms(int(moment.timestamp() * 1000))
     text = str(value).strip()
     if text.isdigit():
         if len(text) in (17, 14):
             return validate_instant_time(text.ljust(17, "0"))
         if len(text) in (10, 13):
-            return _format_ms(int(text) * (1000 if len(text) == 10 else 1))
+            return format_epoch_ms(int(text) * (1000 if len(text) == 10 else 1))
     for fmt in _DATETIME_FORMATS:
         try:
             return parse_instant_time(datetime.strptime(text, fmt))
@@ -186,4 +182,4 @@ class InstantClock:
         with self._lock:
             floor = max(self._last_ms, _epoch_ms(after) if after else 0)
             self._last_ms = max(self._now_ms(), floor + 1)
-            return _format_ms(self._last_ms)
+            return format_epoch_ms(self._last_ms)

@@ -187,11 +187,8 @@ class LsmHistory:
         ]
 
     def _manifests(self) -> list[int]:
-        try:
-            listed = self.io.list_dir(self.path)
-        except FileNotFoundError:
-            return []
-        return [int(m[1]) for e in listed if (m := _MANIFEST.match(e.name)) is not None]
+        """The snapshot numbers of the manifests there (a folder not yet made lists empty)."""
+        return [int(m[1]) for e in self.io.list_dir(self.path) if (m := _MANIFEST.match(e.name)) is not None]
 
     def _at(self, name: str) -> str:
         return posixpath.join(self.path, name)

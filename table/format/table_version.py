@@ -39,8 +39,7 @@ from laketide.table.format.instant import (
 from laketide.table.format.lsm_history import HistoryEntry, LsmHistory
 from laketide.table.format.properties import TableConfig
 from laketide.table.format.properties_file import modify, read_properties
-from laketide.table.format.timeline import Timeline
-from laketide.table.storage.io import FileIO
+from laketide.table.storage.io import FileEntry, FileIO
 
 # the keys only version 8 has, which a downgrade drops
 VERSION_8_KEYS = ("hoodie.timeline.path", "hoodie.timeline.history.path", "hoodie.table.initial.version")
@@ -72,7 +71,6 @@ class VersionChange:
 def upgrade_to_8(io: FileIO, config: TableConfig, dry_run: bool = False) -> VersionChange:
     """Move a version 6 table's timeline, archive and properties to version 8 (see the module's docstring)."""
     target = config.model_copy(update={"version": 8, "extra": {**config.extra, "hoodie.table.initial.version": "6"}})
-    timeline = Timeline.load(io, config)
     instants = _listed(io, config)
     archived = _archived_as_history(io, config)
     change = VersionChange(io.full_path(""), config.version, 8, len(instants), len(archived))
@@ -80,11 +78,11 @@ def upgrade_to_8(io: FileIO, config: TableConfig, dry_run: bool = False) -> Vers
         return change
     io.delete_dir(target.timeline_dir)  # what an attempt that crashed before the properties changed left
     io.makedirs(target.history_dir)
-    for instant, mtime_ns in instants:
-        body = io.read_bytes(timeline.instant_path(instant))
+    for instant, entry in instants:
+        body = io.read_bytes(entry.path)
         moved = instant
         if instant.is_completed:
-            moved = instant.with_state(State.COMPLETED, _completion(instant.timestamp, mtime_ns))
+            moved = instant.with_state(State.COMPLETED, _completion(instant.timestamp, entry.mtime_ns))
         io.write_atomic(
             posixpath.join(target.timeline_dir, moved.file_name(2)), _to_avro(instant, body), overwrite=True
         )
@@ -97,14 +95,13 @@ def upgrade_to_8(io: FileIO, config: TableConfig, dry_run: bool = False) -> Vers
 def downgrade_to_6(io: FileIO, config: TableConfig, dry_run: bool = False) -> VersionChange:
     """Move a version 8 table's timeline, LSM history and properties back to version 6."""
     target = config.model_copy(update={"version": 6})
-    timeline = Timeline.load(io, config)
     instants = _listed(io, config)
     history = LsmHistory(io, config.history_dir).entries()
     change = VersionChange(io.full_path(""), config.version, 6, len(instants), len(history))
     if dry_run:
         return change
-    for instant, _ in instants:
-        body = io.read_bytes(timeline.instant_path(instant))
+    for instant, entry in instants:
+        body = io.read_bytes(entry.path)
         plain = Instant(instant.timestamp, instant.action, instant.state)  # layout 1 names carry no completion time
         io.write_atomic(
             posixpath.join(target.timeline_dir, plain.file_name(1)), _to_json(instant, body), overwrite=True
@@ -126,12 +123,12 @@ def finish_upgrade(io: FileIO) -> list[str]:
     return _remove_instant_files(io, TableConfig.from_properties({**props, "hoodie.table.version": "6"}))
 
 
-def _listed(io: FileIO, config: TableConfig) -> list[tuple[Instant, int]]:
-    """Every instant file of the timeline (all states) with its modification time (ns), in instant order: they are
-    written again in that order, so the order their files were written in (which the Delta mirror follows) holds."""
+def _listed(io: FileIO, config: TableConfig) -> list[tuple[Instant, FileEntry]]:
+    """Every instant file of the timeline (all states) with its entry, in instant order: they are written again in
+    that order, so the order their files were written in (which the Delta mirror follows) holds."""
     layout = config.timeline_layout_version
     found = [
-        (i, e.mtime_ns)
+        (i, e)
         for e in io.list_dir(config.timeline_dir)
         if not e.is_dir and (i := Instant.parse_file_name(e.name, layout)) is not None
     ]
@@ -141,7 +138,7 @@ def _listed(io: FileIO, config: TableConfig) -> list[tuple[Instant, int]]:
 def _remove_instant_files(io: FileIO, config: TableConfig) -> list[str]:
     """Delete the layout 1 instant files of ``.hoodie/``: requested and inflight first, as an archival does."""
     found = sorted(_listed(io, config), key=lambda pair: (pair[0].state is State.COMPLETED, pair[0].timestamp))
-    paths = [posixpath.join(config.timeline_dir, i.file_name(1)) for i, _ in found]
+    paths = [entry.path for _, entry in found]
     for path in paths:
         io.delete(path)
     return paths

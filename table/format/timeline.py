@@ -195,12 +195,10 @@ class TimelineWriter:
     def path(self, instant: Instant) -> str:
         """The file of ``instant``; a completed one of layout 2 without its completion time is the one on the timeline
         (``InstantNotFound`` when there is none)."""
-        if self._layout >= 2 and instant.is_completed and instant.completion_time is None:
-            found = self._completed(instant)
-            if found is None:
-                raise InstantNotFound(instant.timestamp, f"{instant.timestamp} has no completed {instant.action} file")
-            instant = found
-        return posixpath.join(self.config.timeline_dir, instant.file_name(self._layout))
+        named = self._named(instant)
+        if named is None:
+            raise InstantNotFound(instant.timestamp, f"{instant.timestamp} has no completed {instant.action} file")
+        return posixpath.join(self.config.timeline_dir, named.file_name(self._layout))
 
     def write(self, instant: Instant, body: bytes = b"") -> Instant:
         """Write the file of ``instant`` and return it (with its completion time under layout 2). A completed
@@ -219,12 +217,16 @@ class TimelineWriter:
         return self.io.is_file(self.path(instant))
 
     def delete(self, instant: Instant) -> None:
+        named = self._named(instant)
+        if named is not None:
+            self.io.delete(self.path(named))
+
+    def _named(self, instant: Instant) -> Instant | None:
+        """``instant`` with all its file name needs: a completed one of layout 2 without its completion time is looked
+        up on the timeline (``None`` when it is not there)."""
         if self._layout >= 2 and instant.is_completed and instant.completion_time is None:
-            found = self._completed(instant)
-            if found is None:
-                return
-            instant = found
-        self.io.delete(self.path(instant))
+            return self._completed(instant)
+        return instant
 
     def _completed(self, instant: Instant) -> Instant | None:
         """The completed instant of ``instant``'s time and action on a layout 2 timeline, from a listing."""

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from laketide.table.format.files import PARTITION_METADATA, RESERVED_TOP_DIRS, BaseFile, LogFile, parse_data_file
+from laketide.table.format.instant import Instant
 from laketide.table.format.timeline import Timeline
 from laketide.table.storage.io import FileIO
 
@@ -152,9 +153,14 @@ class FileSystemView:
         return archived and (as_of is None or instant_time <= as_of)
 
     def replaced_groups(self, as_of: str | None = None) -> set[tuple[str, str]]:
+        writes = self.timeline.completed_writes()
+        return self._replaced_by([i for i in writes if as_of is None or i.timestamp <= as_of])
+
+    def _replaced_by(self, writes: Iterable[Instant]) -> set[tuple[str, str]]:
+        """The file groups the replacecommits among ``writes`` replaced."""
         replaced: set[tuple[str, str]] = set()
-        for instant in self.timeline.completed_writes():
-            if instant.action == "replacecommit" and (as_of is None or instant.timestamp <= as_of):
+        for instant in writes:
+            if instant.action == "replacecommit":
                 replaced |= self.timeline.commit_metadata(instant).replaced_file_ids()
         return replaced
 
@@ -190,11 +196,7 @@ class FileSystemView:
         before ``end`` and completed after it is not in it, as time travel by instant time would have it."""
         timeline = self.timeline
         writes = [i for i in timeline.completed_writes() if timeline.visible_time(i) <= end]
-        visible, earliest = {i.timestamp for i in writes}, timeline.start
-        replaced: set[tuple[str, str]] = set()
-        for instant in writes:
-            if instant.action == "replacecommit":
-                replaced |= timeline.commit_metadata(instant).replaced_file_ids()
+        visible, earliest, replaced = {i.timestamp for i in writes}, timeline.start, self._replaced_by(writes)
         found = [
             found
             for key, group in sorted(self.groups.items())
