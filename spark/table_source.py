@@ -48,7 +48,7 @@ from laketide.table.format.clean import retained_by_last_clean
 from laketide.table.format.instant import parse_instant_time
 from laketide.table.format.schema import COMMIT_TIME, with_meta_schema
 from laketide.table.format.view import FileSlice, Visibility
-from laketide.table.reading.reader import commits_in_window, read_slices, slices_up_to
+from laketide.table.reading.reader import check_incremental, commits_in_window, read_slices, slices_up_to
 from laketide.table.reading.slice_reader import MergeRule
 from laketide.table.storage.io import FileIO
 
@@ -168,6 +168,8 @@ class SplitEnumerator:
         """The splits of ``(start, end]``, ``end`` an offset (a visible time, ``slices_up_to``); ``start`` None reads
         the whole table as of ``end``, or as of the instant time ``end`` (``as_of_instant``: time travel, by instant
         time in every table version)."""
+        if start is not None:
+            check_incremental(self.table.config, self.table.uri)
         start = self._check_window(start, end, full_scan_when_cleaned)
         view = self.table.file_system_view()
         timeline = view.timeline
@@ -294,9 +296,12 @@ class LaketideDataSource(DataSource):
             raise Invalid('format("laketide") needs the table path: .load("/path/to/table")')
         return path
 
-    def _arrow_schema(self) -> pa.Schema:
+    def _table(self) -> Table:
         path = self._path()
-        schema = Table.open(path, FileIO.for_uri(path, storage_options(self.options))).schema()
+        return Table.open(path, FileIO.for_uri(path, storage_options(self.options)))
+
+    def _arrow_schema(self, table: Table | None = None) -> pa.Schema:
+        schema = (table or self._table()).schema()
         if schema is None:
             raise Invalid(f"{self._path()} has no committed schema yet: nothing to read")
         return with_meta_schema(schema)
@@ -308,4 +313,6 @@ class LaketideDataSource(DataSource):
         return LaketideBatchReader(self._path(), dict(self.options), self._arrow_schema())
 
     def streamReader(self, schema) -> LaketideStreamReader:
-        return LaketideStreamReader(self._path(), dict(self.options), self._arrow_schema())
+        table = self._table()
+        check_incremental(table.config, table.uri)  # a stream reads incrementally after its first micro-batch
+        return LaketideStreamReader(self._path(), dict(self.options), self._arrow_schema(table))

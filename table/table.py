@@ -179,6 +179,5 @@ class Table:
         """Rows committed in ``(start, end]``; either bound in any form ``parse_instant_time`` takes."""
         start = parse_instant_time(start) if start is not None else None
         end = parse_instant_time(end) if end is not None else None
-        return reader.incremental(
-            self.io, self.file_system_view(), start, end, self.config.populate_meta_fields, self.merge_rule
-        )
+        reader.check_incremental(self.config, self.uri)
+        return reader.incremental(self.io, self.file_system_view(), start, end, self.merge_rule)

@@ -19,21 +19,28 @@ CLI = str(Path(sys.executable).with_name("laketide"))
 
 
 @pytest.mark.parametrize(
-    "fixture, key, partition, ordering, reason",
+    "fixture, changed, key, partition, ordering, reason",
     [
         (
+            # Hudi's table without meta columns, made merge-on-read
             "v6_simplekeygen_hivestyle_no_metafields",
+            {"hoodie.table.type": "MERGE_ON_READ"},
             "id",
             "byteField",
             "longField",
-            "hoodie.populate.meta.fields = false",
+            "hoodie.populate.meta.fields = false on a merge-on-read table",
         ),
     ],
 )
 def test_laketide_run_refuses_tables_it_does_not_write(
-    fixture_copy, tmp_path, fixture, key, partition, ordering, reason
+    fixture_copy, tmp_path, fixture, changed, key, partition, ordering, reason
 ):
     table = fixture_copy(fixture)
+    properties = table / ".hoodie" / "hoodie.properties"
+    lines = properties.read_text().splitlines()
+    properties.write_text(
+        "\n".join(f"{k}={changed[k]}" if (k := line.split("=", 1)[0]) in changed else line for line in lines)
+    )
     before = tree_digest(table)
     config = tmp_path / "job.toml"
     config.write_text(

@@ -172,7 +172,15 @@ def _corpus_table(name: str, root: Path) -> Path:
     return root / name
 
 
-@pytest.mark.parametrize("name", ["v8_complexkeygen_hivestyle", "v8_nonpartitioned", "v8_simplekeygen_nonhivestyle"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "v8_complexkeygen_hivestyle",
+        "v8_nonpartitioned",
+        "v8_simplekeygen_nonhivestyle",
+        "v8_simplekeygen_hivestyle_no_metafields",
+    ],
+)
 def test_a_version_8_table_hudi_wrote_takes_upserts(tmp_path, name):
     """Updates to every other row and two new rows, made from the table's own rows (every type it holds);
     hudi-rs reads the model after: the rows before, the updates applied, the new rows added."""

@@ -24,6 +24,7 @@ from laketide.index.bloom import (
 from laketide.table.format.damage import reading_data_file
 from laketide.table.format.encoding import BASE_FILE_CODEC, SORTED_MARKER, dictionary_columns
 from laketide.table.format.files import PARTITION_METADATA, partition_metadata
+from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.schema import RECORD_KEY
 from laketide.table.storage.io import FileIO
 
@@ -110,12 +111,15 @@ class BaseFileWriter:
         row_group_bytes: int = 64 * 2**20,
         carried: FileLayout | None = None,
         compression: str = BASE_FILE_CODEC,
+        blank_meta: bool = False,
     ):
         """``carried`` is what a merge takes over from the base file it replaces: its
         bloom filter, to which ``write`` then adds only the ``inserted`` keys it is given
         (every key, into a filter built again: ``FileLayout.fresh_bloom``), and its
-        dictionary-encoded columns."""
+        dictionary-encoded columns. ``blank_meta``: the table has no meta columns; rows come with their keys (for
+        the bloom filter and key range) and are written with every meta column null (``VirtualKeys.blank``)."""
         self.io = io
+        self.blank_meta = blank_meta
         self.path = path
         self.schema = schema
         self.avro_schema = avro_schema
@@ -154,6 +158,8 @@ class BaseFileWriter:
         self.max_key = last
         self.num_rows += batch.num_rows
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        if self.blank_meta:
+            table = VirtualKeys.blank(table)
         self._pending.append(table.cast(self.schema))
         self._pending_rows += table.num_rows
         self._pending_bytes += table.nbytes

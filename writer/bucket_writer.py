@@ -19,6 +19,7 @@ from laketide.index.columns import flag_mask
 from laketide.table.format.commit import NULL_COMMIT, WriteStat
 from laketide.table.format.encoding import BASE_FILE_CODEC
 from laketide.table.format.files import BaseFile, write_token
+from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.schema import (
     COMMIT_SEQNO,
     COMMIT_TIME,
@@ -126,10 +127,11 @@ class BucketWriter:
         dictionary: list[str] | None = None,
         compression: str = BASE_FILE_CODEC,
         placeholder: str | None = None,
+        virtual_keys: VirtualKeys | None = None,
     ):
         """``ordering_field`` set means event-time ordering: a stored row with a higher value wins.
         ``placeholder``: a change feed's stand-in for a value it did not send, replaced by the stored value
-        (``table.unchanged``).
+        (``table.unchanged``). ``virtual_keys``: the table has no meta columns (``VirtualKeys``).
 
         ``token`` is the write token in the file name; each task attempt has its
         own, so a retried or speculative attempt never writes another's file.
@@ -152,6 +154,7 @@ class BucketWriter:
         self.dictionary = dictionary
         self.compression = compression
         self.placeholder = placeholder
+        self.virtual_keys = virtual_keys
 
     def _stamp(self, rows: pa.Table) -> pa.Table:
         return stamp_meta_columns(
@@ -239,7 +242,7 @@ class BucketWriter:
             keys = incoming[RECORD_KEY]
             pos = 0
             if current is not None:
-                for old in key_ordered_batches(self.io, current.path):
+                for old in key_ordered_batches(self.io, current.path, virtual=self.virtual_keys):
                     if old.num_rows == 0:
                         continue
                     # incoming keys up to the last key of this batch of stored rows merge with it
@@ -265,6 +268,7 @@ class BucketWriter:
             bloom,
             carried=carried,
             compression=self.compression,
+            blank_meta=self.virtual_keys is not None,
         )
 
     def append_inserts(self, rows: pa.Table) -> None:

@@ -121,6 +121,7 @@ class _BulkFiles:
             seqnos=self.seqnos,
             dictionary=self.plan.dictionary,
             compression=self.plan.compression,
+            virtual_keys=self.plan.virtual_keys,
         )
         self.markers.create(writer.new_file.path, CREATE)
         writer.start(keys=keys)

@@ -142,6 +142,7 @@ def plan_instant(
         write_tasks=write.parallelism,
         table_empty=not latest,
         storage_options=table.io.options,
+        virtual_keys=settings.virtual_keys,
     )
     return plan, foreign
 

@@ -103,8 +103,11 @@ def check_writable(table: TableConfig, uri: str) -> None:
                 else ""
             )
         )
-    if not table.populate_meta_fields:
-        problems.append("hoodie.populate.meta.fields = false; laketide writes tables with Hudi's meta columns only")
+    if not table.populate_meta_fields and table.table_type == "MERGE_ON_READ":
+        problems.append(
+            "hoodie.populate.meta.fields = false on a merge-on-read table; laketide writes tables without meta "
+            "columns as copy-on-write only (their log records carry no key that every reader makes the same way)"
+        )
     if table.base_file_format != "parquet":
         problems.append(
             f"hoodie.table.base.file.format = {table.base_file_format.upper()}; laketide writes PARQUET only"

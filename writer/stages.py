@@ -45,6 +45,7 @@ from laketide.table.format.commit import WriteStat
 from laketide.table.format.damage import reading_data_file
 from laketide.table.format.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC, records_dictionary_columns
 from laketide.table.format.files import BaseFile, LogFile, parse_data_file, write_token
+from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.markers import CREATE, MERGE, WriteMarkers
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY, with_meta_schema
 from laketide.table.reading.slice_reader import log_file_keys
@@ -118,6 +119,8 @@ class BatchPlan:
     # the columns every new file of the micro-batch dictionary-encodes, decided once from its records
     # (``records_dictionary_columns``) by whoever holds them; None: each write task decides from its own
     dictionary: list[str] | None = None
+    # a table without meta columns: how stored rows get their record keys (``TableConfig.virtual_keys``)
+    virtual_keys: VirtualKeys | None = None
     compression: str = BASE_FILE_CODEC  # of base files (Hudi's hoodie.parquet.compression.codec)
     log_compression: str = LOG_BLOCK_CODEC  # of parquet log blocks
     # how a task reaches the table's storage (object_store's keys; empty for a local or HDFS table)
@@ -138,20 +141,25 @@ def _concat(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
     return pa.Table.from_batches(held) if held else None
 
 
-def _read_keys(io: FileIO) -> Callable[[str], pa.Array]:
+def _read_keys(io: FileIO, virtual: VirtualKeys | None) -> Callable[[str], pa.Array]:
+    read_columns = _read_columns(io, virtual)
+
     def read(path: str) -> pa.Array:
         if isinstance(parse_data_file(*posixpath.split(path)), LogFile):
             return log_file_keys(io, path)
-        with reading_data_file(io, path), io.open_input(path) as f:
-            return pq.read_table(f, columns=[RECORD_KEY])[RECORD_KEY].combine_chunks()
+        return read_columns(path, [RECORD_KEY])[RECORD_KEY].combine_chunks()
 
     return read
 
 
-def _read_columns(io: FileIO) -> Callable[[str, list[str]], pa.Table]:
+def _read_columns(io: FileIO, virtual: VirtualKeys | None) -> Callable[[str, list[str]], pa.Table]:
+    """Reads columns of a base file; ``virtual``: the record key is made from the key fields (no meta columns)."""
+
     def read(path: str, columns: list[str]) -> pa.Table:
         with reading_data_file(io, path), io.open_input(path) as f:
-            return pq.read_table(f, columns=columns)
+            if virtual is None:
+                return pq.read_table(f, columns=columns)
+            return virtual.keyed(pq.read_table(f, columns=virtual.columns(columns)), columns)
 
     return read
 
@@ -192,7 +200,14 @@ def route(plan: BatchPlan, rows: pa.Table) -> pa.Table:
         part = rows if mine.all() else rows.filter(pa.array(mine))  # the driver's parts hold one shard each
         hashes = part[KEY_HASH].to_numpy()
         run = index.load_shard(plan.index, int(shard))
-        assigner = BucketAssigner(int(shard), plan.assign, run, _read_keys(io), footer_reader(io), _read_columns(io))
+        assigner = BucketAssigner(
+            int(shard),
+            plan.assign,
+            run,
+            _read_keys(io, plan.virtual_keys),
+            footer_reader(io),
+            _read_columns(io, plan.virtual_keys),
+        )
         assigned, entries = assigner.assign(part.drop_columns([SHARD, KEY_HASH]), hashes)
         index.write_delta(int(shard), plan.instant, entries, part=0)
         routed.append(assigned.append_column(WRITE_SLOT, record_write_slots(plan, assigned[FILE_ID].combine_chunks())))
@@ -246,7 +261,7 @@ def record_write_slots(plan: BatchPlan, file_ids: pa.Array) -> pa.Array:
 
 def _index_whole_group(plan: BatchPlan, io: FileIO, paths: list[str], partition: str, file_id: str, task: int) -> None:
     """Add every key of a file group the index did not cover, so it is covered from now on."""
-    read = _read_keys(io)
+    read = _read_keys(io, plan.virtual_keys)
     keys = pc.unique(pa.concat_arrays([read(p) for p in paths]))
     partitions = repeated(partition, len(keys))
     write_entries(
@@ -381,6 +396,7 @@ def write(
                 dictionary=dictionary,
                 compression=plan.compression,
                 placeholder=plan.assign.placeholder,
+                virtual_keys=plan.virtual_keys,
             )
             markers.create(bucket.new_file.path, MERGE if base else CREATE)
             stat = bucket.write(incoming)

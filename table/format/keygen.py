@@ -18,6 +18,7 @@ import math
 import re
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 
 import numpy as np
@@ -25,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.table.format.files import RESERVED_TOP_DIRS
+from laketide.table.format.schema import META_COLUMNS, RECORD_KEY
 
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 NULL_KEY_PART = "__null__"
@@ -250,3 +252,37 @@ def first_reason(checks: list[tuple[pa.Array, str]], n: int) -> pa.Array:
     for failed, text in reversed(checks):
         out = pc.if_else(pc.fill_null(failed, True), pa.scalar(text), out)
     return out
+
+
+@dataclass(frozen=True)
+class VirtualKeys:
+    """How the stored rows of a table without Hudi's meta columns (``hoodie.populate.meta.fields = false``,
+    Hudi's "virtual keys") get their record key: made from the key fields as ``record_keys`` makes an incoming
+    record's, since the ``_hoodie_record_key`` column holds nulls there. Files read for a merge or a key probe
+    pass through ``keyed``; files written pass through ``blank``, as Hudi leaves the meta columns null."""
+
+    fields: tuple[str, ...]
+    complex_key: bool = False
+
+    def columns(self, wanted: Sequence[str] | None) -> list[str] | None:
+        """The columns to read for ``wanted`` (every one when None): the key fields stand for the record key."""
+        if wanted is None:
+            return None
+        extra = self.fields if RECORD_KEY in wanted else ()
+        return list(dict.fromkeys([*wanted, *extra]))
+
+    def keyed(self, rows: pa.Table, wanted: Sequence[str] | None = None) -> pa.Table:
+        """``rows`` with their record keys made from the key fields; only the ``wanted`` columns, when given."""
+        keys, _ = record_keys(rows, self.fields, self.complex_key)
+        at = rows.schema.get_field_index(RECORD_KEY)
+        rows = rows.set_column(at, RECORD_KEY, keys) if at >= 0 else rows.append_column(RECORD_KEY, keys)
+        return rows if wanted is None else rows.select(list(wanted))
+
+    @staticmethod
+    def blank(rows: pa.Table) -> pa.Table:
+        """``rows`` with every meta column null, as Hudi writes a table without meta columns."""
+        for name in META_COLUMNS:
+            at = rows.schema.get_field_index(name)
+            if at >= 0:
+                rows = rows.set_column(at, rows.schema.field(at), pa.nulls(rows.num_rows, rows.schema.field(at).type))
+        return rows

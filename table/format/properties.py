@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from laketide.table.format.keygen import VirtualKeys
+
 PROPERTIES_FILE = ".hoodie/hoodie.properties"
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
@@ -229,6 +231,13 @@ class TableConfig(BaseModel):
     def complex_key(self) -> bool:
         """Whether keys are ``field:value`` pairs (``ComplexKeyGenerator``), whatever the number of key fields."""
         return self.key_generator.endswith("ComplexKeyGenerator")
+
+    @property
+    def virtual_keys(self) -> VirtualKeys | None:
+        """How stored rows get their keys when the table has no meta columns (None when it has them)."""
+        if self.populate_meta_fields:
+            return None
+        return VirtualKeys(tuple(self.record_key_fields), self.complex_key)
 
     def _key_generator(self) -> str:
         if len(self.record_key_fields) > 1 or len(self.partition_fields) > 1:

@@ -8,8 +8,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from laketide.table.errors import UnsupportedTableError
 from laketide.table.format.damage import reading_data_file
 from laketide.table.format.instant import Instant
+from laketide.table.format.properties import TableConfig
 from laketide.table.format.schema import COMMIT_TIME, META_COLUMNS
 from laketide.table.format.timeline import Timeline
 from laketide.table.format.view import FileSlice, FileSystemView, Visibility
@@ -78,21 +80,30 @@ def slices_up_to(view: FileSystemView, end: str | None) -> tuple[list[FileSlice]
     return view.latest_slices(end), view.visibility(end)
 
 
+def check_incremental(config: TableConfig, uri: str) -> None:
+    """Refuse an incremental read of a table without meta columns, as Hudi does (``IncrementalRelation``): no
+    row there says which commit wrote it, so a window's rows cannot be told from the file group's others."""
+    if not config.populate_meta_fields:
+        raise UnsupportedTableError(
+            f"{uri} has no meta columns (hoodie.populate.meta.fields = false): no row says which commit wrote it, "
+            "so it has no incremental reads; read a snapshot, or one as of an instant, instead"
+        )
+
+
 def incremental(
-    io: FileIO, view: FileSystemView, start: str | None, end: str | None, keep_meta: bool, rule: MergeRule = MergeRule()
+    io: FileIO, view: FileSystemView, start: str | None, end: str | None, rule: MergeRule = MergeRule()
 ) -> pa.Table:
-    """Rows written by the commits in ``(start, end]``, from the file groups they touched."""
+    """Rows written by the commits in ``(start, end]``, from the file groups they touched (``check_incremental``
+    first)."""
     timeline = view.timeline
     admitted = commits_in_window(timeline, start, end)
     if not admitted:
-        return read_slices(io, [], keep_meta)
+        return read_slices(io, [])
     touched = set().union(*(timeline.commit_metadata(i).file_ids() for i in admitted))
     latest, visibility = slices_up_to(view, end)
     slices = [s for s in latest if (s.partition, s.file_id) in touched]
     table = read_slices(io, slices, True, visibility, rule)
-    if keep_meta and COMMIT_TIME in table.column_names:
-        times = pa.array(sorted(i.timestamp for i in admitted), pa.string())
-        table = table.filter(pc.is_in(table[COMMIT_TIME], value_set=times))
-    elif not keep_meta:
-        table = table.drop_columns([c for c in META_COLUMNS if c in table.column_names])
-    return table
+    if COMMIT_TIME not in table.column_names:
+        return table
+    times = pa.array(sorted(i.timestamp for i in admitted), pa.string())
+    return table.filter(pc.is_in(table[COMMIT_TIME], value_set=times))

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from laketide.table.errors import UnsupportedTableError
 from laketide.table.format.damage import reading_data_file
 from laketide.table.format.encoding import SORTED_MARKER
+from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.logfile import (
     BlockType,
     CorruptLog,
@@ -194,29 +195,42 @@ def _log_ops(
 
 
 def key_ordered_batches(
-    io: FileIO, path: str, batch_rows: int = MERGE_BATCH_ROWS, columns: list[str] | None = None
+    io: FileIO,
+    path: str,
+    batch_rows: int = MERGE_BATCH_ROWS,
+    columns: list[str] | None = None,
+    virtual: VirtualKeys | None = None,
 ) -> Iterator[pa.Table]:
     """The rows of a base file in key order, a batch at a time.
 
     Files laketide wrote are sorted (``SORTED_MARKER``), and stream. A file
     another writer wrote carries no order guarantee; it is read whole and
     sorted once. An empty file yields one empty batch of its schema.
+    ``virtual``: the table has no meta columns, and each row's key is made from its key fields.
     """
     with reading_data_file(io, path), io.open_input(path) as f:
         parquet = pq.ParquetFile(f)
         meta = parquet.schema_arrow.metadata or {}
+        wanted = columns
         if columns is not None:
             columns = [c for c in columns if c in parquet.schema_arrow.names]
+            wanted = columns
+            if virtual is not None:
+                columns = virtual.columns(columns)
+
+        def keyed(rows: pa.Table) -> pa.Table:
+            return rows if virtual is None else virtual.keyed(rows, wanted)
+
         if meta.get(SORTED_MARKER.encode()) != RECORD_KEY.encode():
-            yield parquet.read(columns=columns).sort_by(RECORD_KEY)
+            yield keyed(parquet.read(columns=columns)).sort_by(RECORD_KEY)
             return
         empty = True
         for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
             empty = False
-            yield pa.Table.from_batches([batch])
+            yield keyed(pa.Table.from_batches([batch]))
         if empty:
             schema = parquet.schema_arrow
-            yield (schema if columns is None else pa.schema([schema.field(c) for c in columns])).empty_table()
+            yield (schema if wanted is None else pa.schema([schema.field(c) for c in wanted])).empty_table()
 
 
 def _base_batches(io: FileIO, fs: FileSlice, batch_rows: int, columns: list[str] | None = None) -> Iterator[pa.Table]:
