@@ -95,7 +95,12 @@ def twenty_batches() -> list[list[dict]]:
 
 
 def run_twenty_batches(
-    tmp_path: Path, uri: str, options: dict, table_type: str, metrics: list[str] | None = None
+    tmp_path: Path,
+    uri: str,
+    options: dict,
+    table_type: str,
+    metrics: list[str] | None = None,
+    settings: tuple[str, ...] = (),
 ) -> Model:
     """``laketide run`` (available-now, one file per micro-batch, the storage lease, the Delta mirror) over
     ``twenty_batches``; while it runs, ``metrics`` gets each scrape of its ``/metrics``."""
@@ -113,6 +118,7 @@ def run_twenty_batches(
         "mirror.delta=true",
         "compaction.delta_commits=4",
         "write.driver_batch_bytes=16000",
+        *settings,
     ]
     conf += [f"storage.options.{k}={v}" for k, v in options.items()]
     job = Job(job_args(tmp_path, api_port=port, extra=conf), tmp_path / "job.log").start()
@@ -166,9 +172,11 @@ def test_twenty_micro_batches_land_through_a_store_that_throttles_and_resets(s3,
 
 
 def test_twenty_micro_batches_land_on_azure_blob(azurite, tmp_path):
-    """The same 20 micro-batches into a merge-on-read table on Azurite (``az://``), compacted as they go."""
+    """The same 20 micro-batches into a merge-on-read table of version 8 (Hudi 1.0's) on Azurite (``az://``),
+    compacted as they go."""
     uri = "az://lake/twenty"
-    model = run_twenty_batches(tmp_path, uri, azurite, "MERGE_ON_READ")
+    model = run_twenty_batches(tmp_path, uri, azurite, "MERGE_ON_READ", settings=("table.version=8",))
+    assert Table.open(uri, FileIO.for_uri(uri, azurite)).config.version == 8
     assert_every_reader_equals(uri, azurite, model, "MERGE_ON_READ")
 
 
@@ -209,17 +217,18 @@ def test_a_store_that_keeps_failing_stops_the_job_and_the_next_run_recovers(s3, 
 
 
 def test_kill_9_cycles_on_s3_leave_the_model_exact_and_no_file_of_a_lost_instant(s3, tmp_path):
-    """Five `laketide run` jobs on an S3 table, each killed (SIGKILL, the whole process group) at a random
-    moment once it holds the storage lease; the next one waits out the dead holder's lease, recovers and
-    goes on. A last run drains the landing directory: the table equals the model, nothing is pending,
-    and no data file of an instant that did not complete is left."""
+    """Five `laketide run` jobs on an S3 table of version 8 (Hudi 1.0's), each killed (SIGKILL, the whole
+    process group) at a random moment once it holds the storage lease; the next one waits out the dead
+    holder's lease, recovers and goes on. A last run drains the landing directory: the table equals the
+    model, nothing is pending, and no data file of an instant that did not complete is left."""
     import random
 
     from chaoslib import Job, job_args, leftover_data_files, wait_until
     from streaming import Model, land
 
     uri = "s3://lake/killed"
-    conf = [f"table.path={uri}", "coordinator.lease=storage", "coordinator.lease_ttl=3", "coordinator.lease_wait=30"]
+    conf = [f"table.path={uri}", "table.version=8", "coordinator.lease=storage", "coordinator.lease_ttl=3"]
+    conf += ["coordinator.lease_wait=30"]
     conf += [f"storage.options.{k}={v}" for k, v in s3.items()]
     rng, model = random.Random(11), Model()
     for n in range(8):
@@ -244,6 +253,7 @@ def test_kill_9_cycles_on_s3_leave_the_model_exact_and_no_file_of_a_lost_instant
     table = Table.open(uri, FileIO.for_uri(uri, s3))
     assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == model.expected()
     assert not table.timeline.pending() and leftover_data_files(table) == []
+    assert table.config.version == 8
 
 
 def test_every_cli_command_works_on_an_s3_table(s3, tmp_path):

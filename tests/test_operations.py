@@ -41,13 +41,19 @@ def last_commit(table: Table):
     return instant, table.timeline.commit_metadata(instant)
 
 
-def test_bulk_insert_loads_sorted_deduplicated_files_that_upserts_then_find(spark, tmp_path):
+@pytest.mark.parametrize("version", [6, 8])
+def test_bulk_insert_loads_sorted_deduplicated_files_that_upserts_then_find(spark, tmp_path, version):
     landing, model = Landing(tmp_path), Model()
     load = [row(i, 1) for i in range(1, 301)] + [row(7, 5), row(8, 0), row(9, 1), row(10, 3, deleted=True)]
     model.apply(load)
     table = landing.run(
-        load, write__operation="bulk_insert", write__target_file_size="2k", write__small_file_limit="1k"
+        load,
+        write__operation="bulk_insert",
+        write__target_file_size="2k",
+        write__small_file_limit="1k",
+        table__version=version,
     )
+    assert table.config.version == version
     assert table_rows(tmp_path) == model.expected()
     instant, metadata = last_commit(table)
     assert metadata.operation_type == "BULK_INSERT"
@@ -76,9 +82,10 @@ def test_bulk_insert_loads_sorted_deduplicated_files_that_upserts_then_find(spar
     assert metadata.operation_type == "UPSERT" and metadata.totals()["updates"] == 43
 
 
-def test_insert_does_not_look_keys_up(spark, tmp_path):
+@pytest.mark.parametrize("version", [6, 8])
+def test_insert_does_not_look_keys_up(spark, tmp_path, version):
     landing = Landing(tmp_path)
-    landing.run([row(i, 1) for i in range(1, 11)])
+    assert landing.run([row(i, 1) for i in range(1, 11)], table__version=version).config.version == version
     # no small file to fill, so every insert opens a new file group: an existing key is written a second time
     table = landing.run([row(1, 2), row(2, 2), row(50, 2)], write__operation="insert", write__small_file_limit="1")
     _, metadata = last_commit(table)
