@@ -74,10 +74,12 @@ class Table:
         hive_style_partitioning: bool = False,
         schema: pa.Schema | None = None,
         io: FileIO | None = None,
+        version: int = 6,
     ) -> Table:
-        """Create an empty version 6 copy-on-write table with Hudi's defaults for these keys."""
+        """Create an empty copy-on-write table of ``version`` with Hudi's defaults for these keys."""
         config = TableConfig(
             name=name,
+            version=version,
             record_key_fields=list(record_key),
             partition_fields=list(partition_by),
             ordering_field=ordering_field,

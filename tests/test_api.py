@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pyarrow as pa
@@ -19,9 +20,10 @@ TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.fixture
-def written(tmp_path):
-    return history(tmp_path / "t", width=4)
+@pytest.fixture(params=[6, 8], ids=["v6", "v8"])
+def written(tmp_path, request):
+    """A table of version 6, and one of 8 (Hudi 1.0's timeline)."""
+    return history(tmp_path / "t", width=4, version=request.param)
 
 
 @pytest.fixture
@@ -149,7 +151,8 @@ def test_a_corrupt_commit_answers_500_naming_the_file_and_the_cli_exits_1(writte
     from test_cli import laketide
 
     table, instants, _, _ = written
-    table.io.write_atomic(f".hoodie/{instants[-1]}.commit", b"{not json", overwrite=True)
+    (completed,) = Path(table.uri, table.config.timeline_dir).glob(f"{instants[-1]}*.commit")  # _<completion> on 8
+    completed.write_bytes(b"{not json")
     server = ApiServer(create_app(table, TOKEN)).start()
     try:
         answer = httpx.get(f"{server.address}/v1/instants/{instants[-1]}")

@@ -73,12 +73,13 @@ def upsert(
 HISTORY_SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 
 
-def history(path, width: int):
-    """Three commits of ``width`` rows each (keys overlap), then a dangling instant; the lease free again.
+def history(path, width: int, version: int = 6):
+    """Three commits of ``width`` rows each (keys overlap), then a dangling instant; the lease free again; a table of
+    ``version``.
 
     Returns (table, instants, hudi-rs rows after each commit, dangling instant).
     """
-    table = Table.create(str(path), "t", ["id"], ["region"], "v")
+    table = Table.create(str(path), "t", ["id"], ["region"], "v", version=version)
     lease = LocalLease.for_table(table.uri, job_id="writer")
     lease.acquire()
     coordinator = Coordinator(table, lease, "w")
