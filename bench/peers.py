@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -172,6 +173,28 @@ def ratios(results: list[dict]) -> dict:
     return out
 
 
+def pooled_loads(workloads: list[dict]) -> dict:
+    """laketide's load over each peer's, as the medians over every round of every workload: each workload's load is
+    the same N new rows (the skew shapes only its batches), so their rounds are one sample of it, twice a workload's.
+    A workload's median of three rounds moved its ratio by up to a third between runs of the same code."""
+    loads: dict[str, list[float]] = {}
+    for workload in workloads:
+        for r in workload["results"]:
+            if "error" not in r:
+                loads.setdefault(r["engine"], []).extend(r.get("round_load_seconds") or [r["load_seconds"]])
+    out = {}
+    for mine in ("laketide-cow", "laketide-mor", "laketide"):
+        for peer in ("delta-rs", "ducklake"):
+            if mine in loads and peer in loads:
+                out[f"{mine}/{peer} load"] = round(statistics.median(loads[mine]) / statistics.median(loads[peer]), 2)
+    both = loads.get("laketide-cow", []) + loads.get("laketide-mor", [])
+    if both and "delta-rs" in loads:
+        out["laketide (both types)/delta-rs load"] = round(
+            statistics.median(both) / statistics.median(loads["delta-rs"]), 2
+        )
+    return out
+
+
 def show(workload: dict) -> None:
     columns = (
         "engine",
@@ -230,12 +253,19 @@ def main() -> None:
     workloads = [run_workload(skew, args) for skew in args.workloads.split(",")]
     for workload in workloads:
         show(workload)
+    pooled = pooled_loads(workloads)
+    if len(workloads) > 1:
+        print(
+            "loads over every round of every workload (the same N rows each): "
+            + ", ".join(f"{k} {v}x" for k, v in pooled.items())
+        )
     verified = all(r.get("verified") for w in workloads for r in w["results"])
     write_results(
         args.out,
         {
             "workload": {k: v for k, v in vars(args).items() if k not in ("engine", "workdir", "max_batches")},
             "workloads": workloads,
+            "pooled_load_ratios": pooled,
         },
         verified,
     )
