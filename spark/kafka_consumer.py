@@ -48,10 +48,15 @@ READ_TIMEOUT = 120.0  # seconds a read may wait for the records the broker said 
 HOLD_BYTES = 64 * 2**20  # values held past the ranges' ends before partitions not waited on are paused
 # librdkafka's queue of fetched records, for all partitions (its default is 64 MiB)
 QUEUE_KBYTES = 32 * 1024
-# how long a broker may hold a fetch that finds no new record (librdkafka's default is 500 ms): a broker that does
-# not answer a held fetch when records arrive (Tansu) kept a micro-batch's newest records that long (records'
-# time to a kept consumer at 10,000 a second: p50/p99 0.10-0.17/0.28 s at 500 ms, 0.08/0.14 s at 100, 0.07/0.12 at 10)
-FETCH_WAIT_MS = 50
+# how long a broker may hold a fetch that finds no new record (librdkafka's default is 500 ms). Kafka answers a
+# held fetch as soon as records arrive; Tansu does not, so its newest records waited that long (records' time to a
+# kept consumer at 10,000 a second: p50/p99 0.10-0.17/0.28 s at 500 ms, 0.08/0.14 s at 100, 0.07/0.12 at 10). Too
+# short a wait starves a deep read there instead: Tansu (memory storage) answers nothing to a fetch it cannot build
+# within the wait, so a kept consumer 50,000 records deep took 0.4-1.6 s a 10,000-record read at 50 ms and 0.01-0.09 s
+# at 250 or 500, and two consumers fetching at once at 50 ms got nothing within 120 s
+FETCH_WAIT_MS = 250
+# a consumer made to read one backlog and closed (a Spark task's): only its last fetch can wait
+BACKLOG_FETCH_WAIT_MS = 500
 # records a consume asks for at least, and the seconds it waits for them: it returns early only once it has them
 # all, so a read's last call waited this long for records that had come
 ASK_AT_LEAST, CONSUME_WAIT = 1_000, 0.02
@@ -76,8 +81,10 @@ class _Partition:
 class RangeConsumer:
     """One consumer, assigned the partitions its reads ask for. Used by one thread at a time."""
 
-    def __init__(self, client: dict[str, str]):
-        settings = {"queued.max.messages.kbytes": QUEUE_KBYTES, "fetch.wait.max.ms": FETCH_WAIT_MS, **client}
+    def __init__(self, client: dict[str, str], fetch_wait_ms: int = FETCH_WAIT_MS):
+        """``fetch_wait_ms``: ``FETCH_WAIT_MS`` for a consumer kept between reads, ``BACKLOG_FETCH_WAIT_MS`` for one
+        made for a read; the client's own ``fetch.wait.max.ms`` wins over either."""
+        settings = {"queued.max.messages.kbytes": QUEUE_KBYTES, "fetch.wait.max.ms": fetch_wait_ms, **client}
         self._consumer = Consumer(
             {
                 **settings,

@@ -40,7 +40,7 @@ from laketide.spark.kafka_brokers import (
     moved_back,
     plan_ranges,
 )
-from laketide.spark.kafka_consumer import SCHEMA, RangeConsumer, as_batch
+from laketide.spark.kafka_consumer import BACKLOG_FETCH_WAIT_MS, SCHEMA, RangeConsumer, as_batch
 from laketide.table.errors import Invalid
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ def read_split(split: KafkaSplit) -> Iterator[pa.RecordBatch]:
     """The records of a split's ranges, ``[start, end)`` by offset, through one consumer assigned all of them: Arrow
     batches of one partition each, in offset order within a partition (a key's records are in one partition)."""
     ranges = checked(list(split.ranges), Brokers(dict(split.client)), split.fail_on_data_loss)
-    consumer = RangeConsumer(dict(split.client))
+    consumer = RangeConsumer(dict(split.client), BACKLOG_FETCH_WAIT_MS)
     try:
         for _, messages in consumer.chunks(ranges):
             yield as_batch(messages)
