@@ -25,6 +25,7 @@ from laketide.table.storage.io import FileIO
 from laketide.writer import stages
 from laketide.writer.log_writer import LogTarget
 from laketide.writer.slots import balanced_slots
+from laketide.writer.stored_files import footer_reader
 
 log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024
@@ -39,7 +40,7 @@ class FirstKeys:
     """
 
     def __init__(self, io: FileIO):
-        self._read_footer = stages.footer_reader(io)
+        self._read_footer = footer_reader(io)
         self._keys: dict[str, str | None] = {}
 
     def of(self, paths: list[str]) -> dict[str, str | None]:

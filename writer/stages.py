@@ -10,15 +10,13 @@ Spark, so they run in tests without it.
 
 from __future__ import annotations
 
-import posixpath
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from laketide.index.assigner import AssignPlan, BucketAssigner
 from laketide.index.bloom import BloomSpec
@@ -42,18 +40,17 @@ from laketide.index.state import (
     shard_of,
 )
 from laketide.table.format.commit import WriteStat
-from laketide.table.format.damage import reading_data_file
 from laketide.table.format.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC, records_dictionary_columns
-from laketide.table.format.files import BaseFile, LogFile, parse_data_file, write_token
+from laketide.table.format.files import BaseFile, write_token
 from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.markers import CREATE, MERGE, WriteMarkers
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY, with_meta_schema
-from laketide.table.reading.slice_reader import log_file_keys
 from laketide.table.storage.io import FileIO
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
 from laketide.writer.log_writer import LogTarget, LogWriter, OrderingSpan, ordering_spans
 from laketide.writer.slots import split_by
+from laketide.writer.stored_files import column_reader, footer_reader, key_reader
 
 # a write status as it travels from a task: its write stat as Hudi's JSON, then the file group and late records
 STATUS_SCHEMA = pa.schema(
@@ -141,39 +138,6 @@ def _concat(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
     return pa.Table.from_batches(held) if held else None
 
 
-def _read_keys(io: FileIO, virtual: VirtualKeys | None) -> Callable[[str], pa.Array]:
-    read_columns = _read_columns(io, virtual)
-
-    def read(path: str) -> pa.Array:
-        if isinstance(parse_data_file(*posixpath.split(path)), LogFile):
-            return log_file_keys(io, path)
-        return read_columns(path, [RECORD_KEY])[RECORD_KEY].combine_chunks()
-
-    return read
-
-
-def _read_columns(io: FileIO, virtual: VirtualKeys | None) -> Callable[[str, list[str]], pa.Table]:
-    """Reads columns of a base file; ``virtual``: the record key is made from the key fields (no meta columns)."""
-
-    def read(path: str, columns: list[str]) -> pa.Table:
-        with reading_data_file(io, path), io.open_input(path) as f:
-            if virtual is None:
-                return pq.read_table(f, columns=columns)
-            return virtual.keyed(pq.read_table(f, columns=virtual.columns(columns)), columns)
-
-    return read
-
-
-def footer_reader(io: FileIO) -> Callable[[str], dict]:
-    """Reads a base file's footer key-value metadata (bloom filter, key range), naming a damaged file."""
-
-    def read(path: str) -> dict:
-        with reading_data_file(io, path), io.open_input(path) as f:
-            return pq.read_metadata(f).metadata or {}
-
-    return read
-
-
 def routing_columns(rows: pa.Table, ordering_field: str | None) -> pa.Table:
     """The columns of prepared rows that decide where each goes, and each row's position (``ROW``): the
     assign stage works on these, and only the write stage's rows are taken whole (``routed_rows``).
@@ -204,9 +168,9 @@ def route(plan: BatchPlan, rows: pa.Table) -> pa.Table:
             int(shard),
             plan.assign,
             run,
-            _read_keys(io, plan.virtual_keys),
+            key_reader(io, plan.virtual_keys),
             footer_reader(io),
-            _read_columns(io, plan.virtual_keys),
+            column_reader(io, plan.virtual_keys),
         )
         assigned, entries = assigner.assign(part.drop_columns([SHARD, KEY_HASH]), hashes)
         index.write_delta(int(shard), plan.instant, entries, part=0)
@@ -261,7 +225,7 @@ def record_write_slots(plan: BatchPlan, file_ids: pa.Array) -> pa.Array:
 
 def _index_whole_group(plan: BatchPlan, io: FileIO, paths: list[str], partition: str, file_id: str, task: int) -> None:
     """Add every key of a file group the index did not cover, so it is covered from now on."""
-    read = _read_keys(io, plan.virtual_keys)
+    read = key_reader(io, plan.virtual_keys)
     keys = pc.unique(pa.concat_arrays([read(p) for p in paths]))
     partitions = repeated(partition, len(keys))
     write_entries(
