@@ -13,7 +13,8 @@ import pytest
 from conftest import COW_FIXTURES, MOR_FIXTURE
 
 from laketide.table import Table
-from laketide.table.format.keygen import escape_path_name, partition_paths, record_keys, value_text
+from laketide.table.format.keygen import VirtualKeys, escape_path_name, partition_paths, record_keys, value_text
+from laketide.table.format.schema import META_COLUMNS, RECORD_KEY
 
 DOUBLES = [
     1.0,
@@ -180,3 +181,17 @@ def test_paths_made_per_distinct_value_equal_paths_made_per_row():
                     _partition_paths(rows, fields, hive_style, urlencode),
                 )
                 assert [a.to_pylist() for a in once] == [a.to_pylist() for a in each], (fields, hive_style, urlencode)
+
+
+def test_virtual_keys_make_a_stored_rows_key_from_its_key_fields_and_blank_the_meta_columns():
+    """A table without meta columns: its rows' keys are made as an incoming record's are (``record_keys``), the key
+    fields read in place of the key column, and what is written has every meta column null."""
+    stored = pa.table({RECORD_KEY: pa.nulls(2, pa.string()), "id": [7, 8], "name": ["a", None], "v": [1, 2]})
+    simple, complex_ = VirtualKeys(("id",)), VirtualKeys(("id", "name"), complex_key=True)
+    assert simple.columns([RECORD_KEY, "v"]) == [RECORD_KEY, "v", "id"]
+    assert simple.columns(["v"]) == ["v"] and simple.columns(None) is None
+    assert simple.keyed(stored, [RECORD_KEY, "v"]).to_pydict() == {RECORD_KEY: ["7", "8"], "v": [1, 2]}
+    assert complex_.keyed(stored)[RECORD_KEY].to_pylist() == ["id:7,name:a", "id:8,name:__null__"]
+    assert simple.keyed(stored.drop_columns([RECORD_KEY])).column_names[-1] == RECORD_KEY
+    written = VirtualKeys.blank(pa.table({**{c: pa.array(["x", "y"]) for c in META_COLUMNS}, "id": [7, 8]}))
+    assert all(written[c].null_count == 2 for c in META_COLUMNS) and written["id"].to_pylist() == [7, 8]
