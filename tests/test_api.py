@@ -20,10 +20,14 @@ TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.fixture(params=[6, 8], ids=["v6", "v8"])
+@pytest.fixture
 def written(tmp_path, request):
-    """A table of version 6, and one of 8 (Hudi 1.0's timeline)."""
-    return history(tmp_path / "t", width=4, version=request.param)
+    """A table of version 6, or of the version a test asks for (``BOTH_VERSIONS``)."""
+    return history(tmp_path / "t", width=4, version=getattr(request, "param", 6))
+
+
+# what reads or changes the timeline runs on version 6 and on 8 (Hudi 1.0's timeline and its completion times)
+BOTH_VERSIONS = pytest.mark.parametrize("written", [6, 8], ids=["v6", "v8"], indirect=True)
 
 
 @pytest.fixture
@@ -35,6 +39,7 @@ def server(written):
     srv.stop()
 
 
+@BOTH_VERSIONS
 def test_listing_and_pagination(server, written):
     _, instants, _, dangling = written
     base = server.address
@@ -48,6 +53,7 @@ def test_listing_and_pagination(server, written):
     assert [i["instant"] for i in completed["items"]] == instants[::-1]
 
 
+@BOTH_VERSIONS
 def test_one_instant_and_errors(server, written):
     _, instants, _, _ = written
     base = server.address
@@ -62,6 +68,7 @@ def test_one_instant_and_errors(server, written):
     assert httpx.get(f"{base}/v1/instants", params={"action": "bogus"}).status_code == 400
 
 
+@BOTH_VERSIONS
 def test_file_groups_writer_lease_metrics_health(server, written):
     table = written[0]
     base = server.address
@@ -112,6 +119,7 @@ def test_mutations_need_the_token(server, written):
     assert httpx.post(url, json={"dry_run": "maybe"}, headers=AUTH).status_code == 400
 
 
+@BOTH_VERSIONS
 def test_standalone_rollback_refused_while_a_job_holds_the_lease(server, written):
     table, instants, _, _ = written
     job_lease = LocalLease.for_table(table.uri, job_id="streaming-job", api_address="http://127.0.0.1:9/")
@@ -127,6 +135,7 @@ def test_standalone_rollback_refused_while_a_job_holds_the_lease(server, written
         job_lease.release()
 
 
+@BOTH_VERSIONS
 def test_standalone_rollback_restores_the_previous_state(server, written):
     table, instants, states, dangling = written
     url = f"{server.address}/v1/instants"
@@ -145,6 +154,7 @@ def test_standalone_rollback_restores_the_previous_state(server, written):
     assert httpx.post(f"{url}/20000101000000000/rollback", json={}, headers=AUTH).status_code == 404
 
 
+@BOTH_VERSIONS
 def test_a_corrupt_commit_answers_500_naming_the_file_and_the_cli_exits_1(written):
     """A damaged table is the server's side: 500 with what is wrong and the way out, never a 400. (A server
     caches completed commits it has read, which never change: this one starts on the damaged table.)"""
@@ -166,6 +176,7 @@ def test_a_corrupt_commit_answers_500_naming_the_file_and_the_cli_exits_1(writte
         server.stop()
 
 
+@BOTH_VERSIONS
 def test_the_dashboards_views_over_http(server, written, tmp_path):
     table, instants, _, dangling = written
     base = server.address
@@ -211,6 +222,7 @@ def test_the_dashboards_views_over_http(server, written, tmp_path):
     assert "no key" in html and "{&#34;ts&#34;:&#34;?&#34;}" in html, "raw rows are shown, escaped"
 
 
+@BOTH_VERSIONS
 def test_the_dashboards_actions_need_the_token_and_act_through_operations(server, written):
     table, instants, states, dangling = written
     base = server.address
