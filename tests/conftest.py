@@ -34,8 +34,15 @@ COW_FIXTURES = [
 MOR_FIXTURE = "v6_trips_8i1u"
 
 
+# tables Apache Hudi 1.x wrote, from hudi-rs's test data (tests/fixtures/hudi-1x/README.md)
+HUDI_1X = REPO / "tests" / "fixtures" / "hudi-1x"
+
+
 def unzip_fixture(name: str, dest: Path) -> Path:
-    archive = SPARK_TABLES / f"{name}.zip"
+    """Unzip table ``name`` (from the Hudi 1.x corpus, else the Spark-written fixtures) into ``dest``."""
+    archive = HUDI_1X / f"{name}.zip"
+    if not archive.exists():
+        archive = SPARK_TABLES / f"{name}.zip"
     if not archive.exists():
         raise FileNotFoundError(f"fixture {archive} is missing; set LAKETIDE_FIXTURES to the fixtures folder")
     with zipfile.ZipFile(archive) as zf:

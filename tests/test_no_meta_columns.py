@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import SPARK_TABLES, hudi_read
+from conftest import hudi_read, unzip_fixture
 from streaming import land
 
 from laketide.table import Table
@@ -20,15 +19,7 @@ from laketide.table.errors import UnsupportedTableError
 from laketide.table.format.schema import META_COLUMNS
 
 CLI = str(Path(sys.executable).with_name("laketide"))
-CORPUS = Path(__file__).parent / "fixtures" / "hudi-1x"
 COLUMNS = ["id", "name", "longField", "byteField"]
-
-
-def _table(name: str, root: Path) -> Path:
-    archive = CORPUS / f"{name}.zip" if (CORPUS / f"{name}.zip").exists() else SPARK_TABLES / f"{name}.zip"
-    with zipfile.ZipFile(archive) as zf:
-        zf.extractall(root, [m for m in zf.namelist() if not m.startswith("__MACOSX")])
-    return root / name
 
 
 def _run(path: Path, root: Path) -> None:
@@ -50,7 +41,7 @@ def _rows(table) -> list[tuple]:
 
 def test_laketide_run_upserts_and_deletes_in_a_table_without_meta_columns(tmp_path):
     """Version 8's table (version 6's, from Hudi 0.14, takes the same code path: its refusal test below)."""
-    path = _table("v8_simplekeygen_hivestyle_no_metafields", tmp_path / "tables")
+    path = unzip_fixture("v8_simplekeygen_hivestyle_no_metafields", tmp_path / "tables")
     model = {r[0]: r for r in _rows(hudi_read(path))}
     assert sorted(model) == [1, 2, 3, 4]
     partition = {i: r[3] for i, r in model.items()}

@@ -6,26 +6,23 @@ from __future__ import annotations
 
 import re
 import shutil
-import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import hudi_read, rows
+from conftest import HUDI_1X, hudi_read, rows, unzip_fixture
 
 import laketide
 from laketide.table import Table
 from laketide.table.errors import LaketideError
 
-CORPUS = Path(__file__).parent / "fixtures" / "hudi-1x"
-TABLES = sorted(p.stem for p in CORPUS.glob("v[89]_*.zip"))
+TABLES = sorted(p.stem for p in HUDI_1X.glob("v[89]_*.zip"))
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("hudi-1x")
     for name in TABLES:
-        with zipfile.ZipFile(CORPUS / f"{name}.zip") as archive:
-            archive.extractall(root, [m for m in archive.namelist() if not m.startswith("__MACOSX")])
+        unzip_fixture(name, root)
     return root
 
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import zipfile
-from pathlib import Path
 
 import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import SPARK_TABLES, hudi_read, rows
+from conftest import hudi_read, rows, unzip_fixture
 from streaming import DATA_COLUMNS, Model, row
 from test_write_api import SCHEMA
 
@@ -29,7 +27,6 @@ from laketide.table.format.timeline import Timeline
 from laketide.table.format.view import FileSystemView
 from laketide.table.inspect.timeline import services, timeline_page
 
-CORPUS = Path(__file__).parent / "fixtures" / "hudi-1x"
 # archival off, where a test looks at the whole active timeline
 V8 = {"table": {"version": 8}, "archive": {"enabled": False}, "write": {"index_shards": 2, "parallelism": 2}}
 NEW_TABLE = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "name": "orders"}
@@ -106,7 +103,7 @@ def test_a_version_8_tables_delta_mirror_reads_as_hudi_rs_after_every_write(tmp_
 
 
 def test_the_empty_version_8_table_takes_its_first_rows(tmp_path):
-    path = _corpus_table("v8_empty", tmp_path)
+    path = unzip_fixture("v8_empty", tmp_path)
     schema = pa.schema([("id", pa.int32()), ("name", pa.string()), ("isActive", pa.bool_())])
     first = pa.Table.from_pylist([{"id": i, "name": f"n{i}", "isActive": i % 2 == 0} for i in range(5)], schema)
     laketide.write(str(path), first, settings={"write": {"parallelism": 2}})
@@ -120,7 +117,7 @@ def test_the_empty_version_8_table_takes_its_first_rows(tmp_path):
 def test_a_version_8_table_with_hudis_metadata_table_is_refused_until_it_is_dropped(tmp_path):
     """hudi-rs's merge-on-read trips table keeps a metadata table (record and secondary indexes): refused, naming
     ``laketide metadata drop``; once dropped, it takes updates and deletes on top of Hudi's own log files."""
-    path = _corpus_table("v8_trips_8i3u1d", tmp_path)
+    path = unzip_fixture("v8_trips_8i3u1d", tmp_path)
     before = hudi_read(path)
     data = before.drop_columns([c for c in META if c in before.column_names])
     with pytest.raises(LaketideError, match="laketide metadata drop"):
@@ -144,7 +141,7 @@ def test_java_avro_reads_each_version_8_commit_against_the_schema_hudi_1x_writes
     """Every Avro file of the timeline a version 8 write leaves (inflight and completed commits), read by Java's
     Avro (from the pyspark wheel) resolved against the schema Apache Hudi 1.0 itself put in a commit of the
     corpus, as Hudi's ``TimelineMetadataUtils`` resolves it against its own."""
-    hudi = _corpus_table("v8_nonpartitioned", tmp_path / "corpus") / ".hoodie" / "timeline"
+    hudi = unzip_fixture("v8_nonpartitioned", tmp_path / "corpus") / ".hoodie" / "timeline"
     with open(next(hudi.glob("*_*.commit")), "rb") as body:
         hudis_schema = fastavro.reader(body).metadata["avro.schema"]
     path = tmp_path / "orders"
@@ -165,13 +162,6 @@ def test_java_avro_reads_each_version_8_commit_against_the_schema_hudi_1x_writes
     assert decoded == 4  # two inflight, two completed
 
 
-def _corpus_table(name: str, root: Path) -> Path:
-    archive = CORPUS / f"{name}.zip" if (CORPUS / f"{name}.zip").exists() else SPARK_TABLES / f"{name}.zip"
-    with zipfile.ZipFile(archive) as zf:
-        zf.extractall(root, [m for m in zf.namelist() if not m.startswith("__MACOSX")])
-    return root / name
-
-
 @pytest.mark.parametrize(
     "name",
     [
@@ -184,7 +174,7 @@ def _corpus_table(name: str, root: Path) -> Path:
 def test_a_version_8_table_hudi_wrote_takes_upserts(tmp_path, name):
     """Updates to every other row and two new rows, made from the table's own rows (every type it holds);
     hudi-rs reads the model after: the rows before, the updates applied, the new rows added."""
-    path = _corpus_table(name, tmp_path)
+    path = unzip_fixture(name, tmp_path)
     before = hudi_read(path)
     data = before.drop_columns([c for c in META if c in before.column_names])
     updated = data.filter(pa.array([i % 2 == 0 for i in range(data.num_rows)]))
