@@ -284,5 +284,6 @@ class VirtualKeys:
         for name in META_COLUMNS:
             at = rows.schema.get_field_index(name)
             if at >= 0:
-                rows = rows.set_column(at, rows.schema.field(at), pa.nulls(rows.num_rows, rows.schema.field(at).type))
+                field = rows.schema.field(at)
+                rows = rows.set_column(at, field, pa.nulls(rows.num_rows, field.type))
         return rows

@@ -211,26 +211,23 @@ def key_ordered_batches(
     with reading_data_file(io, path), io.open_input(path) as f:
         parquet = pq.ParquetFile(f)
         meta = parquet.schema_arrow.metadata or {}
-        wanted = columns
         if columns is not None:
             columns = [c for c in columns if c in parquet.schema_arrow.names]
-            wanted = columns
-            if virtual is not None:
-                columns = virtual.columns(columns)
+        read = columns if virtual is None else virtual.columns(columns)  # the key fields stand for the key
 
         def keyed(rows: pa.Table) -> pa.Table:
-            return rows if virtual is None else virtual.keyed(rows, wanted)
+            return rows if virtual is None else virtual.keyed(rows, columns)
 
         if meta.get(SORTED_MARKER.encode()) != RECORD_KEY.encode():
-            yield keyed(parquet.read(columns=columns)).sort_by(RECORD_KEY)
+            yield keyed(parquet.read(columns=read)).sort_by(RECORD_KEY)
             return
         empty = True
-        for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=read):
             empty = False
             yield keyed(pa.Table.from_batches([batch]))
         if empty:
             schema = parquet.schema_arrow
-            yield (schema if wanted is None else pa.schema([schema.field(c) for c in wanted])).empty_table()
+            yield (schema if columns is None else pa.schema([schema.field(c) for c in columns])).empty_table()
 
 
 def _base_batches(io: FileIO, fs: FileSlice, batch_rows: int, columns: list[str] | None = None) -> Iterator[pa.Table]:
