@@ -183,7 +183,7 @@ def pooled_loads(workloads: list[dict]) -> dict:
             if "error" not in r:
                 loads.setdefault(r["engine"], []).extend(r.get("round_load_seconds") or [r["load_seconds"]])
     out = {}
-    for mine in ("laketide-cow", "laketide-mor", "laketide"):
+    for mine in ("laketide-cow", "laketide-mor"):
         for peer in ("delta-rs", "ducklake"):
             if mine in loads and peer in loads:
                 out[f"{mine}/{peer} load"] = round(statistics.median(loads[mine]) / statistics.median(loads[peer]), 2)
