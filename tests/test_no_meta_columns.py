@@ -40,7 +40,7 @@ def _rows(table) -> list[tuple]:
 
 
 def test_laketide_run_upserts_and_deletes_in_a_table_without_meta_columns(tmp_path):
-    """Version 8's table (version 6's, from Hudi 0.14, takes the same code path: its refusal test below)."""
+    """Version 8's table; version 6's (Hudi 0.14's) takes the same code path, and the next test reads it."""
     path = unzip_fixture("v8_simplekeygen_hivestyle_no_metafields", tmp_path / "tables")
     model = {r[0]: r for r in _rows(hudi_read(path))}
     assert sorted(model) == [1, 2, 3, 4]
