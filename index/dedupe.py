@@ -23,11 +23,21 @@ def dedupe(
     Only rows whose hash repeats can repeat a key, so only those are sorted by key to find the winners
     (a hash shared by two keys sorts them apart); a micro-batch with no repeated key is returned as it is.
     Sorting every row by its string key cost more than the rest of the assign step."""
+    keep = winners(rows, hashes, ordering_field, global_keys)
+    if keep is None:
+        return rows, hashes
+    return rows.filter(pa.array(keep)), hashes[keep]
+
+
+def winners(
+    rows: pa.Table, hashes: np.ndarray, ordering_field: str | None, global_keys: bool = False
+) -> np.ndarray | None:
+    """Which rows ``dedupe`` keeps, as a mask; ``None`` when no key repeats (every row is kept)."""
     order = np.argsort(hashes)
     by_hash = hashes[order]
     same = by_hash[1:] == by_hash[:-1]
     if not same.any():
-        return rows, hashes
+        return None
     repeated = np.zeros(len(hashes), bool)
     repeated[1:] |= same
     repeated[:-1] |= same
@@ -43,7 +53,7 @@ def dedupe(
     first = first_of_each_key(candidates.take(pa.array(ranked)), global_keys)
     keep = np.ones(rows.num_rows, bool)
     keep[suspects[ranked[~first]]] = False
-    return rows.filter(pa.array(keep)), hashes[keep]
+    return keep
 
 
 def first_of_each_key(ordered: pa.Table, global_keys: bool) -> np.ndarray:

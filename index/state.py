@@ -65,11 +65,17 @@ def index_keys(
 
 
 def index_entries(key_hashes: np.ndarray, partitions, file_ids) -> pa.Table:
-    """A run of index entries: one (key hash, partition, file id) per key."""
-    return pa.table(
-        [pa.array(key_hashes, pa.uint64()), pa.array(partitions, pa.string()), pa.array(file_ids, pa.string())],
-        schema=RUN_SCHEMA,
+    """A run of index entries: one (key hash, partition, file id) per key; partitions and file ids as strings, or
+    dictionary-encoded as a run stores them."""
+    return pa.Table.from_arrays(
+        [pa.array(key_hashes, pa.uint64()), _text(partitions), _text(file_ids)], names=RUN_SCHEMA.names
     )
+
+
+def _text(values) -> pa.Array | pa.ChunkedArray:
+    if isinstance(values, (pa.Array, pa.ChunkedArray)) and pa.types.is_dictionary(values.type):
+        return values
+    return pa.array(values, pa.string())
 
 
 def shard_of(key_hashes: np.ndarray, shards: int) -> np.ndarray:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EVENT_POSITION, KEY_HASH, PARTITION
-from laketide.index.dedupe import first_of_each_key
+from laketide.index.dedupe import first_of_each_key, winners
 from laketide.table.format.encoding import records_dictionary_columns
 from laketide.table.format.markers import CREATE, WriteMarkers
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY
@@ -21,7 +21,7 @@ from laketide.table.storage.io import FileIO
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
 from laketide.writer.slots import split_by
-from laketide.writer.stages import STATUS_SCHEMA, BatchPlan, WriteStatus, repeated, write_entries
+from laketide.writer.stages import STATUS_SCHEMA, BatchPlan, WriteStatus, repeated_runs, write_entries
 
 
 def bulk_sort_keys(ordering_field: str | None, global_keys: bool) -> list[tuple[str, str]]:
@@ -33,19 +33,43 @@ def bulk_sort_keys(ordering_field: str | None, global_keys: bool) -> list[tuple[
     return keys + winner + [(ARRIVAL_FILE, "descending"), (ARRIVAL, "descending")]
 
 
+def written_columns(rows: pa.Table) -> pa.Table:
+    """``rows`` without the columns only their order is decided by (arrival): put in order, they are copied for nothing
+    (two of twenty columns of a 1M-row load)."""
+    return rows.drop_columns([c for c in (ARRIVAL_FILE, ARRIVAL) if c in rows.column_names])
+
+
 def bulk_order(
     rows: pa.Table, ordering_field: str | None, global_keys: bool, at: np.ndarray | None = None
 ) -> np.ndarray:
     """The row numbers of the records a bulk insert writes of ``rows`` (of the rows ``at``, when given), one per key
-    (the one that wins it), in ``bulk_sort_keys`` order: ordered on the sort columns alone, no other column copied."""
-    order = bulk_sort_keys(ordering_field, global_keys)
-    sort_columns = rows.select([name for name, _ in order])
+    (the one that wins it), in ``bulk_sort_keys`` order: ordered on the sort columns alone, no other column copied.
+
+    The winners of repeated keys are found among the rows whose index hash repeats (``dedupe.winners``), and the
+    rows are sorted by key alone, then by partition with a stable sort of small codes: sorting on every
+    ``bulk_sort_keys`` column took 53 ms for 500,000 rows against 19 for the key alone."""
+    names = [name for name, _ in bulk_sort_keys(ordering_field, global_keys)] + [KEY_HASH]
+    columns = rows.select(names)
     if at is not None:
-        sort_columns = sort_columns.take(pa.array(at))
-    ordered = pc.sort_indices(sort_columns, sort_keys=order)
-    keys = sort_columns.select([RECORD_KEY] if global_keys else [PARTITION, RECORD_KEY]).take(ordered)
-    winners = ordered.to_numpy()[first_of_each_key(keys, global_keys)]
-    return winners if at is None else at[winners]
+        columns = columns.take(pa.array(at))
+    ordered = _key_order(columns, global_keys)
+    keep = winners(columns, columns[KEY_HASH].to_numpy(), ordering_field, global_keys)
+    if keep is not None:
+        ordered = ordered[keep[ordered]]
+    return ordered if at is None else at[ordered]
+
+
+def _key_order(rows: pa.Table, global_keys: bool) -> np.ndarray:
+    """Row numbers of ``rows`` sorted by (partition, key), or by key alone when keys are global."""
+    by_key = pc.sort_indices(rows[RECORD_KEY]).to_numpy()
+    if global_keys:
+        return by_key
+    partitions = rows[PARTITION].combine_chunks().dictionary_encode()
+    # each partition's rank among the distinct ones, so that the codes sort as the paths do
+    rank = pc.rank(partitions.dictionary, "ascending").to_numpy()
+    # numpy's stable sort is a radix sort for 16-bit codes: 2 ms for 500,000 rows, 15 for 32-bit ones
+    codes = rank.astype(np.uint16 if len(rank) < 2**16 else np.int64)[partitions.indices.to_numpy()][by_key]
+    return by_key[np.argsort(codes, kind="stable")]
 
 
 # rows of a write task's range put in order at a time: the ordered copy is made a piece at a time, as the files take it
@@ -99,8 +123,9 @@ class _BulkFiles:
         self.statuses: list[dict] = []
         # the keys written, and their partition and file group: index entries at the end
         self.hashes: list[np.ndarray] = []  # their index hashes (``KEY_HASH``), as the prepare step made them
-        self.partitions: list[pa.Array] = []
-        self.file_ids: list[pa.Array] = []
+        self.partitions: list[str] = []  # and of each part of them, its partition, file id and count
+        self.file_ids: list[str] = []
+        self.counts: list[int] = []
 
     def _new_writer(self, partition: str, keys: int) -> BucketWriter:
         """A new file group for ``partition``, its bloom filter sized for the ``keys`` at hand (it grows if more
@@ -139,8 +164,9 @@ class _BulkFiles:
             part = rows.slice(0, max(1, self._room(writer)))
             writer.append_inserts(part)
             self.hashes.append(part[KEY_HASH].to_numpy())
-            self.partitions.append(repeated(partition, part.num_rows))
-            self.file_ids.append(repeated(writer.target.file_id, part.num_rows))
+            self.partitions.append(partition)
+            self.file_ids.append(writer.target.file_id)
+            self.counts.append(part.num_rows)
             if self._room(writer) <= 0:
                 self._close(partition)
             rows = rows.slice(part.num_rows)
@@ -168,8 +194,8 @@ class _BulkFiles:
                 self.plan,
                 self.io,
                 np.concatenate(self.hashes),
-                pa.concat_arrays(self.partitions),
-                pa.concat_arrays(self.file_ids),
+                repeated_runs(self.partitions, self.counts),
+                repeated_runs(self.file_ids, self.counts),
                 self.task,
             )
         return self.statuses
@@ -183,7 +209,7 @@ def bulk_insert_range(plan: BatchPlan, rows: pa.Table, task: int, token: str | N
     """``bulk_insert`` of one task's key range, ``rows`` in any order: ordered here, in the task, and copied in that
     order a piece at a time (``in_order``), so that no whole ordered copy is held beside them."""
     order = bulk_order(rows, plan.assign.ordering_field, plan.index.global_keys)
-    return bulk_insert(plan, in_order(rows, order), task, token, len(order))
+    return bulk_insert(plan, in_order(written_columns(rows), order), task, token, len(order))
 
 
 def bulk_insert(

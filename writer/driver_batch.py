@@ -215,12 +215,13 @@ class DriverBatch:
         numbers = ranges.range_numbers(good, cuts, global_keys)
         tasks = [(task, np.flatnonzero(numbers == task)) for task in np.unique(numbers).tolist()]
         del numbers
+        written = bulk_stage.written_columns(good)
 
         def write_range(task_rows: tuple[int, np.ndarray]) -> Iterator[pa.RecordBatch]:
             # taken in order at once: taken a piece at a time (``bulk_stage.in_order``), the range's write took
             # twice as long, in more and smaller appends to its files
             task, at = task_rows
-            ordered = good.take(pa.array(bulk_stage.bulk_order(good, plan.assign.ordering_field, global_keys, at)))
+            ordered = written.take(pa.array(bulk_stage.bulk_order(good, plan.assign.ordering_field, global_keys, at)))
             return bulk_stage.bulk_insert(plan, iter(ordered.to_batches()), task, write_token(task), ordered.num_rows)
 
         return _statuses(self.pool.map(self._timed, "write", write_range, tasks))
