@@ -10,6 +10,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -22,7 +23,7 @@ from laketide.index.bloom import (
     BloomSpec,
 )
 from laketide.table.format.damage import reading_data_file
-from laketide.table.format.encoding import BASE_FILE_CODEC, SORTED_MARKER, dictionary_columns
+from laketide.table.format.encoding import BASE_FILE_CODEC, ONE_PER_FILE, SORTED_MARKER, dictionary_columns
 from laketide.table.format.files import PARTITION_METADATA, partition_metadata
 from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.schema import RECORD_KEY
@@ -112,16 +113,22 @@ class BaseFileWriter:
         carried: FileLayout | None = None,
         compression: str = BASE_FILE_CODEC,
         blank_meta: bool = False,
+        encoded_meta: bool = False,
     ):
         """``carried`` is what a merge takes over from the base file it replaces: its
         bloom filter, to which ``write`` then adds only the ``inserted`` keys it is given
         (every key, into a filter built again: ``FileLayout.fresh_bloom``), and its
         dictionary-encoded columns. ``blank_meta``: the table has no meta columns; rows come with their keys (for
-        the bloom filter and key range) and are written with every meta column null (``VirtualKeys.blank``)."""
+        the bloom filter and key range) and are written with every meta column null (``VirtualKeys.blank``).
+        ``encoded_meta``: rows come with the meta columns of one value per file (``ONE_PER_FILE``) as dictionaries
+        (``constant_text``), which parquet writes as they are, where a column of strings is hashed back into one."""
         self.io = io
         self.blank_meta = blank_meta
         self.path = path
         self.schema = schema
+        self.encoded_meta = encoded_meta and not blank_meta
+        # the Arrow schema rows are written in: the same columns and parquet types as ``schema``
+        self.written_schema = encoded_text(schema, ONE_PER_FILE) if self.encoded_meta else schema
         self.avro_schema = avro_schema
         carried_bloom = carried.bloom if carried is not None else None
         self.incremental_bloom = carried is not None and carried_bloom is not None and not carried.fresh_bloom
@@ -160,7 +167,7 @@ class BaseFileWriter:
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         if self.blank_meta:
             table = VirtualKeys.blank(table)
-        self._pending.append(table.cast(self.schema))
+        self._pending.append(table.cast(self.written_schema))
         self._pending_rows += table.num_rows
         self._pending_bytes += table.nbytes
         if self._pending_rows >= self.row_group_rows or self._pending_bytes >= self.row_group_bytes:
@@ -190,7 +197,7 @@ class BaseFileWriter:
         if self._writer is None:
             self._writer = pq.ParquetWriter(
                 self._sink,
-                self.schema,
+                self.written_schema,
                 compression=self.compression,
                 store_schema=False,
                 # a list of columns, as pyarrow documents it, where its unannotated default says bool
@@ -217,7 +224,7 @@ class BaseFileWriter:
         if self.min_key is not None and self.max_key is not None:
             footer[FOOTER_MIN_KEY] = self.min_key
             footer[FOOTER_MAX_KEY] = self.max_key
-        writer = self._parquet(self.schema.empty_table())
+        writer = self._parquet(self.written_schema.empty_table())
         writer.add_key_value_metadata(footer)
         writer.close()
         self._sink.close()
@@ -235,6 +242,22 @@ class BaseFileWriter:
             self._sink.close()
         finally:
             self.io.delete(self.path)
+
+
+def constant_text(value: str, n: int) -> pa.DictionaryArray:
+    """``value`` ``n`` times, as a dictionary of one string: a file's name in each of its 50,000 rows is 3.5 MB of
+    strings, its dictionary 200 KB of zeros."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()))
+
+
+def encoded_text(schema: pa.Schema, names: tuple[str, ...]) -> pa.Schema:
+    """``schema`` with the string columns ``names`` as dictionaries of strings (``constant_text``'s type); parquet
+    writes either as the same strings."""
+    for name in names:
+        at = schema.get_field_index(name)
+        if at >= 0:
+            schema = schema.set(at, schema.field(at).with_type(pa.dictionary(pa.int32(), pa.string())))
+    return schema
 
 
 def ensure_partition_metadata(

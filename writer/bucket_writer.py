@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from laketide.index.bloom import BloomSpec
 from laketide.index.columns import flag_mask
 from laketide.table.format.commit import NULL_COMMIT, WriteStat
-from laketide.table.format.encoding import BASE_FILE_CODEC
+from laketide.table.format.encoding import BASE_FILE_CODEC, ONE_PER_FILE
 from laketide.table.format.files import BaseFile, write_token
 from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.schema import (
@@ -33,7 +33,7 @@ from laketide.table.format.schema import (
 from laketide.table.reading.slice_reader import key_ordered_batches, rows_of_keys
 from laketide.table.reading.unchanged import fill_from_stored
 from laketide.table.storage.io import FileIO
-from laketide.writer.base_file import BaseFileWriter, FileLayout
+from laketide.writer.base_file import BaseFileWriter, FileLayout, constant_text, encoded_text
 
 
 @dataclass(frozen=True)
@@ -95,18 +95,29 @@ class SequenceNumbers:
 
 
 def stamp_meta_columns(
-    rows: pa.Table, schema: pa.Schema, instant_time: str, seqnos: SequenceNumbers, partition: str, file_name: str
+    rows: pa.Table,
+    schema: pa.Schema,
+    instant_time: str,
+    seqnos: SequenceNumbers,
+    partition: str,
+    file_name: str,
+    encoded: bool = False,
 ) -> pa.Table:
-    """Incoming records with this instant's meta columns, numbered on from ``seqnos``."""
+    """Incoming records with this instant's meta columns, numbered on from ``seqnos``; ``encoded``: those of one
+    value as dictionaries (``base_file.constant_text``), for a file of new records alone (``append_inserts``)."""
     n = rows.num_rows
+
+    def one_value(value: str) -> pa.Array:
+        return constant_text(value, n) if encoded else pa.repeat(pa.scalar(value, pa.string()), n)
+
     meta = {
-        COMMIT_TIME: pa.repeat(pa.scalar(instant_time, pa.string()), n),
+        COMMIT_TIME: one_value(instant_time),
         COMMIT_SEQNO: seqnos.next(n),
         RECORD_KEY: rows[RECORD_KEY],
-        PARTITION_PATH: pa.repeat(pa.scalar(partition, pa.string()), n),
-        FILE_NAME: pa.repeat(pa.scalar(file_name, pa.string()), n),
+        PARTITION_PATH: one_value(partition),
+        FILE_NAME: one_value(file_name),
     }
-    return conform(rows, schema, meta)
+    return conform(rows, encoded_text(schema, ONE_PER_FILE) if encoded else schema, meta)
 
 
 class BucketWriter:
@@ -156,9 +167,9 @@ class BucketWriter:
         self.placeholder = placeholder
         self.virtual_keys = virtual_keys
 
-    def _stamp(self, rows: pa.Table) -> pa.Table:
+    def _stamp(self, rows: pa.Table, encoded: bool = False) -> pa.Table:
         return stamp_meta_columns(
-            rows, self.schema, self.instant_time, self.seqnos, self.target.partition, self.new_file.name
+            rows, self.schema, self.instant_time, self.seqnos, self.target.partition, self.new_file.name, encoded
         )
 
     def _conform(self, rows: pa.Table, meta: dict) -> pa.Table:
@@ -255,8 +266,9 @@ class BucketWriter:
             raise
         return self.finish()
 
-    def start(self, carried: FileLayout | None = None, keys: int | None = None) -> None:
-        """Open the new base file; ``keys``: how many it will hold, when that is known before its rows come."""
+    def start(self, carried: FileLayout | None = None, keys: int | None = None, inserts_only: bool = False) -> None:
+        """Open the new base file; ``keys``: how many it will hold, when that is known before its rows come;
+        ``inserts_only``: its rows come by ``append_inserts`` alone."""
         if self.dictionary is not None and (carried is None or carried.dictionary is None):
             carried = replace(carried, dictionary=self.dictionary) if carried else FileLayout(None, self.dictionary)
         bloom = self.bloom if keys is None else self.bloom.at_most(keys)
@@ -269,13 +281,14 @@ class BucketWriter:
             carried=carried,
             compression=self.compression,
             blank_meta=self.virtual_keys is not None,
+            encoded_meta=inserts_only,
         )
 
     def append_inserts(self, rows: pa.Table) -> None:
         """Write new records into a new file group, as they come (bulk insert): sorted by key, nothing to merge."""
         try:
             self.counts.inserts += rows.num_rows
-            self._file.write(self._stamp(rows))
+            self._file.write(self._stamp(rows, encoded=self._file.encoded_meta))
         except BaseException:
             self._file.abort()
             raise

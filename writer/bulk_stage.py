@@ -149,7 +149,7 @@ class _BulkFiles:
             virtual_keys=self.plan.virtual_keys,
         )
         self.markers.create(writer.new_file.path, CREATE)
-        writer.start(keys=keys)
+        writer.start(keys=keys, inserts_only=True)
         return writer
 
     def append(self, partition: str, rows: pa.Table) -> None:
