@@ -92,7 +92,8 @@ def _by_length(keys):
     data, offsets = key_bytes(keys)
     lengths = np.diff(offsets)
     starts = offsets[:-1]
-    for length in np.unique(lengths).tolist():
+    # the lengths present, by counting: ``np.unique`` took 0.7 ms of the 7 ms that hash a 50,000-key file
+    for length in np.flatnonzero(np.bincount(lengths)).tolist():
         rows = np.nonzero(lengths == length)[0]
         at = starts[rows]
         # byte by byte: gathering through one (rows, length) index matrix costs eight times the block
