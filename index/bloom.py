@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.index.hashing import bit_positions
+from laketide.index.hashing import bit_positions, bit_positions_by_length
 
 FOOTER_BLOOM = "org.apache.hudi.bloomfilter"
 FOOTER_BLOOM_LEGACY = "com.uber.hoodie.bloomfilter"
@@ -109,16 +109,25 @@ class BloomFilter:
         return slices
 
     def add_many(self, keys) -> None:
-        positions = bit_positions(keys, self.num_hashes, self.vector_size)
-        n = positions.shape[1]
-        if self.kind == "SIMPLE":
-            self.rows[0][positions.ravel()] = True
+        n = len(keys)
+        slices = [(0, slice(0, n))] if self.kind == "SIMPLE" else self._row_slices(self.count, n)
+        if len(slices) == 1 and slices[0][1] == slice(0, n):
+            # every key into one row (a simple filter, or a dynamic one whose row has room): which key sets which
+            # bit does not matter, so the bits are set a group of keys at a time, never put in key order
+            row = self._row(slices[0][0])
+            for _, positions in bit_positions_by_length(keys, self.num_hashes, self.vector_size):
+                row[positions.ravel()] = True
         else:
-            for row, keys_in_row in self._row_slices(self.count, n):
-                while len(self.rows) <= row:
-                    self.rows.append(np.zeros(self.vector_size, dtype=bool))
-                self.rows[row][positions[:, keys_in_row].ravel()] = True
+            positions = bit_positions(keys, self.num_hashes, self.vector_size)
+            for row, keys_in_row in slices:
+                self._row(row)[positions[:, keys_in_row].ravel()] = True
         self.count += n
+
+    def _row(self, row: int) -> np.ndarray:
+        """Row ``row`` of the filter's bits, the rows before it made if missing."""
+        while len(self.rows) <= row:
+            self.rows.append(np.zeros(self.vector_size, dtype=bool))
+        return self.rows[row]
 
     def add(self, key: str) -> None:
         self.add_many([key])

@@ -4,7 +4,9 @@ read back with hudi-rs and compared with a model."""
 from __future__ import annotations
 
 import collections
+import posixpath
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import hudi_read, rows
@@ -15,7 +17,7 @@ from laketide.spark.job import run
 from laketide.table import Table
 from laketide.table.format import avro_models
 from laketide.table.format.instant import REPLACE_COMMIT, State
-from laketide.table.format.schema import COMMIT_SEQNO, PARTITION_PATH, RECORD_KEY
+from laketide.table.format.schema import COMMIT_SEQNO, COMMIT_TIME, FILE_NAME, PARTITION_PATH, RECORD_KEY
 
 
 class Landing:
@@ -63,10 +65,19 @@ def test_bulk_insert_loads_sorted_deduplicated_files_that_upserts_then_find(spar
     assert min(per_partition.values()) > 1, "a load above the target size is split into several file groups"
     seqnos = []
     for stat in stats:
-        written = pq.read_table(table.io.full_path(stat.path), columns=[RECORD_KEY, COMMIT_SEQNO])
+        path = table.io.full_path(stat.path)
+        written = pq.read_table(path, columns=[RECORD_KEY, COMMIT_SEQNO, COMMIT_TIME, PARTITION_PATH, FILE_NAME])
         keys = written[RECORD_KEY].to_pylist()
         assert keys == sorted(keys) and len(keys) == len(set(keys))
         seqnos += written[COMMIT_SEQNO].to_pylist()
+        # the meta columns of one value per file, written from dictionaries, read back as Hudi writes them
+        assert [written[c].type for c in (COMMIT_TIME, PARTITION_PATH, FILE_NAME)] == [pa.string()] * 3
+        assert set(written[COMMIT_TIME].to_pylist()) == {instant.timestamp}
+        assert set(written[PARTITION_PATH].to_pylist()) == {stat.partition_path}
+        assert set(written[FILE_NAME].to_pylist()) == {posixpath.basename(stat.path)}
+        footer = pq.ParquetFile(path)
+        named = footer.metadata.row_group(0).column(footer.schema_arrow.get_field_index(FILE_NAME)).statistics
+        assert named.min == named.max == posixpath.basename(stat.path)
     assert len(seqnos) == len(set(seqnos)) == len(model.rows), "one seqno per record of the instant"
     # every key is indexed and every new group covered: updates find their group, nothing is probed
     index = StateIndex.open(table.io, 2)
