@@ -111,16 +111,18 @@ class BloomFilter:
     def add_many(self, keys) -> None:
         n = len(keys)
         slices = [(0, slice(0, n))] if self.kind == "SIMPLE" else self._row_slices(self.count, n)
-        if len(slices) == 1 and slices[0][1] == slice(0, n):
-            # every key into one row (a simple filter, or a dynamic one whose row has room): which key sets which
-            # bit does not matter, so the bits are set a group of keys at a time, never put in key order
-            row = self._row(slices[0][0])
-            for _, positions in bit_positions_by_length(keys, self.num_hashes, self.vector_size):
-                row[positions.ravel()] = True
-        else:
-            positions = bit_positions(keys, self.num_hashes, self.vector_size)
-            for row, keys_in_row in slices:
-                self._row(row)[positions[:, keys_in_row].ravel()] = True
+        positions = None
+        for row, keys_in_row in slices:
+            bits = self._row(row)
+            if keys_in_row.step is None:
+                # a run of keys into one row: which key sets which bit does not matter, so the bits are set a
+                # group of keys at a time, never put in key order (that copy was a fifth of the hashing)
+                for _, rounds in bit_positions_by_length(keys[keys_in_row], self.num_hashes, self.vector_size):
+                    bits[rounds.ravel()] = True
+            else:  # every ``rows``-th key, once the filter is full and its rows take keys in turn
+                if positions is None:
+                    positions = bit_positions(keys, self.num_hashes, self.vector_size)
+                bits[positions[:, keys_in_row].ravel()] = True
         self.count += n
 
     def _row(self, row: int) -> np.ndarray:
