@@ -13,6 +13,7 @@ filter built here from a file's keys is byte-identical to the one Hudi wrote.
 from __future__ import annotations
 
 import base64
+import itertools
 import math
 import struct
 from dataclasses import dataclass, field
@@ -111,18 +112,22 @@ class BloomFilter:
     def add_many(self, keys) -> None:
         n = len(keys)
         slices = [(0, slice(0, n))] if self.kind == "SIMPLE" else self._row_slices(self.count, n)
-        positions = None
+        row_of = np.empty(n, np.int32)  # the row each key goes into
         for row, keys_in_row in slices:
-            bits = self._row(row)
-            if keys_in_row.step is None:
-                # a run of keys into one row: which key sets which bit does not matter, so the bits are set a
-                # group of keys at a time, never put in key order (that copy was a fifth of the hashing)
-                for _, rounds in bit_positions_by_length(keys[keys_in_row], self.num_hashes, self.vector_size):
-                    bits[rounds.ravel()] = True
-            else:  # every ``rows``-th key, once the filter is full and its rows take keys in turn
-                if positions is None:
-                    positions = bit_positions(keys, self.num_hashes, self.vector_size)
-                bits[positions[:, keys_in_row].ravel()] = True
+            row_of[keys_in_row] = row
+        bits = [self._row(row) for row in range(max(row for row, _ in slices) + 1)] if slices else []
+        # Which key sets which bit within a row does not matter, so the bits are set a group of keys (one length)
+        # at a time: putting every key's bit indexes back in key order first was a fifth of the hashing.
+        for at, rounds in bit_positions_by_length(keys, self.num_hashes, self.vector_size):
+            rows = row_of[at]  # a group's keys keep their order, so rows filled one after another come in runs
+            if len(slices) == 1:
+                bits[rows[0]][rounds.ravel()] = True
+            elif (rows[1:] >= rows[:-1]).all():
+                for begin, end in itertools.pairwise([0, *(np.flatnonzero(np.diff(rows)) + 1).tolist(), len(rows)]):
+                    bits[rows[begin]][rounds[:, begin:end]] = True
+            else:  # a full filter's rows take its keys in turn
+                for row in np.unique(rows).tolist():
+                    bits[row][rounds[:, rows == row]] = True
         self.count += n
 
     def _row(self, row: int) -> np.ndarray:
