@@ -28,7 +28,7 @@ from laketide.table.format.encoding import records_dictionary_columns
 from laketide.table.format.files import write_token
 from laketide.writer import bulk_stage, quarantine, ranges, stages
 from laketide.writer.prepare import PrepareSpec, Tally, batch_arrival, prepare_in_order, set_aside, with_earlier_values
-from laketide.writer.slots import split_lazily
+from laketide.writer.slots import present, split_lazily
 
 # the rows a micro-batch's dictionary encodings are decided from, once for all its files: a quarter of a
 # file's sample (``encoding.DICTIONARY_SAMPLE_ROWS``), since the decision is on the batch's path (9 ms against 2.5)
@@ -213,7 +213,7 @@ class DriverBatch:
         good = self._take_good().drop_columns([SHARD])
         cuts = ranges.cut_points([ranges.sample(good, global_keys)], self.threads, plan.assign.new_group_records)
         numbers = ranges.range_numbers(good, cuts, global_keys)
-        tasks = [(task, np.flatnonzero(numbers == task)) for task in np.unique(numbers).tolist()]
+        tasks = [(task, np.flatnonzero(numbers == task)) for task in present(numbers)]
         del numbers
         written = bulk_stage.written_columns(good)
 

@@ -47,10 +47,18 @@ def split_lazily(rows: pa.Table, keys: np.ndarray) -> list[tuple[int, Callable[[
     ]
 
 
+def present(codes: np.ndarray) -> list[int]:
+    """The distinct values of small non-negative codes (shards, tasks, write slots), in order, by counting them:
+    ``np.unique`` sorted or hashed every row of a micro-batch for a handful of values."""
+    return np.flatnonzero(np.bincount(codes)).tolist() if len(codes) else []
+
+
 def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The order that groups ``keys`` (stably), where each key's run starts in it (and the end), and the keys
     in that order."""
-    order = np.argsort(keys, kind="stable")
+    # numpy's stable sort is a radix sort for 16-bit values: 2 ms for 500,000 rows against 15 for 32-bit ones
+    small = len(keys) > 0 and keys.dtype.kind in "iu" and keys.min() >= 0 and keys.max() < 2**16
+    order = np.argsort(keys.astype(np.uint16) if small else keys, kind="stable")
     sorted_keys = keys[order]
     starts = np.concatenate([[0], np.nonzero(sorted_keys[1:] != sorted_keys[:-1])[0] + 1, [len(keys)]])
     return order, starts, sorted_keys

@@ -49,7 +49,7 @@ from laketide.table.storage.io import FileIO
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
 from laketide.writer.log_writer import LogTarget, LogWriter, OrderingSpan, ordering_spans
-from laketide.writer.slots import split_by
+from laketide.writer.slots import present, split_by
 from laketide.writer.stored_files import column_reader, footer_reader, key_reader
 
 # a write status as it travels from a task: its write stat as Hudi's JSON, then the file group and late records
@@ -168,7 +168,7 @@ def route(plan: BatchPlan, rows: pa.Table) -> pa.Table:
     index = StateIndex(io, plan.index.shards)
     shards = rows[SHARD].to_numpy()
     routed = []
-    for shard in np.unique(shards):
+    for shard in present(shards):
         mine = shards == shard
         part = rows if mine.all() else rows.filter(pa.array(mine))  # the driver's parts hold one shard each
         hashes = part[KEY_HASH].to_numpy()
@@ -249,7 +249,7 @@ def write_entries(
     file group."""
     shards = shard_of(hashes, plan.index.shards)
     index = StateIndex(io, plan.index.shards)
-    for shard in np.unique(shards):
+    for shard in present(shards):
         mine = shards == shard
         at = pa.array(mine)
         index.write_delta(
