@@ -65,17 +65,12 @@ def index_keys(
 
 
 def index_entries(key_hashes: np.ndarray, partitions, file_ids) -> pa.Table:
-    """A run of index entries: one (key hash, partition, file id) per key; partitions and file ids as strings, or
-    dictionary-encoded as a run stores them."""
-    return pa.Table.from_arrays(
-        [pa.array(key_hashes, pa.uint64()), _text(partitions), _text(file_ids)], names=RUN_SCHEMA.names
-    )
-
-
-def _text(values) -> pa.Array | pa.ChunkedArray:
-    if isinstance(values, (pa.Array, pa.ChunkedArray)) and pa.types.is_dictionary(values.type):
-        return values
-    return pa.array(values, pa.string())
+    """A run of index entries: one (key hash, partition, file id) per key; partitions and file ids as strings, or as
+    Arrow arrays (dictionary-encoded, as a run stores them, or not)."""
+    text = [
+        v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v, pa.string()) for v in (partitions, file_ids)
+    ]
+    return pa.Table.from_arrays([pa.array(key_hashes, pa.uint64()), *text], names=RUN_SCHEMA.names)
 
 
 def shard_of(key_hashes: np.ndarray, shards: int) -> np.ndarray:
