@@ -29,7 +29,7 @@ def _rows(global_keys: bool, ordering: bool, n: int = 20_000, seed: int = 5) -> 
         KEY_HASH: pa.array(index_keys(partitions, keys, global_keys), pa.uint64()),
     }
     if ordering:  # a tenth without a value: those lose to any value, as in one sort with nulls last
-        columns["ts"] = pa.array(np.where(rng.random(n) < 0.1, None, rng.integers(0, 4, n)), pa.int64())
+        columns["ts"] = pa.array(rng.integers(0, 4, n), pa.int64(), mask=rng.random(n) < 0.1)
     return pa.table(columns)
 
 
