@@ -332,7 +332,7 @@ def test_a_table_that_cannot_be_written_leaves_the_others_written(kafka, tmp_pat
 
 
 def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, tmp_path):
-    """Four jobs of the database killed while events of three tables keep arriving: the first right after two of
+    """Three jobs of the database killed while events of three tables keep arriving: the first right after two of
     the three tables committed its first micro-batch, the others (`laketide run`, SIGKILL to the whole process
     group) at random moments; a last run drains the topics. Every table equals its model, and each table's commits
     name each micro-batch once, in order."""
@@ -369,7 +369,7 @@ def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, 
         tmp_path / "between.log",
     ).start()
     assert between.wait(180) == 137, between.log_tail()
-    for cycle in range(3):  # each cycle is a job's start (about 15 s): the suite's time is bounded
+    for cycle in range(2):  # each cycle is a job's start (15 to 30 s): the suite's time is bounded
         log = tmp_path / f"job-{cycle}.log"
         job = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap, **settings)], log).start()
         # events for it to read: a job killed once it had read all there was left nothing to the next
@@ -391,4 +391,4 @@ def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, 
         timeline = Table.open(str(tmp_path / "lake" / name)).timeline
         extras = [timeline.commit_metadata(i).extra_metadata for i in timeline.completed_writes()]
         batches = [int(extra[BATCH_ID_KEY]) for extra in extras if BATCH_ID_KEY in extra]  # compactions name none
-        assert batches == sorted(set(batches)) and len(batches) >= 4, (name, batches)
+        assert batches == sorted(set(batches)) and len(batches) >= 3, (name, batches)
