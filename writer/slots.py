@@ -53,12 +53,17 @@ def present(codes: np.ndarray) -> list[int]:
     return np.flatnonzero(np.bincount(codes)).tolist() if len(codes) else []
 
 
+def stable_order(codes: np.ndarray) -> np.ndarray:
+    """The order that sorts integer ``codes`` stably: numpy's stable sort is a radix sort for 16-bit values, so
+    small non-negative codes are sorted as those (2 ms for 500,000 against 15 as 32-bit ones)."""
+    small = len(codes) > 0 and codes.dtype.kind in "iu" and codes.min() >= 0 and codes.max() < 2**16
+    return np.argsort(codes.astype(np.uint16) if small else codes, kind="stable")
+
+
 def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The order that groups ``keys`` (stably), where each key's run starts in it (and the end), and the keys
     in that order."""
-    # numpy's stable sort is a radix sort for 16-bit values: 2 ms for 500,000 rows against 15 for 32-bit ones
-    small = len(keys) > 0 and keys.dtype.kind in "iu" and keys.min() >= 0 and keys.max() < 2**16
-    order = np.argsort(keys.astype(np.uint16) if small else keys, kind="stable")
+    order = stable_order(keys)
     sorted_keys = keys[order]
     starts = np.concatenate([[0], np.nonzero(sorted_keys[1:] != sorted_keys[:-1])[0] + 1, [len(keys)]])
     return order, starts, sorted_keys

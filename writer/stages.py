@@ -49,7 +49,7 @@ from laketide.table.storage.io import FileIO
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
 from laketide.writer.log_writer import LogTarget, LogWriter, OrderingSpan, ordering_spans
-from laketide.writer.slots import present, split_by
+from laketide.writer.slots import present, split_by, stable_order
 from laketide.writer.stored_files import column_reader, footer_reader, key_reader
 
 # a write status as it travels from a task: its write stat as Hudi's JSON, then the file group and late records
@@ -217,7 +217,7 @@ def assign(plan: BatchPlan, rows: pa.Table, out_schema: pa.Schema) -> list[tuple
 def slot_rows(rows: pa.Table, routing: pa.Table, out_schema: pa.Schema) -> pa.Table:
     """``routed_rows`` of one write slot's ``routing``, in file-group order: the narrow routing columns are
     ordered, and the whole rows taken once, in that order."""
-    order = np.argsort(file_group_order(routing), kind="stable")
+    order = stable_order(file_group_order(routing))
     return routed_rows(rows, routing.take(pa.array(order)), out_schema)
 
 
@@ -260,14 +260,18 @@ def write_entries(
         )
 
 
+def ordered_codes(values: pa.ChunkedArray) -> np.ndarray:
+    """A code per value that sorts as the values do: its rank among the distinct values (1 for the least),
+    so that a string column is ordered by sorting small integers."""
+    encoded = values.combine_chunks().dictionary_encode()
+    rank = pc.rank(encoded.dictionary, "ascending").to_numpy().astype(np.int64)
+    return rank[encoded.indices.to_numpy()]
+
+
 def file_group_order(rows: pa.Table) -> np.ndarray:
     """A code per row that orders rows by (partition, file id), whatever order they come in."""
-    partitions = rows[PARTITION].combine_chunks().dictionary_encode()
-    file_ids = rows[FILE_ID].combine_chunks().dictionary_encode()
-    # each value's rank among the distinct values, so that codes follow the values' order
-    partition_rank = pc.rank(partitions.dictionary, "ascending").to_numpy().astype(np.int64)
-    file_rank = pc.rank(file_ids.dictionary, "ascending").to_numpy().astype(np.int64)
-    return partition_rank[partitions.indices.to_numpy()] * (len(file_rank) + 1) + file_rank[file_ids.indices.to_numpy()]
+    file_ids = ordered_codes(rows[FILE_ID])
+    return ordered_codes(rows[PARTITION]) * (int(file_ids.max(initial=0)) + 1) + file_ids
 
 
 def _by_file_group(rows: pa.Table) -> tuple[pa.Table, np.ndarray, list[tuple[str, str]]]:
@@ -284,7 +288,7 @@ def _by_file_group(rows: pa.Table) -> tuple[pa.Table, np.ndarray, list[tuple[str
     if len(set(groups)) == len(groups):
         return rows, starts, groups  # every group is one run
     group = file_group_order(rows)
-    order = np.argsort(group, kind="stable")
+    order = stable_order(group)
     rows = rows.take(pa.array(order))
     # where the ordered codes change: the string columns need not be compared again
     starts = np.flatnonzero(np.diff(group[order], prepend=-1))
