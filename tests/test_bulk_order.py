@@ -11,10 +11,10 @@ import pytest
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, KEY_HASH, PARTITION
 from laketide.index.dedupe import first_of_each_key
 from laketide.index.state import index_keys
+from laketide.table.format.encoding import repeated_runs
 from laketide.table.format.schema import RECORD_KEY
 from laketide.writer import bulk_stage
 from laketide.writer.slots import present, split_by
-from laketide.writer.stages import repeated_runs
 
 
 def _rows(global_keys: bool, ordering: bool, n: int = 20_000, seed: int = 5) -> pa.Table:

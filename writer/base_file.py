@@ -10,7 +10,6 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -121,7 +120,8 @@ class BaseFileWriter:
         dictionary-encoded columns. ``blank_meta``: the table has no meta columns; rows come with their keys (for
         the bloom filter and key range) and are written with every meta column null (``VirtualKeys.blank``).
         ``encoded_meta``: rows come with the meta columns of one value per file (``ONE_PER_FILE``) as dictionaries
-        (``constant_text``), which parquet writes as they are, where a column of strings is hashed back into one."""
+        (``encoding.repeated_runs``), which parquet writes as they are, where a column of strings is hashed back
+        into one."""
         self.io = io
         self.blank_meta = blank_meta
         self.path = path
@@ -244,15 +244,9 @@ class BaseFileWriter:
             self.io.delete(self.path)
 
 
-def constant_text(value: str, n: int) -> pa.DictionaryArray:
-    """``value`` ``n`` times, as a dictionary of one string: a file's name in each of its 50,000 rows is 3.5 MB of
-    strings, its dictionary 200 KB of zeros."""
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()))
-
-
 def encoded_text(schema: pa.Schema, names: tuple[str, ...]) -> pa.Schema:
-    """``schema`` with the string columns ``names`` as dictionaries of strings (``constant_text``'s type); parquet
-    writes either as the same strings."""
+    """``schema`` with the string columns ``names`` as dictionaries of strings (``encoding.repeated_runs``'s type);
+    parquet writes either as the same strings."""
     for name in names:
         at = schema.get_field_index(name)
         if at >= 0:

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from laketide.index.bloom import BloomSpec
 from laketide.index.columns import flag_mask
 from laketide.table.format.commit import NULL_COMMIT, WriteStat
-from laketide.table.format.encoding import BASE_FILE_CODEC, ONE_PER_FILE
+from laketide.table.format.encoding import BASE_FILE_CODEC, ONE_PER_FILE, repeated_runs
 from laketide.table.format.files import BaseFile, write_token
 from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.schema import (
@@ -33,7 +33,7 @@ from laketide.table.format.schema import (
 from laketide.table.reading.slice_reader import key_ordered_batches, rows_of_keys
 from laketide.table.reading.unchanged import fill_from_stored
 from laketide.table.storage.io import FileIO
-from laketide.writer.base_file import BaseFileWriter, FileLayout, constant_text, encoded_text
+from laketide.writer.base_file import BaseFileWriter, FileLayout, encoded_text
 
 
 @dataclass(frozen=True)
@@ -104,11 +104,11 @@ def stamp_meta_columns(
     encoded: bool = False,
 ) -> pa.Table:
     """Incoming records with this instant's meta columns, numbered on from ``seqnos``; ``encoded``: those of one
-    value as dictionaries (``base_file.constant_text``), for a file of new records alone (``append_inserts``)."""
+    value as dictionaries (``encoding.repeated_runs``), for a file of new records alone (``append_inserts``)."""
     n = rows.num_rows
 
     def one_value(value: str) -> pa.Array:
-        return constant_text(value, n) if encoded else pa.repeat(pa.scalar(value, pa.string()), n)
+        return repeated_runs([value], [n]) if encoded else pa.repeat(pa.scalar(value, pa.string()), n)
 
     meta = {
         COMMIT_TIME: one_value(instant_time),

@@ -133,15 +133,6 @@ def repeated(value: str, n: int) -> pa.Array:
     return pa.repeat(pa.scalar(value, pa.string()), n)
 
 
-def repeated_runs(values: list[str], counts: list[int]) -> pa.DictionaryArray:
-    """Each of ``values`` repeated its count, one after the other, dictionary-encoded as an index run stores them
-    (``index.shard_run``): a bulk insert's partition and file id of every key, not one string per key (a 1M-row load
-    made 100 MB of them, then hashed them back into a dictionary)."""
-    codes = {value: code for code, value in enumerate(dict.fromkeys(values))}
-    indices = np.repeat(np.fromiter((codes[v] for v in values), np.int32, len(values)), counts)
-    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(list(codes), pa.string()))
-
-
 def _concat(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
     held = [b for b in batches if b.num_rows]
     return pa.Table.from_batches(held) if held else None
