@@ -48,30 +48,30 @@ class _FixedLengthKeys:
     def __init__(self, block: np.ndarray):
         n, self.length = block.shape
         words = self.length // 4
-        self.mixed = []
+        self.body = []  # the mixed body words, each xored into ``h`` after a multiply
         if words:
             body = np.ascontiguousarray(block[:, : words * 4]).view("<u4")
             for i in range(words):
                 k = body[:, i] * _M
                 k ^= k >> np.uint32(24)
                 k *= _M
-                self.mixed.append(k)
+                self.body.append(k)
         tail = self.length - words * 4
-        self.tail = None
+        self.has_tail = tail > 0
+        self.lone_tail = None  # a tail with no word before it
         if tail:
             # Hadoop folds the tail from the end of the key: data[len-1] unshifted,
             # data[len-2] << 8, data[len-3] << 16 (not the reference MurmurHash2 order).
             signed = block[:, words * 4 :].view(np.int8).astype(np.int32).view(np.uint32)
-            self.tail = np.zeros(n, dtype=np.uint32)
+            folded = np.zeros(n, dtype=np.uint32)
             for j in range(tail):
-                self.tail ^= signed[:, j] << np.uint32(8 * (tail - 1 - j))
-        # the words xored into ``h`` after each multiply: the tail is xored right after the last word, so the
-        # two are xored once, as one (a numpy pass fewer in each of a bloom filter's 30 rounds)
-        self.body = list(self.mixed)
-        self.lone_tail = self.tail
-        if self.body and self.tail is not None:
-            self.body[-1] = self.body[-1] ^ self.tail
-            self.lone_tail = None
+                folded ^= signed[:, j] << np.uint32(8 * (tail - 1 - j))
+            if self.body:
+                # xored right after the last word: the two are xored once, as one (a numpy pass fewer in each of
+                # a bloom filter's 30 rounds)
+                self.body[-1] ^= folded
+            else:
+                self.lone_tail = folded
 
     def hash(self, seeds: np.ndarray) -> np.ndarray:
         """MurmurHash2 of every key, one seed per key."""
@@ -87,7 +87,7 @@ class _FixedLengthKeys:
             h ^= k
         if self.lone_tail is not None:
             h ^= self.lone_tail
-        if self.tail is not None:
+        if self.has_tail:
             h *= _M
         np.right_shift(h, np.uint32(13), out=scratch)
         h ^= scratch
