@@ -120,9 +120,7 @@ class BloomFilter:
         # at a time: putting every key's bit indexes back in key order first was a fifth of the hashing.
         for at, rounds in bit_positions_by_length(keys, self.num_hashes, self.vector_size):
             rows = row_of[at]  # a group's keys keep their order, so rows filled one after another come in runs
-            if len(slices) == 1:
-                bits[rows[0]][rounds.ravel()] = True
-            elif (rows[1:] >= rows[:-1]).all():
+            if (rows[1:] >= rows[:-1]).all():
                 for begin, end in itertools.pairwise([0, *(np.flatnonzero(np.diff(rows)) + 1).tolist(), len(rows)]):
                     bits[rows[begin]][rounds[:, begin:end]] = True
             else:  # a full filter's rows take its keys in turn
