@@ -10,6 +10,7 @@ import shutil
 import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from conftest import hudi_read, rows, unzip_fixture
 from streaming import DATA_COLUMNS, Model, row
@@ -238,6 +239,34 @@ def test_a_version_8_log_belongs_to_the_slice_its_deltacommit_completed_on():
     assert latest.base_instant == compaction and [lf.base_instant for lf in latest.log_files] == [during]
     (earlier,) = FileSystemView(timeline, base, logs).latest_slices(as_of=during)
     assert [lf.base_instant for lf in earlier.log_files] == [before, during]
+
+
+def test_a_version_8_slices_logs_apply_in_the_order_of_their_deltacommits(tmp_path):
+    """A version 8 slice's logs are named by the deltacommits that wrote them, and each write token starts with the
+    task that wrote it: an older deltacommit's update written by task 1 and a newer one's delete written by task 0
+    apply update first (Hudi's ``HoodieLogFile.LogFileComparator``), or the deleted key came back on compaction."""
+    from laketide.table.format.encoding import SORTED_MARKER
+    from laketide.table.format.logfile import Header, delete_block, parquet_data_block
+    from laketide.table.format.schema import RECORD_KEY
+    from laketide.table.format.view import FileSlice
+    from laketide.table.reading.slice_reader import MergeRule, merge_slice_batches
+
+    config = TableConfig(name="t", table_type="MERGE_ON_READ", version=8, record_key_fields=["k"], ordering_field="ts")
+    table = Table.create_from_config(str(tmp_path), config)
+    base = BaseFile("", "fg-0", "0-0-0", "20260101000000000")
+    stored = pa.table({RECORD_KEY: ["a", "b"], "k": ["a", "b"], "ts": [7, 7]})
+    pq.write_table(stored.replace_schema_metadata({SORTED_MARKER: RECORD_KEY}), tmp_path / base.name)
+    older, newer = "20260101000000100", "20260101000000200"
+    update = parquet_data_block(
+        pa.table({RECORD_KEY: ["a", "b"], "k": ["a", "b"], "ts": [8, 8]}), {Header.INSTANT_TIME: older}
+    )
+    delete = delete_block(["a"], [""], [9], pa.int64(), {Header.INSTANT_TIME: newer})
+    logs = [LogFile("", "fg-0", newer, 1, "0-2-0"), LogFile("", "fg-0", older, 1, "1-1-0")]
+    for log_file, block in zip(logs, (delete, update)):
+        (tmp_path / log_file.name).write_bytes(block.to_bytes())
+    fs = FileSlice("", "fg-0", base.instant_time, base, logs)
+    (merged,) = merge_slice_batches(table.io, fs, lambda instant: True, MergeRule("ts"))
+    assert merged.select(["k", "ts"]).to_pylist() == [{"k": "b", "ts": 8}]
 
 
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])

@@ -110,9 +110,7 @@ def late_logs(op: CompactionOperation, current: FileSlice | None) -> list[LogFil
     if current is None or current.base_instant != op.base_instant:
         return []
     planned = set(op.log_files)
-    return sorted(
-        (lf for lf in current.log_files if lf.name not in planned), key=lambda lf: (lf.version, lf.write_token)
-    )
+    return sorted((lf for lf in current.log_files if lf.name not in planned), key=lambda lf: lf.order)
 
 
 def carried_name(log: LogFile, compaction_instant: str, version: int) -> LogFile:

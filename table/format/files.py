@@ -92,6 +92,14 @@ class LogFile(_DataFile):
     def name(self) -> str:
         return f".{self.file_id}_{self.base_instant}.log.{self.version}_{self.write_token}"
 
+    @property
+    def order(self) -> tuple[str, int, str]:
+        """Where this file's blocks apply among a slice's logs, as Hudi orders them (hudi-common
+        ``HoodieLogFile.LogFileComparator``): by the instant it is named by, then version, then write token. A
+        version 8 slice holds logs named by several deltacommits, whose write tokens start with whichever task
+        wrote them: ordered by token alone, an older deltacommit's upsert could land after a newer delete."""
+        return (self.base_instant, self.version, self.write_token)
+
     @classmethod
     def parse(cls, partition: str, name: str, size: int = 0) -> LogFile | None:
         m = _LOG_NAME.match(name)

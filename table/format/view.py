@@ -253,8 +253,7 @@ class FileSystemView:
         ]
         if base is None and not logs:
             return None
-        # Hudi's order (hudi-common HoodieLogFile.LogFileComparator): by the instant a file is named by, then version
-        logs.sort(key=lambda lf: (lf.base_instant, lf.version, lf.write_token))
+        logs.sort(key=lambda lf: lf.order)
         return FileSlice(group.partition, group.file_id, start, base, logs)
 
     def next_log_version(self, partition: str, file_id: str, base_instant: str) -> int:

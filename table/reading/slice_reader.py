@@ -57,7 +57,7 @@ class MergeRule:
 def log_blocks(io: FileIO, fs: FileSlice, visible: Callable[[str], bool]) -> list[LogBlock]:
     """The blocks of a slice's log files that count, in the order they apply."""
     blocks: list[LogBlock] = []
-    for log_file in sorted(fs.log_files, key=lambda lf: (lf.version, lf.write_token)):
+    for log_file in sorted(fs.log_files, key=lambda lf: lf.order):
         try:
             # one at a time: the blocks before a torn one count, and a torn block raises as it is read
             for block in read_blocks(io.read_bytes(log_file.path)):
