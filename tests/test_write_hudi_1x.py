@@ -221,6 +221,33 @@ def test_a_new_version_8_merge_on_read_table_takes_upserts_and_compactions(tmp_p
     assert all(".log.1_" in p.name for p in logs)
 
 
+def test_a_version_8_merge_on_read_clean_takes_each_slices_logs_with_its_base_file(tmp_path):
+    """Cleaning a version 8 table deletes an old slice's log files (named by their deltacommits, not by the slice's
+    base instant) with its base file, so a table compacted and cleaned for months holds only the slices reads
+    need; hudi-rs reads the model after every write."""
+    path, model = str(tmp_path / "orders"), Model()
+    settings = {
+        **V8,
+        "compaction": {"mode": "inline", "delta_commits": 2},
+        "clean": {"retain_commits": 1, "async": False},
+    }
+    batches = [[row(i, 1) for i in range(1, 21)]] + [
+        [row(i, n) for i in range(n % 4, 21, 4)] + [row(n, n, deleted=True)] for n in range(2, 12)
+    ]
+    for lines in batches:
+        laketide.write(path, _arrow(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_TABLE)
+        model.apply(lines)
+        assert rows(hudi_read(path), "id", DATA_COLUMNS) == model.expected()
+    table = Table.open(path)
+    view = table.file_system_view(table.timeline)
+    assert len([i for i in table.timeline.completed_writes() if i.action == "commit"]) >= 1
+    for group in view.groups.values():
+        bases = sorted(b.instant_time for b in group.base_files)
+        assert len(bases) <= 2, f"{group.file_id}: {bases}"
+        orphans = [lf.name for lf in group.log_files if view.log_slice(lf, bases) is None]
+        assert not orphans, f"logs of cleaned slices left behind: {orphans}"
+
+
 def test_a_version_8_log_belongs_to_the_slice_its_deltacommit_completed_on():
     """A deltacommit that began before a compaction and completed after it: its log file is on the compacted slice
     (Hudi 1.x's completion-time rule); one that completed before is folded into the compacted base file."""

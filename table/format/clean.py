@@ -17,12 +17,13 @@ savepoint holds.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from laketide.table.format import avro_models
-from laketide.table.format.files import absolute_path, table_relative
+from laketide.table.format.files import LogFile, absolute_path, table_relative
 from laketide.table.format.instant import CLEAN, COMMIT, REPLACE_COMMIT, Instant, State, instant_to_datetime
 from laketide.table.format.timeline import Timeline
 from laketide.table.format.view import FileSystemView
@@ -247,12 +248,40 @@ def plan_clean(
             doomed = [b for b in versions if b.instant_time < earliest.timestamp][1:]
         # a merge-on-read slice goes with its logs
         gone = {b.instant_time for b in doomed}
-        files += [b.path for b in doomed if b.path not in kept] + [
-            lf.path for lf in group.log_files if lf.base_instant in gone and lf.path not in kept
-        ]
+        files += [b.path for b in doomed if b.path not in kept]
+        if group.log_files:
+            # a slice older than every version kept its logs only (or lost its base to an earlier clean)
+            older_gone = key in replaced or (
+                len(versions) >= retention.file_versions
+                if by_versions
+                else earliest is not None and any(b.instant_time < earliest.timestamp for b in versions)
+            )
+            logs = _logs_gone(view, group.log_files, [b.instant_time for b in reversed(versions)], gone, older_gone)
+            files += [path for path in logs if path not in kept]
     return CleanerPlan(
         retention.policy,
         earliest.timestamp if earliest else None,
         latest.timestamp if latest else "",
         tuple(sorted(set(files))),
     )
+
+
+def _logs_gone(
+    view: FileSystemView, logs: Sequence[LogFile], bases: list[str], gone: set[str], older_gone: bool
+) -> list[str]:
+    """The logs of the slices a clean deletes (``gone``, or older than every base in ``bases`` when ``older_gone``).
+    Version 8 names a log by the deltacommit that wrote it, and only a completed one has a slice: a log still being
+    written goes with nothing (a failed one goes as a failed write)."""
+    timeline = view.timeline
+    completed = {i.timestamp for i in timeline.completed_writes()}
+    first_active = timeline.start
+    out = []
+    for lf in logs:
+        if timeline.config.version >= 8 and not (
+            lf.base_instant in completed or (first_active is not None and lf.base_instant < first_active)
+        ):
+            continue
+        base = view.log_slice(lf, bases)
+        if base in gone or (base is None and older_gone):
+            out.append(lf.path)
+    return out

@@ -35,8 +35,11 @@ class RecordedSlice:
 class SliceHistory:
     """The latest slice of every file group after the writes applied so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, logs_name_slices: bool = True) -> None:
+        """``logs_name_slices``: version 6, where a log file is named by its slice's base instant; version 8 names
+        it by the deltacommit that wrote it, and it is on the group's latest slice."""
         self.slices: dict[GroupKey, RecordedSlice] = {}
+        self.logs_name_slices = logs_name_slices
 
     def apply(self, metadata: CommitMetadata) -> None:
         for key in metadata.replaced_file_ids():
@@ -56,7 +59,9 @@ class SliceHistory:
 
     def _add_log(self, key: GroupKey, log: LogFile) -> None:
         current = self.slices.get(key)
-        if current is None or log.base_instant > current.base_instant:
+        if current is not None and not self.logs_name_slices:
+            current.files.add(log.path)
+        elif current is None or log.base_instant > current.base_instant:
             self.slices[key] = RecordedSlice(log.base_instant, {log.path})
         elif log.base_instant == current.base_instant:
             current.files.add(log.path)
@@ -79,7 +84,7 @@ def replay_steps(
     timeline: Timeline, until: str | None = None, inclusive: bool = True
 ) -> Iterator[tuple[Instant, SliceHistory]]:
     """The history after each completed write, in instant order (one object, updated in place)."""
-    history = SliceHistory()
+    history = SliceHistory(logs_name_slices=timeline.config.version < 8)
     for write in timeline.completed_writes():
         if until is not None and (write.timestamp > until or (not inclusive and write.timestamp == until)):
             break

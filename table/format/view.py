@@ -9,6 +9,7 @@ so a table looks the same through this view as through theirs.
 from __future__ import annotations
 
 import posixpath
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
@@ -255,6 +256,15 @@ class FileSystemView:
             return None
         logs.sort(key=lambda lf: lf.order)
         return FileSlice(group.partition, group.file_id, start, base, logs)
+
+    def log_slice(self, log: LogFile, base_instants: Sequence[str]) -> str | None:
+        """The base instant of the slice ``log`` belongs to among a group's ``base_instants`` (ascending). A version
+        6 log names it; a version 8 log is on the newest base instant not after its deltacommit's completion (its
+        instant, once archived), as ``_slice`` places it, and ``None`` when it precedes them all."""
+        if self.timeline.config.version < 8:
+            return log.base_instant
+        at = bisect_right(base_instants, self._completions.get(log.base_instant, log.base_instant))
+        return base_instants[at - 1] if at else None
 
     def next_log_version(self, partition: str, file_id: str, base_instant: str) -> int:
         """The version a new log file on a slice takes: one past every log file there, committed or not."""
