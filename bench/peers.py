@@ -78,7 +78,7 @@ def spawn(engine: str, workdir: Path, args: argparse.Namespace) -> dict:
     settle_disk()
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     if engine.startswith("laketide"):
-        env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")  # as ``laketide run`` has it (``laketide.cli``)
+        env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # as ``laketide run`` has it (``laketide.cli``)
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     out = workdir / f"result-{engine}.json"
     if done.returncode or not out.exists():

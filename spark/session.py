@@ -93,18 +93,15 @@ def spark_session(config: SparkSection, tasks: bool = True) -> SparkSession:
 
 
 def _use_driver_pool() -> None:
-    """jemalloc as the driver's default Arrow pool (the job owns its driver process), unless
-    ARROW_DEFAULT_MEMORY_POOL names one. The driver writes every micro-batch small enough for it, and pyarrow's
-    default mimalloc spent most of a 1M-row load in the kernel on a machine up for a day (huge-page faults under
-    THP's ``madvise`` defrag): on local[2] the load took 1.78 to 1.87 s on mimalloc, 1.16 to 1.24 on the C
-    library's malloc and 1.07 to 1.14 on jemalloc, interleaved, at the same peak RSS; merge-on-read micro-batches
-    after it the same or a little faster. Arrays already allocated stay in the pool that made them."""
-    if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
-        return  # the user's choice, which pyarrow has already taken
-    try:
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-    except NotImplementedError:  # a pyarrow built without jemalloc keeps its default
-        log.info("pyarrow has no jemalloc here; the driver keeps %s", pa.default_memory_pool().backend_name)
+    """The C library's malloc as the driver's default Arrow pool (the job owns its driver process), unless
+    ARROW_DEFAULT_MEMORY_POOL names one, as ``laketide run`` sets it for a job it starts (``laketide.cli``). The
+    driver writes every micro-batch small enough for it, and pyarrow's default mimalloc spent most of a 1M-row load
+    in the kernel on a machine up for a day (huge-page faults under THP's ``madvise`` defrag): on local[2] the load
+    took 1.78 to 1.91 s on mimalloc, 1.16 to 1.24 on malloc and 1.07 to 1.14 on jemalloc, interleaved, at the same
+    peak RSS. jemalloc is not taken: at 10,000 change events a second (``bench/freshness_bench.py``) its freshness
+    p99 was 3.67 s against 2.94 on malloc, one run each. Arrays already allocated stay in the pool that made them."""
+    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+        pa.set_memory_pool(pa.system_memory_pool())
 
 
 def _submitted(config: SparkSection, wanted: dict[str, str]) -> SparkSession:

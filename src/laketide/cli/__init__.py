@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import os
 
-# The job's processes allocate Arrow memory with jemalloc, unless told otherwise (a Spark job's workers use the C
-# library's malloc, ``spark.session.WANTED``). Set before pyarrow is first imported, which reads it then. Under
-# pyarrow's default mimalloc the driver of a generator job of 2,000-row micro-batches held 336 MB against 157 on
-# malloc (229 on jemalloc, the whole job 679 MB against 741), its 50,000-row micro-batches took 0.55 to 0.59 s
-# against 0.46 to 0.49, and a 1M-row load 1.78 to 1.91 s against 1.16 to 1.24 on malloc and 1.07 to 1.14 on jemalloc
-# (``spark.session._use_driver_pool``, which does the same for a job started in-process).
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+# The job's processes allocate Arrow memory with the C library's malloc, unless told otherwise. Set before pyarrow
+# is first imported, which reads it then; a Spark job's workers are told the same (``spark.session.WANTED``), and a
+# job started in-process takes it for its driver (``spark.session._use_driver_pool``, which has the measurements).
+# Under pyarrow's default mimalloc the driver of a generator job of 2,000-row micro-batches held 336 MB against 157,
+# and its 50,000-row micro-batches took 0.55 to 0.59 s against 0.46 to 0.49.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 import logging
 from pathlib import Path
