@@ -100,8 +100,14 @@ def _use_driver_pool() -> None:
     took 1.78 to 1.91 s on mimalloc, 1.16 to 1.24 on malloc and 1.07 to 1.14 on jemalloc, interleaved, at the same
     peak RSS. jemalloc is not taken: at 10,000 change events a second (``bench/freshness_bench.py``) its freshness
     p99 was 3.67 s against 2.94 on malloc, one run each. Arrays already allocated stay in the pool that made them."""
-    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
-        pa.set_memory_pool(pa.system_memory_pool())
+    # set by name even when the variable is there: pyarrow reads it once, and a process that used Arrow before
+    # the variable was set (a library import, a test) still holds its first default
+    name = os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "system")
+    pools = {"system": pa.system_memory_pool, "jemalloc": pa.jemalloc_memory_pool, "mimalloc": pa.mimalloc_memory_pool}
+    try:
+        pa.set_memory_pool(pools.get(name, pa.system_memory_pool)())
+    except NotImplementedError:  # a pyarrow built without the named pool keeps its default
+        log.info("pyarrow has no %s pool here; the driver keeps %s", name, pa.default_memory_pool().backend_name)
 
 
 def _submitted(config: SparkSection, wanted: dict[str, str]) -> SparkSession:
