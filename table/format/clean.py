@@ -17,7 +17,7 @@ savepoint holds.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -225,14 +225,14 @@ def plan_clean(
     by_versions = retention.policy is CleanPolicy.KEEP_LATEST_FILE_VERSIONS
     replaced = _replaced_before(timeline, earliest, everything=by_versions)
     files: list[str] = [path for _, path in failed_writes(view)]
-    for key, group in view.groups.items():
+
+    def done(instant_time: str) -> bool:
         # an instant before the active timeline was archived, so it completed
+        return instant_time in completed or (first_active is not None and instant_time < first_active)
+
+    for key, group in view.groups.items():
         versions = sorted(
-            (
-                b
-                for b in group.base_files
-                if b.instant_time in completed or (first_active is not None and b.instant_time < first_active)
-            ),
+            (b for b in group.base_files if done(b.instant_time)),
             key=lambda b: b.instant_time,
             reverse=True,
         )
@@ -256,7 +256,8 @@ def plan_clean(
                 if by_versions
                 else earliest is not None and any(b.instant_time < earliest.timestamp for b in versions)
             )
-            logs = _logs_gone(view, group.log_files, [b.instant_time for b in reversed(versions)], gone, older_gone)
+            bases = [b.instant_time for b in reversed(versions)]
+            logs = _logs_gone(view, group.log_files, bases, gone, older_gone, done)
             files += [path for path in logs if path not in kept]
     return CleanerPlan(
         retention.policy,
@@ -267,19 +268,20 @@ def plan_clean(
 
 
 def _logs_gone(
-    view: FileSystemView, logs: Sequence[LogFile], bases: list[str], gone: set[str], older_gone: bool
+    view: FileSystemView,
+    logs: Sequence[LogFile],
+    bases: list[str],
+    gone: set[str],
+    older_gone: bool,
+    done: Callable[[str], bool],
 ) -> list[str]:
     """The logs of the slices a clean deletes (``gone``, or older than every base in ``bases`` when ``older_gone``).
-    Version 8 names a log by the deltacommit that wrote it, and only a completed one has a slice: a log still being
-    written goes with nothing (a failed one goes as a failed write)."""
-    timeline = view.timeline
-    completed = {i.timestamp for i in timeline.completed_writes()}
-    first_active = timeline.start
+    Version 8 names a log by the deltacommit that wrote it, and only a completed one (``done``) has a slice: a log
+    still being written goes with nothing (a failed one goes as a failed write)."""
+    named_by_writer = view.timeline.config.version >= 8
     out = []
     for lf in logs:
-        if timeline.config.version >= 8 and not (
-            lf.base_instant in completed or (first_active is not None and lf.base_instant < first_active)
-        ):
+        if named_by_writer and not done(lf.base_instant):
             continue
         base = view.log_slice(lf, bases)
         if base in gone or (base is None and older_gone):
