@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what laketide needs from Debian: Java 17 (for Spark), ZooKeeper (for the lease) and, for the
+# Installs what laketide needs from Debian: Java 17 (for Spark), ZooKeeper (for the lease), a C compiler
+# and Python's headers (the install builds laketide's key hashing, index/_keyhash.c) and, for the
 # dashboard's tests, Chromium (driven by Playwright through its executable_path).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
@@ -10,6 +11,13 @@ if ! command -v java >/dev/null 2>&1; then
 fi
 if [ ! -f /usr/share/zookeeper/bin/zkServer.sh ] && ! dpkg -s zookeeper >/dev/null 2>&1; then
   need+=(zookeeper)
+fi
+if ! command -v cc >/dev/null 2>&1; then
+  need+=(gcc libc6-dev)
+fi
+python="${PYTHON:-python3}"
+if ! "$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  need+=(python3-dev)
 fi
 if ! command -v chromium >/dev/null 2>&1; then
   need+=(chromium)

@@ -13,7 +13,6 @@ filter built here from a file's keys is byte-identical to the one Hudi wrote.
 from __future__ import annotations
 
 import base64
-import itertools
 import math
 import struct
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.index.hashing import bit_positions, bit_positions_by_length
+from laketide.index.hashing import contained, set_bits
 
 FOOTER_BLOOM = "org.apache.hudi.bloomfilter"
 FOOTER_BLOOM_LEGACY = "com.uber.hoodie.bloomfilter"
@@ -115,17 +114,9 @@ class BloomFilter:
         row_of = np.empty(n, np.int32)  # the row each key goes into
         for row, keys_in_row in slices:
             row_of[keys_in_row] = row
-        bits = [self._row(row) for row in range(max(row for row, _ in slices) + 1)] if slices else []
-        # Which key sets which bit within a row does not matter, so the bits are set a group of keys (one length)
-        # at a time: putting every key's bit indexes back in key order first was a fifth of the hashing.
-        for at, rounds in bit_positions_by_length(keys, self.num_hashes, self.vector_size):
-            rows = row_of[at]  # a group's keys keep their order, so rows filled one after another come in runs
-            if (rows[1:] >= rows[:-1]).all():
-                for begin, end in itertools.pairwise([0, *(np.flatnonzero(np.diff(rows)) + 1).tolist(), len(rows)]):
-                    bits[rows[begin]][rounds[:, begin:end]] = True
-            else:  # a full filter's rows take its keys in turn
-                for row in np.unique(rows).tolist():
-                    bits[row][rounds[:, rows == row]] = True
+        if n:
+            rows = [self._row(row) for row in range(int(row_of.max()) + 1)]
+            set_bits(keys, self.num_hashes, self.vector_size, rows, row_of)
         self.count += n
 
     def _row(self, row: int) -> np.ndarray:
@@ -138,11 +129,7 @@ class BloomFilter:
         self.add_many([key])
 
     def might_contain_many(self, keys) -> np.ndarray:
-        positions = bit_positions(keys, self.num_hashes, self.vector_size)
-        found = np.zeros(positions.shape[1], dtype=bool)
-        for row in self.rows:
-            found |= row[positions].all(axis=0)
-        return found
+        return contained(keys, self.num_hashes, self.vector_size, self.rows)
 
     def might_contain(self, key: str) -> bool:
         return bool(self.might_contain_many([key])[0])

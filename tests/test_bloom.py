@@ -8,8 +8,52 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import COW_FIXTURES, MOR_FIXTURE
 
+from laketide.index import hashing
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, BloomFilter, BloomSpec, KeyRange, bloom_size
-from laketide.index.hashing import murmur2
+from laketide.index.hashing import hash64, key_bytes, murmur2
+
+COMPILED = hashing.compiled
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def hashing_path(request, monkeypatch):
+    """Every test here on both of hashing's paths: C (built with the package) and numpy (a laketide shipped as
+    a .zip, which cannot load C)."""
+    if request.param == "numpy":
+        monkeypatch.setattr(hashing, "compiled", None)
+    return request.param
+
+
+def test_the_installed_package_hashes_in_c(hashing_path):
+    """``make install`` builds the C path: without it every filter's bits would come from numpy, three times slower."""
+    assert COMPILED is not None
+    assert (hashing.compiled is not None) == (hashing_path == "compiled")
+
+
+def test_both_paths_give_the_same_index_hashes(monkeypatch):
+    keys = [f"key-{i}" for i in range(5_000)] + ["", "é", "日本語のキー", "a" * 300, "x\x00y"]
+    compiled = hash64(keys)
+    monkeypatch.setattr(hashing, "compiled", None)
+    assert np.array_equal(compiled, hash64(keys))
+
+
+def test_the_c_path_refuses_buffers_that_do_not_fit():
+    data, offsets = key_bytes(["ab", "cd"])
+    row = np.zeros(64, dtype=bool)
+    with pytest.raises(ValueError, match="outside"):
+        COMPILED.bloom_add(data, np.array([0, 2, 9], np.int64), 3, 64, [row], np.zeros(2, np.int32))
+    with pytest.raises(ValueError, match="decrease"):
+        COMPILED.bloom_add(data, np.array([0, 3, 2], np.int64), 3, 64, [row], np.zeros(2, np.int32))
+    with pytest.raises(ValueError, match="row_of"):
+        COMPILED.bloom_add(data, offsets, 3, 64, [row], np.array([0, 1], np.int32))
+    with pytest.raises(ValueError, match="row 0 holds 64 bytes"):
+        COMPILED.bloom_add(data, offsets, 3, 128, [row], np.zeros(2, np.int32))
+    with pytest.raises(ValueError, match="num_hashes"):
+        COMPILED.bloom_contains(data, offsets, 0, 64, [row], np.zeros(2, bool))
+    with pytest.raises(ValueError, match="one byte per key"):
+        COMPILED.bloom_contains(data, offsets, 3, 64, [row], np.zeros(3, bool))
+    with pytest.raises(ValueError, match="uint64"):
+        COMPILED.fnv1a64(data, offsets, np.zeros(3, np.uint64))
 
 
 def _bloom_files(root) -> list[str]:

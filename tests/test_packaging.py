@@ -3,6 +3,7 @@ language server's "go to definition" and a type checker need (``make install`` w
 path; the top-level folders are laketide's sub-packages through the links in ``src/laketide``)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,41 @@ def test_the_type_checkers_view_of_pyarrow_compute_is_the_installed_pyarrows():
     from compute_stub import stub
 
     assert (ROOT / "typings" / "pyarrow-stubs" / "compute.pyi").read_text() == stub()
+
+
+def test_the_compiled_hashing_loads_from_the_zip_spark_submit_ships(tmp_path):
+    """``deploy/spark-submit.sh`` ships the wheel as a .zip, which Python cannot load a shared library from: the
+    key hashing's C module is copied out of it once and loaded, and its filters are the installed package's."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("laketide-*.whl")
+    archive = wheel.with_suffix(".zip")
+    wheel.rename(archive)
+    probe = (
+        "import sys\n"
+        f"sys.path = [{str(archive)!r}] + [p for p in sys.path if p not in ('', {str(ROOT / 'src')!r})]\n"
+        "from laketide.index import hashing\n"
+        "from laketide.index.bloom import BloomFilter\n"
+        "print(hashing.__file__)\n"
+        "print(hashing.compiled.__file__)\n"
+        "print(BloomFilter.for_keys([f'key-{i}' for i in range(1000)]).serialize())\n"
+    )
+    unpacked = tmp_path / "tmp"
+    unpacked.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(unpacked)},
+    )
+    module, compiled, serialized = done.stdout.splitlines()
+    assert module.startswith(str(archive))
+    assert Path(compiled).parent.parent == unpacked
+    from laketide.index.bloom import BloomFilter
+
+    assert serialized == BloomFilter.for_keys([f"key-{i}" for i in range(1000)]).serialize()

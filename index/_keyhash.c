@@ -1,0 +1,352 @@
+/* Key hashing in C: Hadoop's MurmurHash2 as Hudi's bloom filters chain it, and FNV-1a 64.
+ *
+ * The same functions as laketide/index/hashing.py's numpy path, bit for bit; that path stays for a
+ * laketide that travels without this module (a .zip in spark-submit's --py-files cannot load it).
+ * Every function takes the keys as one UTF-8 byte buffer plus int64 offsets (hashing.key_bytes) and
+ * releases the GIL while it hashes: a micro-batch's write threads hash their files side by side.
+ *
+ * Hadoop's MurmurHash (org.apache.hadoop.util.hash.MurmurHash) folds the tail bytes from the end of
+ * the key, sign-extended (Java's byte is signed), and HashFunction chains the seed through nbHash
+ * rounds: round i hashes the key with round i-1's hash as seed (0 first) and the bit is
+ * Math.abs(hash % vectorSize), Java's signed remainder.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MURMUR_M 0x5bd1e995u
+/* keys hashed round by round together: their chains are independent, so the CPU overlaps them */
+#define BLOCK 16
+
+static inline uint32_t murmur_hadoop(const uint8_t *key, int64_t length, uint32_t seed)
+{
+    uint32_t h = seed ^ (uint32_t)length;
+    int64_t words = length >> 2;
+    for (int64_t i = 0; i < words; i++) {
+        uint32_t k;
+        memcpy(&k, key + 4 * i, 4); /* little-endian, as Hadoop reads the word */
+        k *= MURMUR_M;
+        k ^= k >> 24;
+        k *= MURMUR_M;
+        h *= MURMUR_M;
+        h ^= k;
+    }
+    int64_t tail = length & 3;
+    if (tail) {
+        const int8_t *rest = (const int8_t *)(key + 4 * words);
+        uint32_t folded = 0;
+        for (int64_t j = 0; j < tail; j++)
+            folded ^= (uint32_t)(int32_t)rest[j] << (8 * (tail - 1 - j));
+        h ^= folded;
+        h *= MURMUR_M;
+    }
+    h ^= h >> 13;
+    h *= MURMUR_M;
+    h ^= h >> 15;
+    return h;
+}
+
+/* Math.abs(h % size) for Java's int h: |h| (2^31 for MIN_VALUE) modulo size, by Lemire's multiply in place of
+ * a division; `magic` is UINT64_MAX / size + 1. */
+static inline uint32_t bit_of(uint32_t h, uint64_t magic, uint32_t size)
+{
+    int32_t s = (int32_t)h;
+    uint32_t magnitude = s < 0 ? (uint32_t)(-(int64_t)s) : (uint32_t)s;
+    return (uint32_t)(((__uint128_t)(magic * magnitude) * size) >> 64);
+}
+
+typedef struct {
+    Py_buffer data, offsets;
+    const uint8_t *bytes;
+    const int64_t *at;
+    Py_ssize_t n;
+} Keys;
+
+static void keys_release(Keys *keys)
+{
+    if (keys->data.obj)
+        PyBuffer_Release(&keys->data);
+    if (keys->offsets.obj)
+        PyBuffer_Release(&keys->offsets);
+}
+
+/* The keys' buffers, checked: offsets are n + 1 int64 values, non-decreasing, within the data. */
+static int keys_get(PyObject *data, PyObject *offsets, Keys *keys)
+{
+    memset(keys, 0, sizeof(*keys));
+    if (PyObject_GetBuffer(data, &keys->data, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (PyObject_GetBuffer(offsets, &keys->offsets, PyBUF_C_CONTIGUOUS) < 0) {
+        keys_release(keys);
+        return -1;
+    }
+    if (keys->offsets.len % 8 != 0 || keys->offsets.len < 8) {
+        PyErr_SetString(PyExc_ValueError, "offsets must be n + 1 int64 values");
+        keys_release(keys);
+        return -1;
+    }
+    keys->bytes = keys->data.buf;
+    keys->at = keys->offsets.buf;
+    keys->n = keys->offsets.len / 8 - 1;
+    if (keys->at[0] < 0 || keys->at[keys->n] > keys->data.len) {
+        PyErr_SetString(PyExc_ValueError, "offsets reach outside the key bytes");
+        keys_release(keys);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < keys->n; i++) {
+        if (keys->at[i + 1] < keys->at[i]) {
+            PyErr_SetString(PyExc_ValueError, "offsets must not decrease");
+            keys_release(keys);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    Py_buffer *views;
+    Py_ssize_t count;
+} Rows;
+
+static void rows_release(Rows *rows)
+{
+    for (Py_ssize_t i = 0; i < rows->count; i++)
+        PyBuffer_Release(&rows->views[i]);
+    PyMem_Free(rows->views);
+    rows->views = NULL;
+    rows->count = 0;
+}
+
+/* A filter's rows: each a contiguous buffer of `size` one-byte booleans (numpy bool arrays). */
+static int rows_get(PyObject *sequence, Py_ssize_t size, int writable, Rows *rows)
+{
+    rows->views = NULL;
+    rows->count = 0;
+    PyObject *fast = PySequence_Fast(sequence, "rows must be a sequence of buffers");
+    if (!fast)
+        return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
+    rows->views = PyMem_Calloc(count ? count : 1, sizeof(Py_buffer));
+    if (!rows->views) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, i), &rows->views[i], flags) < 0)
+            goto fail;
+        rows->count = i + 1;
+        if (rows->views[i].len != size) {
+            PyErr_Format(PyExc_ValueError, "row %zd holds %zd bytes, not the filter's %zd bits", i,
+                         rows->views[i].len, size);
+            goto fail;
+        }
+    }
+    Py_DECREF(fast);
+    return 0;
+fail:
+    Py_DECREF(fast);
+    rows_release(rows);
+    return -1;
+}
+
+static int check_filter(int num_hashes, long long vector_size)
+{
+    if (num_hashes < 1 || vector_size < 1 || vector_size > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a filter needs num_hashes >= 1 and 1 <= vector_size < 2^31");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(bloom_add_doc,
+             "bloom_add(data, offsets, num_hashes, vector_size, rows, row_of)\n\n"
+             "Set each key's bits in its row: key i goes to rows[row_of[i]] (row_of: n int32).");
+
+static PyObject *bloom_add(PyObject *self, PyObject *args)
+{
+    PyObject *data, *offsets, *row_list, *row_of_obj;
+    int num_hashes;
+    long long vector_size;
+    if (!PyArg_ParseTuple(args, "OOiLOO", &data, &offsets, &num_hashes, &vector_size, &row_list, &row_of_obj))
+        return NULL;
+    if (check_filter(num_hashes, vector_size) < 0)
+        return NULL;
+    Keys keys;
+    if (keys_get(data, offsets, &keys) < 0)
+        return NULL;
+    Rows rows;
+    if (rows_get(row_list, (Py_ssize_t)vector_size, 1, &rows) < 0) {
+        keys_release(&keys);
+        return NULL;
+    }
+    Py_buffer row_of;
+    if (PyObject_GetBuffer(row_of_obj, &row_of, PyBUF_C_CONTIGUOUS) < 0) {
+        rows_release(&rows);
+        keys_release(&keys);
+        return NULL;
+    }
+    const int32_t *row_at = row_of.buf;
+    int ok = row_of.len == keys.n * 4;
+    for (Py_ssize_t i = 0; ok && i < keys.n; i++)
+        ok = row_at[i] >= 0 && row_at[i] < rows.count;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "row_of must be one int32 row number per key, below the rows given");
+    } else {
+        uint8_t **bits = PyMem_Malloc((rows.count ? rows.count : 1) * sizeof(uint8_t *));
+        if (!bits) {
+            PyErr_NoMemory();
+            ok = 0;
+        } else {
+            for (Py_ssize_t r = 0; r < rows.count; r++)
+                bits[r] = rows.views[r].buf;
+            uint32_t size = (uint32_t)vector_size;
+            uint64_t magic = UINT64_MAX / size + 1;
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t first = 0; first < keys.n; first += BLOCK) {
+                int count = keys.n - first < BLOCK ? (int)(keys.n - first) : BLOCK;
+                uint32_t h[BLOCK] = {0};
+                for (int round = 0; round < num_hashes; round++) {
+                    for (int b = 0; b < count; b++) {
+                        Py_ssize_t i = first + b;
+                        h[b] = murmur_hadoop(keys.bytes + keys.at[i], keys.at[i + 1] - keys.at[i], h[b]);
+                        bits[row_at[i]][bit_of(h[b], magic, size)] = 1;
+                    }
+                }
+            }
+            Py_END_ALLOW_THREADS
+            PyMem_Free(bits);
+        }
+    }
+    PyBuffer_Release(&row_of);
+    rows_release(&rows);
+    keys_release(&keys);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(bloom_contains_doc,
+             "bloom_contains(data, offsets, num_hashes, vector_size, rows, out)\n\n"
+             "out[i] = 1 where some row has every bit of key i (out: n bytes, numpy bool).");
+
+static PyObject *bloom_contains(PyObject *self, PyObject *args)
+{
+    PyObject *data, *offsets, *row_list, *out_obj;
+    int num_hashes;
+    long long vector_size;
+    if (!PyArg_ParseTuple(args, "OOiLOO", &data, &offsets, &num_hashes, &vector_size, &row_list, &out_obj))
+        return NULL;
+    if (check_filter(num_hashes, vector_size) < 0)
+        return NULL;
+    Keys keys;
+    if (keys_get(data, offsets, &keys) < 0)
+        return NULL;
+    Rows rows;
+    if (rows_get(row_list, (Py_ssize_t)vector_size, 0, &rows) < 0) {
+        keys_release(&keys);
+        return NULL;
+    }
+    Py_buffer out;
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        rows_release(&rows);
+        keys_release(&keys);
+        return NULL;
+    }
+    int ok = out.len == keys.n;
+    /* a block's bit positions, round by round: positions[round * BLOCK + b] */
+    uint32_t *positions = ok ? PyMem_Malloc((size_t)num_hashes * BLOCK * sizeof(uint32_t)) : NULL;
+    if (!ok)
+        PyErr_SetString(PyExc_ValueError, "out must be one byte per key");
+    else if (!positions) {
+        PyErr_NoMemory();
+        ok = 0;
+    } else {
+        uint8_t *found = out.buf;
+        uint32_t size = (uint32_t)vector_size;
+        uint64_t magic = UINT64_MAX / size + 1;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t first = 0; first < keys.n; first += BLOCK) {
+            int count = keys.n - first < BLOCK ? (int)(keys.n - first) : BLOCK;
+            uint32_t h[BLOCK] = {0};
+            for (int round = 0; round < num_hashes; round++) {
+                for (int b = 0; b < count; b++) {
+                    Py_ssize_t i = first + b;
+                    h[b] = murmur_hadoop(keys.bytes + keys.at[i], keys.at[i + 1] - keys.at[i], h[b]);
+                    positions[round * BLOCK + b] = bit_of(h[b], magic, size);
+                }
+            }
+            for (int b = 0; b < count; b++) {
+                uint8_t hit = 0;
+                for (Py_ssize_t r = 0; r < rows.count && !hit; r++) {
+                    const uint8_t *bits = rows.views[r].buf;
+                    hit = 1;
+                    for (int round = 0; round < num_hashes && hit; round++)
+                        hit = bits[positions[round * BLOCK + b]] != 0;
+                }
+                found[first + b] = hit;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_Free(positions);
+    PyBuffer_Release(&out);
+    rows_release(&rows);
+    keys_release(&keys);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(fnv1a64_doc, "fnv1a64(data, offsets, out)\n\nFNV-1a 64 of every key into out (n uint64).");
+
+static PyObject *fnv1a64(PyObject *self, PyObject *args)
+{
+    PyObject *data, *offsets, *out_obj;
+    if (!PyArg_ParseTuple(args, "OOO", &data, &offsets, &out_obj))
+        return NULL;
+    Keys keys;
+    if (keys_get(data, offsets, &keys) < 0)
+        return NULL;
+    Py_buffer out;
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        keys_release(&keys);
+        return NULL;
+    }
+    int ok = out.len == keys.n * 8;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "out must be one uint64 per key");
+    } else {
+        uint64_t *hashes = out.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < keys.n; i++) {
+            uint64_t h = UINT64_C(0xcbf29ce484222325);
+            for (int64_t at = keys.at[i]; at < keys.at[i + 1]; at++) {
+                h ^= keys.bytes[at];
+                h *= UINT64_C(0x100000001b3);
+            }
+            hashes[i] = h;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&out);
+    keys_release(&keys);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"bloom_add", bloom_add, METH_VARARGS, bloom_add_doc},
+    {"bloom_contains", bloom_contains, METH_VARARGS, bloom_contains_doc},
+    {"fnv1a64", fnv1a64, METH_VARARGS, fnv1a64_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_keyhash", "Key hashing for bloom filters and the state index, in C.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__keyhash(void) { return PyModule_Create(&module); }

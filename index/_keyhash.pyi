@@ -1,0 +1,16 @@
+"""Key hashing in C (``_keyhash.c``); ``hashing.py`` calls it and holds the numpy twin of each function.
+
+Keys come as one UTF-8 byte buffer and ``n + 1`` int64 offsets (``hashing.key_bytes``); a filter's rows are
+numpy bool arrays of ``vector_size``. Each raises ``ValueError`` where a buffer does not fit."""
+
+from collections.abc import Sequence
+
+from typing_extensions import Buffer
+
+def bloom_add(
+    data: Buffer, offsets: Buffer, num_hashes: int, vector_size: int, rows: Sequence[Buffer], row_of: Buffer
+) -> None: ...
+def bloom_contains(
+    data: Buffer, offsets: Buffer, num_hashes: int, vector_size: int, rows: Sequence[Buffer], out: Buffer
+) -> None: ...
+def fnv1a64(data: Buffer, offsets: Buffer, out: Buffer) -> None: ...
