@@ -152,13 +152,74 @@ fail:
     return -1;
 }
 
-static int check_filter(int num_hashes, long long vector_size)
+/* A bloom filter call's arguments, (data, offsets, num_hashes, vector_size, rows, other), checked and held:
+ * `other` is row_of (n int32) for bloom_add, out (n bytes) for bloom_contains. */
+typedef struct {
+    Keys keys;
+    Rows rows;
+    Py_buffer other;
+    int num_hashes;
+    uint32_t size;
+    uint64_t magic; /* UINT64_MAX / size + 1, for bit_of */
+} FilterCall;
+
+static void filter_call_release(FilterCall *call)
 {
-    if (num_hashes < 1 || vector_size < 1 || vector_size > INT32_MAX) {
+    if (call->other.obj)
+        PyBuffer_Release(&call->other);
+    rows_release(&call->rows);
+    keys_release(&call->keys);
+}
+
+static int filter_call_get(PyObject *args, int writable_rows, int other_flags, FilterCall *call)
+{
+    PyObject *data, *offsets, *row_list, *other;
+    long long vector_size;
+    memset(call, 0, sizeof(*call));
+    if (!PyArg_ParseTuple(args, "OOiLOO", &data, &offsets, &call->num_hashes, &vector_size, &row_list, &other))
+        return -1;
+    if (call->num_hashes < 1 || vector_size < 1 || vector_size > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "a filter needs num_hashes >= 1 and 1 <= vector_size < 2^31");
         return -1;
     }
+    call->size = (uint32_t)vector_size;
+    call->magic = UINT64_MAX / call->size + 1;
+    if (keys_get(data, offsets, &call->keys) < 0)
+        return -1;
+    if (rows_get(row_list, (Py_ssize_t)vector_size, writable_rows, &call->rows) < 0 ||
+        PyObject_GetBuffer(other, &call->other, PyBUF_C_CONTIGUOUS | other_flags) < 0) {
+        filter_call_release(call);
+        return -1;
+    }
     return 0;
+}
+
+/* The bit of every round of keys [first, first + count), count <= BLOCK: positions[round * BLOCK + b]. The keys'
+ * hash chains go round by round side by side, so the CPU overlaps them. */
+static void block_positions(const FilterCall *call, Py_ssize_t first, int count, uint32_t *positions)
+{
+    const Keys *keys = &call->keys;
+    uint32_t h[BLOCK] = {0};
+    for (int round = 0; round < call->num_hashes; round++) {
+        for (int b = 0; b < count; b++) {
+            Py_ssize_t i = first + b;
+            h[b] = murmur_hadoop(keys->bytes + keys->at[i], keys->at[i + 1] - keys->at[i], h[b]);
+            positions[round * BLOCK + b] = bit_of(h[b], call->magic, call->size);
+        }
+    }
+}
+
+/* A block's positions (block_positions), once the call's `other` is found to fit; NULL with the error set if not. */
+static uint32_t *positions_for(const FilterCall *call, int fits, const char *misfit)
+{
+    if (!fits) {
+        PyErr_SetString(PyExc_ValueError, misfit);
+        return NULL;
+    }
+    uint32_t *positions = PyMem_Malloc((size_t)call->num_hashes * BLOCK * sizeof(uint32_t));
+    if (!positions)
+        PyErr_NoMemory();
+    return positions;
 }
 
 PyDoc_STRVAR(bloom_add_doc,
@@ -167,63 +228,32 @@ PyDoc_STRVAR(bloom_add_doc,
 
 static PyObject *bloom_add(PyObject *self, PyObject *args)
 {
-    PyObject *data, *offsets, *row_list, *row_of_obj;
-    int num_hashes;
-    long long vector_size;
-    if (!PyArg_ParseTuple(args, "OOiLOO", &data, &offsets, &num_hashes, &vector_size, &row_list, &row_of_obj))
+    FilterCall call;
+    if (filter_call_get(args, 1, 0, &call) < 0)
         return NULL;
-    if (check_filter(num_hashes, vector_size) < 0)
-        return NULL;
-    Keys keys;
-    if (keys_get(data, offsets, &keys) < 0)
-        return NULL;
-    Rows rows;
-    if (rows_get(row_list, (Py_ssize_t)vector_size, 1, &rows) < 0) {
-        keys_release(&keys);
-        return NULL;
-    }
-    Py_buffer row_of;
-    if (PyObject_GetBuffer(row_of_obj, &row_of, PyBUF_C_CONTIGUOUS) < 0) {
-        rows_release(&rows);
-        keys_release(&keys);
-        return NULL;
-    }
-    const int32_t *row_at = row_of.buf;
-    int ok = row_of.len == keys.n * 4;
-    for (Py_ssize_t i = 0; ok && i < keys.n; i++)
-        ok = row_at[i] >= 0 && row_at[i] < rows.count;
-    if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "row_of must be one int32 row number per key, below the rows given");
-    } else {
-        uint8_t **bits = PyMem_Malloc((rows.count ? rows.count : 1) * sizeof(uint8_t *));
-        if (!bits) {
-            PyErr_NoMemory();
-            ok = 0;
-        } else {
-            for (Py_ssize_t r = 0; r < rows.count; r++)
-                bits[r] = rows.views[r].buf;
-            uint32_t size = (uint32_t)vector_size;
-            uint64_t magic = UINT64_MAX / size + 1;
-            Py_BEGIN_ALLOW_THREADS
-            for (Py_ssize_t first = 0; first < keys.n; first += BLOCK) {
-                int count = keys.n - first < BLOCK ? (int)(keys.n - first) : BLOCK;
-                uint32_t h[BLOCK] = {0};
-                for (int round = 0; round < num_hashes; round++) {
-                    for (int b = 0; b < count; b++) {
-                        Py_ssize_t i = first + b;
-                        h[b] = murmur_hadoop(keys.bytes + keys.at[i], keys.at[i + 1] - keys.at[i], h[b]);
-                        bits[row_at[i]][bit_of(h[b], magic, size)] = 1;
-                    }
-                }
+    const int32_t *row_of = call.other.buf;
+    int fits = call.other.len == call.keys.n * 4;
+    for (Py_ssize_t i = 0; fits && i < call.keys.n; i++)
+        fits = row_of[i] >= 0 && row_of[i] < call.rows.count;
+    uint32_t *positions =
+        positions_for(&call, fits, "row_of must be one int32 row number per key, below the rows given");
+    if (positions) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t first = 0; first < call.keys.n; first += BLOCK) {
+            int count = call.keys.n - first < BLOCK ? (int)(call.keys.n - first) : BLOCK;
+            block_positions(&call, first, count, positions);
+            for (int b = 0; b < count; b++) {
+                uint8_t *bits = call.rows.views[row_of[first + b]].buf;
+                for (int round = 0; round < call.num_hashes; round++)
+                    bits[positions[round * BLOCK + b]] = 1;
             }
-            Py_END_ALLOW_THREADS
-            PyMem_Free(bits);
         }
+        Py_END_ALLOW_THREADS
     }
-    PyBuffer_Release(&row_of);
-    rows_release(&rows);
-    keys_release(&keys);
-    if (!ok)
+    int done = positions != NULL;
+    PyMem_Free(positions);
+    filter_call_release(&call);
+    if (!done)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -234,56 +264,22 @@ PyDoc_STRVAR(bloom_contains_doc,
 
 static PyObject *bloom_contains(PyObject *self, PyObject *args)
 {
-    PyObject *data, *offsets, *row_list, *out_obj;
-    int num_hashes;
-    long long vector_size;
-    if (!PyArg_ParseTuple(args, "OOiLOO", &data, &offsets, &num_hashes, &vector_size, &row_list, &out_obj))
+    FilterCall call;
+    if (filter_call_get(args, 0, PyBUF_WRITABLE, &call) < 0)
         return NULL;
-    if (check_filter(num_hashes, vector_size) < 0)
-        return NULL;
-    Keys keys;
-    if (keys_get(data, offsets, &keys) < 0)
-        return NULL;
-    Rows rows;
-    if (rows_get(row_list, (Py_ssize_t)vector_size, 0, &rows) < 0) {
-        keys_release(&keys);
-        return NULL;
-    }
-    Py_buffer out;
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        rows_release(&rows);
-        keys_release(&keys);
-        return NULL;
-    }
-    int ok = out.len == keys.n;
-    /* a block's bit positions, round by round: positions[round * BLOCK + b] */
-    uint32_t *positions = ok ? PyMem_Malloc((size_t)num_hashes * BLOCK * sizeof(uint32_t)) : NULL;
-    if (!ok)
-        PyErr_SetString(PyExc_ValueError, "out must be one byte per key");
-    else if (!positions) {
-        PyErr_NoMemory();
-        ok = 0;
-    } else {
-        uint8_t *found = out.buf;
-        uint32_t size = (uint32_t)vector_size;
-        uint64_t magic = UINT64_MAX / size + 1;
+    uint32_t *positions = positions_for(&call, call.other.len == call.keys.n, "out must be one byte per key");
+    if (positions) {
+        uint8_t *found = call.other.buf;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t first = 0; first < keys.n; first += BLOCK) {
-            int count = keys.n - first < BLOCK ? (int)(keys.n - first) : BLOCK;
-            uint32_t h[BLOCK] = {0};
-            for (int round = 0; round < num_hashes; round++) {
-                for (int b = 0; b < count; b++) {
-                    Py_ssize_t i = first + b;
-                    h[b] = murmur_hadoop(keys.bytes + keys.at[i], keys.at[i + 1] - keys.at[i], h[b]);
-                    positions[round * BLOCK + b] = bit_of(h[b], magic, size);
-                }
-            }
+        for (Py_ssize_t first = 0; first < call.keys.n; first += BLOCK) {
+            int count = call.keys.n - first < BLOCK ? (int)(call.keys.n - first) : BLOCK;
+            block_positions(&call, first, count, positions);
             for (int b = 0; b < count; b++) {
                 uint8_t hit = 0;
-                for (Py_ssize_t r = 0; r < rows.count && !hit; r++) {
-                    const uint8_t *bits = rows.views[r].buf;
+                for (Py_ssize_t r = 0; r < call.rows.count && !hit; r++) {
+                    const uint8_t *bits = call.rows.views[r].buf;
                     hit = 1;
-                    for (int round = 0; round < num_hashes && hit; round++)
+                    for (int round = 0; round < call.num_hashes && hit; round++)
                         hit = bits[positions[round * BLOCK + b]] != 0;
                 }
                 found[first + b] = hit;
@@ -291,11 +287,10 @@ static PyObject *bloom_contains(PyObject *self, PyObject *args)
         }
         Py_END_ALLOW_THREADS
     }
+    int done = positions != NULL;
     PyMem_Free(positions);
-    PyBuffer_Release(&out);
-    rows_release(&rows);
-    keys_release(&keys);
-    if (!ok)
+    filter_call_release(&call);
+    if (!done)
         return NULL;
     Py_RETURN_NONE;
 }
