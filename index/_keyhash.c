@@ -209,17 +209,66 @@ static void block_positions(const FilterCall *call, Py_ssize_t first, int count,
     }
 }
 
-/* A block's positions (block_positions), once the call's `other` is found to fit; NULL with the error set if not. */
-static uint32_t *positions_for(const FilterCall *call, int fits, const char *misfit)
+/* What a filter call does with a block of keys once it has their bits (positions, as block_positions lays them). */
+typedef void (*BlockStep)(const FilterCall *call, Py_ssize_t first, int count, const uint32_t *positions);
+
+/* The keys a block at a time, `step` on each, without the GIL; then the call's buffers released. `fits`: whether the
+ * call's `other` fits its keys, else a ValueError saying `misfit`. */
+static PyObject *filter_blocks(FilterCall *call, int fits, const char *misfit, BlockStep step)
 {
-    if (!fits) {
+    uint32_t *positions = NULL;
+    if (!fits)
         PyErr_SetString(PyExc_ValueError, misfit);
-        return NULL;
-    }
-    uint32_t *positions = PyMem_Malloc((size_t)call->num_hashes * BLOCK * sizeof(uint32_t));
-    if (!positions)
+    else if (!(positions = PyMem_Malloc((size_t)call->num_hashes * BLOCK * sizeof(uint32_t))))
         PyErr_NoMemory();
-    return positions;
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t first = 0; first < call->keys.n; first += BLOCK) {
+            int count = call->keys.n - first < BLOCK ? (int)(call->keys.n - first) : BLOCK;
+            block_positions(call, first, count, positions);
+            step(call, first, count, positions);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    int done = positions != NULL;
+    PyMem_Free(positions);
+    filter_call_release(call);
+    if (!done)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* bloom_add's step: each key's bits set in its row (`other` is row_of). */
+static void add_block(const FilterCall *call, Py_ssize_t first, int count, const uint32_t *positions)
+{
+    /* held in locals: a store through a byte pointer may alias *call, which the compiler would then read again */
+    const int32_t *row_of = call->other.buf;
+    const Py_buffer *views = call->rows.views;
+    int rounds = call->num_hashes;
+    for (int b = 0; b < count; b++) {
+        uint8_t *bits = views[row_of[first + b]].buf;
+        for (int round = 0; round < rounds; round++)
+            bits[positions[round * BLOCK + b]] = 1;
+    }
+}
+
+/* bloom_contains's step: whether some row has every bit of each key (`other` is out). */
+static void probe_block(const FilterCall *call, Py_ssize_t first, int count, const uint32_t *positions)
+{
+    uint8_t *found = call->other.buf;
+    const Py_buffer *views = call->rows.views;
+    Py_ssize_t filter_rows = call->rows.count;
+    int rounds = call->num_hashes;
+    for (int b = 0; b < count; b++) {
+        uint8_t hit = 0;
+        for (Py_ssize_t r = 0; r < filter_rows && !hit; r++) {
+            const uint8_t *bits = views[r].buf;
+            hit = 1;
+            for (int round = 0; round < rounds && hit; round++)
+                hit = bits[positions[round * BLOCK + b]] != 0;
+        }
+        found[first + b] = hit;
+    }
 }
 
 PyDoc_STRVAR(bloom_add_doc,
@@ -235,27 +284,7 @@ static PyObject *bloom_add(PyObject *self, PyObject *args)
     int fits = call.other.len == call.keys.n * 4;
     for (Py_ssize_t i = 0; fits && i < call.keys.n; i++)
         fits = row_of[i] >= 0 && row_of[i] < call.rows.count;
-    uint32_t *positions =
-        positions_for(&call, fits, "row_of must be one int32 row number per key, below the rows given");
-    if (positions) {
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t first = 0; first < call.keys.n; first += BLOCK) {
-            int count = call.keys.n - first < BLOCK ? (int)(call.keys.n - first) : BLOCK;
-            block_positions(&call, first, count, positions);
-            for (int b = 0; b < count; b++) {
-                uint8_t *bits = call.rows.views[row_of[first + b]].buf;
-                for (int round = 0; round < call.num_hashes; round++)
-                    bits[positions[round * BLOCK + b]] = 1;
-            }
-        }
-        Py_END_ALLOW_THREADS
-    }
-    int done = positions != NULL;
-    PyMem_Free(positions);
-    filter_call_release(&call);
-    if (!done)
-        return NULL;
-    Py_RETURN_NONE;
+    return filter_blocks(&call, fits, "row_of must be one int32 row number per key, below the rows given", add_block);
 }
 
 PyDoc_STRVAR(bloom_contains_doc,
@@ -267,32 +296,7 @@ static PyObject *bloom_contains(PyObject *self, PyObject *args)
     FilterCall call;
     if (filter_call_get(args, 0, PyBUF_WRITABLE, &call) < 0)
         return NULL;
-    uint32_t *positions = positions_for(&call, call.other.len == call.keys.n, "out must be one byte per key");
-    if (positions) {
-        uint8_t *found = call.other.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t first = 0; first < call.keys.n; first += BLOCK) {
-            int count = call.keys.n - first < BLOCK ? (int)(call.keys.n - first) : BLOCK;
-            block_positions(&call, first, count, positions);
-            for (int b = 0; b < count; b++) {
-                uint8_t hit = 0;
-                for (Py_ssize_t r = 0; r < call.rows.count && !hit; r++) {
-                    const uint8_t *bits = call.rows.views[r].buf;
-                    hit = 1;
-                    for (int round = 0; round < call.num_hashes && hit; round++)
-                        hit = bits[positions[round * BLOCK + b]] != 0;
-                }
-                found[first + b] = hit;
-            }
-        }
-        Py_END_ALLOW_THREADS
-    }
-    int done = positions != NULL;
-    PyMem_Free(positions);
-    filter_call_release(&call);
-    if (!done)
-        return NULL;
-    Py_RETURN_NONE;
+    return filter_blocks(&call, call.other.len == call.keys.n, "out must be one byte per key", probe_block);
 }
 
 PyDoc_STRVAR(fnv1a64_doc, "fnv1a64(data, offsets, out)\n\nFNV-1a 64 of every key into out (n uint64).");

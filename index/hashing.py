@@ -67,13 +67,14 @@ def _compiled() -> ModuleType | None:
         return _keyhash
     except ImportError:
         pass
+    numpy = "bloom filters and index hashes computed with numpy:"
     try:
         module = _from_archive()
     except (ImportError, OSError) as error:  # built for another machine or Python, or no room to copy it
-        module = None
-        log.info("the compiled key hashing in laketide's archive does not load here (%s)", error)
+        log.info("%s the compiled module in laketide's archive does not load here (%s)", numpy, error)
+        return None
     if module is None:
-        log.info("bloom filters and index hashes computed with numpy: the compiled module was not built")
+        log.info("%s the compiled module was not built", numpy)
     return module
 
 
