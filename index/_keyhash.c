@@ -13,32 +13,51 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MURMUR_M 0x5bd1e995u
 /* keys hashed round by round together: their chains are independent, so the CPU overlaps them */
 #define BLOCK 16
 
-static inline uint32_t murmur_hadoop(const uint8_t *key, int64_t length, uint32_t seed)
+/* Hadoop's MurmurHash mixes each 4-byte word of a key, and folds its tail, the same way whatever the seed; only
+ * the chain through h depends on it. So a key's mixed words are made once and chained through every round: the
+ * rounds then cost one multiply a word, not three. */
+static inline uint32_t murmur_word(const uint8_t *at)
 {
-    uint32_t h = seed ^ (uint32_t)length;
-    int64_t words = length >> 2;
-    for (int64_t i = 0; i < words; i++) {
-        uint32_t k;
-        memcpy(&k, key + 4 * i, 4); /* little-endian, as Hadoop reads the word */
-        k *= MURMUR_M;
-        k ^= k >> 24;
-        k *= MURMUR_M;
+    uint32_t k;
+    memcpy(&k, at, 4); /* little-endian, as Hadoop reads the word */
+    k *= MURMUR_M;
+    k ^= k >> 24;
+    return k * MURMUR_M;
+}
+
+/* The tail's 1 to 3 bytes folded from the end of the key, sign-extended (Java's byte is signed). */
+static inline uint32_t murmur_tail(const uint8_t *rest, int64_t tail)
+{
+    uint32_t folded = 0;
+    for (int64_t j = 0; j < tail; j++)
+        folded ^= (uint32_t)(int32_t)(int8_t)rest[j] << (8 * (tail - 1 - j));
+    return folded;
+}
+
+/* A key as murmur_chain takes it: its mixed words (in a block's scratch), its length and folded tail. */
+typedef struct {
+    const uint32_t *mixed;
+    int64_t words, tail;
+    uint32_t length, folded;
+} MixedKey;
+
+/* One round of Hadoop's MurmurHash of a key, from `seed`. */
+static inline uint32_t murmur_chain(const MixedKey *key, uint32_t seed)
+{
+    uint32_t h = seed ^ key->length;
+    for (int64_t i = 0; i < key->words; i++) {
         h *= MURMUR_M;
-        h ^= k;
+        h ^= key->mixed[i];
     }
-    int64_t tail = length & 3;
-    if (tail) {
-        const int8_t *rest = (const int8_t *)(key + 4 * words);
-        uint32_t folded = 0;
-        for (int64_t j = 0; j < tail; j++)
-            folded ^= (uint32_t)(int32_t)rest[j] << (8 * (tail - 1 - j));
-        h ^= folded;
+    if (key->tail) {
+        h ^= key->folded;
         h *= MURMUR_M;
     }
     h ^= h >> 13;
@@ -194,19 +213,48 @@ static int filter_call_get(PyObject *args, int writable_rows, int other_flags, F
     return 0;
 }
 
+/* The mixed words of a block's keys, grown to the longest block (malloc: it is used without the GIL). */
+typedef struct {
+    uint32_t *words;
+    size_t capacity;
+} Scratch;
+
 /* The bit of every round of keys [first, first + count), count <= BLOCK: positions[round * BLOCK + b]. The keys'
- * hash chains go round by round side by side, so the CPU overlaps them. */
-static void block_positions(const FilterCall *call, Py_ssize_t first, int count, uint32_t *positions)
+ * hash chains go round by round side by side, so the CPU overlaps them. -1 when the scratch cannot grow. */
+static int block_positions(const FilterCall *call, Py_ssize_t first, int count, uint32_t *positions, Scratch *scratch)
 {
     const Keys *keys = &call->keys;
+    size_t needed = (size_t)((keys->at[first + count] - keys->at[first]) >> 2) + 1;
+    if (needed > scratch->capacity) {
+        uint32_t *grown = realloc(scratch->words, needed * sizeof(uint32_t));
+        if (!grown)
+            return -1;
+        scratch->words = grown;
+        scratch->capacity = needed;
+    }
+    MixedKey mixed[BLOCK];
+    uint32_t *next = scratch->words;
+    for (int b = 0; b < count; b++) {
+        const uint8_t *key = keys->bytes + keys->at[first + b];
+        int64_t length = keys->at[first + b + 1] - keys->at[first + b];
+        MixedKey *m = &mixed[b];
+        m->mixed = next;
+        m->words = length >> 2;
+        m->tail = length & 3;
+        m->length = (uint32_t)length;
+        m->folded = murmur_tail(key + 4 * m->words, m->tail);
+        for (int64_t i = 0; i < m->words; i++)
+            next[i] = murmur_word(key + 4 * i);
+        next += m->words;
+    }
     uint32_t h[BLOCK] = {0};
     for (int round = 0; round < call->num_hashes; round++) {
         for (int b = 0; b < count; b++) {
-            Py_ssize_t i = first + b;
-            h[b] = murmur_hadoop(keys->bytes + keys->at[i], keys->at[i + 1] - keys->at[i], h[b]);
+            h[b] = murmur_chain(&mixed[b], h[b]);
             positions[round * BLOCK + b] = bit_of(h[b], call->magic, call->size);
         }
     }
+    return 0;
 }
 
 /* What a filter call does with a block of keys once it has their bits (positions, as block_positions lays them). */
@@ -217,20 +265,26 @@ typedef void (*BlockStep)(const FilterCall *call, Py_ssize_t first, int count, c
 static PyObject *filter_blocks(FilterCall *call, int fits, const char *misfit, BlockStep step)
 {
     uint32_t *positions = NULL;
+    Scratch scratch = {NULL, 0};
+    int done = 0;
     if (!fits)
         PyErr_SetString(PyExc_ValueError, misfit);
     else if (!(positions = PyMem_Malloc((size_t)call->num_hashes * BLOCK * sizeof(uint32_t))))
         PyErr_NoMemory();
     else {
+        done = 1;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t first = 0; first < call->keys.n; first += BLOCK) {
+        for (Py_ssize_t first = 0; done && first < call->keys.n; first += BLOCK) {
             int count = call->keys.n - first < BLOCK ? (int)(call->keys.n - first) : BLOCK;
-            block_positions(call, first, count, positions);
-            step(call, first, count, positions);
+            done = block_positions(call, first, count, positions, &scratch) == 0;
+            if (done)
+                step(call, first, count, positions);
         }
         Py_END_ALLOW_THREADS
+        if (!done)
+            PyErr_NoMemory();
     }
-    int done = positions != NULL;
+    free(scratch.words);
     PyMem_Free(positions);
     filter_call_release(call);
     if (!done)
