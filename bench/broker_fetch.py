@@ -13,7 +13,6 @@ topic held: a broker that finds a fetch's place by an offset index takes as long
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import signal
@@ -25,22 +24,15 @@ import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_bench import start_tansu
+from orders_feed import PARTITIONS, event
 from upsert_bench import write_results
 
 from laketide.spark.kafka_brokers import OffsetRange
 from laketide.spark.kafka_consumer import RangeConsumer
 
-TOPIC, PARTITIONS = "probe", 3
-# a Debezium update of the freshness feed's size (JSON converter, schemas off)
-VALUE = json.dumps(
-    {
-        "before": None,
-        "after": {"id": 1, "customer": "c-000123", "amount": "12.34", "status": "shipped", "updated_at": 1700000000000},
-        "source": {"lsn": 123456789, "ts_ms": 1700000000000},
-        "op": "u",
-        "ts_ms": 1700000000000,
-    }
-).encode()
+TOPIC = "probe"
+# one update event of the freshness feed, as its producers send them
+VALUE = event("u", 1, 1, 1)
 
 
 def produce(bootstrap: str, rate: int, stop) -> None:
@@ -131,7 +123,13 @@ def main() -> int:
             f"{w['read_p95_seconds']:>7.3f} {w['read_max_seconds']:>7.3f}"
         )
     payload = {
-        "workload": {"rate": args.rate, "seconds": args.seconds, "every": args.every, "consumer": consumer},
+        "workload": {
+            "rate": args.rate,
+            "seconds": args.seconds,
+            "every": args.every,
+            "value_bytes": len(VALUE),
+            "consumer": consumer,
+        },
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "windows": windows,
     }
