@@ -348,6 +348,9 @@ def test_a_port_in_use_is_refused_naming_it(written):
     try:
         port = taken.getsockname()[1]
         code, out, err = laketide("serve", "--table", written[0].uri, "--port", str(port))
-        assert code == 4 and f"port {port} on 127.0.0.1 is in use" in err + out and "Traceback" not in err
+        assert code == 4 and f"port {port} on 127.0.0.1 is in use" in err + out and "Traceback" not in err, (
+            code,
+            err[-3000:],
+        )
     finally:
         taken.close()
