@@ -10,6 +10,7 @@ restarts it: the new run takes a new epoch and recovers), 6 a server it needs ca
 
 from __future__ import annotations
 
+import faulthandler
 import os
 
 # The job's processes allocate Arrow memory with the C library's malloc, unless told otherwise. Set before pyarrow
@@ -202,6 +203,9 @@ from laketide.cli import changes, inspect, services  # noqa: E402,F401
 
 
 def main() -> None:
+    # a crash in native code (Arrow, librdkafka, uvicorn's loop, the JVM's bridge) leaves every thread's Python stack
+    # on stderr, not only an exit status
+    faulthandler.enable(all_threads=True)
     app(prog_name="laketide")  # the same name under ``python -m laketide`` and spark-submit
 
 
