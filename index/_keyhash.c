@@ -1,4 +1,4 @@
-/* Key hashing in C: Hadoop's MurmurHash2 as Hudi's bloom filters chain it, and FNV-1a 64.
+/* Key hashing in C: Hadoop's MurmurHash2 as Hudi's bloom filters chain it, and FNV-1a 64; and keys' sort prefixes.
  *
  * The same functions as laketide/index/hashing.py's numpy path, bit for bit; that path stays for a
  * laketide that travels without this module (a .zip in spark-submit's --py-files cannot load it).
@@ -391,10 +391,56 @@ static PyObject *fnv1a64(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(key_prefixes_doc,
+             "key_prefixes(data, offsets, skip, out)\n\n"
+             "Bytes [skip, skip + 8) of every key as one big-endian uint64 into out (n uint64), zero past its end:\n"
+             "in the keys' byte order where they differ there.");
+
+static PyObject *key_prefixes(PyObject *self, PyObject *args)
+{
+    PyObject *data, *offsets, *out_obj;
+    Py_ssize_t skip;
+    if (!PyArg_ParseTuple(args, "OOnO", &data, &offsets, &skip, &out_obj))
+        return NULL;
+    if (skip < 0) {
+        PyErr_SetString(PyExc_ValueError, "skip must be >= 0");
+        return NULL;
+    }
+    Keys keys;
+    if (keys_get(data, offsets, &keys) < 0)
+        return NULL;
+    Py_buffer out;
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        keys_release(&keys);
+        return NULL;
+    }
+    int ok = out.len == keys.n * 8;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "out must be one uint64 per key");
+    } else {
+        uint64_t *prefixes = out.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < keys.n; i++) {
+            int64_t from = keys.at[i] + skip, end = keys.at[i + 1];
+            uint64_t prefix = 0;
+            for (int j = 0; j < 8; j++)
+                prefix = (prefix << 8) | (from + j < end ? keys.bytes[from + j] : 0);
+            prefixes[i] = prefix;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&out);
+    keys_release(&keys);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"bloom_add", bloom_add, METH_VARARGS, bloom_add_doc},
     {"bloom_contains", bloom_contains, METH_VARARGS, bloom_contains_doc},
     {"fnv1a64", fnv1a64, METH_VARARGS, fnv1a64_doc},
+    {"key_prefixes", key_prefixes, METH_VARARGS, key_prefixes_doc},
     {NULL, NULL, 0, NULL},
 };
 

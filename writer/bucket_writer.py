@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from laketide.index.bloom import BloomSpec
 from laketide.index.columns import flag_mask
+from laketide.index.key_order import key_order
 from laketide.table.format.commit import NULL_COMMIT, WriteStat
 from laketide.table.format.encoding import BASE_FILE_CODEC, ONE_PER_FILE, repeated_runs
 from laketide.table.format.files import BaseFile, write_token
@@ -240,7 +241,7 @@ class BucketWriter:
             return pa.array(rows)
         rows = np.concatenate([rows, n_old + np.flatnonzero(~updates)])
         keys = pa.chunked_array(old[RECORD_KEY].chunks + upserts[RECORD_KEY].chunks).take(pa.array(rows))
-        return pa.array(rows[pc.sort_indices(keys).to_numpy()])
+        return pa.array(rows[key_order(keys)])
 
     def write(self, incoming: pa.Table) -> WriteStat:
         """Merge ``incoming`` (one row per key, sorted by ``_hoodie_record_key``) into a new base file."""

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EVENT_POSITION, KEY_HASH, PARTITION
 from laketide.index.dedupe import first_of_each_key, winners
+from laketide.index.key_order import key_order
 from laketide.table.format.encoding import records_dictionary_columns, repeated_runs
 from laketide.table.format.markers import CREATE, WriteMarkers
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY
@@ -61,7 +62,7 @@ def bulk_order(
 
 def _key_order(rows: pa.Table, global_keys: bool) -> np.ndarray:
     """Row numbers of ``rows`` sorted by (partition, key), or by key alone when keys are global."""
-    by_key = pc.sort_indices(rows[RECORD_KEY]).to_numpy()
+    by_key = key_order(rows[RECORD_KEY])
     if global_keys:
         return by_key
     return by_key[stable_order(ordered_codes(rows[PARTITION])[by_key])]
