@@ -7,7 +7,7 @@ is first reduced to the 8 bytes that follow the prefix every key shares (a table
 Keys whose 8 bytes tie are put in order among themselves afterwards: by length, when none of them goes on past
 those bytes (the bytes tie, so they are equal keys, or the shorter is the other's start), else by Arrow comparing
 them. When most keys tie that way (they agree well past their shared prefix), Arrow sorts them all, as it would
-have anyway.
+have anyway. ``stable_order`` orders small integer codes (partitions, file groups) the same way: stably.
 """
 
 from __future__ import annotations
@@ -81,3 +81,10 @@ def _shared_prefix(keys: pa.Array | pa.ChunkedArray) -> int:
             break
         shared += 1
     return shared
+
+
+def stable_order(codes: np.ndarray) -> np.ndarray:
+    """The order that sorts integer ``codes`` stably: numpy's stable sort is a radix sort for 16-bit values, so
+    small non-negative codes are sorted as those (2 ms for 500,000 against 15 as 32-bit ones)."""
+    small = len(codes) > 0 and codes.dtype.kind in "iu" and codes.min() >= 0 and codes.max() < 2**16
+    return np.argsort(codes.astype(np.uint16) if small else codes, kind="stable")

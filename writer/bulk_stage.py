@@ -14,14 +14,14 @@ import pyarrow.compute as pc
 
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EVENT_POSITION, KEY_HASH, PARTITION
 from laketide.index.dedupe import first_of_each_key, winners
-from laketide.index.key_order import key_order
+from laketide.index.key_order import key_order, stable_order
 from laketide.table.format.encoding import records_dictionary_columns, repeated_runs
 from laketide.table.format.markers import CREATE, WriteMarkers
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY
 from laketide.table.storage.io import FileIO
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
-from laketide.writer.slots import split_by, stable_order
+from laketide.writer.slots import split_by
 from laketide.writer.stages import STATUS_SCHEMA, BatchPlan, WriteStatus, ordered_codes, write_entries
 
 

@@ -32,6 +32,7 @@ from laketide.index.columns import (
     WRITE_SLOT,
 )
 from laketide.index.dedupe import first_of_each_run
+from laketide.index.key_order import stable_order
 from laketide.index.state import (
     IndexSnapshot,
     StateIndex,
@@ -49,7 +50,7 @@ from laketide.table.storage.io import FileIO
 from laketide.writer.base_file import ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
 from laketide.writer.log_writer import LogTarget, LogWriter, OrderingSpan, ordering_spans
-from laketide.writer.slots import present, split_by, stable_order
+from laketide.writer.slots import present, split_by
 from laketide.writer.stored_files import column_reader, footer_reader, key_reader
 
 # a write status as it travels from a task: its write stat as Hudi's JSON, then the file group and late records
