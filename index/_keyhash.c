@@ -353,41 +353,56 @@ static PyObject *bloom_contains(PyObject *self, PyObject *args)
     return filter_blocks(&call, call.other.len == call.keys.n, "out must be one byte per key", probe_block);
 }
 
+/* A call that writes one uint64 per key: its keys and its `out` buffer, checked. */
+typedef struct {
+    Keys keys;
+    Py_buffer out;
+} KeysOut;
+
+static int keys_out_get(PyObject *data, PyObject *offsets, PyObject *out, KeysOut *call)
+{
+    if (keys_get(data, offsets, &call->keys) < 0)
+        return -1;
+    if (PyObject_GetBuffer(out, &call->out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        keys_release(&call->keys);
+        return -1;
+    }
+    if (call->out.len != call->keys.n * 8) {
+        PyErr_SetString(PyExc_ValueError, "out must be one uint64 per key");
+        PyBuffer_Release(&call->out);
+        keys_release(&call->keys);
+        return -1;
+    }
+    return 0;
+}
+
+static void keys_out_release(KeysOut *call)
+{
+    PyBuffer_Release(&call->out);
+    keys_release(&call->keys);
+}
+
 PyDoc_STRVAR(fnv1a64_doc, "fnv1a64(data, offsets, out)\n\nFNV-1a 64 of every key into out (n uint64).");
 
 static PyObject *fnv1a64(PyObject *self, PyObject *args)
 {
-    PyObject *data, *offsets, *out_obj;
-    if (!PyArg_ParseTuple(args, "OOO", &data, &offsets, &out_obj))
+    PyObject *data, *offsets, *out;
+    KeysOut call;
+    if (!PyArg_ParseTuple(args, "OOO", &data, &offsets, &out) || keys_out_get(data, offsets, out, &call) < 0)
         return NULL;
-    Keys keys;
-    if (keys_get(data, offsets, &keys) < 0)
-        return NULL;
-    Py_buffer out;
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        keys_release(&keys);
-        return NULL;
-    }
-    int ok = out.len == keys.n * 8;
-    if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "out must be one uint64 per key");
-    } else {
-        uint64_t *hashes = out.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < keys.n; i++) {
-            uint64_t h = UINT64_C(0xcbf29ce484222325);
-            for (int64_t at = keys.at[i]; at < keys.at[i + 1]; at++) {
-                h ^= keys.bytes[at];
-                h *= UINT64_C(0x100000001b3);
-            }
-            hashes[i] = h;
+    const Keys *keys = &call.keys;
+    uint64_t *hashes = call.out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < keys->n; i++) {
+        uint64_t h = UINT64_C(0xcbf29ce484222325);
+        for (int64_t at = keys->at[i]; at < keys->at[i + 1]; at++) {
+            h ^= keys->bytes[at];
+            h *= UINT64_C(0x100000001b3);
         }
-        Py_END_ALLOW_THREADS
+        hashes[i] = h;
     }
-    PyBuffer_Release(&out);
-    keys_release(&keys);
-    if (!ok)
-        return NULL;
+    Py_END_ALLOW_THREADS
+    keys_out_release(&call);
     Py_RETURN_NONE;
 }
 
@@ -398,41 +413,29 @@ PyDoc_STRVAR(key_prefixes_doc,
 
 static PyObject *key_prefixes(PyObject *self, PyObject *args)
 {
-    PyObject *data, *offsets, *out_obj;
+    PyObject *data, *offsets, *out;
     Py_ssize_t skip;
-    if (!PyArg_ParseTuple(args, "OOnO", &data, &offsets, &skip, &out_obj))
+    KeysOut call;
+    if (!PyArg_ParseTuple(args, "OOnO", &data, &offsets, &skip, &out))
         return NULL;
     if (skip < 0) {
         PyErr_SetString(PyExc_ValueError, "skip must be >= 0");
         return NULL;
     }
-    Keys keys;
-    if (keys_get(data, offsets, &keys) < 0)
+    if (keys_out_get(data, offsets, out, &call) < 0)
         return NULL;
-    Py_buffer out;
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        keys_release(&keys);
-        return NULL;
+    const Keys *keys = &call.keys;
+    uint64_t *prefixes = call.out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < keys->n; i++) {
+        int64_t from = keys->at[i] + skip, end = keys->at[i + 1];
+        uint64_t prefix = 0;
+        for (int j = 0; j < 8; j++)
+            prefix = (prefix << 8) | (from + j < end ? keys->bytes[from + j] : 0);
+        prefixes[i] = prefix;
     }
-    int ok = out.len == keys.n * 8;
-    if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "out must be one uint64 per key");
-    } else {
-        uint64_t *prefixes = out.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < keys.n; i++) {
-            int64_t from = keys.at[i] + skip, end = keys.at[i + 1];
-            uint64_t prefix = 0;
-            for (int j = 0; j < 8; j++)
-                prefix = (prefix << 8) | (from + j < end ? keys.bytes[from + j] : 0);
-            prefixes[i] = prefix;
-        }
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&out);
-    keys_release(&keys);
-    if (!ok)
-        return NULL;
+    Py_END_ALLOW_THREADS
+    keys_out_release(&call);
     Py_RETURN_NONE;
 }
 
