@@ -41,7 +41,7 @@ def run_database(
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
     TableRoutes(config)  # a template or source the job cannot run is refused before Spark starts
-    spark = spark_session(config.spark)
+    spark = spark_session(config.spark, checkpoint=config.stream.checkpoint)
     spark.sparkContext.setLogLevel("WARN")
     threading.Thread(target=warm_workers, args=(spark,), name="laketide-warm-up", daemon=True).start()
     writer_id = writer_id_for(config.stream.checkpoint, config.storage.io_options)

@@ -106,7 +106,7 @@ def run(
     local = builds_local_session(config.spark)
     driver_limit = config.write.driver_limit(local)
     tasks = not generated_fits_driver(config, driver_limit)
-    spark = spark_session(config.spark, tasks)
+    spark = spark_session(config.spark, tasks, config.stream.checkpoint)
     spark.sparkContext.setLogLevel("WARN")
     # on one machine most micro-batches fit the driver and never use the workers: the first that does not starts
     # them, rather than two warmed ones being held from the start (165 MB each)

@@ -18,6 +18,7 @@ from laketide.api.app import create_app
 from laketide.api.server import ApiServer
 from laketide.coordinator import Coordinator, LocalLease
 from laketide.index.state import StateIndex
+from laketide.table import Table
 from laketide.table.reading.view_sync import ViewSync
 from laketide.writer.operations import Operations
 
@@ -147,6 +148,27 @@ def test_unreachable_zookeeper_stops_the_job_at_start(tmp_path):
         f"coordinator.zookeeper=127.0.0.1:{free_port()}",
     )
     assert code == 6 and "cannot reach ZooKeeper" in err and "never falls back" in err
+
+
+def test_a_local_checkpoint_logs_through_the_raw_local_file_system(tmp_path):
+    """A job whose checkpoint is on the local disk writes its query's logs through Hadoop's FileSystem API on the raw
+    local file system (``spark.session.LOCAL_CHECKPOINT``): no checksum file beside an entry, and its micro-batches
+    run on after a restart from the logs it wrote."""
+    settings = [
+        f"table.path={tmp_path / 't'}",
+        f"stream.checkpoint={tmp_path / 'cp'}",
+        "source.generator.rows_per_batch=200",
+        "stream.trigger=available-now",
+    ]
+    for batches in (3, 5):
+        args = [arg for key in [*settings, f"source.generator.batches={batches}"] for arg in ("--conf", key)]
+        code, out, err = laketide("run", *args)
+        assert code == 0, err[-3000:]
+        assert "through Hadoop's raw local file system" in err + out
+    logs = [p for folder in ("offsets", "commits") for p in (tmp_path / "cp" / folder).iterdir()]
+    assert sorted(p.name for p in logs if "offsets" in str(p)) == [str(n) for n in range(5)]
+    assert not [p for p in (tmp_path / "cp").rglob("*") if p.name.endswith(".crc") or p.name.endswith(".tmp")]
+    assert len(Table.open(str(tmp_path / "t")).timeline.completed_writes()) == 5
 
 
 def test_version():
