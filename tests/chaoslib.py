@@ -244,11 +244,15 @@ class Job:
         return self.log_path.read_text(errors="replace")[-chars:]
 
 
-def wait_until(condition, timeout: float, what: str, poll: float = 0.2) -> None:
+def wait_until(condition, timeout: float, what: str, poll: float = 0.2, job: Job | None = None) -> None:
+    """Poll `condition`; fail naming `what` on timeout, or at once if `job` exits, with the tail of its log."""
     deadline = time.monotonic() + timeout
     while not condition():
+        if job is not None and not job.running():
+            raise AssertionError(f"the job exited ({job.proc.returncode}) while waiting for {what}\n{job.log_tail()}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            tail = f"\n--- the job's log ---\n{job.log_tail()}" if job is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
         time.sleep(poll)
 
 
