@@ -89,13 +89,13 @@ def test_a_frozen_holder_is_taken_over_and_cannot_commit_when_it_wakes(zookeeper
     first = Job(_args(tmp_path, zookeeper, 3), tmp_path / "first.log").start()
     second = None
     try:
-        wait_until(lambda: completed_count(tmp_path) >= 2, 120, "the first job's commits")
+        wait_until(lambda: completed_count(tmp_path) >= 2, 120, "the first job's commits", job=first)
         wait_until(lambda: has_inflight(tmp_path), 60, "a micro-batch in flight", poll=0.02)
         first.signal(signal.SIGSTOP)
         frozen_at = completed_count(tmp_path)
 
         second = Job(_args(tmp_path, zookeeper, 3), tmp_path / "second.log").start()
-        wait_until(lambda: completed_count(tmp_path) >= frozen_at + 2, 120, "the second job's commits")
+        wait_until(lambda: completed_count(tmp_path) >= frozen_at + 2, 120, "the second job's commits", job=second)
         first.signal(signal.SIGCONT)
         assert first.wait(120) == EXIT_LEASE_LOST, first.log_tail()
         assert "lease" in first.log_tail().lower()
@@ -103,7 +103,12 @@ def test_a_frozen_holder_is_taken_over_and_cannot_commit_when_it_wakes(zookeeper
         after_wake = completed_count(tmp_path)
         # a commit sweeps right after its completed file is written: the second commit after the wake
         # completes once the first one's sweep is done (one micro-batch at a time)
-        wait_until(lambda: completed_count(tmp_path) >= after_wake + 2, 120, "two commits after the frozen job woke")
+        wait_until(
+            lambda: completed_count(tmp_path) >= after_wake + 2,
+            120,
+            "two commits after the frozen job woke",
+            job=second,
+        )
         table = Table.open(str(tmp_path / "table"))
         pending = {i.timestamp for i in table.timeline.pending()}
         stale = [p for p in leftover_data_files(table) if not any(ts in p for ts in pending)]
@@ -162,7 +167,7 @@ def _late_file_after_rollback(zookeeper, tmp_path, settings: list[str], freeze_a
         committed = completed_count(tmp_path)
 
         second = Job(_args(tmp_path, zookeeper, 3, settings=settings), tmp_path / "second.log").start()
-        wait_until(lambda: completed_count(tmp_path) > committed, 120, "the new holder's commit")
+        wait_until(lambda: completed_count(tmp_path) > committed, 120, "the new holder's commit", job=second)
         # and the sweep right after that commit: released before it ends, the late file would be swept
         # there, before this test looks for it (the micro-batch's line is logged once its commit's sweep is done)
         wait_until(
@@ -181,7 +186,7 @@ def _late_file_after_rollback(zookeeper, tmp_path, settings: list[str], freeze_a
 
         before = completed_count(tmp_path)
         feeder.land_one()
-        wait_until(lambda: completed_count(tmp_path) > before, 120, "the next commit")
+        wait_until(lambda: completed_count(tmp_path) > before, 120, "the next commit", job=second)
         # the sweep runs right after the commit's completed file is written
         wait_until(lambda: not late_file.exists(), 60, "the sweep after the next commit to delete the late file")
         assert leftover_data_files(Table.open(str(tmp_path / "table"))) == []
