@@ -22,10 +22,16 @@ from laketide.index.bloom import (
     BloomSpec,
 )
 from laketide.table.format.damage import reading_data_file
-from laketide.table.format.encoding import BASE_FILE_CODEC, ONE_PER_FILE, SORTED_MARKER, dictionary_columns
+from laketide.table.format.encoding import (
+    BASE_FILE_CODEC,
+    ONE_PER_FILE,
+    SORTED_MARKER,
+    dictionary_columns,
+    repeated_runs,
+)
 from laketide.table.format.files import PARTITION_METADATA, partition_metadata
 from laketide.table.format.keygen import VirtualKeys
-from laketide.table.format.schema import RECORD_KEY
+from laketide.table.format.schema import FILE_NAME, RECORD_KEY
 from laketide.table.storage.io import FileIO
 
 
@@ -127,8 +133,12 @@ class BaseFileWriter:
         self.path = path
         self.schema = schema
         self.encoded_meta = encoded_meta and not blank_meta
-        # the Arrow schema rows are written in: the same columns and parquet types as ``schema``
-        self.written_schema = encoded_text(schema, ONE_PER_FILE) if self.encoded_meta else schema
+        # the Arrow schema rows are written in: the same columns and parquet types as ``schema``; the file's own
+        # name is always one dictionary value (``_with_file_name``)
+        self.written_schema = (
+            schema if blank_meta else encoded_text(schema, ONE_PER_FILE if self.encoded_meta else (FILE_NAME,))
+        )
+        self.file_name = posixpath.basename(path)
         self.avro_schema = avro_schema
         carried_bloom = carried.bloom if carried is not None else None
         self.incremental_bloom = carried is not None and carried_bloom is not None and not carried.fresh_bloom
@@ -164,7 +174,7 @@ class BaseFileWriter:
         self.min_key = first if self.min_key is None else self.min_key
         self.max_key = last
         self.num_rows += batch.num_rows
-        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        table = self._with_file_name(batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch]))
         if self.blank_meta:
             table = VirtualKeys.blank(table)
         self._pending.append(table.cast(self.written_schema))
@@ -172,6 +182,18 @@ class BaseFileWriter:
         self._pending_bytes += table.nbytes
         if self._pending_rows >= self.row_group_rows or self._pending_bytes >= self.row_group_bytes:
             self._flush(final=False)
+
+    def _with_file_name(self, rows: pa.Table) -> pa.Table:
+        """``rows`` with ``_hoodie_file_name``, this file's name, where the schema has it and they do not: written as
+        one dictionary value, where a string a row (75 bytes) was copied through every merge and hashed back into one
+        by parquet."""
+        at = self.written_schema.get_field_index(FILE_NAME)
+        if at < 0 or FILE_NAME in rows.schema.names:
+            return rows
+        field = self.written_schema.field(at)
+        n = rows.num_rows
+        name = pa.nulls(n, field.type) if self.blank_meta else repeated_runs([self.file_name], [n])
+        return rows.add_column(at, field, name)
 
     def flush(self) -> None:
         if self._pending:

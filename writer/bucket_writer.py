@@ -101,11 +101,12 @@ def stamp_meta_columns(
     instant_time: str,
     seqnos: SequenceNumbers,
     partition: str,
-    file_name: str,
+    file_name: str | None,
     encoded: bool = False,
 ) -> pa.Table:
     """Incoming records with this instant's meta columns, numbered on from ``seqnos``; ``encoded``: those of one
-    value as dictionaries (``encoding.repeated_runs``), for a file of new records alone (``append_inserts``)."""
+    value as dictionaries (``encoding.repeated_runs``), for a file of new records alone (``append_inserts``).
+    ``file_name`` None: without ``_hoodie_file_name``, which a base file's writer adds (``BaseFileWriter``)."""
     n = rows.num_rows
 
     def one_value(value: str) -> pa.Array:
@@ -116,9 +117,18 @@ def stamp_meta_columns(
         COMMIT_SEQNO: seqnos.next(n),
         RECORD_KEY: rows[RECORD_KEY],
         PARTITION_PATH: one_value(partition),
-        FILE_NAME: one_value(file_name),
     }
+    if file_name is None:
+        schema = without_file_name(schema)
+    else:
+        meta[FILE_NAME] = one_value(file_name)
     return conform(rows, encoded_text(schema, ONE_PER_FILE) if encoded else schema, meta)
+
+
+def without_file_name(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without ``_hoodie_file_name``: the columns of rows a ``BaseFileWriter`` takes, which adds it."""
+    at = schema.get_field_index(FILE_NAME)
+    return schema if at < 0 else schema.remove(at)
 
 
 class BucketWriter:
@@ -169,18 +179,14 @@ class BucketWriter:
         self.virtual_keys = virtual_keys
 
     def _stamp(self, rows: pa.Table, encoded: bool = False) -> pa.Table:
-        return stamp_meta_columns(
-            rows, self.schema, self.instant_time, self.seqnos, self.target.partition, self.new_file.name, encoded
-        )
-
-    def _conform(self, rows: pa.Table, meta: dict) -> pa.Table:
-        return conform(
-            rows, self.schema, {FILE_NAME: pa.repeat(pa.scalar(self.new_file.name, pa.string()), rows.num_rows), **meta}
-        )
+        partition = self.target.partition
+        return stamp_meta_columns(rows, self.schema, self.instant_time, self.seqnos, partition, None, encoded)
 
     def _keep_old(self, rows: pa.Table) -> pa.Table:
-        """Rows copied from the old slice keep their commit time and sequence number."""
-        return self._conform(rows, {c: rows[c] for c in META_COLUMNS if c != FILE_NAME and c in rows.column_names})
+        """Rows copied from the old slice keep their commit time and sequence number; the new file's name is
+        added as it is written."""
+        kept = {c: rows[c] for c in META_COLUMNS if c != FILE_NAME and c in rows.column_names}
+        return conform(rows, without_file_name(self.schema), kept)
 
     def _late(self, old: pa.Table, incoming: pa.Table, at: np.ndarray) -> np.ndarray | None:
         """Which incoming records (upserts and deletes) have an ordering value below the stored row's;

@@ -45,7 +45,6 @@ from laketide.table.format.files import BaseFile, write_token
 from laketide.table.format.instant import COMMIT, COMPACTION, Instant
 from laketide.table.format.markers import CREATE, WriteMarkers
 from laketide.table.format.schema import (
-    FILE_NAME,
     RECORD_KEY,
     avro_schema_json,
     with_meta_schema,
@@ -54,7 +53,7 @@ from laketide.table.format.timeline import Timeline
 from laketide.table.format.view import FileSystemView
 from laketide.table.reading.slice_reader import MergeRule, merge_slice_batches
 from laketide.writer.base_file import BaseFileWriter
-from laketide.writer.bucket_writer import conform
+from laketide.writer.bucket_writer import conform, without_file_name
 from laketide.writer.planning import average_record_size, bloom_spec
 
 log = logging.getLogger("laketide.compaction")
@@ -247,13 +246,7 @@ class Compactor:
         try:
             # key ranges come in order; within one, kept base rows and log records are sorted together
             for rows in merge_slice_batches(io, op.file_slice(), visible, rule):
-                writer.write(
-                    conform(
-                        rows.sort_by(RECORD_KEY),
-                        full,
-                        {FILE_NAME: pa.repeat(pa.scalar(new_file.name, pa.string()), rows.num_rows)},
-                    )
-                )
+                writer.write(conform(rows.sort_by(RECORD_KEY), without_file_name(full), {}))
             # the file appears on an object store when it is closed: a writer paused while it merged may have lost
             # its lease meanwhile, and another may have completed this compaction; a second base file of one
             # instant in a file group would make readers refuse the table (what slips past is swept,

@@ -34,9 +34,12 @@ def dictionary_columns(rows: pa.Table) -> list[str]:
     return [
         field.name
         for field in sample.schema
-        if not pa.types.is_nested(field.type)
-        and _distinct(head, field.name) * 2 <= sample.num_rows
-        and _distinct(sample, field.name) * 2 <= sample.num_rows
+        if pa.types.is_dictionary(field.type)  # rows that come encoded are written so (``repeated_runs``)
+        or (
+            not pa.types.is_nested(field.type)
+            and _distinct(head, field.name) * 2 <= sample.num_rows
+            and _distinct(sample, field.name) * 2 <= sample.num_rows
+        )
     ]
 
 
