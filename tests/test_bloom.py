@@ -37,6 +37,29 @@ def test_both_paths_give_the_same_index_hashes(monkeypatch):
     assert np.array_equal(compiled, hash64(keys))
 
 
+def test_both_paths_set_and_find_the_same_bits(monkeypatch):
+    """The C path hashes a block of 64 keys in vector registers where the CPU has AVX-512 (lanes masked past each
+    key's end) and in scalar chains otherwise, or when one key is much longer than the block's others: every way,
+    the bits are numpy's. Numbers as text in byte order (1 to 6 bytes side by side), UUIDs, a block with one long key,
+    non-ASCII keys, and a count that leaves a partial block."""
+    keys = sorted(str(i) for i in range(20_000))
+    keys += [f"{i:032x}-{i}" for i in range(1_000)] + ["k" * 500] + [f"é{i}日本" for i in range(700)] + [""] * 3
+    size, rounds = 70_001, 30
+    row_of = (np.arange(len(keys)) % 3).astype(np.int32)
+
+    def filled() -> tuple[list[np.ndarray], np.ndarray]:
+        rows = [np.zeros(size, bool) for _ in range(3)]
+        hashing.set_bits(keys, rounds, size, rows, row_of)
+        probe = keys[::7] + [f"absent-{i}" for i in range(2_000)]
+        return rows, hashing.contained(probe, rounds, size, rows)
+
+    compiled_rows, compiled_found = filled()
+    monkeypatch.setattr(hashing, "compiled", None)
+    numpy_rows, numpy_found = filled()
+    assert all(np.array_equal(c, n) for c, n in zip(compiled_rows, numpy_rows))
+    assert np.array_equal(compiled_found, numpy_found)
+
+
 def test_the_c_path_refuses_buffers_that_do_not_fit():
     data, offsets = key_bytes(["ab", "cd"])
     row = np.zeros(64, dtype=bool)
