@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.hashing import compiled, key_bytes
+from laketide.table.format.schema import RECORD_KEY
 
 # fewer keys than this are sorted by Arrow directly: the integers' set-up costs more than they save
 DIRECT_BELOW = 4096
@@ -57,6 +58,13 @@ def key_order(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
         within = within.to_numpy()
     order[at] = rows[within]
     return order
+
+
+def by_key(rows: pa.Table) -> pa.Table:
+    """``rows`` in record key order: what ``rows.sort_by(RECORD_KEY)`` gives, the order found by ``key_order``."""
+    if rows.num_rows < 2:
+        return rows
+    return rows.take(pa.array(key_order(rows[RECORD_KEY])))
 
 
 def _by_run_length_row(run: np.ndarray, lengths: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:

@@ -59,3 +59,16 @@ def test_few_keys_and_no_compiled_module(monkeypatch):
     keys = KEYS["numbers shuffled"]()
     monkeypatch.setattr(module, "compiled", None)
     np.testing.assert_array_equal(key_order(keys), pc.sort_indices(keys).to_numpy())
+
+
+def test_rows_by_key_equal_arrows_sort_by():
+    """``by_key``: a table's rows in ``sort_by(RECORD_KEY)`` order, repeated keys in their row order, as a base file
+    is written."""
+    from laketide.index.key_order import by_key
+    from laketide.table.format.schema import RECORD_KEY
+
+    rng = np.random.default_rng(7)
+    keys = [f"k-{i}" for i in rng.integers(0, 3_000, 20_000)]
+    rows = pa.table({RECORD_KEY: keys, "row": np.arange(len(keys))})
+    assert by_key(rows).equals(rows.sort_by(RECORD_KEY))
+    assert by_key(rows.slice(0, 1)).equals(rows.slice(0, 1))

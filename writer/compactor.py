@@ -29,6 +29,7 @@ from laketide.config import CompactionSection, WriteSection
 from laketide.coordinator import Coordinator, LeaseLost
 from laketide.coordinator.actions import TimelineAction
 from laketide.index.bloom import BloomSpec
+from laketide.index.key_order import by_key
 from laketide.table.format.commit import BATCHES_KEY, NULL_COMMIT, WriteStat
 from laketide.table.format.compaction import (
     CompactionOperation,
@@ -45,7 +46,6 @@ from laketide.table.format.files import BaseFile, write_token
 from laketide.table.format.instant import COMMIT, COMPACTION, Instant
 from laketide.table.format.markers import CREATE, WriteMarkers
 from laketide.table.format.schema import (
-    RECORD_KEY,
     avro_schema_json,
     with_meta_schema,
 )
@@ -246,7 +246,7 @@ class Compactor:
         try:
             # key ranges come in order; within one, kept base rows and log records are sorted together
             for rows in merge_slice_batches(io, op.file_slice(), visible, rule):
-                writer.write(conform(rows.sort_by(RECORD_KEY), without_file_name(full), {}))
+                writer.write(conform(by_key(rows), without_file_name(full), {}))
             # the file appears on an object store when it is closed: a writer paused while it merged may have lost
             # its lease meanwhile, and another may have completed this compaction; a second base file of one
             # instant in a file group would make readers refuse the table (what slips past is swept,

@@ -32,7 +32,7 @@ from laketide.index.columns import (
     WRITE_SLOT,
 )
 from laketide.index.dedupe import first_of_each_run
-from laketide.index.key_order import stable_order
+from laketide.index.key_order import by_key, stable_order
 from laketide.index.state import (
     IndexSnapshot,
     StateIndex,
@@ -350,7 +350,7 @@ def write(
         else:
             current = plan.current.get((partition, file_id))
             base = BaseFile.parse(partition, current) if current else None
-            incoming = incoming.sort_by(RECORD_KEY)  # a base file is sorted by key: merges stream it
+            incoming = by_key(incoming)  # a base file is sorted by key: merges stream it
             bucket = BucketWriter(
                 io,
                 FileGroupTarget(partition, file_id, base),
