@@ -1,4 +1,5 @@
 /* Key hashing in C: Hadoop's MurmurHash2 as Hudi's bloom filters chain it, and FNV-1a 64; and keys' sort prefixes.
+ * Also a write task's sequence numbers (numbered), made straight into a string array's buffers.
  *
  * The same functions as laketide/index/hashing.py's numpy path, bit for bit; that path stays for a
  * laketide that travels without this module (a .zip in spark-submit's --py-files cannot load it).
@@ -562,11 +563,102 @@ static PyObject *key_prefixes(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(numbered_doc,
+             "numbered(prefix, start, n) -> (offsets, data)\n\n"
+             "The strings prefix + str(start + i) for i < n, as an Arrow string array's buffers: n + 1 int32 offsets\n"
+             "and the UTF-8 bytes (a write task's sequence numbers, ``{instant}_{task}_{n}``).");
+
+/* Decimal digits of v into out (at most 20), returning their count. */
+static int decimal(uint64_t v, char *out)
+{
+    char reversed[20];
+    int count = 0;
+    do {
+        reversed[count++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (int i = 0; i < count; i++)
+        out[i] = reversed[count - 1 - i];
+    return count;
+}
+
+/* The decimal digits of all the numbers in [start, end), counted a decade at a time. */
+static uint64_t digits_in(uint64_t start, uint64_t end)
+{
+    uint64_t total = 0, high = 10; /* the numbers below `high` have at most `digits` digits */
+    for (int digits = 1; start < end; digits++) {
+        uint64_t stop = (digits == 20 || end < high) ? end : high;
+        if (stop > start) {
+            total += (stop - start) * (uint64_t)digits;
+            start = stop;
+        }
+        if (digits < 19)
+            high *= 10;
+    }
+    return total;
+}
+
+static PyObject *numbered(PyObject *self, PyObject *args)
+{
+    const char *prefix;
+    Py_ssize_t prefix_length, n;
+    unsigned long long start;
+    if (!PyArg_ParseTuple(args, "y#Kn", &prefix, &prefix_length, &start, &n))
+        return NULL;
+    if (n < 0 || (unsigned long long)n > UINT64_MAX - start) {
+        PyErr_SetString(PyExc_ValueError, "n must be >= 0 and start + n within 64 bits");
+        return NULL;
+    }
+    if (n > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "the strings exceed a string array's 2 GiB");
+        return NULL;
+    }
+    uint64_t total = digits_in(start, start + (uint64_t)n);
+    total += (uint64_t)prefix_length * (uint64_t)n;
+    if (total > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "the strings exceed a string array's 2 GiB");
+        return NULL;
+    }
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int32_t));
+    PyObject *data = offsets ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total) : NULL;
+    if (!data) {
+        Py_XDECREF(offsets);
+        return NULL;
+    }
+    int32_t *at = (int32_t *)PyBytes_AS_STRING(offsets);
+    char *out = PyBytes_AS_STRING(data);
+    int32_t position = 0;
+    /* the number's digits kept right-aligned in `counter` and counted up in place: dividing each number down to its
+     * digits cost most of the call */
+    char counter[20], digits[20];
+    int width = decimal(start, digits), first = 20 - width;
+    memcpy(counter + first, digits, (size_t)width);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        at[i] = position;
+        memcpy(out + position, prefix, (size_t)prefix_length);
+        position += (int32_t)prefix_length;
+        memcpy(out + position, counter + first, (size_t)(20 - first));
+        position += 20 - first;
+        int digit = 19;
+        while (digit >= first && counter[digit] == '9')
+            counter[digit--] = '0';
+        if (digit >= first)
+            counter[digit]++;
+        else if (first > 0) /* all nines: one digit more (start + n fits in 64 bits, so 20 digits at most) */
+            counter[--first] = '1';
+    }
+    at[n] = position;
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(NN)", offsets, data);
+}
+
 static PyMethodDef methods[] = {
     {"bloom_add", bloom_add, METH_VARARGS, bloom_add_doc},
     {"bloom_contains", bloom_contains, METH_VARARGS, bloom_contains_doc},
     {"fnv1a64", fnv1a64, METH_VARARGS, fnv1a64_doc},
     {"key_prefixes", key_prefixes, METH_VARARGS, key_prefixes_doc},
+    {"numbered", numbered, METH_VARARGS, numbered_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,4 +1,5 @@
-"""Key hashing in C (``_keyhash.c``); ``hashing.py`` calls it and holds the numpy twin of each function.
+"""Key hashing in C (``_keyhash.c``), and a write task's sequence numbers; ``hashing.py`` calls the hashing and holds
+the numpy twin of each hashing function.
 
 Keys come as one UTF-8 byte buffer and ``n + 1`` int64 offsets (``hashing.key_bytes``); a filter's rows are
 numpy bool arrays of ``vector_size``. Each raises ``ValueError`` where a buffer does not fit."""
@@ -15,3 +16,5 @@ def bloom_contains(
 ) -> None: ...
 def fnv1a64(data: Buffer, offsets: Buffer, out: Buffer) -> None: ...
 def key_prefixes(data: Buffer, offsets: Buffer, skip: int, out: Buffer) -> None: ...
+def numbered(prefix: bytes, start: int, n: int) -> tuple[bytes, bytes]:
+    """``prefix + str(start + i)`` for ``i < n``: a string array's int32 offsets and data (sequence numbers)."""

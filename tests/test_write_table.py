@@ -302,3 +302,20 @@ def test_replacecommit_hides_replaced_file_groups(table, coordinator):
     assert {s.file_id for s in table.file_system_view().latest_slices()} != {old_group}
     assert data_rows(table.snapshot(as_of=c1)) == data_rows(hudi_read(table.uri, as_of=c1))
     assert [i.action for i in table.timeline.completed_writes()] == ["commit", REPLACE_COMMIT]
+
+
+def test_sequence_numbers_are_the_same_with_and_without_the_compiled_module(monkeypatch):
+    """``{instant}_{task}_{n}``, counting on across the files of a task and past each power of ten, made in C where
+    the module is built and by Arrow otherwise."""
+    from laketide.writer import bucket_writer
+    from laketide.writer.bucket_writer import SequenceNumbers
+
+    def taken(expected: int) -> list[str]:
+        numbers = SequenceNumbers("20261201000000001", 3, expected)
+        return [v for n in (7, 2, 1_000, 95, 12_000) for v in numbers.next(n).to_pylist()]
+
+    made = taken(0), taken(13_104)
+    assert made[0] == made[1] == [f"20261201000000001_3_{i}" for i in range(13_104)]
+    assert bucket_writer.compiled is not None
+    monkeypatch.setattr(bucket_writer, "compiled", None)
+    assert taken(0) == made[0]
