@@ -506,19 +506,37 @@ static void keys_out_release(KeysOut *call)
     keys_release(&call->keys);
 }
 
-PyDoc_STRVAR(fnv1a64_doc, "fnv1a64(data, offsets, out)\n\nFNV-1a 64 of every key into out (n uint64).");
+PyDoc_STRVAR(fnv1a64_doc,
+             "fnv1a64(data, offsets, out, seeds=None)\n\n"
+             "FNV-1a 64 of every key into out (n uint64); from seeds[i] (n uint64), where given, in place of FNV's\n"
+             "offset basis: the hash of some bytes followed by the key, the bytes' hash being the seed.");
 
 static PyObject *fnv1a64(PyObject *self, PyObject *args)
 {
-    PyObject *data, *offsets, *out;
+    PyObject *data, *offsets, *out, *seeds_arg = Py_None;
+    Py_buffer seeds_view = {0};
     KeysOut call;
-    if (!PyArg_ParseTuple(args, "OOO", &data, &offsets, &out) || keys_out_get(data, offsets, out, &call) < 0)
+    if (!PyArg_ParseTuple(args, "OOO|O", &data, &offsets, &out, &seeds_arg) ||
+        keys_out_get(data, offsets, out, &call) < 0)
         return NULL;
+    if (seeds_arg != Py_None) {
+        if (PyObject_GetBuffer(seeds_arg, &seeds_view, PyBUF_C_CONTIGUOUS) < 0) {
+            keys_out_release(&call);
+            return NULL;
+        }
+        if (seeds_view.len != call.keys.n * 8) {
+            PyErr_SetString(PyExc_ValueError, "seeds must be one uint64 per key");
+            PyBuffer_Release(&seeds_view);
+            keys_out_release(&call);
+            return NULL;
+        }
+    }
     const Keys *keys = &call.keys;
     uint64_t *hashes = call.out.buf;
+    const uint64_t *seeds = seeds_view.obj ? seeds_view.buf : NULL;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < keys->n; i++) {
-        uint64_t h = UINT64_C(0xcbf29ce484222325);
+        uint64_t h = seeds ? seeds[i] : UINT64_C(0xcbf29ce484222325);
         for (int64_t at = keys->at[i]; at < keys->at[i + 1]; at++) {
             h ^= keys->bytes[at];
             h *= UINT64_C(0x100000001b3);
@@ -526,6 +544,8 @@ static PyObject *fnv1a64(PyObject *self, PyObject *args)
         hashes[i] = h;
     }
     Py_END_ALLOW_THREADS
+    if (seeds_view.obj)
+        PyBuffer_Release(&seeds_view);
     keys_out_release(&call);
     Py_RETURN_NONE;
 }

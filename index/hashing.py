@@ -198,24 +198,27 @@ _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 
 
-def hash64(keys) -> np.ndarray:
-    """FNV-1a 64-bit hash of every key: the state index's key hash.
+def hash64(keys, seeds: np.ndarray | None = None) -> np.ndarray:
+    """FNV-1a 64-bit hash of every key: the state index's key hash. ``seeds`` (uint64, one per key): each key's
+    hash goes on from its seed, in place of FNV's offset basis, as if the bytes whose hash the seed is came first.
 
     MurmurHash2 is kept for the bloom filters, where Hudi's format needs it;
     its 32-bit collisions are too frequent to name a key, and a second seeded
     round collides on the same pairs.
     """
     data, offsets = key_bytes(keys)
+    if seeds is not None:
+        seeds = np.ascontiguousarray(seeds, dtype=np.uint64)
     if compiled is not None:
         out = np.empty(len(offsets) - 1, dtype=np.uint64)
-        compiled.fnv1a64(data, offsets, out)
+        compiled.fnv1a64(data, offsets, out, seeds)
         return out
     lengths = np.diff(offsets)
     # longest first, so that the keys still going at each byte position are a prefix
     order = np.argsort(-lengths, kind="stable")
     starts, remaining = offsets[:-1][order], lengths[order]
     still = np.searchsorted(-remaining, -np.arange(1, int(remaining[0]) + 1 if len(remaining) else 1), side="right")
-    h = np.full(len(order), _FNV_OFFSET, dtype=np.uint64)
+    h = np.full(len(order), _FNV_OFFSET, dtype=np.uint64) if seeds is None else seeds[order]
     with np.errstate(over="ignore"):
         for position, count in enumerate(still.tolist()):
             live = h[:count]

@@ -350,3 +350,26 @@ def _mapped_from(array: np.ndarray, path: str) -> bool:
                 if start <= address < end:
                     return True
     return False
+
+
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+def test_index_keys_hash_the_partition_a_nul_and_the_key(path, monkeypatch):
+    """An index entry's hash is FNV-1a 64 of ``partition + "\\x00" + key``, as every run written holds it, whether the
+    partitions come as strings, dictionaries or chunks of either."""
+    import pyarrow.compute as pc
+
+    from laketide.index import hashing
+
+    if path == "numpy":
+        monkeypatch.setattr(hashing, "compiled", None)
+    partitions = pa.array([f"region={i % 7}/day=2026-12-0{i % 3}" for i in range(5_000)] + ["", "é/日本"])
+    keys = pa.array([f"key-{i}" for i in range(5_000)] + ["x", ""])
+    expected = hashing.hash64(pc.binary_join_element_wise(partitions, keys, "\x00"))
+    assert np.array_equal(index_keys(partitions, keys), expected)
+    assert np.array_equal(index_keys(partitions.dictionary_encode(), keys), expected)
+    chunked = pa.chunked_array(
+        [partitions.slice(0, 1_000).dictionary_encode(), partitions.slice(1_000).dictionary_encode()]
+    )
+    assert np.array_equal(index_keys(chunked, pa.chunked_array([keys.slice(0, 3), keys.slice(3)])), expected)
+    assert np.array_equal(index_keys(pa.chunked_array([partitions.slice(0, 9), partitions.slice(9)]), keys), expected)
+    assert np.array_equal(index_keys(partitions, keys, global_keys=True), hashing.hash64(keys))
