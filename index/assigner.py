@@ -41,9 +41,10 @@ import pyarrow.compute as pc
 from laketide.index.bloom import BloomFilter, KeyRange
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, EXISTED, FILE_ID, PARTITION, flag_mask
 from laketide.index.dedupe import dedupe
+from laketide.index.hashing import index_keys
 from laketide.index.key_order import key_order, stable_order
 from laketide.index.shard_run import ShardRun
-from laketide.index.state import index_entries, index_keys
+from laketide.index.state import index_entries
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY
 
 _FILE_ID_NAMESPACE = uuid.UUID("6f0c3a4e-7c1d-4b8e-9a5f-2d1e0b7c9a11")

@@ -44,7 +44,7 @@ EVENT_POSITION = "_event_position"
 # -- prepared
 PARTITION = "_lt_partition"
 SHARD = "_lt_shard"
-# the row's index hash (``index.state.index_keys``), made once by prepare for the shard and the lookup
+# the row's index hash (``index.hashing.index_keys``), made once by prepare for the shard and the lookup
 KEY_HASH = "_lt_key_hash"
 # arrival order of a row within its micro-batch: its landing file (and block), then its line
 ARRIVAL_FILE = "_lt_arrival_file"

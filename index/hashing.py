@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +228,28 @@ def hash64(keys, seeds: np.ndarray | None = None) -> np.ndarray:
     out = np.empty(len(order), dtype=np.uint64)
     out[order] = h
     return out
+
+
+def index_keys(
+    partitions: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray, global_keys: bool = False
+) -> np.ndarray:
+    """The 64-bit index hash of each (partition path, record key), or of each key alone in a global index: the hash of
+    the partition, a NUL and the key, which goes on over the key from the hash of its partition and the NUL, worked
+    out once per partition (joining the strings first copied every key)."""
+    if global_keys:
+        return hash64(keys)
+    chunks = partitions.chunks if isinstance(partitions, pa.ChunkedArray) else [partitions]
+    seeds = [_partition_seeds(chunk) for chunk in chunks]
+    return hash64(keys, np.concatenate(seeds) if seeds else np.zeros(0, np.uint64))
+
+
+def _partition_seeds(partitions: pa.Array) -> np.ndarray:
+    """The FNV-1a 64 hash of each row's partition path followed by a NUL."""
+    encoded = partitions if pa.types.is_dictionary(partitions.type) else partitions.dictionary_encode()
+    if encoded.null_count:
+        raise ValueError("partition paths must not be null")
+    by_code = hash64(pc.binary_join_element_wise(encoded.dictionary, "\x00", ""))
+    return by_code[encoded.indices.to_numpy()]
 
 
 # keys hashed at a time: the arrays of one round stay in the CPU's cache

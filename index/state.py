@@ -36,10 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from laketide.index.hashing import hash64
 from laketide.index.shard_cache import SHARDS, WRITTEN_RUN_ENTRIES, WRITTEN_RUNS
 from laketide.index.shard_run import RECENT_SHARE, STORED_SCHEMA, FileGroupId, ShardRun
 from laketide.table.storage.io import FileIO
@@ -53,28 +51,6 @@ _COVERAGE = re.compile(r"^coverage_(\d{17})\.json$")
 # a shard's deltas this large (about a million entries) are folded into its base once they are also an eighth of it
 FOLD_DELTA_BYTES = 16 * 2**20
 RUN_SCHEMA = pa.schema([("key_hash", pa.uint64()), ("partition", pa.string()), ("file_id", pa.string())])
-
-
-def index_keys(
-    partitions: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray, global_keys: bool = False
-) -> np.ndarray:
-    """The 64-bit index hash of each (partition path, record key), or of each key alone in a global index: the hash of
-    the partition, a NUL and the key, which goes on over the key from the hash of its partition and the NUL, worked
-    out once per partition (joining the strings first copied every key)."""
-    if global_keys:
-        return hash64(keys)
-    chunks = partitions.chunks if isinstance(partitions, pa.ChunkedArray) else [partitions]
-    seeds = [_partition_seeds(chunk) for chunk in chunks]
-    return hash64(keys, np.concatenate(seeds) if seeds else np.zeros(0, np.uint64))
-
-
-def _partition_seeds(partitions: pa.Array) -> np.ndarray:
-    """The FNV-1a 64 hash of each row's partition path followed by a NUL."""
-    encoded = partitions if pa.types.is_dictionary(partitions.type) else partitions.dictionary_encode()
-    if encoded.null_count:
-        raise ValueError("partition paths must not be null")
-    by_code = hash64(pc.binary_join_element_wise(encoded.dictionary, "\x00", ""))
-    return by_code[encoded.indices.to_numpy()]
 
 
 def index_entries(key_hashes: np.ndarray, partitions, file_ids) -> pa.Table:

@@ -15,8 +15,8 @@ from laketide.index.assigner import (
 )
 from laketide.index.columns import ARRIVAL, FILE_ID, PARTITION
 from laketide.index.dedupe import dedupe
+from laketide.index.hashing import index_keys
 from laketide.index.shard_run import ShardRun
-from laketide.index.state import index_keys
 from laketide.table import FileIO
 from laketide.table.format.schema import (
     IS_DELETED,

@@ -10,7 +10,7 @@ import pytest
 
 from laketide.index.columns import ARRIVAL, ARRIVAL_FILE, KEY_HASH, PARTITION
 from laketide.index.dedupe import first_of_each_key
-from laketide.index.state import index_keys
+from laketide.index.hashing import index_keys
 from laketide.table.format.encoding import repeated_runs
 from laketide.table.format.schema import RECORD_KEY
 from laketide.writer import bulk_stage

@@ -6,8 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from laketide.index.hashing import index_keys
 from laketide.index.shard_run import ShardRun
-from laketide.index.state import StateIndex, index_entries, index_keys, shard_of
+from laketide.index.state import StateIndex, index_entries, shard_of
 from laketide.table import FileIO
 
 

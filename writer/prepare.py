@@ -29,7 +29,8 @@ from laketide.index.columns import (
     SOURCE_TABLE,
     flag_mask,
 )
-from laketide.index.state import index_keys, shard_of
+from laketide.index.hashing import index_keys
+from laketide.index.state import shard_of
 from laketide.table.format.keygen import first_reason, partition_paths, record_keys
 from laketide.table.format.schema import IS_DELETED
 from laketide.table.reading.unchanged import fill_from_earlier_events

@@ -32,12 +32,12 @@ from laketide.index.columns import (
     WRITE_SLOT,
 )
 from laketide.index.dedupe import first_of_each_run
+from laketide.index.hashing import index_keys
 from laketide.index.key_order import by_key, stable_order
 from laketide.index.state import (
     IndexSnapshot,
     StateIndex,
     index_entries,
-    index_keys,
     shard_of,
 )
 from laketide.table.format.commit import WriteStat
