@@ -6,7 +6,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 .PHONY: install system-deps test-servers test lint docs test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-job-memory bench-api bench-database bench-freshness clean wheel
 
 # after system-deps: the install compiles laketide's C key hashing (setup.py)
-$(VENV)/.installed: pyproject.toml setup.py index/_keyhash.c | system-deps
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard index/_keyhash*.c index/_keyhash.h) | system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

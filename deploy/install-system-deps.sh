@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what laketide needs from Debian: Java 17 (for Spark), ZooKeeper (for the lease), a C compiler
-# and Python's headers (the install builds laketide's key hashing, index/_keyhash.c) and, for the
+# and Python's headers (the install builds laketide's key hashing, index/_keyhash*.c) and, for the
 # dashboard's tests, Chromium (driven by Playwright through its executable_path).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
