@@ -2,7 +2,8 @@
 the numpy twin of each hashing function.
 
 Keys come as one UTF-8 byte buffer and ``n + 1`` int64 offsets (``hashing.key_bytes``); a filter's rows are
-numpy bool arrays of ``vector_size``. Each raises ``ValueError`` where a buffer does not fit."""
+numpy uint8 arrays of ``vector_size`` bits, 8 a byte, bit ``i`` at byte ``i // 8``, bit ``i % 8`` (Hadoop's serialized
+bit vector). Each raises ``ValueError`` where a buffer does not fit."""
 
 from collections.abc import Sequence
 

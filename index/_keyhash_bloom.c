@@ -52,7 +52,8 @@ static void rows_release(Rows *rows)
     rows->count = 0;
 }
 
-/* A filter's rows: each a contiguous buffer of `size` one-byte booleans (numpy bool arrays). */
+/* A filter's rows: each a contiguous buffer of its `size` bits, 8 a byte, bit i at byte i / 8, bit i % 8 (numpy uint8
+ * arrays; Hadoop's serialized bit vector, byte for byte). */
 static int rows_get(PyObject *sequence, Py_ssize_t size, int writable, Rows *rows)
 {
     rows->views = NULL;
@@ -72,9 +73,9 @@ static int rows_get(PyObject *sequence, Py_ssize_t size, int writable, Rows *row
         if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, i), &rows->views[i], flags) < 0)
             goto fail;
         rows->count = i + 1;
-        if (rows->views[i].len != size) {
-            PyErr_Format(PyExc_ValueError, "row %zd holds %zd bytes, not the filter's %zd bits", i,
-                         rows->views[i].len, size);
+        if (rows->views[i].len != (size + 7) / 8) {
+            PyErr_Format(PyExc_ValueError, "row %zd holds %zd bytes, not the %zd of the filter's %zd bits", i,
+                         rows->views[i].len, (size + 7) / 8, size);
             goto fail;
         }
     }
@@ -208,8 +209,10 @@ static void add_block(const FilterCall *call, Py_ssize_t first, int count, const
     int rounds = call->num_hashes;
     for (int b = 0; b < count; b++) {
         uint8_t *bits = views[row_of[first + b]].buf;
-        for (int round = 0; round < rounds; round++)
-            bits[positions[round * BLOCK + b]] = 1;
+        for (int round = 0; round < rounds; round++) {
+            uint32_t bit = positions[round * BLOCK + b];
+            bits[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+        }
     }
 }
 
@@ -225,8 +228,10 @@ static void probe_block(const FilterCall *call, Py_ssize_t first, int count, con
         for (Py_ssize_t r = 0; r < filter_rows && !hit; r++) {
             const uint8_t *bits = views[r].buf;
             hit = 1;
-            for (int round = 0; round < rounds && hit; round++)
-                hit = bits[positions[round * BLOCK + b]] != 0;
+            for (int round = 0; round < rounds && hit; round++) {
+                uint32_t bit = positions[round * BLOCK + b];
+                hit = (bits[bit >> 3] >> (bit & 7)) & 1;
+            }
         }
         found[first + b] = hit;
     }

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.index.hashing import contained, set_bits
+from laketide.index.hashing import contained, empty_row, set_bits
 
 FOOTER_BLOOM = "org.apache.hudi.bloomfilter"
 FOOTER_BLOOM_LEGACY = "com.uber.hoodie.bloomfilter"
@@ -52,7 +52,7 @@ class BloomFilter:
     kind: str
     num_hashes: int
     vector_size: int
-    rows: list[np.ndarray] = field(default_factory=list)
+    rows: list[np.ndarray] = field(default_factory=list)  # each its bits as Hadoop serializes them (``empty_row``)
     row_capacity: int = DEFAULT_NUM_ENTRIES
     max_entries: int = DEFAULT_MAX_ENTRIES
     count: int = 0
@@ -68,7 +68,7 @@ class BloomFilter:
         if kind not in KINDS:
             raise ValueError(f"bloom filter kind must be one of {KINDS}, got {kind!r}")
         bits, hashes = bloom_size(num_entries, fpp)
-        return cls(kind, hashes, bits, [np.zeros(bits, dtype=bool)], num_entries, max_entries)
+        return cls(kind, hashes, bits, [empty_row(bits)], num_entries, max_entries)
 
     @classmethod
     def for_keys(cls, keys, kind: str = "DYNAMIC_V0", **sizes) -> BloomFilter:
@@ -122,7 +122,7 @@ class BloomFilter:
     def _row(self, row: int) -> np.ndarray:
         """Row ``row`` of the filter's bits, the rows before it made if missing."""
         while len(self.rows) <= row:
-            self.rows.append(np.zeros(self.vector_size, dtype=bool))
+            self.rows.append(empty_row(self.vector_size))
         return self.rows[row]
 
     def add(self, key: str) -> None:
@@ -143,7 +143,7 @@ class BloomFilter:
 
     def _simple_bytes(self, bits: np.ndarray) -> bytes:
         header = _HEADER.pack(_VERSION, self.num_hashes, MURMUR_HASH, self.vector_size)
-        return header + np.packbits(bits, bitorder="little").tobytes()
+        return header + bits.tobytes()
 
     def to_bytes(self) -> bytes:
         if self.kind == "SIMPLE":
@@ -166,8 +166,7 @@ class BloomFilter:
         offset = _HEADER.size
 
         def read_row(at: int) -> np.ndarray:
-            bits = np.unpackbits(np.frombuffer(raw, np.uint8, nbytes, at), bitorder="little")
-            return bits[:size].astype(bool)
+            return np.frombuffer(raw, np.uint8, nbytes, at).copy()  # a row a later merge adds keys to
 
         if kind == "SIMPLE":
             return cls("SIMPLE", hashes, size, [read_row(offset)], count=0)

@@ -48,7 +48,7 @@ def test_both_paths_set_and_find_the_same_bits(monkeypatch):
     row_of = (np.arange(len(keys)) % 3).astype(np.int32)
 
     def filled() -> tuple[list[np.ndarray], np.ndarray]:
-        rows = [np.zeros(size, bool) for _ in range(3)]
+        rows = [hashing.empty_row(size) for _ in range(3)]
         hashing.set_bits(keys, rounds, size, rows, row_of)
         probe = keys[::7] + [f"absent-{i}" for i in range(2_000)]
         return rows, hashing.contained(probe, rounds, size, rows)
@@ -62,14 +62,14 @@ def test_both_paths_set_and_find_the_same_bits(monkeypatch):
 
 def test_the_c_path_refuses_buffers_that_do_not_fit():
     data, offsets = key_bytes(["ab", "cd"])
-    row = np.zeros(64, dtype=bool)
+    row = hashing.empty_row(64)
     with pytest.raises(ValueError, match="outside"):
         COMPILED.bloom_add(data, np.array([0, 2, 9], np.int64), 3, 64, [row], np.zeros(2, np.int32))
     with pytest.raises(ValueError, match="decrease"):
         COMPILED.bloom_add(data, np.array([0, 3, 2], np.int64), 3, 64, [row], np.zeros(2, np.int32))
     with pytest.raises(ValueError, match="row_of"):
         COMPILED.bloom_add(data, offsets, 3, 64, [row], np.array([0, 1], np.int32))
-    with pytest.raises(ValueError, match="row 0 holds 64 bytes"):
+    with pytest.raises(ValueError, match="row 0 holds 8 bytes, not the 16"):
         COMPILED.bloom_add(data, offsets, 3, 128, [row], np.zeros(2, np.int32))
     with pytest.raises(ValueError, match="num_hashes"):
         COMPILED.bloom_contains(data, offsets, 0, 64, [row], np.zeros(2, bool))
