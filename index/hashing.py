@@ -295,7 +295,7 @@ def bit_positions_by_length(keys, num_hashes: int, vector_size: int) -> Iterator
 def empty_row(vector_size: int) -> np.ndarray:
     """A bloom filter row of ``vector_size`` bits, none set: 8 a byte, bit ``i`` at byte ``i // 8``, bit ``i % 8``, as
     Hadoop serializes its bit vector. Packed, a filter sized for Hudi's 60,000 keys is 323 KB, which stays in the
-    CPU's cache while keys set their bits: a byte a bit took 2.6 MB, and setting the bits cost as much as hashing."""
+    CPU's cache while keys set their bits: a byte a bit took 2.6 MB, setting the bits then cost more than hashing."""
     return np.zeros((vector_size + 7) // 8, np.uint8)
 
 
