@@ -340,8 +340,3 @@ def contained(keys, num_hashes: int, vector_size: int, rows: list[np.ndarray]) -
     for row in rows:
         found |= ((row[positions >> 3] >> (positions & 7).astype(np.uint8)) & 1).astype(bool).all(axis=0)
     return found
-    positions = bit_positions(keys, num_hashes, vector_size)
-    found = np.zeros(positions.shape[1], dtype=bool)
-    for row in rows:
-        found |= row[positions].all(axis=0)
-    return found
