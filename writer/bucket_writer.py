@@ -27,7 +27,6 @@ from laketide.table.format.schema import (
     COMMIT_TIME,
     FILE_NAME,
     IS_DELETED,
-    META_COLUMNS,
     PARTITION_PATH,
     RECORD_KEY,
     with_meta_schema,
@@ -187,10 +186,9 @@ class BucketWriter:
         return stamp_meta_columns(rows, self.schema, self.instant_time, self.seqnos, partition, None, encoded)
 
     def _keep_old(self, rows: pa.Table) -> pa.Table:
-        """Rows copied from the old slice keep their commit time and sequence number; the new file's name is
-        added as it is written."""
-        kept = {c: rows[c] for c in META_COLUMNS if c != FILE_NAME and c in rows.column_names}
-        return conform(rows, without_file_name(self.schema), kept)
+        """Rows copied from the old slice keep their commit time and sequence number (``conform`` takes every column
+        the rows have); the new file's name is added as it is written."""
+        return conform(rows, without_file_name(self.schema), {})
 
     def _late(self, old: pa.Table, incoming: pa.Table, at: np.ndarray) -> np.ndarray | None:
         """Which incoming records (upserts and deletes) have an ordering value below the stored row's;
