@@ -160,17 +160,15 @@ PyDoc_STRVAR(numbered_doc,
              "The strings prefix + str(start + i) for i < n, as an Arrow string array's buffers: n + 1 int32 offsets\n"
              "and the UTF-8 bytes (a write task's sequence numbers, ``{instant}_{task}_{n}``).");
 
-/* Decimal digits of v into out (at most 20), returning their count. */
-static int decimal(uint64_t v, char *out)
+/* The decimal digits of v written right-aligned, ending just before `end` (at most 20); their count. */
+static int decimal_before(uint64_t v, char *end)
 {
-    char reversed[20];
     int count = 0;
     do {
-        reversed[count++] = (char)('0' + v % 10);
+        *--end = (char)('0' + v % 10);
         v /= 10;
+        count++;
     } while (v);
-    for (int i = 0; i < count; i++)
-        out[i] = reversed[count - 1 - i];
     return count;
 }
 
@@ -222,9 +220,8 @@ static PyObject *numbered(PyObject *self, PyObject *args)
     int32_t position = 0;
     /* the number's digits kept right-aligned in `counter` and counted up in place: dividing each number down to its
      * digits cost most of the call */
-    char counter[20], digits[20];
-    int width = decimal(start, digits), first = 20 - width;
-    memcpy(counter + first, digits, (size_t)width);
+    char counter[20];
+    int first = 20 - decimal_before(start, counter + 20);
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         at[i] = position;
