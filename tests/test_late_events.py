@@ -89,3 +89,54 @@ def test_a_tasks_ordering_spans_match_each_groups_own(kind):
         own = OrderingSpan.of(rows.slice(start, end - start), "ts", typed.type)
         assert (span.lowest.as_py(), span.highest.as_py()) == (own.lowest.as_py(), own.highest.as_py())
     assert not spans[3].lowest.is_valid and not spans[4].highest.is_valid
+
+
+def test_the_late_check_decodes_only_blocks_that_can_be_newer_and_answers_as_if_it_read_them_all(tmp_path, monkeypatch):
+    """Merge-on-read's late check leaves out the log blocks whose every ordering value is at most the incoming
+    records' lowest: under event-time ordering it then finds, for every key, the same stored rows newer than that
+    value as a merge of every block, with upserts and deletes of random times spread over many blocks."""
+    import laketide
+    from laketide.table import Table
+    from laketide.table.reading import slice_reader
+    from laketide.table.reading.slice_reader import MergeRule, _log_ops, _merged, stored_ordering
+
+    rng = np.random.default_rng(3)
+    uri = str(tmp_path / "t")
+    highest = []  # each log block's highest upsert time (the first write is the base file)
+    for block in range(8):
+        keys = rng.choice(200, 60, replace=False)
+        ts = rng.integers(block * 10, block * 10 + 25, len(keys))  # each block's times overlap the next's
+        deleted = rng.random(len(keys)) < 0.2
+        highest.append(int(ts[~deleted].max()))
+        laketide.write(
+            uri,
+            pa.table({"id": keys.astype(np.int64), "ts": ts.astype(np.int64), "_hoodie_is_deleted": deleted}),
+            record_key="id",
+            ordering_field="ts",
+            table_type="MERGE_ON_READ",
+            settings={"compaction": {"mode": "off"}},
+        )
+    table = Table.open(uri)
+    (fs,) = table.file_system_view().latest_slices()
+    assert len(fs.log_files) == 7
+
+    decoded = []
+    real = slice_reader.data_block_rows
+    monkeypatch.setattr(
+        slice_reader, "data_block_rows", lambda block, columns=None: decoded.append(block) or real(block, columns)
+    )
+    columns = ["_hoodie_record_key", "ts"]
+    for lowest in (0, 15, 40, 62, 95):
+        decoded.clear()
+        pruned = stored_ordering(table.io, fs, lambda _: True, MergeRule("ts"), pa.scalar(lowest, pa.int64()))
+        assert len(decoded) == sum(1 for h in highest[1:] if h > lowest)  # the blocks that can be newer
+        ops = _log_ops(table.io, fs, lambda _: True, columns)
+        whole = pa.concat_tables(list(_merged(table.io, fs, ops, MergeRule("ts"), 10_000, columns)))
+        assert _newer_than(pruned, lowest) == _newer_than(whole, lowest), lowest
+
+
+def _newer_than(stored: pa.Table | None, lowest: int) -> dict:
+    """Each stored key whose row is newer than ``lowest``, with its ordering value."""
+    if stored is None:
+        return {}
+    return {k: t for k, t in zip(stored["_hoodie_record_key"].to_pylist(), stored["ts"].to_pylist()) if t > lowest}

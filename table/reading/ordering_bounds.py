@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from laketide.table.format.damage import reading_data_file
-from laketide.table.format.logfile import BlockType, CorruptLog, data_block_rows, read_blocks
+from laketide.table.format.logfile import BlockType, CorruptLog, LogBlock, data_block_rows, read_blocks
 from laketide.table.lru import LruCache
 from laketide.table.storage.io import FileIO
 
@@ -67,6 +67,15 @@ def log_max(io: FileIO, path: str, field: str) -> pa.Array | None:
     except CorruptLog:
         return None
     return pa.array([m.as_py() for m in maxima], maxima[0].type) if maxima else pa.array([], pa.null())
+
+
+def block_may_exceed(block: LogBlock, field: str, lowest: pa.Scalar) -> bool:
+    """Whether a data block can hold a value of ``field`` above ``lowest``: by its parquet footer's statistics (no
+    row decoded); an Avro block, or one without statistics, may."""
+    if block.block_type != BlockType.PARQUET_DATA_BLOCK:
+        return True
+    found = _stats_max(pq.read_metadata(pa.BufferReader(block.content)), field)
+    return found is None or not found.is_valid or may_exceed([pa.array([found.as_py()], found.type)], lowest)
 
 
 def may_exceed(bounds: list[pa.Array], lowest: pa.Scalar) -> bool:

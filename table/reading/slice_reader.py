@@ -39,7 +39,7 @@ from laketide.table.format.logfile import (
 )
 from laketide.table.format.schema import RECORD_KEY
 from laketide.table.format.view import FileSlice
-from laketide.table.reading.ordering_bounds import file_bound, footer_max, log_max, may_exceed
+from laketide.table.reading.ordering_bounds import block_may_exceed, file_bound, footer_max, log_max, may_exceed
 from laketide.table.storage.io import FileIO
 
 log = logging.getLogger("laketide.table")
@@ -177,12 +177,19 @@ class _LogOp:
 
 
 def _log_ops(
-    io: FileIO, fs: FileSlice, visible: Callable[[str], bool], columns: list[str] | None = None
+    io: FileIO,
+    fs: FileSlice,
+    visible: Callable[[str], bool],
+    columns: list[str] | None = None,
+    above: tuple[str, pa.Scalar] | None = None,
 ) -> list[_LogOp]:
+    """The slice's log blocks that count, in order, decoded. ``above`` (field, value): only the data blocks that can
+    hold a value of that field above it are decoded (the late check asks nothing of the others)."""
     ops = []
     for block in log_blocks(io, fs, visible):
         if block.block_type in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
-            ops.append(_LogOp(upserts=data_block_rows(block, columns)))
+            if above is None or block_may_exceed(block, *above):
+                ops.append(_LogOp(upserts=data_block_rows(block, columns)))
         elif block.block_type == BlockType.DELETE_BLOCK:
             deletes = deleted_records(block)
             keys = pa.array([k for k, _, _ in deletes], pa.string())
@@ -338,7 +345,11 @@ def stored_ordering(
     if not base_may_exceed and None not in bounds and not may_exceed(bounds, lowest):
         return None
     columns = [RECORD_KEY, field]
-    ops = _log_ops(io, fs, visible, columns)
+    # a data block whose every value is at most ``lowest`` cannot hold a stored row newer than an incoming one,
+    # and leaving its rows out cannot make another block's row win: under event-time ordering a key's row is its
+    # highest record, and its deletes and rollbacks are all still applied. A stream whose partitions run a little
+    # apart (Kafka) reads the last block or two of a slice, not every block since its compaction.
+    ops = _log_ops(io, fs, visible, columns, above=(field, lowest))
     if not base_may_exceed:
         fs = dataclasses.replace(fs, base_file=None)
     return pa.concat_tables(
