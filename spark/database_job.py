@@ -78,6 +78,7 @@ def _write(database: Database, offsets: KafkaOffsets, df, batch_id: int) -> None
     records = offsets.read(batch_id)
     records = records.select(RECORD_COLUMNS) if records is not None else df.toArrow()
     database.write(batch_id, records, time.monotonic() - started)
+    offsets.read_ahead()  # after the lag each table's report read from the consumer
 
 
 def _report_lag(database: Database, offsets: KafkaOffsets, report: DatabaseReport) -> None:

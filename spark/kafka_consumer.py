@@ -17,6 +17,8 @@ A range that starts where the broker no longer holds records (retention passed i
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,26 +26,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from laketide.spark.kafka_brokers import OffsetRange, Place
+from laketide.spark.kafka_records import SCHEMA, as_batch, by_place, value_bytes
 from laketide.table.errors import Unavailable
 
-HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
-# Spark's Kafka source's columns
-SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-        ("headers", pa.list_(HEADER)),
-    ]
-)
+log = logging.getLogger(__name__)
 READ_TIMEOUT = 120.0  # seconds a read may wait for the records the broker said it has
 HOLD_BYTES = 64 * 2**20  # values held past the ranges' ends before partitions not waited on are paused
 # librdkafka's queue of fetched records, for all partitions (its default is 64 MiB)
@@ -60,6 +49,8 @@ BACKLOG_FETCH_WAIT_MS = 500
 # records a consume asks for at least, and the seconds it waits for them: it returns early only once it has them
 # all, so a read's last call waited this long for records that had come
 ASK_AT_LEAST, CONSUME_WAIT = 1_000, 0.02
+# a read-ahead's wait in one consume: the read that stops it waits for that call to end
+AHEAD_WAIT = 0.005
 
 
 class OffsetsGone(Unavailable):
@@ -69,17 +60,44 @@ class OffsetsGone(Unavailable):
 @dataclass
 class _Partition:
     """What the consumer has of one topic-partition. ``handed``: where the last read's range ended; ``known``:
-    every offset below it was delivered (handed on, held, or found absent); ``held``: messages past the last range."""
+    every offset below it was delivered (handed on, held, or found absent); ``held``: records past the last range,
+    in offset order; ``span``: how many offsets the last read's range held, what a read-ahead fetches."""
 
     handed: int
     known: int
-    held: list[Message] = field(default_factory=list)
+    held: list[pa.RecordBatch] = field(default_factory=list)
+    held_rows: int = 0
     held_bytes: int = 0
+    span: int = 0
     paused: bool = False
+
+    def hold(self, rows: pa.RecordBatch) -> None:
+        self.held.append(rows)
+        self.held_rows += rows.num_rows
+        self.held_bytes += value_bytes(rows)
+
+    def take_held(self, end: int) -> list[pa.RecordBatch]:
+        """The held records below offset ``end``, no longer held."""
+        taken: list[pa.RecordBatch] = []
+        while self.held:
+            batch = self.held[0]
+            cut = int(np.searchsorted(batch.column("offset").to_numpy(), end))
+            if cut < batch.num_rows:
+                if cut:
+                    taken.append(batch.slice(0, cut))
+                    self.held[0] = batch.slice(cut)
+                break
+            taken.append(self.held.pop(0))
+        for rows in taken:
+            self.held_rows -= rows.num_rows
+            self.held_bytes -= value_bytes(rows)
+        return taken
 
 
 class RangeConsumer:
-    """One consumer, assigned the partitions its reads ask for. Used by one thread at a time."""
+    """One consumer, assigned the partitions its reads ask for. Used by one thread at a time, and from
+    ``read_ahead`` to the next call by the read-ahead's own thread alone: every other method stops it first, and
+    waits for it."""
 
     def __init__(self, client: dict[str, str], fetch_wait_ms: int = FETCH_WAIT_MS):
         """``fetch_wait_ms``: ``FETCH_WAIT_MS`` for a consumer kept between reads, ``BACKLOG_FETCH_WAIT_MS`` for one
@@ -95,41 +113,44 @@ class RangeConsumer:
             }
         )
         self._partitions: dict[Place, _Partition] = {}
+        self._ahead: tuple[threading.Thread, threading.Event] | None = None  # the read-ahead running, and its stop
 
     def read(self, ranges: list[OffsetRange]) -> pa.Table:
         """Every record of ``ranges``, in (topic, partition, offset) order, with Spark's Kafka columns."""
-        chunks = {(r.topic, r.partition): [] for r in ranges}
-        try:
-            for place, messages in self.chunks(ranges):
-                chunks[place].extend(messages)
-        except BaseException:
-            self._forget([(r.topic, r.partition) for r in ranges])  # what was read of them is dropped
-            raise
-        return pa.Table.from_batches([as_batch(messages) for messages in chunks.values() if messages], schema=SCHEMA)
+        chunks: dict[Place, list[pa.RecordBatch]] = {(r.topic, r.partition): [] for r in ranges}
+        for place, rows in self.chunks(ranges):
+            chunks[place].append(rows)
+        return pa.Table.from_batches([rows for listed in chunks.values() for rows in listed], schema=SCHEMA)
 
-    def chunks(self, ranges: list[OffsetRange], batch_rows: int = 10_000) -> Iterator[tuple[Place, list[Message]]]:
-        """The records of ``ranges`` as messages (``as_batch`` makes them Arrow), a partition's in offset order, at most
-        ``batch_rows`` a chunk."""
-        ranges = [r for r in ranges if r.start < r.end]
+    def chunks(self, ranges: list[OffsetRange], batch_rows: int = 10_000) -> Iterator[tuple[Place, pa.RecordBatch]]:
+        """The records of ``ranges``, a partition's in offset order, at most about ``batch_rows`` a chunk. A read that
+        fails, or is left unfinished, drops what the consumer held: the next reads start afresh."""
+        self._settle()
+        try:
+            yield from self._chunks([r for r in ranges if r.start < r.end], batch_rows)
+        except BaseException:
+            self._forget(list(self._partitions))
+            raise
+
+    def _chunks(self, ranges: list[OffsetRange], batch_rows: int) -> Iterator[tuple[Place, pa.RecordBatch]]:
         ends = {(r.topic, r.partition): r.end for r in ranges}
         self._place(ranges)
-        out: dict[Place, list[Message]] = {place: [] for place in ends}
-        for place, end in ends.items():
-            yield from self._from_held(place, end, out[place])
+        out: dict[Place, list[pa.RecordBatch]] = {}
+        for place, state in self._partitions.items():
+            state.span = ends[place] - state.handed if place in ends else 0
+            if place in ends:
+                out[place] = state.take_held(ends[place])
         waiting = {place for place, end in ends.items() if self._partitions[place].known < end}
+        yield from _ready(out, waiting, batch_rows)
         deadline = time.monotonic() + READ_TIMEOUT
         while waiting:
             left = sum(ends[place] - self._partitions[place].known for place in waiting)
             # consume waits until it has as many as asked, or its timeout: records of other partitions count, so
             # asking for the few a range still lacks while others stream in made a call per few records
             messages = self._consumer.consume(min(batch_rows, max(left, ASK_AT_LEAST)), timeout=CONSUME_WAIT)
-            for message in messages:
-                place = self._take(message, ends, out)
-                if place in waiting and self._partitions[place].known >= ends[place]:
-                    waiting.discard(place)
-                if place in out and out[place] and (len(out[place]) >= batch_rows or place not in waiting):
-                    yield place, out[place]
-                    out[place] = []
+            self._file(messages, ends, out)
+            waiting = {place for place in waiting if self._partitions[place].known < ends[place]}
+            yield from _ready(out, waiting, batch_rows)
             if messages:
                 deadline = time.monotonic() + READ_TIMEOUT
             elif time.monotonic() > deadline:
@@ -141,6 +162,84 @@ class RangeConsumer:
             self._bound_held(waiting)
         for place, end in ends.items():
             self._partitions[place].handed = end
+
+    def read_ahead(self) -> None:
+        """Go on reading past the last read's ranges in a thread of its own until the next call: as many records
+        again of each partition it read (``HOLD_BYTES`` at most in all), held as Arrow. The next read, starting
+        where the last ended, finds them decoded: on the driver the fetch and the decoding then run while Spark
+        plans the next micro-batch, not in it."""
+        self._settle()
+        wanted = {place: s.span for place, s in self._partitions.items() if s.span and not s.paused}
+        if wanted:
+            stop = threading.Event()
+            thread = threading.Thread(target=self._fill, args=(wanted, stop), name="laketide-kafka-ahead", daemon=True)
+            self._ahead = (thread, stop)
+            thread.start()
+
+    def _fill(self, wanted: dict[Place, int], stop: threading.Event) -> None:
+        """The read-ahead's thread: consume until stopped, or ``wanted`` records of each partition are held."""
+        try:
+            while not stop.is_set() and sum(s.held_bytes for s in self._partitions.values()) < HOLD_BYTES:
+                if all(self._partitions[place].held_rows >= n for place, n in wanted.items()):
+                    return
+                self._file(self._consumer.consume(ASK_AT_LEAST, timeout=AHEAD_WAIT), {}, {})
+        except Exception as failure:
+            # the next read of these partitions starts afresh, and meets the failure again where it is raised
+            log.info("reading ahead stopped (%s); the next read fetches afresh", failure)
+            self._forget(list(self._partitions))
+
+    def _settle(self) -> None:
+        """Stop the read-ahead, if one runs, and wait for its thread: the consumer is the caller's again."""
+        if self._ahead is not None:
+            thread, stop = self._ahead
+            stop.set()
+            thread.join()
+            self._ahead = None
+
+    def _file(self, messages: list[Message], ends: dict[Place, int], out: dict[Place, list[pa.RecordBatch]]) -> None:
+        """A consume's messages filed: records of ``out``'s ranges there, records past them held, and the events
+        (a partition's end, errors) taken note of, after the records they follow."""
+        errors = [m.error() for m in messages]
+        events = [m for m, error in zip(messages, errors) if error is not None]
+        records = [m for m, error in zip(messages, errors) if error is None] if events else messages
+        if records:
+            for place, rows in by_place(as_batch(records)):
+                self._file_rows(place, rows, ends.get(place) if place in out else None, out)
+        for event in events:
+            self._note(event)
+
+    def _file_rows(self, place: Place, rows: pa.RecordBatch, end: int | None, out: dict) -> None:
+        """One partition's records, in offset order: those below ``end`` (``None``: none is read now) to ``out``,
+        those from it held; those below what was delivered already dropped."""
+        state = self._partitions.get(place)
+        if state is None:
+            return  # of a partition unassigned since it was fetched
+        offsets = rows.column("offset").to_numpy()
+        first = int(np.searchsorted(offsets, state.known))
+        if first == len(offsets):
+            return
+        cut = max(first, int(np.searchsorted(offsets, end))) if end is not None else first
+        if cut > first:
+            out[place].append(rows.slice(first, cut - first))
+        if cut < len(offsets):
+            state.hold(rows.slice(cut))
+        state.known = int(offsets[-1]) + 1
+
+    def _note(self, event: Message) -> None:
+        """An event of the consumer's: a partition's end, or an error, raised."""
+        place = _place(event)
+        state = self._partitions.get(place)
+        if state is None:
+            return  # of no partition of this consumer's, or one unassigned since
+        error = event.error()
+        assert error is not None, "only events are noted"
+        if error.code() == KafkaError._PARTITION_EOF:
+            # the partition's end: offsets before it that no record came for are gone or transaction markers
+            state.known = max(state.known, _offset(event))
+        elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+            raise OffsetsGone(f"{place[0]} partition {place[1]}: offset {state.known} is no longer on the broker")
+        else:
+            raise Unavailable(f"reading {place[0]} partition {place[1]} at offset {state.known}: {error}")
 
     def _place(self, ranges: list[OffsetRange]) -> None:
         """Assign the partitions new to this consumer; read afresh those whose range does not start where their
@@ -175,47 +274,11 @@ class RangeConsumer:
 
     def newest(self, place: Place) -> int | None:
         """The partition's next offset as the consumer's last fetch told it (no request); ``None`` when not known."""
+        self._settle()
         if place not in self._partitions:
             return None
         high = self._consumer.get_watermark_offsets(TopicPartition(*place), cached=True)[1]
         return high if high >= 0 else None
-
-    def _from_held(self, place: Place, end: int, out: list[Message]) -> Iterator[tuple[Place, list[Message]]]:
-        """The held messages of ``place`` below ``end`` moved to ``out`` (yielded at once when the range is whole)."""
-        state = self._partitions[place]
-        taken = 0
-        while taken < len(state.held) and _offset(state.held[taken]) < end:
-            taken += 1
-        if taken:
-            out.extend(state.held[:taken])
-            state.held_bytes -= sum(len(m.value() or b"") for m in state.held[:taken])
-            del state.held[:taken]
-        if out and state.known >= end:
-            yield place, list(out)
-            out.clear()
-
-    def _take(self, message: Message, ends: dict[Place, int], out: dict[Place, list[Message]]) -> Place:
-        """One message or event into its partition's messages of this read, held messages or known offsets."""
-        place = _place(message)
-        state = self._partitions.get(place)
-        error = message.error()
-        if state is None:
-            return place  # of a partition unassigned since it was fetched
-        if error is not None and error.code() == KafkaError._PARTITION_EOF:
-            # the partition's end: offsets before it that no record came for are gone or transaction markers
-            state.known = max(state.known, _offset(message))
-        elif error is not None and error.code() == KafkaError._AUTO_OFFSET_RESET:
-            raise OffsetsGone(f"{place[0]} partition {place[1]}: offset {state.known} is no longer on the broker")
-        elif error is not None:
-            raise Unavailable(f"reading {place[0]} partition {place[1]} at offset {state.known}: {error}")
-        elif (offset := _offset(message)) >= state.known:
-            if place in out and offset < ends[place]:
-                out[place].append(message)
-            else:  # past this read's range: the next read's
-                state.held.append(message)
-                state.held_bytes += len(message.value() or b"")
-            state.known = offset + 1
-        return place
 
     def _bound_held(self, waiting: set[Place]) -> None:
         """Past ``HOLD_BYTES`` held, pause the partitions this read does not wait on: what librdkafka queued of them
@@ -229,33 +292,18 @@ class RangeConsumer:
                 self._partitions[place].paused = True
 
     def close(self) -> None:
+        self._settle()
         self._consumer.close()
 
 
-def as_batch(messages: list[Message]) -> pa.RecordBatch:
-    """Messages of one partition, at least one (``RangeConsumer.chunks``), as one Arrow batch of Spark's Kafka columns,
-    a column at a time: a tuple a message, then a column of each, took eight times as long (10,000 messages: 40 ms
-    against 5)."""
-    n, first = len(messages), messages[0]
-    stamps = [m.timestamp() for m in messages]
-    kinds = pa.array([kind for kind, _ in stamps], pa.int32())
-    millis = pa.array([at if kind else None for kind, at in stamps], pa.int64())
-    headers = [m.headers() for m in messages]
-    if any(headers):
-        listed = pa.array([[{"key": k, "value": v} for k, v in (h or [])] for h in headers], pa.list_(HEADER))
-    else:  # none: an empty list each, as a record without headers has
-        listed = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], HEADER))
-    columns = [
-        pa.array([m.key() for m in messages], pa.binary()),
-        pa.array([m.value() for m in messages], pa.binary()),
-        pa.repeat(pa.scalar(first.topic(), pa.string()), n),
-        pa.repeat(pa.scalar(first.partition(), pa.int32()), n),
-        pa.array([m.offset() for m in messages], pa.int64()),
-        pc.multiply(millis, 1000).cast(SCHEMA.field("timestamp").type),
-        kinds,
-        listed,
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+def _ready(
+    out: dict[Place, list[pa.RecordBatch]], waiting: set[Place], batch_rows: int
+) -> Iterator[tuple[Place, pa.RecordBatch]]:
+    """The records of ``out`` to hand on now, taken out of it: a partition's whole range, or ``batch_rows`` of it."""
+    for place, listed in out.items():
+        if listed and (place not in waiting or sum(rows.num_rows for rows in listed) >= batch_rows):
+            out[place] = []
+            yield place, listed[0] if len(listed) == 1 else pa.concat_batches(listed)
 
 
 def _place(message: Message) -> Place:

@@ -96,6 +96,12 @@ class KafkaOffsets:
             self._weighed.append((records.num_rows, records["key"].nbytes + records["value"].nbytes))
         return records
 
+    def read_ahead(self) -> None:
+        """Once a micro-batch is written (and its lag read): the kept consumer reads on past it while Spark plans the
+        next (``RangeConsumer.read_ahead``)."""
+        if self._consumer is not None:
+            self._consumer.read_ahead()
+
     def lag(self, batch_id: int) -> dict[str, int]:
         """Per ``topic/partition``, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.
         Only for reporting: a failure to ask is logged, and the lag left out (empty)."""

@@ -40,7 +40,8 @@ from laketide.spark.kafka_brokers import (
     moved_back,
     plan_ranges,
 )
-from laketide.spark.kafka_consumer import BACKLOG_FETCH_WAIT_MS, SCHEMA, RangeConsumer, as_batch
+from laketide.spark.kafka_consumer import BACKLOG_FETCH_WAIT_MS, RangeConsumer
+from laketide.spark.kafka_records import SCHEMA
 from laketide.table.errors import Invalid
 
 log = logging.getLogger(__name__)
@@ -179,8 +180,8 @@ def read_split(split: KafkaSplit) -> Iterator[pa.RecordBatch]:
     ranges = checked(list(split.ranges), Brokers(dict(split.client)), split.fail_on_data_loss)
     consumer = RangeConsumer(dict(split.client), BACKLOG_FETCH_WAIT_MS)
     try:
-        for _, messages in consumer.chunks(ranges):
-            yield as_batch(messages)
+        for _, rows in consumer.chunks(ranges):
+            yield rows
     finally:
         consumer.close()
 

@@ -22,7 +22,14 @@ from laketide.spark.generator import FIRST_ROW, GeneratorSpec, generated
 from laketide.spark.handoff import Layout
 from laketide.spark.kafka_offsets import KafkaOffsets
 from laketide.spark.session import on_one_machine
-from laketide.spark.sources import change_decoder, decodes_changes, generated_fits_driver, read_files, unreadable_files
+from laketide.spark.sources import (
+    KafkaValues,
+    change_decoder,
+    decodes_changes,
+    generated_fits_driver,
+    read_files,
+    unreadable_files,
+)
 from laketide.spark.spark_batch import SparkBatch, prepare_pieces, prepare_records
 from laketide.table.storage.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter
@@ -49,9 +56,9 @@ LANDING_FORMATS = ("parquet", "json", "csv")
 EXCHANGE_DIR = ".hoodie/.laketide/exchange"
 
 
-def _data_fields(df: DataFrame) -> list[StructField]:
+def _data_fields(schema: StructType) -> list[StructField]:
     """The micro-batch's record columns, without the columns a source adds to every row."""
-    return [f for f in df.schema.fields if f.name not in LANDED_COLUMNS]
+    return [f for f in schema.fields if f.name not in LANDED_COLUMNS]
 
 
 class MicroBatches:
@@ -77,6 +84,7 @@ class MicroBatches:
         if writer.config.source.format == "kafka" and not report.skipped:
             report.lag = self._lag(batch_id)
         writer.announce(report)
+        self.reader.offsets.read_ahead()
 
     def _lag(self, batch_id: int) -> dict[str, int]:
         """Per topic-partition, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.
@@ -109,6 +117,7 @@ class MicroBatchReader:
         self._had_slices = False  # once the table had a file slice, micro-batches are not laid out for a bulk insert
         # a change feed the core decodes (Debezium's JSON from Kafka); its columns are source.schema's, or the events'
         self.changes = change_decoder(spark, config, writer.table) if decodes_changes(config.source) else None
+        self._values: KafkaValues | None = None  # Kafka values that are rows: decoded by Spark where it reads them
 
     def close(self) -> None:
         self.offsets.close()
@@ -173,8 +182,8 @@ class MicroBatchReader:
         """
         if self.changes is not None:
             return self._read_changes(df, batch_id, self.changes)
-        data_fields = _data_fields(df)
-        records = StructType(data_fields)
+        values = self._kafka_values(df)
+        records = StructType(_data_fields(values.schema if values is not None else df.schema))
         incoming, data_schema = (
             to_arrow_schema(records, timezone="UTC"),
             to_arrow_schema(records, timezone=self.timezone),
@@ -191,7 +200,8 @@ class MicroBatchReader:
                 if files and self.config.source.format == "parquet"
                 else None
             )
-            return LoadedBatch(self._prepared(df, batch_id, pieces, data_schema), incoming, data_schema)
+            rows = values.rows(df) if values is not None else df
+            return LoadedBatch(self._prepared(rows, batch_id, pieces, data_schema), incoming, data_schema)
         except Exception as failure:
             if self.config.source.format not in LANDING_FORMATS:  # no landing files to set aside
                 raise
@@ -199,6 +209,15 @@ class MicroBatchReader:
             self.writer.coordinator.lease.check()
             readable, bad = self._without_unreadable_files(df, batch_id, failure)
         return LoadedBatch(self._prepared(readable, batch_id), incoming, data_schema, bad)
+
+    def _kafka_values(self, records: DataFrame) -> KafkaValues | None:
+        """How a Kafka source's values become rows (the query streams its records as they came), found at the
+        first micro-batch; ``None`` for any other source."""
+        if self.config.source.format != "kafka":
+            return None
+        if self._values is None:
+            self._values = KafkaValues(self.spark, self.config.source, records.schema)
+        return self._values
 
     def _read_changes(self, df: DataFrame, batch_id: int, changes: ChangeDecoder) -> LoadedBatch:
         """A change feed's micro-batch (Kafka records, ``change_feed.change_records``, or landing lines,
@@ -280,7 +299,9 @@ class MicroBatchReader:
         elif source.format == "kafka":
             if not self._kafka_fits_driver(batch_id):
                 return None
-            landed = self._kafka_rows(df, batch_id)
+            values = self._kafka_values(df)
+            assert values is not None, "a Kafka source's values are decoded here"
+            landed = self._kafka_rows(df, batch_id, values)
         else:
             if files is None or not self._fits_driver(files[1]):
                 return None
@@ -311,13 +332,14 @@ class MicroBatchReader:
             return df.toArrow()
         return generated(GeneratorSpec(**self.config.source.generator.model_dump()), start["row"], end["row"])
 
-    def _kafka_rows(self, df: DataFrame, batch_id: int) -> pa.Table:
+    def _kafka_rows(self, df: DataFrame, batch_id: int, values: KafkaValues) -> pa.Table:
         """A Kafka micro-batch's rows for the driver: read and decoded there (``kafka_offsets``,
         ``writer.kafka_values``) when the offset log gives its range and its values are JSON the driver decodes as Spark
-        would, else collected from the query's scan."""
+        would, else collected from the query's scan of ``df``'s records, decoded by Spark."""
         records = self.offsets.read(batch_id) if self.config.source.value_format == "json" else None
-        rows = plain_rows(records, to_arrow_schema(df.schema, timezone=self.timezone)) if records is not None else None
-        return rows if rows is not None else df.toArrow()
+        schema = to_arrow_schema(values.schema, timezone=self.timezone)
+        rows = plain_rows(records, schema) if records is not None else None
+        return rows if rows is not None else values.rows(df).toArrow()
 
     def _without_unreadable_files(
         self, df: DataFrame, batch_id: int, failure: Exception
