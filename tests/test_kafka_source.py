@@ -294,10 +294,12 @@ def test_a_split_stops_at_its_end_offset_whatever_lies_beyond(kafka, stop):
     assert offsets == list(range(1, stop))
 
 
-def test_a_kept_consumer_reads_on_where_it_ended_and_afresh_elsewhere(kafka):
+@pytest.mark.parametrize("ahead", [False, True], ids=["kept", "read-ahead"])
+def test_a_kept_consumer_reads_on_where_it_ended_and_afresh_elsewhere(kafka, ahead):
     """The driver's consumer, kept between micro-batches: a range that starts where the last ended is read from
-    what was fetched ahead; one that does not (a restart, a replay) is read afresh from its start. Records of
-    several partitions come in (partition, offset) order, each exactly once."""
+    what was fetched ahead (and, with ``read_ahead`` between reads, held as Arrow by its thread); one that does not
+    (a restart, a replay) is read afresh from its start. Records of several partitions come in (partition, offset)
+    order, each exactly once."""
     from laketide.spark.kafka_brokers import OffsetRange
     from laketide.spark.kafka_consumer import RangeConsumer
 
@@ -309,9 +311,16 @@ def test_a_kept_consumer_reads_on_where_it_ended_and_afresh_elsewhere(kafka):
 
         def read(*ranges):
             table = consumer.read([OffsetRange("kept", p, a, b) for p, a, b in ranges])
+            if ahead:
+                consumer.read_ahead()
+                time.sleep(0.5)  # its thread holds what the next read asks for, or more
             return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
 
         assert read((0, 0, 4), (1, 0, 3)) == [(0, o) for o in range(4)] + [(1, o) for o in range(3)]
+        if ahead:  # at least as many again of each partition read: 4 of partition 0, 3 of partition 1
+            consumer._settle()
+            held = [consumer._partitions[("kept", p)].held_rows for p in (0, 1)]
+            assert held[0] >= 4 and held[1] >= 3, held
         assert read((0, 4, 6), (1, 3, 10)) == [(0, 4), (0, 5)] + [(1, o) for o in range(3, 10)]
         assert read((0, 2, 5)) == [(0, 2), (0, 3), (0, 4)]  # a replay: afresh
         assert read((0, 5, 10), (1, 10, 10)) == [(0, o) for o in range(5, 10)]
