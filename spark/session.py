@@ -37,7 +37,10 @@ SUBMITTED_ENV = "PYSPARK_GATEWAY_PORT"
 # twice a micro-batch through Hadoop's FileContext, go to a local checkpoint without the checksum file Hadoop's
 # default local file system writes and renames beside each entry: it doubled their cost (an idle query's
 # ``walCommit`` and ``commitOffsets`` 52 ms each against 28); the logs are checked by Spark's own JSON reading.
+# A Python worker that crashes (a fault in a C extension) has its threads' tracebacks in the task's error, which
+# otherwise says only that the worker exited.
 WANTED = {
+    "spark.python.worker.faulthandler.enabled": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
