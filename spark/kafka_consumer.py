@@ -7,12 +7,14 @@ fetching ahead, and what a read took past its ranges' ends is held for the next 
 the last ended, finds its records waiting: on Tansu, 10,000 records 50,000 deep in a 3-partition topic took a
 new consumer 0.8-1 s and a kept one 0.05 s. What is held is bounded (``HOLD_BYTES``): past it, partitions the
 read does not wait on are paused, and resumed by the read that next needs them. A range that does not start
-where its partition's last read ended (a restart, a skip past lost offsets) is read afresh from its start.
+where its partition's last read ended (a restart, a skip past lost offsets) is read afresh from its start. The
+driver's consumer also reads ahead (``read_ahead``): between micro-batches a thread of its own consumes and makes
+Arrow of the records the next read will likely ask for, while Spark plans that micro-batch.
 
 A read never hands on a record outside its ranges, and never skips one inside: offsets no record comes for
 are gone (a compacted topic) or transaction markers, known by the next record's offset or the partition's end.
 A range that starts where the broker no longer holds records (retention passed it) stops the read with
-``OffsetsGone`` (the consumer never resets on its own); a read that fails leaves its partitions to be read afresh.
+``OffsetsGone`` (the consumer never resets on its own); a read that fails leaves every partition to be read afresh.
 """
 
 from __future__ import annotations

@@ -328,6 +328,43 @@ def test_a_kept_consumer_reads_on_where_it_ended_and_afresh_elsewhere(kafka, ahe
         consumer.close()
 
 
+def test_a_read_ahead_that_fails_leaves_the_next_read_to_start_afresh(kafka):
+    """The read-ahead's thread meets a failure (a broker gone mid-fetch): it forgets what it held and stops, and the
+    next read, on a consumer that works again, reads its range from its start, every record once."""
+    from confluent_kafka import KafkaException
+
+    from laketide.spark.kafka_brokers import OffsetRange
+    from laketide.spark.kafka_consumer import RangeConsumer
+
+    kafka.create_topic("ahead", 1)
+    for n in range(10):
+        kafka.produce("ahead", 0, None, {"n": n})
+    consumer = RangeConsumer({"bootstrap.servers": kafka.bootstrap})
+    real = consumer._consumer
+
+    class Failing:  # the consumer, its fetches failing
+        def consume(self, *args, **kwargs):
+            raise KafkaException("the broker went away")
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    try:
+        assert consumer.read([OffsetRange("ahead", 0, 0, 4)]).column("offset").to_pylist() == list(range(4))
+        for place in consumer._partitions.values():  # nothing held yet: the read-ahead must fetch
+            place.held, place.held_rows, place.held_bytes = [], 0, 0
+            place.known = place.handed
+        consumer._consumer = Failing()
+        consumer.read_ahead()
+        consumer._settle()
+        assert consumer._partitions == {}
+        consumer._consumer = real
+        assert consumer.read([OffsetRange("ahead", 0, 4, 10)]).column("offset").to_pylist() == list(range(4, 10))
+    finally:
+        consumer._consumer = real
+        consumer.close()
+
+
 def test_the_driver_weighs_a_kafka_record_by_the_records_it_read(kafka, tmp_path):
     """Whether a micro-batch is read on the driver goes by its records' weight: 1 KB each until the driver read some,
     then twice their keys' and values' bytes, so a backlog of small change events is not sent to Spark's tasks."""
