@@ -356,6 +356,8 @@ def test_a_read_ahead_that_fails_leaves_the_next_read_to_start_afresh(kafka):
             place.known = place.handed
         consumer._consumer = Failing()
         consumer.read_ahead()
+        assert consumer._ahead is not None
+        consumer._ahead[0].join(30)  # it ends on its own, at its first fetch
         consumer._settle()
         assert consumer._partitions == {}
         consumer._consumer = real
