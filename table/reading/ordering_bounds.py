@@ -54,11 +54,7 @@ def log_max(io: FileIO, path: str, field: str) -> pa.Array | None:
         for block in read_blocks(io.read_bytes(path)):
             if block.block_type not in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
                 continue
-            found = (
-                _stats_max(pq.read_metadata(pa.BufferReader(block.content)), field)
-                if block.block_type == BlockType.PARQUET_DATA_BLOCK
-                else None
-            )
+            found = _block_stats_max(block, field)
             if found is None:
                 rows = data_block_rows(block, [field])
                 found = pc.max(rows[field]) if field in rows.column_names and rows.num_rows else None
@@ -72,10 +68,16 @@ def log_max(io: FileIO, path: str, field: str) -> pa.Array | None:
 def block_may_exceed(block: LogBlock, field: str, lowest: pa.Scalar) -> bool:
     """Whether a data block can hold a value of ``field`` above ``lowest``: by its parquet footer's statistics (no
     row decoded); an Avro block, or one without statistics, may."""
-    if block.block_type != BlockType.PARQUET_DATA_BLOCK:
-        return True
-    found = _stats_max(pq.read_metadata(pa.BufferReader(block.content)), field)
+    found = _block_stats_max(block, field)
     return found is None or not found.is_valid or may_exceed([pa.array([found.as_py()], found.type)], lowest)
+
+
+def _block_stats_max(block: LogBlock, field: str) -> pa.Scalar | None:
+    """``field``'s maximum over a parquet data block from its footer's statistics; ``None`` for an Avro block or
+    one without statistics."""
+    if block.block_type != BlockType.PARQUET_DATA_BLOCK:
+        return None
+    return _stats_max(pq.read_metadata(pa.BufferReader(block.content)), field)
 
 
 def may_exceed(bounds: list[pa.Array], lowest: pa.Scalar) -> bool:
