@@ -199,8 +199,15 @@ class LogWriter:
         header = {Header.INSTANT_TIME: self.instant_time, Header.SCHEMA: self.avro_schema}
         blocks = []
         if upserts.num_rows:
+            # the one-value meta columns as dictionaries: parquet then hashes no string of theirs
             rows = stamp_meta_columns(
-                upserts, self.schema, self.instant_time, self.seqnos, self.target.partition, self.target.file_id
+                upserts,
+                self.schema,
+                self.instant_time,
+                self.seqnos,
+                self.target.partition,
+                self.target.file_id,
+                encoded=True,
             )
             blocks.append(parquet_data_block(rows, header, self.dictionary, self.compression, self.ordering_field))
         if deletes.num_rows:
@@ -215,11 +222,10 @@ class LogWriter:
                     keys, [self.target.partition] * len(keys), values, kind, {Header.INSTANT_TIME: self.instant_time}
                 )
             )
-        data = b"".join(b.to_bytes() for b in blocks)
-        self.io.write_bytes(self.log_file.path, data)
+        size = self.io.write_parts(self.log_file.path, [part for block in blocks for part in block.pieces()])
         if self.ordering_field is not None and self.ordering_field in upserts.column_names and upserts.num_rows:
             bound = highest if highest is not None and highest.is_valid else pc.max(upserts[self.ordering_field])
-            remember_log_bound(self.io, self.log_file.path, len(data), self.ordering_field, bound)
+            remember_log_bound(self.io, self.log_file.path, size, self.ordering_field, bound)
         existed_upserts = int((~deleted & existed).sum())
         return WriteStat(
             file_id=self.target.file_id,
@@ -230,8 +236,8 @@ class LogWriter:
             num_inserts=upserts.num_rows - existed_upserts,
             num_update_writes=existed_upserts,
             num_deletes=int((deleted & existed).sum()),
-            total_write_bytes=len(data),
-            file_size_in_bytes=len(data),
+            total_write_bytes=size,
+            file_size_in_bytes=size,
             base_file=self.target.base_file or "",
             log_files=[self.log_file.name],
             log_version=self.target.version,

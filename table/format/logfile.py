@@ -20,7 +20,6 @@ binary, written with the schema in the SCHEMA header.
 from __future__ import annotations
 
 import datetime
-import io
 import json
 import struct
 from collections.abc import Iterable, Iterator, Mapping
@@ -54,6 +53,10 @@ class BlockType(IntEnum):
     CDC_DATA_BLOCK = 6
 
 
+# the blocks of records laketide reads (``data_block_rows``)
+DATA_BLOCKS = (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK)
+
+
 class Header(IntEnum):
     """``HoodieLogBlock.HeaderMetadataType``, by ordinal."""
 
@@ -72,24 +75,29 @@ class CorruptLog(LaketideError, ValueError):
 class LogBlock:
     block_type: int
     header: dict[int, str] = field(default_factory=dict)
-    content: bytes = b""
+    content: bytes | pa.Buffer = b""
     footer: dict[int, str] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
+        return b"".join(self.pieces())
+
+    def pieces(self) -> list[bytes | pa.Buffer]:
+        """The block as a log file holds it, in pieces to write one after another: the framing is made
+        around the content, which is not copied (a parquet block's content is its writer's own buffer,
+        a third of a megabyte for a few thousand rows; joining it into one ``bytes`` copied it twice more)."""
         header, footer = _metadata_bytes(self.header), _metadata_bytes(self.footer)
         length = 4 + 4 + len(header) + 8 + len(self.content) + len(footer) + 8
-        framed = b"".join(
+        prefix = b"".join(
             [
                 MAGIC,
                 struct.pack(">q", length),
                 struct.pack(">ii", LOG_FORMAT_VERSION, self.block_type),
                 header,
                 struct.pack(">q", len(self.content)),
-                self.content,
-                footer,
             ]
         )
-        return framed + struct.pack(">q", len(framed))
+        framed = len(prefix) + len(self.content) + len(footer)
+        return [prefix, self.content, footer + struct.pack(">q", framed)]
 
 
 def _metadata_bytes(entries: dict[int, str]) -> bytes:
@@ -190,7 +198,8 @@ def parquet_data_block(
     when the caller decided them (``encoding.records_dictionary_columns``); else the records decide.
     ``ordering_field`` gets statistics too: a writer bounds a log's ordering values from its footers.
     """
-    sink = io.BytesIO()
+    # an Arrow buffer, not a Python file: the parquet writer then never takes the GIL back to write a page
+    sink = pa.BufferOutputStream()
     names = set(rows.column_names)  # once: the property builds a new list at every call
     encoded = [c for c in dictionary if c in names] if dictionary is not None else dictionary_columns(rows)
     # statistics for the key only: a block is read whole, and computing every column's took a sixth of its write

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from laketide.table.format.damage import reading_data_file
-from laketide.table.format.logfile import BlockType, CorruptLog, LogBlock, data_block_rows, read_blocks
+from laketide.table.format.logfile import DATA_BLOCKS, BlockType, CorruptLog, LogBlock, data_block_rows, read_blocks
 from laketide.table.lru import LruCache
 from laketide.table.storage.io import FileIO
 
@@ -52,7 +52,7 @@ def log_max(io: FileIO, path: str, field: str) -> pa.Array | None:
     maxima = []
     try:
         for block in read_blocks(io.read_bytes(path)):
-            if block.block_type not in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
+            if block.block_type not in DATA_BLOCKS:
                 continue
             found = _block_stats_max(block, field)
             if found is None:

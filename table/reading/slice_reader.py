@@ -17,7 +17,6 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from io import BytesIO
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +28,7 @@ from laketide.table.format.damage import reading_data_file
 from laketide.table.format.encoding import SORTED_MARKER
 from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.logfile import (
+    DATA_BLOCKS,
     BlockType,
     CorruptLog,
     Header,
@@ -187,7 +187,7 @@ def _log_ops(
     hold a value of that field above it are decoded (the late check asks nothing of the others)."""
     ops = []
     for block in log_blocks(io, fs, visible):
-        if block.block_type in (BlockType.PARQUET_DATA_BLOCK, BlockType.AVRO_DATA_BLOCK):
+        if block.block_type in DATA_BLOCKS:
             if above is None or block_may_exceed(block, *above):
                 ops.append(_LogOp(upserts=data_block_rows(block, columns)))
         elif block.block_type == BlockType.DELETE_BLOCK:
@@ -378,13 +378,11 @@ def merge_slice(io: FileIO, fs: FileSlice, visible: Callable[[str], bool], rule:
 
 def log_file_keys(io: FileIO, path: str) -> pa.Array:
     """The record keys in a log file's data blocks, whatever their instant (an index over-approximates safely)."""
-    arrays = []
+    arrays: list[pa.Array] = []
+    data = (b for b in read_blocks(io.read_bytes(path)) if b.block_type in DATA_BLOCKS)
     try:
-        for block in read_blocks(io.read_bytes(path)):
-            if block.block_type == BlockType.PARQUET_DATA_BLOCK:
-                arrays.append(pq.read_table(BytesIO(block.content), columns=[RECORD_KEY])[RECORD_KEY].combine_chunks())
-            elif block.block_type == BlockType.AVRO_DATA_BLOCK:
-                arrays.append(data_block_rows(block)[RECORD_KEY].combine_chunks())
+        # ``extend`` keeps the blocks it took before a torn one raises
+        arrays.extend(data_block_rows(block, [RECORD_KEY])[RECORD_KEY].combine_chunks() for block in data)
     except CorruptLog as torn:
         log.warning("%s: %s; the keys before it are read", path, torn)
     return pa.concat_arrays([a.cast(pa.string()) for a in arrays]) if arrays else pa.array([], pa.string())

@@ -11,9 +11,10 @@ import os
 import posixpath
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from laketide.table.errors import Conflict, Invalid
@@ -124,6 +125,13 @@ class FileIO:
     def write_bytes(self, rel: str, data: bytes) -> None:
         with self.open_output(rel) as f:
             f.write(data)
+
+    def write_parts(self, rel: str, parts: Sequence[bytes | pa.Buffer]) -> int:
+        """``parts`` one after another as the file ``rel``, never joined in memory; how many bytes that is."""
+        with self.open_output(rel) as f:
+            for part in parts:
+                f.write(part)
+        return sum(len(part) for part in parts)
 
     def write_atomic(self, rel: str, data: bytes, overwrite: bool = False) -> None:
         """Write to a temporary name beside ``rel``, then rename onto it.
