@@ -271,7 +271,7 @@ def encoded_text(schema: pa.Schema, names: tuple[str, ...]) -> pa.Schema:
     parquet writes either as the same strings."""
     for name in names:
         at = schema.get_field_index(name)
-        if at >= 0:
+        if at >= 0 and not pa.types.is_dictionary(schema.field(at).type):
             schema = schema.set(at, schema.field(at).with_type(pa.dictionary(pa.int32(), pa.string())))
     return schema
 

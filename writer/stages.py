@@ -41,13 +41,13 @@ from laketide.index.state import (
     shard_of,
 )
 from laketide.table.format.commit import WriteStat
-from laketide.table.format.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC, records_dictionary_columns
+from laketide.table.format.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC, ONE_PER_FILE, records_dictionary_columns
 from laketide.table.format.files import BaseFile, write_token
 from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.markers import CREATE, MERGE, WriteMarkers
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY, with_meta_schema
 from laketide.table.storage.io import FileIO
-from laketide.writer.base_file import ensure_partition_metadata
+from laketide.writer.base_file import encoded_text, ensure_partition_metadata
 from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
 from laketide.writer.log_writer import LogTarget, LogWriter, OrderingSpan, ordering_spans
 from laketide.writer.slots import present, split_by
@@ -319,7 +319,8 @@ def write(
     seqnos = SequenceNumbers(plan.instant, task, rows.num_rows)
     ensured: set[str] = set()
     dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
-    log_schema = with_meta_schema(plan.table_schema)
+    # once a task, not once a log block: the one-value meta columns go to parquet as dictionaries (``LogWriter``)
+    log_schema = encoded_text(with_meta_schema(plan.table_schema), ONE_PER_FILE)
     spans = _ordering_spans(plan, rows, starts, log_schema)
     for at, ((partition, file_id), start, end) in enumerate(zip(groups, starts, ends)):
         incoming = rows.slice(start, end - start).drop_columns([PARTITION, FILE_ID])
