@@ -48,8 +48,8 @@ from laketide.table.format.clean import retained_by_last_clean
 from laketide.table.format.instant import parse_instant_time
 from laketide.table.format.schema import COMMIT_TIME, with_meta_schema
 from laketide.table.format.view import FileSlice, Visibility
+from laketide.table.reading.log_merge import MergeRule
 from laketide.table.reading.reader import check_incremental, commits_in_window, read_slices, slices_up_to
-from laketide.table.reading.slice_reader import MergeRule
 from laketide.table.storage.io import FileIO
 
 NAME = "laketide"

@@ -25,7 +25,7 @@ from laketide.table.format.timeline import Timeline
 from laketide.table.format.view import FileSystemView
 from laketide.table.lru import LruCache
 from laketide.table.reading import reader
-from laketide.table.reading.slice_reader import MergeRule
+from laketide.table.reading.log_merge import MergeRule
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.storage.io import FileIO
 

@@ -22,8 +22,9 @@ from laketide.table.format.files import LogFile, log_write_token
 from laketide.table.format.logfile import Header, delete_block, parquet_data_block
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY
 from laketide.table.format.view import FileSlice
+from laketide.table.reading.log_merge import MergeRule, rows_of_keys
 from laketide.table.reading.ordering_bounds import remember_log_bound
-from laketide.table.reading.slice_reader import MergeRule, rows_of_keys, stored_ordering, stored_rows
+from laketide.table.reading.slice_reader import stored_ordering, stored_rows
 from laketide.table.reading.unchanged import fill_from_stored_rows
 from laketide.table.storage.io import FileIO
 from laketide.writer.bucket_writer import SequenceNumbers, stamp_meta_columns

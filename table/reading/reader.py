@@ -15,7 +15,8 @@ from laketide.table.format.properties import TableConfig
 from laketide.table.format.schema import COMMIT_TIME, META_COLUMNS
 from laketide.table.format.timeline import Timeline
 from laketide.table.format.view import FileSlice, FileSystemView, Visibility
-from laketide.table.reading.slice_reader import MergeRule, merge_slice
+from laketide.table.reading.log_merge import MergeRule
+from laketide.table.reading.slice_reader import merge_slice
 from laketide.table.storage.io import FileIO
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.table.reading.slice_reader import rows_of_keys
+from laketide.table.reading.log_merge import rows_of_keys
 
 PLACEHOLDER = "__debezium_unavailable_value"
 
