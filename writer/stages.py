@@ -322,8 +322,9 @@ def write(
     # once a task, not once a log block: the one-value meta columns go to parquet as dictionaries (``LogWriter``)
     log_schema = encoded_text(with_meta_schema(plan.table_schema), ONE_PER_FILE)
     spans = _ordering_spans(plan, rows, starts, log_schema)
+    rows = rows.drop_columns([PARTITION, FILE_ID])  # once, not from every group's slice
     for at, ((partition, file_id), start, end) in enumerate(zip(groups, starts, ends)):
-        incoming = rows.slice(start, end - start).drop_columns([PARTITION, FILE_ID])
+        incoming = rows.slice(start, end - start)
         ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth, ensured)
         log_target = plan.log_targets.get((partition, file_id)) if plan.log_targets is not None else None
         if log_target is not None:
