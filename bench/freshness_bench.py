@@ -257,6 +257,7 @@ def measure_rate(args: argparse.Namespace, rate: int, seed: int) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix=f"laketide-freshness-{rate}-"))
     broker, bootstrap = start_tansu()
     job = None
+    done = False
     keys = Keys(args.keys + int(rate * args.seconds * SHARES[1] * 1.2) + 1_000)
     try:
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -305,12 +306,13 @@ def measure_rate(args: argparse.Namespace, rate: int, seed: int) -> dict:
         )
         phase["commits_seen"] = len(commits.seen)
         phase["verified"] = _verify(workdir / "orders", keys)
+        done = True
     finally:
         if job is not None and job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
         os.killpg(broker.pid, signal.SIGKILL)
         broker.wait(30)
-        if args.keep:
+        if args.keep or not done:  # a run that failed keeps its table, checkpoint and job.log to be looked at
             print(f"kept: {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
