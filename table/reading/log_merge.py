@@ -62,15 +62,25 @@ def _upsert(current: pa.Table, incoming: pa.Table, rule: MergeRule) -> pa.Table:
 
 def _last_of_each_key(rows: pa.Table) -> pa.Table:
     """One record per key within a block: the last one written."""
-    keys = rows[RECORD_KEY].combine_chunks()
-    if pc.count_distinct(keys).as_py() == rows.num_rows:
+    if pc.count_distinct(rows[RECORD_KEY]).as_py() == rows.num_rows:
         return rows
-    order = np.arange(rows.num_rows)
-    ranked = pa.table({"k": keys, "i": order}).sort_by([("k", "ascending"), ("i", "descending")])
-    k = ranked["k"].to_numpy(zero_copy_only=False)
-    first = np.ones(len(k), dtype=bool)
-    first[1:] = k[1:] != k[:-1]
-    return rows.take(pc.sort_indices(ranked["i"].filter(pa.array(first))))
+    return _winners(rows, None)
+
+
+def _winners(rows: pa.Table, field: str | None) -> pa.Table:
+    """Of each key's records, the one of highest ``field``, the latest of equal ones (without ``field``, the
+    latest); the records in the order they came."""
+    arrival = np.arange(rows.num_rows)
+    ranking = {"key": _key_codes(rows), "arrival": arrival}
+    if field is not None:
+        ranking["ordering"] = rows[field]
+    ranked = pa.table(ranking).sort_by(
+        [("key", "ascending"), *([("ordering", "descending")] if field else []), ("arrival", "descending")]
+    )
+    keys = ranked["key"].to_numpy()
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    return rows.take(np.sort(ranked["arrival"].to_numpy()[first]))
 
 
 def _delete(current: pa.Table, deletes: pa.Table, rule: MergeRule) -> pa.Table:
@@ -152,21 +162,16 @@ def folded(ops: list[LogOp], rule: MergeRule) -> list[LogOp]:
     return [run[0] if len(run) == 1 else LogOp(upserts=_fold(run, rule.ordering_field)) for run in runs]
 
 
+def _key_codes(rows: pa.Table) -> pa.Array:
+    """A code per record key (a null key one of its own): sorting codes groups keys as sorting the strings does."""
+    return rows[RECORD_KEY].combine_chunks().dictionary_encode(null_encoding="encode").indices
+
+
 def _fold(run: list[LogOp], field: str | None) -> pa.Table:
-    """One block of a run of data blocks: of each key's records (one a block, the last written, as each block
-    counts), the one of highest ``field``, the latest of equal ones; the records in the order they came."""
+    """One block of a run of data blocks: ``_winners`` of their records, each block counting its last record of
+    a key, as it does alone."""
     rows = pa.concat_tables([_last_of_each_key(op.rows) for op in run], promote_options="permissive")
-    arrival = np.arange(rows.num_rows)
-    ranking = {"key": rows[RECORD_KEY].combine_chunks().dictionary_encode().indices, "arrival": arrival}
-    if field is not None:
-        ranking["ordering"] = rows[field]
-    ranked = pa.table(ranking).sort_by(
-        [("key", "ascending"), *([("ordering", "descending")] if field else []), ("arrival", "descending")]
-    )
-    keys = ranked["key"].to_numpy()
-    first = np.ones(len(keys), dtype=bool)
-    first[1:] = keys[1:] != keys[:-1]
-    return rows.take(np.sort(ranked["arrival"].to_numpy()[first]))
+    return _winners(rows, field)
 
 
 def _foldable(earlier: LogOp, later: LogOp, rule: MergeRule) -> bool:

@@ -123,8 +123,7 @@ class FileIO:
         self.fs.create_dir(self.full_path(rel), recursive=True)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        with self.open_output(rel) as f:
-            f.write(data)
+        self.write_parts(rel, [data])
 
     def write_parts(self, rel: str, parts: Sequence[bytes | pa.Buffer]) -> int:
         """``parts`` one after another as the file ``rel``, never joined in memory; how many bytes that is."""
