@@ -43,7 +43,7 @@ from laketide.table.format.instant import (
 )
 from laketide.table.format.markers import WriteMarkers
 from laketide.table.format.rollback import RollbackPlan
-from laketide.table.format.timeline import Timeline, TimelineWriter
+from laketide.table.format.timeline import Timeline, TimelineWriter, drawn_again
 from laketide.table.storage.io import InstantFileExists
 from laketide.table.table import Table
 
@@ -136,7 +136,8 @@ class Coordinator:
         Each commit carries the whole map forward (``BATCHES_KEY``), so the
         active timeline alone answers for batches archival moved away.
         """
-        timeline = timeline or self.table.timeline
+        if timeline is None:
+            return self._batches_now()[1]
         newest: dict[str, int] = {}
         writes = timeline.completed_writes()
         # archived commits drop out of the cache, so it stays as long as the active timeline
@@ -147,6 +148,16 @@ class Coordinator:
                 for writer, batch in self._batches_of(instant, timeline).items():
                     newest[writer] = max(newest.get(writer, -1), batch)
         return newest
+
+    def _batches_now(self) -> tuple[Timeline, dict[str, int]]:
+        """The timeline as it is now and the batches it holds: drawn again from a new listing should the services
+        thread archive a commit the listing shows before it is read."""
+
+        def draw() -> tuple[Timeline, dict[str, int]]:
+            timeline = self.table.timeline
+            return timeline, self.committed_batches(timeline)
+
+        return drawn_again(draw)
 
     def _batches_of(self, instant: Instant, timeline: Timeline) -> dict[str, int]:
         if instant.timestamp not in self._batch_of:
@@ -171,8 +182,7 @@ class Coordinator:
         """
         self.lease.check()
         self._ensure_fenced()
-        timeline = self.table.timeline
-        batches = self.committed_batches(timeline)
+        timeline, batches = self._batches_now()
         if batch_id <= batches.get(self.writer_id, -1):
             log.info("batch %s of writer %s is already committed; skipping its replay", batch_id, self.writer_id)
             return None

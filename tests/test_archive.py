@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import itertools
 
+import pyarrow as pa
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, rows
 from test_clean import SCHEMA, history, state
 from test_rollback_crash import CrashingFileIO, SimulatedCrash
 from writes import upsert
@@ -22,6 +23,7 @@ from laketide.table.format.clean import Retention
 from laketide.table.format.files import BaseFile
 from laketide.table.format.instant import CLEAN, COMMIT, Instant, State
 from laketide.table.format.logfile import Header, avro_data_block, avro_payloads, avro_records, read_blocks
+from laketide.table.storage.io import FileIO
 
 LOG_FIXTURES = ["valid_log_avro_data.log", "valid_log_delete.log", "valid_log_parquet_data.log"]
 
@@ -202,4 +204,56 @@ def test_archivals_append_blocks_to_the_newest_file_until_it_is_full(tmp_path):
     third = archived.append([archived_entry(Instant(instants[2], "rollback", State.INFLIGHT), b"")], max_file_bytes=1)
     assert third.endswith(".commits_.archive.2_1-0-1")
     assert [a.instant.timestamp for a in archived.instants()] == instants[:3]
+    lease.release()
+
+
+class ArchivingFileIO(FileIO):
+    """A real FileIO on which archival happens between a timeline's listing and the first read of a commit file
+    the listing shows, as the services thread's archival can beside a micro-batch."""
+
+    def __init__(self, io: FileIO, archive):
+        super().__init__(io.fs, io.base_path)
+        self.archive = archive
+
+    def read_bytes(self, rel):
+        if self.archive is not None and rel.startswith(".hoodie/") and rel.endswith(".commit"):
+            archive, self.archive = self.archive, None
+            assert archive().archived, "the commit about to be read is archived"
+        return super().read_bytes(rel)
+
+
+def test_a_timeline_listed_before_an_archival_still_reads_the_commits_it_shows(tmp_path):
+    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=12)
+    Cleaner(coordinator, Retention(commits=3)).clean()
+    reader = Table.open(table.uri)
+    before = reader.timeline
+    assert [before.commit_metadata(i).extra_metadata["laketide.batch.id"] for i in before.completed_writes()]
+    # the cache keeps as many commits that left the timeline as the timeline holds (a larger archival falls
+    # to the readers drawing again, ``drawn_again``)
+    Archiver(coordinator, 6, 8).archive()
+    after = reader.timeline  # loaded on the same cache, by another thread
+    assert len(after.completed_writes()) == 6 and not table.io.exists(f".hoodie/{instants[0]}.commit")
+    oldest = before.completed_writes()[0]
+    assert oldest.timestamp == instants[0]
+    assert before.commit_metadata(oldest).extra_metadata["laketide.batch.id"] == "0"
+    lease.release()
+
+
+@pytest.mark.parametrize("racing", ["begin", "plan"])
+def test_a_micro_batch_whose_listed_commits_are_archived_meanwhile_reads_the_timeline_again(tmp_path, racing):
+    """A writer that has not read the table's commits yet (a job's first micro-batch, beside the services round
+    the job starts with) lists the timeline, and archival moves a commit away before it is read: the micro-batch
+    lists again rather than failing."""
+    table, coordinator, lease, _instants, _reads = history(tmp_path / "t", commits=12)
+    Cleaner(coordinator, Retention(commits=3)).clean()
+    racing_table = Table.open(table.uri, io=ArchivingFileIO(table.io, Archiver(coordinator, 4, 6).archive))
+    # its own coordinator reads every commit when the instant begins; else the plan is the first to read them
+    writer_coordinator = Coordinator(racing_table if racing == "begin" else Table.open(table.uri), lease, "w")
+    if racing == "plan":
+        writer_coordinator.committed_batches()
+    records = [{"id": i, "v": 12, "region": ("us", "eu")[i % 2]} for i in range(20)]
+    instant = upsert(racing_table, writer_coordinator, 12, records, SCHEMA)
+    assert instant is not None and racing_table.io.archive is None, "archival ran in the middle"
+    assert len(Table.open(table.uri).timeline.completed_writes()) == 5
+    assert state(table.uri) == rows(pa.Table.from_pylist(records, schema=SCHEMA), "id", ["id", "v", "region"])
     lease.release()

@@ -18,7 +18,7 @@ from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
 from laketide.table.format.properties import EVENT_TIME
 from laketide.table.format.schema import avro_schema_json, evolve, with_meta_schema
-from laketide.table.format.timeline import Timeline
+from laketide.table.format.timeline import Timeline, drawn_again
 from laketide.table.format.view import FileSlice, FileSystemView
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.storage.io import FileIO
@@ -88,7 +88,23 @@ def plan_instant(
     """What the stages of one instant need: where each key may live (the index snapshot, the groups it
     does not cover, the small groups with room and where their keys begin), the schema, the write slots
     and, on merge-on-read, each group's next log file. Other writers' commits since the last instant
-    uncover the groups they touched."""
+    uncover the groups they touched.
+
+    It reads the commits its listing of the timeline shows, and the services thread may archive one meanwhile:
+    the plan is then drawn again from a new listing (``drawn_again``)."""
+    return drawn_again(lambda: _plan(table, views, index, write, instant, incoming, first_keys, placeholder))
+
+
+def _plan(
+    table: Table,
+    views: ViewSync,
+    index: StateIndex,
+    write: WriteSection,
+    instant: str,
+    incoming: pa.Schema,
+    first_keys: FirstKeys,
+    placeholder: str | None,
+) -> tuple[stages.BatchPlan, ForeignWrites]:
     timeline = table.timeline
     view = views.view(timeline)
     latest = view.latest_slices()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from laketide.table import Table
 from laketide.table.errors import Invalid
+from laketide.table.format.timeline import drawn_again
 
 SOURCE_TABLE_KEY = "laketide.source.table"
 ORDERING_KEY = "laketide.source.ordering"
@@ -75,15 +76,19 @@ class SourceTable:
         return self._known_ordering
 
     def _look(self) -> None:
-        if self._looked:
-            return
+        if not self._looked:
+            # the first micro-batch may meet the services thread archiving a commit it lists
+            self._known, self._known_ordering = drawn_again(self._newest_named)
+            self._looked = True
+
+    def _newest_named(self) -> tuple[str | None, str | None]:
+        """The source table and ordering of the newest commit that names a source table."""
         timeline = self.table.timeline
         for instant in reversed(timeline.completed_writes()):
             extra = timeline.commit_metadata(instant).extra_metadata
             if extra.get(SOURCE_TABLE_KEY):
-                self._known, self._known_ordering = extra[SOURCE_TABLE_KEY], extra.get(ORDERING_KEY)
-                break
-        self._looked = True
+                return extra[SOURCE_TABLE_KEY], extra.get(ORDERING_KEY)
+        return None, None
 
     def committed(self, extra: dict[str, str]) -> None:
         if extra.get(SOURCE_TABLE_KEY):

@@ -37,6 +37,16 @@ def drawn_again(draw: Callable[[], T], attempts: int = DRAW_ATTEMPTS) -> T:
     return draw()
 
 
+def _forget_gone(details: dict[str, CommitMetadata], completed: set[str]) -> None:
+    """Drop from a shared metadata cache what left the active timeline (archived, rolled back), the oldest first,
+    keeping as many as the timeline holds: another thread may still hold a listing made before an archival
+    (a micro-batch's plan beside the services thread's archival) and ask for a commit whose file is gone now.
+    The cache stays within about twice the active timeline."""
+    gone = sorted(t for t in list(details) if t not in completed)
+    for timestamp in gone[: max(0, len(gone) - len(completed))]:
+        details.pop(timestamp, None)
+
+
 class InstantNotFound(NotFound, KeyError):
     """No such instant (or savepoint) on the timeline; ``instant`` names it."""
 
@@ -75,10 +85,7 @@ class Timeline:
         self.completed_at: dict[tuple[str, str], int] = {}
         self._details: dict[str, CommitMetadata] = {} if details is None else details
         if details:
-            # what left the active timeline (archived, rolled back) leaves the cache: it stays as long as the timeline
-            completed = {i.timestamp for i in self.instants if i.is_completed and i.action in WRITE_ACTIONS}
-            for gone in [t for t in list(details) if t not in completed]:
-                details.pop(gone, None)
+            _forget_gone(details, {i.timestamp for i in self.instants if i.is_completed and i.action in WRITE_ACTIONS})
 
     @classmethod
     def load(cls, io: FileIO, config: TableConfig, details: dict[str, CommitMetadata] | None = None) -> Timeline:
