@@ -7,6 +7,7 @@ that every transition is one atomic file write.
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from collections.abc import Callable, Iterable
 from functools import cached_property
@@ -20,6 +21,7 @@ from laketide.table.format.properties import TableConfig
 from laketide.table.storage.io import FileIO, InstantFileExists
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 # the table versions laketide writes: 6 (Hudi 0.14 and 0.15) and 8 (Hudi 1.0)
 WRITTEN_VERSIONS = (6, 8)
 DRAW_ATTEMPTS = 3  # archival and cleans move files a few times an hour, not a second
@@ -32,8 +34,8 @@ def drawn_again(draw: Callable[[], T], attempts: int = DRAW_ATTEMPTS) -> T:
     for _ in range(attempts - 1):
         try:
             return draw()
-        except FileNotFoundError:
-            pass
+        except FileNotFoundError as gone:
+            log.info("a file went while it was read (archival, a clean or a rollback); reading again: %s", gone)
     return draw()
 
 
