@@ -43,7 +43,7 @@ from laketide.table.format.instant import (
 )
 from laketide.table.format.markers import WriteMarkers
 from laketide.table.format.rollback import RollbackPlan
-from laketide.table.format.timeline import Timeline, TimelineWriter, drawn_again
+from laketide.table.format.timeline import Timeline, TimelineWriter, redrawn
 from laketide.table.storage.io import InstantFileExists
 from laketide.table.table import Table
 
@@ -149,15 +149,12 @@ class Coordinator:
                     newest[writer] = max(newest.get(writer, -1), batch)
         return newest
 
+    @redrawn
     def _batches_now(self) -> tuple[Timeline, dict[str, int]]:
         """The timeline as it is now and the batches it holds: drawn again from a new listing should the services
         thread archive a commit the listing shows before it is read."""
-
-        def draw() -> tuple[Timeline, dict[str, int]]:
-            timeline = self.table.timeline
-            return timeline, self.committed_batches(timeline)
-
-        return drawn_again(draw)
+        timeline = self.table.timeline
+        return timeline, self.committed_batches(timeline)
 
     def _batches_of(self, instant: Instant, timeline: Timeline) -> dict[str, int]:
         if instant.timestamp not in self._batch_of:

@@ -18,7 +18,7 @@ from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
 from laketide.table.format.properties import EVENT_TIME
 from laketide.table.format.schema import avro_schema_json, evolve, with_meta_schema
-from laketide.table.format.timeline import Timeline, drawn_again
+from laketide.table.format.timeline import Timeline, redrawn
 from laketide.table.format.view import FileSlice, FileSystemView
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.storage.io import FileIO
@@ -75,6 +75,7 @@ def average_record_size(timeline: Timeline) -> int:
     return max(64, sum(s.file_size_in_bytes for s in stats) // total) if total else DEFAULT_RECORD_SIZE
 
 
+@redrawn
 def plan_instant(
     table: Table,
     views: ViewSync,
@@ -91,20 +92,7 @@ def plan_instant(
     uncover the groups they touched.
 
     It reads the commits its listing of the timeline shows, and the services thread may archive one meanwhile:
-    the plan is then drawn again from a new listing (``drawn_again``)."""
-    return drawn_again(lambda: _plan(table, views, index, write, instant, incoming, first_keys, placeholder))
-
-
-def _plan(
-    table: Table,
-    views: ViewSync,
-    index: StateIndex,
-    write: WriteSection,
-    instant: str,
-    incoming: pa.Schema,
-    first_keys: FirstKeys,
-    placeholder: str | None,
-) -> tuple[stages.BatchPlan, ForeignWrites]:
+    the plan is then drawn again from a new listing."""
     timeline = table.timeline
     view = views.view(timeline)
     latest = view.latest_slices()

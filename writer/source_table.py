@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from laketide.table import Table
 from laketide.table.errors import Invalid
-from laketide.table.format.timeline import drawn_again
+from laketide.table.format.timeline import redrawn
 
 SOURCE_TABLE_KEY = "laketide.source.table"
 ORDERING_KEY = "laketide.source.ordering"
@@ -77,12 +77,13 @@ class SourceTable:
 
     def _look(self) -> None:
         if not self._looked:
-            # the first micro-batch may meet the services thread archiving a commit it lists
-            self._known, self._known_ordering = drawn_again(self._newest_named)
+            self._known, self._known_ordering = self._newest_named()
             self._looked = True
 
+    @redrawn
     def _newest_named(self) -> tuple[str | None, str | None]:
-        """The source table and ordering of the newest commit that names a source table."""
+        """The source table and ordering of the newest commit that names a source table (listed again should
+        archival move a commit away meanwhile)."""
         timeline = self.table.timeline
         for instant in reversed(timeline.completed_writes()):
             extra = timeline.commit_metadata(instant).extra_metadata

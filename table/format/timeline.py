@@ -7,11 +7,12 @@ that every transition is one atomic file write.
 
 from __future__ import annotations
 
+import functools
 import logging
 import posixpath
 from collections.abc import Callable, Iterable
 from functools import cached_property
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 from laketide.table.errors import NotFound, UnsupportedTableError
 from laketide.table.format.commit import CommitMetadata
@@ -21,6 +22,7 @@ from laketide.table.format.properties import TableConfig
 from laketide.table.storage.io import FileIO, InstantFileExists
 
 T = TypeVar("T")
+P = ParamSpec("P")
 log = logging.getLogger(__name__)
 # the table versions laketide writes: 6 (Hudi 0.14 and 0.15) and 8 (Hudi 1.0)
 WRITTEN_VERSIONS = (6, 8)
@@ -37,6 +39,17 @@ def drawn_again(draw: Callable[[], T], attempts: int = DRAW_ATTEMPTS) -> T:
         except FileNotFoundError as gone:
             log.info("a file went while it was read (archival, a clean or a rollback); reading again: %s", gone)
     return draw()
+
+
+def redrawn(function: Callable[P, T]) -> Callable[P, T]:
+    """``function`` drawn again (``drawn_again``) when a file it read went meanwhile: for what lists the timeline
+    itself and reads what the listing shows, beside a thread that archives or cleans."""
+
+    @functools.wraps(function)
+    def again(*args: P.args, **kwargs: P.kwargs) -> T:
+        return drawn_again(lambda: function(*args, **kwargs))
+
+    return again
 
 
 def _forget_gone(details: dict[str, CommitMetadata], completed: set[str]) -> None:
