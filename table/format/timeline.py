@@ -7,11 +7,10 @@ that every transition is one atomic file write.
 
 from __future__ import annotations
 
-import functools
 import logging
 import posixpath
 from collections.abc import Callable, Iterable
-from functools import cached_property
+from functools import cached_property, wraps
 from typing import ParamSpec, TypeVar
 
 from laketide.table.errors import NotFound, UnsupportedTableError
@@ -26,7 +25,9 @@ P = ParamSpec("P")
 log = logging.getLogger(__name__)
 # the table versions laketide writes: 6 (Hudi 0.14 and 0.15) and 8 (Hudi 1.0)
 WRITTEN_VERSIONS = (6, 8)
-DRAW_ATTEMPTS = 3  # archival and cleans move files a few times an hour, not a second
+# each draw lists the timeline anew, which no longer shows what went; archival and cleans run after commits,
+# seconds apart at the most, so a third miss in a row is not a race
+DRAW_ATTEMPTS = 3
 
 
 def drawn_again(draw: Callable[[], T], attempts: int = DRAW_ATTEMPTS) -> T:
@@ -45,7 +46,7 @@ def redrawn(function: Callable[P, T]) -> Callable[P, T]:
     """``function`` drawn again (``drawn_again``) when a file it read went meanwhile: for what lists the timeline
     itself and reads what the listing shows, beside a thread that archives or cleans."""
 
-    @functools.wraps(function)
+    @wraps(function)
     def again(*args: P.args, **kwargs: P.kwargs) -> T:
         return drawn_again(lambda: function(*args, **kwargs))
 
