@@ -25,8 +25,8 @@ P = ParamSpec("P")
 log = logging.getLogger(__name__)
 # the table versions laketide writes: 6 (Hudi 0.14 and 0.15) and 8 (Hudi 1.0)
 WRITTEN_VERSIONS = (6, 8)
-# each draw lists the timeline anew, which no longer shows what went; archival and cleans run after commits,
-# seconds apart at the most, so a third miss in a row is not a race
+# each draw lists the timeline anew, which no longer shows what went; a draw takes milliseconds and archival and
+# cleans run once a round after a commit, so a third miss in a row is not a race
 DRAW_ATTEMPTS = 3
 
 
