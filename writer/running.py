@@ -19,7 +19,7 @@ from laketide.coordinator.services import TableServices
 from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.table.format.instant import COMPACTION, instant_to_datetime
-from laketide.table.format.timeline import drawn_again
+from laketide.table.format.timeline import redrawn
 from laketide.table.mirror.delta_mirror import DeltaMirror
 from laketide.table.reading.view_sync import ViewSync
 from laketide.writer.batch_writer import BatchWriter
@@ -104,9 +104,10 @@ class RunningJob:
         facts = self._facts
         if facts is not None and facts.as_of == last_instant and time.monotonic() - facts.drawn < FACTS_SECONDS:
             return facts
-        self._facts = drawn_again(lambda: self._draw_facts(last_instant))
+        self._facts = self._draw_facts(last_instant)
         return self._facts
 
+    @redrawn
     def _draw_facts(self, last_instant: str | None) -> TableFacts:
         timeline = self.table.timeline
         completed = {i.timestamp for i in timeline.completed_writes()}
