@@ -26,9 +26,9 @@ class MetricFamilies:
                 [*t, "kind"],
                 registry=r,
             ),
-            "binlog_behind": Counter(
-                "laketide_binlog_behind",
-                "MySQL change events whose binlog file number is below one seen before them (a failover)",
+            "log_behind": Counter(
+                "laketide_log_behind",
+                "change events that came after newer points of their database's log (a failover, a reset)",
                 t,
                 registry=r,
             ),
@@ -115,9 +115,9 @@ class Metrics:
             bound["records"],
             bound["quarantined"],
         )
-        self.skipped_messages, self.binlog_behind, self.unknown_fields = (
+        self.skipped_messages, self.log_behind, self.unknown_fields = (
             bound["skipped_messages"],
-            bound["binlog_behind"],
+            bound["log_behind"],
             bound["unknown_fields"],
         )
         self.commits, self.rollbacks, self.commit_seconds = (

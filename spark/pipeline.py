@@ -227,8 +227,8 @@ class MicroBatchReader:
             records = self.offsets.read(batch_id) if self.config.source.format == "kafka" else None
             return changes.load(records.select(df.columns) if records is not None else df.toArrow(), self.writer)
         columns = changes.columns_for(lambda: self._row_schemas(df, changes), self.writer.table)
-        batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns))
-        changes.saw(batch.tally)
+        log = self.writer.source_table.feed_log()  # handed to the tasks with the decoder
+        batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns, log=log))
         incoming = changes.incoming(columns)
         return LoadedBatch(batch, incoming, incoming)
 

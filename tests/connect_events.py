@@ -182,6 +182,14 @@ class PostgresTable:
     rows: dict[Any, dict] = field(default_factory=dict)
     key: tuple[str, ...] = ("id",)  # the primary key's columns
     schema: str = "public"
+    sequence: bool = False  # source.sequence, as Debezium 1.4 and later send it: [last commit LSN, LSN]
+    later: int = 0  # what the clock went on by while the LSNs went back (``restore``)
+
+    def restore(self, lsn: int) -> None:
+        """The database restored (or a replica promoted) at ``lsn``, behind what was sent: the LSNs go back,
+        the commit times go on."""
+        self.later += self.lsn - lsn + 1000
+        self.lsn = lsn
 
     @property
     def topic(self) -> str:
@@ -219,7 +227,7 @@ class PostgresTable:
             "version": "3.3.1.Final",
             "connector": "postgresql",
             "name": "pg",
-            "ts_ms": 1_732_000_000_000 + self.lsn,
+            "ts_ms": 1_732_000_000_000 + self.lsn + self.later,
             "snapshot": "true" if op == "r" else "false",
             "db": "shop",
             "schema": self.schema,
@@ -227,6 +235,7 @@ class PostgresTable:
             "txId": 700 + self.lsn,
             "lsn": self.lsn,
             "xmin": None,
+            **({"sequence": json.dumps([str(self.lsn), str(self.lsn)])} if self.sequence else {}),
         }
         payload = {
             "before": image(before),
@@ -426,10 +435,10 @@ class MySqlTable:
     ts_ms: int = 1_732_000_000_000
     rows: dict[int, dict] = field(default_factory=dict)
 
-    def upsert(self, values: dict) -> dict:
+    def upsert(self, values: dict, op: str | None = None) -> dict:
         old = self.rows.get(values["id"])
         self.rows[values["id"]] = dict(values)
-        return self._event("u" if old is not None else "c", None, values)
+        return self._event(op or ("u" if old is not None else "c"), None, values)
 
     def delete(self, key: int) -> dict:
         return self._event("d", self.rows.pop(key), None)

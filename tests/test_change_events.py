@@ -228,34 +228,90 @@ def test_two_schemas_in_one_batch_each_decoded_by_its_own():
     same(rows[1], sample_row(2))
 
 
+def _kafka_records(events: list[dict], partitions: list[int] | None = None) -> pa.Table:
+    return pa.table(
+        {
+            "value": pa.array([json.dumps(e).encode() for e in events], pa.binary()),
+            "topic": ["mysql.inventory.customers"] * len(events),
+            "partition": pa.array(partitions or [0] * len(events), pa.int32()),
+            "offset": pa.array(range(len(events)), pa.int64()),
+        }
+    )
+
+
+MYSQL_COLUMNS = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+
 def test_a_mysql_failover_is_counted_and_ts_ms_ordering_keeps_it_in_order():
     """A failover to a server whose binlog numbers are lower: ordered by position its events are older than
-    those before it (counted as behind the binlog); ordered by ts_ms they keep their order."""
+    those before it (counted as behind the log); ordered by ts_ms they keep their order."""
     from laketide.writer.change_decoder import ChangeDecoder
+    from laketide.writer.change_log import FeedLog
 
     mysql = MySqlTable()
     events = [mysql.upsert({"id": i, "name": f"a{i}"}) for i in range(3)]
     mysql.fail_over()
     events += [mysql.upsert({"id": i, "name": f"b{i}"}) for i in range(2)]
-    records = pa.table(
-        {
-            "value": pa.array([json.dumps(e).encode() for e in events], pa.binary()),
-            "topic": ["mysql.inventory.customers"] * 5,
-            "partition": pa.array([0] * 5, pa.int32()),
-            "offset": pa.array(range(5), pa.int64()),
-        }
-    )
-    columns = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    records, columns = _kafka_records(events), MYSQL_COLUMNS
     by_position = ChangeDecoder(columns, ("id",), ("id",), Decoding())
     rows, tally = by_position.rows(records, columns)
     positions = rows["_event_position"].to_pylist()
-    assert positions[3] < positions[2] and tally.binlog_behind == 2 and tally.binlog_highest == 10
+    assert positions[3] < positions[2] and tally.log.behind == 2 and tally.ordering == "position"
+    ((stream, newest),) = tally.log.newest.items()
+    assert stream == "mysql.inventory.customers/0000000000" and newest.server == "2"  # the log goes on from there
+    assert "binlog file 1 position 204 on server 2" in tally.log.describe()
+    assert "after one at binlog file 10 position 604 on server 1" in tally.log.describe()
     by_time = ChangeDecoder(columns, ("id",), ("id",), Decoding(ordering="ts_ms"))
     rows, tally = by_time.rows(records, columns)
     positions = rows["_event_position"].to_pylist()
-    assert positions == sorted(positions) and tally.binlog_behind == 2  # counted under either ordering
-    by_position.binlog_highest = 10  # a later micro-batch of the job: behind what came before
-    assert by_position.rows(records.slice(3), columns)[1].binlog_behind == 2
+    assert positions == sorted(positions) and tally.log.behind == 2  # counted under either ordering
+    # a later micro-batch, of this run or another: behind what the table has seen
+    seen = FeedLog("position", by_position.rows(records.slice(0, 3), columns)[1].log.newest)
+    assert by_position.rows(records.slice(3), columns, log=seen)[1].log.behind == 2
+    # under on_log_reset = "ts_ms" the micro-batch is ordered by commit time from there on
+    switching = ChangeDecoder(columns, ("id",), ("id",), Decoding(on_log_reset="ts_ms"))
+    rows, tally = switching.rows(records.slice(3), columns, log=seen)
+    assert tally.ordering == "ts_ms" and all(p.startswith("t") for p in rows["_event_position"].to_pylist())
+
+
+def test_events_sent_again_and_long_transactions_are_not_a_log_that_went_back():
+    """A connector that sends events again after a restart sends their own, earlier times; a transaction that
+    began before one ahead of it in the binlog carries the earlier time but the same server and file; events of
+    other partitions are other streams. None of them went back."""
+    from laketide.writer.change_decoder import ChangeDecoder
+
+    mysql = MySqlTable()
+    events = [mysql.upsert({"id": i, "name": f"a{i}"}) for i in range(4)]
+    again = events[1:3]  # sent again, as they were
+    late_begun = json.loads(json.dumps(events[3]))
+    late_begun["source"]["pos"] -= 100  # earlier in the same file, with a later time
+    late_begun["source"]["ts_ms"] += 10_000
+    decoder = ChangeDecoder(MYSQL_COLUMNS, ("id",), ("id",), Decoding())
+    assert decoder.rows(_kafka_records([*events, *again, late_begun]), MYSQL_COLUMNS)[1].log.behind == 0
+    mysql.fail_over()
+    other = [mysql.upsert({"id": 9, "name": "b"})]
+    # the new server's event in another partition: a stream of its own
+    assert decoder.rows(_kafka_records([*events, *other], [0] * 4 + [1]), MYSQL_COLUMNS)[1].log.behind == 0
+    assert decoder.rows(_kafka_records([*events, *other]), MYSQL_COLUMNS)[1].log.behind == 1
+
+
+def test_a_postgres_commit_lsn_that_goes_back_is_counted_and_change_lsns_alone_are_not_checked():
+    """Postgres by the commit LSN of ``source.sequence``: a restored replica's events come after newer commits.
+    A change's own LSN does not rise with the order of events (a long transaction's changes come after shorter
+    ones that committed first), so events without ``sequence`` are not checked."""
+    from laketide.writer.change_decoder import ChangeDecoder
+
+    pg = PostgresTable(with_schema=False, sequence=True)
+    events = [pg.upsert(sample_row(i)) for i in range(3)]
+    pg.restore(pg.lsn - 16)
+    events += [pg.upsert(sample_row(7))]
+    columns = pa.schema([("id", pa.int64())])
+    decoder = ChangeDecoder(columns, ("id",), ("id",), Decoding())
+    tally = decoder.rows(_kafka_records(events), columns)[1]
+    assert tally.log.behind == 1 and "commit LSN" in tally.log.describe()
+    for event in events:
+        event["source"].pop("sequence")
+    assert decoder.rows(_kafka_records(events), columns)[1].log.behind == 0
 
 
 def test_avro_events_decode_as_the_same_events_through_the_json_converter():

@@ -342,11 +342,81 @@ def test_mysql_events_without_their_schema_from_landing_files_through_a_failover
     land("0002.json", events)
     done = run(tmp_path, "unused:1", **settings)
     assert read() == _model(model, MYSQL_NAMES)
-    assert "binlog_behind=4" in done.stderr
+    assert "log_behind=4" in done.stderr
     # back to ordering by position would sort every new event before the stored rows: refused before writing
     land("0003.json", [upsert(_mysql_row(3, 4))])
     refused = run(tmp_path, "unused:1", expect=2, **{**settings, "source.debezium.ordering": "position"})
     assert "Keep source.debezium.ordering = 'ts_ms' for this table" in refused.stderr
+
+
+def test_a_mysql_failover_seen_across_a_restart_stops_before_writing_or_goes_over_to_commit_times(tmp_path):
+    """A snapshot at binlog file 3, the job stopped; the new primary's events at file 1 (later times) come to the
+    next run. By default it stops before writing, naming both points; ``on_log_reset = "ts_ms"`` applies them and
+    keeps the table on commit times; the run after goes on by commit time with nothing behind."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    mysql, model = MySqlTable(file=3), {}
+
+    def land(name: str, rows: list[dict], op: str | None = None) -> None:
+        events = []
+        for values in rows:
+            model[values["id"]] = values
+            events.append(mysql.upsert(_mysql_sent(values), op=op))
+        (landing / name).write_text("".join(json.dumps(e) + "\n" for e in events))
+
+    def read() -> list[dict]:
+        return _normal(rows(hudi_read(tmp_path / "table"), "id", MYSQL_NAMES))
+
+    settings = {
+        "source.format": "json",
+        "source.path": str(landing),
+        "source.schema": MYSQL_DDL,
+        "source.debezium.timestamp_unit": "ms",
+        "table.type": "MERGE_ON_READ",
+    }
+    land("0001.json", [_mysql_row(i, 0) for i in range(20)], op="r")
+    run(tmp_path, "unused:1", **settings)
+    assert read() == _model(model, MYSQL_NAMES)
+    before = sorted(p.name for p in (tmp_path / "table" / ".hoodie").iterdir())
+    stored = dict(model)
+    mysql.fail_over()
+    land("0002.json", [_mysql_row(i, 1) for i in range(10)])
+    refused = run(tmp_path, "unused:1", expect=2, **settings)
+    assert "10 change events" in refused.stderr and "binlog file 1 position 204 on server 2" in refused.stderr
+    assert "binlog file 3 position" in refused.stderr and "on_log_reset = 'ts_ms'" in refused.stderr
+    assert sorted(p.name for p in (tmp_path / "table" / ".hoodie").iterdir()) == before
+    assert read() == _model(stored, MYSQL_NAMES)
+
+    applied = run(tmp_path, "unused:1", **settings, **{"source.debezium.on_log_reset": "ts_ms"})
+    assert read() == _model(model, MYSQL_NAMES)
+    assert "log_behind=10" in applied.stderr and " late=0 " in applied.stderr
+    land("0003.json", [_mysql_row(i, 2) for i in range(5, 15)])
+    after = run(tmp_path, "unused:1", **settings, **{"source.debezium.on_log_reset": "ts_ms"})
+    assert read() == _model(model, MYSQL_NAMES) and "log_behind=" not in after.stderr
+    # the table went over to commit times: ordering by position again is refused, naming the setting
+    land("0004.json", [_mysql_row(3, 3)])
+    refused = run(tmp_path, "unused:1", expect=2, **settings)
+    assert "on_log_reset = 'ts_ms'" in refused.stderr
+
+
+def test_a_postgres_restore_seen_across_a_restart_is_counted_and_applied_as_chosen(kafka, tmp_path):
+    """Postgres restored behind what was sent: its commit LSNs go back, its times go on. Across a restart the job
+    stops before writing; under ``on_log_reset = "position"`` the events are written by position and counted,
+    each older than its stored row dropped as late, as that setting says."""
+    kafka.create_topic(TOPIC, 3)
+    source = PostgresTable(sequence=True)
+    send(kafka, [source.upsert(sample_row(i, 0)) for i in range(12)])
+    run(tmp_path, kafka.bootstrap)
+    assert table_rows(tmp_path) == expected(source)
+    kept = expected(source)
+    source.restore(source.lsn - 200)  # behind every stored row
+    send(kafka, [source.upsert(sample_row(i, 1)) for i in range(3)])
+    refused = run(tmp_path, kafka.bootstrap, expect=2)
+    assert "commit LSN" in refused.stderr and "Nothing of this micro-batch was written" in refused.stderr
+    assert table_rows(tmp_path) == kept
+    done = run(tmp_path, kafka.bootstrap, **{"source.debezium.on_log_reset": "position"})
+    assert "log_behind=3" in done.stderr and "late=3" in done.stderr
+    assert table_rows(tmp_path) == kept
 
 
 def test_events_of_two_source_tables_stop_the_job_before_writing(kafka, tmp_path):

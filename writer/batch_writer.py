@@ -96,8 +96,9 @@ class BatchWriter:
         self.views = views or ViewSync(table)
         self.first_keys = FirstKeys(table.io)  # where the small file groups' keys begin, kept between micro-batches
         # a change feed's one source table, and the ordering of its events
+        debezium = config.source.debezium
         self.source_table = SourceTable(
-            table, config.source.debezium.ordering if config.source.envelope == "debezium" else None
+            table, debezium.ordering if config.source.envelope == "debezium" else None, debezium.on_log_reset
         )
         self.message_tally = MessageTally(coordinator.metrics)
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
@@ -168,7 +169,7 @@ class BatchWriter:
         committed already. ``commit_staged`` completes it; an instant left staged is what a writer that
         died before its commit leaves, and the next holder of the lease rolls it back."""
         # before an instant is begun: events of another source table must not be written at all
-        source_table = self.source_table.check(batch_id, loaded.batch.tally.source_tables)
+        source_table = self.source_table.check(batch_id, loaded.batch.tally)
         truncated_at = self._truncated_at(batch_id, loaded.batch.tally)
         # a truncate of the source table replaces every file group, as Hudi's INSERT_OVERWRITE_TABLE does
         action, operation = (
@@ -335,13 +336,13 @@ class BatchWriter:
             replaced=sum(len(ids) for ids in replaced.values()),
             skipped_messages=dict(batch.tally.skipped),
             unknown_fields=dict(batch.tally.unknown_fields),
-            binlog_behind=batch.tally.binlog_behind,
+            log_behind=batch.tally.log.behind,
             table=self.label,
         )
         extra = {
             SCHEMA_KEY: avro_schema_json(plan.table_schema, self.table.name),
             **foreign.commit_metadata(),
-            **self.source_table.commit_metadata(source_table),
+            **self.source_table.commit_metadata(source_table, batch.tally),
         }
         return StagedWrite(
             batch_id,

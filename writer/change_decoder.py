@@ -18,9 +18,9 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -36,7 +36,17 @@ from laketide.index.columns import (
 )
 from laketide.table.errors import Invalid
 from laketide.table.format.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
-from laketide.writer.change_events import ChangeSpec, Messages, change_rows, output_schema, parse_messages, row_schemas
+from laketide.writer.change_events import (
+    ChangeSpec,
+    Messages,
+    change_rows,
+    output_schema,
+    parse_messages,
+    positions,
+    row_schemas,
+)
+from laketide.writer.change_log import FILES, FeedLog
+from laketide.writer.change_log import check as check_log
 from laketide.writer.connect_avro import AvroValues
 from laketide.writer.connect_schema import Encoding, arrow_type
 from laketide.writer.connect_values import Decoding
@@ -84,9 +94,6 @@ class ChangeDecoder:
             decoding,
             avro,
         )
-        # the highest MySQL binlog file number of the micro-batches decoded so far by this job (the micro-batch
-        # thread sets it between micro-batches; tasks get a copy)
-        self.binlog_highest: int | None = None
 
     @property
     def reads_schemas(self) -> bool:
@@ -140,11 +147,6 @@ class ChangeDecoder:
             [f for f in output_schema(ChangeSpec(columns, self.record_key)) if f.name not in LANDED_COLUMNS]
         )
 
-    def saw(self, tally: Tally) -> None:
-        """Keep the highest MySQL binlog file number a written micro-batch held (``rows`` compares the next with it)."""
-        if tally.binlog_highest is not None:
-            self.binlog_highest = max(tally.binlog_highest, self.binlog_highest or tally.binlog_highest)
-
     def load(self, records: pa.Table, writer: BatchWriter, messages: Messages | None = None) -> LoadedBatch:
         """A micro-batch of ``records`` decoded and prepared in the driver's threads, for ``writer``'s table;
         ``messages``: its values parsed already (``parse``), as routing them to their tables did."""
@@ -154,10 +156,9 @@ class ChangeDecoder:
         if messages is None and self.avro is None:
             messages = self.parse(records)  # once, for the row schemas and the rows
         columns = self.columns_for(lambda: self.schemas(records, messages), writer.table)
-        rows, decoded = self.rows(records, columns, messages)
+        rows, decoded = self.rows(records, columns, messages, writer.source_table.feed_log())
         batch = DriverBatch.prepare(rows, writer.spec, writer.driver_pool, writer.clock.timed)
         batch.tally.add(decoded)
-        self.saw(batch.tally)
         incoming = self.incoming(columns)
         return LoadedBatch(batch, incoming, incoming)
 
@@ -173,11 +174,13 @@ class ChangeDecoder:
             return self.avro.row_schemas(schema_ids(records["value"].combine_chunks()))
         return row_schemas(messages if messages is not None else self.parse(records))
 
-    def rows(self, records: pa.Table, columns: pa.Schema, messages: Messages | None = None) -> tuple[pa.Table, Tally]:
+    def rows(
+        self, records: pa.Table, columns: pa.Schema, messages: Messages | None = None, log: FeedLog | None = None
+    ) -> tuple[pa.Table, Tally]:
         """One row per record (``RECORD_SCHEMA`` or ``LINE_SCHEMA``), decoded into ``columns``, with where it came
         from and, for one that goes to quarantine, its raw form; and what the records held besides (``Tally``:
-        the columns events carried that ``columns`` lack, MySQL events behind the binlog). ``messages``: the
-        JSON values parsed already."""
+        the columns events carried that ``columns`` lack, events whose log went back after what ``log`` says the
+        table has seen). ``messages``: the JSON values parsed already."""
         if EVENT_POSITION not in columns.names:
             columns = columns.append(pa.field(EVENT_POSITION, pa.string()))
         unread = None
@@ -188,7 +191,9 @@ class ChangeDecoder:
             messages = self.parse(records)
         kafka = "topic" in records.column_names
         topics = records["topic"].combine_chunks() if kafka else pa.nulls(records.num_rows, pa.string())
-        changed = change_rows(messages, topics, ChangeSpec(columns, self.record_key, self.decoding))
+        log = log or FeedLog()
+        decoding = replace(self.decoding, ordering=log.ordering or self.decoding.ordering)
+        changed = change_rows(messages, topics, ChangeSpec(columns, self.record_key, decoding))
         rows = changed.rows
         if unread is not None and any(unread):
             reasons = pc.coalesce(pa.array(unread, pa.string()), rows[DECODE_REASON])
@@ -204,31 +209,15 @@ class ChangeDecoder:
             raw = pc.if_else(
                 pc.is_valid(rows[DECODE_REASON]), records["value"].cast(pa.string()), pa.scalar(None, pa.string())
             )
-        tally = Tally(unknown_fields=changed.unknown_fields)
-        tally.binlog_behind, tally.binlog_highest = _binlog_behind(
-            rows[EVENT_POSITION].combine_chunks(), origin, self.binlog_highest
-        )
+        tally = Tally(unknown_fields=changed.unknown_fields, ordering=decoding.ordering)
+        streams = origin if kafka else pa.repeat(FILES, records.num_rows)
+        tally.log = check_log(changed.points, streams, log.points)
+        if tally.log.behind and decoding.ordering == "position" and decoding.on_log_reset == "ts_ms":
+            # the log went back: this table's events are ordered by their commit time from here on
+            at = rows.schema.get_field_index(EVENT_POSITION)
+            rows = rows.set_column(at, EVENT_POSITION, positions(messages, "ts_ms"))
+            tally.ordering = "ts_ms"
         return rows.append_column(CORRUPT, raw), tally
-
-
-def _binlog_behind(positions: pa.Array, partitions: pa.Array, highest: int | None) -> tuple[int, int | None]:
-    """How many MySQL events (positions ``m<file number>...``) come after, in their Kafka partition, one of a
-    higher binlog file number, or are below ``highest``; and the highest file number among them. Under
-    ``ordering = "ts_ms"`` a position is the commit time (``t`` and 20 digits) before the log position: such
-    events are counted all the same, as that is when the setting matters."""
-    timed = pc.and_(pc.fill_null(pc.starts_with(positions, "t"), False), pc.greater(pc.utf8_length(positions), 21))
-    positions = pc.if_else(timed, pc.utf8_slice_codeunits(positions, 21), positions)
-    mysql = pc.fill_null(pc.starts_with(positions, "m"), False)
-    if not pc.any(mysql).as_py():
-        return 0, None
-    files = pc.cast(pc.utf8_slice_codeunits(positions.filter(mysql), 1, 11), pa.int64()).to_numpy(zero_copy_only=False)
-    behind = 0
-    places = partitions.filter(mysql).dictionary_encode().indices.to_numpy(zero_copy_only=False)
-    for place in np.unique(places):
-        seen = files[places == place]
-        before = np.maximum.accumulate(np.concatenate([[highest if highest is not None else -1], seen]))[:-1]
-        behind += int((seen < before).sum())
-    return behind, int(files.max())
 
 
 def _arrow_schema(columns: list[dict]) -> pa.Schema:

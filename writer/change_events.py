@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from laketide.index.columns import DECODE_REASON, EVENT_KIND, EVENT_POSITION, SOURCE_TABLE
 from laketide.table.format.schema import IS_DELETED
 from laketide.writer.change_images import COLUMN, row_images, schema_groups
+from laketide.writer.change_log import POINT
 from laketide.writer.connect_values import Decoding
 from laketide.writer.json_values import parse_values
 from laketide.writer.prepare import TRUNCATE
@@ -53,6 +54,8 @@ _SOURCE = pa.struct(
         ("row", pa.int64()),
         ("gtid", pa.string()),
         ("ts_ms", pa.int64()),
+        ("server_id", pa.int64()),
+        ("sequence", pa.string()),
     ]
 )
 _EVENT = [
@@ -102,6 +105,7 @@ def output_schema(spec: ChangeSpec) -> pa.Schema:
 class ChangeRows:
     rows: pa.Table  # ``output_schema``, one row per value
     unknown_fields: Counter  # columns events carried that the row lacks: how many events carried each
+    points: pa.Array  # each change event's point in its database's log (``change_log.POINT``), else null
 
 
 @dataclass
@@ -175,7 +179,12 @@ def change_rows(messages: Messages, topics: pa.Array, spec: ChangeSpec) -> Chang
         kinds,
         _source_table(event),
     ]
-    return ChangeRows(pa.Table.from_arrays(arrays, schema=out), unknown)
+    return ChangeRows(pa.Table.from_arrays(arrays, schema=out), unknown, _log_point(event, is_change))
+
+
+def positions(messages: Messages, ordering: str) -> pa.Array:
+    """Each message's position (``EVENT_POSITION``) under ``ordering``."""
+    return _position(messages.event(), ordering)
 
 
 def _spread(present: np.ndarray, n: int) -> list[int | None]:
@@ -252,20 +261,40 @@ def _position(event: dict[str, pa.Array], ordering: str = "position") -> pa.Arra
     first and the position breaks its ties: a MySQL failover to a server whose binlog numbers are lower then
     keeps its order. (A GTID orders events only within one server, as its binlog position does.)"""
     source = event["source"]
-
-    def pad(column: pa.Array, width: int) -> pa.Array:
-        return pc.utf8_lpad(column.cast(pa.string()), width, "0")
-
-    lsn, file, pos, row = (source.field(name) for name in ("lsn", "file", "pos", "row"))
-    number = pc.extract_regex(file, r"(?P<n>\d+)$").field("n")
-    postgres = pc.binary_join_element_wise("p", pad(lsn, 20), "")
-    mysql = pc.binary_join_element_wise("m", pad(number, 10), pad(pos, 20), pad(pc.fill_null(row, 0), 10), "")
-    clock = pc.binary_join_element_wise("t", pad(pc.coalesce(source.field("ts_ms"), event["ts_ms"]), 20), "")
-    is_mysql = pc.and_(pc.is_valid(number), pc.is_valid(pos))
-    position = pc.case_when(pc.make_struct(pc.is_valid(lsn), pc.fill_null(is_mysql, False)), postgres, mysql, clock)
+    lsn = source.field("lsn")
+    mysql, is_mysql = _binlog_position(source)
+    postgres = pc.binary_join_element_wise("p", _pad(lsn, 20), "")
+    clock = pc.binary_join_element_wise("t", _pad(pc.coalesce(source.field("ts_ms"), event["ts_ms"]), 20), "")
+    position = pc.case_when(pc.make_struct(pc.is_valid(lsn), is_mysql), postgres, mysql, clock)
     if ordering == "ts_ms":
         return pc.binary_join_element_wise(clock, position, "")
     return position
+
+
+def _log_point(event: dict[str, pa.Array], is_change: pa.Array) -> pa.Array:
+    """Each change event's point in its log for ``change_log.check``: MySQL's binlog file, position and row with
+    its server; Postgres' commit LSN (the first of ``source.sequence``) and LSN; null for any other event."""
+    source = event["source"]
+    mysql, is_mysql = _binlog_position(source)
+    committed = pc.struct_field(pc.extract_regex(source.field("sequence"), r'^\[\s*"?(?P<n>\d+)'), "n")
+    postgres = pc.binary_join_element_wise("p", _pad(committed, 20), _pad(source.field("lsn"), 20), "")
+    position = pc.case_when(pc.make_struct(is_mysql, pc.fill_null(pc.is_valid(postgres), False)), mysql, postgres)
+    position = pc.if_else(is_change, position, pa.scalar(None, pa.string()))
+    ts = pc.coalesce(source.field("ts_ms"), event["ts_ms"])
+    server = pc.if_else(is_mysql, source.field("server_id").cast(pa.string()), pa.scalar(None, pa.string()))
+    return pa.StructArray.from_arrays([position, ts, server], fields=list(POINT))
+
+
+def _binlog_position(source: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """MySQL's place in its binlog (file number, position, row within the event), and where an event has one."""
+    file, pos, row = (source.field(name) for name in ("file", "pos", "row"))
+    number = pc.struct_field(pc.extract_regex(file, r"(?P<n>\d+)$"), "n")
+    mysql = pc.binary_join_element_wise("m", _pad(number, 10), _pad(pos, 20), _pad(pc.fill_null(row, 0), 10), "")
+    return mysql, pc.fill_null(pc.and_(pc.is_valid(number), pc.is_valid(pos)), False)
+
+
+def _pad(column: pa.Array, width: int) -> pa.Array:
+    return pc.utf8_lpad(column.cast(pa.string()), width, "0")
 
 
 def _source_table(event: dict[str, pa.Array]) -> pa.Array:

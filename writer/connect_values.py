@@ -63,6 +63,7 @@ class Decoding:
     timestamp_unit: str | None = None
     decimal_handling: str = "precise"
     ordering: str = "position"
+    on_log_reset: str = "stop"  # what events whose log went back do (``change_log``)
 
 
 @dataclass

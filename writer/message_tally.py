@@ -1,5 +1,5 @@
 """What a micro-batch's change events held besides rows, as a writer counts it: messages skipped by kind, MySQL
-events whose binlog went back, and columns the events carried that the table does not declare; each kind of
+events whose log went back, and columns the events carried that the table does not declare; each kind of
 surprise is warned of once per writer, and counted always (``/metrics``).
 """
 
@@ -19,25 +19,24 @@ class MessageTally:
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
         self._warned_fields: set[str] = set()  # columns of change events not written, each warned of once
-        self._warned_binlog = False
+        self._warned_log = False
 
     def count(self, tally: Tally) -> None:
         """Messages skipped, and columns the events carried that the rows lack: counted, each column warned of once."""
         for kind, n in tally.skipped.items():
             self.metrics.skipped_messages.labels(kind).inc(n)
-        if tally.binlog_behind:
-            self.metrics.binlog_behind.inc(tally.binlog_behind)
-            if not self._warned_binlog:
-                self._warned_binlog = True
+        if tally.log.behind:
+            self.metrics.log_behind.inc(tally.log.behind)
+            if not self._warned_log:
+                self._warned_log = True
                 log.warning(
-                    "%d MySQL change events have a binlog file number below one seen before them (up to %s): "
-                    "the binlog went "
-                    "back (a failover to another server, or RESET MASTER). Ordered by position they are older "
-                    "than the rows "
-                    "they follow and are dropped as late; set source.debezium.ordering = 'ts_ms' to order by "
-                    "commit time",
-                    tally.binlog_behind,
-                    tally.binlog_highest,
+                    "%d change events came after newer points of their database's log (%s): the log went back "
+                    "(a failover to another server, RESET MASTER, a restored or promoted replica); ordered by %s",
+                    tally.log.behind,
+                    tally.log.describe(),
+                    "commit time (ts_ms)"
+                    if tally.ordering == "ts_ms"
+                    else "position, each older than its stored row is dropped as late (source.debezium.on_log_reset)",
                 )
         for name, n in tally.unknown_fields.items():
             self.metrics.unknown_fields.labels(name).inc(n)

@@ -34,6 +34,7 @@ from laketide.index.state import shard_of
 from laketide.table.format.keygen import first_reason, partition_paths, record_keys
 from laketide.table.format.schema import IS_DELETED
 from laketide.table.reading.unchanged import fill_from_earlier_events
+from laketide.writer.change_log import LogCheck
 from laketide.writer.quarantine import sources_of
 
 
@@ -64,20 +65,19 @@ class Tally:
     truncated_at: str | None = None
     # columns change events carried that the table's rows lack (``source.schema`` leaves them out): events per column
     unknown_fields: Counter = field(default_factory=Counter)
-    # MySQL: events whose binlog file number is below one seen before them (the binlog went back: a failover to
-    # another server, or RESET MASTER), and the highest binlog file number among them
-    binlog_behind: int = 0
-    binlog_highest: int | None = None
+    # the events' places in their database's log: how many went back, and each stream's newest (``change_log``)
+    log: LogCheck = field(default_factory=LogCheck)
+    # what the change events' positions were made by ("position", "ts_ms"), when they are a change feed's
+    ordering: str | None = None
 
     def add(self, other: Tally) -> Tally:
         self.skipped.update(other.skipped)
         self.source_tables |= other.source_tables
         self.truncated_at = max(filter(None, (self.truncated_at, other.truncated_at)), default=None)
         self.unknown_fields.update(other.unknown_fields)
-        self.binlog_behind += other.binlog_behind
-        self.binlog_highest = max(
-            (n for n in (self.binlog_highest, other.binlog_highest) if n is not None), default=None
-        )
+        self.log.add(other.log)
+        # a part that went over to commit times makes the micro-batch's (``change_log``: ``on_log_reset``)
+        self.ordering = "ts_ms" if "ts_ms" in (self.ordering, other.ordering) else self.ordering or other.ordering
         return self
 
     def to_json(self) -> str:
@@ -87,8 +87,8 @@ class Tally:
                 "source_tables": sorted(self.source_tables),
                 "truncated_at": self.truncated_at,
                 "unknown_fields": dict(self.unknown_fields),
-                "binlog_behind": self.binlog_behind,
-                "binlog_highest": self.binlog_highest,
+                "log": self.log.to_dict(),
+                "ordering": self.ordering,
             }
         )
 
@@ -100,8 +100,8 @@ class Tally:
             set(data.get("source_tables", [])),
             data.get("truncated_at"),
             Counter(data.get("unknown_fields", {})),
-            data.get("binlog_behind", 0),
-            data.get("binlog_highest"),
+            LogCheck.from_dict(data.get("log") or {}),
+            data.get("ordering"),
         )
 
 

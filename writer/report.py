@@ -51,8 +51,8 @@ class BatchReport:
     skipped_messages: dict[str, int] = field(default_factory=dict)
     # columns change events carried that the table's rows lack (not in source.schema): how many events carried each
     unknown_fields: dict[str, int] = field(default_factory=dict)
-    # MySQL events whose binlog file number is below one seen before them (a failover, RESET MASTER)
-    binlog_behind: int = 0
+    # change events that came after newer points of their database's log (a failover, RESET MASTER; ``change_log``)
+    log_behind: int = 0
     # wall clock (epoch seconds) when the micro-batch ended: rates and the age of a lag are taken from it
     ended_at: float = 0.0
     # the table, in a job of a whole database (its path below the template's common folder)
@@ -76,7 +76,7 @@ class BatchReport:
         replaced += f" retries={self.retries}" if self.retries else ""
         replaced += " lag=" + ",".join(f"{place}:{n}" for place, n in self.lag.items()) if self.lag else ""
         replaced += skipped
-        replaced += f" binlog_behind={self.binlog_behind}" if self.binlog_behind else ""
+        replaced += f" log_behind={self.log_behind}" if self.log_behind else ""
         replaced += (
             " unknown_fields=" + ",".join(f"{name}:{n}" for name, n in sorted(self.unknown_fields.items()))
             if self.unknown_fields

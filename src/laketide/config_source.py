@@ -85,11 +85,18 @@ class DebeziumSection(_Section):
     """What orders events: their position in the database's log (Postgres LSN, MySQL binlog file and
     position), or ``ts_ms``, the source's commit time, first (after a MySQL failover to a server whose binlog
     numbers are lower)."""
+    on_log_reset: Literal["stop", "ts_ms", "position"] = "stop"
+    """Under ``ordering = "position"``, what a micro-batch does whose events come after newer points of their
+    database's log, seen in this run or kept with the table from any before (a MySQL failover to a server whose
+    binlog numbers are lower, ``RESET MASTER``, a Postgres replica promoted behind its primary): ``stop``
+    before writing, naming the points; ``ts_ms`` orders this table's events by commit time from that micro-batch
+    on (kept with the table); ``position`` writes them by position, where each older than its stored row is
+    dropped as late. Counted in every case (``log_behind=``, ``laketide_log_behind_total``)."""
 
     def decoding(self):
         from laketide.writer.connect_values import Decoding
 
-        return Decoding(self.timestamp_unit, self.decimal_handling, self.ordering)
+        return Decoding(self.timestamp_unit, self.decimal_handling, self.ordering, self.on_log_reset)
 
 
 class SchemaRegistrySection(_Section):
