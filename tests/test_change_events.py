@@ -64,10 +64,15 @@ def test_every_logical_type_of_the_event_schema_is_decoded(with_schema):
     spec = SPEC if with_schema else ChangeSpec(SPEC.columns, ("id",), Decoding(timestamp_unit="us"))
     rows = decode(events, spec)
     if not with_schema:
-        # without a schema, every TIMESTAMP integer is read in the one unit given: updated_ms (ms) is wrong by 1000,
-        # which is why a schema-less feed must name its unit, and a mixed one needs the schema
+        # without a schema, every TIMESTAMP integer is read in the one unit given: updated_ms (ms) read as µs falls
+        # in January 1970, and goes to quarantine rather than be stored a thousand times wrong (a mixed feed needs
+        # the schema)
         for r in rows:
-            r["updated_ms"] = None
+            assert (
+                "column 'updated_ms'" in r["_lt_decode_reason"]
+                and "likely sent in another unit" in (r["_lt_decode_reason"])
+            )
+            r["_lt_decode_reason"] = None
     for row, i in zip(rows, range(12)):
         assert row["_lt_decode_reason"] is None, row["_lt_decode_reason"]
         expected = sample_row(i, 1)
@@ -416,3 +421,69 @@ def test_an_avsc_that_is_not_a_change_event_is_refused():
 
     with pytest.raises(Invalid, match="not a Debezium change event"):
         AvroChanges({"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"}]})
+
+
+@pytest.mark.parametrize("handling", ["precise", "string"])
+def test_decimal_text_without_a_schema_is_never_read_as_base64_silently(handling):
+    """``decimal.handling.mode = string`` sends ``"1234"``, which is base64 of three bytes too. Under ``precise``
+    such digits are base64 only when another value of the column in the micro-batch can only be base64;
+    under ``string`` they are text unless another value can only be base64. Otherwise: quarantined, naming
+    the setting."""
+    spec = ChangeSpec(
+        pa.schema([("id", pa.int64()), ("amount", pa.decimal128(10, 2))]), ("id",), Decoding(None, handling)
+    )
+
+    def event(i: int, amount: str) -> dict:
+        return {"op": "c", "after": {"id": i, "amount": amount}, "source": {"connector": "mysql", "ts_ms": 1}}
+
+    as_text = decode([event(1, "12.34"), event(2, "1234"), event(3, "1000")], spec)
+    as_base64 = decode([event(1, "BNI="), event(2, "1234")], spec)  # BNI= is 12.34 at scale 2
+    digits_alone = decode([event(2, "1234"), event(3, "1000")], spec)
+    if handling == "string":
+        assert [r["amount"] for r in as_text] == [Decimal("12.34"), Decimal("1234.00"), Decimal("1000.00")]
+        assert [r["amount"] for r in digits_alone] == [Decimal("1234.00"), Decimal("1000.00")]
+        assert all("decimal_handling = 'precise'" in r["_lt_decode_reason"] for r in as_base64)
+    else:
+        assert all(r["amount"] is None and "decimal_handling = 'string'" in r["_lt_decode_reason"] for r in as_text)
+        assert all(r["amount"] is None and "not proven" in r["_lt_decode_reason"] for r in digits_alone)
+        assert [r["amount"] for r in as_base64] == [Decimal("12.34"), Decimal("-26588.24")]
+        assert all(r["_lt_decode_reason"] is None for r in as_base64)
+
+
+def test_integer_times_without_a_schema_need_their_unit_and_implausible_timestamps_are_quarantined():
+    columns = pa.schema([("id", pa.int64()), ("at", pa.time64("us")), ("ts", pa.timestamp("us", "UTC"))])
+
+    def event(i: int, at: int, ts: int) -> dict:
+        return {"op": "c", "after": {"id": i, "at": at, "ts": ts}, "source": {"connector": "mysql", "ts_ms": 1}}
+
+    events = [event(1, 45_296_000, 1_732_000_000_000), event(2, 45_296_000_000, 1_732_000_000_000_000)]
+    no_unit = decode(events, ChangeSpec(columns, ("id",)))
+    assert all("column 'at'" in r["_lt_decode_reason"] and "timestamp_unit" in r["_lt_decode_reason"] for r in no_unit)
+    in_ms = decode(events, ChangeSpec(columns, ("id",), Decoding(timestamp_unit="ms")))
+    assert in_ms[0]["_lt_decode_reason"] is None and in_ms[0]["at"] == dt.time(12, 34, 56)
+    assert in_ms[0]["ts"] == dt.datetime(2024, 11, 19, 7, 6, 40, tzinfo=dt.UTC)
+    # µs sent where ms are set: a time beyond a day, a timestamp tens of thousands of years ahead
+    assert "column 'at'" in in_ms[1]["_lt_decode_reason"] and in_ms[1]["at"] is None and in_ms[1]["ts"] is None
+    in_us = decode(events[:1], ChangeSpec(columns, ("id",), Decoding(timestamp_unit="us")))
+    assert "column 'ts'" in in_us[0]["_lt_decode_reason"] and "another unit" in in_us[0]["_lt_decode_reason"]
+
+
+@pytest.mark.parametrize("with_schema", [True, False], ids=["schema", "bare"])
+def test_every_column_events_carry_is_written_or_counted(with_schema):
+    """A column the events carry that ``source.schema`` lacks is counted, with its schema or without; a column
+    ``source.schema`` declares that the event's schema block does not describe is decoded by the declared type.
+    (With the schema, the columns carried are those its block describes: Kafka Connect's converter writes the
+    payload of exactly those fields.)"""
+    table = PostgresTable(with_schema=with_schema)
+    events = [table.upsert(sample_row(i, 1)) for i in range(3)]
+    for e in events:
+        payload = e.get("payload", e)
+        payload["after"]["extra"] = "carried"
+        payload["after"]["undescribed"] = 7
+    columns = [c for c in SPEC.columns if c.name not in ("amount",)]
+    spec = ChangeSpec(pa.schema([*columns, pa.field("undescribed", pa.int64())]), ("id",), Decoding("us"))
+    values = pa.array([json.dumps(e).encode() for e in events], pa.binary())
+    changed = change_rows(parse_messages(values), pa.array(["pg.public.orders"] * 3), spec)
+    assert changed.unknown_fields["amount"] == 3
+    assert changed.unknown_fields["extra"] == (0 if with_schema else 3)
+    assert changed.rows["undescribed"].to_pylist() == [7, 7, 7]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
+from decimal import Decimal
 
 import pyarrow.parquet as pq
 import pytest
@@ -417,6 +418,36 @@ def test_a_postgres_restore_seen_across_a_restart_is_counted_and_applied_as_chos
     done = run(tmp_path, kafka.bootstrap, **{"source.debezium.on_log_reset": "position"})
     assert "log_behind=3" in done.stderr and "late=3" in done.stderr
     assert table_rows(tmp_path) == kept
+
+
+@pytest.mark.parametrize("handling", ["precise", "string"])
+def test_decimal_text_and_undeclared_columns_without_a_schema_are_stored_right_or_accounted_for(tmp_path, handling):
+    """MySQL's events without their schema, from a connector with ``decimal.handling.mode = string``, carrying a
+    column ``source.schema`` lacks. Under ``precise`` (laketide's default) digits like ``"1234"`` are not read as
+    base64: every such event goes to quarantine naming the setting; under ``string`` each is stored as sent. The
+    column the table does not hold is counted in the log line and warned of."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    mysql, amounts = MySqlTable(), {1: "12.34", 2: "1234", 3: "1000", 4: "0.5"}
+    events = []
+    for i, amount in amounts.items():
+        events.append(mysql.upsert({**_mysql_sent(_mysql_row(i, 0)), "amount": amount, "note": f"n{i}"}))
+    (landing / "0001.json").write_text("".join(json.dumps(e) + "\n" for e in events))
+    settings = {
+        "source.format": "json",
+        "source.path": str(landing),
+        "source.schema": MYSQL_DDL,
+        "source.debezium.timestamp_unit": "ms",
+        "source.debezium.decimal_handling": handling,
+    }
+    done = run(tmp_path, "unused:1", **settings)
+    assert "unknown_fields=note:4" in done.stderr and "carry column 'note'" in done.stderr
+    bad = quarantined(tmp_path)
+    if handling == "string":
+        stored = {r["id"]: r["amount"] for r in rows(hudi_read(tmp_path / "table"), "id", MYSQL_NAMES)}
+        assert stored == {i: Decimal(a).quantize(Decimal("0.01")) for i, a in amounts.items()} and bad == []
+    else:
+        assert len(bad) == 4 and all("decimal_handling" in r["reason"] for r in bad)
 
 
 def test_events_of_two_source_tables_stop_the_job_before_writing(kafka, tmp_path):

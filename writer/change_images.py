@@ -7,6 +7,7 @@ a schema are one group whose types are inferred. ``change_events`` makes the res
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import numpy as np
@@ -62,9 +63,10 @@ def row_images(
         if encodings is not None:
             for name in set(encodings) - {f.name for f in declared}:
                 unknown[name] += len(at)
-        decoded, reasons = _decode_group(
+        decoded, reasons, undeclared = _decode_group(
             values.take(pa.array(at)), pc.take(deleted, pa.array(at)), encodings, declared, decoding
         )
+        unknown.update(undeclared)
         parts.append((at, decoded, reasons))
     order = np.full(n, -1, np.int64)
     stacked = np.concatenate([at for at, _, _ in parts]) if parts else np.zeros(0, np.int64)
@@ -84,34 +86,28 @@ def _decode_group(
     encodings: dict[str, Encoding] | None,
     declared: list[pa.Field],
     decoding: Decoding,
-) -> tuple[dict[str, pa.Array], pa.Array]:
-    """The declared columns of events of one row schema (``encodings``; ``None``: no schema, types inferred)."""
-    if encodings is not None:
-        wires = {f.name: wire_type(encodings[f.name]) for f in declared if f.name in encodings}
-        unreadable = [name for name, t in wires.items() if t is None]
-        wires = {name: t for name, t in wires.items() if t is not None}
-        image = pa.struct(list(wires.items()))
-        parsed, bad = parse_values(
-            values,
-            pa.schema(
-                [("before", image), ("after", image), ("payload", pa.struct([("before", image), ("after", image)]))]
-            ),
-        )
-    else:
-        unreadable = []
-        parsed, bad = parse_values(values)
-        as_read = _text_for_timestamps(parsed.schema)
-        if as_read != parsed.schema:
-            # the JSON reader takes ISO-8601 text for timestamps when it infers: read as text, it is decoded
-            # by the declared type, and a STRING column keeps the text as it came
-            parsed, bad = parse_values(values, as_read)
-    rows = _image(parsed, deleted)
+) -> tuple[dict[str, pa.Array], pa.Array, Counter]:
+    """The declared columns of events of one row schema (``encodings``; ``None``: no schema, types inferred), and
+    the columns events without a schema carried that are not declared (events with a value, per column)."""
     n = len(values)
+    if encodings is not None:
+        parsed, bad, unreadable = _parse_described(values, encodings, declared)
+    else:
+        unreadable, (parsed, bad) = [], _parse_inferred(values)
+    rows = _image(parsed, deleted)
     reasons = [pa.array([bad.get(i) for i in range(n)], pa.string())]
     if rows is None:  # no event carried a row
-        return {f.name: pa.nulls(n, f.type) for f in declared}, reasons[0]
-    columns = {}
-    names = {field.name for field in rows.type}
+        return {f.name: pa.nulls(n, f.type) for f in declared}, reasons[0], Counter()
+    undescribed = [f.name for f in declared if encodings is not None and f.name not in encodings]
+    if undescribed:
+        rows = _with_undescribed(rows, values, deleted, undescribed)
+    columns, names = {}, {field.name for field in rows.type}
+    unknown: Counter = Counter()
+    if encodings is None:
+        for name in names - {f.name for f in declared}:
+            carried = rows.field(name).is_valid().true_count if len(rows) else 0
+            if carried:
+                unknown[name] += carried
     for f in declared:
         if f.name in unreadable and encodings is not None:
             what = f"column '{f.name}': its encoding ({encodings[f.name].type}) cannot be read"
@@ -126,7 +122,58 @@ def _decode_group(
         )
         columns[f.name] = decoded.values
         reasons.append(decoded.reasons)
-    return columns, pc.coalesce(*reasons)
+    return columns, pc.coalesce(*reasons), unknown
+
+
+def _parse_described(
+    values: pa.Array, encodings: dict[str, Encoding], declared: list[pa.Field]
+) -> tuple[pa.Table, dict[int, str], list[str]]:
+    """Events of one row schema parsed by it: the declared columns it describes, and those it cannot be read by."""
+    wires = {f.name: wire_type(encodings[f.name]) for f in declared if f.name in encodings}
+    unreadable = [name for name, t in wires.items() if t is None]
+    image = pa.struct([(name, t) for name, t in wires.items() if t is not None])
+    parsed, bad = parse_values(
+        values,
+        pa.schema([("before", image), ("after", image), ("payload", pa.struct([("before", image), ("after", image)]))]),
+    )
+    return parsed, bad, unreadable
+
+
+def _parse_inferred(values: pa.Array) -> tuple[pa.Table, dict[int, str]]:
+    """Events parsed with their types inferred; the JSON reader takes ISO-8601 text for timestamps when it infers:
+    read as text, it is decoded by the declared type, and a STRING column keeps the text as it came."""
+    parsed, bad = parse_values(values)
+    as_read = _text_for_timestamps(parsed.schema)
+    return parse_values(values, as_read) if as_read != parsed.schema else (parsed, bad)
+
+
+def _with_undescribed(rows: pa.StructArray, values: pa.Array, deleted: pa.Array, names: list[str]) -> pa.StructArray:
+    """``rows`` with the declared columns ``names`` that the events' schema block does not describe but their
+    payload carries, as the JSON has them (decoded by the declared type then). Values that do not name such a
+    column at all are not parsed again (a source table without the column costs nothing)."""
+    text = values.cast(pa.binary())
+    named = [n for n in names if pc.any(pc.match_substring(text, f'"{n}"'.encode())).as_py()]
+    if not named:
+        return rows
+    images = []
+    for value, is_delete in zip(text.to_pylist(), deleted.to_pylist()):
+        event = json.loads(value) if value is not None else {}
+        event = event.get("payload", event) if isinstance(event, dict) and "payload" in event else event
+        image = event.get("before" if is_delete else "after") if isinstance(event, dict) else None
+        images.append({n: image.get(n) for n in named} if isinstance(image, dict) else None)
+    try:
+        carried = pa.array(images)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # values of several JSON types: each as its text, decoded so
+        carried = pa.array(
+            [None if i is None else {n: None if v is None else json.dumps(v) for n, v in i.items()} for i in images]
+        )
+    if not pa.types.is_struct(carried.type):
+        return rows
+    fields = [*rows.type, *(f for f in carried.type if f.name not in {g.name for g in rows.type})]
+    children = [rows.field(f.name) for f in rows.type] + [
+        pc.struct_field(carried, f.name) for f in carried.type if f.name not in {g.name for g in rows.type}
+    ]
+    return pa.StructArray.from_arrays(children, fields=fields, mask=rows.is_null())
 
 
 def _text_for_timestamps(schema: pa.Schema) -> pa.Schema:

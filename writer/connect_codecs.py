@@ -35,6 +35,13 @@ def floor_div(values: pa.Array, by: int) -> pa.Array:
     return pa.array(np.floor_divide(numbers, by), pa.int64(), mask=mask)
 
 
+def micros_of_year(year: int) -> int:
+    """Microseconds since the epoch at the start of ``year`` (UTC)."""
+    return (
+        datetime.datetime(year, 1, 1, tzinfo=datetime.UTC) - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    ) // (datetime.timedelta(microseconds=1))
+
+
 def fits_int32(values: pa.Array) -> bool:
     low, high = pc.min_max(values).values()
     return low.as_py() is None or (low.as_py() >= -(2**31) and high.as_py() < 2**31)
@@ -69,6 +76,19 @@ def time_of_day(text: str | None):
         return datetime.time(hours, minutes, seconds, micros)
     except ValueError:
         return None
+
+
+DECIMAL_TEXT = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
+BASE64 = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
+def decimal_forms(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per value, whether it reads as decimal text and whether it reads as base64: digits whose length is a
+    multiple of four read as both (``"1234"`` is base64 of three bytes too)."""
+    text = pc.fill_null(pc.match_substring_regex(values, DECIMAL_TEXT), False).to_numpy(zero_copy_only=False)
+    b64 = pc.fill_null(pc.match_substring_regex(values, BASE64), False)
+    b64 = pc.and_(b64, pc.fill_null(pc.greater(pc.utf8_length(values), 0), False)).to_numpy(zero_copy_only=False)
+    return text, b64
 
 
 def b64(text: str | None) -> bytes | Literal[False] | None:

@@ -54,6 +54,10 @@ from laketide.writer.connect_schema import (
     Encoding,
 )
 
+# the years an integer timestamp of an event without its schema may fall in (``Column._plausible``)
+PLAUSIBLE_YEARS = (1900, 2200)
+TOO_FINE_BELOW = 59 * 86_400_000_000  # 1970-03-01: a ms timestamp of 1990-2100 read as µs falls before it
+
 
 @dataclass(frozen=True)
 class Decoding:
@@ -171,7 +175,10 @@ class Column:
                     else "an integer that is not a timestamp"
                 )
                 return self.refuse(values, what)
-            return self._cast_micros(codecs.to_micros(values.cast(pa.int64()), unit), values)
+            micros = codecs.to_micros(values.cast(pa.int64()), unit)
+            if self.encoding is None:  # the unit is the setting's: a value it makes implausible is not stored
+                return self._plausible(micros, unit)
+            return self._cast_micros(micros, values)
         if pa.types.is_string(values.type):
             if self._name_in(ISO_DATES) or (self.encoding is None and codecs.all_dates(values)):
                 days = self._iso_dates(values)
@@ -180,6 +187,26 @@ class Column:
                 return self.refuse(values, "text that is not an ISO-8601 timestamp encoding")
             return self._iso_timestamps(values)
         return self.refuse(values, f"a {values.type} value is not a timestamp")
+
+    def _plausible(self, micros: pa.Array, unit: str) -> Decoded:
+        """Integer timestamps of events without their schema, in ``timestamp_unit``: a value off by the factor of
+        a thousand between units falls in the first weeks of 1970 or tens of thousands of years ahead, so one
+        outside ``PLAUSIBLE_YEARS``, or after the epoch and before ``TOO_FINE_BELOW``, goes to quarantine rather than
+        be stored a thousand times wrong."""
+        low, high = (codecs.micros_of_year(y) for y in PLAUSIBLE_YEARS)
+        odd = pc.or_(pc.less(micros, low), pc.greater_equal(micros, high))
+        # where a timestamp of 1990-2100 falls when read a thousand times too fine; the epoch itself is unit-free
+        too_fine = pc.and_(pc.greater(micros, 0), pc.less(micros, TOO_FINE_BELOW))
+        odd = pc.or_(odd, too_fine)
+        out = self._cast_micros(pc.if_else(odd, pa.scalar(None, pa.int64()), micros), micros)
+        return self.fail(
+            out.values,
+            odd,
+            f"an integer timestamp outside the years {PLAUSIBLE_YEARS[0]}-{PLAUSIBLE_YEARS[1]}, or in the first two "
+            f"months after the epoch, in "
+            f"source.debezium.timestamp_unit = '{unit}': likely sent in another unit (Debezium sends ms for a "
+            "column of precision 0-3, µs for 4-6); turn on the converter's schemas to decode each by its own",
+        )
 
     def _cast_micros(self, micros: pa.Array, values: pa.Array) -> Decoded:
         stamped = micros.cast(pa.timestamp("us"))
@@ -241,8 +268,10 @@ class Column:
 
     def _time(self, values: pa.Array) -> Decoded:
         unit = DAY_UNITS.get(self.encoding.name or "") if self.encoding is not None else None
-        if pa.types.is_integer(values.type) and (unit or self.encoding is None):
-            micros = codecs.to_micros(values.cast(pa.int64()), unit or "us")
+        if pa.types.is_integer(values.type) and self.encoding is None:
+            return self._time_without_schema(values)
+        if pa.types.is_integer(values.type) and unit:
+            micros = codecs.to_micros(values.cast(pa.int64()), unit)
             return self.cast(micros.cast(pa.time64("us")) if codecs.fits_day(micros) else micros, self.target)
         if pa.types.is_string(values.type) and (self.encoding is None or self._name_in(ISO_TIMES)):
             parsed = [codecs.time_of_day(v) for v in values.to_pylist()]
@@ -251,6 +280,25 @@ class Column:
                 pa.array(parsed, pa.time64("us")).cast(self.target), bad, "text that is not an ISO-8601 time"
             )
         return self.refuse(values, f"a {values.type} value is not a time of day")
+
+    def _time_without_schema(self, values: pa.Array) -> Decoded:
+        """An integer time of day without the event's schema: ms (TIME of precision 0-3, and the ``connect``
+        mode) or µs (4-6) by the column, so ``timestamp_unit`` says which; one not within a day is refused."""
+        unit = self.decoding.timestamp_unit
+        if unit is None:
+            return self.refuse(
+                values,
+                "an integer time of day without the event's schema, whose unit (ms, µs) differs by the column's "
+                "precision: turn on the converter's schemas, or set source.debezium.timestamp_unit",
+            )
+        micros = codecs.to_micros(values.cast(pa.int64()), unit)
+        outside = pc.or_(pc.less(micros, 0), pc.greater_equal(micros, codecs.US_PER_DAY))
+        kept = pc.if_else(outside, pa.scalar(None, pa.int64()), micros)
+        return self.fail(
+            self.cast(kept.cast(pa.time64("us")), self.target).values,
+            outside,
+            f"an integer that is not within a day in source.debezium.timestamp_unit = '{unit}'",
+        )
 
     def _number(self, values: pa.Array) -> Decoded:
         """DECIMAL, DOUBLE, FLOAT and integer columns."""
@@ -270,10 +318,10 @@ class Column:
         ):
             return self._from_decimals(codecs.variable_decimals(values))
         if pa.types.is_string(wire):
-            if (e is not None and e.name == DECIMAL) or (
-                e is None and pa.types.is_decimal(self.target) and self.decoding.decimal_handling == "precise"
-            ):
-                scale = e.scale if e is not None and e.scale is not None else getattr(self.target, "scale", 0)
+            if e is None and pa.types.is_decimal(self.target):
+                return self._decimal_without_schema(values)
+            if e is not None and e.name == DECIMAL:
+                scale = e.scale if e.scale is not None else getattr(self.target, "scale", 0)
                 return self._from_decimals(codecs.base64_decimals(values, scale))
             return self.cast(pc.utf8_trim_whitespace(values), self.target)
         if pa.types.is_floating(wire) and pa.types.is_decimal(self.target):
@@ -281,6 +329,39 @@ class Column:
         if pa.types.is_integer(wire) or pa.types.is_floating(wire) or pa.types.is_boolean(wire):
             return self.cast(values, self.target)
         return self.refuse(values, f"a {wire} value is not a number")
+
+    def _decimal_without_schema(self, values: pa.Array) -> Decoded:
+        """Text under a DECIMAL column of events without their schema, by ``decimal_handling``. Digits whose length
+        is a multiple of four read as decimal text and as base64 alike. Under ``precise`` such a value is base64
+        only when another value of the column in the micro-batch could only be base64 (few base64 values are
+        digits alone, most decimal text is); under ``string`` it is text unless another value could only be
+        base64. Otherwise it goes to quarantine naming the setting, as does a value that is only the other one."""
+        text, b64 = codecs.decimal_forms(values)
+        precise = self.decoding.decimal_handling == "precise"
+        proven_base64 = bool((b64 & ~text).any())
+        other = text & ~b64 if precise else b64 & ~text
+        ambiguous = text & b64 if proven_base64 != precise else np.zeros(len(values), bool)
+        if precise:
+            out = self._from_decimals(codecs.base64_decimals(values, getattr(self.target, "scale", 0)))
+        else:
+            out = self.cast(pc.utf8_trim_whitespace(values), self.target)
+        setting, sent = ("'string'", "decimal text") if precise else ("'precise'", "base64")
+        wrong = self.fail(
+            out.values, other, f"{sent}, which source.debezium.decimal_handling = {setting} reads: set it so"
+        )
+        why = (
+            "no other value of the column in the micro-batch is base64 alone, so decimal_handling = 'precise' is not "
+            "proven: set source.debezium.decimal_handling = 'string' if the connector sends text"
+            if precise
+            else "other values of the column in the micro-batch are base64: the connector sends "
+            "decimal.handling.mode = precise; set source.debezium.decimal_handling = 'precise'"
+        )
+        unsure = self.fail(
+            wrong.values,
+            ambiguous,
+            f"digits that read as decimal text and as base64 alike, and {why} (or turn on the converter's schemas)",
+        )
+        return Decoded(unsure.values, pc.coalesce(wrong.reasons, unsure.reasons, out.reasons))
 
     def _from_decimals(self, parsed: list[Decimal | bool | None]) -> Decoded:
         """Python decimals (``False`` where the value did not decode) into the target, exactly or not at all."""

@@ -43,7 +43,8 @@ class MessageTally:
             if name not in self._warned_fields:
                 self._warned_fields.add(name)
                 log.warning(
-                    "change events carry column %r, which source.schema does not declare: it is not written "
-                    "(add it to source.schema, or leave source.schema out to take every column from the events)",
+                    "change events carry column %r, which the table's columns do not hold: it is not written "
+                    "(add it to source.schema; or leave source.schema out, with the converter's schemas on, to "
+                    "take every column from the events)",
                     name,
                 )
