@@ -119,14 +119,15 @@ class Rollbacks:
         view = self.table.file_system_view(timeline)
         files = self._files_of(instant_time, timeline, view)
         if target.is_completed:
+            # what nothing allows is said first: an operator told "needs force" would only be refused again
+            if not restoring:
+                refuse_loss(self.table.io, view, instant_time, set(files))
             newest = timeline.latest_completed_write()
             if newest is not None and newest.timestamp != instant_time and not force:
                 raise NeedsForce(
                     f"{instant_time} is completed and not the newest completed instant ({newest.timestamp}); "
                     "rolling it back needs force"
                 )
-            if not restoring:
-                refuse_loss(self.table.io, view, instant_time, set(files))
         return RollbackPlan(instant_time, target.action, tuple(files))
 
     def _files_of(self, instant_time: str, timeline: Timeline, view=None) -> list[str]:

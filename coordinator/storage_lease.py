@@ -39,9 +39,10 @@ LEASE_OBJECT = ".hoodie/.laketide/lease.json"
 PROBE_DIR = ".hoodie/.laketide/probe"
 
 
-def probe_conditional_writes(io: ObjectStoreFileIO) -> None:
-    """Raise ``Invalid`` unless the store honours a create-if-absent PUT (If-None-Match: *) and a PUT on a stale
-    ETag (If-Match): a second create and a stale replace of one scratch object must both fail."""
+def probe_conditional_writes(io: ObjectStoreFileIO, replace: bool = True) -> None:
+    """Raise ``Invalid`` unless the store honours a create-if-absent PUT (If-None-Match: *), which the commit fence
+    needs under every lease, and (``replace``, for the storage lease) a PUT on a stale ETag (If-Match): a second
+    create and a stale replace of one scratch object must both fail. The scratch object is deleted after."""
     path = f"{PROBE_DIR}/{uuid.uuid4().hex}"
     lacks = []
     try:
@@ -52,21 +53,28 @@ def probe_conditional_writes(io: ObjectStoreFileIO) -> None:
             )
         if io.create_versioned(path, b"second") is not None:
             lacks.append("create-if-absent (a PUT with If-None-Match: *)")
-        found = io.read_versioned(path)
-        current = found[1] if found is not None else ""
-        if io.replace_versioned(path, b"third", current) is None:
-            lacks.append("replace-if-match (a PUT with If-Match on the current ETag failed)")
-        elif io.replace_versioned(path, b"fourth", current) is not None:
-            lacks.append("replace-if-match (a PUT with If-Match on a stale ETag succeeded)")
+        if replace:
+            found = io.read_versioned(path)
+            current = found[1] if found is not None else ""
+            if io.replace_versioned(path, b"third", current) is None:
+                lacks.append("replace-if-match (a PUT with If-Match on the current ETag failed)")
+            elif io.replace_versioned(path, b"fourth", current) is not None:
+                lacks.append("replace-if-match (a PUT with If-Match on a stale ETag succeeded)")
     finally:
         io.delete(path)
-    if lacks:
+    if not lacks:
+        return
+    lacking = f"the object store of {io.base_path} does not honour conditional writes: it lacks {' and '.join(lacks)}."
+    if lacks[0].startswith("create-if-absent"):
         raise Invalid(
-            f"the object store of {io.base_path} does not honour conditional writes: it lacks {' and '.join(lacks)}. "
-            "The storage lease needs them to keep one writer per table; on this store use coordinator.lease = "
-            "'zookeeper' "
-            "(with coordinator.zookeeper), or 'local' for a table only one machine writes."
+            f"{lacking} The commit fence needs create-if-absent under every lease (a paused writer must never "
+            "complete an instant after a takeover), so no laketide table can live on this store: use a store "
+            "that honours them (AWS S3, MinIO, Azure Blob, GCS), or a local or NFS path. Nothing was written."
         )
+    raise Invalid(
+        f"{lacking} The storage lease needs it to keep one writer per table; on this store use coordinator.lease = "
+        "'zookeeper' (with coordinator.zookeeper), whose commit fence needs create-if-absent only. Nothing was written."
+    )
 
 
 class StorageLease(Lease):

@@ -31,6 +31,7 @@ from laketide.config import JobConfig
 from laketide.config_tables import is_database_job
 from laketide.coordinator import LeaseLost
 from laketide.coordinator.services import TableServiceFailed
+from laketide.spark.decided_stops import told_once
 from laketide.spark.kafka_source import KafkaDataLoss
 from laketide.spark.pipeline import MicroBatches
 from laketide.spark.session import builds_local_session, spark_session
@@ -146,7 +147,7 @@ def start_query(config: JobConfig, source, each: Callable):
     stream = (
         source.writeStream.queryName(config.stream.query_name)
         .option("checkpointLocation", config.stream.checkpoint)
-        .foreachBatch(each)
+        .foreachBatch(told_once(source.sparkSession, each))
     )
     if config.stream.trigger == "available-now":
         stream = stream.trigger(availableNow=True)

@@ -208,7 +208,8 @@ def test_the_requests_of_a_micro_batch_do_not_grow_with_the_history(s3):
 
 def test_a_store_that_ignores_conditional_writes_is_refused_by_the_storage_lease(s3):
     """moto behind a proxy that drops If-None-Match and If-Match: the lease's probe finds both missing and
-    refuses, naming the way out; the probe leaves nothing behind. The same bucket straight from moto passes."""
+    refuses, naming stores that have them (no lease's commit fence holds without create-if-absent); the probe
+    leaves nothing behind. The same bucket straight from moto passes."""
     from faultproxy import FaultProxy
 
     from laketide.coordinator.storage_lease import PROBE_DIR, StorageLease
@@ -224,7 +225,7 @@ def test_a_store_that_ignores_conditional_writes_is_refused_by_the_storage_lease
         assert (
             "If-None-Match" in str(refused.value)
             and "If-Match" in str(refused.value)
-            and "coordinator.lease = 'zookeeper'" in str(refused.value)
+            and "no laketide table can live on this store" in str(refused.value)
         )
         assert io.list_dir(PROBE_DIR) == []
     finally:

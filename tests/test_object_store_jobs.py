@@ -15,7 +15,7 @@ import pytest
 from chaoslib import free_port
 from conftest import rows
 from stores import SCHEMA, expected_rows, hudi_read_store
-from streaming import DATA_COLUMNS, Model, land, row
+from streaming import DATA_COLUMNS, SCHEMA_DDL, Model, land, row
 
 import laketide
 from laketide.table import FileIO, Table
@@ -468,3 +468,63 @@ def _into_an_outage(tmp_path, s3: dict, proxy, uri: str, trigger: str, max_retri
     wait_until(lambda: "micro-batch 0: instant" in log.read_text() or not job.running(), 180, "the first micro-batch")
     proxy.slow_down = 1.0
     return job.wait(300), job.log_tail(), conf
+
+
+@pytest.mark.parametrize("lease", ["storage", "zookeeper", "local"])
+def test_a_refused_job_names_a_way_out_that_works_and_leaves_the_bucket_as_it_was(s3, zookeeper, tmp_path, lease):
+    """moto behind a proxy that drops If-None-Match and If-Match: no lease's commit fence holds there, so the job is
+    refused at start under the storage lease and under ZooKeeper alike, naming stores that do; ``lease = 'local'``
+    on an object store is refused before the table is opened. Each in one clear line, the bucket as it was."""
+    import boto3
+    from faultproxy import FaultProxy
+    from opslib import CLI, ENV
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3["aws_endpoint_url"],
+        aws_access_key_id="laketide",
+        aws_secret_access_key="laketide",
+        region_name="us-east-1",
+    )
+
+    def objects() -> list[str]:
+        return sorted(o["Key"] for o in client.list_objects_v2(Bucket="lake").get("Contents", []))
+
+    land(tmp_path, "0001.json", [row(i, 1) for i in range(5)], time.time() - 60)
+    before = objects()
+    proxy = FaultProxy(
+        s3["aws_endpoint_url"].removeprefix("http://"), drop_headers=("If-None-Match", "If-Match")
+    ).start()
+    try:
+        options = {**s3, "aws_endpoint_url": proxy.endpoint}
+        conf = [
+            "table.path=s3://lake/refused",
+            "table.name=refused",
+            'table.record_key=["id"]',
+            "source.format=json",
+            f"source.path={tmp_path / 'landing'}",
+            f"source.schema={SCHEMA_DDL}",
+            f"stream.checkpoint={tmp_path / 'checkpoint'}",
+            "stream.trigger=available-now",
+            f"coordinator.lease={lease}",
+            *([f"coordinator.zookeeper={zookeeper}"] if lease == "zookeeper" else []),
+            *(f"storage.options.{k}={v}" for k, v in options.items()),
+        ]
+        done = subprocess.run(
+            [CLI, "run", *(a for c in conf for a in ("--conf", c))],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=300,
+        )
+    finally:
+        proxy.stop()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "Nothing was written" in done.stderr
+    if lease == "local":
+        assert "coordinator.lease = 'local' needs a table on the local file system" in done.stderr
+    else:
+        assert "create-if-absent" in done.stderr and "no laketide table can live on this store" in done.stderr
+        assert "'local'" not in done.stderr
+    assert objects() == before
+    assert not (tmp_path / "checkpoint").exists() or not any((tmp_path / "checkpoint").rglob("*"))

@@ -216,8 +216,15 @@ def check_table(config: JobConfig, new_table_key: Callable[[], list[str]] | None
     settled_config(config.table, existing.config if existing else None, io.full_path(""))
     if existing is not None:
         take_recorded_lease(config, io)
-    if config.coordinator.lease == "storage" and isinstance(io, ObjectStoreFileIO):
-        probe_conditional_writes(io)
+    lease = config.coordinator.lease
+    if lease == "local" and not io.is_local:  # before the table is opened: a refused job writes nothing
+        raise ConfigError(
+            f"coordinator.lease = 'local' needs a table on the local file system; {io.full_path('')} is not. Use "
+            "'storage' or 'zookeeper'. Nothing was written."
+        )
+    if isinstance(io, ObjectStoreFileIO):
+        # the commit fence's create-if-absent under every lease; the storage lease's replace-if-match too
+        probe_conditional_writes(io, replace=lease == "storage")
     return io, existing
 
 
