@@ -298,6 +298,16 @@ def _mysql_sent(values: dict) -> dict:
     }
 
 
+def _mysql_settings(landing, **more: str) -> dict[str, str]:
+    """A job of MySQL's events without their schema from landing files of JSON lines."""
+    settings = {"source.format": "json", "source.path": str(landing), "source.schema": MYSQL_DDL}
+    return {**settings, "source.debezium.timestamp_unit": "ms", **more}
+
+
+def _mysql_read(root) -> list[dict]:
+    return _normal(rows(hudi_read(root / "table"), "id", MYSQL_NAMES))
+
+
 def test_mysql_events_without_their_schema_from_landing_files_through_a_failover(tmp_path):
     """Landing files of JSON lines (as Kafka Connect's file and S3 sinks write them), MySQL's events with
     schemas off under a declared source.schema; full before images, moves between partitions; a failover to a
@@ -319,16 +329,9 @@ def test_mysql_events_without_their_schema_from_landing_files_through_a_failover
         (landing / name).write_text("".join(json.dumps(e) + "\n" for e in events) + extra)
 
     def read() -> list[dict]:
-        return _normal(rows(hudi_read(tmp_path / "table"), "id", MYSQL_NAMES))
+        return _mysql_read(tmp_path)
 
-    settings = {
-        "source.format": "json",
-        "source.path": str(landing),
-        "source.schema": MYSQL_DDL,
-        "source.debezium.timestamp_unit": "ms",
-        "source.debezium.ordering": "ts_ms",
-        "table.type": "COPY_ON_WRITE",
-    }
+    settings = _mysql_settings(landing, **{"source.debezium.ordering": "ts_ms", "table.type": "COPY_ON_WRITE"})
     land("0001.json", [upsert(_mysql_row(i, 0)) for i in range(16)], extra="\n{not json\n")
     run(tmp_path, "unused:1", **settings)
     assert read() == _model(model, MYSQL_NAMES)
@@ -366,15 +369,9 @@ def test_a_mysql_failover_seen_across_a_restart_stops_before_writing_or_goes_ove
         (landing / name).write_text("".join(json.dumps(e) + "\n" for e in events))
 
     def read() -> list[dict]:
-        return _normal(rows(hudi_read(tmp_path / "table"), "id", MYSQL_NAMES))
+        return _mysql_read(tmp_path)
 
-    settings = {
-        "source.format": "json",
-        "source.path": str(landing),
-        "source.schema": MYSQL_DDL,
-        "source.debezium.timestamp_unit": "ms",
-        "table.type": "MERGE_ON_READ",
-    }
+    settings = _mysql_settings(landing, **{"table.type": "MERGE_ON_READ"})
     land("0001.json", [_mysql_row(i, 0) for i in range(20)], op="r")
     run(tmp_path, "unused:1", **settings)
     assert read() == _model(model, MYSQL_NAMES)
@@ -434,18 +431,12 @@ def test_decimal_text_and_undeclared_columns_without_a_schema_are_stored_right_o
     for i, amount in amounts.items():
         events.append(mysql.upsert({**_mysql_sent(_mysql_row(i, 0)), "amount": amount, "note": f"n{i}"}))
     (landing / "0001.json").write_text("".join(json.dumps(e) + "\n" for e in events))
-    settings = {
-        "source.format": "json",
-        "source.path": str(landing),
-        "source.schema": MYSQL_DDL,
-        "source.debezium.timestamp_unit": "ms",
-        "source.debezium.decimal_handling": handling,
-    }
+    settings = _mysql_settings(landing, **{"source.debezium.decimal_handling": handling})
     done = run(tmp_path, "unused:1", **settings)
     assert "unknown_fields=note:4" in done.stderr and "carry column 'note'" in done.stderr
     bad = quarantined(tmp_path)
     if handling == "string":
-        stored = {r["id"]: r["amount"] for r in rows(hudi_read(tmp_path / "table"), "id", MYSQL_NAMES)}
+        stored = {r["id"]: r["amount"] for r in _mysql_read(tmp_path)}
         assert stored == {i: Decimal(a).quantize(Decimal("0.01")) for i, a in amounts.items()} and bad == []
     else:
         assert len(bad) == 4 and all("decimal_handling" in r["reason"] for r in bad)
