@@ -39,6 +39,9 @@ LEASE_OBJECT = ".hoodie/.laketide/lease.json"
 PROBE_DIR = ".hoodie/.laketide/probe"
 
 
+CREATE_IF_ABSENT = "create-if-absent (a PUT with If-None-Match: *)"
+
+
 def probe_conditional_writes(io: ObjectStoreFileIO, replace: bool = True) -> None:
     """Raise ``Invalid`` unless the store honours a create-if-absent PUT (If-None-Match: *), which the commit fence
     needs under every lease, and (``replace``, for the storage lease) a PUT on a stale ETag (If-Match): a second
@@ -52,7 +55,7 @@ def probe_conditional_writes(io: ObjectStoreFileIO, replace: bool = True) -> Non
                 "path and credentials"
             )
         if io.create_versioned(path, b"second") is not None:
-            lacks.append("create-if-absent (a PUT with If-None-Match: *)")
+            lacks.append(CREATE_IF_ABSENT)
         if replace:
             found = io.read_versioned(path)
             current = found[1] if found is not None else ""
@@ -65,7 +68,7 @@ def probe_conditional_writes(io: ObjectStoreFileIO, replace: bool = True) -> Non
     if not lacks:
         return
     lacking = f"the object store of {io.base_path} does not honour conditional writes: it lacks {' and '.join(lacks)}."
-    if lacks[0].startswith("create-if-absent"):
+    if lacks[0] is CREATE_IF_ABSENT:
         raise Invalid(
             f"{lacking} The commit fence needs create-if-absent under every lease (a paused writer must never "
             "complete an instant after a takeover), so no laketide table can live on this store: use a store "

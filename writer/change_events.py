@@ -172,14 +172,15 @@ def change_rows(messages: Messages, topics: pa.Array, spec: ChangeSpec) -> Chang
     key_reason = _keyless(columns, is_change, deleted, spec)
     out = output_schema(spec)
     arrays = [columns[f.name] for f in out if f.name in columns]
+    binlog = _binlog_position(event["source"])  # for the position and for the log's point
     arrays += [
         deleted,
-        _position(event, spec.decoding.ordering),
+        _position(event, spec.decoding.ordering, binlog),
         pc.coalesce(reasons_array, column_reasons, key_reason),
         kinds,
         _source_table(event),
     ]
-    return ChangeRows(pa.Table.from_arrays(arrays, schema=out), unknown, _log_point(event, is_change))
+    return ChangeRows(pa.Table.from_arrays(arrays, schema=out), unknown, _log_point(event, is_change, binlog))
 
 
 def positions(messages: Messages, ordering: str) -> pa.Array:
@@ -253,16 +254,19 @@ def _keyless(columns: dict[str, pa.Array], is_change: pa.Array, deleted: pa.Arra
     return pc.if_else(pc.and_(is_change, missing), text, pa.scalar(None, pa.string()))
 
 
-def _position(event: dict[str, pa.Array], ordering: str = "position") -> pa.Array:
+def _position(
+    event: dict[str, pa.Array], ordering: str = "position", binlog: tuple[pa.Array, pa.Array] | None = None
+) -> pa.Array:
     """The event's place in its database's log, as a fixed-width string that sorts as the log does:
     Postgres by LSN (Hudi's ``PostgresDebeziumAvroPayload``); MySQL by binlog file number, position and row
     within the event (Hudi's ``MySqlDebeziumAvroPayload`` orders by file and position only, so the rows of
     one binlog event tie there); else by ``ts_ms``. Under ``ordering = "ts_ms"`` the source's commit time comes
     first and the position breaks its ties: a MySQL failover to a server whose binlog numbers are lower then
-    keeps its order. (A GTID orders events only within one server, as its binlog position does.)"""
+    keeps its order. (A GTID orders events only within one server, as its binlog position does.) ``binlog``:
+    ``_binlog_position`` of the events, when it was found already."""
     source = event["source"]
     lsn = source.field("lsn")
-    mysql, is_mysql = _binlog_position(source)
+    mysql, is_mysql = binlog or _binlog_position(source)
     postgres = pc.binary_join_element_wise("p", _pad(lsn, 20), "")
     clock = pc.binary_join_element_wise("t", _pad(pc.coalesce(source.field("ts_ms"), event["ts_ms"]), 20), "")
     position = pc.case_when(pc.make_struct(pc.is_valid(lsn), is_mysql), postgres, mysql, clock)
@@ -271,11 +275,12 @@ def _position(event: dict[str, pa.Array], ordering: str = "position") -> pa.Arra
     return position
 
 
-def _log_point(event: dict[str, pa.Array], is_change: pa.Array) -> pa.Array:
-    """Each change event's point in its log for ``change_log.check``: MySQL's binlog file, position and row with
-    its server; Postgres' commit LSN (the first of ``source.sequence``) and LSN; null for any other event."""
+def _log_point(event: dict[str, pa.Array], is_change: pa.Array, binlog: tuple[pa.Array, pa.Array]) -> pa.Array:
+    """Each change event's point in its log for ``change_log.check``: MySQL's binlog file, position and row
+    (``binlog``) with its server; Postgres' commit LSN (the first of ``source.sequence``) and LSN; null for any
+    other event."""
     source = event["source"]
-    mysql, is_mysql = _binlog_position(source)
+    mysql, is_mysql = binlog
     committed = pc.struct_field(pc.extract_regex(source.field("sequence"), r'^\[\s*"?(?P<n>\d+)'), "n")
     postgres = pc.binary_join_element_wise("p", _pad(committed, 20), _pad(source.field("lsn"), 20), "")
     position = pc.case_when(pc.make_struct(is_mysql, pc.fill_null(pc.is_valid(postgres), False)), mysql, postgres)

@@ -169,11 +169,10 @@ def _with_undescribed(rows: pa.StructArray, values: pa.Array, deleted: pa.Array,
         )
     if not pa.types.is_struct(carried.type):
         return rows
-    fields = [*rows.type, *(f for f in carried.type if f.name not in {g.name for g in rows.type})]
-    children = [rows.field(f.name) for f in rows.type] + [
-        pc.struct_field(carried, f.name) for f in carried.type if f.name not in {g.name for g in rows.type}
-    ]
-    return pa.StructArray.from_arrays(children, fields=fields, mask=rows.is_null())
+    had = {f.name for f in rows.type}
+    added = [f for f in carried.type if f.name not in had]
+    children = [rows.field(f.name) for f in rows.type] + [pc.struct_field(carried, f.name) for f in added]
+    return pa.StructArray.from_arrays(children, fields=[*rows.type, *added], mask=rows.is_null())
 
 
 def _text_for_timestamps(schema: pa.Schema) -> pa.Schema:

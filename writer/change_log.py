@@ -160,36 +160,37 @@ def check(points: pa.Array, streams: pa.Array, seen: dict[str, LogPoint]) -> Log
 
 def _stream_check(stream: str, points: pa.Array, seen: LogPoint | None) -> LogCheck:
     """One stream's events, in order, after ``seen``: each compared with the newest (highest) point before it."""
-    positions = points.field("position").to_pylist()
-    ts = points.field("ts_ms").fill_null(0).to_numpy(zero_copy_only=False)
-    servers = points.field("server").to_pylist()
     if seen is not None:
-        positions, ts, servers = (
-            [seen.position, *positions],
-            np.concatenate([[seen.ts_ms], ts]),
-            [seen.server, *servers],
-        )
-    # each position's rank among them, and where it first came (equal positions are one event sent again)
-    _, first_of, rank = np.unique(np.array(positions, dtype=object), return_index=True, return_inverse=True)
+        points = pa.concat_arrays([pa.array([seen.to_dict()], POINT), points])
+    positions, servers = points.field("position"), points.field("server")
+    if pc.all(pc.greater_equal(positions[1:], positions[:-1])).as_py() is not False:
+        # in the log's order, as a stream nearly always is: nothing went back, the last point is the newest
+        return LogCheck(newest={stream: LogPoint.from_dict(points[len(points) - 1].as_py())})
+    ts = points.field("ts_ms").fill_null(0).to_numpy(zero_copy_only=False)
+    # each position's dense rank, and where each rank first came (equal positions are one event sent again)
+    rank = pc.rank(positions, sort_keys="ascending", tiebreaker="dense").to_numpy().astype(np.int64) - 1
+    order = np.argsort(rank, kind="stable")
+    first_of = order[np.unique(rank[order], return_index=True)[1]]
     before = np.concatenate([[-1], np.maximum.accumulate(rank)[:-1]])  # the newest rank before each event
     at = first_of[np.maximum(before, 0)]
     behind = (before >= 0) & (rank < before) & (ts > ts[at])
-    for i in np.nonzero(behind)[0].tolist():  # MySQL: the same server and binlog file is no reset (see the module)
-        j = int(at[i])
-        same_file = positions[i][:11] == positions[j][:11]
-        if positions[i].startswith("m") and servers[i] == servers[j] and same_file:
-            behind[i] = False
+    # MySQL: the same server and binlog file is no reset (see the module)
+    newest_before = pa.array(at)
+    file = pc.utf8_slice_codeunits(positions, 0, 11)
+    same_file = pc.equal(file, file.take(newest_before))
+    same_server = pc.fill_null(pc.equal(servers, servers.take(newest_before)), False)
+    mysql = pc.starts_with(positions, "m")
+    behind &= ~pc.and_(pc.and_(mysql, same_server), same_file).to_numpy(zero_copy_only=False)
     hits = np.nonzero(behind[1:] if seen is not None else behind)[0] + (1 if seen is not None else 0)
     # a log that went back goes on from there: its newest point is the newest from the first event that went back
     start = int(hits[0]) if len(hits) else 0
     top = start + int(np.argmax(rank[start:]))
-    out = LogCheck(len(hits), newest={stream: LogPoint(positions[top], int(ts[top]), servers[top])})
+    out = LogCheck(len(hits), newest={stream: LogPoint.from_dict(points[top].as_py())})
     if len(hits):
-        i, j = start, int(at[start])
         out.first = (
             stream,
-            LogPoint(positions[i], int(ts[i]), servers[i]),
-            LogPoint(positions[j], int(ts[j]), servers[j]),
+            LogPoint.from_dict(points[start].as_py()),
+            LogPoint.from_dict(points[int(at[start])].as_py()),
         )
     return out
 

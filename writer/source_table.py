@@ -48,8 +48,7 @@ class SourceTable:
         ordering = self.ordering
         if ordering == "position" and self.on_log_reset == "ts_ms" and self.known_ordering() == "ts_ms":
             ordering = "ts_ms"
-        self._look()
-        return FeedLog(ordering, dict(self._known_log))
+        return FeedLog(ordering, dict(self._known_log))  # known_ordering looked the table's facts up
 
     def check(self, batch_id: int, tally: Tally) -> str | None:
         """The micro-batch's one source table (``None`` when its rows name none); raises when it is not one,
@@ -99,7 +98,7 @@ class SourceTable:
 
     def _look(self) -> None:
         if not self._looked:
-            self.committed(self._newest_named())
+            self._take(self._newest_named())
 
     @redrawn
     def _newest_named(self) -> dict[str, str]:
@@ -113,11 +112,15 @@ class SourceTable:
         return {}
 
     def committed(self, extra: dict[str, str]) -> None:
-        """What a commit's metadata (``commit_metadata``'s, or the newest the table has) says of the source."""
-        if extra.get(SOURCE_TABLE_KEY) or not self._looked:
-            self._known, self._known_ordering = extra.get(SOURCE_TABLE_KEY), extra.get(ORDERING_KEY)
-            self._known_log = read_log(extra.get(LOG_KEY))
-            self._looked = True
+        """What a commit of this writer's (``commit_metadata``'s) says of the source, when it names a source table."""
+        if extra.get(SOURCE_TABLE_KEY):
+            self._take(extra)
+
+    def _take(self, extra: dict[str, str]) -> None:
+        """The source table, ordering and log points a commit's metadata records (none: ``{}``)."""
+        self._known, self._known_ordering = extra.get(SOURCE_TABLE_KEY), extra.get(ORDERING_KEY)
+        self._known_log = read_log(extra.get(LOG_KEY))
+        self._looked = True
 
     def commit_metadata(self, name: str | None, tally: Tally) -> dict[str, str]:
         """What a commit of a micro-batch of source table ``name`` records of it: the source table, the ordering
