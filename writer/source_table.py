@@ -45,10 +45,11 @@ class SourceTable:
         over to it under ``on_log_reset = "ts_ms"``), and the newest points of the log the table has seen."""
         if self.ordering is None:
             return FeedLog()
+        self._look()
         ordering = self.ordering
-        if ordering == "position" and self.on_log_reset == "ts_ms" and self.known_ordering() == "ts_ms":
+        if ordering == "position" and self.on_log_reset == "ts_ms" and self._known_ordering == "ts_ms":
             ordering = "ts_ms"
-        return FeedLog(ordering, dict(self._known_log))  # known_ordering looked the table's facts up
+        return FeedLog(ordering, dict(self._known_log))
 
     def check(self, batch_id: int, tally: Tally) -> str | None:
         """The micro-batch's one source table (``None`` when its rows name none); raises when it is not one,
