@@ -29,6 +29,7 @@ from laketide.api.models import (
     RollbackRequest,
     SavepointRequest,
 )
+from laketide.api.read_cache import ReadCache
 from laketide.coordinator import Lease
 from laketide.coordinator.metrics import Metrics
 from laketide.coordinator.rollback import RollbackResult
@@ -261,6 +262,7 @@ def _app(what: str, tables: ApiTables, limits: ApiLimits | None, allowed_hosts: 
     )
     app.state.tables = tables
     errors.install(app)
+    app.add_middleware(ReadCache)  # behind admission: only admitted answers are shared
     app.add_middleware(Admission, limits=limits or ApiLimits())
     app.add_middleware(
         Guard, allowed=allowed_hosts

@@ -3,10 +3,13 @@
 The API runs in the job's process, beside the micro-batches it reports on, and every answer it computes
 holds the interpreter's lock for a while. So requests are admitted at a bounded rate (all clients
 together) and only a few at a time; a request beyond either waits its turn (asleep in the event loop,
-costing nothing) for up to ``queue_seconds``, and is answered 429 with ``Retry-After`` when its turn
-would come later. A client polling flat out is thereby slowed to its share of the rate instead of being
-answered faster and faster. A body longer than ``max_body_bytes`` is refused (413) from its
-``Content-Length`` before any of it is read, and a body without one (chunked) is refused (411): this
+costing nothing) for up to ``queue_seconds``, a moment (a page's panels asking together), and is answered
+429 with ``Retry-After`` at once when its turn would come later: past its bounds the API refuses rather
+than queues. Answering costs the writer too, so a connection that asks again before the ``Retry-After`` it
+was given gets its next 429 when that time is up, asleep meanwhile: a client that honours it is refused at
+once, one that does not is slowed to one refusal a ``Retry-After``. Answers that are admitted are shared by
+clients asking the same thing (``api/read_cache.py``). A body longer than ``max_body_bytes`` is refused (413)
+from its ``Content-Length`` before any of it is read, and a body without one (chunked) is refused (411): this
 happens before authentication, so nobody can make the server read a large body for nothing.
 
 Answers are ``{"detail", "kind"}`` as every other error's (``api/errors.py``); the dashboard's requests
@@ -36,7 +39,7 @@ class ApiLimits:
     max_rate: float | None = 25.0  # requests admitted per second, all clients together
     max_concurrent: int = 2  # requests being answered at once
     max_body_bytes: int = 64 * 1024  # the API's bodies are a few hundred bytes of JSON or a form
-    queue_seconds: float = 2.0  # how long a request may wait for its turn before it is answered 429
+    queue_seconds: float = 0.25  # how long a request may wait for its turn before it is answered 429
     burst: int = 8  # requests admitted at once after a quiet spell (a dashboard's panels load together)
 
 
@@ -49,6 +52,8 @@ class Admission:
         self.limits = limits
         self._next_turn = 0.0  # monotonic time at which the next request may start (the rate's schedule)
         self._slots: asyncio.Semaphore | None = None  # made on the loop that serves, at the first request
+        # per connection (client address and port) refused: when the Retry-After it was given is up
+        self._refused: dict[tuple, float] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,14 +77,7 @@ class Admission:
             return
         wait = self._take_turn()
         if wait is None:
-            await send_error(
-                send,
-                path,
-                429,
-                ErrorKind.BUSY,
-                "the API is answering as many requests as it may beside the writer; ask again shortly",
-                _retry_after(math.ceil(self.limits.queue_seconds)),
-            )
+            await self._refuse(scope, send, "the API is answering as many requests as it may beside the writer")
             return
         if wait > 0:
             await asyncio.sleep(wait)
@@ -88,14 +86,26 @@ class Admission:
         try:
             await asyncio.wait_for(self._slots.acquire(), self.limits.queue_seconds)
         except TimeoutError:
-            await send_error(
-                send, path, 429, ErrorKind.BUSY, "every slot of the API is busy; ask again shortly", _retry_after(1)
-            )
+            await self._refuse(scope, send, "every slot of the API is busy")
             return
         try:
             await self.app(scope, receive, send)
         finally:
             self._slots.release()
+
+    async def _refuse(self, scope: Scope, send: Send, why: str) -> None:
+        """429 with ``Retry-After``; to a connection that asks again before its last one is up, when it is."""
+        now, retry = time.monotonic(), math.ceil(self.limits.queue_seconds)
+        client = tuple(scope.get("client") or ())
+        early = self._refused.get(client, now) - now
+        if early > 0:
+            await asyncio.sleep(early)
+        if len(self._refused) >= 4096:  # connections gone: their times are up
+            self._refused = {c: t for c, t in self._refused.items() if t > now}
+        self._refused[client] = time.monotonic() + retry
+        await send_error(
+            send, scope.get("path", ""), 429, ErrorKind.BUSY, f"{why}; ask again shortly", _retry_after(retry)
+        )
 
     def _take_turn(self) -> float | None:
         """Seconds until this request's turn under the rate, or ``None`` when that is past the queue's wait."""

@@ -1,12 +1,13 @@
 """What the coordinator API costs the writer that serves it: micro-batch seconds idle and under N clients.
 
 One streaming job (`laketide`'s own generator, 20,000-row micro-batches every second, merge-on-read on
-local disk, the API on) runs three windows back to back: idle, then N clients asking flat out
-(``bench/api_load.py``, its own process, sharing this machine's cores), then idle again. The
-micro-batch median under load is compared with the median of the two idle windows (the goal: at most
-1.3x), and the load's answers are counted by status (no 5xx) with their p50/p99. The table is then read
-by hudi-rs and compared with the generator's model. There is no peer: this measures the writer against
-itself. Results go to ``bench/results/api-<date>.json``.
+local disk, the API on) runs four windows back to back: idle, then N clients asking flat out
+(``bench/api_load.py``, its own process, sharing this machine's cores) with each of its mixes (``panels``:
+the dashboard's panels and the scripts' routes; ``dashboard``: whole dashboard pages and the instants in
+turn), then idle again. Each mix's micro-batch median is compared with the median of the two idle windows
+(the goal: at most 1.3x, for every mix), and its answers are counted by status (no 5xx) with their p50/p99.
+The table is then read by hudi-rs and compared with the generator's model. There is no peer: this measures
+the writer against itself. Results go to ``bench/results/api-<date>.json``.
 
     python bench/api_bench.py                          # 32 clients, 60 s windows
     python bench/api_bench.py --clients 8 --seconds 20
@@ -24,12 +25,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from datetime import date
 from pathlib import Path
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
+from api_load import MIXES  # noqa: E402
 from soak import _same, model  # noqa: E402
 
 
@@ -86,11 +89,11 @@ def run(args) -> dict:
             address = job.coordinator.lease.current_holder().api_address
             while windows.batches < args.warmup:
                 time.sleep(0.5)
-            for name in ("idle", "load", "idle again"):
+            for name in ("idle", *MIXES, "idle again"):
                 print(f"{name}: {args.seconds:.0f} s", flush=True)
                 windows.start(name)
-                if name == "load":
-                    load.update(_load(address, args.clients, args.seconds, workdir))
+                if name in MIXES:
+                    load[name] = _load(address, args.clients, args.seconds, workdir, name)
                 else:
                     time.sleep(args.seconds)
             windows.start(None)
@@ -102,8 +105,8 @@ def run(args) -> dict:
     return _result(args, windows, load, workdir, config, GeneratorSpec, time.monotonic() - started)
 
 
-def _load(address: str, clients: int, seconds: float, workdir: Path) -> dict:
-    out = workdir / "load.json"
+def _load(address: str, clients: int, seconds: float, workdir: Path, mix: str) -> dict:
+    out = workdir / f"load-{mix}.json"
     subprocess.run(
         [
             sys.executable,
@@ -113,6 +116,8 @@ def _load(address: str, clients: int, seconds: float, workdir: Path) -> dict:
             str(clients),
             "--seconds",
             str(seconds),
+            "--mix",
+            mix,
             "--out",
             str(out),
         ],
@@ -129,8 +134,9 @@ def _result(args, windows: Windows, load: dict, workdir: Path, config, spec_clas
     from laketide.table import Table
 
     idle = windows.seconds.get("idle", []) + windows.seconds.get("idle again", [])
-    loaded = windows.seconds.get("load", [])
-    idle_median, load_median = statistics.median(idle), statistics.median(loaded)
+    idle_median = statistics.median(idle)
+    mixes = {name: _mix(windows.seconds.get(name, []), load.get(name, {}), idle_median, args) for name in MIXES}
+    worst = max(mixes.values(), key=lambda m: m["ratio"])
     timeline = Table.open(
         str(workdir / "table")
     ).timeline  # archival keeps only the newest commits: the last batch id counts them
@@ -145,22 +151,41 @@ def _result(args, windows: Windows, load: dict, workdir: Path, config, spec_clas
         "clients": args.clients,
         "window_seconds": args.seconds,
         "idle_batches": len(idle),
-        "load_batches": len(loaded),
         "idle_median_s": round(idle_median, 3),
-        "load_median_s": round(load_median, 3),
-        "ratio": round(load_median / idle_median, 2),
         "goal_ratio": 1.3,
-        "answers": load.get("answers"),
-        "answers_per_s": round(load.get("answers", 0) / args.seconds, 1),
-        "statuses": load.get("statuses"),
-        "answer_p50_s": load.get("p50_s"),
-        "answer_p99_s": load.get("p99_s"),
-        "server_errors": load.get("server_errors"),
+        "mixes": mixes,
+        # the worst mix's figures, and the answers of all
+        "worst_mix": worst["mix"],
+        "load_batches": sum(m["load_batches"] for m in mixes.values()),
+        "load_median_s": worst["load_median_s"],
+        "ratio": worst["ratio"],
+        "answers": sum(m["answers"] for m in mixes.values()),
+        "statuses": dict(sum((Counter(m["statuses"]) for m in mixes.values()), Counter())),
+        "answer_p50_s": worst["answer_p50_s"],
+        "answer_p99_s": worst["answer_p99_s"],
+        "server_errors": sum(m["server_errors"] for m in mixes.values()),
         "verified": verified,
         "seconds": round(took),
         "settings": args.conf,
         "cpus": os.cpu_count(),
         "workdir": str(workdir),
+    }
+
+
+def _mix(seconds: list[float], load: dict, idle_median: float, args) -> dict:
+    """One mix's window: its micro-batch median against the idle one, and its answers."""
+    median = statistics.median(seconds) if seconds else float("nan")
+    return {
+        "mix": load.get("mix"),
+        "load_batches": len(seconds),
+        "load_median_s": round(median, 3),
+        "ratio": round(median / idle_median, 2),
+        "answers": load.get("answers", 0),
+        "answers_per_s": round(load.get("answers", 0) / args.seconds, 1),
+        "statuses": load.get("statuses", {}),
+        "answer_p50_s": load.get("p50_s"),
+        "answer_p99_s": load.get("p99_s"),
+        "server_errors": load.get("server_errors", 0),
     }
 
 
@@ -180,14 +205,14 @@ def main() -> None:
     result = run(args)
     if not args.workdir:
         shutil.rmtree(result.pop("workdir"), ignore_errors=True)
-    print(
-        f"micro-batch median: idle {result['idle_median_s']} s, under {args.clients} clients "
-        f"{result['load_median_s']} s "
-        f"({result['ratio']}x; goal <= 1.3x); answers {result['answers']} ({result['answers_per_s']}/s) "
-        f"{result['statuses']}, "
-        f"p50 {result['answer_p50_s']} s p99 {result['answer_p99_s']} s; 5xx {result['server_errors']}; table "
-        f"verified: {result['verified']}"
-    )
+    print(f"micro-batch median idle {result['idle_median_s']} s; goal <= 1.3x under {args.clients} clients, each mix")
+    for name, mix in result["mixes"].items():
+        print(
+            f"  {name}: {mix['load_median_s']} s ({mix['ratio']}x); answers {mix['answers']} "
+            f"({mix['answers_per_s']}/s) {mix['statuses']}, p50 {mix['answer_p50_s']} s p99 {mix['answer_p99_s']} s; "
+            f"5xx {mix['server_errors']}"
+        )
+    print(f"table verified: {result['verified']}")
     Path(args.out).write_text(json.dumps(result, indent=2))
 
 

@@ -1,11 +1,13 @@
 """A load generator for the coordinator API: N clients asking flat out, each as soon as its last answer came.
 
     python bench/api_load.py http://127.0.0.1:8470 --clients 32 --seconds 60 --out load.json
+    python bench/api_load.py http://127.0.0.1:8470 --mix dashboard
 
-Each client cycles through what the dashboard and scripts ask for (the panels, the writer, the
-timeline, the layout, metrics). A 429 is an answer like any other: the client asks again at once,
-as a careless script would, without honouring ``Retry-After``. Prints and writes the answers by
-status and the p50/p99 of their latencies.
+Each client cycles through a mix of what the dashboard and scripts ask for: ``panels`` (the dashboard's panels,
+the writer, the timeline, the layout, metrics) or ``dashboard`` (whole dashboard pages and the instants, in
+turn: browsers opening the page beside a script listing instants). A 429 is an answer like any other: the
+client asks again at once, as a careless script would, without honouring ``Retry-After``. Prints and writes
+the answers by status and the p50/p99 of their latencies.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections import Counter
 import httpx
 import numpy as np
 
-PATHS = [
+PANELS = [
     "/ui/part/job",
     "/ui/part/batches",
     "/v1/writer",
@@ -33,15 +35,16 @@ PATHS = [
     "/ui/part/layout",
     "/v1/lease",
 ]
+MIXES = {"panels": PANELS, "dashboard": ["/ui", "/v1/instants"]}
 
 
-async def _client(base: str, n: int, until: float, latencies: list[float], statuses: Counter) -> None:
+async def _client(base: str, paths: list[str], n: int, until: float, latencies: list[float], statuses: Counter) -> None:
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         i = n
         while time.monotonic() < until:
             started = time.monotonic()
             try:
-                answer = await client.get(PATHS[i % len(PATHS)])
+                answer = await client.get(paths[i % len(paths)])
                 statuses[str(answer.status_code)] += 1
             except httpx.HTTPError as exc:
                 statuses[type(exc).__name__] += 1
@@ -49,13 +52,14 @@ async def _client(base: str, n: int, until: float, latencies: list[float], statu
             i += 1
 
 
-async def load(base: str, clients: int, seconds: float) -> dict:
+async def load(base: str, clients: int, seconds: float, mix: str = "panels") -> dict:
     latencies: list[float] = []
     statuses: Counter = Counter()
     until = time.monotonic() + seconds
-    await asyncio.gather(*(_client(base, n, until, latencies, statuses) for n in range(clients)))
+    await asyncio.gather(*(_client(base, MIXES[mix], n, until, latencies, statuses) for n in range(clients)))
     answers = np.array(latencies) if latencies else np.zeros(1)
     return {
+        "mix": mix,
         "clients": clients,
         "seconds": seconds,
         "answers": len(latencies),
@@ -71,9 +75,10 @@ def main() -> None:
     parser.add_argument("base")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--mix", choices=sorted(MIXES), default="panels")
     parser.add_argument("--out")
     args = parser.parse_args()
-    result = asyncio.run(load(args.base, args.clients, args.seconds))
+    result = asyncio.run(load(args.base, args.clients, args.seconds, args.mix))
     print(json.dumps(result))
     if args.out:
         with open(args.out, "w") as f:
