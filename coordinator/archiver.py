@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from laketide.coordinator.actions import TimelineAction
@@ -95,9 +96,15 @@ class Archiver:
         max_commits: int = 30,
         index_instants: Callable[[], set[str]] | None = None,
         view: Callable[[Timeline], FileSystemView] | None = None,
+        batch_lock: AbstractContextManager | None = None,
     ):
         """``index_instants`` gives the instant times of the state index's delta runs (``StateIndex.instants``);
-        ``view`` the file-system view of a timeline (the job passes its synced view)."""
+        ``view`` the file-system view of a timeline (the job passes its synced view). ``batch_lock``: the lock a
+        micro-batch holds while it runs (the job's; none without one): the deletes take it, because a listing
+        of the timeline made while they go on can show a commit gone and an older one still there. Such a
+        timeline starts before the commit, so the commit reads as never completed and its files as none of
+        the table's: a micro-batch planned from it found every key of the groups the commit (a compaction)
+        rewrote gone, and inserted them again into new file groups."""
         if not 0 < min_commits < max_commits:
             raise Invalid(f"archive needs 0 < min_commits < max_commits; got {min_commits} and {max_commits}")
         self.coordinator = coordinator
@@ -112,6 +119,7 @@ class Archiver:
         self._index_instants = index_instants or (lambda: set())
         self._view = view or self.table.file_system_view
         self._settled = False  # whether an archival interrupted earlier has been finished
+        self.batch_lock = batch_lock or nullcontext()
 
     def _holds(self, timeline: Timeline) -> set[str]:
         """Instants whose failed writes may have left files or index runs: the active timeline must keep them."""
@@ -186,9 +194,11 @@ class Archiver:
             self._delete(sorted(left, key=lambda i: (i.timestamp, i.state.rank)))
 
     def _delete(self, files: list[Instant]) -> None:
-        """Requested and inflight files first, then completed ones oldest first: no moment shows a gap or a false
-        pending write."""
-        self.steps.remove(*[i for i in files if not i.is_completed], *[i for i in files if i.is_completed])
+        """Requested and inflight files first, then completed ones oldest first, between micro-batches: a listing
+        that reads the files in order meanwhile shows no gap and no false pending write, but a listing does not
+        always read them in order (a directory's entries come in its own order, each looked up as it comes)."""
+        with self.batch_lock:
+            self.steps.remove(*[i for i in files if not i.is_completed], *[i for i in files if i.is_completed])
 
     def _history_entries(self, timeline: Timeline, chosen: list[Instant]) -> list[HistoryEntry]:
         """Version 8: each chosen action as the LSM history holds it: its completed file, and its plan."""

@@ -29,18 +29,26 @@ class IndexCompaction:
 
     Threads: ``run`` is the services thread's (or the micro-batch's, when services run inline). It writes
     the new bases unlocked, then deletes what they replace, and folds the coverage files, under
-    ``swap_lock``, the writer's batch lock, set once the writer exists: a micro-batch reads the runs and
-    coverage files its snapshot listed, and must not find them gone.
+    ``batch_lock``, the writer's: a micro-batch reads the runs and coverage files its snapshot listed, and must
+    not find them gone.
     """
 
-    def __init__(self, table: Table, index: StateIndex, limit: int, hold: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        table: Table,
+        index: StateIndex,
+        limit: int,
+        hold: Callable[[], None] = lambda: None,
+        batch_lock: AbstractContextManager | None = None,
+    ):
         """``hold`` raises unless this writer still holds the lease: checked before each new run and before the
-        swap, so a writer paused past its lease neither writes runs nor deletes what the new holder reads."""
+        swap, so a writer paused past its lease neither writes runs nor deletes what the new holder reads.
+        ``batch_lock``: the lock a micro-batch holds while it runs (none without a job)."""
         self.table = table
         self.hold = hold
         self.index = index
         self.limit = limit
-        self.swap_lock: AbstractContextManager | None = None
+        self.batch_lock = batch_lock or nullcontext()
 
     def _fold(self, snapshot: IndexSnapshot, shard: int, runs: tuple[str, ...]) -> Fold | None:
         """A new base for a shard without one or whose newer entries outgrew a level; a new level for one
@@ -58,7 +66,7 @@ class IndexCompaction:
         # every new run first, outside the lock: a micro-batch may run meanwhile
         folds = [self._fold(snapshot, shard, runs) for shard, runs in snapshot.runs.items()]
         self.hold()
-        with self.swap_lock or nullcontext():
+        with self.batch_lock:
             for fold in folds:
                 if fold is not None:
                     self.index.retire(fold)

@@ -4,6 +4,7 @@ visible."""
 from __future__ import annotations
 
 import itertools
+import threading
 
 import pyarrow as pa
 import pytest
@@ -256,4 +257,27 @@ def test_a_micro_batch_whose_listed_commits_are_archived_meanwhile_reads_the_tim
     assert instant is not None and racing_table.io.archive is None, "archival ran in the middle"
     assert len(Table.open(table.uri).timeline.completed_writes()) == 5
     assert state(table.uri) == rows(pa.Table.from_pylist(records, schema=SCHEMA), "id", ["id", "v", "region"])
+    lease.release()
+
+
+def test_archival_deletes_timeline_files_only_between_micro_batches(tmp_path):
+    """A listing of the timeline made while archival deletes its files can show a commit gone and an older one
+    still there: such a timeline starts before the commit, which then reads as never completed. A micro-batch
+    planned from one saw the file groups a compaction had just rewritten as empty (the compaction's commit
+    gone, its base files none of the table's) and inserted every key of theirs again into new file groups. So
+    the deletes wait for the writer's batch lock: a micro-batch lists the timeline whole."""
+    table, coordinator, lease, _instants, _reads = history(tmp_path / "t", commits=12)
+    Cleaner(coordinator, Retention(commits=3)).clean()
+    batch_lock = threading.RLock()
+    archiver = Archiver(coordinator, 4, 6, batch_lock=batch_lock)
+    before = table.timeline.completed_writes()
+    with batch_lock:  # a micro-batch is being written
+        archiving = threading.Thread(target=archiver.archive)
+        archiving.start()
+        archiving.join(timeout=5)
+        assert archiving.is_alive(), "archival waits for the micro-batch before it deletes"
+        assert Table.open(table.uri).timeline.completed_writes() == before
+    archiving.join(timeout=30)
+    assert not archiving.is_alive()
+    assert len(Table.open(table.uri).timeline.completed_writes()) == 4
     lease.release()

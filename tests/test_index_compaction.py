@@ -66,8 +66,7 @@ def test_a_fold_writes_its_level_at_once_and_deletes_the_folded_runs_only_betwee
     assert all(len(names) >= 4 for names in before.values()), before
 
     batch_lock = threading.RLock()
-    service = IndexCompaction(table, index, limit=2)
-    service.swap_lock = batch_lock
+    service = IndexCompaction(table, index, limit=2, batch_lock=batch_lock)
     with batch_lock:  # a micro-batch is being written
         folding = threading.Thread(target=service.run)
         folding.start()

@@ -77,6 +77,7 @@ class BatchWriter:
         failures: ServiceFailures | None = None,
         driver_pool: DriverPool | None = None,
         label: str | None = None,
+        batch_lock: threading.RLock | None = None,
     ):
         """``on_step(point, batch_id)`` is called at each step ("begun", "written", "committed");
         crash tests use it to kill the process at an exact point. ``after_commit(instant)`` runs the
@@ -84,7 +85,8 @@ class BatchWriter:
         commit stands whatever they do). ``views`` is the file-system view kept between
         micro-batches (shared with the table services). ``driver_pool``: the threads of the micro-batches the
         driver writes, when several writers share them (the tables of a database job); ``label`` names the
-        table in its reports then."""
+        table in its reports then. ``batch_lock``: held while a micro-batch runs (its own when none is given);
+        operator actions and the services' steps that change what a micro-batch reads take it too."""
         self.config = config
         self.table = table
         self.coordinator = coordinator
@@ -102,7 +104,7 @@ class BatchWriter:
         )
         self.message_tally = MessageTally(coordinator.metrics)
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
-        self.batch_lock = threading.RLock()
+        self.batch_lock = batch_lock or threading.RLock()
         self.metrics = coordinator.metrics
         self._on_step = on_step or (lambda point, batch_id: None)
         self._after_commit = after_commit or (lambda instant: None)

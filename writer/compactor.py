@@ -76,10 +76,13 @@ class Compactor:
         write: WriteSection | None = None,
         view: Callable[[Timeline], FileSystemView] | None = None,
         on_step: Callable[[str], None] | None = None,
+        finish_lock: threading.RLock | None = None,
     ):
         """``on_step(point)`` is called before each base file is closed ("compaction-closing"), when the base
         files are written ("compaction-written") and when the late logs are carried over ("compaction-carried");
-        crash tests kill or pause the process there."""
+        crash tests kill or pause the process there. ``finish_lock``: the job's batch lock, held while a
+        micro-batch runs; the last step of a compaction takes it. Without a job (``laketide compact``) it is
+        one of its own, which nothing else holds."""
         self.coordinator = coordinator
         self._on_step = on_step or (lambda point: None)
         self.table = coordinator.table
@@ -87,9 +90,7 @@ class Compactor:
         self.write = write or WriteSection()  # how new base files size their bloom filters
         self.steps = TimelineAction(coordinator, COMPACTION)
         self._view = view or self.table.file_system_view
-        # held by the job while a micro-batch runs (its ``batch_lock``); the last step of a compaction takes
-        # it. Without a job (``laketide compact``) nothing else ever holds this one.
-        self.finish_lock: threading.RLock = threading.RLock()
+        self.finish_lock = finish_lock or threading.RLock()
 
     def schedule(self) -> str | None:
         """Plan a compaction of the slices past the thresholds; ``None`` when none is due."""

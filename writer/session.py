@@ -140,10 +140,12 @@ def _assemble(
         log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
     Savepoints(coordinator).resume_restore()
     views = ViewSync(table)
-    compactor = compactor_for(config, table, coordinator, views, parts["on_step"])
+    # held while a micro-batch runs; the services' steps that change what it reads take it too
+    batch_lock = threading.RLock()
+    compactor = compactor_for(config, table, coordinator, views, parts["on_step"], batch_lock)
     mirror = mirror_for(config, table, views, coordinator.hold)
-    index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas, coordinator.hold)
-    services = table_services(config, coordinator, index, views, index_compaction, compactor, mirror)
+    index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas, coordinator.hold, batch_lock)
+    services = table_services(config, coordinator, index, views, index_compaction, compactor, mirror, batch_lock)
     writer = BatchWriter(
         config,
         table,
@@ -153,12 +155,10 @@ def _assemble(
         after_commit=after_commit(config, compactor, services),
         views=views,
         failures=services.failures,
+        batch_lock=batch_lock,
         **parts,
     )
     services.failures.on_failure = lambda name, instant, error: writer.status.failed(name, error, instant)
-    if compactor is not None:
-        compactor.finish_lock = writer.batch_lock
-    index_compaction.swap_lock = writer.batch_lock
     state = _job_state(table, coordinator, writer_id) if streaming else None
     if state is not None:
         writer.observers.append(

@@ -4,7 +4,9 @@ archival, the state index's compaction, then the Delta mirror, which publishes w
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from laketide.config import JobConfig
 from laketide.coordinator import Coordinator
@@ -35,15 +37,16 @@ def table_services(
     index_compaction: IndexCompaction,
     compactor: Compactor | None = None,
     mirror: DeltaMirror | None = None,
+    batch_lock: AbstractContextManager | None = None,
 ) -> TableServices:
     """Compaction (merge-on-read, when async), cleaning, then archival (when enabled), after each commit, on the job's
     synced view; the state index's compaction; last the Delta mirror, which publishes what they and the commit
-    completed."""
+    completed. ``batch_lock``: the writer's, which archival's deletes take (``Archiver``)."""
     services: list = [("compact", compactor.run)] if compactor is not None and config.compaction.mode == "async" else []
     services.append(("clean", Cleaner(coordinator, config.clean.retention(), index.obsolete_runs, views.view).clean))
     if config.archive.enabled:
         archiver = Archiver(
-            coordinator, config.archive.min_commits, config.archive.max_commits, index.instants, views.view
+            coordinator, config.archive.min_commits, config.archive.max_commits, index.instants, views.view, batch_lock
         )
         services.append(("archive", archiver.archive))
     services.append(("index compaction", index_compaction.run))
@@ -59,11 +62,12 @@ def compactor_for(
     coordinator: Coordinator,
     views: ViewSync,
     on_step: Callable[[str, int], None] | None = None,
+    finish_lock: threading.RLock | None = None,
 ) -> Compactor | None:
     if table.config.table_type != "MERGE_ON_READ" or config.compaction.mode == "off":
         return None
     steps = (lambda point: on_step(point, -1)) if on_step is not None else None
-    return Compactor(coordinator, config.compaction, config.write, views.view, steps)
+    return Compactor(coordinator, config.compaction, config.write, views.view, steps, finish_lock)
 
 
 def after_commit(config: JobConfig, compactor: Compactor | None, services: TableServices) -> Callable[[str], None]:
