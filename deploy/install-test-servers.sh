@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the servers the tests start that come from npm: Azurite (Azure Blob), into .tools/.
+# Installs the servers the tests start that come from npm, into .tools/: Azurite (Azure Blob) and s3rver (an S3
+# server without conditional writes, on which every job must be refused).
 # Node.js and npm come from Debian when missing. Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,4 +17,8 @@ fi
 if [ ! -x .tools/node_modules/.bin/azurite-blob ]; then
   echo "installing from npm: azurite"
   npm install --prefix .tools --no-audit --no-fund --silent azurite@3 >/dev/null
+fi
+if [ ! -x .tools/node_modules/.bin/s3rver ]; then
+  echo "installing from npm: s3rver"
+  npm install --prefix .tools --no-audit --no-fund --silent s3rver@3.7.1 >/dev/null
 fi

@@ -98,6 +98,36 @@ def azurite(tmp_path_factory):
         server.wait(timeout=30)
 
 
+S3RVER = Path(__file__).resolve().parents[1] / ".tools" / "node_modules" / ".bin" / "s3rver"
+
+
+@pytest.fixture(scope="module")
+def s3rver(tmp_path_factory):
+    """s3rver (from npm, installed by ``make test``; it ignores ``If-None-Match`` and ``If-Match``) on a free
+    loopback port, with one bucket; the options every reader and writer takes."""
+    import boto3
+
+    if not S3RVER.exists():
+        pytest.fail(f"{S3RVER} is missing: run deploy/install-test-servers.sh (make test does)")
+    port = free_port()
+    data = tmp_path_factory.mktemp("s3rver")
+    server = subprocess.Popen(
+        [str(S3RVER), "-d", str(data), "-a", "127.0.0.1", "-p", str(port), "--silent", "--no-vhost-buckets"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_port(port)
+        credentials = {"aws_access_key_id": "S3RVER", "aws_secret_access_key": "S3RVER"}
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **credentials).create_bucket(Bucket="lake")
+        yield {"aws_endpoint_url": endpoint, **credentials, "aws_region": "us-east-1", "allow_http": "true"}
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
 def wait_for_port(port: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
