@@ -281,3 +281,31 @@ def test_archival_deletes_timeline_files_only_between_micro_batches(tmp_path):
     assert not archiving.is_alive()
     assert len(Table.open(table.uri).timeline.completed_writes()) == 4
     lease.release()
+
+
+def test_the_listed_timeline_merges_the_archive_with_an_older_clean_still_active(tmp_path):
+    """Archival goes by action: a clean kept on the active timeline can be older than commits archived after it.
+    Every commit is listed, once, newest first, and pages of the listing join up."""
+    from laketide.table.inspect.timeline import timeline_page
+
+    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=4)
+    assert Cleaner(coordinator, Retention(commits=1)).clean().clean_instant is not None
+    instants += [
+        upsert(table, coordinator, n, [{"id": i, "v": n, "region": ("us", "eu")[i % 2]} for i in range(6)], SCHEMA)
+        for n in range(4, 12)
+    ]
+    Cleaner(coordinator, Retention(commits=3)).clean()
+    Archiver(coordinator, 4, 6).archive()
+    table = Table.open(table.uri)
+    assert table.timeline.instants[0].action == CLEAN and len(table.timeline.completed_writes()) == 4
+    listed = timeline_page(table, None, [COMMIT], None, 100).items
+    assert [row.instant for row in listed] == sorted(instants, reverse=True)
+    pages, before = [], None
+    while True:
+        page = timeline_page(table, None, None, before, 5)
+        pages += [(row.instant, row.action) for row in page.items]
+        if page.next_before is None:
+            break
+        before = page.next_before
+    assert pages == sorted(set(pages), reverse=True) and {i for i, a in pages if a == COMMIT} == set(instants)
+    lease.release()

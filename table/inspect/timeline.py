@@ -8,8 +8,10 @@ archive only when it pages past the active timeline: an operator's first look ne
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
@@ -232,14 +234,19 @@ def timeline_page(
     timeline = table.timeline
     active = [i for i in reversed(timeline.filter(states, actions)) if before is None or i.timestamp < before]
     rows = _active_rows(timeline, active[: limit + 1])
-    oldest_active = timeline.instants[0].timestamp if timeline.instants else None
-    if archived and len(rows) <= limit:
-        for row in _archived_newest_first(table):
-            if len(rows) > limit:
-                break
-            older = (before is None or row.instant < before) and (oldest_active is None or row.instant < oldest_active)
-            if older and (states is None or State(row.state) in states) and (actions is None or row.action in actions):
-                rows.append(row)
+    if archived:
+        # archival goes by action, so the archive and the active timeline overlap in time (a clean kept active
+        # is older than commits archived after it): the two are merged by instant, each instant shown once
+        on_timeline = {(i.timestamp, i.action) for i in timeline.instants}
+        older = (
+            row
+            for row in _archived_newest_first(table)
+            if (row.instant, row.action) not in on_timeline
+            and (before is None or row.instant < before)
+            and (states is None or State(row.state) in states)
+            and (actions is None or row.action in actions)
+        )
+        rows = list(islice(heapq.merge(rows, older, key=lambda row: row.instant, reverse=True), limit + 1))
     page = rows[:limit]
     return TimelinePage(
         items=page, next_before=page[-1].instant if len(rows) > limit else None, active_instants=len(timeline)
