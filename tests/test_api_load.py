@@ -16,7 +16,7 @@ def test_32_clients_flat_out_get_no_server_error_and_the_table_stays_right(monke
 
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     args = argparse.Namespace(
-        clients=32, seconds=10, rows=20_000, warmup=3, max_batches=1000, conf=[], workdir=str(tmp_path)
+        clients=32, seconds=10, rounds=1, rows=20_000, warmup=3, max_batches=1000, conf=[], workdir=str(tmp_path)
     )
     result = api_bench.run(args)
     print(
