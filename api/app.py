@@ -40,7 +40,7 @@ from laketide.table.format.savepoint import SavepointMetadata
 from laketide.table.inspect import FileGroupInfo, InstantDetail, InstantPage, PartitionInfo
 from laketide.table.inspect.layout import FileGroupPage, GroupOrder, TableLayout
 from laketide.table.inspect.timeline import ServicesView, TimelinePage
-from laketide.writer.database import Database, DatabaseTable
+from laketide.writer.job.database import Database, DatabaseTable
 from laketide.writer.quarantine import QuarantineSummary
 from laketide.writer.report import TableSummary, WriterView
 

@@ -18,9 +18,9 @@ from laketide.table.format.timeline import drawn_again
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.table import SharedCaches
 from laketide.writer import quarantine
-from laketide.writer.database import Database, DatabaseTable
-from laketide.writer.job_state import JobState
-from laketide.writer.operations import Operations
+from laketide.writer.job.database import Database, DatabaseTable
+from laketide.writer.job.operations import Operations
+from laketide.writer.job.state import JobState
 from laketide.writer.quarantine import QuarantineSummary
 from laketide.writer.report import TableSummary, WriterView
 

@@ -265,7 +265,7 @@ def idle_cost(work: Path, tables: list[BenchTable]) -> dict:
 
     from laketide.config import load_config
     from laketide.config_tables import SourceTable, TableRoutes
-    from laketide.writer.session import WriterSession
+    from laketide.writer.job.session import WriterSession
 
     routes = TableRoutes(
         load_config(

@@ -44,7 +44,7 @@ def _setup(root: str):
 
 def build(rows: int, root: str) -> str:
     """The file group to merge into, written as one insert (not measured)."""
-    from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
+    from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
 
     io, schema, avro = _setup(root)
     stat = BucketWriter(io, FileGroupTarget("p", "fg-0"), "20260101000000001", 0, schema, avro).write(
@@ -55,7 +55,7 @@ def build(rows: int, root: str) -> str:
 
 def merge(rows: int, root: str, path: str) -> dict:
     from laketide.table.format.files import BaseFile
-    from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
+    from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
 
     io, schema, avro = _setup(root)
     base = BaseFile.parse("p", os.path.basename(path), 0)

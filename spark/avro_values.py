@@ -15,7 +15,7 @@ from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import StringType, StructField, StructType
 
 from laketide.index.columns import DECODE_REASON
-from laketide.writer.connect_avro import read_schema
+from laketide.writer.changes.connect.avro import read_schema
 
 VALUE, PAYLOAD = "_lt_value", "_lt_payload"
 

@@ -5,7 +5,7 @@ else with laketide's (``kafka_source.py``); both give Spark's Kafka columns. ``d
 each record's value into the declared columns: JSON through Spark's ``from_json`` (as landing JSON files
 are read), Avro through fastavro (``avro_values.py``); Confluent's wire format (a zero byte and a
 4-byte schema id before the payload) is recognised and its framing removed. Debezium change events are
-handed on as they came (``change_records``), and decoded by the core (``writer.change_decoder``).
+handed on as they came (``change_records``), and decoded by the core (``changes.decoder``).
 
 A record that cannot become a row goes to quarantine with its reason (``DECODE_REASON``) and, as its raw
 form, a JSON object naming its topic, partition and offset with its value (text when it is UTF-8, else
@@ -187,7 +187,7 @@ def change_schema(row_schema: StructType) -> StructType:
 
 
 def change_records(records: DataFrame) -> DataFrame:
-    """Kafka records of Debezium change events as the core decodes them (``writer.change_decoder``): each
+    """Kafka records of Debezium change events as the core decodes them (``changes.decoder``): each
     value as it came (its framing says an Avro value's schema id), and where it was. Decoding happens in
     ``foreachBatch``, where the columns of the micro-batch are known (they may come from the events)."""
     return records.select("value", "topic", "partition", "offset")

@@ -25,7 +25,7 @@ from laketide.spark.session import spark_session
 from laketide.spark.sources import change_decoder, source_schema
 from laketide.spark.workers import warm_workers
 from laketide.table.errors import LaketideError
-from laketide.writer.database import Database, DatabaseReport, TableParts
+from laketide.writer.job.database import Database, DatabaseReport, TableParts
 
 log = logging.getLogger("laketide.job")
 # what the query hands each micro-batch: the records as Kafka gave them (the key names a new table's record key)

@@ -41,10 +41,10 @@ from laketide.spark.workers import warm_workers
 from laketide.table import FileIO
 from laketide.table.errors import LaketideError
 from laketide.writer.batch_writer import BatchWriter
-from laketide.writer.database import Database
+from laketide.writer.job.database import Database
+from laketide.writer.job.running import RunningJob
+from laketide.writer.job.session import WriterSession, check_table, open_table, quarantine_path
 from laketide.writer.preflight import check_exchange_dir, check_quarantine_path
-from laketide.writer.running import RunningJob
-from laketide.writer.session import WriterSession, check_table, open_table, quarantine_path
 
 DATA_LOSS = re.compile(r"KafkaDataLoss: ([^\n]+)")
 log = logging.getLogger("laketide.job")

@@ -33,10 +33,11 @@ from laketide.spark.sources import (
 from laketide.spark.spark_batch import SparkBatch, prepare_pieces, prepare_records
 from laketide.table.storage.io import FileEntry, FileIO
 from laketide.writer.batch_writer import BatchWriter
-from laketide.writer.change_decoder import ChangeDecoder
+from laketide.writer.changes.decoder import ChangeDecoder
+from laketide.writer.changes.kafka_values import plain_rows
+from laketide.writer.changes.schema_registry import schema_ids
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.exchange import Exchange
-from laketide.writer.kafka_values import plain_rows
 from laketide.writer.landing import (
     Piece,
     batch_files,
@@ -47,7 +48,6 @@ from laketide.writer.landing import (
 )
 from laketide.writer.micro_batch import LoadedBatch
 from laketide.writer.prepare import Tally
-from laketide.writer.schema_registry import schema_ids
 
 log = logging.getLogger("laketide.job")
 # the sources that read landing files

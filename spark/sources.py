@@ -37,9 +37,9 @@ from laketide.spark.generator import GeneratorDataSource, GeneratorSpec
 from laketide.table import Table
 from laketide.table.format.schema import IS_DELETED
 from laketide.table.storage.io import FileIO
-from laketide.writer.change_decoder import ChangeDecoder
-from laketide.writer.connect_avro import AvroValues, read_schema
-from laketide.writer.schema_registry import SchemaRegistry
+from laketide.writer.changes.connect.avro import AvroValues, read_schema
+from laketide.writer.changes.decoder import ChangeDecoder
+from laketide.writer.changes.schema_registry import SchemaRegistry
 
 # CSV as people write it (RFC 4180): a doubled quote inside a quoted field, newlines inside quotes,
 # and a header naming the columns, which Spark checks against the schema instead of ignoring it.
@@ -75,7 +75,7 @@ def generated_fits_driver(config: JobConfig, limit: int) -> bool:
 
 
 def decodes_changes(source: SourceSection) -> bool:
-    """Whether the core decodes the micro-batches' records (``writer.change_decoder``): Debezium's events, from
+    """Whether the core decodes the micro-batches' records (``changes.decoder``): Debezium's events, from
     Kafka (JSON or Avro) or from landing files of JSON lines."""
     return source.envelope == "debezium"
 
@@ -178,7 +178,7 @@ class KafkaValues:
 
 def landed_lines(spark: SparkSession, source: SourceSection) -> DataFrame:
     """Landing files of change events, one JSON event a line (as Kafka Connect's file and S3 sinks write them),
-    each line with where it was; the core decodes them (``writer.change_decoder.LINE_SCHEMA``). Blank lines are
+    each line with where it was; the core decodes them (``changes.decoder.LINE_SCHEMA``). Blank lines are
     not events."""
     reader = spark.readStream.format("text").options(**source.options)
     if source.max_files_per_trigger:

@@ -25,8 +25,8 @@ from laketide.table.format.schema import (
     data_schema,
     with_meta_schema,
 )
-from laketide.writer.base_file import ensure_partition_metadata
-from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
+from laketide.writer.files.base_file import ensure_partition_metadata
+from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
 
 
 def write_file_groups(

@@ -24,7 +24,7 @@ from laketide.table.format.schema import (
     avro_schema_json,
     with_meta_schema,
 )
-from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
+from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
 
 
 def batch(keys, ts, partition="p", deleted=None):

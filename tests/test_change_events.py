@@ -1,4 +1,4 @@
-"""Debezium change events into rows (``writer.change_events``, ``writer.connect_values``): pure logic on Arrow,
+"""Debezium change events into rows (``changes.events``, ``changes.connect.values``): pure logic on Arrow,
 with the event shapes Debezium's documentation and test resources show (``connect_events``)."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from connect_events import (
     sample_row,
 )
 
-from laketide.writer.change_events import ChangeSpec, change_rows, parse_messages
-from laketide.writer.connect_values import Decoding
+from laketide.writer.changes.connect.values import Decoding
+from laketide.writer.changes.events import ChangeSpec, change_rows, parse_messages
 
 ARROW = {
     "BIGINT": pa.int64(),
@@ -250,8 +250,8 @@ MYSQL_COLUMNS = pa.schema([("id", pa.int64()), ("name", pa.string())])
 def test_a_mysql_failover_is_counted_and_ts_ms_ordering_keeps_it_in_order():
     """A failover to a server whose binlog numbers are lower: ordered by position its events are older than
     those before it (counted as behind the log); ordered by ts_ms they keep their order."""
-    from laketide.writer.change_decoder import ChangeDecoder
-    from laketide.writer.change_log import FeedLog
+    from laketide.writer.changes.decoder import ChangeDecoder
+    from laketide.writer.changes.source_log import FeedLog
 
     mysql = MySqlTable()
     events = [mysql.upsert({"id": i, "name": f"a{i}"}) for i in range(3)]
@@ -283,7 +283,7 @@ def test_events_sent_again_and_long_transactions_are_not_a_log_that_went_back():
     """A connector that sends events again after a restart sends their own, earlier times; a transaction that
     began before one ahead of it in the binlog carries the earlier time but the same server and file; events of
     other partitions are other streams. None of them went back."""
-    from laketide.writer.change_decoder import ChangeDecoder
+    from laketide.writer.changes.decoder import ChangeDecoder
 
     mysql = MySqlTable()
     events = [mysql.upsert({"id": i, "name": f"a{i}"}) for i in range(4)]
@@ -304,7 +304,7 @@ def test_a_postgres_commit_lsn_that_goes_back_is_counted_and_change_lsns_alone_a
     """Postgres by the commit LSN of ``source.sequence``: a restored replica's events come after newer commits.
     A change's own LSN does not rise with the order of events (a long transaction's changes come after shorter
     ones that committed first), so events without ``sequence`` are not checked."""
-    from laketide.writer.change_decoder import ChangeDecoder
+    from laketide.writer.changes.decoder import ChangeDecoder
 
     pg = PostgresTable(with_schema=False, sequence=True)
     events = [pg.upsert(sample_row(i)) for i in range(3)]
@@ -325,8 +325,8 @@ def test_avro_events_decode_as_the_same_events_through_the_json_converter():
     that is not a datum of the schema is quarantined, naming the schema setting."""
     from connect_events import avro_schema, avro_value
 
-    from laketide.writer.change_decoder import ChangeDecoder
-    from laketide.writer.connect_avro import AvroValues
+    from laketide.writer.changes.connect.avro import AvroValues
+    from laketide.writer.changes.decoder import ChangeDecoder
 
     table = PostgresTable(full=True)
     events = [table.upsert(sample_row(i, 0), op="r") for i in range(6)] + [
@@ -383,9 +383,9 @@ def test_avro_values_are_read_under_the_registrys_schema_of_their_id():
     its HTTP client is tested end to end.)"""
     from connect_events import avro_schema, avro_value
 
-    from laketide.writer.change_decoder import ChangeDecoder
-    from laketide.writer.connect_avro import AvroValues
-    from laketide.writer.schema_registry import SchemaRegistry
+    from laketide.writer.changes.connect.avro import AvroValues
+    from laketide.writer.changes.decoder import ChangeDecoder
+    from laketide.writer.changes.schema_registry import SchemaRegistry
 
     old = PostgresTable(columns=POSTGRES_COLUMNS[:4])
     new = PostgresTable(
@@ -417,7 +417,7 @@ def test_avro_values_are_read_under_the_registrys_schema_of_their_id():
 
 def test_an_avsc_that_is_not_a_change_event_is_refused():
     from laketide.table.errors import Invalid
-    from laketide.writer.connect_avro import AvroChanges
+    from laketide.writer.changes.connect.avro import AvroChanges
 
     with pytest.raises(Invalid, match="not a Debezium change event"):
         AvroChanges({"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"}]})

@@ -1,5 +1,5 @@
 """Which table each record of a job of a whole database goes to, and the record key a new table takes from the
-Kafka key (``writer.change_routes``), on events shaped as Debezium's (``connect_events``)."""
+Kafka key (``changes.routes``), on events shaped as Debezium's (``connect_events``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from connect_events import HEARTBEAT, POSTGRES_COLUMNS, TRANSACTION_BEGIN, Colum
 
 from laketide.config_tables import SourceTable
 from laketide.table.errors import Invalid
-from laketide.writer.change_routes import record_key_of, route
+from laketide.writer.changes.routes import record_key_of, route
 
 
 def records(rows: list[tuple[str, dict | bytes | None]]) -> pa.Table:

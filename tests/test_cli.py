@@ -20,7 +20,7 @@ from laketide.coordinator import Coordinator, LocalLease
 from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.table.reading.view_sync import ViewSync
-from laketide.writer.operations import Operations
+from laketide.writer.job.operations import Operations
 
 CLI = str(Path(sys.executable).with_name("laketide"))
 

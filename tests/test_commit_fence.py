@@ -256,7 +256,7 @@ def test_a_base_file_a_stale_writer_adds_to_a_completed_compaction_is_swept(tmp_
     from laketide.config import CompactionSection
     from laketide.coordinator import sweep as sweeping
     from laketide.table.format.properties import TableConfig
-    from laketide.writer.compactor import Compactor
+    from laketide.writer.job.compactor import Compactor
 
     t = Table.create_from_config(
         str(tmp_path / "t"),

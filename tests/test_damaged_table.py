@@ -15,7 +15,7 @@ from opslib import OpsTable, changes
 from streaming import DATA_COLUMNS
 
 from laketide.table import Table
-from laketide.writer.job_state import JOB_STATE, JobState
+from laketide.writer.job.state import JOB_STATE, JobState
 
 
 def _table_with_commits(tmp_path: Path, **settings: str) -> OpsTable:

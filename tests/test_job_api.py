@@ -16,9 +16,9 @@ from conftest import hudi_read, rows
 from streaming import DATA_COLUMNS, expected_after, job_config, land, row
 
 from laketide.service import TOKEN_ENV, run_service
-from laketide.writer.job_state import JobState
+from laketide.writer.job.running import WAITING_SECONDS
+from laketide.writer.job.state import JobState
 from laketide.writer.landing import landing_backlog
-from laketide.writer.running import WAITING_SECONDS
 
 TOKEN = "job-token"
 CLI = str(Path(sys.executable).with_name("laketide"))

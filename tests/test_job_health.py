@@ -1,9 +1,9 @@
-"""The health rules (``writer/job_health.py``), on made-up micro-batch reports: pure logic, no job."""
+"""The health rules (``writer/job/health.py``), on made-up micro-batch reports: pure logic, no job."""
 
 from __future__ import annotations
 
 from laketide.config_types import trigger_seconds
-from laketide.writer.job_health import RATE_WINDOW_SECONDS, assess
+from laketide.writer.job.health import RATE_WINDOW_SECONDS, assess
 from laketide.writer.report import Backlog, BatchReport, Failure
 
 NOW = 1_800_000_000.0
@@ -94,7 +94,7 @@ def test_a_recent_failure_wins_and_an_old_one_is_only_the_last_error():
 def test_the_job_state_says_running_then_failed_with_the_error_and_a_stale_writer_says_nothing(tmp_path):
     from laketide.coordinator.lease import LeaseLost
     from laketide.table import FileIO
-    from laketide.writer.job_state import JobState, JobStateRecorder
+    from laketide.writer.job.state import JobState, JobStateRecorder
 
     io = FileIO.for_uri(str(tmp_path))
     held = [True]

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_FILE, SOURCE_OFFSET
-from laketide.writer.kafka_values import plain_rows
+from laketide.writer.changes.kafka_values import plain_rows
 
 ROWS = pa.schema(
     [

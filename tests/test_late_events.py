@@ -69,7 +69,7 @@ def test_a_tasks_ordering_spans_match_each_groups_own(kind):
     group of a write task at once (``ordering_spans``), are what each group's own records give."""
     from laketide.index.columns import EXISTED
     from laketide.table.format.schema import IS_DELETED
-    from laketide.writer.log_writer import OrderingSpan, ordering_spans
+    from laketide.writer.files.log_writer import OrderingSpan, ordering_spans
 
     rng = np.random.default_rng(3)
     n = 500

@@ -614,7 +614,7 @@ def test_an_async_compaction_waits_for_the_micro_batch_being_written_but_not_for
     import time
 
     from laketide.config import CompactionSection
-    from laketide.writer.compactor import Compactor
+    from laketide.writer.job.compactor import Compactor
 
     def waited(held_for: float, yield_seconds: float, job: bool = True) -> float:
         compactor = Compactor.__new__(Compactor)

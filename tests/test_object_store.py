@@ -294,7 +294,7 @@ KILLED_RESTORE = """
 import os, sys
 from laketide.coordinator.storage_lease import StorageLease
 from laketide.table import FileIO, Table
-from laketide.writer.operations import OPS_WRITER_ID, Operations
+from laketide.writer.job.operations import OPS_WRITER_ID, Operations
 
 uri, savepoint, options = sys.argv[1], sys.argv[2], dict(a.split("=", 1) for a in sys.argv[3:])
 table = Table.open(uri, FileIO.for_uri(uri, options))

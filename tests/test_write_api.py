@@ -105,7 +105,7 @@ def test_a_store_error_no_step_told_apart_is_still_a_laketide_error(monkeypatch,
     from obstore.exceptions import GenericError
 
     from laketide.table.errors import LaketideError
-    from laketide.writer import write_api
+    from laketide.writer.job import write_api
 
     def failing(*args, **kwargs):
         raise GenericError("Generic S3 error: something the store never said before")

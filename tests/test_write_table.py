@@ -190,7 +190,7 @@ def test_a_carried_bloom_filter_that_outgrew_its_file_is_built_again(tmp_path):
     from laketide.table import FileIO
     from laketide.table.format.files import BaseFile
     from laketide.table.format.schema import avro_schema_json, with_meta_schema
-    from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget
+    from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
 
     io = FileIO.for_uri(str(tmp_path))
     schema = pa.schema([("id", pa.string()), (IS_DELETED, pa.bool_())])
@@ -307,8 +307,8 @@ def test_replacecommit_hides_replaced_file_groups(table, coordinator):
 def test_sequence_numbers_are_the_same_with_and_without_the_compiled_module(monkeypatch):
     """``{instant}_{task}_{n}``, counting on across the files of a task and past each power of ten, made in C where
     the module is built and by Arrow otherwise."""
-    from laketide.writer import bucket_writer
-    from laketide.writer.bucket_writer import SequenceNumbers
+    from laketide.writer.files import bucket_writer
+    from laketide.writer.files.bucket_writer import SequenceNumbers
 
     def taken(expected: int) -> list[str]:
         numbers = SequenceNumbers("20261201000000001", 3, expected)

@@ -12,8 +12,8 @@ from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.driver_batch import DriverBatch
+from laketide.writer.job.session import quarantine_path
 from laketide.writer.micro_batch import LoadedBatch, StagedWrite
-from laketide.writer.session import quarantine_path
 
 
 def batch_writer(table: Table, coordinator: Coordinator, **write) -> BatchWriter:

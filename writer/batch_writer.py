@@ -2,7 +2,7 @@
 
 ``BatchWriter`` is Spark-free. The Spark adapter (``spark/pipeline.py``) reads each micro-batch of the stream
 into a ``MicroBatch`` (``writer/micro_batch.py``: ``DriverBatch`` in the driver's threads, or ``SparkBatch`` on the
-executors) and hands it here; the Python write API (``writer/write_api.py``) hands it a ``DriverBatch`` of an
+executors) and hands it here; the Python write API (``writer/job/write_api.py``) hands it a ``DriverBatch`` of an
 Arrow table. The work on records is done by the stage functions (``writer.stages``), and only one small write
 status per file comes back to decide the commit.
 """
@@ -33,16 +33,16 @@ from laketide.table.format.schema import avro_schema_json
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.storage.store_requests import REQUESTS, RETRY
 from laketide.writer import stages
+from laketide.writer.changes.source_table import SourceTable
+from laketide.writer.changes.tally import MessageTally
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.landing import copy_aside
-from laketide.writer.message_tally import MessageTally
 from laketide.writer.micro_batch import LoadedBatch, MicroBatch, StagedWrite
 from laketide.writer.planning import FirstKeys, every_file_group, plan_instant
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.prepare import TRUNCATE, PrepareSpec, Tally
 from laketide.writer.report import RECENT_BATCHES, BatchReport, WriterStatus
-from laketide.writer.source_table import SourceTable
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")

@@ -19,8 +19,8 @@ from laketide.table.format.encoding import records_dictionary_columns, repeated_
 from laketide.table.format.markers import CREATE, WriteMarkers
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY
 from laketide.table.storage.io import FileIO
-from laketide.writer.base_file import ensure_partition_metadata
-from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
+from laketide.writer.files.base_file import ensure_partition_metadata
+from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
 from laketide.writer.slots import split_by
 from laketide.writer.stages import STATUS_SCHEMA, BatchPlan, WriteStatus, ordered_codes, write_entries
 

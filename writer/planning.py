@@ -23,9 +23,9 @@ from laketide.table.format.view import FileSlice, FileSystemView
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.storage.io import FileIO
 from laketide.writer import stages
-from laketide.writer.log_writer import LogTarget
+from laketide.writer.files.log_writer import LogTarget
+from laketide.writer.files.stored_files import footer_reader
 from laketide.writer.slots import balanced_slots
-from laketide.writer.stored_files import footer_reader
 
 log = logging.getLogger("laketide.job")
 DEFAULT_RECORD_SIZE = 1024

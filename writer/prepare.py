@@ -34,7 +34,7 @@ from laketide.index.state import shard_of
 from laketide.table.format.keygen import first_reason, partition_paths, record_keys
 from laketide.table.format.schema import IS_DELETED
 from laketide.table.reading.unchanged import fill_from_earlier_events
-from laketide.writer.change_log import LogCheck
+from laketide.writer.changes.source_log import LogCheck
 from laketide.writer.quarantine import sources_of
 
 
@@ -65,7 +65,7 @@ class Tally:
     truncated_at: str | None = None
     # columns change events carried that the table's rows lack (``source.schema`` leaves them out): events per column
     unknown_fields: Counter = field(default_factory=Counter)
-    # the events' places in their database's log: how many went back, and each stream's newest (``change_log``)
+    # the events' places in their database's log: how many went back, and each stream's newest (``changes.source_log``)
     log: LogCheck = field(default_factory=LogCheck)
     # what the change events' positions were made by ("position", "ts_ms"), when they are a change feed's
     ordering: str | None = None
@@ -76,7 +76,7 @@ class Tally:
         self.truncated_at = max(filter(None, (self.truncated_at, other.truncated_at)), default=None)
         self.unknown_fields.update(other.unknown_fields)
         self.log.add(other.log)
-        # a part that went over to commit times makes the micro-batch's (``change_log``: ``on_log_reset``)
+        # a part that went over to commit times makes the micro-batch's (``changes.source_log``: ``on_log_reset``)
         self.ordering = "ts_ms" if "ts_ms" in (self.ordering, other.ordering) else self.ordering or other.ordering
         return self
 

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from laketide.table.errors import first_line
-from laketide.writer.job_state import JobState
+from laketide.writer.job.state import JobState
 
 
 @dataclass
@@ -51,7 +51,7 @@ class BatchReport:
     skipped_messages: dict[str, int] = field(default_factory=dict)
     # columns change events carried that the table's rows lack (not in source.schema): how many events carried each
     unknown_fields: dict[str, int] = field(default_factory=dict)
-    # change events that came after newer points of their database's log (a failover, RESET MASTER; ``change_log``)
+    # change events that came after newer points of their database's log (a failover, RESET MASTER; ``changes.source_log``)
     log_behind: int = 0
     # wall clock (epoch seconds) when the micro-batch ended: rates and the age of a lag are taken from it
     ended_at: float = 0.0

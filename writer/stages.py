@@ -47,11 +47,11 @@ from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.markers import CREATE, MERGE, WriteMarkers
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY, with_meta_schema
 from laketide.table.storage.io import FileIO
-from laketide.writer.base_file import encoded_text, ensure_partition_metadata
-from laketide.writer.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
-from laketide.writer.log_writer import LogTarget, LogWriter, OrderingSpan, ordering_spans
+from laketide.writer.files.base_file import encoded_text, ensure_partition_metadata
+from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
+from laketide.writer.files.log_writer import LogTarget, LogWriter, OrderingSpan, ordering_spans
+from laketide.writer.files.stored_files import column_reader, footer_reader, key_reader
 from laketide.writer.slots import present, split_by
-from laketide.writer.stored_files import column_reader, footer_reader, key_reader
 
 # a write status as it travels from a task: its write stat as Hudi's JSON, then the file group and late records
 STATUS_SCHEMA = pa.schema(

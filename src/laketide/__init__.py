@@ -15,7 +15,7 @@ if TYPE_CHECKING:
         Unavailable,
         UnsupportedTableError,
     )
-    from laketide.writer.write_api import write
+    from laketide.writer.job.write_api import write
 
 __version__ = "0.1.0"
 
@@ -38,7 +38,7 @@ def __getattr__(name: str):
     # loaded when first used: ``import laketide`` loads neither pyarrow nor the writer, so a process of laketide's
     # own (``laketide.cli``) chooses Arrow's allocator before pyarrow starts
     if name == "write":
-        from laketide.writer.write_api import write
+        from laketide.writer.job.write_api import write
 
         return write
     if name in _ERRORS:

@@ -61,7 +61,7 @@ class KafkaSection(_Section):
 
 
 class DebeziumSection(_Section):
-    """How ``source.envelope = "debezium"`` reads change events (``writer/change_events.py``).
+    """How ``source.envelope = "debezium"`` reads change events (``writer/changes/events.py``).
 
     Events that carry their schema (the JSON converter with ``schemas.enable``) are decoded by it; these
     settings say how to read values of events without one, as the connector was configured.
@@ -94,7 +94,7 @@ class DebeziumSection(_Section):
     dropped as late. Counted in every case (``log_behind=``, ``laketide_log_behind_total``)."""
 
     def decoding(self):
-        from laketide.writer.connect_values import Decoding
+        from laketide.writer.changes.connect.values import Decoding
 
         return Decoding(self.timestamp_unit, self.decimal_handling, self.ordering, self.on_log_reset)
 
@@ -164,7 +164,7 @@ class SourceSection(_Section):
                 "sinks write them)"
             )
         # change events with their schema (the JSON converter's, Avro's .avsc) carry their columns
-        # (``writer.change_decoder``)
+        # (``changes.decoder``)
         from_events = self.envelope == "debezium"
         if self.format != "generator" and not self.schema_ddl and not from_events:
             raise ValueError(f"source.schema (Spark DDL) is required for source.format = {self.format!r}")

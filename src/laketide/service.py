@@ -29,7 +29,7 @@ def run_service(config: JobConfig, on_ready: Callable | None = None, on_step: Ca
             from laketide.api.app import ApiLimits, ViewSettings, create_app, create_database_app
             from laketide.api.guard import default_hosts
             from laketide.api.server import ApiServer
-            from laketide.writer.session import quarantine_path
+            from laketide.writer.job.session import quarantine_path
 
             token = settings.api_token or os.environ.get(TOKEN_ENV)
             limits = ApiLimits(settings.api_max_rate or None, settings.api_max_concurrent, settings.api_max_body)

@@ -8,7 +8,7 @@ while that file stays behind.
 import os
 
 if os.environ.get("LAKETIDE_TEST_FAIL_FIRST_WRITE"):
-    from laketide.writer import bucket_writer
+    from laketide.writer.files import bucket_writer
 
     _finish = bucket_writer.BucketWriter.finish
 

@@ -121,7 +121,7 @@ def run(
     job_config = load_config(config, conf or [], base=None if config else embedded_defaults(conf or []))
     _logging()
     from laketide.service import run_service
-    from laketide.writer.database import Database
+    from laketide.writer.job.database import Database
 
     try:
         writer = run_service(job_config)

@@ -48,7 +48,7 @@ class Change:
         """``local(operations)`` makes the change here; its result is what the API would answer."""
         if self.api:
             return self._through_api(self.api, method, path, body)
-        from laketide.writer.operations import Operations
+        from laketide.writer.job.operations import Operations
 
         lease = lease_for(self.table, self.zookeeper, self.zookeeper_root)
         with Operations.under_lease(self.table, lease, "it has no API to ask") as operations:

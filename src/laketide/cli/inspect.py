@@ -137,7 +137,7 @@ def lease(
 ) -> None:
     """Who holds the table's lease, and the last word of the table's job (running, stopped, or failed with its
     error)."""
-    from laketide.writer.job_state import JobState
+    from laketide.writer.job.state import JobState
 
     t = open_table(table)
     holder = current_holder(t, zookeeper, zookeeper_root)

@@ -29,7 +29,7 @@ from laketide.table.format.encoding import BASE_FILE_CODEC
 
 @contextmanager
 def _operations(table: str, zookeeper: str | None, zookeeper_root: str, when_held: str, take: bool = True):
-    from laketide.writer.operations import Operations
+    from laketide.writer.job.operations import Operations
 
     t = open_table(table)
     with Operations.under_lease(t, lease_for(t, zookeeper, zookeeper_root), when_held, take=take) as operations:

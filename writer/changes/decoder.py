@@ -3,11 +3,11 @@ rows, and where each came from. Spark-free: the driver runs it on a micro-batch 
 prepare tasks on their part of a larger one.
 
 Records are Kafka records (``RECORD_SCHEMA``) or lines of landing files (``LINE_SCHEMA``); a value is JSON,
-or Avro under the schema registry's schema of its id or ``source.avro_schema`` (``connect_avro``), read as the
+or Avro under the schema registry's schema of its id or ``source.avro_schema`` (``changes.connect.avro``), read as the
 JSON converter would have written it. Confluent's framing (a zero byte and a schema id) is taken off here.
 
 The columns are ``source.schema`` when it is given. Otherwise they come from the events: the table's
-columns, and those the events' schemas add (``connect_values.arrow_type``) through the table's schema
+columns, and those the events' schemas add (``changes.connect.values.arrow_type``) through the table's schema
 evolution rules (``table.schema.evolve``): a column added in the source database is added to the table,
 nullable, by the first micro-batch that carries it; a change that is not a widening stops the job, naming
 the column. Every part of one micro-batch is decoded into the same columns, found first from all of it.
@@ -36,7 +36,10 @@ from laketide.index.columns import (
 )
 from laketide.table.errors import Invalid
 from laketide.table.format.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
-from laketide.writer.change_events import (
+from laketide.writer.changes.connect.avro import AvroValues
+from laketide.writer.changes.connect.schema import Encoding, arrow_type
+from laketide.writer.changes.connect.values import Decoding
+from laketide.writer.changes.events import (
     ChangeSpec,
     Messages,
     change_rows,
@@ -45,14 +48,11 @@ from laketide.writer.change_events import (
     positions,
     row_schemas,
 )
-from laketide.writer.change_log import FILES, FeedLog
-from laketide.writer.change_log import check as check_log
-from laketide.writer.connect_avro import AvroValues
-from laketide.writer.connect_schema import Encoding, arrow_type
-from laketide.writer.connect_values import Decoding
-from laketide.writer.kafka_values import record_origin
+from laketide.writer.changes.kafka_values import record_origin
+from laketide.writer.changes.schema_registry import schema_ids, unframed
+from laketide.writer.changes.source_log import FILES, FeedLog
+from laketide.writer.changes.source_log import check as check_log
 from laketide.writer.prepare import Tally
-from laketide.writer.schema_registry import schema_ids, unframed
 
 if TYPE_CHECKING:
     from laketide.table import Table
@@ -102,7 +102,7 @@ class ChangeDecoder:
         return self.declared is None or (self.avro is not None and self.avro.registry is not None)
 
     def columns(self, schemas: list[list[dict]], table: pa.Schema | None) -> pa.Schema:
-        """The columns a micro-batch whose events carry ``schemas`` (``change_events.row_schemas``) is decoded
+        """The columns a micro-batch whose events carry ``schemas`` (``changes.events.row_schemas``) is decoded
         into, for a table of ``table`` columns (``None`` before its first commit)."""
         if self.declared is not None:
             return self.declared
@@ -169,7 +169,7 @@ class ChangeDecoder:
         return parse_messages(unframed(values) if "topic" in records.column_names else values)
 
     def schemas(self, records: pa.Table, messages: Messages | None = None) -> list[list[dict]]:
-        """The distinct row schemas the events of ``records`` carry (``change_events.row_schemas``)."""
+        """The distinct row schemas the events of ``records`` carry (``changes.events.row_schemas``)."""
         if self.avro is not None:
             return self.avro.row_schemas(schema_ids(records["value"].combine_chunks()))
         return row_schemas(messages if messages is not None else self.parse(records))

@@ -23,10 +23,10 @@ from laketide.table.format.timeline import redrawn
 from laketide.table.mirror.delta_mirror import DeltaMirror
 from laketide.table.reading.view_sync import ViewSync
 from laketide.writer.batch_writer import BatchWriter
-from laketide.writer.job_health import assess
-from laketide.writer.job_state import JobStateRecorder
+from laketide.writer.job.health import assess
+from laketide.writer.job.operations import Operations
+from laketide.writer.job.state import JobStateRecorder
 from laketide.writer.landing import landing_backlog
-from laketide.writer.operations import Operations
 from laketide.writer.report import Backlog, BatchReport, IndexCoverage, WriterView
 
 log = logging.getLogger("laketide.job")

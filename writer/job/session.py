@@ -32,10 +32,10 @@ from laketide.table.storage.object_io import ObjectStoreFileIO
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
-from laketide.writer.job_state import JobState, JobStateRecorder
+from laketide.writer.job.running import RunningJob
+from laketide.writer.job.services import after_commit, compactor_for, mirror_for, table_services
+from laketide.writer.job.state import JobState, JobStateRecorder
 from laketide.writer.preflight import settled_config, table_config_for
-from laketide.writer.running import RunningJob
-from laketide.writer.table_services import after_commit, compactor_for, mirror_for, table_services
 
 log = logging.getLogger("laketide.job")
 
@@ -52,7 +52,7 @@ class WriterSession:
     before anything else started, or after running them here. ``source``: the source's columns, which a new table
     takes and an existing one is checked against. ``job_id`` and ``api_address`` name the holder in the lease;
     ``on_lost`` is called when the lease is lost. A ``streaming`` writer keeps its state with the table
-    (``writer/job_state.py``), and a failure that ends its session is recorded there as its last word; one
+    (``writer/job/state.py``), and a failure that ends its session is recorded there as its last word; one
     ``laketide.write`` call does not speak over the last job's. ``metrics``: where the table's are counted (a job
     of a whole database counts all its tables' in one registry). ``clock``, ``driver_pool``, ``label`` and
     ``on_step`` go to the ``BatchWriter``.

@@ -35,7 +35,7 @@ from laketide.table.format.table_version import VersionChange
 from laketide.table.format.timeline import WRITTEN_VERSIONS
 from laketide.table.mirror.delta_log import DeltaLog
 from laketide.table.mirror.delta_mirror import DeltaMirror, has_mirror
-from laketide.writer.compactor import CompactionResult, Compactor
+from laketide.writer.job.compactor import CompactionResult, Compactor
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None] | None

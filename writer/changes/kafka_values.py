@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_FILE, SOURCE_OFFSET
-from laketide.writer.json_values import read_all
-from laketide.writer.schema_registry import unframed
+from laketide.writer.changes.json_values import read_all
+from laketide.writer.changes.schema_registry import unframed
 
 _READ_AS_SPARK = (
     pa.types.is_integer,

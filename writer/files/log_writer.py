@@ -27,7 +27,7 @@ from laketide.table.reading.ordering_bounds import remember_log_bound
 from laketide.table.reading.slice_reader import stored_ordering, stored_rows
 from laketide.table.reading.unchanged import fill_from_stored_rows
 from laketide.table.storage.io import FileIO
-from laketide.writer.bucket_writer import SequenceNumbers, stamp_meta_columns
+from laketide.writer.files.bucket_writer import SequenceNumbers, stamp_meta_columns
 
 
 @dataclass(frozen=True)

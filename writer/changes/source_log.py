@@ -42,7 +42,7 @@ POINT = pa.struct([("position", pa.string()), ("ts_ms", pa.int64()), ("server", 
 
 @dataclass(frozen=True)
 class LogPoint:
-    """A point of a database's log: ``position`` as ``change_events`` writes it (``m`` binlog file, position,
+    """A point of a database's log: ``position`` as ``changes.events`` writes it (``m`` binlog file, position,
     row; ``p`` commit LSN, LSN), the source's commit time, and the MySQL server it was written on."""
 
     position: str

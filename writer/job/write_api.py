@@ -20,10 +20,10 @@ from laketide.table import FileIO, Table, TableNotFound
 from laketide.table.errors import Invalid
 from laketide.table.storage.store_requests import store_failure
 from laketide.writer.driver_batch import DriverBatch
+from laketide.writer.job.session import WriterSession, check_table, quarantine_path
 from laketide.writer.micro_batch import LoadedBatch
 from laketide.writer.preflight import check_quarantine_path
 from laketide.writer.report import BatchReport
-from laketide.writer.session import WriterSession, check_table, quarantine_path
 
 log = logging.getLogger("laketide.write")
 WRITER_ID = "laketide-write"

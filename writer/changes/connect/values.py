@@ -41,8 +41,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.writer import connect_codecs as codecs
-from laketide.writer.connect_schema import (
+from laketide.writer.changes.connect import codecs as codecs
+from laketide.writer.changes.connect.schema import (
     DAY_UNITS,
     DAYS,
     DECIMAL,
@@ -67,7 +67,7 @@ class Decoding:
     timestamp_unit: str | None = None
     decimal_handling: str = "precise"
     ordering: str = "position"
-    on_log_reset: str = "stop"  # what events whose log went back do (``change_log``)
+    on_log_reset: str = "stop"  # what events whose log went back do (``changes.source_log``)
 
 
 @dataclass

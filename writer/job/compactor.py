@@ -53,8 +53,8 @@ from laketide.table.format.timeline import Timeline
 from laketide.table.format.view import FileSystemView
 from laketide.table.reading.log_merge import MergeRule
 from laketide.table.reading.slice_reader import merge_slice_batches
-from laketide.writer.base_file import BaseFileWriter
-from laketide.writer.bucket_writer import conform, without_file_name
+from laketide.writer.files.base_file import BaseFileWriter
+from laketide.writer.files.bucket_writer import conform, without_file_name
 from laketide.writer.planning import average_record_size, bloom_spec
 
 log = logging.getLogger("laketide.compaction")

@@ -1,8 +1,8 @@
 """The row images of Debezium change events (``after``, ``before`` for a delete), decoded into the declared columns.
 
 Events are grouped by the row schema they carry (each column's Connect schema, as the converter wrote it): each
-group's values are parsed in bulk once, every column read as its encoding says (``connect_values``); events without
-a schema are one group whose types are inferred. ``change_events`` makes the rest of each event's row.
+group's values are parsed in bulk once, every column read as its encoding says (``changes.connect.values``); events without
+a schema are one group whose types are inferred. ``changes.events`` makes the rest of each event's row.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 
 from laketide.index.columns import EVENT_POSITION
 from laketide.table.format.schema import IS_DELETED
-from laketide.writer.connect_schema import Encoding, wire_type
-from laketide.writer.connect_values import Column, Decoding
-from laketide.writer.json_values import parse_values
+from laketide.writer.changes.connect.schema import Encoding, wire_type
+from laketide.writer.changes.connect.values import Column, Decoding
+from laketide.writer.changes.json_values import parse_values
 
 # each column's Connect schema, as the JSON converter writes it (``schema.fields`` of a row image)
 _SCALE = pa.struct([("scale", pa.string()), ("connect.decimal.precision", pa.string())])

@@ -17,7 +17,7 @@ change, what kind of message it is (``EVENT_KIND``: skipped and counted, never q
 | anything else                                     |                                     | quarantined, with why      |
 
 Events come with the converter's ``{"schema", "payload"}`` wrapper (``schemas.enable = true``) or bare.
-With the wrapper, each column is decoded by its Connect type and semantic name (``connect_values``);
+With the wrapper, each column is decoded by its Connect type and semantic name (``changes.connect.values``);
 bare, by its declared type. Values are parsed in bulk (``json_values``): once for what every message has
 (op, source, the schema), then once per distinct row schema, with each column read as its encoding says.
 """
@@ -33,10 +33,10 @@ import pyarrow.compute as pc
 
 from laketide.index.columns import DECODE_REASON, EVENT_KIND, EVENT_POSITION, SOURCE_TABLE
 from laketide.table.format.schema import IS_DELETED
-from laketide.writer.change_images import COLUMN, row_images, schema_groups
-from laketide.writer.change_log import POINT
-from laketide.writer.connect_values import Decoding
-from laketide.writer.json_values import parse_values
+from laketide.writer.changes.connect.values import Decoding
+from laketide.writer.changes.images import COLUMN, row_images, schema_groups
+from laketide.writer.changes.json_values import parse_values
+from laketide.writer.changes.source_log import POINT
 from laketide.writer.prepare import TRUNCATE
 
 CHANGES = ("c", "r", "u", "d")
@@ -105,7 +105,7 @@ def output_schema(spec: ChangeSpec) -> pa.Schema:
 class ChangeRows:
     rows: pa.Table  # ``output_schema``, one row per value
     unknown_fields: Counter  # columns events carried that the row lacks: how many events carried each
-    points: pa.Array  # each change event's point in its database's log (``change_log.POINT``), else null
+    points: pa.Array  # each change event's point in its database's log (``changes.source_log.POINT``), else null
 
 
 @dataclass
@@ -276,7 +276,7 @@ def _position(
 
 
 def _log_point(event: dict[str, pa.Array], is_change: pa.Array, binlog: tuple[pa.Array, pa.Array]) -> pa.Array:
-    """Each change event's point in its log for ``change_log.check``: MySQL's binlog file, position and row
+    """Each change event's point in its log for ``changes.source_log.check``: MySQL's binlog file, position and row
     (``binlog``) with its server; Postgres' commit LSN (the first of ``source.sequence``) and LSN; null for any
     other event."""
     source = event["source"]

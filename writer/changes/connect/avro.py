@@ -6,7 +6,7 @@ type and semantic name in the Avro schema (``connect.type``, ``connect.name``, `
 ``AvroData.fromConnectSchema``), so the Connect schema of the envelope is derived from it once. Each datum is
 read with fastavro without its Avro logical types (a Decimal's bytes, a date's days, as they are on the wire)
 and handed on as ``{"schema": ..., "payload": ...}``, bytes in base64, as the JSON converter writes them: one
-decoder (``change_events``), one set of rules, for both converters.
+decoder (``changes.events``), one set of rules, for both converters.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from laketide.table.errors import Invalid
 from laketide.table.storage.io import FileIO
-from laketide.writer.schema_registry import SchemaRegistry, UnknownSchema, framing
+from laketide.writer.changes.schema_registry import SchemaRegistry, UnknownSchema, framing
 
 # Avro's primitive types as Connect's (AvroData: an int carries connect.type int8 or int16 when it was one)
 AVRO_TO_CONNECT = {
@@ -78,7 +78,7 @@ class AvroChanges:
         self.parsed = fastavro.parse_schema(_without_logical_types(schema))
 
     def row_columns(self) -> list[dict]:
-        """The row's columns (``after``'s Connect fields), as ``change_events.row_schemas`` gives them."""
+        """The row's columns (``after``'s Connect fields), as ``changes.events.row_schemas`` gives them."""
         images = {f["field"]: f for f in self.connect["fields"]}
         return (images.get("after") or images["before"]).get("fields", [])
 

@@ -18,7 +18,7 @@ from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.table.mirror.delta_mirror import DeltaMirror, has_mirror
 from laketide.table.reading.view_sync import ViewSync
-from laketide.writer.compactor import Compactor
+from laketide.writer.job.compactor import Compactor
 
 
 def mirror_for(config: JobConfig, table: Table, views: ViewSync, hold: Callable[[], None]) -> DeltaMirror | None:

@@ -35,7 +35,7 @@ from laketide.table.reading.log_merge import rows_of_keys
 from laketide.table.reading.slice_reader import key_ordered_batches
 from laketide.table.reading.unchanged import fill_from_stored
 from laketide.table.storage.io import FileIO
-from laketide.writer.base_file import BaseFileWriter, FileLayout, encoded_text
+from laketide.writer.files.base_file import BaseFileWriter, FileLayout, encoded_text
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ It records the events' ordering too (``ORDERING_KEY``, ``source.debezium.orderin
 ``ts_ms`` to ``position`` would find every new event older than the rows it holds and drop it as late.
 That is refused; ``position`` to ``ts_ms`` is fine, and so is a table that went over to ``ts_ms`` when its
 log went back, under ``on_log_reset = "ts_ms"``. And it records the newest point of the database's log each
-stream of events reached (``change_log.LOG_KEY``), so that every run sees a log that went back.
+stream of events reached (``changes.source_log.LOG_KEY``), so that every run sees a log that went back.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from __future__ import annotations
 from laketide.table import Table
 from laketide.table.errors import Invalid
 from laketide.table.format.timeline import redrawn
-from laketide.writer.change_log import LOG_KEY, FeedLog, LogPoint, LogWentBack, commit_value
-from laketide.writer.change_log import read_commit_value as read_log
+from laketide.writer.changes.source_log import LOG_KEY, FeedLog, LogPoint, LogWentBack, commit_value
+from laketide.writer.changes.source_log import read_commit_value as read_log
 from laketide.writer.prepare import Tally
 
 SOURCE_TABLE_KEY = "laketide.source.table"

@@ -35,13 +35,13 @@ from laketide.index.columns import DECODE_REASON, EVENT_KIND
 from laketide.table import Table
 from laketide.table.errors import Conflict, LaketideError, first_line
 from laketide.writer import quarantine
-from laketide.writer.change_decoder import ChangeDecoder, raw_records
-from laketide.writer.change_events import ChangeSpec, Messages, change_rows
-from laketide.writer.change_routes import Routed, record_key_of, route
+from laketide.writer.changes.decoder import ChangeDecoder, raw_records
+from laketide.writer.changes.events import ChangeSpec, Messages, change_rows
+from laketide.writer.changes.routes import Routed, record_key_of, route
 from laketide.writer.driver_batch import DriverPool
+from laketide.writer.job.running import RunningJob
+from laketide.writer.job.session import WriterSession, check_table, quarantine_path
 from laketide.writer.report import BatchReport
-from laketide.writer.running import RunningJob
-from laketide.writer.session import WriterSession, check_table, quarantine_path
 
 log = logging.getLogger("laketide.job")
 UNROUTED = "_unrouted"  # beside the tables: the records of topics no table is known for that are not skipped
@@ -331,7 +331,7 @@ class Database:
 
 def _quarantine(records: pa.Table, reasons: pa.Array, target: str, options: dict[str, str]) -> None:
     """Kafka records set aside under ``target`` with their reasons: each in the raw form every Kafka record in
-    quarantine has (``change_decoder.raw_records``), and where it was."""
+    quarantine has (``changes.decoder.raw_records``), and where it was."""
     raws = raw_records(records, reasons)
     places = pc.binary_join_element_wise(
         records["topic"].combine_chunks().cast(pa.string()),

@@ -9,7 +9,7 @@ that is not a row change is counted there and skipped; anything else is quaranti
 Debezium keys each record by the source table's primary key, so a new table's record key is the key's fields
 (``record_key_of``), as the JSON converter writes it, with its schema or without.
 
-Spark-free; the values are parsed once (``change_events.parse_messages``), and each table's decoder takes its part.
+Spark-free; the values are parsed once (``changes.events.parse_messages``), and each table's decoder takes its part.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 
 from laketide.config_tables import SourceTable
 from laketide.table.errors import Invalid
-from laketide.writer.change_events import Messages, parse_messages
-from laketide.writer.schema_registry import unframed
+from laketide.writer.changes.events import Messages, parse_messages
+from laketide.writer.changes.schema_registry import unframed
 
 ROW_OPS = ("c", "r", "u", "d", "t")
 

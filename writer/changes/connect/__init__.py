@@ -1,0 +1,1 @@
+"""Kafka Connect's values: its schemas, logical types and Avro, decoded into Arrow."""
