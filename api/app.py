@@ -41,8 +41,8 @@ from laketide.table.inspect import FileGroupInfo, InstantDetail, InstantPage, Pa
 from laketide.table.inspect.layout import FileGroupPage, GroupOrder, TableLayout
 from laketide.table.inspect.timeline import ServicesView, TimelinePage
 from laketide.writer.job.database import Database, DatabaseTable
+from laketide.writer.job.views import TableSummary, WriterView
 from laketide.writer.quarantine import QuarantineSummary
-from laketide.writer.report import TableSummary, WriterView
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut} for status in (400, 401, 403, 404, 409, 413, 429, 500, 503)

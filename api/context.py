@@ -21,8 +21,8 @@ from laketide.writer import quarantine
 from laketide.writer.job.database import Database, DatabaseTable
 from laketide.writer.job.operations import Operations
 from laketide.writer.job.state import JobState
+from laketide.writer.job.views import TableSummary, WriterView
 from laketide.writer.quarantine import QuarantineSummary
-from laketide.writer.report import TableSummary, WriterView
 
 T = TypeVar("T")
 DEFAULT_SMALL_FILE_BYTES = 100 * 2**20  # write.small_file_limit's default, Hudi's hoodie.parquet.small.file.limit

@@ -29,7 +29,7 @@ from laketide.api.models import INSTANT_PATTERN
 from laketide.table import Table
 from laketide.table.format.instant import Action, State, instant_to_datetime
 from laketide.table.inspect.layout import GroupOrder
-from laketide.writer.report import WriterView
+from laketide.writer.job.views import WriterView
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent / "ui"

@@ -17,8 +17,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from laketide.index.columns import PARTITION, QUARANTINE_FIELDS, RAW, REASON, ROW, SHARD, SOURCE
 from laketide.table.format.schema import RECORD_KEY
 from laketide.writer import ranges, stages
+from laketide.writer.changes.tally import Tally
 from laketide.writer.exchange import HANDOFF_FIELDS, Exchange, Handoff
-from laketide.writer.prepare import Tally
 from laketide.writer.slots import split_by
 
 # a prepare task's answer: its partition; where its good rows, their routing columns and its bad rows

@@ -36,6 +36,7 @@ from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.changes.decoder import ChangeDecoder
 from laketide.writer.changes.kafka_values import plain_rows
 from laketide.writer.changes.schema_registry import schema_ids
+from laketide.writer.changes.tally import Tally
 from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.exchange import Exchange
 from laketide.writer.landing import (
@@ -47,7 +48,6 @@ from laketide.writer.landing import (
     source_offsets,
 )
 from laketide.writer.micro_batch import LoadedBatch
-from laketide.writer.prepare import Tally
 
 log = logging.getLogger("laketide.job")
 # the sources that read landing files
@@ -73,11 +73,8 @@ class MicroBatches:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         writer = self.writer
-        # a service that failed too often in the background stops the job before it writes more
-        writer.failures.raise_if_fatal()
         try:
-            with writer.batch_lock:
-                report = writer.run(batch_id, lambda: self.reader.read(df, batch_id))
+            report = writer.write(batch_id, lambda: self.reader.read(df, batch_id))
         except BaseException as failure:
             self.failure = failure
             raise
@@ -225,7 +222,10 @@ class MicroBatchReader:
         driver when it fits, else in Spark's prepare tasks."""
         if self._changes_fit_driver(batch_id):
             records = self.offsets.read(batch_id) if self.config.source.format == "kafka" else None
-            return changes.load(records.select(df.columns) if records is not None else df.toArrow(), self.writer)
+            records = records.select(df.columns) if records is not None else df.toArrow()
+            return self.writer.decoded_batch(
+                changes.decode(records, self.writer.table, self.writer.source_table.feed_log())
+            )
         columns = changes.columns_for(lambda: self._row_schemas(df, changes), self.writer.table)
         log = self.writer.source_table.feed_log()  # handed to the tasks with the decoder
         batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns, log=log))
@@ -308,18 +308,14 @@ class MicroBatchReader:
             read = read_landed_parquet(files[0], data_schema) if source.format == "parquet" else None
             if read is not None:
                 rows, arrival = read
-                return DriverBatch.prepare(rows, *self._driver_parts(), arrival=arrival)
+                return self.writer.driver_batch(rows, arrival)
             try:
                 landed = df.toArrow()
             except Exception:
                 self.writer.coordinator.lease.check()
                 log.warning("micro-batch %s could not be collected; Spark's tasks read it file by file", batch_id)
                 return None
-        return DriverBatch.prepare(landed, *self._driver_parts())
-
-    def _driver_parts(self) -> tuple:
-        """What ``DriverBatch.prepare`` takes of the writer: its prepare settings, its threads, its clock."""
-        return self.writer.spec, self.writer.driver_pool, self.writer.clock.timed
+        return self.writer.driver_batch(landed)
 
     def _generated(self, df: DataFrame, batch_id: int) -> pa.Table:
         """A generator micro-batch's rows, made on the driver from its offsets in the offset log (the query's first

@@ -143,3 +143,35 @@ def test_table_parts_import_only_the_parts_below_them():
                 if not _allowed(module, allowed):
                     wrong.append(f"table/{part}/{path.name} imports {module}")
     assert not wrong, "\n".join(wrong)
+
+
+# writer/ by concern: the change feeds' decoding and Hudi's file writers know nothing of the micro-batch core at
+# the folder's root; the core takes both; a writer's life (job/) is built on all three
+WRITER_WINGS = ("changes", "files", "job")
+WRITER_LAYERS = {
+    "changes": {"changes"},
+    "files": {"files"},
+    "": {"", "changes", "files"},
+    "job": {"job", "", "changes", "files"},
+}
+
+
+def _wing(module: str) -> str | None:
+    """The part of ``writer/`` a module of it is in (``""``: the core at its root); ``None`` for any other."""
+    names = module.split(".")
+    if names[:2] != ["laketide", "writer"] or len(names) < 3:
+        return None
+    return names[2] if names[2] in WRITER_WINGS else ""
+
+
+def test_writer_wings_import_only_the_parts_below_them():
+    """``writer/changes/`` and ``writer/files/`` import nothing of the core; the core nothing of ``writer/job/``."""
+    wrong = []
+    for path in sorted((ROOT / "writer").rglob("*.py")):
+        relative = path.relative_to(ROOT / "writer")
+        part = relative.parts[0] if len(relative.parts) > 1 else ""
+        for module in _runtime_imports(ast.parse(path.read_text())):
+            wing = _wing(module)
+            if wing is not None and wing not in WRITER_LAYERS[part]:
+                wrong.append(f"writer/{relative} imports {module}")
+    assert not wrong, "\n".join(wrong)

@@ -11,7 +11,6 @@ from laketide.coordinator import Coordinator, LocalLease
 from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.writer.batch_writer import BatchWriter
-from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.job.session import quarantine_path
 from laketide.writer.micro_batch import LoadedBatch, StagedWrite
 
@@ -31,9 +30,7 @@ def batch_writer(table: Table, coordinator: Coordinator, **write) -> BatchWriter
 
 def _loaded(writer: BatchWriter, records: list[dict], schema: pa.Schema) -> LoadedBatch:
     data = pa.Table.from_pylist(records, schema=schema)
-    return LoadedBatch(
-        DriverBatch.prepare(data, writer.spec, writer.driver_pool, writer.clock.timed), data.schema, data.schema
-    )
+    return LoadedBatch(writer.driver_batch(data), data.schema, data.schema)
 
 
 def stage(

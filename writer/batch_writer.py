@@ -33,15 +33,16 @@ from laketide.table.format.schema import avro_schema_json
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.storage.store_requests import REQUESTS, RETRY
 from laketide.writer import stages
+from laketide.writer.changes.decoder import Decoded
 from laketide.writer.changes.source_table import SourceTable
-from laketide.writer.changes.tally import MessageTally
+from laketide.writer.changes.tally import TRUNCATE, MessageTally, Tally
 from laketide.writer.clock import StepClock
-from laketide.writer.driver_batch import DriverPool
+from laketide.writer.driver_batch import DriverBatch, DriverPool
 from laketide.writer.landing import copy_aside
 from laketide.writer.micro_batch import LoadedBatch, MicroBatch, StagedWrite
 from laketide.writer.planning import FirstKeys, every_file_group, plan_instant
 from laketide.writer.preflight import complex_key_encoding
-from laketide.writer.prepare import TRUNCATE, PrepareSpec, Tally
+from laketide.writer.prepare import PrepareSpec
 from laketide.writer.report import RECENT_BATCHES, BatchReport, WriterStatus
 
 log = logging.getLogger("laketide.job")
@@ -134,6 +135,24 @@ class BatchWriter:
         self._owns_pool = driver_pool is None
         self.driver_pool = driver_pool or DriverPool.for_writes(config.write)
         self.label = label
+
+    def write(self, batch_id: int, load: Callable[[], LoadedBatch]) -> BatchReport:
+        """The one way into a micro-batch: refused once a table service has failed too often, then written under
+        the batch lock (``run``). The caller tells the world (``announce``, or the log line alone)."""
+        self.failures.raise_if_fatal()
+        with self.batch_lock:
+            return self.run(batch_id, load)
+
+    def driver_batch(self, rows: pa.Table, arrival: pa.Array | None = None) -> DriverBatch:
+        """Rows the driver holds, prepared in its threads for this writer's table (``arrival``: their order, when
+        the reader knows it)."""
+        return DriverBatch.prepare(rows, self.spec, self.driver_pool, self.clock.timed, arrival=arrival)
+
+    def decoded_batch(self, decoded: Decoded) -> LoadedBatch:
+        """A change feed's micro-batch the driver decoded (``ChangeDecoder.decode``), prepared in its threads."""
+        batch = self.driver_batch(decoded.rows)
+        batch.tally.add(decoded.tally)
+        return LoadedBatch(batch, decoded.incoming, decoded.incoming)
 
     def run(self, batch_id: int, load: Callable[[], LoadedBatch]) -> BatchReport:
         """Write micro-batch ``batch_id``, read by ``load`` unless the batch is already committed (a replay)."""

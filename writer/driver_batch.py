@@ -27,7 +27,8 @@ from laketide.index.columns import PARTITION, QUARANTINE_FIELDS, RAW, REASON, SH
 from laketide.table.format.encoding import records_dictionary_columns
 from laketide.table.format.files import write_token
 from laketide.writer import bulk_stage, quarantine, ranges, stages
-from laketide.writer.prepare import PrepareSpec, Tally, batch_arrival, prepare_in_order, set_aside, with_earlier_values
+from laketide.writer.changes.tally import Tally
+from laketide.writer.prepare import PrepareSpec, batch_arrival, prepare_in_order, set_aside, with_earlier_values
 from laketide.writer.slots import present, split_lazily
 
 # the rows a micro-batch's dictionary encodings are decided from, once for all its files: a quarter of a

@@ -17,7 +17,7 @@ from laketide.index.sync import ForeignWrites
 from laketide.table.format.commit import WriteStat
 from laketide.table.format.instant import COMMIT
 from laketide.writer import stages
-from laketide.writer.prepare import Tally
+from laketide.writer.changes.tally import Tally
 from laketide.writer.report import BatchReport
 
 

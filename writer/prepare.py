@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,7 @@ from laketide.index.state import shard_of
 from laketide.table.format.keygen import first_reason, partition_paths, record_keys
 from laketide.table.format.schema import IS_DELETED
 from laketide.table.reading.unchanged import fill_from_earlier_events
-from laketide.writer.changes.source_log import LogCheck
+from laketide.writer.changes.tally import TRUNCATE, Tally
 from laketide.writer.quarantine import sources_of
 
 
@@ -54,57 +54,6 @@ class PrepareSpec:
     placeholder: str | None = None
 
 
-@dataclass
-class Tally:
-    """What a micro-batch's messages held besides rows: those skipped, by kind (a change feed's transaction
-    markers, heartbeats, schema changes, tombstones), and the source tables its change events came from."""
-
-    skipped: Counter = field(default_factory=Counter)
-    source_tables: set[str] = field(default_factory=set)
-    # the ordering value of the newest truncate of the source table among them, if any
-    truncated_at: str | None = None
-    # columns change events carried that the table's rows lack (``source.schema`` leaves them out): events per column
-    unknown_fields: Counter = field(default_factory=Counter)
-    # the events' places in their database's log: how many went back, and each stream's newest (``changes.source_log``)
-    log: LogCheck = field(default_factory=LogCheck)
-    # what the change events' positions were made by ("position", "ts_ms"), when they are a change feed's
-    ordering: str | None = None
-
-    def add(self, other: Tally) -> Tally:
-        self.skipped.update(other.skipped)
-        self.source_tables |= other.source_tables
-        self.truncated_at = max(filter(None, (self.truncated_at, other.truncated_at)), default=None)
-        self.unknown_fields.update(other.unknown_fields)
-        self.log.add(other.log)
-        # a part that went over to commit times makes the micro-batch's (``changes.source_log``: ``on_log_reset``)
-        self.ordering = "ts_ms" if "ts_ms" in (self.ordering, other.ordering) else self.ordering or other.ordering
-        return self
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "skipped": dict(self.skipped),
-                "source_tables": sorted(self.source_tables),
-                "truncated_at": self.truncated_at,
-                "unknown_fields": dict(self.unknown_fields),
-                "log": self.log.to_dict(),
-                "ordering": self.ordering,
-            }
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> Tally:
-        data = json.loads(text or "{}")
-        return cls(
-            Counter(data.get("skipped", {})),
-            set(data.get("source_tables", [])),
-            data.get("truncated_at"),
-            Counter(data.get("unknown_fields", {})),
-            LogCheck.from_dict(data.get("log") or {}),
-            data.get("ordering"),
-        )
-
-
 def with_earlier_values(rows: pa.Table, spec: PrepareSpec) -> pa.Table:
     """``rows`` whose cells hold the change feed's placeholder filled from the newest earlier event of their key
     among ``rows`` (``table.unchanged``): those events are gone once a micro-batch keeps one row per key."""
@@ -112,9 +61,6 @@ def with_earlier_values(rows: pa.Table, spec: PrepareSpec) -> pa.Table:
         return rows
     order = [c for c in (spec.ordering_field, SOURCE_FILE, SOURCE_OFFSET) if c and c in rows.column_names]
     return fill_from_earlier_events(rows, list(spec.record_key), order, flag_mask(rows, IS_DELETED), spec.placeholder)
-
-
-TRUNCATE = "truncate"  # the EVENT_KIND of a change feed's truncate of its source table
 
 
 def set_aside(rows: pa.Table) -> tuple[pa.Table, Tally]:

@@ -9,12 +9,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from laketide.table.errors import first_line
-from laketide.writer.job.state import JobState
 
 
 @dataclass
@@ -51,7 +49,8 @@ class BatchReport:
     skipped_messages: dict[str, int] = field(default_factory=dict)
     # columns change events carried that the table's rows lack (not in source.schema): how many events carried each
     unknown_fields: dict[str, int] = field(default_factory=dict)
-    # change events that came after newer points of their database's log (a failover, RESET MASTER; ``changes.source_log``)
+    # change events that came after newer points of their database's log (a failover, RESET MASTER;
+    # ``changes.source_log``)
     log_behind: int = 0
     # wall clock (epoch seconds) when the micro-batch ended: rates and the age of a lag are taken from it
     ended_at: float = 0.0
@@ -139,70 +138,3 @@ class Backlog(BaseModel):
     age_seconds: float | None = Field(
         default=None, description="landing: the oldest waiting file's age; Kafka: the age of the lag's figure"
     )
-
-
-class Health(BaseModel):
-    """The on-call engineer's answer: healthy, how far behind, what failed, what to do."""
-
-    state: Literal["healthy", "idle", "behind", "failing", "stopped"]
-    summary: str = Field(description="one line: what is the matter, and what to do about it")
-    last_commit_seconds_ago: float | None = None
-    input_rate: float | None = Field(default=None, description="records a second that came in, over the last minutes")
-    processing_rate: float | None = Field(
-        default=None, description="records a second while writing (records over micro-batch seconds)"
-    )
-    falling_behind: bool = Field(
-        default=False, description="micro-batches take longer than the trigger's interval, or the backlog keeps growing"
-    )
-    backlog: Backlog | None = None
-    last_error: str | None = None
-
-
-class IndexCoverage(BaseModel):
-    shards: int
-    file_groups: int
-    covered_file_groups: int
-
-
-class WriterView(BaseModel):
-    """The running writer, as ``GET /v1/writer`` answers it."""
-
-    running: bool
-    writer_id: str | None = None
-    source: str | None = Field(
-        default=None, description="where the records come from: a landing path, Kafka topics, or the generator"
-    )
-    trigger: str | None = None
-    stopping: bool = False
-    files_waiting: int | None = Field(
-        default=None, description="a landing source's files newer than the newest one read (listed at most every 10 s)"
-    )
-    current_batch: int | None = None
-    last_instant: str | None = None
-    # the last micro-batches, newest last: every field of the log line, and whether an instant was rolled back since
-    recent: list[BatchReport] = Field(default_factory=list)
-    quarantined_total: int = 0
-    records_total: int = Field(default=0, description="records of the micro-batches this writer committed")
-    index: IndexCoverage | None = None
-    health: Health | None = None
-    last_job: JobState | None = Field(
-        default=None, description="with no job in this server: the table's last job's own last word"
-    )
-    failures: list[Failure] = Field(default_factory=list, description="the job's recent failures, newest last")
-
-
-class TableSummary(BaseModel):
-    """One table of a job, as ``GET /v1/tables`` lists it."""
-
-    name: str = Field(
-        description="how the job names the table: its path below the folder of every table (give it as ?table=)"
-    )
-    uri: str
-    source_table: str | None = Field(default=None, description="the source table whose change events it holds")
-    last_instant: str | None = None
-    records: int = Field(default=0, description="records this job committed to it")
-    quarantined: int = Field(default=0, description="rows this job set aside")
-    lag: int | None = Field(
-        default=None, description="Kafka: the records waiting in its topics after its last micro-batch"
-    )
-    health: str | None = None

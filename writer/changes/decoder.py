@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -52,12 +52,21 @@ from laketide.writer.changes.kafka_values import record_origin
 from laketide.writer.changes.schema_registry import schema_ids, unframed
 from laketide.writer.changes.source_log import FILES, FeedLog
 from laketide.writer.changes.source_log import check as check_log
-from laketide.writer.prepare import Tally
+from laketide.writer.changes.tally import Tally
 
 if TYPE_CHECKING:
     from laketide.table import Table
-    from laketide.writer.batch_writer import BatchWriter
-    from laketide.writer.micro_batch import LoadedBatch
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A micro-batch's change events as rows (``ChangeDecoder.rows``), what they held besides, and the columns the
+    table's schema evolves by: what the core makes its batch of (``BatchWriter.decoded_batch``)."""
+
+    rows: pa.Table
+    tally: Tally
+    incoming: pa.Schema
+
 
 # what a reader hands on for each Kafka record: its value, and where it was
 RECORD_SCHEMA = pa.schema(
@@ -147,20 +156,14 @@ class ChangeDecoder:
             [f for f in output_schema(ChangeSpec(columns, self.record_key)) if f.name not in LANDED_COLUMNS]
         )
 
-    def load(self, records: pa.Table, writer: BatchWriter, messages: Messages | None = None) -> LoadedBatch:
-        """A micro-batch of ``records`` decoded and prepared in the driver's threads, for ``writer``'s table;
-        ``messages``: its values parsed already (``parse``), as routing them to their tables did."""
-        from laketide.writer.driver_batch import DriverBatch
-        from laketide.writer.micro_batch import LoadedBatch
-
+    def decode(self, records: pa.Table, table: Table, log: FeedLog, messages: Messages | None = None) -> Decoded:
+        """A micro-batch of ``records`` decoded for ``table``, whose source's log is as ``log`` says; ``messages``:
+        its values parsed already (``parse``), as routing them to their tables did."""
         if messages is None and self.avro is None:
             messages = self.parse(records)  # once, for the row schemas and the rows
-        columns = self.columns_for(lambda: self.schemas(records, messages), writer.table)
-        rows, decoded = self.rows(records, columns, messages, writer.source_table.feed_log())
-        batch = DriverBatch.prepare(rows, writer.spec, writer.driver_pool, writer.clock.timed)
-        batch.tally.add(decoded)
-        incoming = self.incoming(columns)
-        return LoadedBatch(batch, incoming, incoming)
+        columns = self.columns_for(lambda: self.schemas(records, messages), table)
+        rows, tally = self.rows(records, columns, messages, log)
+        return Decoded(rows, tally, self.incoming(columns))
 
     @staticmethod
     def parse(records: pa.Table) -> Messages:

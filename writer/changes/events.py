@@ -37,7 +37,7 @@ from laketide.writer.changes.connect.values import Decoding
 from laketide.writer.changes.images import COLUMN, row_images, schema_groups
 from laketide.writer.changes.json_values import parse_values
 from laketide.writer.changes.source_log import POINT
-from laketide.writer.prepare import TRUNCATE
+from laketide.writer.changes.tally import TRUNCATE
 
 CHANGES = ("c", "r", "u", "d")
 HEARTBEAT_TOPIC = "__debezium-heartbeat"

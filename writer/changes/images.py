@@ -1,8 +1,9 @@
 """The row images of Debezium change events (``after``, ``before`` for a delete), decoded into the declared columns.
 
 Events are grouped by the row schema they carry (each column's Connect schema, as the converter wrote it): each
-group's values are parsed in bulk once, every column read as its encoding says (``changes.connect.values``); events without
-a schema are one group whose types are inferred. ``changes.events`` makes the rest of each event's row.
+group's values are parsed in bulk once, every column read as its encoding says (``changes.connect.values``);
+events without a schema are one group whose types are inferred. ``changes.events`` makes the rest of each event's
+row.
 """
 
 from __future__ import annotations

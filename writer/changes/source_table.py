@@ -20,7 +20,7 @@ from laketide.table.errors import Invalid
 from laketide.table.format.timeline import redrawn
 from laketide.writer.changes.source_log import LOG_KEY, FeedLog, LogPoint, LogWentBack, commit_value
 from laketide.writer.changes.source_log import read_commit_value as read_log
-from laketide.writer.prepare import Tally
+from laketide.writer.changes.tally import Tally
 
 SOURCE_TABLE_KEY = "laketide.source.table"
 ORDERING_KEY = "laketide.source.ordering"

@@ -41,6 +41,7 @@ from laketide.writer.changes.routes import Routed, record_key_of, route
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.job.running import RunningJob
 from laketide.writer.job.session import WriterSession, check_table, quarantine_path
+from laketide.writer.micro_batch import LoadedBatch
 from laketide.writer.report import BatchReport
 
 log = logging.getLogger("laketide.job")
@@ -244,9 +245,12 @@ class Database:
 
     def _write_table(self, table: DatabaseTable, batch_id: int, records: pa.Table, messages: Messages) -> BatchReport:
         writer = table.job.writer
-        writer.failures.raise_if_fatal()  # a service that failed too often: before the table writes more
-        with writer.batch_lock:
-            report = writer.run(batch_id, lambda: table.decoder.load(records, writer, messages))
+
+        def load() -> LoadedBatch:
+            decoded = table.decoder.decode(records, writer.table, writer.source_table.feed_log(), messages)
+            return writer.decoded_batch(decoded)
+
+        report = writer.write(batch_id, load)
         log.info(report.line())  # not ``announce``: a service's failure after the commit must not count as the write's
         for observer in writer.observers:
             observer(report)

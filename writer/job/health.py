@@ -17,7 +17,8 @@ import itertools
 import time
 
 from laketide.config_types import trigger_seconds
-from laketide.writer.report import Backlog, BatchReport, Failure, Health
+from laketide.writer.job.views import Health
+from laketide.writer.report import Backlog, BatchReport, Failure
 
 RATE_WINDOW_SECONDS = 300  # the rates, and how long a failure counts against the job's health
 

@@ -26,8 +26,9 @@ from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.job.health import assess
 from laketide.writer.job.operations import Operations
 from laketide.writer.job.state import JobStateRecorder
+from laketide.writer.job.views import IndexCoverage, WriterView
 from laketide.writer.landing import landing_backlog
-from laketide.writer.report import Backlog, BatchReport, IndexCoverage, WriterView
+from laketide.writer.report import Backlog, BatchReport
 
 log = logging.getLogger("laketide.job")
 T = TypeVar("T")

@@ -19,7 +19,6 @@ from laketide.config_tables import refuse_database_job
 from laketide.table import FileIO, Table, TableNotFound
 from laketide.table.errors import Invalid
 from laketide.table.storage.store_requests import store_failure
-from laketide.writer.driver_batch import DriverBatch
 from laketide.writer.job.session import WriterSession, check_table, quarantine_path
 from laketide.writer.micro_batch import LoadedBatch
 from laketide.writer.preflight import check_quarantine_path
@@ -86,15 +85,9 @@ def _write(
     with session as job:
         batch_id = job.coordinator.committed_batches().get(writer_id, -1) + 1
         writer = job.writer
-        with writer.batch_lock:
-            report = writer.run(
-                batch_id,
-                lambda: LoadedBatch(
-                    DriverBatch.prepare(rows, writer.spec, writer.driver_pool, writer.clock.timed),
-                    _in_utc(rows.schema),
-                    rows.schema,
-                ),
-            )
+        report = writer.write(
+            batch_id, lambda: LoadedBatch(writer.driver_batch(rows), _in_utc(rows.schema), rows.schema)
+        )
         writer.announce(report)
         job.finish(ended_by_itself=True)
         return report
