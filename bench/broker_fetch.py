@@ -27,8 +27,8 @@ from kafka_bench import start_tansu
 from orders_feed import PARTITIONS, event
 from upsert_bench import write_results
 
-from laketide.spark.kafka_brokers import OffsetRange
-from laketide.spark.kafka_consumer import RangeConsumer
+from laketide.spark.kafka.brokers import OffsetRange
+from laketide.spark.kafka.consumer import RangeConsumer
 
 TOPIC = "probe"
 # one update event of the freshness feed, as its producers send them

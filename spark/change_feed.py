@@ -1,7 +1,7 @@
 """Kafka records and Debezium change events into the rows of a micro-batch.
 
 ``kafka_stream`` reads the topics with Spark's Kafka source where its connector is on the classpath,
-else with laketide's (``kafka_source.py``); both give Spark's Kafka columns. ``decode_records`` turns
+else with laketide's (``kafka.source.py``); both give Spark's Kafka columns. ``decode_records`` turns
 each record's value into the declared columns: JSON through Spark's ``from_json`` (as landing JSON files
 are read), Avro through fastavro (``avro_values.py``); Confluent's wire format (a zero byte and a
 4-byte schema id before the payload) is recognised and its framing removed. Debezium change events are
@@ -25,8 +25,8 @@ from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from laketide.config import EVENT_POSITION, ConfigError, JobConfig, KafkaSection, SourceSection
 from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_FILE, SOURCE_OFFSET
-from laketide.spark.kafka_source import NAME as PYTHON_KAFKA
-from laketide.spark.kafka_source import KafkaDataSource
+from laketide.spark.kafka.source import NAME as PYTHON_KAFKA
+from laketide.spark.kafka.source import KafkaDataSource
 from laketide.table.format.schema import IS_DELETED
 
 log = logging.getLogger(__name__)

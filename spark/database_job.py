@@ -19,8 +19,8 @@ from laketide.config import JobConfig
 from laketide.config_tables import TableRoutes
 from laketide.coordinator import LeaseLost
 from laketide.spark.change_feed import kafka_stream
-from laketide.spark.job import await_query, start_query, writer_id_for
-from laketide.spark.kafka_offsets import KafkaOffsets
+from laketide.spark.kafka.offsets import KafkaOffsets
+from laketide.spark.query import await_query, start_query, writer_id_for
 from laketide.spark.session import spark_session
 from laketide.spark.sources import change_decoder, source_schema
 from laketide.spark.workers import warm_workers

@@ -20,7 +20,7 @@ from pyspark.sql.types import StructField, StructType
 from laketide.index.columns import LANDED_COLUMNS
 from laketide.spark.generator import FIRST_ROW, GeneratorSpec, generated
 from laketide.spark.handoff import Layout
-from laketide.spark.kafka_offsets import KafkaOffsets
+from laketide.spark.kafka.offsets import KafkaOffsets
 from laketide.spark.session import on_one_machine
 from laketide.spark.sources import (
     KafkaValues,
@@ -329,7 +329,7 @@ class MicroBatchReader:
         return generated(GeneratorSpec(**self.config.source.generator.model_dump()), start["row"], end["row"])
 
     def _kafka_rows(self, df: DataFrame, batch_id: int, values: KafkaValues) -> pa.Table:
-        """A Kafka micro-batch's rows for the driver: read and decoded there (``kafka_offsets``,
+        """A Kafka micro-batch's rows for the driver: read and decoded there (``kafka.offsets``,
         ``writer.kafka_values``) when the offset log gives its range and its values are JSON the driver decodes as Spark
         would, else collected from the query's scan of ``df``'s records, decoded by Spark."""
         records = self.offsets.read(batch_id) if self.config.source.value_format == "json" else None

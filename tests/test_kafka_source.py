@@ -283,8 +283,8 @@ def test_offsets_gone_from_the_broker_stop_the_job_and_the_setting_goes_on(kafka
 def test_a_split_stops_at_its_end_offset_whatever_lies_beyond(kafka, stop):
     """The reader reads ``[start, end)`` and no further, so a broker whose high watermark lags behind
     the records it holds (Tansu's, after a batched produce) delays records, never repeats or loses one."""
-    from laketide.spark.kafka_brokers import OffsetRange
-    from laketide.spark.kafka_source import KafkaSplit, read_split
+    from laketide.spark.kafka.brokers import OffsetRange
+    from laketide.spark.kafka.source import KafkaSplit, read_split
 
     kafka.create_topic("plain", 1)
     for n in range(8):
@@ -300,8 +300,8 @@ def test_a_kept_consumer_reads_on_where_it_ended_and_afresh_elsewhere(kafka, ahe
     what was fetched ahead (and, with ``read_ahead`` between reads, held as Arrow by its thread); one that does not
     (a restart, a replay) is read afresh from its start. Records of several partitions come in (partition, offset)
     order, each exactly once."""
-    from laketide.spark.kafka_brokers import OffsetRange
-    from laketide.spark.kafka_consumer import RangeConsumer
+    from laketide.spark.kafka.brokers import OffsetRange
+    from laketide.spark.kafka.consumer import RangeConsumer
 
     kafka.create_topic("kept", 2)
     for n in range(20):
@@ -333,8 +333,8 @@ def test_a_read_ahead_that_fails_leaves_the_next_read_to_start_afresh(kafka):
     next read, on a consumer that works again, reads its range from its start, every record once."""
     from confluent_kafka import KafkaException
 
-    from laketide.spark.kafka_brokers import OffsetRange
-    from laketide.spark.kafka_consumer import RangeConsumer
+    from laketide.spark.kafka.brokers import OffsetRange
+    from laketide.spark.kafka.consumer import RangeConsumer
 
     kafka.create_topic("ahead", 1)
     for n in range(10):
@@ -371,7 +371,7 @@ def test_the_driver_weighs_a_kafka_record_by_the_records_it_read(kafka, tmp_path
     """Whether a micro-batch is read on the driver goes by its records' weight: 1 KB each until the driver read some,
     then twice their keys' and values' bytes, so a backlog of small change events is not sent to Spark's tasks."""
     from laketide.config import load_config
-    from laketide.spark.kafka_offsets import KAFKA_RECORD_BYTES, KafkaOffsets
+    from laketide.spark.kafka.offsets import KAFKA_RECORD_BYTES, KafkaOffsets
 
     kafka.create_topic("weighed", 1)
     for n in range(10):
@@ -410,8 +410,8 @@ def test_a_range_the_broker_no_longer_holds_stops_the_read_which_plans_again_fro
     every record, so the broker's side of this is not run here.)"""
     from confluent_kafka import KafkaError
 
-    from laketide.spark.kafka_brokers import OffsetRange
-    from laketide.spark.kafka_consumer import OffsetsGone, RangeConsumer
+    from laketide.spark.kafka.brokers import OffsetRange
+    from laketide.spark.kafka.consumer import OffsetsGone, RangeConsumer
 
     class Reset:  # the event librdkafka hands the application for a fetch out of range
         def topic(self):

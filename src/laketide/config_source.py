@@ -36,7 +36,7 @@ class GeneratorSection(_Section):
 
 class KafkaSection(_Section):
     """Where a ``source.format = "kafka"`` job reads: Spark's Kafka source where its connector is on the
-    classpath, else laketide's own (``spark/kafka_source.py``); ``reader`` picks one."""
+    classpath, else laketide's own (``spark/kafka/source.py``); ``reader`` picks one."""
 
     bootstrap_servers: str | None = None
     """The brokers, ``host:port,host:port`` (required for ``kafka``)."""

@@ -1,6 +1,6 @@
 """Kafka records whose values are the rows themselves (JSON, no envelope), decoded on the driver into the declared
 columns with pyarrow's JSON reader: the rows a Spark-decoded micro-batch has (``spark.change_feed.with_record_origin``),
-for a micro-batch the driver read itself (``spark.kafka_offsets``).
+for a micro-batch the driver read itself (``kafka.offsets``).
 
 Only where the result is the one Spark's ``from_json`` gives: every declared column of a type the JSON reader reads
 as Spark does (integers, floats, strings, booleans; Spark reads a timestamp without a zone in the session's, and

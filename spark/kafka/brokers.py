@@ -1,6 +1,6 @@
 """The brokers' side of reading Kafka, without Spark: the topics' partitions and offsets, and the offset ranges a
 micro-batch reads, checked for data loss. Laketide's Spark source plans its tasks' reads with it
-(``kafka_source``), and the driver its own reads (``kafka_consumer``).
+(``kafka.source``), and the driver its own reads (``kafka.consumer``).
 
 Offsets are Spark's Kafka source's own JSON, ``{"topic": {"partition": next offset}}``.
 
@@ -127,7 +127,7 @@ def cap(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
 def plan_ranges(start: Offsets, end: Offsets, brokers: Brokers | None, fail_on_data_loss: bool) -> list[OffsetRange]:
     """The ranges a micro-batch from ``start`` to ``end`` reads, in (topic, partition) order, from where each
     partition stands (0 for one new since ``start``). Given ``brokers``, each is ``checked``; without, the ranges are
-    as the offsets say, for a reader that finds offsets gone itself (``kafka_consumer.OffsetsGone``)."""
+    as the offsets say, for a reader that finds offsets gone itself (``kafka.consumer.OffsetsGone``)."""
     ranges = [
         OffsetRange(topic, int(p), start.get(topic, {}).get(p, 0), stop)
         for topic, parts in sorted(end.items())

@@ -4,8 +4,8 @@ after it, how many records the first spans, and its records read on the driver.
 A micro-batch small enough for the driver (``write.driver_batch_bytes``) is read here rather than by the query's
 own scan, which is then never run: no Spark job, no Python worker, no consumer made per task. Its end offsets are
 the offset log's entry for it (Spark writes it before ``foreachBatch`` runs), its start the entry before; the
-records come through one consumer kept for the job (``kafka_consumer.RangeConsumer``), under the same data-loss
-rules as the scan (``kafka_brokers.plan_ranges``). The brokers are asked only when the consumer finds offsets
+records come through one consumer kept for the job (``kafka.consumer.RangeConsumer``), under the same data-loss
+rules as the scan (``kafka.brokers.plan_ranges``). The brokers are asked only when the consumer finds offsets
 gone or a partition ends before where the stream stood: a micro-batch costs no request but its fetches, and its
 lag is the consumer's last fetch's view. The query's first micro-batch, whose start the offset log does not hold,
 is read by the scan.
@@ -20,8 +20,8 @@ import pyarrow as pa
 
 from laketide.config import KAFKA_RECORD_BYTES, JobConfig
 from laketide.spark.change_feed import kafka_client
-from laketide.spark.kafka_brokers import Brokers, Offsets, moved_back, plan_ranges
-from laketide.spark.kafka_consumer import OffsetsGone, RangeConsumer
+from laketide.spark.kafka.brokers import Brokers, Offsets, moved_back, plan_ranges
+from laketide.spark.kafka.consumer import OffsetsGone, RangeConsumer
 from laketide.writer.landing import source_offsets
 
 log = logging.getLogger("laketide.job")

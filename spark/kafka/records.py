@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Message
 
-from laketide.spark.kafka_brokers import Place
+from laketide.spark.kafka.brokers import Place
 
 HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 # Spark's Kafka source's columns

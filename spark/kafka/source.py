@@ -9,12 +9,12 @@ all its ranges at once). The rows have the columns of Spark's Kafka
 source (key, value, topic, partition, offset, timestamp, timestampType, headers), so what follows
 reads both alike.
 
-A task checks its ranges against what the brokers still hold before it reads them (``kafka_brokers.checked``);
+A task checks its ranges against what the brokers still hold before it reads them (``kafka.brokers.checked``);
 planning asks the brokers for nothing but the newest offsets. A reader never reads past a split's end offset,
 and the ends come from the brokers' high watermarks: a broker that reports a watermark behind what it holds
 (Tansu was seen to) only delays records to a later micro-batch, it never loses or repeats one.
 
-Data loss (``failOnDataLoss``) is checked as ``kafka_brokers`` says; records are read by ``kafka_consumer``.
+Data loss (``failOnDataLoss``) is checked as ``kafka.brokers`` says; records are read by ``kafka.consumer``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from laketide.spark.kafka_brokers import (
+from laketide.spark.kafka.brokers import (
     Brokers,
     KafkaDataLoss,
     OffsetRange,
@@ -40,8 +40,8 @@ from laketide.spark.kafka_brokers import (
     moved_back,
     plan_ranges,
 )
-from laketide.spark.kafka_consumer import BACKLOG_FETCH_WAIT_MS, RangeConsumer
-from laketide.spark.kafka_records import SCHEMA
+from laketide.spark.kafka.consumer import BACKLOG_FETCH_WAIT_MS, RangeConsumer
+from laketide.spark.kafka.records import SCHEMA
 from laketide.table.errors import Invalid
 
 log = logging.getLogger(__name__)

@@ -30,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from laketide.spark.kafka_brokers import OffsetRange, Place
-from laketide.spark.kafka_records import SCHEMA, as_batch, by_place, value_bytes
+from laketide.spark.kafka.brokers import OffsetRange, Place
+from laketide.spark.kafka.records import SCHEMA, as_batch, by_place, value_bytes
 from laketide.table.errors import Unavailable
 
 log = logging.getLogger(__name__)
