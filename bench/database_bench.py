@@ -264,7 +264,7 @@ def idle_cost(work: Path, tables: list[BenchTable]) -> dict:
     import psutil
 
     from laketide.config import load_config
-    from laketide.config_tables import SourceTable, TableRoutes
+    from laketide.config.routes import SourceTable, TableRoutes
     from laketide.writer.job.session import WriterSession
 
     routes = TableRoutes(

@@ -23,8 +23,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
-from laketide.config import EVENT_POSITION, ConfigError, JobConfig, KafkaSection, SourceSection
-from laketide.index.columns import CORRUPT, DECODE_REASON, SOURCE_FILE, SOURCE_OFFSET
+from laketide.config import ConfigError, JobConfig, KafkaSection, SourceSection
+from laketide.index.columns import CORRUPT, DECODE_REASON, EVENT_POSITION, SOURCE_FILE, SOURCE_OFFSET
 from laketide.spark.kafka.source import NAME as PYTHON_KAFKA
 from laketide.spark.kafka.source import KafkaDataSource
 from laketide.table.format.schema import IS_DELETED

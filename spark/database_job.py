@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from laketide.config import JobConfig
-from laketide.config_tables import TableRoutes
+from laketide.config.routes import TableRoutes
 from laketide.coordinator import LeaseLost
 from laketide.spark.change_feed import kafka_stream
 from laketide.spark.kafka.offsets import KafkaOffsets

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 
 from laketide.config import JobConfig
-from laketide.config_tables import is_database_job
+from laketide.config.routes import is_database_job
 from laketide.coordinator import LeaseLost
 from laketide.spark.kafka.source import KafkaDataLoss
 from laketide.spark.pipeline import MicroBatches

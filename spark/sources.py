@@ -38,6 +38,7 @@ from laketide.table import Table
 from laketide.table.format.schema import IS_DELETED
 from laketide.table.storage.io import FileIO
 from laketide.writer.changes.connect.avro import AvroValues, read_schema
+from laketide.writer.changes.connect.values import Decoding
 from laketide.writer.changes.decoder import ChangeDecoder
 from laketide.writer.changes.schema_registry import SchemaRegistry
 
@@ -101,7 +102,7 @@ def change_decoder(spark: SparkSession, config: JobConfig, table: Table) -> Chan
         declared,
         tuple(settings.record_key_fields),
         tuple(r for r in required if r != EVENT_POSITION),
-        source.debezium.decoding(),
+        Decoding.of(source.debezium),
         avro,
     )
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from connect_events import HEARTBEAT, POSTGRES_COLUMNS, TRANSACTION_BEGIN, Column, PostgresTable, sample_row
 
-from laketide.config_tables import SourceTable
+from laketide.config.routes import SourceTable
 from laketide.table.errors import Invalid
 from laketide.writer.changes.routes import record_key_of, route
 

@@ -1,5 +1,5 @@
 """One table per source table (``table.path`` with ``{table}``): the settings each source table's Hudi table gets
-(``config_tables``), and the refusals at start. The job itself: ``test_database_job.py``."""
+(``config.tables``), and the refusals at start. The job itself: ``test_database_job.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from laketide.config import ConfigError, load_config
-from laketide.config_tables import SourceTable, TableRoutes
+from laketide.config.routes import SourceTable, TableRoutes
 from laketide.table.errors import Invalid
 
 CLI = str(Path(sys.executable).with_name("laketide"))

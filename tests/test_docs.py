@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from laketide.config import load_config
-from laketide.config_reference import reference_markdown, sections
+from laketide.config.reference import reference_markdown, sections
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

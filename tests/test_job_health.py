@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from laketide.config_types import trigger_seconds
+from laketide.config.types import trigger_seconds
 from laketide.writer.job.health import RATE_WINDOW_SECONDS, assess
 from laketide.writer.report import Backlog, BatchReport, Failure
 

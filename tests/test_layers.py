@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SPARK_FREE = ["table", "index", "coordinator", "writer", "api"]
+SPARK_FREE = ["table", "index", "coordinator", "writer", "api", "config"]
 
 BLOCK_PYSPARK = """
 import importlib, pkgutil, sys
@@ -25,7 +25,7 @@ import laketide
 modules = ["laketide", "laketide.cli", "laketide.config", "laketide.service"]
 for package in {packages}:
     pkg = importlib.import_module(f"laketide.{{package}}")
-    modules += [f"laketide.{{package}}.{{m.name}}" for m in pkgutil.iter_modules(pkg.__path__)]
+    modules += [m.name for m in pkgutil.walk_packages(pkg.__path__, f"laketide.{{package}}.")]
 for name in modules:
     importlib.import_module(name)
 print(len(modules))
@@ -174,4 +174,16 @@ def test_writer_wings_import_only_the_parts_below_them():
             wing = _wing(module)
             if wing is not None and wing not in WRITER_LAYERS[part]:
                 wrong.append(f"writer/{relative} imports {module}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_config_imports_nothing_of_the_writer_or_above():
+    """``config/`` is one package under everything that reads it: it takes the table's format and the index's
+    column names, nothing of the coordinator, the writer or the adapters."""
+    wrong = []
+    for path in sorted((ROOT / "src" / "laketide" / "config").glob("*.py")):
+        for module in _runtime_imports(ast.parse(path.read_text())):
+            names = module.split(".")
+            if names[0] == "laketide" and len(names) > 1 and names[1] not in ("config", "table", "index"):
+                wrong.append(f"config/{path.name} imports {module}")
     assert not wrong, "\n".join(wrong)

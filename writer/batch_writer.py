@@ -33,8 +33,8 @@ from laketide.table.format.schema import avro_schema_json
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.storage.store_requests import REQUESTS, RETRY
 from laketide.writer import stages
-from laketide.writer.changes.decoder import Decoded
-from laketide.writer.changes.source_table import SourceTable
+from laketide.writer.changes.decoder import DecodedBatch
+from laketide.writer.changes.table_feed import TableFeed
 from laketide.writer.changes.tally import TRUNCATE, MessageTally, Tally
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverBatch, DriverPool
@@ -100,7 +100,7 @@ class BatchWriter:
         self.first_keys = FirstKeys(table.io)  # where the small file groups' keys begin, kept between micro-batches
         # a change feed's one source table, and the ordering of its events
         debezium = config.source.debezium
-        self.source_table = SourceTable(
+        self.source_table = TableFeed(
             table, debezium.ordering if config.source.envelope == "debezium" else None, debezium.on_log_reset
         )
         self.message_tally = MessageTally(coordinator.metrics)
@@ -148,7 +148,7 @@ class BatchWriter:
         the reader knows it)."""
         return DriverBatch.prepare(rows, self.spec, self.driver_pool, self.clock.timed, arrival=arrival)
 
-    def decoded_batch(self, decoded: Decoded) -> LoadedBatch:
+    def decoded_batch(self, decoded: DecodedBatch) -> LoadedBatch:
         """A change feed's micro-batch the driver decoded (``ChangeDecoder.decode``), prepared in its threads."""
         batch = self.driver_batch(decoded.rows)
         batch.tally.add(decoded.tally)

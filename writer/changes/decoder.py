@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Decoded:
+class DecodedBatch:
     """A micro-batch's change events as rows (``ChangeDecoder.rows``), what they held besides, and the columns the
     table's schema evolves by: what the core makes its batch of (``BatchWriter.decoded_batch``)."""
 
@@ -156,14 +156,14 @@ class ChangeDecoder:
             [f for f in output_schema(ChangeSpec(columns, self.record_key)) if f.name not in LANDED_COLUMNS]
         )
 
-    def decode(self, records: pa.Table, table: Table, log: FeedLog, messages: Messages | None = None) -> Decoded:
+    def decode(self, records: pa.Table, table: Table, log: FeedLog, messages: Messages | None = None) -> DecodedBatch:
         """A micro-batch of ``records`` decoded for ``table``, whose source's log is as ``log`` says; ``messages``:
         its values parsed already (``parse``), as routing them to their tables did."""
         if messages is None and self.avro is None:
             messages = self.parse(records)  # once, for the row schemas and the rows
         columns = self.columns_for(lambda: self.schemas(records, messages), table)
         rows, tally = self.rows(records, columns, messages, log)
-        return Decoded(rows, tally, self.incoming(columns))
+        return DecodedBatch(rows, tally, self.incoming(columns))
 
     @staticmethod
     def parse(records: pa.Table) -> Messages:

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.config_tables import SourceTable
+from laketide.config.routes import SourceTable
 from laketide.table.errors import Invalid
 from laketide.writer.changes.events import Messages, parse_messages
 from laketide.writer.changes.schema_registry import unframed

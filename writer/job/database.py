@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketide.config import JobConfig
-from laketide.config_tables import SourceTable, TableRoutes
+from laketide.config.routes import SourceTable, TableRoutes
 from laketide.coordinator import LeaseHeld, LeaseLost
 from laketide.coordinator.metrics import MetricFamilies, Metrics
 from laketide.index.columns import DECODE_REASON, EVENT_KIND

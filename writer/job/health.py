@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import time
 
-from laketide.config_types import trigger_seconds
+from laketide.config.types import trigger_seconds
 from laketide.writer.job.views import Health
 from laketide.writer.report import Backlog, BatchReport, Failure
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 from obstore.exceptions import BaseError as ObstoreError
 
 from laketide.config import ConfigError, JobConfig
-from laketide.config_tables import refuse_database_job
+from laketide.config.routes import refuse_database_job
 from laketide.table import FileIO, Table, TableNotFound
 from laketide.table.errors import Invalid
 from laketide.table.storage.store_requests import store_failure

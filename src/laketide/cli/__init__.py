@@ -176,7 +176,7 @@ def serve(
     from laketide.api.app import ApiLimits, ViewSettings, create_app
     from laketide.api.guard import default_hosts
     from laketide.api.server import ApiServer
-    from laketide.config_types import parse_size
+    from laketide.config.types import parse_size
 
     _logging()
     t = open_table(table)

@@ -22,7 +22,7 @@ from laketide.cli.options import (
     open_table,
 )
 from laketide.cli.output import Output, answers
-from laketide.config_types import Codec
+from laketide.config.types import Codec
 from laketide.table.errors import Invalid
 from laketide.table.format.encoding import BASE_FILE_CODEC
 

@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from laketide.config import DebeziumSection
 from laketide.writer.changes.connect import codecs as codecs
 from laketide.writer.changes.connect.schema import (
     DAY_UNITS,
@@ -68,6 +69,11 @@ class Decoding:
     decimal_handling: str = "precise"
     ordering: str = "position"
     on_log_reset: str = "stop"  # what events whose log went back do (``changes.source_log``)
+
+    @classmethod
+    def of(cls, section: DebeziumSection) -> Decoding:
+        """The decoding ``source.debezium`` sets."""
+        return cls(section.timestamp_unit, section.decimal_handling, section.ordering, section.on_log_reset)
 
 
 @dataclass

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from laketide.config.section import Section
 
 
-class _Section(BaseModel):
-    # a field's docstring is its description: the configuration reference is made from them (``config_reference``)
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
-
-
-class GeneratorSection(_Section):
+class GeneratorSection(Section):
     """``source.format = "generator"``: made-up orders, for a demo or a load test."""
 
     rows_per_batch: int = Field(default=10_000, gt=0)
@@ -34,7 +31,7 @@ class GeneratorSection(_Section):
     """0: every new key is new forever; N: the table stays at N keys, and every row after the first N is a change."""
 
 
-class KafkaSection(_Section):
+class KafkaSection(Section):
     """Where a ``source.format = "kafka"`` job reads: Spark's Kafka source where its connector is on the
     classpath, else laketide's own (``spark/kafka/source.py``); ``reader`` picks one."""
 
@@ -60,7 +57,7 @@ class KafkaSection(_Section):
     """The Kafka client's own options (``security.protocol``, ``sasl.*``, ``ssl.*``, ...), for both readers."""
 
 
-class DebeziumSection(_Section):
+class DebeziumSection(Section):
     """How ``source.envelope = "debezium"`` reads change events (``writer/changes/events.py``).
 
     Events that carry their schema (the JSON converter with ``schemas.enable``) are decoded by it; these
@@ -93,13 +90,8 @@ class DebeziumSection(_Section):
     on (kept with the table); ``position`` writes them by position, where each older than its stored row is
     dropped as late. Counted in every case (``log_behind=``, ``laketide_log_behind_total``)."""
 
-    def decoding(self):
-        from laketide.writer.changes.connect.values import Decoding
 
-        return Decoding(self.timestamp_unit, self.decimal_handling, self.ordering, self.on_log_reset)
-
-
-class SchemaRegistrySection(_Section):
+class SchemaRegistrySection(Section):
     """A schema registry (Confluent's REST API) that gives each Avro value's schema by the id in its framing."""
 
     url: str | None = None
@@ -109,7 +101,7 @@ class SchemaRegistrySection(_Section):
     """The client's own options, as Confluent's clients name them: ``basic.auth.user.info = "user:password"``."""
 
 
-class SourceSection(_Section):
+class SourceSection(Section):
     """``[source]``: what the job reads."""
 
     format: Literal["json", "parquet", "csv", "generator", "kafka"] = "generator"

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from laketide.config import JobConfig
-from laketide.config_types import parse_size
+from laketide.config.types import parse_size
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from laketide.config_source import _Section
-from laketide.config_types import Size
+from laketide.config.section import Section
+from laketide.config.types import Size
 
 
-class CleanSection(_Section):
+class CleanSection(Section):
     """``[clean]``: which old file versions the cleaner deletes (Hudi's cleaner policies)."""
 
     model_config = ConfigDict(
@@ -36,7 +36,7 @@ class CleanSection(_Section):
         return Retention(CleanPolicy(self.policy), self.retain_commits, self.retain_file_versions, self.retain_hours)
 
 
-class ArchiveSection(_Section):
+class ArchiveSection(Section):
     """Hudi's ``hoodie.keep.min.commits`` / ``hoodie.keep.max.commits``."""
 
     enabled: bool = True
@@ -53,7 +53,7 @@ class ArchiveSection(_Section):
         return self
 
 
-class CompactionSection(_Section):
+class CompactionSection(Section):
     """Merge-on-read compaction: when a file slice is folded into a new base file, and where that runs.
 
     A slice is compacted once it has ``delta_commits`` log files (one per
@@ -75,7 +75,7 @@ class CompactionSection(_Section):
     compaction uses the driver's cores between micro-batches; ``0`` never waits."""
 
 
-class ServicesSection(_Section):
+class ServicesSection(Section):
     """Table services after a commit (index compaction, compaction, clean, archival, mirror).
 
     A commit stands whatever a service after it does: a failed service is
@@ -89,7 +89,7 @@ class ServicesSection(_Section):
     every commit in place."""
 
 
-class MirrorSection(_Section):
+class MirrorSection(Section):
     """A Delta Lake log beside the Hudi timeline (``table.delta_mirror``), for Delta readers.
 
     ``log_retention_versions`` bounds the log: once a checkpoint is that many

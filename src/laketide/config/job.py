@@ -19,17 +19,11 @@ from pydantic import (
     model_validator,
 )
 
-from laketide.config_services import ArchiveSection, CleanSection, CompactionSection, MirrorSection, ServicesSection
-from laketide.config_source import (  # noqa: F401 (part of this module's interface)
-    DebeziumSection,
-    GeneratorSection,
-    KafkaSection,
-    SchemaRegistrySection,
-    SourceSection,
-    _Section,
-)
-from laketide.config_tables import DatabaseSection, TableKeys, TableOverride, placeholders
-from laketide.config_types import Codec, Size, Trigger, parse_size
+from laketide.config.section import Section
+from laketide.config.services import ArchiveSection, CleanSection, CompactionSection, MirrorSection, ServicesSection
+from laketide.config.source import SourceSection
+from laketide.config.tables import DatabaseSection, TableKeys, TableOverride, placeholders
+from laketide.config.types import Codec, Size, Trigger, parse_size
 from laketide.index.columns import EVENT_POSITION
 from laketide.table.errors import Invalid
 from laketide.table.format.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC
@@ -44,7 +38,7 @@ class TableSection(TableKeys):
     ``{schema}``, ``{db}``, ``{topic}``), one table per source table."""
 
 
-class StreamSection(_Section):
+class StreamSection(Section):
     """``[stream]``: the Structured Streaming query."""
 
     checkpoint: str = "./checkpoint"
@@ -62,7 +56,7 @@ LOCAL_DRIVER_BATCH_BYTES = 256 * 2**20
 DRIVER_BATCH_BYTES = 64 * 2**20
 
 
-class WriteSection(_Section):
+class WriteSection(Section):
     """``operation`` is Hudi's ``hoodie.datasource.write.operation``: what every micro-batch does.
 
     upsert: each key once, updates merged (the default); insert: no index lookup, new keys
@@ -138,7 +132,7 @@ class WriteSection(_Section):
         return self
 
 
-class IndexSection(_Section):
+class IndexSection(Section):
     """``global = true``: a record key is unique across partitions (Hudi's global index). A record
     whose partition value changes moves: its old copy is deleted in the same commit. Chosen when
     the table's index is created; an index built the other way is refused.
@@ -154,7 +148,7 @@ class IndexSection(_Section):
     the index is created); unset, false, but true for a Debezium feed into a partitioned table."""
 
 
-class CoordinatorSection(_Section):
+class CoordinatorSection(Section):
     """``[coordinator]``: the writer's lease and its REST API."""
 
     lease: Literal["local", "zookeeper", "storage"] = "local"
@@ -195,7 +189,7 @@ def _option_strings(value: Any) -> Any:
     return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
 
 
-class StorageSection(_Section):
+class StorageSection(Section):
     """How to reach an object store (``s3://``, ``gs://``, ``az://``, ``abfs://``) that holds the table.
 
     ``options`` are object_store's keys, which hudi-rs and delta-rs take too: ``aws_endpoint_url``,
@@ -223,7 +217,7 @@ class StorageSection(_Section):
         return {**self.options, "max_retries": str(self.max_retries), "max_in_flight": str(self.max_in_flight)}
 
 
-class SparkSection(_Section):
+class SparkSection(Section):
     """``[spark]``: the session the job builds when it is not run by spark-submit."""
 
     master: str = "local[2]"
@@ -238,7 +232,7 @@ class SparkSection(_Section):
 KAFKA_RECORD_BYTES = 1024
 
 
-class JobConfig(_Section):
+class JobConfig(Section):
     table: TableSection
     source: SourceSection = Field(default_factory=SourceSection)
     stream: StreamSection = Field(default_factory=StreamSection)
@@ -252,7 +246,7 @@ class JobConfig(_Section):
     services: ServicesSection = Field(default_factory=ServicesSection)
     spark: SparkSection = Field(default_factory=SparkSection)
     storage: StorageSection = Field(default_factory=StorageSection)
-    # a job of a whole database (table.path holds {table}): one source table's table.* keys (``config_tables``)
+    # a job of a whole database (table.path holds {table}): one source table's table.* keys (``config.tables``)
     tables: dict[str, TableOverride] = Field(default_factory=dict)
     """A job of a whole database: any ``table.*`` key for source table ``<name>``, and ``schema`` to pin its columns."""
     database: DatabaseSection = Field(default_factory=DatabaseSection)

@@ -1,4 +1,4 @@
-"""The one source table a table's change events come from.
+"""The feed a table is written from, as the table knows it: the one source table its change events come from.
 
 A Debezium event names its source table (``source.db``, ``source.schema``, ``source.table``). One laketide
 table holds one source table: events of two, mixed into one table under one schema, would replace each
@@ -30,8 +30,9 @@ class MixedSourceTables(Invalid):
     """Change events of more than one source table for one table (exit code 2): nothing was written."""
 
 
-class SourceTable:
-    """Checks each micro-batch's source tables against the table's. Used by the micro-batch thread only."""
+class TableFeed:
+    """What the table knows of its feed (its source table, its events' ordering, its log's newest points), each
+    micro-batch checked against it. Used by the micro-batch thread only."""
 
     def __init__(self, table: Table, ordering: str | None = None, on_log_reset: str = "stop"):
         self.table, self.ordering, self.on_log_reset = table, ordering, on_log_reset
