@@ -23,8 +23,8 @@ from laketide.api.limits import Admission, ApiLimits
 from laketide.api.models import (
     INSTANT_PATTERN,
     ErrorOut,
-    Health,
     LeaseOut,
+    Liveness,
     RestoreRequest,
     RollbackRequest,
     SavepointRequest,
@@ -59,10 +59,10 @@ router = APIRouter(responses=ERRORS)
 changes = APIRouter(responses=ERRORS, dependencies=[Depends(token_required)])
 
 
-@router.get("/healthz", response_model=Health, tags=["service"])
-def healthz(request: Request) -> Health:
+@router.get("/healthz", response_model=Liveness, tags=["service"])
+def healthz(request: Request) -> Liveness:
     tables: ApiTables = request.app.state.tables
-    return Health(table=tables.where())
+    return Liveness(table=tables.where())
 
 
 @router.get("/metrics", tags=["service"], response_class=Response, responses={200: {"content": {"text/plain": {}}}})

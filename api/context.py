@@ -11,6 +11,7 @@ from typing import Annotated, Protocol, TypeVar
 from fastapi import Depends, Header, Query, Request
 
 from laketide.coordinator import Coordinator, Lease, LeaseHolder
+from laketide.coordinator.lease import holder_seen_through
 from laketide.coordinator.metrics import Metrics
 from laketide.table import Table
 from laketide.table.errors import ErrorKind, Invalid, LaketideError, NotFound
@@ -116,11 +117,7 @@ class ApiContext:
             return self.job.coordinator.lease.current_holder()
         if self.lease_factory is None:
             return None
-        probe = self.lease_factory()
-        try:
-            return probe.current_holder()
-        finally:
-            probe.release()
+        return holder_seen_through(self.lease_factory())
 
     def require_token(self, authorization: str | None) -> None:
         if not authorization or not authorization.lower().startswith("bearer "):

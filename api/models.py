@@ -48,6 +48,6 @@ class RestoreRequest(BaseModel):
     savepoint: str = Field(pattern=INSTANT_PATTERN)
 
 
-class Health(BaseModel):
+class Liveness(BaseModel):
     status: str = "ok"
     table: str

@@ -111,6 +111,14 @@ class Lease(ABC):
         self.release()
 
 
+def holder_seen_through(probe: Lease) -> LeaseHolder | None:
+    """Who holds the lease ``probe`` names, asked through a lease made only to look, released after."""
+    try:
+        return probe.current_holder()
+    finally:
+        probe.release()
+
+
 LOCAL_LEASE_FILE = ".hoodie/.laketide/lease"
 
 

@@ -42,7 +42,6 @@ from laketide.table.format.instant import (
     State,
 )
 from laketide.table.format.markers import WriteMarkers
-from laketide.table.format.rollback import RollbackPlan
 from laketide.table.format.timeline import Timeline, TimelineWriter, redrawn
 from laketide.table.storage.io import InstantFileExists
 from laketide.table.table import Table
@@ -276,12 +275,6 @@ class Coordinator:
         WriteMarkers(self.table.io, instant_time).delete_all()
 
     # -- rollback ---------------------------------------------------------
-
-    def plan_rollback(
-        self, instant_time: str, force: bool = False, timeline: Timeline | None = None, restoring: bool = False
-    ) -> RollbackPlan:
-        """What rolling back ``instant_time`` would delete; raises ``RollbackRefused`` if it may not be rolled back."""
-        return self.rollbacks.plan(instant_time, force, timeline, restoring)
 
     def rollback(
         self,

@@ -14,9 +14,18 @@ import time
 from typing import Any, cast
 from urllib.parse import quote
 
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import ConnectionLoss, KazooException, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
+
 from laketide.coordinator.lease import Lease, LeaseError, LeaseHeld, LeaseHolder, LeaseLost
 
 log = logging.getLogger(__name__)
+
+
+# Reconnection attempts back off to at most a second (kazoo's default goes up to a minute): after a short outage
+# the session must be found intact before the session timeout runs out.
+RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_jitter": 0.1, "max_delay": 1.0}
 
 
 class ZooKeeperLease(Lease):
@@ -37,7 +46,7 @@ class ZooKeeperLease(Lease):
 
     def __init__(
         self,
-        hosts: str,
+        client: KazooClient,
         root: str,
         table: str,
         job_id: str = "",
@@ -46,9 +55,9 @@ class ZooKeeperLease(Lease):
         connect_timeout: float = 10.0,
         on_lost=None,
     ):
-        from kazoo.client import KazooClient
-
-        self.hosts = hosts
+        """``client``: not started yet (``acquire`` starts it, ``release`` stops it), made with ``session_timeout``
+        as its timeout; ``connect_to`` makes both."""
+        self.hosts = ",".join(f"{host}:{port}" for host, port in client.hosts or ())
         self.table = table
         self.job_id = job_id
         self.api_address = api_address
@@ -62,15 +71,16 @@ class ZooKeeperLease(Lease):
         self.epoch_node = f"{self.table_node}/epoch"
         self.holder = None
         self.state = "NEW"
-        # Reconnection attempts back off to at most a second (kazoo's default goes up to a minute):
-        # after a short outage the session must be found intact before the session timeout runs out.
-        retry = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_jitter": 0.1, "max_delay": 1.0}
-        self._client = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=retry)
+        self._client = client
         self._client.add_listener(self._on_state)
 
-    def _on_state(self, state) -> None:
-        from kazoo.client import KazooState
+    @classmethod
+    def connect_to(cls, hosts: str, root: str, table: str, session_timeout: float = 10.0, **settings) -> ZooKeeperLease:
+        """The lease of ``table`` on the ensemble at ``hosts`` (``host:port,...``), through a client of its own."""
+        client = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=RECONNECT)
+        return cls(client, root, table, session_timeout=session_timeout, **settings)
 
+    def _on_state(self, state) -> None:
         previous, self.state = self.state, state if isinstance(state, str) else str(state)
         if state == KazooState.CONNECTED:
             self._connected.set()
@@ -95,8 +105,6 @@ class ZooKeeperLease(Lease):
             )
 
     def _connect(self) -> None:
-        from kazoo.handlers.threading import KazooTimeoutError
-
         if self._client.connected:
             return
         try:
@@ -110,14 +118,10 @@ class ZooKeeperLease(Lease):
         self._connected.set()
         self._client.ensure_path(self.table_node)
         if self._client.exists(self.epoch_node) is None:
-            from kazoo.exceptions import NodeExistsError
-
             with contextlib.suppress(NodeExistsError):
                 self._client.create(self.epoch_node, b"0")
 
     def current_holder(self) -> LeaseHolder | None:
-        from kazoo.exceptions import NoNodeError
-
         self._connect()
         try:
             data, _ = self._get(self.lease_node)
@@ -126,8 +130,6 @@ class ZooKeeperLease(Lease):
         return LeaseHolder.model_validate_json(data)
 
     def _try_take(self) -> LeaseHolder | None:
-        from kazoo.exceptions import NodeExistsError, RolledBackError
-
         raw, stat = self._get(self.epoch_node)
         holder = LeaseHolder(job_id=self.job_id, api_address=self.api_address, epoch=int(raw or b"0") + 1)
         tx = self._client.transaction()
@@ -136,13 +138,12 @@ class ZooKeeperLease(Lease):
         results = tx.commit()
         if any(isinstance(r, NodeExistsError) for r in results):
             return None
-        if any(isinstance(r, (RolledBackError, Exception)) for r in results):
-            return None  # another taker bumped the epoch first: look again
+        if any(isinstance(r, Exception) for r in results):
+            # another taker bumped the epoch first (a BadVersionError, the rest rolled back): look again
+            return None
         return holder
 
     def acquire(self, timeout: float = 0.0) -> LeaseHolder:
-        import threading
-
         self._connect()
         deadline = time.monotonic() + timeout
         while True:
@@ -184,8 +185,6 @@ class ZooKeeperLease(Lease):
         return stat is not None and session is not None and stat.ephemeralOwner == session[0]
 
     def check(self) -> LeaseHolder:
-        from kazoo.exceptions import ConnectionLoss, SessionExpiredError
-
         deadline = time.monotonic() + self.session_timeout
         while True:
             if self.holder is None:
@@ -212,8 +211,6 @@ class ZooKeeperLease(Lease):
             return self.holder
 
     def release(self) -> None:
-        from kazoo.exceptions import KazooException
-
         if self.holder is not None and self._client.connected:
             try:
                 stat = self._client.exists(self.lease_node)

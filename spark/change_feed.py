@@ -166,7 +166,7 @@ def with_record_origin(rows: DataFrame) -> DataFrame:
     )
 
 
-def plain_rows(decoded: DataFrame, row_schema: StructType) -> DataFrame:
+def plain_columns(decoded: DataFrame, row_schema: StructType) -> DataFrame:
     """Values that are the rows themselves (no envelope)."""
     return decoded.select(
         *[F.col(f"{VALUE}.{f.name}").alias(f.name) for f in row_schema.fields], *_beside(decoded, VALUE)

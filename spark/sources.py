@@ -28,7 +28,7 @@ from laketide.spark.change_feed import (
     change_schema,
     decode_records,
     kafka_stream,
-    plain_rows,
+    plain_columns,
     with_record_origin,
 )
 from laketide.spark.generator import ARROW_SCHEMA as GENERATOR_SCHEMA
@@ -174,7 +174,7 @@ class KafkaValues:
         """``records`` decoded into the rows: their declared columns, then why a value did not decode, the raw
         record of one that did not, and where each came from."""
         decoded = decode_records(records, self.source, self.row_schema)
-        return with_record_origin(plain_rows(decoded, self.row_schema))
+        return with_record_origin(plain_columns(decoded, self.row_schema))
 
 
 def landed_lines(spark: SparkSession, source: SourceSection) -> DataFrame:

@@ -1,7 +1,7 @@
 """One error family: every error laketide raises on purpose is a ``LaketideError``.
 
 Its ``kind`` says what the caller can do about it, and each adapter answers a
-kind in one place: the CLI's exit codes (``laketide.output.EXIT_CODES``) and the
+kind in one place: the CLI's exit codes (``laketide.cli.output.EXIT_CODES``) and the
 REST API's statuses (``laketide.api.errors.STATUSES``). The concrete classes
 keep the builtin base callers already catch (``KeyError`` for a missing
 instant, ``ValueError`` for a bad value, ``FileNotFoundError`` for a missing

@@ -13,7 +13,7 @@ from laketide.table.errors import ErrorKind
 from laketide.table.storage.store_requests import (
     RETRY,
     RequestCounts,
-    RetryPolicy,
+    RequestRetry,
     StoreRequests,
     StoreUnavailable,
     is_transient,
@@ -41,7 +41,7 @@ def test_throttling_and_lost_connections_are_transient_and_client_errors_are_not
 
 
 def test_the_backoff_grows_to_its_cap_with_full_jitter():
-    policy = RetryPolicy(max_retries=10, base=0.05, cap=5.0)
+    policy = RequestRetry(max_retries=10, base=0.05, cap=5.0)
     assert [policy.delay(n, lambda: 1.0) for n in (1, 2, 3)] == [0.1, 0.2, 0.4]
     assert policy.delay(20, lambda: 1.0) == 5.0 and policy.delay(20, lambda: 0.0) == 0.0
 
@@ -60,14 +60,14 @@ def _flaky(failures: int, error: str = SLOW_DOWN):
 
 def test_a_throttled_request_is_sent_again_and_each_retry_is_counted():
     counts = RequestCounts()
-    requests = StoreRequests("s3://lake/t", RetryPolicy(max_retries=3, base=0.001), 4, counts)
+    requests = StoreRequests("s3://lake/t", RequestRetry(max_retries=3, base=0.001), 4, counts)
     request, calls = _flaky(2)
     assert requests.call("PUT", request) == "done" and len(calls) == 3
     assert counts.snapshot() == {"PUT": 3, RETRY: 2}
 
 
 def test_past_max_retries_the_store_is_named_as_unavailable():
-    requests = StoreRequests("s3://lake/t", RetryPolicy(max_retries=2, base=0.001), 4, RequestCounts())
+    requests = StoreRequests("s3://lake/t", RequestRetry(max_retries=2, base=0.001), 4, RequestCounts())
     request, calls = _flaky(10)
     with pytest.raises(StoreUnavailable) as failed:
         requests.call("PUT", request)
@@ -78,7 +78,7 @@ def test_past_max_retries_the_store_is_named_as_unavailable():
 
 
 def test_a_client_error_is_raised_at_once():
-    requests = StoreRequests("s3://lake/t", RetryPolicy(max_retries=5, base=0.001), 4, RequestCounts())
+    requests = StoreRequests("s3://lake/t", RequestRetry(max_retries=5, base=0.001), 4, RequestCounts())
     request, calls = _flaky(10, NOT_ALLOWED)
     with pytest.raises(GenericError):
         requests.call("PUT", request)
@@ -97,13 +97,13 @@ def test_a_listing_that_fails_mid_way_goes_on_after_the_last_key_it_gave():
                 raise GenericError(RESET)
             yield page
 
-    requests = StoreRequests("s3://lake/t", RetryPolicy(max_retries=2, base=0.001), 4, RequestCounts())
+    requests = StoreRequests("s3://lake/t", RequestRetry(max_retries=2, base=0.001), 4, RequestCounts())
     assert [m["path"] for page in requests.pages(listing) for m in page] == ["a", "b", "c", "d"]
     assert asked == [None, "b"]
 
 
 def test_no_more_than_max_in_flight_requests_are_open_at_once():
-    requests = StoreRequests("s3://lake/t", RetryPolicy(), 2, RequestCounts())
+    requests = StoreRequests("s3://lake/t", RequestRetry(), 2, RequestCounts())
     open_now, most, lock = [0], [0], threading.Lock()
 
     def request():

@@ -19,7 +19,7 @@ SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string(
 
 
 def lease_for(zookeeper, table, job, lost=None, **kw):
-    return ZooKeeperLease(
+    return ZooKeeperLease.connect_to(
         zookeeper,
         "/laketide-test",
         table.uri,
@@ -106,7 +106,7 @@ def test_released_lease_is_free_at_once(zookeeper, tmp_path):
 
 def test_unreachable_zookeeper_fails_clearly(tmp_path):
     table = Table.create(str(tmp_path / "t"), "t", ["id"], [], None)
-    lease = ZooKeeperLease(f"127.0.0.1:{free_port()}", "/laketide", table.uri, connect_timeout=1.0)
+    lease = ZooKeeperLease.connect_to(f"127.0.0.1:{free_port()}", "/laketide", table.uri, connect_timeout=1.0)
     with pytest.raises(LeaseError, match=r"cannot reach ZooKeeper .* never falls back"):
         lease.acquire()
 
@@ -121,7 +121,7 @@ def test_a_new_ensemble_continues_past_the_epochs_the_table_has_seen(zookeeper, 
     Coordinator(table, old, "w").recover()
     old.release()
 
-    fresh = ZooKeeperLease(
+    fresh = ZooKeeperLease.connect_to(
         zookeeper, f"/laketide-new-{tmp_path.name}", table.uri, job_id="new-ensemble", session_timeout=2.0
     )
     assert fresh.acquire().epoch == 1
@@ -135,6 +135,6 @@ def test_a_new_ensemble_continues_past_the_epochs_the_table_has_seen(zookeeper, 
     )
     assert instant is not None
     fresh.release()
-    again = ZooKeeperLease(zookeeper, f"/laketide-new-{tmp_path.name}", table.uri, session_timeout=2.0)
+    again = ZooKeeperLease.connect_to(zookeeper, f"/laketide-new-{tmp_path.name}", table.uri, session_timeout=2.0)
     assert again.acquire().epoch == 52
     again.release()

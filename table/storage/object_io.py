@@ -36,7 +36,7 @@ from obstore.store import from_url
 from laketide.table.errors import Invalid, first_line
 from laketide.table.storage.io import FileEntry, FileIO, InstantFileExists
 from laketide.table.storage.object_files import READ_BUFFER, ObjectOutput, ObjectWriter, RangeReader
-from laketide.table.storage.store_requests import RetryPolicy, StoreRequests
+from laketide.table.storage.store_requests import RequestRetry, StoreRequests
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class ObjectStoreFileIO(FileIO):
         self.root = root
         self.prefix = prefix
         self.base_path = f"{root}/{prefix}" if prefix else root
-        policy = RetryPolicy(max_retries=own["max_retries"])
+        policy = RequestRetry(max_retries=own["max_retries"])
         self.requests = StoreRequests(self.base_path, policy, own["max_in_flight"])
         self._suffix_ranges = True  # until the store says it has none (Azure)
         self._batch_delete = True  # until the store says it has none: then one signed DELETE per object

@@ -64,7 +64,7 @@ REQUESTS = RequestCounts()
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class RequestRetry:
     """``max_retries`` retries after the first attempt, waiting a random time up to ``base * 2**n``
     (capped at ``cap``) before the n-th: "full jitter", so throttled writers do not retry in step."""
 
@@ -107,7 +107,7 @@ class StoreRequests:
     """The requests of one ``ObjectStoreFileIO``: its threads (the driver's file-group writers, a
     heartbeat) share ``_slots``, a semaphore of ``max_in_flight``; ``counts`` is the process's."""
 
-    def __init__(self, where: str, policy: RetryPolicy, max_in_flight: int, counts: RequestCounts = REQUESTS):
+    def __init__(self, where: str, policy: RequestRetry, max_in_flight: int, counts: RequestCounts = REQUESTS):
         self.where = where
         self.policy = policy
         self.max_in_flight = max_in_flight

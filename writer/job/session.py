@@ -272,7 +272,7 @@ def make_lease(
                 "'storage' or 'zookeeper'."
             )
         return LocalLease.for_table(table.uri, job_id=job_id, api_address=api_address)
-    return ZooKeeperLease(
+    return ZooKeeperLease.connect_to(
         coordinator.zookeeper,
         coordinator.zookeeper_root,
         table.uri,

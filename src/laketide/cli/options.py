@@ -36,18 +36,16 @@ def lease_for(table, zookeeper: str | None, zookeeper_root: str, job_id: str = "
         elif recorded.kind == "zookeeper":
             zookeeper, zookeeper_root = recorded.zookeeper, recorded.root or zookeeper_root
     if zookeeper:
-        return ZooKeeperLease(zookeeper, zookeeper_root, table.uri, job_id=job_id, connect_timeout=10.0)
+        return ZooKeeperLease.connect_to(zookeeper, zookeeper_root, table.uri, job_id=job_id, connect_timeout=10.0)
     if not table.io.is_local:
         return StorageLease(table.io, job_id=job_id)
     return LocalLease.for_table(table.uri, job_id=job_id)
 
 
 def current_holder(table, zookeeper: str | None, zookeeper_root: str):
-    probe = lease_for(table, zookeeper, zookeeper_root)
-    try:
-        return probe.current_holder()
-    finally:
-        probe.release()
+    from laketide.coordinator.lease import holder_seen_through
+
+    return holder_seen_through(lease_for(table, zookeeper, zookeeper_root))
 
 
 def storage_pairs(pairs: list[str]) -> dict[str, str]:
