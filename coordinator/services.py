@@ -38,15 +38,19 @@ class ServiceFailures:
     thread, so the counts and ``fatal`` are guarded by ``_lock``.
     """
 
-    def __init__(self, limit: int = 5, metrics: Metrics | None = None):
+    def __init__(
+        self,
+        limit: int = 5,
+        metrics: Metrics | None = None,
+        on_failure: Callable[[str, str | None, BaseException], None] | None = None,
+    ):
+        """``on_failure(service, instant, error)`` is told of each failure (the job's status shows them)."""
         self.limit = limit
         self.metrics = metrics or Metrics()
         self._lock = threading.Lock()
         self._in_a_row: dict[str, int] = defaultdict(int)
         self.fatal: TableServiceFailed | TableDamaged | None = None
-        # told of each failure (service name, instant, error): the job's status shows them; set once, before services
-        # run
-        self.on_failure: Callable[[str, str | None, BaseException], None] | None = None
+        self.on_failure = on_failure
 
     def stop_with(self, damage: TableDamaged) -> None:
         """A damaged table stops the job at once: retrying cannot mend a file, and nothing more may be written."""
@@ -114,16 +118,17 @@ class TableServices:
         services: Sequence[tuple[str, Callable[[], object]]],
         background: bool = True,
         failures: ServiceFailures | None = None,
+        gate: threading.Semaphore | None = None,
     ):
-        """``services`` are (name, run) pairs, run in order after each commit."""
+        """``services`` are (name, run) pairs, run in order after each commit. ``gate``: the rounds several tables'
+        services may run at once (a job of a whole database shares one); a round it turns away is owed
+        (``owed``) until ``after_commit`` is called again."""
         self.services = list(services)
         self.background = background
         self.failures = failures or ServiceFailures()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        # the rounds several tables' services may run at once (a job of a whole database shares one); set before
-        # the first commit. A round the gate turns away is owed (``owed``) until ``after_commit`` is called again.
-        self.gate: threading.Semaphore | None = None
+        self.gate = gate
         self.owed = False
 
     def after_commit(self, instant: str | None = None) -> None:

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import pyarrow as pa
@@ -56,6 +56,28 @@ OPERATION_TYPES = {
 }
 
 
+@dataclass(frozen=True)
+class WriterParts:
+    """What a running job hands its writer; each left out, the writer makes its own. ``on_step(point, batch_id)`` is
+    called at each step ("begun", "written", "committed"): crash tests kill the process there. ``after_commit(instant)``
+    runs the table services once a micro-batch is committed; ``failures`` counts what they fail (a commit stands
+    whatever they do). ``views``: the file-system view kept between micro-batches, shared with the services.
+    ``driver_pool``: the threads of the micro-batches the driver writes, when several writers share them (the tables
+    of a database job), whose reports ``label`` names. ``batch_lock``: held while a micro-batch runs; operator
+    actions and the services' steps that change what a micro-batch reads take it too. ``status``: what the job tells
+    the API, which the services' failures go to as well."""
+
+    clock: StepClock | None = None
+    on_step: Callable[[str, int], None] | None = None
+    after_commit: Callable[[str], None] | None = None
+    views: ViewSync | None = None
+    failures: ServiceFailures | None = None
+    driver_pool: DriverPool | None = None
+    label: str | None = None
+    batch_lock: threading.RLock | None = None
+    status: WriterStatus | None = None
+
+
 class BatchWriter:
     """Writes micro-batches into one table as instants, for one writer (its coordinator and lease).
 
@@ -71,29 +93,17 @@ class BatchWriter:
         coordinator: Coordinator,
         index: StateIndex,
         quarantine_path: str,
-        clock: StepClock | None = None,
-        on_step: Callable[[str, int], None] | None = None,
-        after_commit: Callable[[str], None] | None = None,
-        views: ViewSync | None = None,
-        failures: ServiceFailures | None = None,
-        driver_pool: DriverPool | None = None,
-        label: str | None = None,
-        batch_lock: threading.RLock | None = None,
+        parts: WriterParts | None = None,
     ):
-        """``on_step(point, batch_id)`` is called at each step ("begun", "written", "committed");
-        crash tests use it to kill the process at an exact point. ``after_commit(instant)`` runs the
-        table services once a micro-batch is committed; ``failures`` counts what they fail (a
-        commit stands whatever they do). ``views`` is the file-system view kept between
-        micro-batches (shared with the table services). ``driver_pool``: the threads of the micro-batches the
-        driver writes, when several writers share them (the tables of a database job); ``label`` names the
-        table in its reports then. ``batch_lock``: held while a micro-batch runs (its own when none is given);
-        operator actions and the services' steps that change what a micro-batch reads take it too."""
+        """``parts``: what a running job shares with the writer (``WriterParts``); a writer alone makes its own."""
+        parts = parts or WriterParts()
         self.config = config
         self.table = table
         self.coordinator = coordinator
         self.index = index
         self.quarantine_path = quarantine_path
-        self.status = WriterStatus()
+        self.status = parts.status or WriterStatus()
+        views, clock, driver_pool = parts.views, parts.clock, parts.driver_pool
         # called with each micro-batch's report once it is done (benchmarks and tests watch the job through it)
         self.observers: list[Callable[[BatchReport], None]] = []
         self.views = views or ViewSync(table)
@@ -105,11 +115,11 @@ class BatchWriter:
         )
         self.message_tally = MessageTally(coordinator.metrics)
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
-        self.batch_lock = batch_lock or threading.RLock()
+        self.batch_lock = parts.batch_lock or threading.RLock()
         self.metrics = coordinator.metrics
-        self._on_step = on_step or (lambda point, batch_id: None)
-        self._after_commit = after_commit or (lambda instant: None)
-        self.failures = failures or ServiceFailures(config.services.max_consecutive_failures, coordinator.metrics)
+        self._on_step = parts.on_step or (lambda point, batch_id: None)
+        self._after_commit = parts.after_commit or (lambda instant: None)
+        self.failures = parts.failures or ServiceFailures(config.services.max_consecutive_failures, coordinator.metrics)
         settings = table.config
         self.spec = PrepareSpec(
             tuple(settings.record_key_fields),
@@ -134,7 +144,7 @@ class BatchWriter:
         # threads of a micro-batch the driver writes: the driver's cores, or fewer tasks
         self._owns_pool = driver_pool is None
         self.driver_pool = driver_pool or DriverPool.for_writes(config.write)
-        self.label = label
+        self.label = parts.label
 
     def write(self, batch_id: int, load: Callable[[], LoadedBatch]) -> BatchReport:
         """The one way into a micro-batch: refused once a table service has failed too often, then written under

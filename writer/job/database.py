@@ -236,9 +236,9 @@ class Database:
             driver_pool=self.pool,
             label=label,
             on_step=self.on_step,
+            services_gate=self.gate,
         )
         job = session.open()
-        job.services.gate = self.gate
         self._by_source[source] = label
         log.info("table %s opened for source table %s at %s", label, source.name, job.table.uri)
         return DatabaseTable(label, source, session, job, self.parts.decoder(config, job.table))

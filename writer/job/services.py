@@ -19,6 +19,7 @@ from laketide.table import Table
 from laketide.table.mirror.delta_mirror import DeltaMirror, has_mirror
 from laketide.table.reading.view_sync import ViewSync
 from laketide.writer.job.compactor import Compactor
+from laketide.writer.report import WriterStatus
 
 
 def mirror_for(config: JobConfig, table: Table, views: ViewSync, hold: Callable[[], None]) -> DeltaMirror | None:
@@ -38,10 +39,14 @@ def table_services(
     compactor: Compactor | None = None,
     mirror: DeltaMirror | None = None,
     batch_lock: AbstractContextManager | None = None,
+    *,
+    status: WriterStatus | None = None,
+    gate: threading.Semaphore | None = None,
 ) -> TableServices:
     """Compaction (merge-on-read, when async), cleaning, then archival (when enabled), after each commit, on the job's
     synced view; the state index's compaction; last the Delta mirror, which publishes what they and the commit
-    completed. ``batch_lock``: the writer's, which archival's deletes take (``Archiver``)."""
+    completed. ``batch_lock``: the writer's, which archival's deletes take (``Archiver``); ``status``: the writer's,
+    told of each failure; ``gate``: shared by the tables of a database job (``TableServices``)."""
     services: list = [("compact", compactor.run)] if compactor is not None and config.compaction.mode == "async" else []
     services.append(("clean", Cleaner(coordinator, config.clean.retention(), index.obsolete_runs, views.view).clean))
     if config.archive.enabled:
@@ -52,8 +57,9 @@ def table_services(
     services.append(("index compaction", index_compaction.run))
     if mirror is not None:
         services.append(("mirror", mirror.catch_up))
-    failures = ServiceFailures(config.services.max_consecutive_failures, coordinator.metrics)
-    return TableServices(services, background=config.clean.async_, failures=failures)
+    told = (lambda name, instant, error: status.failed(name, error, instant)) if status is not None else None
+    failures = ServiceFailures(config.services.max_consecutive_failures, coordinator.metrics, told)
+    return TableServices(services, background=config.clean.async_, failures=failures, gate=gate)
 
 
 def compactor_for(

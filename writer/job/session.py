@@ -29,13 +29,14 @@ from laketide.table.errors import Invalid
 from laketide.table.format import properties_file
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.storage.object_io import ObjectStoreFileIO
-from laketide.writer.batch_writer import BatchWriter
+from laketide.writer.batch_writer import BatchWriter, WriterParts
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.job.running import RunningJob
 from laketide.writer.job.services import after_commit, compactor_for, mirror_for, table_services
 from laketide.writer.job.state import JobState, JobStateRecorder
 from laketide.writer.preflight import settled_config, table_config_for
+from laketide.writer.report import WriterStatus
 
 log = logging.getLogger("laketide.job")
 
@@ -78,13 +79,20 @@ class WriterSession:
         driver_pool: DriverPool | None = None,
         label: str | None = None,
         on_step: Callable[[str, int], None] | None = None,
+        services_gate: threading.Semaphore | None = None,
     ):
         self.config, self.writer_id, self.job_id = config, writer_id, job_id
         self.table, self.opened, self.source = table, opened, source
         self.lease_wait = config.coordinator.lease_wait if lease_wait is None else lease_wait
         self.on_lost, self.api_address = on_lost, api_address
         self.streaming, self.metrics = streaming, metrics
-        self.writer_parts = {"clock": clock, "driver_pool": driver_pool, "label": label, "on_step": on_step}
+        self.writer_parts = {
+            "clock": clock,
+            "driver_pool": driver_pool,
+            "label": label,
+            "on_step": on_step,
+            "services_gate": services_gate,
+        }
         self.lease: Lease | None = None
         self.job: RunningJob | None = None
 
@@ -145,20 +153,31 @@ def _assemble(
     compactor = compactor_for(config, table, coordinator, views, parts["on_step"], batch_lock)
     mirror = mirror_for(config, table, views, coordinator.hold)
     index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas, coordinator.hold, batch_lock)
-    services = table_services(config, coordinator, index, views, index_compaction, compactor, mirror, batch_lock)
-    writer = BatchWriter(
+    status = WriterStatus()
+    services = table_services(
         config,
-        table,
         coordinator,
         index,
-        quarantine_path(config),
+        views,
+        index_compaction,
+        compactor,
+        mirror,
+        batch_lock,
+        status=status,
+        gate=parts["services_gate"],
+    )
+    writer_parts = WriterParts(
+        clock=parts["clock"],
+        on_step=parts["on_step"],
         after_commit=after_commit(config, compactor, services),
         views=views,
         failures=services.failures,
+        driver_pool=parts["driver_pool"],
+        label=parts["label"],
         batch_lock=batch_lock,
-        **parts,
+        status=status,
     )
-    services.failures.on_failure = lambda name, instant, error: writer.status.failed(name, error, instant)
+    writer = BatchWriter(config, table, coordinator, index, quarantine_path(config), writer_parts)
     state = _job_state(table, coordinator, writer_id) if streaming else None
     if state is not None:
         writer.observers.append(
