@@ -13,13 +13,13 @@ import pyarrow as pa
 from laketide.config import WriteSection
 from laketide.index.assigner import AssignPlan, SmallFileGroup, UncoveredGroup
 from laketide.index.bloom import BloomSpec, KeyRange
-from laketide.index.state import StateIndex
+from laketide.index.state import IndexSnapshot, StateIndex
 from laketide.index.sync import ForeignWrites, foreign_writes
 from laketide.table import Table
 from laketide.table.format.properties import EVENT_TIME
 from laketide.table.format.schema import avro_schema_json, evolve, with_meta_schema
 from laketide.table.format.timeline import Timeline, redrawn
-from laketide.table.format.view import FileSlice, FileSystemView
+from laketide.table.format.view import FileSlice, FileSystemView, GroupKey
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.storage.io import FileIO
 from laketide.writer import stages
@@ -100,30 +100,11 @@ def plan_instant(
     slices = [s for s, _ in bases]
     current = {(s.partition, s.file_id): base.name for s, base in bases}
     live = {(s.partition, s.file_id): base.path for s, base in bases}
-    committed = {i.timestamp for i in timeline.completed_writes()}
-    snapshot = index.snapshot(committed, timeline.start)
-    foreign = foreign_writes(timeline)
-    if foreign.everything or foreign.touched:
-        log.info(
-            "instant %s: %s changed by other writers; their keys are probed again",
-            instant,
-            "every file group" if foreign.everything else f"{len(foreign.touched)} file groups",
-        )
-    still_covered = set() if foreign.everything else snapshot.covered - foreign.touched
-    uncovered = frozenset(set(current) - still_covered)
+    snapshot, uncovered, foreign = _coverage(timeline, index, set(current), instant)
     record_size = average_record_size(timeline)
     settings = table.config
-    assign = AssignPlan(
-        instant,
-        index.shards,
-        settings.ordering_field,
-        max(1, write.target_file_size // record_size),
-        live=live,
-        lookup=write.operation != "insert",
-        global_keys=index.global_keys,
-        event_time=settings.merge_mode == EVENT_TIME and settings.ordering_field is not None,
-        placeholder=placeholder,
-    )
+    records = max(1, write.target_file_size // record_size)
+    assign = _assign_plan(table, index, write, instant, live, records, placeholder)
     _uncovered_and_small_groups(assign, slices, uncovered, write, record_size, first_keys)
     # checked at start; a schema another writer changed since then is checked again here
     schema = evolve(table.schema(timeline), incoming)
@@ -150,6 +131,48 @@ def plan_instant(
         virtual_keys=settings.virtual_keys,
     )
     return plan, foreign
+
+
+def _assign_plan(
+    table: Table,
+    index: StateIndex,
+    write: WriteSection,
+    instant: str,
+    live: dict[GroupKey, str],
+    records: int,
+    placeholder: str | None,
+) -> AssignPlan:
+    """How the instant's keys find their groups: ``live`` the groups' current base files, ``records`` a new
+    group's room, ``placeholder`` a change feed's stand-in for a value it did not send."""
+    settings = table.config
+    return AssignPlan(
+        instant,
+        index.shards,
+        settings.ordering_field,
+        records,
+        live=live,
+        lookup=write.operation != "insert",
+        global_keys=index.global_keys,
+        event_time=settings.merge_mode == EVENT_TIME and settings.ordering_field is not None,
+        placeholder=placeholder,
+    )
+
+
+def _coverage(
+    timeline: Timeline, index: StateIndex, groups: set[GroupKey], instant: str
+) -> tuple[IndexSnapshot, frozenset[GroupKey], ForeignWrites]:
+    """The index's snapshot as of ``timeline``, the ``groups`` it does not cover (other writers' commits since
+    uncover the groups they touched, or every group), and those commits."""
+    snapshot = index.snapshot({i.timestamp for i in timeline.completed_writes()}, timeline.start)
+    foreign = foreign_writes(timeline)
+    if foreign.everything or foreign.touched:
+        log.info(
+            "instant %s: %s changed by other writers; their keys are probed again",
+            instant,
+            "every file group" if foreign.everything else f"{len(foreign.touched)} file groups",
+        )
+    still_covered = set() if foreign.everything else snapshot.covered - foreign.touched
+    return snapshot, frozenset(groups - still_covered), foreign
 
 
 def _uncovered_and_small_groups(

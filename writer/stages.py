@@ -309,72 +309,98 @@ def write(
     rows = _concat(batches)
     if rows is None:
         return
-    io = plan.table_io()
-    markers = WriteMarkers(io, plan.instant)
     if WRITE_SLOT in rows.column_names:
         rows = rows.drop_columns([WRITE_SLOT])
     rows, starts, groups = _by_file_group(rows)
     ends = np.append(starts[1:], rows.num_rows)
-    statuses = []
-    seqnos = SequenceNumbers(plan.instant, task, rows.num_rows)
-    ensured: set[str] = set()
-    dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
     # once a task, not once a log block: the one-value meta columns go to parquet as dictionaries (``LogWriter``)
     log_schema = encoded_text(with_meta_schema(plan.table_schema), ONE_PER_FILE)
     spans = _ordering_spans(plan, rows, starts, log_schema)
+    writing = _TaskWrite(plan, task, token, SequenceNumbers(plan.instant, task, rows.num_rows), log_schema, rows)
     rows = rows.drop_columns([PARTITION, FILE_ID])  # once, not from every group's slice
+    ensured: set[str] = set()
+    statuses = []
     for at, ((partition, file_id), start, end) in enumerate(zip(groups, starts, ends)):
         incoming = rows.slice(start, end - start)
-        ensure_partition_metadata(io, partition, plan.instant, plan.partition_depth, ensured)
+        ensure_partition_metadata(writing.io, partition, plan.instant, plan.partition_depth, ensured)
         log_target = plan.log_targets.get((partition, file_id)) if plan.log_targets is not None else None
         if log_target is not None:
-            writer = LogWriter(
-                io,
-                log_target,
-                plan.instant,
-                task,
-                log_schema,
-                plan.avro_schema,
-                token or write_token(task),
-                plan.ordering_field,
-                seqnos=seqnos,
-                dictionary=dictionary,
-                compression=plan.log_compression,
-                placeholder=plan.assign.placeholder,
-            )
-            span = spans[at] if spans else None
-            incoming, late = writer.drop_late(incoming, span)
-            if incoming.num_rows:
-                markers.create(writer.log_file.path, CREATE)
-                stat = writer.write(incoming, incoming[EXISTED], span.highest if span else None)
-            else:
-                stat = None  # every record was late: no log file, only the count
+            stat, late = writing.append_log(log_target, incoming, spans[at] if spans else None)
         else:
-            current = plan.current.get((partition, file_id))
-            base = BaseFile.parse(partition, current) if current else None
-            incoming = by_key(incoming)  # a base file is sorted by key: merges stream it
-            bucket = BucketWriter(
-                io,
-                FileGroupTarget(partition, file_id, base),
-                plan.instant,
-                task,
-                plan.table_schema,
-                plan.avro_schema,
-                plan.bloom,
-                plan.ordering_field,
-                token,
-                seqnos=seqnos,
-                dictionary=dictionary,
-                compression=plan.compression,
-                placeholder=plan.assign.placeholder,
-                virtual_keys=plan.virtual_keys,
-            )
-            markers.create(bucket.new_file.path, MERGE if base else CREATE)
-            stat = bucket.write(incoming)
-            late = bucket.counts.late
+            stat, late = writing.merge_base(partition, file_id, incoming)
         if (partition, file_id) in plan.uncovered:
             # a new base file holds the whole group; a log file adds to its slice
             written = [*(log_target.slice_paths if log_target else []), *([stat.path] if stat else [])]
-            _index_whole_group(plan, io, written, partition, file_id, task)
+            _index_whole_group(plan, writing.io, written, partition, file_id, task)
         statuses.append(WriteStatus.of(stat, late, (partition, file_id)).to_row())
     yield pa.RecordBatch.from_pylist(statuses, schema=STATUS_SCHEMA)
+
+
+class _TaskWrite:
+    """What one write task's file groups share: the store, the instant's markers, the task's sequence numbers and
+    its rows' dictionary columns, and how a log block's schema is encoded."""
+
+    def __init__(
+        self,
+        plan: BatchPlan,
+        task: int,
+        token: str | None,
+        seqnos: SequenceNumbers,
+        log_schema: pa.Schema,
+        rows: pa.Table,
+    ):
+        self.plan, self.task, self.token, self.seqnos, self.log_schema = plan, task, token, seqnos, log_schema
+        self.io = plan.table_io()
+        self.markers = WriteMarkers(self.io, plan.instant)
+        self.dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
+
+    def append_log(
+        self, target: LogTarget, incoming: pa.Table, span: OrderingSpan | None
+    ) -> tuple[WriteStat | None, int]:
+        """Merge-on-read: the group's records as one log file on its slice, those older than its stored rows left
+        out as late (every record late: no log file, only the count)."""
+        plan = self.plan
+        writer = LogWriter(
+            self.io,
+            target,
+            plan.instant,
+            self.task,
+            self.log_schema,
+            plan.avro_schema,
+            self.token or write_token(self.task),
+            plan.ordering_field,
+            seqnos=self.seqnos,
+            dictionary=self.dictionary,
+            compression=plan.log_compression,
+            placeholder=plan.assign.placeholder,
+        )
+        incoming, late = writer.drop_late(incoming, span)
+        if not incoming.num_rows:
+            return None, late
+        self.markers.create(writer.log_file.path, CREATE)
+        return writer.write(incoming, incoming[EXISTED], span.highest if span else None), late
+
+    def merge_base(self, partition: str, file_id: str, incoming: pa.Table) -> tuple[WriteStat, int]:
+        """Copy-on-write (or a new group): the group's base file merged with its records into a new one."""
+        plan = self.plan
+        current = plan.current.get((partition, file_id))
+        base = BaseFile.parse(partition, current) if current else None
+        bucket = BucketWriter(
+            self.io,
+            FileGroupTarget(partition, file_id, base),
+            plan.instant,
+            self.task,
+            plan.table_schema,
+            plan.avro_schema,
+            plan.bloom,
+            plan.ordering_field,
+            self.token,
+            seqnos=self.seqnos,
+            dictionary=self.dictionary,
+            compression=plan.compression,
+            placeholder=plan.assign.placeholder,
+            virtual_keys=plan.virtual_keys,
+        )
+        self.markers.create(bucket.new_file.path, MERGE if base else CREATE)
+        stat = bucket.write(by_key(incoming))  # a base file is sorted by key: merges stream it
+        return stat, bucket.counts.late
