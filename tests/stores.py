@@ -3,6 +3,7 @@ Blob service; and what the tests of tables on them share."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -54,34 +55,32 @@ AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 AZURITE = Path(__file__).resolve().parents[1] / ".tools" / "node_modules" / ".bin" / "azurite-blob"
 
 
+@contextlib.contextmanager
+def npm_server(program: Path, arguments: list[str], port: int):
+    """One of the servers ``deploy/install-test-servers.sh`` installs from npm, started on ``port`` in a session of
+    its own (its children go with it), answering once the port does; stopped on the way out."""
+    if not program.exists():
+        pytest.fail(f"{program} is missing: run deploy/install-test-servers.sh (make test does)")
+    server = subprocess.Popen(
+        [str(program), *arguments], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        wait_for_port(port)
+        yield server
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
 @pytest.fixture(scope="module")
 def azurite(tmp_path_factory):
     """Azurite's Blob service (from npm, installed by ``make test``) on a free loopback port, with one container."""
     from azure.storage.blob import BlobServiceClient
 
-    if not AZURITE.exists():
-        pytest.fail(f"{AZURITE} is missing: run deploy/install-test-servers.sh (make test does)")
-    port = free_port()
-    data = tmp_path_factory.mktemp("azurite")
-    server = subprocess.Popen(
-        [
-            str(AZURITE),
-            "--blobHost",
-            "127.0.0.1",
-            "--blobPort",
-            str(port),
-            "--location",
-            str(data),
-            "--skipApiVersionCheck",
-            "--silent",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    endpoint = f"http://127.0.0.1:{port}/devstoreaccount1"
-    try:
-        wait_for_port(port)
+    port, data = free_port(), tmp_path_factory.mktemp("azurite")
+    arguments = ["--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data)]
+    with npm_server(AZURITE, [*arguments, "--skipApiVersionCheck", "--silent"], port):
+        endpoint = f"http://127.0.0.1:{port}/devstoreaccount1"
         connection = (
             f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};"
             f"BlobEndpoint={endpoint};"
@@ -93,9 +92,6 @@ def azurite(tmp_path_factory):
             "azure_endpoint": endpoint,
             "allow_http": "true",
         }
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
 
 
 S3RVER = Path(__file__).resolve().parents[1] / ".tools" / "node_modules" / ".bin" / "s3rver"
@@ -107,25 +103,13 @@ def s3rver(tmp_path_factory):
     loopback port, with one bucket; the options every reader and writer takes."""
     import boto3
 
-    if not S3RVER.exists():
-        pytest.fail(f"{S3RVER} is missing: run deploy/install-test-servers.sh (make test does)")
-    port = free_port()
-    data = tmp_path_factory.mktemp("s3rver")
-    server = subprocess.Popen(
-        [str(S3RVER), "-d", str(data), "-a", "127.0.0.1", "-p", str(port), "--silent", "--no-vhost-buckets"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_port(port)
+    port, data = free_port(), tmp_path_factory.mktemp("s3rver")
+    arguments = ["-d", str(data), "-a", "127.0.0.1", "-p", str(port), "--silent", "--no-vhost-buckets"]
+    with npm_server(S3RVER, arguments, port):
+        endpoint = f"http://127.0.0.1:{port}"
         credentials = {"aws_access_key_id": "S3RVER", "aws_secret_access_key": "S3RVER"}
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **credentials).create_bucket(Bucket="lake")
         yield {"aws_endpoint_url": endpoint, **credentials, "aws_region": "us-east-1", "allow_http": "true"}
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
 
 
 def wait_for_port(port: int, timeout: float = 30.0) -> None:
