@@ -265,7 +265,7 @@ def idle_cost(work: Path, tables: list[BenchTable]) -> dict:
 
     from laketide.config import load_config
     from laketide.config.routes import SourceTable, TableRoutes
-    from laketide.writer.job.session import WriterSession
+    from laketide.writer.job.session import JobParts, WriterSession
 
     routes = TableRoutes(
         load_config(
@@ -284,7 +284,9 @@ def idle_cost(work: Path, tables: list[BenchTable]) -> dict:
     before = psutil.Process().memory_info().rss
     for table in tables:
         config = routes.config_for(SourceTable(table.name, "public", "shop"))
-        session = WriterSession(config, "idle", job_id=f"idle-{table.name}", lease_wait=10, streaming=False)
+        session = WriterSession(
+            config, "idle", job_id=f"idle-{table.name}", parts=JobParts(lease_wait=10, streaming=False)
+        )
         job = session.open()
         job.services.wait()
         job.status()

@@ -40,7 +40,7 @@ from laketide.table.errors import LaketideError
 from laketide.writer.batch_writer import BatchWriter
 from laketide.writer.job.database import Database
 from laketide.writer.job.running import RunningJob
-from laketide.writer.job.session import WriterSession, check_table, open_table, quarantine_path
+from laketide.writer.job.session import JobParts, WriterSession, check_table, open_table, quarantine_path
 from laketide.writer.preflight import check_exchange_dir, check_quarantine_path
 
 DATA_LOSS = re.compile(r"KafkaDataLoss: ([^\n]+)")
@@ -87,9 +87,7 @@ def run(
         writer_id,
         job_id=f"{config.stream.query_name}-{writer_id[:8]}",
         table=table,
-        on_lost=lost.set,
-        clock=StageClock(spark.sparkContext),
-        on_step=on_step,
+        parts=JobParts(on_lost=lost.set, clock=StageClock(spark.sparkContext), on_step=on_step),
     )
     with session as job:
         if on_ready is not None:

@@ -122,17 +122,17 @@ class BatchWriter:
         self.failures = parts.failures or ServiceFailures(config.services.max_consecutive_failures, coordinator.metrics)
         settings = table.config
         self.spec = PrepareSpec(
-            tuple(settings.record_key_fields),
-            tuple(settings.partition_fields),
-            settings.hive_style_partitioning,
-            settings.urlencode_partitions,
-            settings.ordering_field,
-            index.shards,
-            config.source.format,
+            record_key=tuple(settings.record_key_fields),
+            partition_by=tuple(settings.partition_fields),
+            hive_style=settings.hive_style_partitioning,
+            urlencode=settings.urlencode_partitions,
+            ordering_field=settings.ordering_field,
+            shards=index.shards,
+            source_format=config.source.format,
             # the first view lists the table; micro-batches then only apply new instants to it
-            complex_key_encoding(table, self.views.view()),
-            index.global_keys,
-            self._placeholder(),
+            complex_key=complex_key_encoding(table, self.views.view()),
+            global_keys=index.global_keys,
+            placeholder=self._placeholder(),
         )
         self.operation = config.write.operation
         self.merge_on_read = settings.table_type == "MERGE_ON_READ"

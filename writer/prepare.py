@@ -38,7 +38,7 @@ from laketide.writer.changes.tally import TRUNCATE, Tally
 from laketide.writer.quarantine import sources_of
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PrepareSpec:
     record_key: tuple[str, ...]
     partition_by: tuple[str, ...]

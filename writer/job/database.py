@@ -40,7 +40,7 @@ from laketide.writer.changes.events import ChangeSpec, Messages, change_rows
 from laketide.writer.changes.routes import Routed, record_key_of, route
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.job.running import RunningJob
-from laketide.writer.job.session import WriterSession, check_table, quarantine_path
+from laketide.writer.job.session import JobParts, WriterSession, check_table, quarantine_path
 from laketide.writer.micro_batch import LoadedBatch
 from laketide.writer.report import BatchReport
 
@@ -229,14 +229,16 @@ class Database:
             job_id=f"{self.job_id}-{label}",
             opened=opened,
             source=self.parts.declared(config),
-            lease_wait=self.config.database.lease_wait,
-            on_lost=self.lost.set,
-            api_address=self.api_address,
-            metrics=Metrics(label, self.metrics),
-            driver_pool=self.pool,
-            label=label,
-            on_step=self.on_step,
-            services_gate=self.gate,
+            parts=JobParts(
+                lease_wait=self.config.database.lease_wait,
+                on_lost=self.lost.set,
+                api_address=self.api_address,
+                metrics=Metrics(label, self.metrics),
+                driver_pool=self.pool,
+                label=label,
+                on_step=self.on_step,
+                services_gate=self.gate,
+            ),
         )
         job = session.open()
         self._by_source[source] = label

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -41,6 +42,28 @@ from laketide.writer.report import WriterStatus
 log = logging.getLogger("laketide.job")
 
 
+@dataclass(frozen=True)
+class JobParts:
+    """What the adapter running a writer hands its session. ``api_address`` names the holder in the lease beside the
+    job id; ``on_lost`` is called when the lease is lost; ``lease_wait``: how long to wait for it (default
+    ``coordinator.lease_wait``). A ``streaming`` writer keeps its state with the table (``writer/job/state.py``), and
+    a failure that ends its session is recorded there as its last word; one ``laketide.write`` call does not speak
+    over the last job's. ``metrics``: where the table's are counted (a job of a whole database counts all its
+    tables' in one registry), and ``services_gate`` how many tables' services run at once. ``clock``,
+    ``driver_pool``, ``label`` and ``on_step`` go to the ``BatchWriter`` (``WriterParts``)."""
+
+    lease_wait: float | None = None
+    on_lost: Callable[[], None] | None = None
+    api_address: str | None = None
+    streaming: bool = True
+    metrics: Metrics | None = None
+    clock: StepClock | None = None
+    driver_pool: DriverPool | None = None
+    label: str | None = None
+    on_step: Callable[[str, int], None] | None = None
+    services_gate: threading.Semaphore | None = None
+
+
 class WriterSession:
     """One writer's life on one table, as a context manager whose value is the ``RunningJob``::
 
@@ -51,12 +74,8 @@ class WriterSession:
     ``table``: the table, when the caller opened it already (the streaming job opens it before its checkpoint is
     touched); else it is opened here, with ``opened``, what ``check_table`` found when the caller ran the checks
     before anything else started, or after running them here. ``source``: the source's columns, which a new table
-    takes and an existing one is checked against. ``job_id`` and ``api_address`` name the holder in the lease;
-    ``on_lost`` is called when the lease is lost. A ``streaming`` writer keeps its state with the table
-    (``writer/job/state.py``), and a failure that ends its session is recorded there as its last word; one
-    ``laketide.write`` call does not speak over the last job's. ``metrics``: where the table's are counted (a job
-    of a whole database counts all its tables' in one registry). ``clock``, ``driver_pool``, ``label`` and
-    ``on_step`` go to the ``BatchWriter``.
+    takes and an existing one is checked against. ``job_id`` names the holder in the lease; ``parts``, what the
+    adapter running the writer hands it (``JobParts``).
 
     Not thread-safe: one thread opens and closes a session; the running job's own parts say what they share.
     """
@@ -70,29 +89,13 @@ class WriterSession:
         table: Table | None = None,
         opened: tuple[FileIO, Table | None] | None = None,
         source: pa.Schema | None = None,
-        lease_wait: float | None = None,
-        on_lost: Callable[[], None] | None = None,
-        api_address: str | None = None,
-        streaming: bool = True,
-        metrics: Metrics | None = None,
-        clock: StepClock | None = None,
-        driver_pool: DriverPool | None = None,
-        label: str | None = None,
-        on_step: Callable[[str, int], None] | None = None,
-        services_gate: threading.Semaphore | None = None,
+        parts: JobParts | None = None,
     ):
         self.config, self.writer_id, self.job_id = config, writer_id, job_id
         self.table, self.opened, self.source = table, opened, source
-        self.lease_wait = config.coordinator.lease_wait if lease_wait is None else lease_wait
-        self.on_lost, self.api_address = on_lost, api_address
-        self.streaming, self.metrics = streaming, metrics
-        self.writer_parts = {
-            "clock": clock,
-            "driver_pool": driver_pool,
-            "label": label,
-            "on_step": on_step,
-            "services_gate": services_gate,
-        }
+        self.parts = parts or JobParts()
+        self.lease_wait = config.coordinator.lease_wait if self.parts.lease_wait is None else self.parts.lease_wait
+        self.api_address = self.parts.api_address
         self.lease: Lease | None = None
         self.job: RunningJob | None = None
 
@@ -101,11 +104,11 @@ class WriterSession:
         failure on the way releases the lease."""
         config = self.config
         table = self.table or open_table(config, self.source, self.opened or check_table(config))
-        lease = make_lease(config, table, self.job_id, self.api_address, self.on_lost, probed=True)
+        lease = make_lease(config, table, self.job_id, self.api_address, self.parts.on_lost, probed=True)
         holder = lease.acquire(self.lease_wait)
         log.info("lease of %s taken: %s", table.uri, holder.describe())
         try:
-            self.job = _assemble(config, table, lease, self.writer_id, self.streaming, self.metrics, self.writer_parts)
+            self.job = _assemble(config, table, lease, self.writer_id, self.parts)
         except BaseException:
             lease.release()
             raise
@@ -135,22 +138,20 @@ class WriterSession:
         self.close(failure)
 
 
-def _assemble(
-    config: JobConfig, table: Table, lease: Lease, writer_id: str, streaming: bool, metrics: Metrics | None, parts: dict
-) -> RunningJob:
+def _assemble(config: JobConfig, table: Table, lease: Lease, writer_id: str, parts: JobParts) -> RunningJob:
     """Everything a writer needs, under ``lease`` (held): what a previous holder left is recovered first,
     a restore cut short is finished, and a compaction left pending is run. The lease is recorded as the table's
     (``coordinator.lease_choice``) if no writer did before."""
     lease_choice(config).record(table.io)
     index = open_index(config, table)
-    coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files, metrics=metrics)
+    coordinator = Coordinator(table, lease, writer_id, instant_side_files=index.instant_files, metrics=parts.metrics)
     for result in coordinator.recover():
         log.warning("rolled back %s left by a previous writer (%d files)", result.instant, len(result.files))
     Savepoints(coordinator).resume_restore()
     views = ViewSync(table)
     # held while a micro-batch runs; the services' steps that change what it reads take it too
     batch_lock = threading.RLock()
-    compactor = compactor_for(config, table, coordinator, views, parts["on_step"], batch_lock)
+    compactor = compactor_for(config, table, coordinator, views, parts.on_step, batch_lock)
     mirror = mirror_for(config, table, views, coordinator.hold)
     index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas, coordinator.hold, batch_lock)
     status = WriterStatus()
@@ -164,21 +165,21 @@ def _assemble(
         mirror,
         batch_lock,
         status=status,
-        gate=parts["services_gate"],
+        gate=parts.services_gate,
     )
     writer_parts = WriterParts(
-        clock=parts["clock"],
-        on_step=parts["on_step"],
+        clock=parts.clock,
+        on_step=parts.on_step,
         after_commit=after_commit(config, compactor, services),
         views=views,
         failures=services.failures,
-        driver_pool=parts["driver_pool"],
-        label=parts["label"],
+        driver_pool=parts.driver_pool,
+        label=parts.label,
         batch_lock=batch_lock,
         status=status,
     )
     writer = BatchWriter(config, table, coordinator, index, quarantine_path(config), writer_parts)
-    state = _job_state(table, coordinator, writer_id) if streaming else None
+    state = _job_state(table, coordinator, writer_id) if parts.streaming else None
     if state is not None:
         writer.observers.append(
             lambda report: None if report.skipped or report.empty else state.committed(report.batch_id, report.instant)

@@ -19,7 +19,7 @@ from laketide.config.routes import refuse_database_job
 from laketide.table import FileIO, Table, TableNotFound
 from laketide.table.errors import Invalid
 from laketide.table.storage.store_requests import store_failure
-from laketide.writer.job.session import WriterSession, check_table, quarantine_path
+from laketide.writer.job.session import JobParts, WriterSession, check_table, quarantine_path
 from laketide.writer.micro_batch import LoadedBatch
 from laketide.writer.preflight import check_quarantine_path
 from laketide.writer.report import BatchReport
@@ -80,7 +80,12 @@ def _write(
     opened = check_table(config)  # the table first: a store or bucket that is wrong is named by the table's path
     check_quarantine_path(quarantine_path(config), config.storage.io_options)
     session = WriterSession(
-        config, writer_id, job_id=f"{writer_id}-api", opened=opened, source=rows.schema, streaming=False
+        config,
+        writer_id,
+        job_id=f"{writer_id}-api",
+        opened=opened,
+        source=rows.schema,
+        parts=JobParts(streaming=False),
     )
     with session as job:
         batch_id = job.coordinator.committed_batches().get(writer_id, -1) + 1
