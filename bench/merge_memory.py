@@ -45,23 +45,26 @@ def _setup(root: str):
 def build(rows: int, root: str) -> str:
     """The file group to merge into, written as one insert (not measured)."""
     from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
+    from laketide.writer.files.settings import FileSettings, TaskFiles
 
     io, schema, avro = _setup(root)
-    stat = BucketWriter(io, FileGroupTarget("p", "fg-0"), "20260101000000001", 0, schema, avro).write(
-        _rows(range(rows), 1)
-    )
+    stat = BucketWriter(
+        io, FileGroupTarget("p", "fg-0"), FileSettings(schema, avro), TaskFiles("20260101000000001", 0)
+    ).write(_rows(range(rows), 1))
     return stat.path
 
 
 def merge(rows: int, root: str, path: str) -> dict:
     from laketide.table.format.files import BaseFile
     from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
+    from laketide.writer.files.settings import FileSettings, TaskFiles
 
     io, schema, avro = _setup(root)
     base = BaseFile.parse("p", os.path.basename(path), 0)
     incoming = _rows(np.linspace(0, rows - 1, UPDATES).astype(int), 2)
     started = time.perf_counter()
-    stat = BucketWriter(io, FileGroupTarget("p", "fg-0", base), "20260101000000002", 0, schema, avro).write(incoming)
+    settings, task = FileSettings(schema, avro), TaskFiles("20260101000000002", 0)
+    stat = BucketWriter(io, FileGroupTarget("p", "fg-0", base), settings, task).write(incoming)
     return {
         "rows": stat.num_writes,
         "updates": stat.num_update_writes,

@@ -27,6 +27,7 @@ from laketide.table.format.schema import (
 )
 from laketide.writer.files.base_file import ensure_partition_metadata
 from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
+from laketide.writer.files.settings import FileSettings, TaskFiles
 
 
 def write_file_groups(
@@ -65,7 +66,7 @@ def write_file_groups(
         incoming = data.take(pa.array(idx)).drop_columns(["__partition"]).sort_by(RECORD_KEY)
         current = slices.get((partition, file_id))
         target = FileGroupTarget(partition, file_id, current.base_file if current else None)
-        writer = BucketWriter(table.io, target, instant, task, data_schema(schema), avro)
+        writer = BucketWriter(table.io, target, FileSettings(data_schema(schema), avro), TaskFiles(instant, task))
         stats.append(writer.write(incoming))
     for partition in {p for p, _ in groups}:
         ensure_partition_metadata(table.io, partition, instant, len(config.partition_fields))

@@ -25,6 +25,7 @@ from laketide.table.format.schema import (
     with_meta_schema,
 )
 from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
+from laketide.writer.files.settings import FileSettings, TaskFiles
 
 
 def batch(keys, ts, partition="p", deleted=None):
@@ -152,14 +153,8 @@ def test_uncovered_group_found_through_its_bloom_filter(tmp_path):
     io = FileIO.for_uri(str(tmp_path))
     schema = pa.schema([("id", pa.string())])
     rows = pa.table({"id": ["x1", "x2", "x3"], RECORD_KEY: ["x1", "x2", "x3"]})
-    stat = BucketWriter(
-        io,
-        FileGroupTarget("p", "foreign"),
-        "20250101000000000",
-        0,
-        schema,
-        avro_schema_json(with_meta_schema(schema), "t"),
-    ).write(rows)
+    settings = FileSettings(schema, avro_schema_json(with_meta_schema(schema), "t"))
+    stat = BucketWriter(io, FileGroupTarget("p", "foreign"), settings, TaskFiles("20250101000000000", 0)).write(rows)
     plan = AssignPlan("20260101000000003", shards=1, ordering_field="ts", new_group_records=100)
     plan.uncovered["p"] = [UncoveredGroup("p", "foreign", stat.path)]
     assigned, entries = assigner(plan, io=io).assign(batch(["x2", "y9"], [1, 1]))

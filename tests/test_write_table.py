@@ -191,6 +191,7 @@ def test_a_carried_bloom_filter_that_outgrew_its_file_is_built_again(tmp_path):
     from laketide.table.format.files import BaseFile
     from laketide.table.format.schema import avro_schema_json, with_meta_schema
     from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
+    from laketide.writer.files.settings import FileSettings, TaskFiles
 
     io = FileIO.for_uri(str(tmp_path))
     schema = pa.schema([("id", pa.string()), (IS_DELETED, pa.bool_())])
@@ -200,7 +201,9 @@ def test_a_carried_bloom_filter_that_outgrew_its_file_is_built_again(tmp_path):
         keys = sorted(keys)
         rows = pa.table({"id": keys, RECORD_KEY: keys, IS_DELETED: [deleted] * len(keys)})
         base = BaseFile.parse("p", current.rsplit("/", 1)[1]) if current else None
-        stat = BucketWriter(io, FileGroupTarget("p", "g", base), instant, 0, schema, avro).write(rows)
+        stat = BucketWriter(
+            io, FileGroupTarget("p", "g", base), FileSettings(schema, avro), TaskFiles(instant, 0)
+        ).write(rows)
         return stat.path, BloomFilter.from_footer(pq.read_metadata(str(tmp_path / stat.path)).metadata)
 
     kept = [f"k{i:05d}" for i in range(10)]
@@ -307,8 +310,8 @@ def test_replacecommit_hides_replaced_file_groups(table, coordinator):
 def test_sequence_numbers_are_the_same_with_and_without_the_compiled_module(monkeypatch):
     """``{instant}_{task}_{n}``, counting on across the files of a task and past each power of ten, made in C where
     the module is built and by Arrow otherwise."""
-    from laketide.writer.files import bucket_writer
-    from laketide.writer.files.bucket_writer import SequenceNumbers
+    from laketide.writer.files import settings
+    from laketide.writer.files.settings import SequenceNumbers
 
     def taken(expected: int) -> list[str]:
         numbers = SequenceNumbers("20261201000000001", 3, expected)
@@ -316,6 +319,6 @@ def test_sequence_numbers_are_the_same_with_and_without_the_compiled_module(monk
 
     made = taken(0), taken(13_104)
     assert made[0] == made[1] == [f"20261201000000001_3_{i}" for i in range(13_104)]
-    assert bucket_writer.compiled is not None
-    monkeypatch.setattr(bucket_writer, "compiled", None)
+    assert settings.compiled is not None
+    monkeypatch.setattr(settings, "compiled", None)
     assert taken(0) == made[0]

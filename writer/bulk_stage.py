@@ -20,7 +20,8 @@ from laketide.table.format.markers import CREATE, WriteMarkers
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY
 from laketide.table.storage.io import FileIO
 from laketide.writer.files.base_file import ensure_partition_metadata
-from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
+from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
+from laketide.writer.files.settings import TaskFiles
 from laketide.writer.slots import split_by
 from laketide.writer.stages import STATUS_SCHEMA, BatchPlan, WriteStatus, ordered_codes, write_entries
 
@@ -109,13 +110,15 @@ class _BulkFiles:
     """The new file groups one bulk-insert task writes, one open per partition, each up to the target size."""
 
     def __init__(self, plan: BatchPlan, io: FileIO, task: int, token: str | None, expected: int):
-        self.plan, self.io, self.task, self.token = plan, io, task, token
+        self.plan, self.io, self.task = plan, io, task
         self.markers = WriteMarkers(io, plan.instant)
         self.ensured: set[str] = set()  # partitions whose metadata file is known to be there
         self.open: dict[str, BucketWriter] = {}
         self.opened = 0
         # one count for the task, however many files are open: seqnos stay unique in the instant
-        self.seqnos = SequenceNumbers(plan.instant, task, expected)
+        self.files = TaskFiles(plan.instant, task, token, expected, plan.dictionary)
+        # new groups of inserts alone: nothing stored to order against or fill a placeholder from
+        self.settings = replace(plan.file_settings(), ordering_field=None, placeholder=None)
         self.statuses: list[dict] = []
         # the keys written, and their partition and file group: index entries at the end
         self.hashes: list[np.ndarray] = []  # their index hashes (``KEY_HASH``), as the prepare step made them
@@ -130,20 +133,7 @@ class _BulkFiles:
         file_id = f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{self.plan.instant}/bulk/{self.task}/{self.opened}')}-0"
         self.opened += 1
         ensure_partition_metadata(self.io, partition, self.plan.instant, self.plan.partition_depth, self.ensured)
-        writer = BucketWriter(
-            self.io,
-            FileGroupTarget(partition, file_id),
-            self.plan.instant,
-            self.task,
-            self.plan.table_schema,
-            self.plan.avro_schema,
-            self.plan.bloom,
-            token=self.token,
-            seqnos=self.seqnos,
-            dictionary=self.plan.dictionary,
-            compression=self.plan.compression,
-            virtual_keys=self.plan.virtual_keys,
-        )
+        writer = BucketWriter(self.io, FileGroupTarget(partition, file_id), self.settings, self.files)
         self.markers.create(writer.new_file.path, CREATE)
         writer.start(keys=keys, inserts_only=True)
         return writer

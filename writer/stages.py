@@ -42,14 +42,15 @@ from laketide.index.state import (
 )
 from laketide.table.format.commit import WriteStat
 from laketide.table.format.encoding import BASE_FILE_CODEC, LOG_BLOCK_CODEC, ONE_PER_FILE, records_dictionary_columns
-from laketide.table.format.files import BaseFile, write_token
+from laketide.table.format.files import BaseFile
 from laketide.table.format.keygen import VirtualKeys
 from laketide.table.format.markers import CREATE, MERGE, WriteMarkers
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY, with_meta_schema
 from laketide.table.storage.io import FileIO
 from laketide.writer.files.base_file import encoded_text, ensure_partition_metadata
-from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget, SequenceNumbers
+from laketide.writer.files.bucket_writer import BucketWriter, FileGroupTarget
 from laketide.writer.files.log_writer import LogTarget, LogWriter, OrderingSpan, ordering_spans
+from laketide.writer.files.settings import FileSettings, TaskFiles
 from laketide.writer.files.stored_files import column_reader, footer_reader, key_reader
 from laketide.writer.slots import present, split_by
 
@@ -128,6 +129,19 @@ class BatchPlan:
 
     def table_io(self) -> FileIO:
         return FileIO.for_uri(self.table_uri, self.storage_options)
+
+    def file_settings(self) -> FileSettings:
+        """What every data file of the instant is written with."""
+        return FileSettings(
+            self.table_schema,
+            self.avro_schema,
+            self.bloom,
+            self.ordering_field,
+            self.compression,
+            self.log_compression,
+            self.assign.placeholder,
+            self.virtual_keys,
+        )
 
 
 def repeated(value: str, n: int) -> pa.Array:
@@ -316,7 +330,7 @@ def write(
     # once a task, not once a log block: the one-value meta columns go to parquet as dictionaries (``LogWriter``)
     log_schema = encoded_text(with_meta_schema(plan.table_schema), ONE_PER_FILE)
     spans = _ordering_spans(plan, rows, starts, log_schema)
-    writing = _TaskWrite(plan, task, token, SequenceNumbers(plan.instant, task, rows.num_rows), log_schema, rows)
+    writing = _TaskWrite(plan, task, token, log_schema, rows)
     rows = rows.drop_columns([PARTITION, FILE_ID])  # once, not from every group's slice
     ensured: set[str] = set()
     statuses = []
@@ -340,40 +354,20 @@ class _TaskWrite:
     """What one write task's file groups share: the store, the instant's markers, the task's sequence numbers and
     its rows' dictionary columns, and how a log block's schema is encoded."""
 
-    def __init__(
-        self,
-        plan: BatchPlan,
-        task: int,
-        token: str | None,
-        seqnos: SequenceNumbers,
-        log_schema: pa.Schema,
-        rows: pa.Table,
-    ):
-        self.plan, self.task, self.token, self.seqnos, self.log_schema = plan, task, token, seqnos, log_schema
+    def __init__(self, plan: BatchPlan, task: int, token: str | None, log_schema: pa.Schema, rows: pa.Table):
+        self.plan, self.log_schema = plan, log_schema
         self.io = plan.table_io()
         self.markers = WriteMarkers(self.io, plan.instant)
-        self.dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
+        dictionary = plan.dictionary if plan.dictionary is not None else records_dictionary_columns(rows)
+        self.files = TaskFiles(plan.instant, task, token, rows.num_rows, dictionary)
+        self.settings = plan.file_settings()
 
     def append_log(
         self, target: LogTarget, incoming: pa.Table, span: OrderingSpan | None
     ) -> tuple[WriteStat | None, int]:
         """Merge-on-read: the group's records as one log file on its slice, those older than its stored rows left
         out as late (every record late: no log file, only the count)."""
-        plan = self.plan
-        writer = LogWriter(
-            self.io,
-            target,
-            plan.instant,
-            self.task,
-            self.log_schema,
-            plan.avro_schema,
-            self.token or write_token(self.task),
-            plan.ordering_field,
-            seqnos=self.seqnos,
-            dictionary=self.dictionary,
-            compression=plan.log_compression,
-            placeholder=plan.assign.placeholder,
-        )
+        writer = LogWriter(self.io, target, self.settings, self.files, self.log_schema)
         incoming, late = writer.drop_late(incoming, span)
         if not incoming.num_rows:
             return None, late
@@ -385,22 +379,7 @@ class _TaskWrite:
         plan = self.plan
         current = plan.current.get((partition, file_id))
         base = BaseFile.parse(partition, current) if current else None
-        bucket = BucketWriter(
-            self.io,
-            FileGroupTarget(partition, file_id, base),
-            plan.instant,
-            self.task,
-            plan.table_schema,
-            plan.avro_schema,
-            plan.bloom,
-            plan.ordering_field,
-            self.token,
-            seqnos=self.seqnos,
-            dictionary=self.dictionary,
-            compression=plan.compression,
-            placeholder=plan.assign.placeholder,
-            virtual_keys=plan.virtual_keys,
-        )
+        bucket = BucketWriter(self.io, FileGroupTarget(partition, file_id, base), self.settings, self.files)
         self.markers.create(bucket.new_file.path, MERGE if base else CREATE)
         stat = bucket.write(by_key(incoming))  # a base file is sorted by key: merges stream it
         return stat, bucket.counts.late

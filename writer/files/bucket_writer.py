@@ -14,14 +14,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketide.index.bloom import BloomSpec
 from laketide.index.columns import flag_mask
-from laketide.index.hashing import compiled
 from laketide.index.key_order import key_order
 from laketide.table.format.commit import NULL_COMMIT, WriteStat
-from laketide.table.format.encoding import BASE_FILE_CODEC, ONE_PER_FILE, repeated_runs
-from laketide.table.format.files import BaseFile, write_token
-from laketide.table.format.keygen import VirtualKeys
+from laketide.table.format.encoding import ONE_PER_FILE, repeated_runs
+from laketide.table.format.files import BaseFile
 from laketide.table.format.schema import (
     COMMIT_SEQNO,
     COMMIT_TIME,
@@ -36,6 +33,7 @@ from laketide.table.reading.slice_reader import key_ordered_batches
 from laketide.table.reading.unchanged import fill_from_stored
 from laketide.table.storage.io import FileIO
 from laketide.writer.files.base_file import BaseFileWriter, FileLayout, encoded_text
+from laketide.writer.files.settings import FileSettings, SequenceNumbers, TaskFiles
 
 
 @dataclass(frozen=True)
@@ -70,33 +68,6 @@ def conform(rows: pa.Table, schema: pa.Schema, meta: dict[str, pa.Array]) -> pa.
         else:
             arrays.append(pa.nulls(n, field.type))
     return pa.Table.from_arrays(arrays, schema=schema)
-
-
-class SequenceNumbers:
-    """The ``_hoodie_commit_seqno`` values of one write task: ``{instant}_{task}_{n}``, ``n`` counting on across
-    every file the task writes, so they are unique within the instant (Hudi runs one Spark partition per file
-    group and counts there). They are made for many rows at once and sliced per file: made per file, they cost
-    about a tenth of a small log file's write. One per task, used by one thread. ``expected``: the rows the task
-    writes, made at once (grown by doubling, they were made twice over: 6% of a write task at 100M keys)."""
-
-    def __init__(self, instant_time: str, task_partition: int, expected: int = 0):
-        self.prefix = f"{instant_time}_{task_partition}_"
-        self.used = 0
-        self._made = self._make(expected) if expected else pa.nulls(0, pa.string())
-
-    def _make(self, n: int) -> pa.Array:
-        if compiled is not None:  # written straight into the array's buffers: a fifth of Arrow's cast and join
-            offsets, data = compiled.numbered(self.prefix.encode(), 0, n)
-            return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
-        return pc.binary_join_element_wise(self.prefix, pc.cast(pa.array(np.arange(n)), pa.string()), "")
-
-    def next(self, n: int) -> pa.Array:
-        """The next ``n`` sequence numbers."""
-        if self.used + n > len(self._made):
-            self._made = self._make(max(self.used + n, 2 * len(self._made), 1024))
-        taken = self._made.slice(self.used, n)
-        self.used += n
-        return taken
 
 
 def stamp_meta_columns(
@@ -142,45 +113,25 @@ class BucketWriter:
         self,
         io: FileIO,
         target: FileGroupTarget,
-        instant_time: str,
-        task_partition: int,
-        table_schema: pa.Schema,
-        avro_schema: str,
-        bloom: BloomSpec = BloomSpec(),
-        ordering_field: str | None = None,
-        token: str | None = None,
-        seqnos: SequenceNumbers | None = None,
-        dictionary: list[str] | None = None,
-        compression: str = BASE_FILE_CODEC,
-        placeholder: str | None = None,
-        virtual_keys: VirtualKeys | None = None,
+        settings: FileSettings,
+        task: TaskFiles,
     ):
-        """``ordering_field`` set means event-time ordering: a stored row with a higher value wins.
-        ``placeholder``: a change feed's stand-in for a value it did not send, replaced by the stored value
-        (``table.unchanged``). ``virtual_keys``: the table has no meta columns (``VirtualKeys``).
-
-        ``token`` is the write token in the file name; each task attempt has its
-        own, so a retried or speculative attempt never writes another's file.
-        ``seqnos``: the task's sequence numbers, shared by the file groups it writes (``SequenceNumbers``);
-        by default this group's own. ``dictionary``: the columns a new file group's base file
-        dictionary-encodes, when the caller decided them for the whole task; a merge keeps the encodings of
-        the file it replaces.
-        """
+        """A file group's new base file, written by ``task`` with the plan's ``settings``."""
         self.io = io
         self.target = target
-        self.instant_time = instant_time
-        self.task_partition = task_partition
-        self.schema = with_meta_schema(table_schema)
-        self.new_file = BaseFile(target.partition, target.file_id, token or write_token(task_partition), instant_time)
-        self.avro_schema = avro_schema
-        self.bloom = bloom
-        self.ordering_field = ordering_field
+        self.instant_time = task.instant_time
+        self.task_partition = task.task
+        self.schema = with_meta_schema(settings.table_schema)
+        self.new_file = BaseFile(target.partition, target.file_id, task.write_token, task.instant_time)
+        self.avro_schema = settings.avro_schema
+        self.bloom = settings.bloom
+        self.ordering_field = settings.ordering_field
         self.counts = _Counts()
-        self.seqnos = seqnos or SequenceNumbers(instant_time, task_partition)
-        self.dictionary = dictionary
-        self.compression = compression
-        self.placeholder = placeholder
-        self.virtual_keys = virtual_keys
+        self.seqnos = task.seqnos
+        self.dictionary = task.dictionary
+        self.compression = settings.compression
+        self.placeholder = settings.placeholder
+        self.virtual_keys = settings.virtual_keys
 
     def _stamp(self, rows: pa.Table, encoded: bool = False) -> pa.Table:
         partition = self.target.partition

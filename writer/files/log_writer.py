@@ -17,7 +17,6 @@ import pyarrow.compute as pc
 
 from laketide.index.columns import EXISTED, as_mask, flag_mask
 from laketide.table.format.commit import WriteStat
-from laketide.table.format.encoding import LOG_BLOCK_CODEC
 from laketide.table.format.files import LogFile, log_write_token
 from laketide.table.format.logfile import Header, delete_block, parquet_data_block
 from laketide.table.format.schema import IS_DELETED, RECORD_KEY
@@ -27,7 +26,8 @@ from laketide.table.reading.ordering_bounds import remember_log_bound
 from laketide.table.reading.slice_reader import stored_ordering, stored_rows
 from laketide.table.reading.unchanged import fill_from_stored_rows
 from laketide.table.storage.io import FileIO
-from laketide.writer.files.bucket_writer import SequenceNumbers, stamp_meta_columns
+from laketide.writer.files.bucket_writer import stamp_meta_columns
+from laketide.writer.files.settings import FileSettings, TaskFiles
 
 
 @dataclass(frozen=True)
@@ -115,31 +115,23 @@ class LogWriter:
         self,
         io: FileIO,
         target: LogTarget,
-        instant_time: str,
-        task_partition: int,
+        settings: FileSettings,
+        task: TaskFiles,
         schema: pa.Schema,
-        avro_schema: str,
-        token: str,
-        ordering_field: str | None = None,
-        seqnos: SequenceNumbers | None = None,
-        dictionary: list[str] | None = None,
-        compression: str = LOG_BLOCK_CODEC,
-        placeholder: str | None = None,
     ):
-        """``schema`` includes the meta columns. ``ordering_field`` is set under event-time
-        ordering; a delete then carries its ordering value, so a reader keeps a newer stored row.
-        ``dictionary``: the columns to dictionary-encode, decided for the whole task. ``placeholder``: a
-        change feed's stand-in for a value it did not send, replaced by the stored value (``table.unchanged``)."""
+        """A log file on a group's slice, written by ``task`` with the plan's ``settings``; ``schema``: its blocks',
+        the meta columns included."""
         self.io = io
         self.target = target
-        self.instant_time = instant_time
+        self.instant_time = instant_time = task.instant_time
         self.schema = schema
-        self.avro_schema = avro_schema
-        self.ordering_field = ordering_field
-        self.seqnos = seqnos or SequenceNumbers(instant_time, task_partition)
-        self.dictionary = dictionary
-        self.compression = compression
-        self.placeholder = placeholder
+        self.avro_schema = settings.avro_schema
+        self.ordering_field = settings.ordering_field
+        self.seqnos = task.seqnos
+        self.dictionary = task.dictionary
+        self.compression = settings.log_compression
+        self.placeholder = settings.placeholder
+        token = task.write_token
         self.log_file = LogFile(
             target.partition,
             target.file_id,
