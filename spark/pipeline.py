@@ -223,9 +223,7 @@ class MicroBatchReader:
         if self._changes_fit_driver(batch_id):
             records = self.offsets.read(batch_id) if self.config.source.format == "kafka" else None
             records = records.select(df.columns) if records is not None else df.toArrow()
-            return self.writer.decoded_batch(
-                changes.decode(records, self.writer.table, self.writer.source_table.feed_log())
-            )
+            return self.writer.decoded_batch(changes, records)
         columns = changes.columns_for(lambda: self._row_schemas(df, changes), self.writer.table)
         log = self.writer.source_table.feed_log()  # handed to the tasks with the decoder
         batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns, log=log))

@@ -33,7 +33,8 @@ from laketide.table.format.schema import avro_schema_json
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.storage.store_requests import REQUESTS, RETRY
 from laketide.writer import stages
-from laketide.writer.changes.decoder import DecodedBatch
+from laketide.writer.changes.decoder import ChangeDecoder
+from laketide.writer.changes.events import Messages
 from laketide.writer.changes.table_feed import TableFeed
 from laketide.writer.changes.tally import TRUNCATE, MessageTally, Tally
 from laketide.writer.clock import StepClock
@@ -158,8 +159,10 @@ class BatchWriter:
         the reader knows it)."""
         return DriverBatch.prepare(rows, self.spec, self.driver_pool, self.clock.timed, arrival=arrival)
 
-    def decoded_batch(self, decoded: DecodedBatch) -> LoadedBatch:
-        """A change feed's micro-batch the driver decoded (``ChangeDecoder.decode``), prepared in its threads."""
+    def decoded_batch(self, decoder: ChangeDecoder, records: pa.Table, messages: Messages | None = None) -> LoadedBatch:
+        """A change feed's micro-batch decoded in the driver for this table, against what it has seen of the feed's
+        log (``ChangeDecoder.decode``; ``messages``: its values parsed already), and prepared in its threads."""
+        decoded = decoder.decode(records, self.table, self.source_table.feed_log(), messages)
         batch = self.driver_batch(decoded.rows)
         batch.tally.add(decoded.tally)
         return LoadedBatch(batch, decoded.incoming, decoded.incoming)

@@ -120,7 +120,6 @@ class BucketWriter:
         self.io = io
         self.target = target
         self.instant_time = task.instant_time
-        self.task_partition = task.task
         self.schema = with_meta_schema(settings.table_schema)
         self.new_file = BaseFile(target.partition, target.file_id, task.write_token, task.instant_time)
         self.avro_schema = settings.avro_schema

@@ -41,7 +41,6 @@ from laketide.writer.changes.routes import Routed, record_key_of, route
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.job.running import RunningJob
 from laketide.writer.job.session import JobParts, WriterSession, check_table, quarantine_path
-from laketide.writer.micro_batch import LoadedBatch
 from laketide.writer.report import BatchReport
 
 log = logging.getLogger("laketide.job")
@@ -248,11 +247,7 @@ class Database:
     def _write_table(self, table: DatabaseTable, batch_id: int, records: pa.Table, messages: Messages) -> BatchReport:
         writer = table.job.writer
 
-        def load() -> LoadedBatch:
-            decoded = table.decoder.decode(records, writer.table, writer.source_table.feed_log(), messages)
-            return writer.decoded_batch(decoded)
-
-        report = writer.write(batch_id, load)
+        report = writer.write(batch_id, lambda: writer.decoded_batch(table.decoder, records, messages))
         log.info(report.line())  # not ``announce``: a service's failure after the commit must not count as the write's
         for observer in writer.observers:
             observer(report)

@@ -95,7 +95,6 @@ class WriterSession:
         self.table, self.opened, self.source = table, opened, source
         self.parts = parts or JobParts()
         self.lease_wait = config.coordinator.lease_wait if self.parts.lease_wait is None else self.parts.lease_wait
-        self.api_address = self.parts.api_address
         self.lease: Lease | None = None
         self.job: RunningJob | None = None
 
@@ -104,7 +103,7 @@ class WriterSession:
         failure on the way releases the lease."""
         config = self.config
         table = self.table or open_table(config, self.source, self.opened or check_table(config))
-        lease = make_lease(config, table, self.job_id, self.api_address, self.parts.on_lost, probed=True)
+        lease = make_lease(config, table, self.job_id, self.parts.api_address, self.parts.on_lost, probed=True)
         holder = lease.acquire(self.lease_wait)
         log.info("lease of %s taken: %s", table.uri, holder.describe())
         try:
