@@ -311,7 +311,7 @@ def leftover_data_files(table: Table) -> list[str]:
 
 
 def verdict(root: Path, expected: list[dict]) -> Verdict:
-    from conftest import hudi_read
+    from readback import hudi_read
 
     table = Table.open(str(root / "table"))
     read = hudi_read(root / "table")

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from chaoslib import run_here
-from conftest import hudi_read, rows
 from pydantic_core import to_jsonable_python
+from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, SCHEMA_DDL, Model, land, row
 
 from laketide.table import Table

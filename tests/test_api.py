@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from writes import history
 
 from laketide.api.app import create_app

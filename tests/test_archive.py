@@ -8,10 +8,11 @@ import threading
 
 import pyarrow as pa
 import pytest
-from conftest import FIXTURES, rows
-from test_clean import SCHEMA, history, state
-from test_rollback_crash import CrashingFileIO, SimulatedCrash
-from writes import upsert
+from crashes import CrashingFileIO, SimulatedCrash
+from fixture_tables import FIXTURES
+from java_avro import java_avro_read, java_container_read
+from readback import rows
+from writes import HISTORY_SCHEMA, rewritten_history, state_at, upsert
 
 from laketide.coordinator import Coordinator
 from laketide.coordinator.archiver import Archiver
@@ -44,23 +45,8 @@ def test_an_avro_data_block_of_hudi_decodes_with_its_header_schema():
     assert record["city"] == "san_francisco" and record["uuid"] == record["_hoodie_record_key"]
 
 
-def java_avro_read(spark, schema_json: str, data: bytes) -> str:
-    """A record decoded by Apache Avro's Java library (the one Hudi uses), shipped in the pyspark wheel."""
-    jvm = spark._jvm
-    schema = jvm.org.apache.avro.Schema.Parser().parse(schema_json)
-    decoder = jvm.org.apache.avro.io.DecoderFactory.get().binaryDecoder(bytearray(data), None)
-    return str(jvm.org.apache.avro.generic.GenericDatumReader(schema).read(None, decoder).toString())
-
-
-def java_container_read(spark, data: bytes) -> str:
-    jvm = spark._jvm
-    stream = jvm.org.apache.avro.file.SeekableByteArrayInput(bytearray(data))
-    reader = jvm.org.apache.avro.file.DataFileReader(stream, jvm.org.apache.avro.generic.GenericDatumReader())
-    return str(reader.next().toString())
-
-
 def archived_table(path, commits=12, min_commits=4, max_commits=6):
-    table, coordinator, lease, instants, reads = history(path, commits=commits)
+    table, coordinator, lease, instants, reads = rewritten_history(path, commits=commits)
     Cleaner(coordinator, Retention(commits=3)).clean()
     result = Archiver(coordinator, min_commits, max_commits).archive()
     return table, coordinator, lease, instants, reads, result
@@ -75,9 +61,9 @@ def test_archival_keeps_min_commits_and_the_table_reads_the_same(tmp_path):
     assert not any(
         table.io.exists(f".hoodie/{t}.commit") or table.io.exists(f".hoodie/{t}.inflight") for t in instants[:-4]
     )
-    assert state(table.uri) == reads[instants[-1]], "hudi-rs reads the same table"
+    assert state_at(table.uri) == reads[instants[-1]], "hudi-rs reads the same table"
     for instant in instants[-3:]:
-        assert state(table.uri, as_of=instant) == reads[instant]
+        assert state_at(table.uri, as_of=instant) == reads[instant]
     assert Table.open(table.uri).snapshot().num_rows == len(reads[instants[-1]])
 
     archived = ArchivedTimeline(table.io, table.config.archive_dir)
@@ -105,8 +91,8 @@ def test_the_archive_file_is_read_by_javas_avro(spark, tmp_path):
     table, _coordinator, lease, _instants, _reads, _ = archived_table(tmp_path / "t")
     archived = ArchivedTimeline(table.io, table.config.archive_dir)
     (block,) = read_blocks(table.io.read_bytes(archived.files()[0][1]))
-    assert block.header[Header.SCHEMA] == avro_models.schema_json("HoodieArchivedMetaEntry")
-    decoded = [java_avro_read(spark, block.header[Header.SCHEMA], payload) for payload in avro_payloads(block)]
+    assert block.header[Header.HISTORY_SCHEMA] == avro_models.schema_json("HoodieArchivedMetaEntry")
+    decoded = [java_avro_read(spark, block.header[Header.HISTORY_SCHEMA], payload) for payload in avro_payloads(block)]
     assert len(decoded) == len(archived.instants()) and '"actionType": "commit"' in decoded[0]
     completed = [d for d in decoded if '"actionState": "COMPLETED"' in d]
     assert completed and all('"partitionToWriteStats": {"eu": [{"fileId": "' in d for d in completed)
@@ -130,24 +116,24 @@ def test_a_block_we_write_reads_back(tmp_path):
 
 
 def test_a_failed_writes_leftovers_hold_archival_until_cleaned(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=12)
+    table, coordinator, lease, instants, reads = rewritten_history(tmp_path / "t", commits=12)
     orphan = BaseFile("region=us", "orphan-0", "0-0-0", str(int(instants[2]) + 1))
     table.io.write_bytes(orphan.path, b"a failed write's file")
     archiver = Archiver(coordinator, 4, 6)
     held = archiver.archive()
     assert all(i.timestamp < orphan.instant_time for i in held.archived)
     assert Table.open(table.uri).timeline.start <= orphan.instant_time, "the orphan stays inside the active timeline"
-    assert state(table.uri) == reads[instants[-1]]
+    assert state_at(table.uri) == reads[instants[-1]]
     Cleaner(coordinator, Retention(commits=3)).clean()
     assert not table.io.exists(orphan.path)
     archiver.archive()
     assert [i.timestamp for i in Table.open(table.uri).timeline.completed_writes()] == instants[-4:]
-    assert state(table.uri) == reads[instants[-1]]
+    assert state_at(table.uri) == reads[instants[-1]]
     lease.release()
 
 
 def test_an_index_run_of_a_failed_write_holds_archival(tmp_path):
-    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=12)
+    table, coordinator, lease, instants, _reads = rewritten_history(tmp_path / "t", commits=12)
     failed = str(int(instants[3]) + 1)
     index = StateIndex.open(table.io, 2)
     table.io.write_bytes(f"{StateIndex.shard_dir(0)}/delta_{failed}_0.arrow", b"a failed write's run")
@@ -157,10 +143,10 @@ def test_an_index_run_of_a_failed_write_holds_archival(tmp_path):
 
 
 def test_pending_writes_hold_archival(tmp_path):
-    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=12)
+    table, coordinator, lease, instants, _reads = rewritten_history(tmp_path / "t", commits=12)
     pending = coordinator.begin(99)
     for n in range(3):
-        instants.append(upsert(table, coordinator, 100 + n, [{"id": 1, "v": 100 + n, "region": "eu"}], SCHEMA))
+        instants.append(upsert(table, coordinator, 100 + n, [{"id": 1, "v": 100 + n, "region": "eu"}], HISTORY_SCHEMA))
     Archiver(coordinator, 4, 6).archive()
     timeline = Table.open(table.uri).timeline
     assert timeline.pending()[0].timestamp == pending
@@ -171,7 +157,7 @@ def test_pending_writes_hold_archival(tmp_path):
 def test_an_archival_interrupted_after_any_step_is_finished_by_the_next(tmp_path):
     crash_points = 0
     for budget, after in ((b, a) for b in itertools.count(1) for a in (False, True)):
-        table, _coordinator, lease, instants, reads = history(tmp_path / f"t-{budget}-{after}", commits=9)
+        table, _coordinator, lease, instants, reads = rewritten_history(tmp_path / f"t-{budget}-{after}", commits=9)
         crashing = Table(CrashingFileIO(table.io, budget, after), table.config)
         try:
             Archiver(Coordinator(crashing, lease, "w"), 4, 6).archive()
@@ -179,7 +165,7 @@ def test_an_archival_interrupted_after_any_step_is_finished_by_the_next(tmp_path
         except SimulatedCrash:
             finished = False
             crash_points += 1
-        assert state(table.uri) == reads[instants[-1]]
+        assert state_at(table.uri) == reads[instants[-1]]
         Archiver(Coordinator(Table.open(table.uri), lease, "w"), 4, 6).archive()
         timeline = Table.open(table.uri).timeline
         assert [i.timestamp for i in timeline.completed_writes()] == instants[-4:]
@@ -188,7 +174,7 @@ def test_an_archival_interrupted_after_any_step_is_finished_by_the_next(tmp_path
         keys = [(a.instant.timestamp, a.instant.action, a.instant.state) for a in archived]
         assert len(keys) == len(set(keys)), "no timeline file archived twice"
         assert {a.instant.timestamp for a in archived} == set(instants[:-4])
-        assert state(table.uri) == reads[instants[-1]]
+        assert state_at(table.uri) == reads[instants[-1]]
         lease.release()
         if finished:
             break
@@ -196,7 +182,7 @@ def test_an_archival_interrupted_after_any_step_is_finished_by_the_next(tmp_path
 
 
 def test_archivals_append_blocks_to_the_newest_file_until_it_is_full(tmp_path):
-    table, _coordinator, lease, instants, _reads = history(tmp_path / "t", commits=8)
+    table, _coordinator, lease, instants, _reads = rewritten_history(tmp_path / "t", commits=8)
     archived = ArchivedTimeline(table.io, table.config.archive_dir)
     first = archived.append([archived_entry(i, b"") for i in [Instant(instants[0], "rollback", State.INFLIGHT)]])
     second = archived.append([archived_entry(i, b"") for i in [Instant(instants[1], "rollback", State.INFLIGHT)]])
@@ -224,7 +210,7 @@ class ArchivingFileIO(FileIO):
 
 
 def test_a_timeline_listed_before_an_archival_still_reads_the_commits_it_shows(tmp_path):
-    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=12)
+    table, coordinator, lease, instants, _reads = rewritten_history(tmp_path / "t", commits=12)
     Cleaner(coordinator, Retention(commits=3)).clean()
     reader = Table.open(table.uri)
     before = reader.timeline
@@ -245,7 +231,7 @@ def test_a_micro_batch_whose_listed_commits_are_archived_meanwhile_reads_the_tim
     """A writer that has not read the table's commits yet (a job's first micro-batch, beside the services round
     the job starts with) lists the timeline, and archival moves a commit away before it is read: the micro-batch
     lists again rather than failing."""
-    table, coordinator, lease, _instants, _reads = history(tmp_path / "t", commits=12)
+    table, coordinator, lease, _instants, _reads = rewritten_history(tmp_path / "t", commits=12)
     Cleaner(coordinator, Retention(commits=3)).clean()
     racing_table = Table.open(table.uri, io=ArchivingFileIO(table.io, Archiver(coordinator, 4, 6).archive))
     # its own coordinator reads every commit when the instant begins; else the plan is the first to read them
@@ -253,10 +239,12 @@ def test_a_micro_batch_whose_listed_commits_are_archived_meanwhile_reads_the_tim
     if racing == "plan":
         writer_coordinator.committed_batches()
     records = [{"id": i, "v": 12, "region": ("us", "eu")[i % 2]} for i in range(20)]
-    instant = upsert(racing_table, writer_coordinator, 12, records, SCHEMA)
+    instant = upsert(racing_table, writer_coordinator, 12, records, HISTORY_SCHEMA)
     assert instant is not None and racing_table.io.archive is None, "archival ran in the middle"
     assert len(Table.open(table.uri).timeline.completed_writes()) == 5
-    assert state(table.uri) == rows(pa.Table.from_pylist(records, schema=SCHEMA), "id", ["id", "v", "region"])
+    assert state_at(table.uri) == rows(
+        pa.Table.from_pylist(records, schema=HISTORY_SCHEMA), "id", ["id", "v", "region"]
+    )
     lease.release()
 
 
@@ -266,7 +254,7 @@ def test_archival_deletes_timeline_files_only_between_micro_batches(tmp_path):
     planned from one saw the file groups a compaction had just rewritten as empty (the compaction's commit
     gone, its base files none of the table's) and inserted every key of theirs again into new file groups. So
     the deletes wait for the writer's batch lock: a micro-batch lists the timeline whole."""
-    table, coordinator, lease, _instants, _reads = history(tmp_path / "t", commits=12)
+    table, coordinator, lease, _instants, _reads = rewritten_history(tmp_path / "t", commits=12)
     Cleaner(coordinator, Retention(commits=3)).clean()
     batch_lock = threading.RLock()
     archiver = Archiver(coordinator, 4, 6, batch_lock=batch_lock)
@@ -288,10 +276,12 @@ def test_the_listed_timeline_merges_the_archive_with_an_older_clean_still_active
     Every commit is listed, once, newest first, and pages of the listing join up."""
     from laketide.table.inspect.timeline import timeline_page
 
-    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=4)
+    table, coordinator, lease, instants, _reads = rewritten_history(tmp_path / "t", commits=4)
     assert Cleaner(coordinator, Retention(commits=1)).clean().clean_instant is not None
     instants += [
-        upsert(table, coordinator, n, [{"id": i, "v": n, "region": ("us", "eu")[i % 2]} for i in range(6)], SCHEMA)
+        upsert(
+            table, coordinator, n, [{"id": i, "v": n, "region": ("us", "eu")[i % 2]} for i in range(6)], HISTORY_SCHEMA
+        )
         for n in range(4, 12)
     ]
     Cleaner(coordinator, Retention(commits=3)).clean()

@@ -6,7 +6,7 @@ import glob
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import COW_FIXTURES, MOR_FIXTURE
+from fixture_tables import COW_FIXTURES, MOR_FIXTURE
 
 from laketide.index import hashing
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, BloomFilter, BloomSpec, KeyRange, bloom_size

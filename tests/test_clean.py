@@ -10,13 +10,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import fastavro
-import pyarrow as pa
 import pytest
-from conftest import hudi_read, rows
-from test_rollback_crash import CrashingFileIO, SimulatedCrash
-from writes import upsert
+from crashes import CrashingFileIO, SimulatedCrash
+from readback import hudi_read
+from writes import base_files, rewritten_history, state_at
 
-from laketide.coordinator import Coordinator, LocalLease
+from laketide.coordinator import Coordinator
 from laketide.coordinator.cleaner import Cleaner
 from laketide.index.state import StateIndex
 from laketide.table import Table
@@ -24,42 +23,19 @@ from laketide.table.format.clean import CleanerPlan, CleanPolicy, Retention, pla
 from laketide.table.format.files import BaseFile
 from laketide.table.format.instant import CLEAN, State, instant_to_datetime
 
-SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 CLI = str(Path(sys.executable).with_name("laketide"))
 
 
-def state(path, as_of=None):
-    return rows(hudi_read(path, as_of=as_of), "id", ["id", "v", "region"])
-
-
-def history(path, commits: int = 6):
-    """``commits`` commits that each update every key (so every file group gets a new version each time)."""
-    table = Table.create(str(path), "t", ["id"], ["region"], "v")
-    lease = LocalLease.for_table(table.uri, job_id="writer")
-    lease.acquire()
-    coordinator = Coordinator(table, lease, "w")
-    instants = [
-        upsert(table, coordinator, n, [{"id": i, "v": n, "region": ("us", "eu")[i % 2]} for i in range(6 + n)], SCHEMA)
-        for n in range(commits)
-    ]
-    reads = {t: state(path, as_of=t) for t in instants}
-    return table, coordinator, lease, instants, reads
-
-
-def base_files(table) -> set[str]:
-    return {e.path for e in table.io.walk() if e.name.endswith(".parquet") and not e.path.startswith(".hoodie")}
-
-
 def test_keep_latest_commits_keeps_every_read_in_the_window(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t")
+    table, coordinator, lease, instants, reads = rewritten_history(tmp_path / "t")
     before = base_files(table)
     result = Cleaner(coordinator, Retention(CleanPolicy.KEEP_LATEST_COMMITS, commits=3)).clean()
     assert result.clean_instant is not None and result.earliest_to_retain == instants[-3]
     assert result.files and set(result.files) < before
     table = Table.open(table.uri)
     for instant in instants[-3:]:
-        assert state(table.uri, as_of=instant) == reads[instant], f"time travel to retained {instant}"
-    assert state(table.uri) == reads[instants[-1]]
+        assert state_at(table.uri, as_of=instant) == reads[instant], f"time travel to retained {instant}"
+    assert state_at(table.uri) == reads[instants[-1]]
     # what is left: per file group, the versions from the earliest retained commit on, plus the one just before it
     left = {BaseFile.parse(*p.rsplit("/", 1)) for p in base_files(table)}
     assert all(b.instant_time >= instants[-4] for b in left)
@@ -87,17 +63,17 @@ def test_keep_latest_commits_keeps_every_read_in_the_window(tmp_path):
 
 
 def test_keep_latest_file_versions(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=4)
+    table, coordinator, lease, instants, reads = rewritten_history(tmp_path / "t", commits=4)
     Cleaner(coordinator, Retention(CleanPolicy.KEEP_LATEST_FILE_VERSIONS, file_versions=1)).clean()
     table = Table.open(table.uri)
     groups = [BaseFile.parse(*p.rsplit("/", 1)).file_id for p in base_files(table)]
     assert len(groups) == len(set(groups)), "one version per file group"
-    assert state(table.uri) == reads[instants[-1]]
+    assert state_at(table.uri) == reads[instants[-1]]
     lease.release()
 
 
 def test_keep_latest_by_hours(tmp_path):
-    table, _coordinator, lease, instants, _reads = history(tmp_path / "t", commits=3)
+    table, _coordinator, lease, instants, _reads = rewritten_history(tmp_path / "t", commits=3)
     view = table.file_system_view()
     assert plan_clean(view, Retention(CleanPolicy.KEEP_LATEST_BY_HOURS, hours=1)).is_empty(), (
         "all commits are within the hour"
@@ -114,20 +90,20 @@ def test_keep_latest_by_hours(tmp_path):
 
 
 def test_files_of_failed_writes_are_swept(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=3)
+    table, coordinator, lease, instants, reads = rewritten_history(tmp_path / "t", commits=3)
     orphan = BaseFile("region=us", "orphan-0", "0-0-0", str(int(instants[0]) + 1))
     table.io.write_bytes(orphan.path, b"a failed write's file")
     result = Cleaner(coordinator, Retention(commits=10)).clean()
     assert result.files == [orphan.path]
     assert not table.io.exists(orphan.path)
-    assert state(table.uri) == reads[instants[-1]]
+    assert state_at(table.uri) == reads[instants[-1]]
     lease.release()
 
 
 def test_a_clean_interrupted_after_any_step_is_finished_by_the_next(tmp_path):
     crash_points = 0
     for budget, after in ((b, a) for b in itertools.count(1) for a in (False, True)):
-        table, _coordinator, lease, instants, reads = history(tmp_path / f"t-{budget}-{after}", commits=4)
+        table, _coordinator, lease, instants, reads = rewritten_history(tmp_path / f"t-{budget}-{after}", commits=4)
         crashing = Table(CrashingFileIO(table.io, budget, after), table.config)
         try:
             Cleaner(Coordinator(crashing, lease, "w"), Retention(commits=2)).clean()
@@ -136,13 +112,13 @@ def test_a_clean_interrupted_after_any_step_is_finished_by_the_next(tmp_path):
             finished = False
             crash_points += 1
         for instant in instants[-2:]:
-            assert state(table.uri, as_of=instant) == reads[instant]
+            assert state_at(table.uri, as_of=instant) == reads[instant]
         Cleaner(Coordinator(Table.open(table.uri), lease, "w"), Retention(commits=2)).clean()
         timeline = Table.open(table.uri).timeline
         assert timeline.pending() == []
         assert plan_clean(Table.open(table.uri).file_system_view(), Retention(commits=2)).is_empty()
         for instant in instants[-2:]:
-            assert state(table.uri, as_of=instant) == reads[instant]
+            assert state_at(table.uri, as_of=instant) == reads[instant]
         lease.release()
         if finished:
             break
@@ -150,7 +126,7 @@ def test_a_clean_interrupted_after_any_step_is_finished_by_the_next(tmp_path):
 
 
 def test_index_runs_a_compaction_replaced_are_cleaned(tmp_path):
-    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=2)
+    table, coordinator, lease, instants, _reads = rewritten_history(tmp_path / "t", commits=2)
     index = StateIndex.open(table.io, 2)
     shard_dir = StateIndex.shard_dir(0)
     table.io.write_bytes(f"{shard_dir}/delta_{instants[0]}_0.arrow", b"folded already")
@@ -176,7 +152,7 @@ def test_plan_round_trips_through_hudis_avro(tmp_path):
 
 
 def test_cli_clean(tmp_path):
-    table, _coordinator, lease, instants, reads = history(tmp_path / "t", commits=4)
+    table, _coordinator, lease, instants, reads = rewritten_history(tmp_path / "t", commits=4)
     lease.release()
     dry = subprocess.run(
         [CLI, "clean", table.uri, "--retain-commits", "2", "--dry-run", "--json"], capture_output=True, text=True
@@ -188,14 +164,14 @@ def test_cli_clean(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "cleaned with" in done.stdout
     assert not any(table.io.exists(f) for f in planned["files"])
-    assert state(table.uri) == reads[instants[-1]]
+    assert state_at(table.uri) == reads[instants[-1]]
     bad = subprocess.run([CLI, "clean", table.uri, "--policy", "KEEP_NOTHING"], capture_output=True, text=True)
     assert bad.returncode == 2 and "policy" in bad.stderr
 
 
 @pytest.mark.parametrize("commits", [1, 2])
 def test_nothing_to_clean_on_a_young_table(tmp_path, commits):
-    table, coordinator, lease, _instants, _reads = history(tmp_path / "t", commits=commits)
+    table, coordinator, lease, _instants, _reads = rewritten_history(tmp_path / "t", commits=commits)
     assert Cleaner(coordinator, Retention(commits=10)).clean().clean_instant is None
     assert [i for i in Table.open(table.uri).timeline if i.action == CLEAN] == []
     lease.release()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from chaoslib import free_port
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from writes import history
 
 from laketide.api.app import create_app

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 from chaoslib import free_port, job_args, wait_until
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, expected_after, land_all
 
 REPO = Path(__file__).resolve().parents[1]

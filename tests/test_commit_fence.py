@@ -12,7 +12,7 @@ import time
 
 import pyarrow as pa
 import pytest
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from writes import stage, upsert
 
 from laketide.coordinator import Coordinator, LeaseLost

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import hudi_read, rows
 from opslib import OpsTable, changes
+from readback import hudi_read, rows
 from streaming import DATA_COLUMNS
 
 from laketide.table import Table

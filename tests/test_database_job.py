@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pyarrow.parquet as pq
 from chaoslib import Job, free_port, wait_until
-from conftest import hudi_read
 from connect_events import POSTGRES_COLUMNS, TRANSACTION_BEGIN, TRANSACTION_END, Column, PostgresTable, sample_row
 from opslib import CLI, ENV
+from readback import hudi_read
 
 from laketide.table import Table
 from laketide.table.format.commit import BATCH_ID_KEY

@@ -19,7 +19,6 @@ from decimal import Decimal
 import pyarrow.parquet as pq
 import pytest
 from chaoslib import Job, wait_until
-from conftest import hudi_read, rows
 from connect_events import (
     DDL,
     HEARTBEAT,
@@ -39,6 +38,7 @@ from connect_events import (
     sample_row,
 )
 from opslib import CLI, ENV
+from readback import hudi_read, rows
 
 TOPIC, TRANSACTIONS, HEARTBEATS, SCHEMA_TOPIC = "pg.public.orders", "pg.transaction", "__debezium-heartbeat.pg", "pg"
 TOASTED = ("name", "doc", "blob")  # text and bytes columns Postgres may store out of line

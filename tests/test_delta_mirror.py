@@ -6,10 +6,9 @@ import json
 
 import polars as pl
 import pyarrow as pa
-from conftest import hudi_read, rows
 from deltalake import DeltaTable
-from test_clean import SCHEMA, history, state
-from writes import upsert
+from readback import hudi_read, rows
+from writes import HISTORY_SCHEMA, rewritten_history, state_at, upsert
 
 from laketide.coordinator.cleaner import Cleaner
 from laketide.coordinator.savepoints import Savepoints
@@ -26,14 +25,14 @@ def delta_rows(uri: str, version: int | None = None) -> list[dict]:
 
 
 def test_every_version_reads_as_hudi_did_through_clean_rollback_and_restore(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=4)
+    table, coordinator, lease, instants, reads = rewritten_history(tmp_path / "t", commits=4)
     mirror = DeltaMirror(table)
     expected = {}  # delta version -> hudi-rs rows when it was published
 
     def publish(count: int) -> None:
         versions = mirror.catch_up()
         assert len(versions) == count
-        expected[versions[-1]] = state(table.uri)
+        expected[versions[-1]] = state_at(table.uri)
         assert delta_rows(table.uri) == expected[versions[-1]]
 
     # the backlog of four commits becomes four versions, each the table as of its commit
@@ -41,7 +40,9 @@ def test_every_version_reads_as_hudi_did_through_clean_rollback_and_restore(tmp_
     expected.update({v: reads[t] for v, t in enumerate(instants)})
     Savepoints(coordinator).create(instants[1])
     instants.append(
-        upsert(table, coordinator, 4, [{"id": i, "v": 4, "region": ("us", "eu")[i % 2]} for i in range(3)], SCHEMA)
+        upsert(
+            table, coordinator, 4, [{"id": i, "v": 4, "region": ("us", "eu")[i % 2]} for i in range(3)], HISTORY_SCHEMA
+        )
     )
     publish(1)
     Cleaner(coordinator, Retention(commits=1)).clean()
@@ -50,16 +51,22 @@ def test_every_version_reads_as_hudi_did_through_clean_rollback_and_restore(tmp_
     assert [a for a in DeltaLog(table.io).read_version(clean_version) if "add" in a or "remove" in a] == []
     coordinator.rollback(instants[-1], force=True)
     publish(1)  # the compensating version puts back what the rolled-back commit replaced
-    assert state(table.uri) == reads[instants[3]]
+    assert state_at(table.uri) == reads[instants[3]]
     instants.append(
-        upsert(table, coordinator, 5, [{"id": 1, "v": 5, "region": "eu"}, {"id": 40, "v": 5, "region": "us"}], SCHEMA)
+        upsert(
+            table,
+            coordinator,
+            5,
+            [{"id": 1, "v": 5, "region": "eu"}, {"id": 40, "v": 5, "region": "us"}],
+            HISTORY_SCHEMA,
+        )
     )
     publish(1)
     Savepoints(coordinator).restore(instants[1])
     publish(1)
-    assert state(table.uri) == reads[instants[1]]
+    assert state_at(table.uri) == reads[instants[1]]
     for n in (6, 7):
-        instants.append(upsert(table, coordinator, n, [{"id": 2, "v": n, "region": "us"}], SCHEMA))
+        instants.append(upsert(table, coordinator, n, [{"id": 2, "v": n, "region": "us"}], HISTORY_SCHEMA))
         publish(1)
     lease.release()
 
@@ -86,11 +93,11 @@ def test_every_version_reads_as_hudi_did_through_clean_rollback_and_restore(tmp_
 
 
 def test_a_restarted_mirror_catches_up_from_its_checkpoint(tmp_path):
-    table, coordinator, lease, instants, reads = history(tmp_path / "t", commits=12)
+    table, coordinator, lease, instants, reads = rewritten_history(tmp_path / "t", commits=12)
     assert DeltaMirror(table).catch_up() == list(range(12))
     for n in (12, 13):
-        instants.append(upsert(table, coordinator, n, [{"id": n, "v": n, "region": "us"}], SCHEMA))
-        reads[instants[-1]] = state(table.uri)
+        instants.append(upsert(table, coordinator, n, [{"id": n, "v": n, "region": "us"}], HISTORY_SCHEMA))
+        reads[instants[-1]] = state_at(table.uri)
     # a new process: the state comes from the checkpoint at version 10 and the two commits after it
     assert DeltaMirror(Table.open(table.uri)).catch_up() == [12, 13]
     assert delta_rows(table.uri, 12) == reads[instants[12]] and delta_rows(table.uri) == reads[instants[13]]
@@ -98,7 +105,7 @@ def test_a_restarted_mirror_catches_up_from_its_checkpoint(tmp_path):
 
 
 def test_schema_stats_and_partition_values(tmp_path):
-    table, _coordinator, lease, _instants, _reads = history(tmp_path / "t", commits=1)
+    table, _coordinator, lease, _instants, _reads = rewritten_history(tmp_path / "t", commits=1)
     DeltaMirror(table).catch_up()
     dt = DeltaTable(table.uri)
     assert dt.metadata().partition_columns == ["region"]
@@ -147,7 +154,7 @@ def test_the_job_mirrors_merge_on_read_as_its_read_optimized_view(spark, tmp_pat
 def test_mirror_command_backfills_and_operations_keep_it_current(tmp_path):
     from test_cli import laketide
 
-    table, _coordinator, lease, instants, reads = history(tmp_path / "t", commits=3)
+    table, _coordinator, lease, instants, reads = rewritten_history(tmp_path / "t", commits=3)
     lease.release()
     code, out, err = laketide("mirror", table.uri, "--json")
     assert code == 0, err
@@ -156,16 +163,16 @@ def test_mirror_command_backfills_and_operations_keep_it_current(tmp_path):
     code, out, err = laketide("rollback", table.uri, instants[-1], "--json")
     assert code == 0, err
     assert DeltaLog(table.io).versions() == [0, 1, 2, 3], "the rollback's compensating version"
-    assert delta_rows(table.uri) == reads[instants[1]] == state(table.uri)
+    assert delta_rows(table.uri) == reads[instants[1]] == state_at(table.uri)
     code, out, _ = laketide("mirror", table.uri, "--json")
     assert code == 0 and json.loads(out)["written"] == []
 
 
 def test_a_schema_change_is_a_metadata_action(tmp_path):
-    table, coordinator, lease, _instants, _reads = history(tmp_path / "t", commits=2)
+    table, coordinator, lease, _instants, _reads = rewritten_history(tmp_path / "t", commits=2)
     mirror = DeltaMirror(table)
     mirror.catch_up()
-    wider = pa.schema([*list(SCHEMA), pa.field("note", pa.string())])
+    wider = pa.schema([*list(HISTORY_SCHEMA), pa.field("note", pa.string())])
     upsert(table, coordinator, 2, [{"id": 1, "v": 2, "region": "eu", "note": "added"}], wider)
     (version,) = mirror.catch_up()
     lease.release()
@@ -184,7 +191,7 @@ def test_a_writer_that_lost_its_lease_writes_no_version(tmp_path):
     from laketide.coordinator.lease import LeaseLost
     from laketide.table.mirror.delta_log import commit_path
 
-    table, coordinator, lease, _, _ = history(tmp_path / "t", commits=2)
+    table, coordinator, lease, _, _ = rewritten_history(tmp_path / "t", commits=2)
     lease.release()
     with pytest.raises(LeaseLost):
         DeltaMirror(table, hold=coordinator.hold).catch_up()

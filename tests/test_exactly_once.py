@@ -11,7 +11,7 @@ import os
 import random
 import subprocess
 
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, PYTHON, RUNNER, expected_after, land_all
 
 from laketide.table import Table

@@ -11,7 +11,7 @@ import glob
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, row
 
 import laketide

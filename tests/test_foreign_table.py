@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from conftest import hudi_read
+from readback import hudi_read
 from streaming import land
 
 from laketide.config import load_config

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from conftest import hudi_read, rows
 from foreign_writer import foreign_upsert, write_file_groups
+from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, Model, job_config, land, row
-from test_clean import SCHEMA
+from writes import HISTORY_SCHEMA
 
 from laketide.coordinator import Coordinator, LocalLease
 from laketide.index.state import StateIndex
@@ -99,14 +99,14 @@ def test_foreign_writes_from_the_timeline(tmp_path):
     lease.acquire()
     coordinator = Coordinator(table, lease, "w")
     assert foreign_writes(table.timeline) == ForeignWrites((), frozenset())
-    first = foreign_upsert(table, coordinator, 0, [{"id": 1, "v": 1, "region": "eu"}], SCHEMA)
+    first = foreign_upsert(table, coordinator, 0, [{"id": 1, "v": 1, "region": "eu"}], HISTORY_SCHEMA)
     # only writes that keep no index: nothing tells what they changed, so every group is uncovered
     found = foreign_writes(table.timeline)
     assert found.everything and found.seen == (first,)
     # an index-keeping commit accounts for them; a later foreign write is found with the groups it touched
     instant = coordinator.begin(1)
     coordinator.commit(instant, [], found.commit_metadata())
-    later = foreign_upsert(table, coordinator, 2, [{"id": 2, "v": 1, "region": "us"}], SCHEMA)
+    later = foreign_upsert(table, coordinator, 2, [{"id": 2, "v": 1, "region": "us"}], HISTORY_SCHEMA)
     found = foreign_writes(Table.open(table.uri).timeline)
     assert not found.everything and found.seen == (first, later)
     assert {p for p, _ in found.touched} == {"us"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import hudi_read
+from readback import hudi_read
 
 from laketide.cli import embedded_defaults
 from laketide.config import load_config

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import threading
 
-from conftest import hudi_read, rows
 from opslib import OpsTable
+from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, row
-from test_write_api import NEW_TABLE, _arrow
+from writes import NEW_ORDERS, orders
 
 import laketide
 from laketide.coordinator.index_compaction import IndexCompaction
@@ -28,7 +28,7 @@ def _write_batches(t: OpsTable, batches: int, settings: dict) -> str:
     path = str(t.path)
     for n in range(batches):
         lines = [row(i, n + 1) for i in range(n * 20, n * 20 + 40)]  # half updates of the batch before, half inserts
-        laketide.write(path, _arrow(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_TABLE)
+        laketide.write(path, orders(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_ORDERS)
         t.model.apply(lines)
     return path
 
@@ -42,7 +42,7 @@ def test_writes_keep_each_shard_within_the_limit_and_every_key_found(tmp_path):
     assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
     # every key is found again through the folded index: updating them all inserts nothing
     again = [row(i, 9) for i in range(140)]
-    report = laketide.write(path, _arrow(again), settings=SETTINGS)
+    report = laketide.write(path, orders(again), settings=SETTINGS)
     t.model.apply(again)
     assert (report.inserts, report.updates) == (0, 140)
     assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
@@ -90,7 +90,7 @@ def test_a_fold_writes_its_level_at_once_and_deletes_the_folded_runs_only_betwee
         assert len(names) == 2 and names[1].startswith("level_"), after
     # the job writes on from the folded index
     lines = [row(i, 7) for i in range(100)]
-    report = laketide.write(path, _arrow(lines), settings=SETTINGS)
+    report = laketide.write(path, orders(lines), settings=SETTINGS)
     t.model.apply(lines)
     assert (report.inserts, report.updates) == (0, 100)
     assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
@@ -104,7 +104,7 @@ def test_levels_take_the_deltas_until_they_hold_an_eighth_of_the_base_then_a_new
     settings = {"write": {**SETTINGS["write"], "index_compaction_deltas": 2}}
     path = _write_batches(t, 1, settings)
     lines = [row(i, 2) for i in range(40_000)]  # a base of about 20,000 entries a shard, 320 KB
-    laketide.write(path, _arrow(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_TABLE)
+    laketide.write(path, orders(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_ORDERS)
     t.model.apply(lines)
     io = Table.open(path).io
     first_bases = {s: [n for n in names if n.startswith("base_")] for s, names in _runs(io, 2).items()}
@@ -115,7 +115,7 @@ def test_levels_take_the_deltas_until_they_hold_an_eighth_of_the_base_then_a_new
         for s, names in {s: [m for m in ns if m.startswith("base_")] for s, ns in _runs(io, 2).items()}.items()
     ):
         lines = [row(i, n) for i in range(40_000 + 400 * n, 40_400 + 400 * n)]
-        laketide.write(path, _arrow(lines), settings=settings)
+        laketide.write(path, orders(lines), settings=settings)
         t.model.apply(lines)
         runs = _runs(io, 2)
         seen_levels |= {m for names in runs.values() for m in names if m.startswith("level_")}
@@ -128,7 +128,7 @@ def test_levels_take_the_deltas_until_they_hold_an_eighth_of_the_base_then_a_new
     index = StateIndex.open(io, 2)
     for start in (90_000, 90_100):
         lines = [row(i, 50) for i in range(start, start + 100)]
-        laketide.write(path, _arrow(lines), settings={"write": {**SETTINGS["write"], "index_compaction_deltas": 100}})
+        laketide.write(path, orders(lines), settings={"write": {**SETTINGS["write"], "index_compaction_deltas": 100}})
         t.model.apply(lines)
     table = Table.open(path)
     snapshot = index.snapshot({i.timestamp for i in table.timeline.completed_writes()})
@@ -136,7 +136,7 @@ def test_levels_take_the_deltas_until_they_hold_an_eighth_of_the_base_then_a_new
     assert fold is not None and set(index.obsolete_runs()) == set(fold.replaced)
     again = [row(i, 60) for i in range(0, 90_300, 7)]
     new = len([line for line in again if line["id"] not in t.model.rows])
-    report = laketide.write(path, _arrow(again), settings=SETTINGS)
+    report = laketide.write(path, orders(again), settings=SETTINGS)
     t.model.apply(again)
     assert report.inserts == new, "only keys never written are new"
     assert rows(hudi_read(path), "id", DATA_COLUMNS) == t.model.expected()
@@ -151,12 +151,12 @@ def test_deltas_as_large_as_a_bulk_loads_are_folded_whatever_the_limit(tmp_path,
     settings = {"write": {**SETTINGS["write"], "index_compaction_deltas": 100}}
     path = _write_batches(t, 1, settings)  # a new table's shards get a base at once
     lines = [row(i, 2) for i in range(6000)]  # 3,000 entries a shard, about 48 KB
-    laketide.write(path, _arrow(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_TABLE)
+    laketide.write(path, orders(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_ORDERS)
     t.model.apply(lines)
     runs = _runs(Table.open(path).io, 2)
     assert all(len(names) == 1 and names[0].startswith("base_") for names in runs.values()), runs
     lines = [row(i, 3) for i in range(6000, 6020)]  # a small batch's deltas stay until the limit
-    report = laketide.write(path, _arrow(lines), settings=settings)
+    report = laketide.write(path, orders(lines), settings=settings)
     t.model.apply(lines)
     assert report.inserts == 20
     runs = _runs(Table.open(path).io, 2)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, expected_after, job_config, land, row
 
 from laketide.service import TOKEN_ENV, run_service

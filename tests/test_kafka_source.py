@@ -17,9 +17,9 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 from chaoslib import Job, free_port, run_here, wait_until
-from conftest import hudi_read, rows
 from debezium import COLUMNS, ROW_DDL, ChangeModel, event, row
 from opslib import CLI, ENV
+from readback import hudi_read, rows
 
 TOPIC = "dbserver.public.orders"
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import COW_FIXTURES, MOR_FIXTURE
+from fixture_tables import COW_FIXTURES, MOR_FIXTURE
 
 from laketide.table import Table
 from laketide.table.format.keygen import VirtualKeys, escape_path_name, partition_paths, record_keys, value_text

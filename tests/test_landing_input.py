@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import hudi_read
+from readback import hudi_read
 from streaming import job_config, land, row
 
 from laketide.config import load_config

@@ -12,8 +12,8 @@ import re
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import hudi_read, rows
 from opslib import OpsTable, region_of
+from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, row
 
 LINE = re.compile(r"micro-batch (\d+): instant=\d+ records=(\d+) inserts=(\d+) updates=(\d+) deletes=(\d+) late=(\d+)")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import hudi_read
+from readback import hudi_read
 from streaming import job_config, land, row
 
 from laketide.spark.job import run

@@ -9,7 +9,8 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import FIXTURES, MOR_FIXTURE, hudi_read, rows
+from fixture_tables import FIXTURES, MOR_FIXTURE
+from readback import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, expected_after, job_config, land, land_all, row
 
 from laketide.spark.job import run

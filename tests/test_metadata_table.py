@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from writes import upsert
 
 from laketide.coordinator import Coordinator, LocalLease

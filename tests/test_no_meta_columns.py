@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import hudi_read, unzip_fixture
+from fixture_tables import unzip_fixture
+from readback import hudi_read
 from streaming import land
 
 from laketide.table import Table

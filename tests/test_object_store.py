@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import rows
+from readback import rows
 from stores import SCHEMA, expected_rows, hudi_read_store
 from streaming import DATA_COLUMNS, row
 

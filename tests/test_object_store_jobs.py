@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from chaoslib import free_port
-from conftest import rows
+from readback import rows
 from stores import SCHEMA, expected_rows, hudi_read_store
 from streaming import DATA_COLUMNS, SCHEMA_DDL, Model, land, row
 

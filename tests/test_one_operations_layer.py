@@ -12,8 +12,8 @@ import time
 
 import httpx
 from chaoslib import CLI, free_port, job_args, run_here
-from conftest import hudi_read, rows
 from deltalake import DeltaTable
+from readback import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, land, land_all, row
 
 from laketide.table import Table

@@ -9,7 +9,7 @@ import posixpath
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, Model, job_config, land, row
 
 from laketide.index.state import StateIndex

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import COW_FIXTURES, hudi_read, rows
+from fixture_tables import COW_FIXTURES
+from readback import hudi_read, rows
 
 from laketide.table import Table
 from laketide.table.format.instant import State

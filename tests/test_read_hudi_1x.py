@@ -9,7 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import HUDI_1X, hudi_read, rows, unzip_fixture
+from fixture_tables import HUDI_1X, unzip_fixture
+from readback import hudi_read, rows
 
 import laketide
 from laketide.table import Table

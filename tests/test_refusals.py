@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from readback import tree_digest
 from streaming import land, row
-from test_schema_evolution import tree_digest
 
 from laketide.config import load_config
 from laketide.spark.job import run

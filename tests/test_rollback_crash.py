@@ -6,46 +6,17 @@ import itertools
 
 import pyarrow as pa
 import pytest
-from conftest import hudi_read, rows
+from crashes import CrashingFileIO, SimulatedCrash
+from readback import hudi_read, rows
 from writes import upsert
 
 from laketide.coordinator import Coordinator, LocalLease
-from laketide.table import FileIO, Table
+from laketide.table import Table
 from laketide.table.format import avro_models
 from laketide.table.format.instant import ROLLBACK, State
 from laketide.table.format.rollback import RollbackMetadata
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
-
-
-class SimulatedCrash(Exception):
-    pass
-
-
-class CrashingFileIO(FileIO):
-    """A real FileIO that dies at its ``budget``-th mutating call, before or after doing it."""
-
-    def __init__(self, io: FileIO, budget: int, after: bool):
-        super().__init__(io.fs, io.base_path)
-        self.budget, self.after, self.calls = budget, after, 0
-
-    def _step(self, action):
-        self.calls += 1
-        if self.calls == self.budget and not self.after:
-            raise SimulatedCrash(self.calls)
-        result = action()
-        if self.calls == self.budget and self.after:
-            raise SimulatedCrash(self.calls)
-        return result
-
-    def write_atomic(self, rel, data, overwrite=False):
-        return self._step(lambda: super(CrashingFileIO, self).write_atomic(rel, data, overwrite))
-
-    def delete(self, rel):
-        return self._step(lambda: super(CrashingFileIO, self).delete(rel))
-
-    def create_exclusive(self, rel, data):
-        return self._step(lambda: super(CrashingFileIO, self).create_exclusive(rel, data))
 
 
 def build(path, lease):

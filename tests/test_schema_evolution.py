@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import hudi_read
+from readback import hudi_read, tree_digest
 from streaming import land
 
 from laketide.config import load_config
@@ -35,15 +34,6 @@ def _config(root: Path, ddl: str):
             "write.parallelism=2",
         ]
     )
-
-
-def tree_digest(path: Path) -> dict[str, str]:
-    """Every file under ``path`` with a hash of its bytes: equal digests mean the table did not change."""
-    return {
-        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(path.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from chaoslib import free_port, job_args
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, expected_after, land_all
 
 from laketide.table import Table

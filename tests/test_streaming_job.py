@@ -7,7 +7,7 @@ import posixpath
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from streaming import BAD_ROWS, BATCHES, DATA_COLUMNS, expected_after, job_config, land_all
 
 from laketide.spark.job import run

@@ -7,10 +7,9 @@ import itertools
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, job_config, land_all
-from test_clean import SCHEMA, history
-from writes import upsert
+from writes import HISTORY_SCHEMA, rewritten_history, upsert
 
 from laketide.spark.job import run
 from laketide.spark.table_source import LaketideDataSource
@@ -29,7 +28,7 @@ def _spark_rows(df, columns) -> list[dict]:
 
 
 def test_batch_reads_snapshot_time_travel_and_changes(spark, tmp_path):
-    table, _coordinator, lease, instants, reads = history(tmp_path / "t", commits=3)
+    table, _coordinator, lease, instants, reads = rewritten_history(tmp_path / "t", commits=3)
     lease.release()
     source = spark.read.format("laketide")
     assert _spark_rows(source.load(table.uri), COLUMNS) == reads[instants[-1]]
@@ -147,9 +146,9 @@ def test_start_latest_and_a_window_older_than_the_active_timeline(spark, tmp_pat
     from laketide.coordinator.cleaner import Cleaner
     from laketide.table.format.clean import Retention
 
-    table, coordinator, lease, instants, _reads = history(tmp_path / "t", commits=6)
+    table, coordinator, lease, instants, _reads = rewritten_history(tmp_path / "t", commits=6)
     _drain(spark, table.uri, tmp_path / "cp-latest", tmp_path / "sink-latest", start="latest")
-    instants.append(upsert(table, coordinator, 6, [{"id": 100, "v": 6, "region": "us"}], SCHEMA))
+    instants.append(upsert(table, coordinator, 6, [{"id": 100, "v": 6, "region": "us"}], HISTORY_SCHEMA))
     _drain(spark, table.uri, tmp_path / "cp-latest", tmp_path / "sink-latest", start="latest")
     got = pq.read_table(tmp_path / "sink-latest")
     assert got["id"].to_pylist() == [100], "start=latest reads only what is committed after the query began"

@@ -10,8 +10,8 @@ import json
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import hudi_read
 from opslib import OpsTable, changes
+from readback import hudi_read
 
 import laketide
 from laketide.coordinator import LocalLease

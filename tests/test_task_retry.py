@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, PYTHON, expected_after, land_all
 
 from laketide.table import Table

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import hudi_read
+from readback import hudi_read
 
 from laketide.config import load_config
 from laketide.spark.job import run

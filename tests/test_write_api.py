@@ -7,30 +7,16 @@ import pandas as pd
 import polars as pl
 import pyarrow as pa
 import pytest
-from conftest import hudi_read, rows
 from opslib import OpsTable
+from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, row
+from writes import NEW_ORDERS, orders
 
 import laketide
 from laketide.coordinator import LeaseHeld, LocalLease
 from laketide.table import Table
 
-SCHEMA = pa.schema(
-    [
-        ("id", pa.int64()),
-        ("name", pa.string()),
-        ("amount", pa.float64()),
-        ("ts", pa.int64()),
-        ("region", pa.string()),
-        ("_hoodie_is_deleted", pa.bool_()),
-    ]
-)
-NEW_TABLE = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "name": "orders"}
 SMALL = {"write": {"index_shards": 2, "parallelism": 2}}
-
-
-def _arrow(lines: list[dict]) -> pa.Table:
-    return pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA)
 
 
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
@@ -38,7 +24,7 @@ def test_write_then_stream_updates_the_same_keys(tmp_path, table_type):
     t = OpsTable(tmp_path, {"table.type": table_type, "compaction.delta_commits": "2"})
     path = str(t.path)
     first = [row(i, 1) for i in range(1, 41)]
-    report = laketide.write(path, _arrow(first), table_type=table_type, settings=SMALL, **NEW_TABLE)
+    report = laketide.write(path, orders(first), table_type=table_type, settings=SMALL, **NEW_ORDERS)
     t.model.apply(first)
     assert (report.inserts, report.updates) == (40, 0)
     assert Table.open(path).config.table_type == table_type
@@ -46,7 +32,7 @@ def test_write_then_stream_updates_the_same_keys(tmp_path, table_type):
 
     # an existing table, from Polars then pandas: updates, inserts and a delete
     second = [row(i, 2) for i in range(30, 51)] + [row(3, 2, deleted=True)]
-    report = laketide.write(path, pl.from_arrow(_arrow(second)), settings=SMALL)
+    report = laketide.write(path, pl.from_arrow(orders(second)), settings=SMALL)
     t.model.apply(second)
     assert (report.inserts, report.updates, report.deletes) == (10, 11, 1)
     third = [row(i, 3) for i in (1, 2, 60)]
@@ -66,33 +52,33 @@ def test_write_then_stream_updates_the_same_keys(tmp_path, table_type):
     assert rows(read, "id", DATA_COLUMNS) == t.model.expected()
 
     # and laketide.write after the job: the job's keys are found too
-    report = laketide.write(path, _arrow([row(4, 5), row(61, 5)]), settings=SMALL)
+    report = laketide.write(path, orders([row(4, 5), row(61, 5)]), settings=SMALL)
     assert (report.inserts, report.updates) == (1, 1)
 
 
 def test_write_honours_the_lease(tmp_path):
     path = str(tmp_path / "t")
-    laketide.write(path, _arrow([row(1, 1)]), **NEW_TABLE)
+    laketide.write(path, orders([row(1, 1)]), **NEW_ORDERS)
     held = LocalLease.for_table(path, job_id="streaming-job")
     held.acquire()
     try:
         with pytest.raises(LeaseHeld, match="streaming-job") as refused:
-            laketide.write(path, _arrow([row(1, 2)]), settings={"coordinator": {"lease_wait": 0}})
+            laketide.write(path, orders([row(1, 2)]), settings={"coordinator": {"lease_wait": 0}})
         assert isinstance(refused.value, laketide.LaketideError) and refused.value.kind == laketide.ErrorKind.CONFLICT
     finally:
         held.release()
     assert [r["ts"] for r in hudi_read(path).to_pylist()] == [1], "nothing was written while the lease was held"
-    assert laketide.write(path, _arrow([row(1, 2)])).updates == 1
+    assert laketide.write(path, orders([row(1, 2)])).updates == 1
 
 
 def test_bad_rows_and_bad_calls(tmp_path):
     path = str(tmp_path / "t")
     with pytest.raises(laketide.Invalid, match="record_key"):
-        laketide.write(path, _arrow([row(1, 1)]))
+        laketide.write(path, orders([row(1, 1)]))
     with pytest.raises(laketide.Invalid, match="not list"):
-        laketide.write(path, [row(1, 1)], **NEW_TABLE)
+        laketide.write(path, [row(1, 1)], **NEW_ORDERS)
     lines = [row(1, 1), {"id": None, "name": "no key", "amount": 1.0, "ts": 1, "region": "us"}]
-    report = laketide.write(path, _arrow(lines), **NEW_TABLE)
+    report = laketide.write(path, orders(lines), **NEW_ORDERS)
     assert (report.inserts, report.quarantined) == (1, 1)
     quarantined = pa.parquet.read_table(tmp_path / "t_quarantine").to_pylist()
     assert len(quarantined) == 1 and "record key" in quarantined[0]["reason"]

@@ -12,9 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import hudi_read, rows, unzip_fixture
+from fixture_tables import unzip_fixture
+from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, Model, row
-from test_write_api import SCHEMA
+from writes import NEW_ORDERS, orders
 
 import laketide
 from laketide.table import Table
@@ -30,13 +31,8 @@ from laketide.table.inspect.timeline import services, timeline_page
 
 # archival off, where a test looks at the whole active timeline
 V8 = {"table": {"version": 8}, "archive": {"enabled": False}, "write": {"index_shards": 2, "parallelism": 2}}
-NEW_TABLE = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "name": "orders"}
 META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
         "_hoodie_file_name"]  # fmt: skip
-
-
-def _arrow(lines: list[dict]) -> pa.Table:
-    return pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA)
 
 
 def test_a_new_version_8_table_takes_upserts_that_hudi_rs_reads_at_every_write(tmp_path):
@@ -47,7 +43,7 @@ def test_a_new_version_8_table_takes_upserts_that_hudi_rs_reads_at_every_write(t
         [row(i, 3) for i in (1, 2, 60)] + [row(7, 3, deleted=True)],
     ]
     for lines in batches:
-        laketide.write(path, _arrow(lines), settings=V8, **NEW_TABLE)
+        laketide.write(path, orders(lines), settings=V8, **NEW_ORDERS)
         model.apply(lines)
         commit = Table.open(path).timeline.latest_completed_write()
         assert commit is not None
@@ -87,7 +83,7 @@ def test_a_version_8_tables_delta_mirror_reads_as_hudi_rs_after_every_write(tmp_
     settings = {**V8, "mirror": {"delta": True}, "compaction": {"mode": "inline", "delta_commits": 2}}
     for n in range(1, 6):
         lines = [row(i, n) for i in range(n, 40, 2)] + [row(n * 3, n, deleted=True)]
-        laketide.write(path, _arrow(lines), table_type=table_type, settings=settings, **NEW_TABLE)
+        laketide.write(path, orders(lines), table_type=table_type, settings=settings, **NEW_ORDERS)
         model.apply(lines)
         hudi = rows(hudi_read(path), "id", DATA_COLUMNS)
         assert hudi == model.expected(), n
@@ -95,7 +91,7 @@ def test_a_version_8_tables_delta_mirror_reads_as_hudi_rs_after_every_write(tmp_
             assert rows(DeltaTable(path).to_pyarrow_table(), "id", DATA_COLUMNS) == hudi, n
     if table_type == "COPY_ON_WRITE":
         gone = row(1, 9)["region"]  # the partition of the micro-batch's rows goes
-        laketide.write(path, _arrow([row(1, 9)]), operation="delete_partition", settings=settings)
+        laketide.write(path, orders([row(1, 9)]), operation="delete_partition", settings=settings)
         hudi = rows(hudi_read(path), "id", DATA_COLUMNS)
         assert hudi == [r for r in model.expected() if r["region"] != gone] and hudi
         assert rows(DeltaTable(path).to_pyarrow_table(), "id", DATA_COLUMNS) == hudi
@@ -147,7 +143,7 @@ def test_java_avro_reads_each_version_8_commit_against_the_schema_hudi_1x_writes
         hudis_schema = fastavro.reader(body).metadata["avro.schema"]
     path = tmp_path / "orders"
     for ts in (1, 2):
-        laketide.write(str(path), _arrow([row(i, ts) for i in range(1, 21)]), settings=V8, **NEW_TABLE)
+        laketide.write(str(path), orders([row(i, ts) for i in range(1, 21)]), settings=V8, **NEW_ORDERS)
     jvm = spark._jvm
     schema = jvm.org.apache.avro.Schema.Parser().parse(hudis_schema)
     decoded = 0
@@ -203,7 +199,7 @@ def test_a_new_version_8_merge_on_read_table_takes_upserts_and_compactions(tmp_p
         [row(i, n) for i in range(n, 45, 3)] + [row(n * 7, n, deleted=True)] for n in range(2, 7)
     ]
     for lines in batches:
-        laketide.write(path, _arrow(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_TABLE)
+        laketide.write(path, orders(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_ORDERS)
         model.apply(lines)
         timeline = Table.open(path).timeline
         newest = max(timeline.completed_writes(), key=lambda i: i.completion_time or "")
@@ -235,7 +231,7 @@ def test_a_version_8_merge_on_read_clean_takes_each_slices_logs_with_its_base_fi
         [row(i, n) for i in range(n % 4, 21, 4)] + [row(n, n, deleted=True)] for n in range(2, 12)
     ]
     for lines in batches:
-        laketide.write(path, _arrow(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_TABLE)
+        laketide.write(path, orders(lines), table_type="MERGE_ON_READ", settings=settings, **NEW_ORDERS)
         model.apply(lines)
         assert rows(hudi_read(path), "id", DATA_COLUMNS) == model.expected()
     table = Table.open(path)
@@ -311,7 +307,7 @@ def test_a_version_8_table_archives_into_the_lsm_history_and_keeps_every_row(spa
     }
     for n in range(1, 31):
         lines = [row(i, n) for i in range(n % 7, 60, 7)]
-        laketide.write(path, _arrow(lines), table_type=table_type, settings=settings, **NEW_TABLE)
+        laketide.write(path, orders(lines), table_type=table_type, settings=settings, **NEW_ORDERS)
         model.apply(lines)
         seen[Table.open(path).timeline.latest_completed_write().timestamp] = model.expected()  # type: ignore[union-attr]
         assert rows(hudi_read(path), "id", DATA_COLUMNS) == model.expected(), n
@@ -342,7 +338,7 @@ def test_a_version_8_table_archives_into_the_lsm_history_and_keeps_every_row(spa
 
 def test_a_version_6_table_refuses_table_version_8(tmp_path):
     path = str(tmp_path / "orders")
-    laketide.write(path, _arrow([row(1, 1)]), settings={"write": {"parallelism": 2}}, **NEW_TABLE)
+    laketide.write(path, orders([row(1, 1)]), settings={"write": {"parallelism": 2}}, **NEW_ORDERS)
     with pytest.raises(LaketideError, match=r"table\.version = 8, but the table"):
-        laketide.write(path, _arrow([row(2, 1)]), settings=V8)
+        laketide.write(path, orders([row(2, 1)]), settings=V8)
     shutil.rmtree(path)

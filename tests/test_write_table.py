@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 from writes import upsert
 
 from laketide.coordinator import Coordinator, LocalLease, RollbackRefused

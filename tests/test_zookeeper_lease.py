@@ -7,8 +7,8 @@ import time
 import pyarrow as pa
 import pytest
 from chaoslib import free_port
-from conftest import hudi_read, rows
 from kazoo.client import KazooClient
+from readback import hudi_read, rows
 from writes import stage, upsert
 
 from laketide.coordinator import Coordinator, LeaseError, LeaseHeld, LeaseLost

@@ -4,7 +4,7 @@ share (state index, blooms, markers, fence), on a coordinator the test chooses."
 from __future__ import annotations
 
 import pyarrow as pa
-from conftest import hudi_read, rows
+from readback import hudi_read, rows
 
 from laketide.config import JobConfig
 from laketide.coordinator import Coordinator, LocalLease
@@ -67,6 +67,26 @@ def upsert(
     return report.instant
 
 
+# the orders ``laketide.write`` is given in its tests: a table of both partition and ordering fields, with deletes
+ORDERS_SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("amount", pa.float64()),
+        ("ts", pa.int64()),
+        ("region", pa.string()),
+        ("_hoodie_is_deleted", pa.bool_()),
+    ]
+)
+# the table settings a new orders table takes
+NEW_ORDERS = {"record_key": "id", "partition_by": "region", "ordering_field": "ts", "name": "orders"}
+
+
+def orders(lines: list[dict]) -> pa.Table:
+    """Order rows (``streaming.row``'s) as Arrow, deletes marked false unless a line says otherwise."""
+    return pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], ORDERS_SCHEMA)
+
+
 HISTORY_SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 
 
@@ -88,3 +108,36 @@ def history(path, width: int, version: int = 6):
     dangling = upsert(table, coordinator, 9, [{"id": 77, "v": 9, "region": "us"}], HISTORY_SCHEMA, commit=False)
     lease.release()
     return table, instants, states, dangling
+
+
+def state_at(path, as_of=None) -> list[dict]:
+    """The rows hudi-rs reads of ``path`` (``as_of`` an instant), sorted by key."""
+    return rows(hudi_read(path, as_of=as_of), "id", ["id", "v", "region"])
+
+
+def rewritten_history(path, commits: int = 6):
+    """``commits`` commits that each update every key (so every file group gets a new version each time).
+
+    Returns (table, coordinator, the lease held, instants, hudi-rs rows as of each instant).
+    """
+    table = Table.create(str(path), "t", ["id"], ["region"], "v")
+    lease = LocalLease.for_table(table.uri, job_id="writer")
+    lease.acquire()
+    coordinator = Coordinator(table, lease, "w")
+    instants = [
+        upsert(
+            table,
+            coordinator,
+            n,
+            [{"id": i, "v": n, "region": ("us", "eu")[i % 2]} for i in range(6 + n)],
+            HISTORY_SCHEMA,
+        )
+        for n in range(commits)
+    ]
+    reads = {t: state_at(path, as_of=t) for t in instants}
+    return table, coordinator, lease, instants, reads
+
+
+def base_files(table: Table) -> set[str]:
+    """The paths of every base file of ``table``."""
+    return {e.path for e in table.io.walk() if e.name.endswith(".parquet") and not e.path.startswith(".hoodie")}
