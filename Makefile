@@ -29,7 +29,7 @@ TEST_WORKERS ?= 2
 
 # the classes a Spark driver JVM loads, archived once per environment: the suite's JVMs start sooner
 $(VENV)/spark-classes.jsa: $(VENV)/.installed
-	$(PY) tests/class_archive.py $@
+	$(PY) tests/support/class_archive.py $@
 
 # the timed tests (a page drawn in under a second) run alone after the rest, on a machine that is not also
 # running Spark jobs and brokers for the other worker
@@ -46,7 +46,7 @@ test-spark42: system-deps test-servers
 
 # the documentation's dashboard screenshots (docs/img), taken by the browser tests
 screenshots: install system-deps
-	LAKETIDE_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_dashboard.py
+	LAKETIDE_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/api/test_dashboard.py
 
 demo: install system-deps
 	rm -rf demo
@@ -126,6 +126,6 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/pyright
 
-# the documentation site (docs/, mkdocs.yml) into ./site; the suite builds it too, strictly (tests/test_docs.py)
+# the documentation site (docs/, mkdocs.yml) into ./site; the suite builds it too, strictly (tests/project/test_docs.py)
 docs: install
 	$(PY) -m mkdocs build --strict

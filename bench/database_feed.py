@@ -1,6 +1,6 @@
 """A Debezium-shaped database for ``database_bench.py``: tables of 4 to 30 columns (Decimal, Date and
 MicroTimestamp among them, some partitioned), their change events as Postgres' connector sends them through the
-JSON converter with schemas on (``tests/connect_events.py``), produced to one Kafka topic per table, and the
+JSON converter with schemas on (``tests/support/connect_events.py``), produced to one Kafka topic per table, and the
 same changes merged into Delta tables by delta-rs, the peer.
 """
 

@@ -1,7 +1,7 @@
 """Object-store benchmark: laketide (copy-on-write and merge-on-read) against delta-rs MERGE, both on one
 S3-protocol server (moto's, started here on 127.0.0.1), on ``make bench``'s workload.
 
-Both engines reach the server through one counting proxy (``tests/faultproxy.py`` with no faults), so the
+Both engines reach the server through one counting proxy (``tests/support/faultproxy.py`` with no faults), so the
 requests of each micro-batch are counted by kind (GET, PUT, LIST, DELETE, HEAD) the same way for both,
 and for the whole laketide job (driver and Spark's tasks). The run:
 - the initial load, then ``--batches`` upserts of ``--batch-rows``: their median latency, and the ratio;

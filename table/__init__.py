@@ -1,6 +1,6 @@
 """A Hudi table (``Table``) and what it is made of, by concern: ``format`` (the on-disk format), ``storage`` (the
 storage seam), ``reading``, ``inspect`` (what an operator reads) and ``mirror`` (the Delta log). Each sub-package
-imports only those below it (``tests/test_layers.py``): storage, then format, then reading and the mirror, then
+imports only those below it (``tests/project/test_layers.py``): storage, then format, then reading and the mirror, then
 inspect; the errors, the shared cache and ``Table`` live here."""
 
 from laketide.table.errors import ErrorKind, LaketideError, UnsupportedTableError

@@ -11,7 +11,7 @@ from fixture_tables import COW_FIXTURES, MOR_FIXTURE, unzip_fixture
 # the servers' fixtures (s3, azurite; kafka), for every module that asks for them
 pytest_plugins = ["stores", "kafka_broker"]
 
-# the classes of a Spark driver JVM, archived by `make test` (tests/class_archive.py): each of the suite's
+# the classes of a Spark driver JVM, archived by `make test` (tests/support/class_archive.py): each of the suite's
 # jobs starts its JVM from it, about 3.5 s sooner
 CLASS_ARCHIVE = Path(sys.executable).parents[1] / "spark-classes.jsa"
 # The suite's driver JVMs live seconds on small data: the JIT's first tier only (C1) spares them the

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+from fixture_tables import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
 
 
 def test_32_clients_flat_out_get_no_server_error_and_the_table_stays_right(monkeypatch, tmp_path):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from fixture_tables import REPO
 
 from laketide.config import KAFKA_RECORD_BYTES, ConfigError, load_config
 
@@ -73,14 +74,13 @@ def test_missing_and_broken_files(tmp_path):
 
 
 def test_example_job_config_in_deploy_is_valid():
-    from pathlib import Path
 
-    config = load_config(Path(__file__).resolve().parents[1] / "deploy" / "job.example.toml")
+    config = load_config(REPO / "deploy" / "job.example.toml")
     assert config.coordinator.lease == "zookeeper" and config.coordinator.api_port == 8470
-    on_s3 = load_config(Path(__file__).resolve().parents[1] / "deploy" / "job.s3.example.toml")
+    on_s3 = load_config(REPO / "deploy" / "job.s3.example.toml")
     assert on_s3.coordinator.lease == "storage" and on_s3.table.path.startswith("s3://")
     assert on_s3.storage.io_options == {"aws_region": "eu-west-1", "max_retries": "10", "max_in_flight": "32"}
-    on_kafka = load_config(Path(__file__).resolve().parents[1] / "deploy" / "job.kafka.example.toml")
+    on_kafka = load_config(REPO / "deploy" / "job.kafka.example.toml")
     assert (
         on_kafka.source.format == "kafka"
         and on_kafka.source.envelope == "debezium"

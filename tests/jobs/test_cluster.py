@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 from chaoslib import free_port, job_args, wait_until
+from fixture_tables import REPO, SUPPORT
 from readback import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, expected_after, land_all
 
-REPO = Path(__file__).resolve().parents[1]
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 VENV = Path(sys.executable).parents[1]
 DRIVER_HOST = "localhost"  # not the loopback address laketide's own defaults would give
@@ -198,7 +198,7 @@ def test_the_job_runs_on_a_standalone_cluster_through_spark_submit(cluster, tmp_
             f"spark.driver.host={DRIVER_HOST}",
             "--executor-memory",
             "1g",
-            str(REPO / "tests" / "cluster_read.py"),
+            str(SUPPORT / "cluster_read.py"),
             str(tmp_path / "table"),
             str(out),
         ],

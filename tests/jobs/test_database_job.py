@@ -18,6 +18,7 @@ import httpx
 import pyarrow.parquet as pq
 from chaoslib import Job, free_port, wait_until
 from connect_events import POSTGRES_COLUMNS, TRANSACTION_BEGIN, TRANSACTION_END, Column, PostgresTable, sample_row
+from fixture_tables import SUPPORT
 from opslib import CLI, ENV
 from readback import hudi_read
 
@@ -362,7 +363,7 @@ def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, 
     between = Job(
         [
             sys.executable,
-            str(Path(__file__).with_name("run_database_job.py")),
+            str(SUPPORT / "run_database_job.py"),
             "2",
             *conf(tmp_path, kafka.bootstrap, **settings)[1::2],
         ],

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from chaoslib import free_port, job_args
+from fixture_tables import REPO
 from readback import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, expected_after, land_all
 
@@ -79,7 +80,7 @@ def test_laketide_run(zookeeper, tmp_path, lease, api_on):
 
 def test_deploy_spark_submit_with_a_local_master(tmp_path):
     land_all(tmp_path)
-    script = Path(__file__).resolve().parents[1] / "deploy" / "spark-submit.sh"
+    script = REPO / "deploy" / "spark-submit.sh"
     conf = _args(tmp_path, "local", "", None)[2:]
     env = {**os.environ, "MASTER": "local[2]", "VENV": str(Path(sys.executable).parents[1])}
     result = subprocess.run(["bash", str(script), *conf], env=env, capture_output=True, text=True, timeout=600)

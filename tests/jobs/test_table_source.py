@@ -7,6 +7,7 @@ import itertools
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fixture_tables import REPO
 from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, job_config, land_all
 from writes import HISTORY_SCHEMA, rewritten_history, upsert
@@ -172,9 +173,8 @@ def test_an_installed_laketide_is_found_by_spark_without_registration():
     a wheel installs ``pyspark_laketide`` at the top level of site-packages, as ``src/`` holds it."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    src = Path(__file__).parents[1] / "src"
+    src = REPO / "src"
     probe = (
         "import pkgutil, importlib; "
         f"found = {{m.name: importlib.import_module(m.name) for m in pkgutil.iter_modules([{str(src)!r}]) if "

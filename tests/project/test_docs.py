@@ -5,12 +5,13 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
+
+from fixture_tables import REPO
 
 from laketide.config import load_config
 from laketide.config.reference import reference_markdown, sections
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 README = ROOT / "README.md"
 
 

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from fixture_tables import REPO
+
+ROOT = REPO
 SPARK_FREE = ["table", "index", "coordinator", "writer", "api", "config"]
 
 BLOCK_PYSPARK = """

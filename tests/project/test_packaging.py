@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from fixture_tables import REPO
+
+ROOT = REPO
 PACKAGES = ["table", "index", "writer", "coordinator", "spark", "api"]
 
 
@@ -66,7 +68,7 @@ def test_a_type_checker_resolves_every_laketide_import_to_its_source(tmp_path):
 
 def test_the_type_checkers_view_of_pyarrow_compute_is_the_installed_pyarrows():
     """``typings/pyarrow-stubs/compute.pyi`` names what the installed pyarrow makes at import time: regenerate it
-    (``tests/compute_stub.py``) after a pyarrow upgrade."""
+    (``tests/support/compute_stub.py``) after a pyarrow upgrade."""
     from compute_stub import stub
 
     assert (ROOT / "typings" / "pyarrow-stubs" / "compute.pyi").read_text() == stub()

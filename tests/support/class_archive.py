@@ -7,7 +7,7 @@ with ``-XX:SharedArchiveFile`` (through ``SPARK_SUBMIT_OPTS``), which maps those
 a job starts about 3.5 s sooner. Only start-up changes; a JVM whose classpath or JDK no longer matches
 the archive ignores it.
 
-    python tests/class_archive.py .venv/spark-classes.jsa
+    python tests/support/class_archive.py .venv/spark-classes.jsa
 """
 
 from __future__ import annotations

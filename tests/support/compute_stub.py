@@ -3,9 +3,9 @@
 pyarrow makes most of ``pyarrow.compute``'s functions at import time, from the C++ function registry, so a checker
 that reads its source sees none of them (every ``pc.equal`` was "not a known attribute"). The stub names every
 public function and class the installed pyarrow has, each taking and returning anything: a misspelt function is
-caught, argument types are not. ``tests/test_packaging.py`` checks that it matches the installed pyarrow.
+caught, argument types are not. ``tests/project/test_packaging.py`` checks that it matches the installed pyarrow.
 
-    .venv/bin/python tests/compute_stub.py > typings/pyarrow/compute.pyi
+    .venv/bin/python tests/support/compute_stub.py > typings/pyarrow/compute.pyi
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def stub() -> str:
         else:
             values.append(f"{name}: Any")
     head = [
-        f"# pyarrow.compute as pyarrow {pyarrow.__version__} has it: made by tests/compute_stub.py, do not edit",
+        f"# pyarrow.compute as pyarrow {pyarrow.__version__} has it: "
+        "made by tests/support/compute_stub.py, do not edit",
         "from typing import Any",
     ]
     return "\n\n".join("\n".join(part) for part in (head, classes, functions, values) if part) + "\n"

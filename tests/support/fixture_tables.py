@@ -7,7 +7,9 @@ import os
 import zipfile
 from pathlib import Path
 
+# the repository, and the helpers the suite runs as scripts (jobs, readers, a failing task's site)
 REPO = Path(__file__).resolve().parents[2]
+SUPPORT = REPO / "tests" / "support"
 FIXTURES = Path(os.environ.get("LAKETIDE_FIXTURES", REPO.parent / "shared" / "fixtures"))
 SPARK_TABLES = FIXTURES / "hudi-spark-tables"
 COW_FIXTURES = [

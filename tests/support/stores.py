@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from chaoslib import free_port
+from fixture_tables import REPO
 from streaming import DATA_COLUMNS
 
 SCHEMA = pa.schema(
@@ -52,7 +53,7 @@ def s3():
 
 # Azurite's well-known account key
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-AZURITE = Path(__file__).resolve().parents[1] / ".tools" / "node_modules" / ".bin" / "azurite-blob"
+AZURITE = REPO / ".tools" / "node_modules" / ".bin" / "azurite-blob"
 
 
 @contextlib.contextmanager
@@ -94,7 +95,7 @@ def azurite(tmp_path_factory):
         }
 
 
-S3RVER = Path(__file__).resolve().parents[1] / ".tools" / "node_modules" / ".bin" / "s3rver"
+S3RVER = REPO / ".tools" / "node_modules" / ".bin" / "s3rver"
 
 
 @pytest.fixture(scope="module")

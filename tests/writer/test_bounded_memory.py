@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "merge_memory.py"
+from fixture_tables import REPO
+
+SCRIPT = REPO / "bench" / "merge_memory.py"
 
 
 def test_peak_rss_of_8x_file_group_stays_close_to_1x(tmp_path):

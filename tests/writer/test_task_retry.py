@@ -7,16 +7,14 @@ import json
 import os
 import subprocess
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from fixture_tables import SUPPORT
 from readback import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, PYTHON, expected_after, land_all
 
 from laketide.table import Table
 from laketide.table.format.files import BaseFile
-
-HERE = Path(__file__).parent
 
 
 @pytest.mark.parametrize("operation, batches", [("upsert", BATCHES[:2]), ("bulk_insert", BATCHES[:1])])
@@ -26,10 +24,10 @@ def test_a_retried_write_task_leaves_one_file_per_group(tmp_path, operation, bat
     env = {
         **os.environ,
         "LAKETIDE_TEST_FAIL_FIRST_WRITE": "1",
-        "PYTHONPATH": os.pathsep.join([str(HERE / "failing_task"), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(SUPPORT / "failing_task"), os.environ.get("PYTHONPATH", "")]),
     }
     result = subprocess.run(
-        [PYTHON, str(HERE / "retry_job.py"), str(tmp_path), str(out), operation],
+        [PYTHON, str(SUPPORT / "retry_job.py"), str(tmp_path), str(out), operation],
         env=env,
         capture_output=True,
         text=True,

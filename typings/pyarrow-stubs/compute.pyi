@@ -1,4 +1,4 @@
-# pyarrow.compute as pyarrow 26.0.1 has it: made by tests/compute_stub.py, do not edit
+# pyarrow.compute as pyarrow 26.0.1 has it: made by tests/support/compute_stub.py, do not edit
 from typing import Any
 
 class ArraySortOptions(Any): ...
