@@ -38,7 +38,7 @@ from laketide.table import Table
 from laketide.table.format.schema import IS_DELETED
 from laketide.table.storage.io import FileIO
 from laketide.writer.changes.connect.avro import AvroValues, read_schema
-from laketide.writer.changes.connect.values import Decoding
+from laketide.writer.changes.connect.column import Decoding
 from laketide.writer.changes.decoder import ChangeDecoder
 from laketide.writer.changes.schema_registry import SchemaRegistry
 

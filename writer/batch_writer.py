@@ -9,7 +9,6 @@ status per file comes back to decide the commit.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import threading
 import time
@@ -39,9 +38,8 @@ from laketide.writer.changes.table_feed import TableFeed
 from laketide.writer.changes.tally import TRUNCATE, MessageTally, Tally
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverBatch, DriverPool
-from laketide.writer.landing import copy_aside
-from laketide.writer.micro_batch import LoadedBatch, MicroBatch, StagedWrite
-from laketide.writer.planning import FirstKeys, every_file_group, plan_instant
+from laketide.writer.micro_batch import LoadedBatch, StagedWrite
+from laketide.writer.planning import FirstKeys, every_file_group, partitions_to_delete, plan_instant
 from laketide.writer.preflight import complex_key_encoding
 from laketide.writer.prepare import PrepareSpec
 from laketide.writer.report import RECENT_BATCHES, BatchReport, WriterStatus
@@ -116,13 +114,13 @@ class BatchWriter:
         )
         self.message_tally = MessageTally(coordinator.metrics)
         # held while a micro-batch runs: operator actions (rollback) wait for the gap between batches
-        self.batch_lock = parts.batch_lock or threading.RLock()
+        self._batch_lock = parts.batch_lock or threading.RLock()
         self.metrics = coordinator.metrics
         self._on_step = parts.on_step or (lambda point, batch_id: None)
         self._after_commit = parts.after_commit or (lambda instant: None)
         self.failures = parts.failures or ServiceFailures(config.services.max_consecutive_failures, coordinator.metrics)
         settings = table.config
-        self.spec = PrepareSpec(
+        self._spec = PrepareSpec(
             record_key=tuple(settings.record_key_fields),
             partition_by=tuple(settings.partition_fields),
             hive_style=settings.hive_style_partitioning,
@@ -141,23 +139,38 @@ class BatchWriter:
             self.action = REPLACE_COMMIT
         else:
             self.action = DELTA_COMMIT if self.merge_on_read else COMMIT
-        self.clock = clock or StepClock()
+        self._clock = clock or StepClock()
         # threads of a micro-batch the driver writes: the driver's cores, or fewer tasks
         self._owns_pool = driver_pool is None
-        self.driver_pool = driver_pool or DriverPool.for_writes(config.write)
+        self._driver_pool = driver_pool or DriverPool.for_writes(config.write)
         self.label = parts.label
 
     def write(self, batch_id: int, load: Callable[[], LoadedBatch]) -> BatchReport:
         """The one way into a micro-batch: refused once a table service has failed too often, then written under
         the batch lock (``run``). The caller tells the world (``announce``, or the log line alone)."""
         self.failures.raise_if_fatal()
-        with self.batch_lock:
+        with self._batch_lock:
             return self.run(batch_id, load)
+
+    def between_batches(self, action: Callable[[], T]) -> T:
+        """``action`` run while no micro-batch runs (under the batch lock): an operator's change."""
+        with self._batch_lock:
+            return action()
+
+    @property
+    def spec(self) -> PrepareSpec:
+        """How this table's rows are prepared (keys, partitions, shards): what Spark's tasks prepare them by."""
+        return self._spec
+
+    @property
+    def clock(self) -> StepClock:
+        """What times the micro-batch's steps, which Spark's stages add their task seconds to."""
+        return self._clock
 
     def driver_batch(self, rows: pa.Table, arrival: pa.Array | None = None) -> DriverBatch:
         """Rows the driver holds, prepared in its threads for this writer's table (``arrival``: their order, when
         the reader knows it)."""
-        return DriverBatch.prepare(rows, self.spec, self.driver_pool, self.clock.timed, arrival=arrival)
+        return DriverBatch.prepare(rows, self._spec, self._driver_pool, self._clock.timed, arrival=arrival)
 
     def decoded_batch(self, decoder: ChangeDecoder, records: pa.Table, messages: Messages | None = None) -> LoadedBatch:
         """A change feed's micro-batch decoded in the driver for this table, against what it has seen of the feed's
@@ -170,12 +183,12 @@ class BatchWriter:
     def run(self, batch_id: int, load: Callable[[], LoadedBatch]) -> BatchReport:
         """Write micro-batch ``batch_id``, read by ``load`` unless the batch is already committed (a replay)."""
         started, requests_before = time.monotonic(), REQUESTS.snapshot()
-        self.clock.start()
+        self._clock.start()
         self.status.current_batch = batch_id
         if self.coordinator.is_committed(batch_id):
             return BatchReport(batch_id, None, skipped=True, table=self.label)
         loaded = load()
-        self.clock.lap("read")
+        self._clock.lap("read")
         try:
             skipped = dict(loaded.batch.tally.skipped)
             self.message_tally.count(loaded.batch.tally)
@@ -191,7 +204,7 @@ class BatchWriter:
         # the instant is completed: what runs after it may fail, but never undoes it
         self._services(staged.instant)
         report.seconds = time.monotonic() - started
-        report.stage_seconds = self.clock.report()
+        report.stage_seconds = self._clock.report()
         report.ran_on = loaded.batch.ran_on
         report.requests = REQUESTS.since(requests_before, REQUESTS.snapshot())
         report.retries = report.requests.pop(RETRY, 0)
@@ -288,7 +301,7 @@ class BatchWriter:
 
     def close(self) -> None:
         if self._owns_pool:
-            self.driver_pool.shutdown()
+            self._driver_pool.shutdown()
 
     # -- the stages ---------------------------------------------------------
 
@@ -309,37 +322,16 @@ class BatchWriter:
         source = self.config.source
         return source.debezium.unavailable_value if source.envelope == "debezium" else None
 
-    def _quarantine(self, batch: MicroBatch, bad_files: dict[str, str], batch_id: int, instant: str) -> int:
-        """Rows with their reason, and whole landing files that could not be read, copied aside."""
-        if not batch.bad_rows and not bad_files:
-            return 0
-        target = f"{self.quarantine_path}/writer={self.coordinator.writer_id}/batch_id={batch_id}"
-        # overwrite: a replayed batch quarantines the same rows once
-        options = self.config.storage.io_options
-        batch.write_quarantine(
-            instant,
-            [(f"unreadable landing file: {why}", path) for path, why in sorted(bad_files.items())],
-            target,
-            options,
-        )
-        copy_aside(bad_files, f"{target}/_files", options)
-        log.warning(
-            "micro-batch %s: %d rows and %d files quarantined under %s",
-            batch_id,
-            batch.bad_rows,
-            len(bad_files),
-            target,
-        )
-        return batch.bad_rows + len(bad_files)
-
     def _write(
         self, loaded: LoadedBatch, batch_id: int, instant: str, source_table: str | None, truncated_at: str | None
     ) -> StagedWrite:
         batch, bad_files = loaded.batch, loaded.bad_files
-        quarantined = self._quarantine(batch, bad_files, batch_id, instant)
-        self.clock.lap("quarantine")
+        # overwrite: a replayed batch quarantines the same rows once
+        target = f"{self.quarantine_path}/writer={self.coordinator.writer_id}/batch_id={batch_id}"
+        quarantined = loaded.set_aside(instant, target, self.config.storage.io_options)
+        self._clock.lap("quarantine")
         plan, foreign = self._plan(instant, loaded.incoming)
-        self.clock.lap("plan")
+        self._clock.lap("plan")
         replaced: dict[str, list[str]] = {}
         if truncated_at is not None:
             # every stored row is gone, and those of events before the truncate: the rest is written anew
@@ -348,29 +340,25 @@ class BatchWriter:
                 every_file_group(plan),
             )
         elif self.operation == "delete_partition":
-            statuses, replaced = [], self._file_groups_to_replace(batch, plan)
+            statuses = []
+            replaced = partitions_to_delete(plan, batch.partitions(), self.config.write.partitions_to_delete)
         elif self.operation == "bulk_insert" or (self.operation == "upsert" and plan.table_empty):
             # an upsert into an empty table has no key to look up or merge: it is written as a bulk insert
             statuses = batch.bulk_insert(plan)
         else:
             statuses = batch.assign_and_write(plan, assigned_schema(loaded.data_schema, self.index.global_keys))
-        self.clock.lap("write")
+        self._clock.lap("write")
         self._on_step("written", batch_id)
         stats = [status.stat for status in statuses if status.stat is not None]
-        report = BatchReport(
+        report = BatchReport.written(
             batch_id,
             instant,
+            stats,
+            batch.tally,
             records=batch.records + len(bad_files),
             quarantined=quarantined,
-            inserts=sum(s.num_inserts for s in stats),
-            updates=sum(s.num_update_writes for s in stats),
-            deletes=sum(s.num_deletes for s in stats),
-            files=len(stats),
             late=sum(status.late for status in statuses),
             replaced=sum(len(ids) for ids in replaced.values()),
-            skipped_messages=dict(batch.tally.skipped),
-            unknown_fields=dict(batch.tally.unknown_fields),
-            log_behind=batch.tally.log.behind,
             table=self.label,
         )
         extra = {
@@ -403,33 +391,10 @@ class BatchWriter:
             replaced_file_ids=staged.replaced,
         )
         self.source_table.committed(staged.extra)
-        self.clock.lap("commit")
+        self._clock.lap("commit")
         self._on_step("committed", staged.batch_id)
-
-    def _file_groups_to_replace(self, batch: MicroBatch, plan: stages.BatchPlan) -> dict[str, list[str]]:
-        """delete_partition: every file group of the partitions to delete, by partition.
-
-        Those named by ``write.partitions_to_delete`` (glob patterns over the
-        table's partitions), else those the micro-batch's records fall in, as
-        Hudi's datasource does when ``hoodie.datasource.write.partitions.to.delete`` is unset.
-        """
-        patterns = self.config.write.partitions_to_delete
-        if patterns is None:
-            partitions = batch.partitions()
-        else:
-            table_partitions = sorted({p for p, _ in plan.current})
-            partitions = [p for p in table_partitions if any(fnmatch.fnmatchcase(p, pattern) for pattern in patterns)]
-        replaced = {p: sorted(f for q, f in plan.current if q == p) for p in partitions}
-        replaced = {p: ids for p, ids in replaced.items() if ids}
-        log.info(
-            "instant %s: deleting partitions %s (%d file groups)",
-            plan.instant,
-            sorted(replaced) or "none",
-            sum(map(len, replaced.values())),
-        )
-        return replaced
 
     def _services(self, instant: str) -> None:
         """The table services after a commit (``after_commit``); each failure is counted, none rolls the commit back."""
         self._after_commit(instant)
-        self.clock.lap("services")
+        self._clock.lap("services")

@@ -8,6 +8,7 @@ small write status per file.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,7 +19,10 @@ from laketide.table.format.commit import WriteStat
 from laketide.table.format.instant import COMMIT
 from laketide.writer import stages
 from laketide.writer.changes.tally import Tally
+from laketide.writer.landing import copy_aside
 from laketide.writer.report import BatchReport
+
+log = logging.getLogger(__name__)
 
 
 class MicroBatch(Protocol):
@@ -54,6 +58,18 @@ class LoadedBatch:
     incoming: pa.Schema  # the records' columns, timestamps in UTC: what the table's schema evolves by
     data_schema: pa.Schema  # the same columns as the batch's rows hold them
     bad_files: dict[str, str] = field(default_factory=dict)
+
+    def set_aside(self, instant: str, target: str, options: dict[str, str]) -> int:
+        """The rows that could not be written, with their reason, and whole landing files that could not be read,
+        copied under ``target``; how many of both."""
+        batch, bad_files = self.batch, self.bad_files
+        if not batch.bad_rows and not bad_files:
+            return 0
+        unreadable = [(f"unreadable landing file: {why}", path) for path, why in sorted(bad_files.items())]
+        batch.write_quarantine(instant, unreadable, target, options)
+        copy_aside(bad_files, f"{target}/_files", options)
+        log.warning("%d rows and %d files quarantined under %s", batch.bad_rows, len(bad_files), target)
+        return batch.bad_rows + len(bad_files)
 
 
 @dataclass

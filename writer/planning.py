@@ -5,6 +5,7 @@ Read from the table's timeline and the job's synced view, once per instant, on t
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
@@ -223,6 +224,31 @@ def _log_targets(view: FileSystemView, slices: list[FileSlice], instant: str) ->
         else:
             targets[key] = LogTarget(view.next_log_version(s.partition, s.file_id, s.base_instant), s)
     return targets
+
+
+def partitions_to_delete(
+    plan: stages.BatchPlan, batch_partitions: list[str], patterns: list[str] | None
+) -> dict[str, list[str]]:
+    """delete_partition: every file group of the partitions to delete, by partition.
+
+    Those ``patterns`` name (``write.partitions_to_delete``: glob patterns over the table's partitions), else
+    those the micro-batch's records fall in (``batch_partitions``), as Hudi's datasource does when
+    ``hoodie.datasource.write.partitions.to.delete`` is unset.
+    """
+    if patterns is None:
+        partitions = batch_partitions
+    else:
+        table_partitions = sorted({p for p, _ in plan.current})
+        partitions = [p for p in table_partitions if any(fnmatch.fnmatchcase(p, pattern) for pattern in patterns)]
+    replaced = {p: sorted(f for q, f in plan.current if q == p) for p in partitions}
+    replaced = {p: ids for p, ids in replaced.items() if ids}
+    log.info(
+        "instant %s: deleting partitions %s (%d file groups)",
+        plan.instant,
+        sorted(replaced) or "none",
+        sum(map(len, replaced.values())),
+    )
+    return replaced
 
 
 def every_file_group(plan: stages.BatchPlan) -> dict[str, list[str]]:

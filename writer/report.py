@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field
 
 from laketide.table.errors import first_line
+from laketide.table.format.commit import WriteStat
+from laketide.writer.changes.tally import Tally
 
 
 @dataclass
@@ -56,6 +58,39 @@ class BatchReport:
     ended_at: float = 0.0
     # the table, in a job of a whole database (its path below the template's common folder)
     table: str | None = None
+
+    @classmethod
+    def written(
+        cls,
+        batch_id: int,
+        instant: str,
+        stats: list[WriteStat],
+        tally: Tally,
+        *,
+        records: int,
+        quarantined: int,
+        late: int,
+        replaced: int,
+        table: str | None,
+    ) -> BatchReport:
+        """The report of a micro-batch whose files are written: its rows counted from their files' ``stats``, the
+        messages its change feed skipped from ``tally``."""
+        return cls(
+            batch_id,
+            instant,
+            records=records,
+            quarantined=quarantined,
+            late=late,
+            replaced=replaced,
+            table=table,
+            inserts=sum(s.num_inserts for s in stats),
+            updates=sum(s.num_update_writes for s in stats),
+            deletes=sum(s.num_deletes for s in stats),
+            files=len(stats),
+            skipped_messages=dict(tally.skipped),
+            unknown_fields=dict(tally.unknown_fields),
+            log_behind=tally.log.behind,
+        )
 
     def line(self) -> str:
         return f"table {self.table}: {self._line()}" if self.table else self._line()

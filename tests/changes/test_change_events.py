@@ -24,7 +24,7 @@ from connect_events import (
     sample_row,
 )
 
-from laketide.writer.changes.connect.values import Decoding
+from laketide.writer.changes.connect.column import Decoding
 from laketide.writer.changes.events import ChangeSpec, change_rows, parse_messages
 
 ARROW = {

@@ -13,21 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, row
+from writes import ORDERS_SCHEMA, orders
 
 import laketide
 from laketide.index.bloom import DEFAULT_NUM_ENTRIES, BloomFilter
+from laketide.table.format.logfile import Header
+from laketide.table.format.schema import RECORD_KEY
 from laketide.writer.report import BatchReport
 
-SCHEMA = pa.schema(
-    [
-        ("id", pa.int64()),
-        ("name", pa.string()),
-        ("amount", pa.float64()),
-        ("ts", pa.int64()),
-        ("region", pa.string()),
-        ("_hoodie_is_deleted", pa.bool_()),
-    ]
-)
 SETTINGS = {
     "write": {
         "index_shards": 2,
@@ -42,7 +35,7 @@ SETTINGS = {
 def _write(path: str, lines: list[dict], model: dict, **new_table) -> BatchReport:
     report = laketide.write(
         path,
-        pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA),
+        orders(lines),
         settings=SETTINGS,
         **new_table,
     )
@@ -111,14 +104,45 @@ def test_a_small_file_group_carries_a_small_filter_that_grows_with_it(tmp_path):
         "name": "t",
     }
     lines = [row(i, 1, region="eu") for i in range(3)]
-    laketide.write(path, pa.Table.from_pylist(lines, SCHEMA), settings=settings, **new_table)
+    laketide.write(path, pa.Table.from_pylist(lines, ORDERS_SCHEMA), settings=settings, **new_table)
     (first,) = glob.glob(f"{path}/eu/*.parquet")
     assert len(pq.read_metadata(first).metadata[b"org.apache.hudi.bloomfilter"]) < 20_000
     more = [row(i, 2, region="eu") for i in range(3, 2500)]
-    laketide.write(path, pa.Table.from_pylist(more, SCHEMA), settings=settings)
+    laketide.write(path, pa.Table.from_pylist(more, ORDERS_SCHEMA), settings=settings)
     model.update({line["id"]: {c: line[c] for c in DATA_COLUMNS} for line in lines + more})
     assert rows(hudi_read(path), "id", DATA_COLUMNS) == [model[k] for k in sorted(model)]
     newest = max(glob.glob(f"{path}/eu/*.parquet"), key=lambda f: f.rsplit("_", 1)[1])
     bloom = BloomFilter.from_footer(pq.read_metadata(newest).metadata)
     keys = pq.read_table(newest, columns=["_hoodie_record_key"])[0]
     assert len(keys) == 2500 and len(bloom.rows) == 3 and bloom.might_contain_many(keys).all()
+
+
+def test_a_write_task_decides_its_log_blocks_dictionary_columns_once_from_its_records():
+    """Which columns a task's log blocks dictionary-encode is decided once from its records: a repeating
+    column and the meta columns with one value per file are encoded, unique values and laketide's own columns not."""
+    import io
+
+    import numpy as np
+
+    from laketide.table.format.encoding import ONE_PER_FILE, records_dictionary_columns
+    from laketide.table.format.logfile import parquet_data_block
+    from laketide.table.format.schema import COMMIT_TIME
+
+    n = 1000
+    records = pa.table(
+        {
+            RECORD_KEY: [str(i) for i in range(n)],
+            "status": ["new", "paid"] * (n // 2),
+            "amount": np.arange(n) / 7,
+            "_lt_file_id": ["g"] * n,
+        }
+    )
+    decided = records_dictionary_columns(records)
+    assert "status" in decided and set(ONE_PER_FILE) <= set(decided)
+    assert not {RECORD_KEY, "amount", "_lt_file_id"} & set(decided)
+    written = records.drop_columns(["_lt_file_id"]).append_column(COMMIT_TIME, pa.array(["20260101000000000"] * n))
+    block = parquet_data_block(written.slice(0, 3), {Header.INSTANT_TIME: "20260101000000000"}, decided)
+    meta = pq.ParquetFile(io.BytesIO(block.content)).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert any("DICTIONARY" in e for e in encodings["status"]), "three rows alone would not have chosen it"
+    assert not any("DICTIONARY" in e for e in encodings[RECORD_KEY])

@@ -10,12 +10,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from chaoslib import free_port
 from readback import rows
-from stores import SCHEMA, expected_rows, hudi_read_store
+from stores import expected_rows, hudi_read_store
 from streaming import DATA_COLUMNS, SCHEMA_DDL, Model, land, row
+from writes import orders
 
 import laketide
 from laketide.table import FileIO, Table
@@ -291,7 +291,7 @@ def test_every_cli_command_works_on_an_s3_table(s3, tmp_path):
         )
         laketide.write(
             uri,
-            pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA),
+            orders(lines),
             settings=settings,
             **new,
         )

@@ -8,8 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from readback import rows
-from stores import SCHEMA, expected_rows, hudi_read_store
+from stores import expected_rows, hudi_read_store
 from streaming import DATA_COLUMNS, row
+from writes import ORDERS_SCHEMA, orders
 
 import laketide
 from laketide.table import FileIO, Table
@@ -56,7 +57,7 @@ def test_laketide_write_to_s3_reads_back_as_the_model(s3, request, table_type, l
             if n == 0
             else {}
         )
-        data = pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA)
+        data = orders(lines)
         report = laketide.write(uri, data, settings=settings, **new_table)
     assert report.late == 1
     assert rows(hudi_read_store(uri, s3), "id", DATA_COLUMNS) == expected_rows(batches)
@@ -131,7 +132,7 @@ def test_spark_reads_a_table_on_s3_through_the_laketide_source(s3, spark):
     """``spark.read.format("laketide")`` with ``storage.<key>`` options: the driver plans, the tasks read the slices."""
     uri = "s3://lake/read-by-spark"
     lines = [row(i, 1) for i in range(1, 21)] + [row(5, 2, deleted=True)]
-    data = pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA)
+    data = orders(lines)
     laketide.write(
         uri,
         data,
@@ -169,7 +170,7 @@ def test_laketide_write_to_azure_blob_reads_back_as_the_model(azurite):
         )
         laketide.write(
             uri,
-            pa.Table.from_pylist([{"_hoodie_is_deleted": False, **line} for line in lines], SCHEMA),
+            orders(lines),
             settings=settings,
             **new_table,
         )
@@ -196,7 +197,7 @@ def test_the_requests_of_a_micro_batch_do_not_grow_with_the_history(s3):
         reports = []
         for n in range(14):
             lines = [{"_hoodie_is_deleted": False, **row(i, n + 1)} for i in range(n * 5, n * 5 + 20)]
-            reports.append(writer.run(n, lambda lines=lines: _loaded(writer, lines, SCHEMA)))
+            reports.append(writer.run(n, lambda lines=lines: _loaded(writer, lines, ORDERS_SCHEMA)))
     finally:
         writer.close()
         lease.release()
@@ -314,7 +315,7 @@ def test_a_restore_killed_part_way_is_finished_by_the_next_restore_command(s3, t
 
     uri = "s3://lake/killed-restore"
     settings = {"storage": {"options": s3}, "coordinator": {"lease": "storage"}}
-    data = lambda v: pa.Table.from_pylist([{"_hoodie_is_deleted": False, **row(i, v)} for i in range(1, 6)], SCHEMA)  # noqa: E731
+    data = lambda v: orders([row(i, v) for i in range(1, 6)])  # noqa: E731
     laketide.write(uri, data(1), settings=settings, record_key="id", partition_by="region", ordering_field="ts")
     options = [a for k, v in s3.items() for a in ("-s", f"{k}={v}")]
     saved = subprocess.run(

@@ -17,17 +17,6 @@ from chaoslib import free_port
 from fixture_tables import REPO
 from streaming import DATA_COLUMNS
 
-SCHEMA = pa.schema(
-    [
-        ("id", pa.int64()),
-        ("name", pa.string()),
-        ("amount", pa.float64()),
-        ("ts", pa.int64()),
-        ("region", pa.string()),
-        ("_hoodie_is_deleted", pa.bool_()),
-    ]
-)
-
 
 @pytest.fixture(scope="module")
 def s3():

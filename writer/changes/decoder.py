@@ -7,7 +7,7 @@ or Avro under the schema registry's schema of its id or ``source.avro_schema`` (
 JSON converter would have written it. Confluent's framing (a zero byte and a schema id) is taken off here.
 
 The columns are ``source.schema`` when it is given. Otherwise they come from the events: the table's
-columns, and those the events' schemas add (``changes.connect.values.arrow_type``) through the table's schema
+columns, and those the events' schemas add (``changes.connect.schema.arrow_type``) through the table's schema
 evolution rules (``table.schema.evolve``): a column added in the source database is added to the table,
 nullable, by the first micro-batch that carries it; a change that is not a widening stops the job, naming
 the column. Every part of one micro-batch is decoded into the same columns, found first from all of it.
@@ -37,8 +37,8 @@ from laketide.index.columns import (
 from laketide.table.errors import Invalid
 from laketide.table.format.schema import IS_DELETED, SchemaError, check_avro_names, data_schema, evolve
 from laketide.writer.changes.connect.avro import AvroValues
+from laketide.writer.changes.connect.column import Decoding
 from laketide.writer.changes.connect.schema import Encoding, arrow_type
-from laketide.writer.changes.connect.values import Decoding
 from laketide.writer.changes.events import (
     ChangeSpec,
     Messages,

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from laketide.index.columns import DECODE_REASON, EVENT_KIND, EVENT_POSITION, SOURCE_TABLE
 from laketide.table.format.schema import IS_DELETED
-from laketide.writer.changes.connect.values import Decoding
+from laketide.writer.changes.connect.column import Decoding
 from laketide.writer.changes.images import COLUMN, row_images, schema_groups
 from laketide.writer.changes.json_values import parse_values
 from laketide.writer.changes.source_log import POINT

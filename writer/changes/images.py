@@ -17,8 +17,9 @@ import pyarrow.compute as pc
 
 from laketide.index.columns import EVENT_POSITION
 from laketide.table.format.schema import IS_DELETED
+from laketide.writer.changes.connect.column import Decoding
 from laketide.writer.changes.connect.schema import Encoding, wire_type
-from laketide.writer.changes.connect.values import Column, Decoding
+from laketide.writer.changes.connect.values import Column
 from laketide.writer.changes.json_values import parse_values
 
 # each column's Connect schema, as the JSON converter writes it (``schema.fields`` of a row image)

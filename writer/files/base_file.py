@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
+from enum import Enum
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -43,6 +44,24 @@ class BaseFileResult:
     min_key: str | None
     max_key: str | None
 
+
+class MetaColumns(Enum):
+    """How a base file's rows carry Hudi's meta columns."""
+
+    # as strings, a value a row
+    WRITTEN = "written"
+    # the table has none (``hoodie.populate.meta.fields = false``): rows come with their keys, for the bloom filter
+    # and the key range, and are written with every meta column null (``VirtualKeys.blank``)
+    BLANK = "blank"
+    # rows come with the meta columns of one value per file (``ONE_PER_FILE``) as dictionaries
+    # (``encoding.repeated_runs``), which parquet writes as they are, where a column of strings is hashed back into one
+    ENCODED = "encoded"
+
+
+# rows buffered into a row group before it is written, or its Arrow bytes, whichever comes first: callers hand over
+# batches of any size, and readers get row groups worth skipping by
+ROW_GROUP_ROWS = 128 * 1024
+ROW_GROUP_BYTES = 64 * 2**20
 
 # a carried bloom filter that has counted more keys than this many times its file's rows (a fifth of its entries
 # keys the file no longer holds) is built again: about 10 ms for 25,000 keys, once in several hundred merges under
@@ -99,12 +118,7 @@ class FileLayout:
 
 
 class BaseFileWriter:
-    """Streams sorted record batches into one parquet base file.
-
-    Rows are buffered into row groups of ``row_group_rows`` (or
-    ``row_group_bytes`` of Arrow data, whichever comes first): callers hand
-    over batches of any size, and readers get row groups worth skipping by.
-    """
+    """Streams sorted record batches into one parquet base file, a row group at a time (``ROW_GROUP_ROWS``)."""
 
     def __init__(
         self,
@@ -113,30 +127,24 @@ class BaseFileWriter:
         schema: pa.Schema,
         avro_schema: str,
         bloom: BloomSpec = BloomSpec(),
-        row_group_rows: int = 128 * 1024,
-        row_group_bytes: int = 64 * 2**20,
         carried: FileLayout | None = None,
         compression: str = BASE_FILE_CODEC,
-        blank_meta: bool = False,
-        encoded_meta: bool = False,
+        meta: MetaColumns = MetaColumns.WRITTEN,
     ):
         """``carried`` is what a merge takes over from the base file it replaces: its
         bloom filter, to which ``write`` then adds only the ``inserted`` keys it is given
         (every key, into a filter built again: ``FileLayout.fresh_bloom``), and its
-        dictionary-encoded columns. ``blank_meta``: the table has no meta columns; rows come with their keys (for
-        the bloom filter and key range) and are written with every meta column null (``VirtualKeys.blank``).
-        ``encoded_meta``: rows come with the meta columns of one value per file (``ONE_PER_FILE``) as dictionaries
-        (``encoding.repeated_runs``), which parquet writes as they are, where a column of strings is hashed back
-        into one."""
+        dictionary-encoded columns."""
         self.io = io
-        self.blank_meta = blank_meta
+        self.meta = meta
         self.path = path
         self.schema = schema
-        self.encoded_meta = encoded_meta and not blank_meta
         # the Arrow schema rows are written in: the same columns and parquet types as ``schema``; the file's own
         # name is always one dictionary value (``_with_file_name``)
         self.written_schema = (
-            schema if blank_meta else encoded_text(schema, ONE_PER_FILE if self.encoded_meta else (FILE_NAME,))
+            schema
+            if self.meta is MetaColumns.BLANK
+            else encoded_text(schema, ONE_PER_FILE if meta is MetaColumns.ENCODED else (FILE_NAME,))
         )
         self.file_name = posixpath.basename(path)
         self.avro_schema = avro_schema
@@ -146,8 +154,6 @@ class BaseFileWriter:
         self._dictionary = (
             [c for c in carried.dictionary if c in schema.names] if carried and carried.dictionary is not None else None
         )
-        self.row_group_rows = row_group_rows
-        self.row_group_bytes = row_group_bytes
         self.compression = compression
         self.num_rows = 0
         self.rows_flushed = 0
@@ -175,12 +181,12 @@ class BaseFileWriter:
         self.max_key = last
         self.num_rows += batch.num_rows
         table = self._with_file_name(batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch]))
-        if self.blank_meta:
+        if self.meta is MetaColumns.BLANK:
             table = VirtualKeys.blank(table)
         self._pending.append(table.cast(self.written_schema))
         self._pending_rows += table.num_rows
         self._pending_bytes += table.nbytes
-        if self._pending_rows >= self.row_group_rows or self._pending_bytes >= self.row_group_bytes:
+        if self._pending_rows >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES:
             self._flush(final=False)
 
     def _with_file_name(self, rows: pa.Table) -> pa.Table:
@@ -192,7 +198,7 @@ class BaseFileWriter:
             return rows
         field = self.written_schema.field(at)
         n = rows.num_rows
-        name = pa.nulls(n, field.type) if self.blank_meta else repeated_runs([self.file_name], [n])
+        name = pa.nulls(n, field.type) if self.meta is MetaColumns.BLANK else repeated_runs([self.file_name], [n])
         return rows.add_column(at, field, name)
 
     def flush(self) -> None:
@@ -204,11 +210,11 @@ class BaseFileWriter:
         rows = pa.concat_tables(self._pending)
         whole = (
             rows.num_rows
-            if final or self._pending_bytes >= self.row_group_bytes
-            else rows.num_rows - rows.num_rows % self.row_group_rows
+            if final or self._pending_bytes >= ROW_GROUP_BYTES
+            else rows.num_rows - rows.num_rows % ROW_GROUP_ROWS
         )
         if whole:
-            self._parquet(rows).write_table(rows.slice(0, whole), row_group_size=self.row_group_rows)
+            self._parquet(rows).write_table(rows.slice(0, whole), row_group_size=ROW_GROUP_ROWS)
         rest = rows.slice(whole)
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows

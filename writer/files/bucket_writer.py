@@ -32,7 +32,7 @@ from laketide.table.reading.log_merge import rows_of_keys
 from laketide.table.reading.slice_reader import key_ordered_batches
 from laketide.table.reading.unchanged import fill_from_stored
 from laketide.table.storage.io import FileIO
-from laketide.writer.files.base_file import BaseFileWriter, FileLayout, encoded_text
+from laketide.writer.files.base_file import BaseFileWriter, FileLayout, MetaColumns, encoded_text
 from laketide.writer.files.settings import FileSettings, SequenceNumbers, TaskFiles
 
 
@@ -232,6 +232,9 @@ class BucketWriter:
         if self.dictionary is not None and (carried is None or carried.dictionary is None):
             carried = replace(carried, dictionary=self.dictionary) if carried else FileLayout(None, self.dictionary)
         bloom = self.bloom if keys is None else self.bloom.at_most(keys)
+        meta = MetaColumns.ENCODED if inserts_only else MetaColumns.WRITTEN
+        if self.virtual_keys is not None:
+            meta = MetaColumns.BLANK
         self._file = BaseFileWriter(
             self.io,
             self.new_file.path,
@@ -240,15 +243,14 @@ class BucketWriter:
             bloom,
             carried=carried,
             compression=self.compression,
-            blank_meta=self.virtual_keys is not None,
-            encoded_meta=inserts_only,
+            meta=meta,
         )
 
     def append_inserts(self, rows: pa.Table) -> None:
         """Write new records into a new file group, as they come (bulk insert): sorted by key, nothing to merge."""
         try:
             self.counts.inserts += rows.num_rows
-            self._file.write(self._stamp(rows, encoded=self._file.encoded_meta))
+            self._file.write(self._stamp(rows, encoded=self._file.meta is MetaColumns.ENCODED))
         except BaseException:
             self._file.abort()
             raise

@@ -166,11 +166,10 @@ class RunningJob:
 
     def between_batches(self, action: Callable[[], T]) -> T:
         """Run ``action`` while no micro-batch runs (under the writer's batch lock)."""
-        with self.writer.batch_lock:
-            try:
-                return action()
-            finally:
-                self._facts = None  # an operator's change (a rollback, a restore) shows at the next status
+        try:
+            return self.writer.between_batches(action)
+        finally:
+            self._facts = None  # an operator's change (a rollback, a restore) shows at the next status
 
 
 def _describe_source(config: JobConfig) -> str:
