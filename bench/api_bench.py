@@ -77,7 +77,7 @@ class Windows:
 
 
 def run(args) -> dict:
-    from laketide.cli import embedded_defaults
+    from laketide.cli.jobs import embedded_defaults
     from laketide.config import load_config
     from laketide.service import run_service
     from laketide.spark.generator import GeneratorSpec

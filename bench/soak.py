@@ -136,7 +136,7 @@ def _same(got: pa.Table, expected: pa.Table) -> bool:
 
 
 def run_laketide(args, workdir: Path, soak: Soak) -> Path:
-    from laketide.cli import embedded_defaults
+    from laketide.cli.jobs import embedded_defaults
     from laketide.config import load_config
     from laketide.spark.job import run
 

@@ -158,7 +158,7 @@ def test_standalone_rollback_restores_the_previous_state(server, written):
 def test_a_corrupt_commit_answers_500_naming_the_file_and_the_cli_exits_1(written):
     """A damaged table is the server's side: 500 with what is wrong and the way out, never a 400. (A server
     caches completed commits it has read, which never change: this one starts on the damaged table.)"""
-    from test_cli import laketide
+    from commands import laketide
 
     table, instants, _, _ = written
     (completed,) = Path(table.uri, table.config.timeline_dir).glob(f"{instants[-1]}*.commit")  # _<completion> on 8
@@ -340,7 +340,7 @@ def test_a_loopback_server_answers_only_to_loopback_names_and_sends_security_hea
 
 def test_a_port_in_use_is_refused_naming_it(written):
     """`laketide serve` on a busy port: exit 4 (conflict) with the port and the way out, no traceback."""
-    from test_cli import laketide
+    from commands import laketide
 
     from laketide.api.server import bind
 

@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,24 +21,14 @@ import httpx
 import pyarrow as pa
 import pytest
 from big_history import archive_history, write_file_groups
-from playwright.sync_api import expect, sync_playwright
+from browser import chromium
+from commands import CLI
+from playwright.sync_api import expect
 
 import laketide
 from laketide.api.app import create_app
 from laketide.api.server import ApiServer
 
-CHROMIUM = "/usr/bin/chromium"
-# as root, with no network: no sandbox, and nothing that would call out at start
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-CLI = str(Path(sys.executable).with_name("laketide"))
 TOKEN = "ui-token"
 LOADED = [
     "#job dl",
@@ -54,10 +43,8 @@ LOADED = [
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 def shots(tmp_path: Path) -> Path:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
+from commands import CLI
 from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, expected_after, job_config, land, row
 
@@ -21,7 +20,6 @@ from laketide.writer.job.state import JobState
 from laketide.writer.landing import landing_backlog
 
 TOKEN = "job-token"
-CLI = str(Path(sys.executable).with_name("laketide"))
 
 
 def wait_for(condition, timeout=120.0):

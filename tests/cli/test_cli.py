@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 from chaoslib import free_port
+from commands import laketide
 from readback import hudi_read, rows
 from writes import history
 
@@ -21,15 +18,6 @@ from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.table.reading.view_sync import ViewSync
 from laketide.writer.job.operations import Operations
-
-CLI = str(Path(sys.executable).with_name("laketide"))
-
-
-def laketide(*args, env=None):
-    result = subprocess.run(
-        [CLI, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}
-    )
-    return result.returncode, result.stdout, result.stderr
 
 
 @pytest.fixture

@@ -158,7 +158,7 @@ def test_driver_batch_bytes_takes_sizes_and_zero_but_not_negatives():
 def test_the_clis_demo_defaults_leave_a_change_feeds_ordering_to_the_envelope():
     """`laketide run --conf source.envelope=debezium ...` without a config file: the demo's `ts` ordering field is
     the generator's, and the change feed orders by its position."""
-    from laketide.cli import embedded_defaults
+    from laketide.cli.jobs import embedded_defaults
     from laketide.config import load_config
 
     overrides = [
@@ -210,7 +210,7 @@ def test_change_events_come_from_kafka_or_json_lines_and_may_leave_the_schema_ou
 def test_the_clis_demo_table_settings_stay_off_a_table_the_user_names():
     """`laketide run --conf table.path=...`: the demo's name, key and partitioning are not given to the user's table
     (an existing one has its own, a new one needs table.record_key)."""
-    from laketide.cli import embedded_defaults
+    from laketide.cli.jobs import embedded_defaults
 
     overrides = ["table.path=/lake/orders", "source.format=json", "source.path=/landing", "source.schema=id BIGINT"]
     config = load_config(None, overrides, base=embedded_defaults(overrides))

@@ -4,17 +4,15 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from commands import CLI
 
 from laketide.config import ConfigError, load_config
 from laketide.config.routes import SourceTable, TableRoutes
 from laketide.table.errors import Invalid
 
-CLI = str(Path(sys.executable).with_name("laketide"))
 KAFKA = [
     "source.format=kafka",
     "source.envelope=debezium",

@@ -5,12 +5,11 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import fastavro
 import pytest
+from commands import CLI
 from crashes import CrashingFileIO, SimulatedCrash
 from readback import hudi_read
 from writes import base_files, rewritten_history, state_at
@@ -22,8 +21,6 @@ from laketide.table import Table
 from laketide.table.format.clean import CleanerPlan, CleanPolicy, Retention, plan_clean
 from laketide.table.format.files import BaseFile
 from laketide.table.format.instant import CLEAN, State, instant_to_datetime
-
-CLI = str(Path(sys.executable).with_name("laketide"))
 
 
 def test_keep_latest_commits_keeps_every_read_in_the_window(tmp_path):
@@ -179,7 +176,7 @@ def test_nothing_to_clean_on_a_young_table(tmp_path, commits):
 
 @pytest.mark.parametrize("background", [True, False], ids=["async", "inline"])
 def test_the_job_cleans_after_its_commits(spark, tmp_path, background):
-    from laketide.cli import embedded_defaults
+    from laketide.cli.jobs import embedded_defaults
     from laketide.config import load_config
     from laketide.spark.job import run
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from commands import CLI
 from crashes import CrashingFileIO, SimulatedCrash
 from java_avro import java_container_read
 from writes import HISTORY_SCHEMA, base_files, rewritten_history, state_at, upsert
@@ -23,8 +22,6 @@ from laketide.table.format.clean import CleanPolicy, Retention
 from laketide.table.format.instant import RESTORE, ROLLBACK, SAVEPOINT, State
 from laketide.table.format.savepoint import savepointed_files
 from laketide.table.format.timeline import InstantNotFound
-
-CLI = str(Path(sys.executable).with_name("laketide"))
 
 
 def test_a_savepointed_commit_survives_cleaning_and_archival(tmp_path):

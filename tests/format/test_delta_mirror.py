@@ -123,13 +123,12 @@ def test_schema_stats_and_partition_values(tmp_path):
 
 
 def test_the_job_mirrors_merge_on_read_as_its_read_optimized_view(spark, tmp_path):
-    from streaming import DATA_COLUMNS, expected_after, job_config
-    from test_merge_on_read import COMPACTING_BATCHES, _land_batches
+    from streaming import COMPACTING_BATCHES, DATA_COLUMNS, expected_after, job_config, land_all
 
     from laketide.spark.job import run
     from laketide.table.mirror.delta_mirror import completed_actions
 
-    _land_batches(tmp_path, COMPACTING_BATCHES)
+    land_all(tmp_path, COMPACTING_BATCHES)
     run(
         job_config(
             tmp_path,
@@ -152,7 +151,7 @@ def test_the_job_mirrors_merge_on_read_as_its_read_optimized_view(spark, tmp_pat
 
 
 def test_mirror_command_backfills_and_operations_keep_it_current(tmp_path):
-    from test_cli import laketide
+    from commands import laketide
 
     table, _coordinator, lease, instants, reads = rewritten_history(tmp_path / "t", commits=3)
     lease.release()

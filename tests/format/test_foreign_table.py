@@ -81,7 +81,7 @@ def _rekey_with_hadoop_blooms(jvm, table_path, new_id) -> None:
     The bloom filter of each base file is made by ``org.apache.hadoop.util.bloom.BloomFilter``
     at Hudi's default size, so the probe below reads filters that are not ours.
     """
-    from test_bloom import _hadoop_simple_filter
+    from hadoop_bloom import hadoop_simple_filter
 
     for path in sorted(Path(table_path).glob("*/*.parquet")):
         data = pq.read_table(path)
@@ -90,7 +90,7 @@ def _rekey_with_hadoop_blooms(jvm, table_path, new_id) -> None:
         keys = [str(i) for i in ids]
         data = data.set_column(data.schema.get_field_index("id"), "id", pa.array(ids, pa.int32()))
         data = data.set_column(data.schema.get_field_index(RECORD_KEY), RECORD_KEY, pa.array(keys, pa.string()))
-        footer[FOOTER_BLOOM.encode()] = base64.b64encode(_hadoop_simple_filter(jvm, keys, 2_587_966, 30))
+        footer[FOOTER_BLOOM.encode()] = base64.b64encode(hadoop_simple_filter(jvm, keys, 2_587_966, 30))
         footer[FOOTER_BLOOM_TYPE.encode()] = b"SIMPLE"
         footer[FOOTER_MIN_KEY.encode()] = min(keys).encode()
         footer[FOOTER_MAX_KEY.encode()] = max(keys).encode()

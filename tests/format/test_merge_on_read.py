@@ -141,7 +141,7 @@ def test_read_optimized_reads_base_files_only(mor_run):
 
 
 def test_rolling_back_deltacommits_deletes_only_their_log_files(mor_run, tmp_path):
-    from test_cli import laketide
+    from commands import laketide
 
     root, _ = mor_run
     copy = tmp_path / "table"

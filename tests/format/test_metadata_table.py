@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from commands import CLI
 from readback import hudi_read, rows
 from writes import upsert
 
@@ -18,7 +17,6 @@ from laketide.table.format.metadata_table import PARTITIONS, PARTITIONS_INFLIGHT
 from laketide.table.format.properties import PROPERTIES_FILE, format_properties, parse_properties
 from laketide.writer.preflight import JobRefused, check_writable
 
-CLI = str(Path(sys.executable).with_name("laketide"))
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("region", pa.string())])
 
 

@@ -6,11 +6,11 @@ do; hudi-rs and laketide's reader equal the model; incremental reads are refused
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from commands import CLI
 from fixture_tables import unzip_fixture
 from readback import hudi_read
 from streaming import land
@@ -19,7 +19,6 @@ from laketide.table import Table
 from laketide.table.errors import UnsupportedTableError
 from laketide.table.format.schema import META_COLUMNS
 
-CLI = str(Path(sys.executable).with_name("laketide"))
 COLUMNS = ["id", "name", "longField", "byteField"]
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from fixture_tables import COW_FIXTURES, MOR_FIXTURE
+from hadoop_bloom import hadoop_bytes, hadoop_simple_filter
 
 from laketide.index import hashing
 from laketide.index.bloom import FOOTER_BLOOM, FOOTER_BLOOM_TYPE, BloomFilter, BloomSpec, KeyRange, bloom_size
@@ -207,31 +208,15 @@ def test_murmur_matches_hadoop_for_every_key_length(hadoop):
         assert murmur.hash(data, len(data), int(np.int64(seed).astype(np.uint32).view(np.int32))) == seeded, key
 
 
-def _hadoop_bytes(jvm, bloom, keys: list[str]) -> bytes:
-    """A Hadoop filter (``org.apache.hadoop.util.bloom``, MurmurHash) given ``keys``, serialized as Hudi writes it."""
-    for key in keys:
-        bloom.add(jvm.org.apache.hadoop.util.bloom.Key(bytearray(key.encode())))
-    sink = jvm.java.io.ByteArrayOutputStream()
-    out = jvm.java.io.DataOutputStream(sink)
-    bloom.write(out)
-    out.flush()
-    return bytes(sink.toByteArray())
-
-
-def _hadoop_simple_filter(jvm, keys: list[str], vector_size: int, num_hashes: int) -> bytes:
-    """``org.apache.hadoop.util.bloom.BloomFilter``, as Hudi's SIMPLE filter is."""
-    return _hadoop_bytes(jvm, jvm.org.apache.hadoop.util.bloom.BloomFilter(vector_size, num_hashes, 1), keys)
-
-
 def test_simple_filters_equal_hadoops_for_every_key_length(hadoop):
     keys = _keys_of_every_length()
     for length in range(1, 65):
         group = [k for k in keys if len(k.encode()) == length]
         ours = BloomFilter.for_keys(group, "SIMPLE", num_entries=100, fpp=1e-6)
-        assert ours.to_bytes() == _hadoop_simple_filter(hadoop, group, ours.vector_size, ours.num_hashes), length
+        assert ours.to_bytes() == hadoop_simple_filter(hadoop, group, ours.vector_size, ours.num_hashes), length
     whole = BloomFilter.for_keys(keys, "SIMPLE")
     assert (whole.vector_size, whole.num_hashes) == (2_587_966, 30)
-    theirs = _hadoop_simple_filter(hadoop, keys, whole.vector_size, whole.num_hashes)
+    theirs = hadoop_simple_filter(hadoop, keys, whole.vector_size, whole.num_hashes)
     assert whole.to_bytes() == theirs
     probe = BloomFilter.deserialize(base64.b64encode(theirs), "SIMPLE")
     assert probe.might_contain_many(keys).all()
@@ -256,4 +241,4 @@ def test_small_dynamic_filters_equal_hadoops(hadoop):
     ours.add_many(keys)
     assert len(ours.rows) == 6
     theirs = hadoop.org.apache.hadoop.util.bloom.DynamicBloomFilter(ours.vector_size, ours.num_hashes, 1, 1_000)
-    assert ours.to_bytes() == _hadoop_bytes(hadoop, theirs, keys)
+    assert ours.to_bytes() == hadoop_bytes(hadoop, theirs, keys)

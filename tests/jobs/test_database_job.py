@@ -231,25 +231,21 @@ def operators_see_every_table(api: str, root: Path) -> None:
 def in_a_browser(api: str) -> None:
     """The dashboard in chromium: the table list, then one table's page, whose panels keep refreshing as that
     table's (htmx sends the table with every request), and an instant's detail opened by a click."""
-    from playwright.sync_api import expect, sync_playwright
-    from test_dashboard import CHROMIUM, FLAGS
+    from browser import chromium
+    from playwright.sync_api import expect
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        try:
-            page = browser.new_page()
-            page.goto(f"{api}/ui")
-            expect(page.locator("#tables table.tables tr")).to_have_count(5)  # a header and four tables
-            page.get_by_role("link", name="lines", exact=True).click()
-            expect(page.locator("header .table-name")).to_have_text("lines")
-            for selector in ("#job dl", "#batches svg", "#timeline table", "#services dl", "#layout dl"):
-                expect(page.locator(selector).first).to_be_attached(timeout=30_000)
-            with page.expect_response(lambda r: "/ui/part/job" in r.url and r.status == 200, timeout=30_000):
-                pass  # the job panel refreshed, as table lines's
-            page.locator("#timeline tr.instant").first.click()
-            expect(page.locator("#detail h3")).to_contain_text("Instant ")
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{api}/ui")
+        expect(page.locator("#tables table.tables tr")).to_have_count(5)  # a header and four tables
+        page.get_by_role("link", name="lines", exact=True).click()
+        expect(page.locator("header .table-name")).to_have_text("lines")
+        for selector in ("#job dl", "#batches svg", "#timeline table", "#services dl", "#layout dl"):
+            expect(page.locator(selector).first).to_be_attached(timeout=30_000)
+        with page.expect_response(lambda r: "/ui/part/job" in r.url and r.status == 200, timeout=30_000):
+            pass  # the job panel refreshed, as table lines's
+        page.locator("#timeline tr.instant").first.click()
+        expect(page.locator("#detail h3")).to_contain_text("Instant ")
 
 
 def test_a_second_job_on_the_same_database_is_refused_naming_its_tables(kafka, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from readback import hudi_read
 
-from laketide.cli import embedded_defaults
+from laketide.cli.jobs import embedded_defaults
 from laketide.config import load_config
 from laketide.spark.generator import GeneratorSpec, generate
 from laketide.spark.job import run

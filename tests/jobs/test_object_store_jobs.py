@@ -355,8 +355,7 @@ def test_a_holder_paused_in_its_compaction_leaves_no_second_base_file_when_it_wa
     named by the commit of its instant."""
     import os
 
-    from streaming import PYTHON, RUNNER, expected_after
-    from test_merge_on_read import COMPACTING_BATCHES
+    from streaming import COMPACTING_BATCHES, PYTHON, RUNNER, expected_after
 
     for n, lines in enumerate(COMPACTING_BATCHES):
         land(tmp_path, f"batch-{n:03d}.json", lines, 1_700_000_000 + n)

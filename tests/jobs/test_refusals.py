@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from commands import CLI
 from readback import tree_digest
 from streaming import land, row
 
 from laketide.config import load_config
 from laketide.spark.job import run
 from laketide.writer.preflight import JobRefused
-
-CLI = str(Path(sys.executable).with_name("laketide"))
 
 
 @pytest.mark.parametrize(

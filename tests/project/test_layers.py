@@ -189,3 +189,20 @@ def test_the_config_imports_nothing_of_the_writer_or_above():
             if names[0] == "laketide" and len(names) > 1 and names[1] not in ("config", "table", "index"):
                 wrong.append(f"config/{path.name} imports {module}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_test_modules_import_helpers_never_each_other():
+    """A test module takes what it shares from ``tests/support/``: importing another test module works only when
+    both sit in one folder on ``sys.path``, so it breaks as soon as one moves (and runs the other's module setup)."""
+    wrong = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            wrong += [f"{path.relative_to(ROOT)}: {name}" for name in names if name.startswith(("test_", "conftest"))]
+    assert not wrong, wrong

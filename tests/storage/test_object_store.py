@@ -258,7 +258,7 @@ def test_a_wrong_bucket_or_storage_option_is_a_laketide_error_naming_the_table(s
     import json
     import subprocess
 
-    from test_cli import CLI
+    from commands import CLI
 
     from laketide.table.errors import ErrorKind, LaketideError
 
@@ -311,7 +311,7 @@ def test_a_restore_killed_part_way_is_finished_by_the_next_restore_command(s3, t
     import subprocess
     import sys
 
-    from test_cli import CLI
+    from commands import CLI
 
     uri = "s3://lake/killed-restore"
     settings = {"storage": {"options": s3}, "coordinator": {"lease": "storage"}}

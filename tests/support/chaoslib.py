@@ -14,19 +14,18 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from commands import CLI
 from streaming import DATA_COLUMNS, SCHEMA_DDL, Model
 
 from laketide.table import Table
 from laketide.table.format.commit import EPOCH_KEY
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
-CLI = str(Path(sys.executable).with_name("laketide"))
 
 
 def free_port() -> int:

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from chaoslib import run_here
+from commands import CLI
 from pydantic_core import to_jsonable_python
 from readback import hudi_read, rows
 from streaming import DATA_COLUMNS, SCHEMA_DDL, Model, land, row
 
 from laketide.table import Table
 
-CLI = str(Path(sys.executable).with_name("laketide"))
 REGIONS = ("us", "eu", "apac")
 ENV = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
 

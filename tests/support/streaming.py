@@ -109,6 +109,13 @@ BATCHES = [
 BAD_ROWS = 4
 
 
+# updates and a delete per micro-batch on 40 keys: with compaction.delta_commits = 2 every group compacts every other
+# batch
+COMPACTING_BATCHES = [[row(i, 1) for i in range(1, 41)]] + [
+    [row(i, t) for i in range(1 + t, 20 + t)] + [row(30 + t, t, deleted=True)] for t in range(2, 8)
+]
+
+
 def land_all(root, batches=BATCHES):
     for n, lines in enumerate(batches):
         land(root, f"batch-{n:03d}.json", lines, 1_700_000_000 + n)

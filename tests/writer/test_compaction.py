@@ -10,28 +10,17 @@ import json
 import pyarrow.parquet as pq
 import pytest
 from readback import hudi_read, rows
-from streaming import DATA_COLUMNS, expected_after, job_config, land, row
+from streaming import COMPACTING_BATCHES, DATA_COLUMNS, expected_after, job_config, land_all
 
 from laketide.spark.job import run
 from laketide.table import Table
 
-# updates and a delete per micro-batch on 40 keys: with compaction.delta_commits = 2 every group compacts every other
-# batch
-COMPACTING_BATCHES = [[row(i, 1) for i in range(1, 41)]] + [
-    [row(i, t) for i in range(1 + t, 20 + t)] + [row(30 + t, t, deleted=True)] for t in range(2, 8)
-]
-
-
-def _land_batches(root, batches):
-    for n, lines in enumerate(batches):
-        land(root, f"b{n:03d}.json", lines, 1_700_000_000 + n)
-
 
 @pytest.mark.parametrize("mode", ["inline", "async"])
 def test_compaction_in_the_job_keeps_every_read_equal_to_the_model(spark, tmp_path, mode):
-    from test_cli import laketide
+    from commands import laketide
 
-    _land_batches(tmp_path, COMPACTING_BATCHES)
+    land_all(tmp_path, COMPACTING_BATCHES)
     run(job_config(tmp_path, table__type="MERGE_ON_READ", compaction__delta_commits="2", compaction__mode=mode))
     path = tmp_path / "table"
     table = Table.open(str(path))
@@ -69,9 +58,9 @@ def test_compaction_in_the_job_keeps_every_read_equal_to_the_model(spark, tmp_pa
 
 
 def test_compact_command_and_writes_during_a_pending_compaction(spark, tmp_path):
-    from test_cli import laketide
+    from commands import laketide
 
-    _land_batches(tmp_path, COMPACTING_BATCHES[:3])
+    land_all(tmp_path, COMPACTING_BATCHES[:3])
     config = dict(table__type="MERGE_ON_READ", compaction__mode="off")
     run(job_config(tmp_path, **config))
     path = tmp_path / "table"
@@ -83,7 +72,7 @@ def test_compact_command_and_writes_during_a_pending_compaction(spark, tmp_path)
     planned = {lf.name for s in Table.open(str(path)).file_system_view().latest_slices() for lf in s.log_files}
     # micro-batches while the compaction is pending: their logs stay on the committed slices, where every reader sees
     # them
-    _land_batches(tmp_path, COMPACTING_BATCHES[:5])
+    land_all(tmp_path, COMPACTING_BATCHES[:5])
     run(job_config(tmp_path, **config))
     table = Table.open(str(path))
     late = [lf for s in table.file_system_view().latest_slices() for lf in s.log_files if lf.name not in planned]
@@ -127,7 +116,7 @@ def test_a_kill_during_compaction_then_recovery(tmp_path):
 
     from streaming import PYTHON, RUNNER
 
-    _land_batches(tmp_path, COMPACTING_BATCHES)
+    land_all(tmp_path, COMPACTING_BATCHES)
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     settings = ["table.type=MERGE_ON_READ", "compaction.delta_commits=2", "compaction.mode=inline"]
     path = tmp_path / "table"
@@ -164,7 +153,7 @@ def test_archival_takes_a_compaction_plan_with_its_commit(spark, tmp_path):
     """A completed compaction is a commit plus its plan files: archived together, or the plan would read as pending."""
     from laketide.table.format.archive import ArchivedTimeline
 
-    _land_batches(tmp_path, COMPACTING_BATCHES)
+    land_all(tmp_path, COMPACTING_BATCHES)
     run(
         job_config(
             tmp_path,

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from pydantic_core import to_jsonable_python
 
-from laketide.cli import app, savepoint_app
+from laketide.cli.apps import app, savepoint_app
 from laketide.cli.options import (
     ApiOpt,
     JsonOpt,

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from laketide.cli import app, savepoint_app
+from laketide.cli.apps import app, savepoint_app
 from laketide.cli.options import (
     JsonOpt,
     TableArg,

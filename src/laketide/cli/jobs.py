@@ -1,43 +1,19 @@
-"""The ``laketide`` command line: run the job, serve the API, inspect a table and change it.
-
-Reads go through ``table.inspect`` (``cli/inspect.py``), changes through ``Operations``
-(``cli/changes.py``, ``cli/services.py``), and every answer through ``cli/output.py``.
-
-Exit codes (``cli.output.EXIT_CODES``): 0 done, 1 failed, 2 bad usage or configuration, 3 not found,
-4 refused (a guarantee, a held lease, a rejected token), 5 the running job lost its lease (its supervisor
-restarts it: the new run takes a new epoch and recovers), 6 a server it needs cannot be reached (try again).
-"""
+"""``laketide run`` (the job, on embedded defaults without a config) and ``laketide serve`` (the API and dashboard
+over a table whose job is down)."""
 
 from __future__ import annotations
 
-import faulthandler
 import os
-
-# The job's processes allocate Arrow memory with the C library's malloc, unless told otherwise. Set before pyarrow
-# is first imported, which reads it then; a Spark job's workers are told the same (``spark.session.WANTED``), and a
-# job started in-process takes it for its driver (``spark.session._use_driver_pool``, which has the measurements).
-# Under pyarrow's default mimalloc the driver of a generator job of 2,000-row micro-batches held 336 MB against 157,
-# and its 50,000-row micro-batches took 0.55 to 0.59 s against 0.46 to 0.49.
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from laketide.cli.options import STORAGE_OPTIONS, ZkOpt, ZkRootOpt, lease_for, open_table, storage_pairs
+from laketide.cli.apps import app, configure_logging
+from laketide.cli.options import ZkOpt, ZkRootOpt, lease_for, open_table
 from laketide.cli.output import Output, answers
 from laketide.service import TOKEN_ENV
 from laketide.table.errors import ErrorKind, LaketideError
-
-app = typer.Typer(help="laketide: a streaming upsert writer for Apache Hudi tables.", no_args_is_help=True)
-savepoint_app = typer.Typer(
-    help="Savepoints: commits that cleaning keeps readable and restore can return to.", no_args_is_help=True
-)
-app.add_typer(savepoint_app, name="savepoint")
-metadata_app = typer.Typer(help="Hudi's metadata table, which laketide does not keep up to date.", no_args_is_help=True)
-app.add_typer(metadata_app, name="metadata")
 
 # Embedded defaults: the generator source into ./demo/table, so `laketide run` works with no config at all.
 DEFAULTS = {
@@ -67,44 +43,6 @@ def embedded_defaults(overrides: list[str]) -> dict:
     return defaults
 
 
-@app.callback()
-def _root(
-    storage_option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--storage-option",
-            "-s",
-            metavar="KEY=VALUE",
-            help="how to reach a table on an object store, in object_store's keys (aws_endpoint_url, aws_region, "
-            "azure_storage_account_name, google_service_account, ...; repeatable); what is not given comes from the "
-            "environment. `laketide run` takes them as --conf storage.options.KEY=VALUE.",
-        ),
-    ] = None,
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", is_eager=True, callback=lambda shown: _version(shown), help="print laketide's version and exit"
-        ),
-    ] = False,
-) -> None:
-    """laketide: a streaming upsert writer for Apache Hudi tables."""
-    STORAGE_OPTIONS.set(storage_pairs(storage_option or []))
-
-
-def _version(shown: bool) -> None:
-    if shown:
-        from laketide import __version__
-
-        typer.echo(f"laketide {__version__}")
-        raise typer.Exit()
-
-
-def _logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for noisy in ("py4j", "pyspark", "kazoo"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
 @app.command()
 @answers
 def run(
@@ -119,7 +57,7 @@ def run(
     from laketide.config import load_config
 
     job_config = load_config(config, conf or [], base=None if config else embedded_defaults(conf or []))
-    _logging()
+    configure_logging()
     from laketide.service import run_service
     from laketide.writer.job.database import Database
 
@@ -178,7 +116,7 @@ def serve(
     from laketide.api.server import ApiServer
     from laketide.config.types import parse_size
 
-    _logging()
+    configure_logging()
     t = open_table(table)
     views = ViewSettings(quarantine, small_file_bytes=parse_size(small_file_limit))
     lease = lambda: lease_for(t, zookeeper, zookeeper_root, job_id="laketide-serve")  # noqa: E731
@@ -196,18 +134,3 @@ def serve(
         f"{server.address}/docs); Ctrl-C stops"
     )
     server.run()
-
-
-# the other commands live beside this module; importing them registers them on ``app``, after these two
-from laketide.cli import changes, inspect, services  # noqa: E402,F401
-
-
-def main() -> None:
-    # a crash in native code (Arrow, librdkafka, uvicorn's loop, the JVM's bridge) leaves every thread's Python stack
-    # on stderr, not only an exit status
-    faulthandler.enable(all_threads=True)
-    app(prog_name="laketide")  # the same name under ``python -m laketide`` and spark-submit
-
-
-if __name__ == "__main__":
-    main()

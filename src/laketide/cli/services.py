@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from laketide.cli import app, metadata_app
+from laketide.cli.apps import app, metadata_app
 from laketide.cli.options import (
     JsonOpt,
     TableArg,
