@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard index/_keyhash*.c index/_
 # the sources compiled once: a Spark Python worker imports them at its first task, and where bytecode is not
 # written (PYTHONDONTWRITEBYTECODE) each worker compiled them again, about 0.4 s of the first micro-batch
 install: $(VENV)/.installed
-	$(PY) -m compileall -q src api coordinator index spark table writer
+	$(PY) -m compileall -q src api catalog coordinator index spark table writer
 
 system-deps:
 	./deploy/install-system-deps.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what laketide needs from Debian: Java 17 (for Spark), ZooKeeper (for the lease), a C compiler
+# Installs what laketide needs from Debian: Java 17 (for Spark; its compiler for the tests' metastore), ZooKeeper (for the lease), a C compiler
 # and Python's headers (the install builds laketide's key hashing, index/_keyhash*.c) and, for the
 # dashboard's tests, Chromium (driven by Playwright through its executable_path).
 # Safe to run again: it installs only what is missing.
@@ -8,6 +8,11 @@ set -euo pipefail
 need=()
 if ! command -v java >/dev/null 2>&1; then
   need+=(openjdk-17-jre-headless)
+fi
+# the catalog tests run Hive's metastore from the pyspark wheel through a one-file Java program
+# (tests/support/LoopbackMetastore.java), which the JDK's launcher compiles
+if ! command -v javac >/dev/null 2>&1; then
+  need+=(openjdk-17-jdk-headless)
 fi
 if [ ! -f /usr/share/zookeeper/bin/zkServer.sh ] && ! dpkg -s zookeeper >/dev/null 2>&1; then
   need+=(zookeeper)

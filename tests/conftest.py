@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fixture_tables import COW_FIXTURES, MOR_FIXTURE, unzip_fixture
 
-# the servers' fixtures (s3, azurite; kafka), for every module that asks for them
-pytest_plugins = ["stores", "kafka_broker"]
+# the servers' fixtures (s3, azurite; kafka; a Hive Metastore), for every module that asks for them
+pytest_plugins = ["stores", "kafka_broker", "metastore"]
 
 # the classes of a Spark driver JVM, archived by `make test` (tests/support/class_archive.py): each of the suite's
 # jobs starts its JVM from it, about 3.5 s sooner

@@ -11,7 +11,7 @@ from pathlib import Path
 from fixture_tables import REPO
 
 ROOT = REPO
-SPARK_FREE = ["table", "index", "coordinator", "writer", "api", "config"]
+SPARK_FREE = ["table", "index", "coordinator", "writer", "api", "config", "catalog"]
 
 BLOCK_PYSPARK = """
 import importlib, pkgutil, sys

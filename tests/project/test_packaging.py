@@ -11,7 +11,7 @@ from pathlib import Path
 from fixture_tables import REPO
 
 ROOT = REPO
-PACKAGES = ["table", "index", "writer", "coordinator", "spark", "api"]
+PACKAGES = ["table", "index", "writer", "coordinator", "spark", "api", "catalog"]
 
 
 def test_every_subpackage_is_the_top_level_folder_of_its_name():

@@ -82,6 +82,9 @@ def test_bad_rows_and_bad_calls(tmp_path):
     assert (report.inserts, report.quarantined) == (1, 1)
     quarantined = pa.parquet.read_table(tmp_path / "t_quarantine").to_pylist()
     assert len(quarantined) == 1 and "record key" in quarantined[0]["reason"]
+    # an operation in the settings that is not the call's is refused, not overridden
+    with pytest.raises(laketide.Invalid, match=r"write\.operation = 'delete_partition'"):
+        laketide.write(path, orders([row(1, 2)]), settings={"write": {"operation": "delete_partition"}})
 
 
 def test_a_store_error_no_step_told_apart_is_still_a_laketide_error(monkeypatch, tmp_path):

@@ -114,6 +114,12 @@ def _config(
             table[key] = [value] if key in ("record_key", "partition_by") and isinstance(value, str) else value
     if "record_key" not in table:
         table = {**_settings_of_existing(table_uri, sections.get("storage", {}).get("options")), **table}
+    given = sections.get("write", {}).get("operation", operation)
+    if given != operation:
+        raise Invalid(
+            f"laketide.write settings: write.operation = '{given}' is not this call's operation ('{operation}'): "
+            "pass it as operation= (upsert, insert, bulk_insert); a delete_partition runs through the job or the CLI"
+        )
     sections["write"] = {**sections.get("write", {}), "operation": operation}
     try:
         return JobConfig.model_validate({"table": table, **sections})

@@ -24,10 +24,10 @@ os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 from laketide.cli import jobs
 
 # isort: split
-from laketide.cli import changes, inspect, services
+from laketide.cli import catalog, changes, inspect, services
 from laketide.cli.apps import app
 
-COMMANDS = (jobs, changes, inspect, services)
+COMMANDS = (jobs, changes, inspect, services, catalog)
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
 """The one configuration model of a laketide job (``JobConfig``), loaded from TOML and ``--conf`` overrides, and
 its sections: the job's own (``config.job``), the sources (``config.source``), the table services
-(``config.services``), the tables of a whole database (``config.tables``; their routes, over the whole model,
-in ``config.routes``), the value types (``config.types``); the reference the docs show is made from it
-(``config.reference``)."""
+(``config.services``), the catalog the table is registered in (``config.catalog``), the tables of a whole
+database (``config.tables``; their routes, over the whole model, in ``config.routes``), the value types
+(``config.types``); the reference the docs show is made from it (``config.reference``)."""
 
+from laketide.config.catalog import CatalogSection
 from laketide.config.job import (
     DRIVER_BATCH_BYTES,
     KAFKA_RECORD_BYTES,
@@ -36,6 +37,7 @@ __all__ = [
     "KAFKA_RECORD_BYTES",
     "LOCAL_DRIVER_BATCH_BYTES",
     "ArchiveSection",
+    "CatalogSection",
     "CleanSection",
     "CompactionSection",
     "ConfigError",

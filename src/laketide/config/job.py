@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from laketide.config.catalog import CatalogSection
 from laketide.config.section import Section
 from laketide.config.services import ArchiveSection, CleanSection, CompactionSection, MirrorSection, ServicesSection
 from laketide.config.source import SourceSection
@@ -243,6 +244,7 @@ class JobConfig(Section):
     archive: ArchiveSection = Field(default_factory=ArchiveSection)
     compaction: CompactionSection = Field(default_factory=CompactionSection)
     mirror: MirrorSection = Field(default_factory=MirrorSection)
+    catalog: CatalogSection = Field(default_factory=CatalogSection)
     services: ServicesSection = Field(default_factory=ServicesSection)
     spark: SparkSection = Field(default_factory=SparkSection)
     storage: StorageSection = Field(default_factory=StorageSection)

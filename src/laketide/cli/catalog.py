@@ -1,0 +1,44 @@
+"""``laketide sync``: register a table in a catalog, or bring its entries up to date, as Hudi's sync tools do. Any
+table: the job's own, or one Apache Hudi's writers made. It reads the table and writes only to the catalog, so it
+takes no lease and runs beside a job."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+
+from laketide.cli.apps import app
+from laketide.cli.options import JsonOpt, TableArg, open_table
+from laketide.cli.output import Output, answers
+
+
+@app.command()
+@answers
+def sync(
+    table: TableArg,
+    catalog: Annotated[str, typer.Option("--catalog", help="hive: a Hive Metastore")],
+    database: Annotated[str, typer.Option(help="the database to register it in; made when missing")],
+    uri: Annotated[str | None, typer.Option(help="hive: thrift://host:9083 (several, comma-separated)")] = None,
+    name: Annotated[str | None, typer.Option("--table", help="the entry's name (default: the table's name)")] = None,
+    support_timestamp: Annotated[
+        bool, typer.Option(help="declare timestamp columns timestamp, not bigint (Hudi's support_timestamp)")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Register TABLE in a catalog as Apache Hudi's sync does (merge-on-read: NAME_ro and NAME_rt), or bring its
+    entries up to date: columns, partitions, the last commit synced."""
+    from laketide.catalog import CatalogSync, open_catalog
+
+    t = open_table(table)
+    client = open_catalog(catalog, uri)
+    try:
+        result = CatalogSync(client, database, name or t.name, support_timestamp).sync(t)
+    finally:
+        client.close()
+    out = Output(as_json)
+    if result.instant is None:
+        out.result(asdict(result), f"{t.uri}: no commit yet, nothing to register")
+        return
+    out.result(asdict(result), result.line())

@@ -1,0 +1,39 @@
+"""``[catalog]``: the catalog engines find the table in (a Hive Metastore, AWS Glue), kept up to date after each
+commit as Hudi's sync tools keep it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from laketide.config.section import Section
+
+
+class CatalogSection(Section):
+    """Where the table is registered. Unset ``kind``: nowhere."""
+
+    kind: Literal["hive", "glue"] | None = None
+    """``hive``: a Hive Metastore over Thrift; ``glue``: AWS Glue's Data Catalog."""
+    uri: str | None = None
+    """``hive``: the metastore, ``thrift://host:9083``; several, comma-separated, are tried in turn."""
+    database: str | None = None
+    """The database the table is registered in; made when missing."""
+    table: str | None = None
+    """The entry's name (default: ``table.name``); a merge-on-read table is ``<name>_ro`` and ``<name>_rt``."""
+    support_timestamp: bool = False
+    """Declare timestamp columns ``timestamp``; off, they are ``bigint`` (microseconds), as Hudi's sync does by
+    default (``hoodie.datasource.hive_sync.support_timestamp``)."""
+    options: dict[str, str] = Field(default_factory=dict, repr=False)
+    """``glue``: how to reach it, in the storage options' AWS names (``aws_region``, ``aws_endpoint_url``, ...);
+    unset, those of ``storage.options``, then the environment."""
+
+    @model_validator(mode="after")
+    def _named(self) -> CatalogSection:
+        if self.kind is None:
+            return self
+        if not self.database:
+            raise ValueError(f"catalog.database is needed with catalog.kind = '{self.kind}'")
+        if self.kind == "hive" and not self.uri:
+            raise ValueError("catalog.uri is needed with catalog.kind = 'hive' (thrift://host:9083)")
+        return self
