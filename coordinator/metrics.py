@@ -53,6 +53,12 @@ class MetricFamilies:
                 [*t, "service"],
                 registry=r,
             ),
+            "catalog_sync_failures": Counter(
+                "laketide_catalog_sync_failures",
+                "syncs of the table's catalog entries that failed (the commit stands; a later sync catches up)",
+                t,
+                registry=r,
+            ),
             "storage_requests": Counter(
                 "laketide_storage_requests",
                 "requests to an object store during micro-batches, by kind (the driver's process)",
@@ -130,6 +136,7 @@ class Metrics:
             bound["storage_requests"],
             bound["storage_retries"],
         )
+        self.catalog_sync_failures = bound["catalog_sync_failures"]
         self.source_lag, self.lease_held, self.lease_epoch = (
             bound["source_lag"],
             bound["lease_held"],

@@ -81,3 +81,21 @@ def zookeeper_server(tmp_path_factory):
         pytest.fail(str(exc))
     yield server
     server.stop()
+
+
+# seconds each test module took (setup, call and teardown, summed on whichever worker ran it): the suite's budget
+# is spent by module, since each worker takes a whole module at a time
+_MODULE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _MODULE_SECONDS:
+        return
+    terminalreporter.write_sep("=", "slowest 15 test modules")
+    for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda item: -item[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {module}")

@@ -91,8 +91,8 @@ def test_the_archive_file_is_read_by_javas_avro(spark, tmp_path):
     table, _coordinator, lease, _instants, _reads, _ = archived_table(tmp_path / "t")
     archived = ArchivedTimeline(table.io, table.config.archive_dir)
     (block,) = read_blocks(table.io.read_bytes(archived.files()[0][1]))
-    assert block.header[Header.HISTORY_SCHEMA] == avro_models.schema_json("HoodieArchivedMetaEntry")
-    decoded = [java_avro_read(spark, block.header[Header.HISTORY_SCHEMA], payload) for payload in avro_payloads(block)]
+    assert block.header[Header.SCHEMA] == avro_models.schema_json("HoodieArchivedMetaEntry")
+    decoded = [java_avro_read(spark, block.header[Header.SCHEMA], payload) for payload in avro_payloads(block)]
     assert len(decoded) == len(archived.instants()) and '"actionType": "commit"' in decoded[0]
     completed = [d for d in decoded if '"actionState": "COMPLETED"' in d]
     assert completed and all('"partitionToWriteStats": {"eu": [{"fileId": "' in d for d in completed)

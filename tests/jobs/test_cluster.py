@@ -68,6 +68,8 @@ class StandaloneCluster:
             str(self.ui_port),
         )
         wait_until(self._master_up, 90, "the Spark master")
+        # the port asked for may have been taken meanwhile (the master then binds the next one): its own word
+        self.port = int(self.state()["url"].rsplit(":", 1)[1])
         work = self.root / "work"
         work.mkdir()
         self._start(

@@ -140,7 +140,7 @@ class RunningJob:
 
     def finish(self, ended_by_itself: bool) -> None:
         """After the last micro-batch: a run that ended by itself runs what its last commit scheduled;
-        a stopped one only waits for the services round in flight. Then the mirror catches up."""
+        a stopped one only waits for the services round in flight. Then the mirror and the catalog catch up."""
         if ended_by_itself:
             self.services.finish()
             self.services.failures.raise_if_fatal()
@@ -149,6 +149,8 @@ class RunningJob:
         if self.mirror is not None:
             # a commit that came while the last services round ran started none
             self.mirror.catch_up()
+        # the catalog too, so an engine finds the last commit once the job is gone
+        self.services.run_once("catalog")
         _log_pending(self.table)
         if self.state is not None:
             self.state.ended()

@@ -1,5 +1,6 @@
 """Which table services a writer runs after each commit, and in what order: compaction (merge-on-read), cleaning,
-archival, the state index's compaction, then the Delta mirror, which publishes what they and the commit completed.
+archival, the state index's compaction, then the Delta mirror, which publishes what they and the commit completed,
+and last the catalog's entries.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from laketide.index.state import StateIndex
 from laketide.table import Table
 from laketide.table.mirror.delta_mirror import DeltaMirror, has_mirror
 from laketide.table.reading.view_sync import ViewSync
+from laketide.writer.job.catalog_sync import CatalogService
 from laketide.writer.job.compactor import Compactor
 from laketide.writer.report import WriterStatus
 
@@ -40,13 +42,15 @@ def table_services(
     mirror: DeltaMirror | None = None,
     batch_lock: AbstractContextManager | None = None,
     *,
+    catalog: CatalogService | None = None,
     status: WriterStatus | None = None,
     gate: threading.Semaphore | None = None,
 ) -> TableServices:
     """Compaction (merge-on-read, when async), cleaning, then archival (when enabled), after each commit, on the job's
-    synced view; the state index's compaction; last the Delta mirror, which publishes what they and the commit
-    completed. ``batch_lock``: the writer's, which archival's deletes take (``Archiver``); ``status``: the writer's,
-    told of each failure; ``gate``: shared by the tables of a database job (``TableServices``)."""
+    synced view; the state index's compaction; the Delta mirror, which publishes what they and the commit
+    completed; last the catalog's entries (``catalog``). ``batch_lock``: the writer's, which archival's deletes take
+    (``Archiver``); ``status``: the writer's, told of each failure; ``gate``: shared by the tables of a database job
+    (``TableServices``)."""
     services: list = [("compact", compactor.run)] if compactor is not None and config.compaction.mode == "async" else []
     services.append(("clean", Cleaner(coordinator, config.clean.retention(), index.obsolete_runs, views.view).clean))
     if config.archive.enabled:
@@ -57,6 +61,8 @@ def table_services(
     services.append(("index compaction", index_compaction.run))
     if mirror is not None:
         services.append(("mirror", mirror.catch_up))
+    if catalog is not None:
+        services.append(("catalog", catalog.run))
     told = (lambda name, instant, error: status.failed(name, error, instant)) if status is not None else None
     failures = ServiceFailures(config.services.max_consecutive_failures, coordinator.metrics, told)
     return TableServices(services, background=config.clean.async_, failures=failures, gate=gate)

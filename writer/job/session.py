@@ -33,6 +33,7 @@ from laketide.table.storage.object_io import ObjectStoreFileIO
 from laketide.writer.batch_writer import BatchWriter, WriterParts
 from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
+from laketide.writer.job.catalog_sync import catalog_service_for
 from laketide.writer.job.running import RunningJob
 from laketide.writer.job.services import after_commit, compactor_for, mirror_for, table_services
 from laketide.writer.job.state import JobState, JobStateRecorder
@@ -163,6 +164,7 @@ def _assemble(config: JobConfig, table: Table, lease: Lease, writer_id: str, par
         compactor,
         mirror,
         batch_lock,
+        catalog=catalog_service_for(config, table, views, coordinator.metrics),
         status=status,
         gate=parts.services_gate,
     )
