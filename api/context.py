@@ -32,7 +32,8 @@ DEFAULT_SMALL_FILE_BYTES = 100 * 2**20  # write.small_file_limit's default, Hudi
 class JobHandle(Protocol):
     """What a running job lends the API."""
 
-    coordinator: Coordinator
+    @property
+    def coordinator(self) -> Coordinator: ...
 
     def status(self) -> WriterView: ...
 

@@ -37,7 +37,7 @@ from laketide.spark.sources import generated_fits_driver, read_stream, source_sc
 from laketide.spark.stage_clock import StageClock
 from laketide.spark.workers import warm_workers
 from laketide.table.errors import LaketideError
-from laketide.writer.batch_writer import BatchWriter
+from laketide.writer.batch_writer import BatchWriter, WriterParts
 from laketide.writer.job.database import Database
 from laketide.writer.job.running import RunningJob
 from laketide.writer.job.session import JobParts, WriterSession, check_table, open_table, quarantine_path
@@ -87,7 +87,7 @@ def run(
         writer_id,
         job_id=f"{config.stream.query_name}-{writer_id[:8]}",
         table=table,
-        parts=JobParts(on_lost=lost.set, clock=StageClock(spark.sparkContext), on_step=on_step),
+        parts=JobParts(on_lost=lost.set, writer=WriterParts(clock=StageClock(spark.sparkContext), on_step=on_step)),
     )
     with session as job:
         if on_ready is not None:

@@ -61,7 +61,7 @@ assert report.inserts == 2, report
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-SOURCE_FOLDERS = ["src/laketide", "table", "index", "writer", "coordinator", "spark", "api"]
+SOURCE_FOLDERS = ["src/laketide", "table", "index", "writer", "coordinator", "catalog", "spark", "api"]
 
 
 def _source_modules():
@@ -205,4 +205,37 @@ def test_test_modules_import_helpers_never_each_other():
                 else []
             )
             wrong += [f"{path.relative_to(ROOT)}: {name}" for name in names if name.startswith(("test_", "conftest"))]
+    assert not wrong, wrong
+
+
+# what each top-level part of laketide may import of the others (design.md's table; ``catalog`` beside ``index``),
+# in function bodies too: a lazy import is still a dependency
+TOP_LAYERS = {
+    "table": set(),
+    "index": {"table"},
+    "coordinator": {"table", "index"},
+    "catalog": {"table"},
+    "config": {"table", "index"},
+    "writer": {"table", "index", "coordinator", "catalog", "config"},
+    "api": {"table", "coordinator", "writer", "config"},
+}
+
+
+def test_top_level_parts_import_only_the_parts_below_them():
+    wrong = []
+    for part, allowed in TOP_LAYERS.items():
+        folder = ROOT / ("src/laketide/config" if part == "config" else part)
+        for path in sorted(folder.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                modules = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+                for module in modules:
+                    names = module.split(".")
+                    if names[0] == "laketide" and len(names) > 1 and names[1] not in {part, *allowed}:
+                        wrong.append(f"{path.relative_to(ROOT)} imports {module}")
     assert not wrong, wrong

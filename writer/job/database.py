@@ -35,6 +35,7 @@ from laketide.index.columns import DECODE_REASON, EVENT_KIND
 from laketide.table import Table
 from laketide.table.errors import Conflict, LaketideError, first_line
 from laketide.writer import quarantine
+from laketide.writer.batch_writer import WriterParts
 from laketide.writer.changes.decoder import ChangeDecoder, raw_records
 from laketide.writer.changes.events import ChangeSpec, Messages, change_rows
 from laketide.writer.changes.routes import Routed, record_key_of, route
@@ -233,10 +234,8 @@ class Database:
                 on_lost=self.lost.set,
                 api_address=self.api_address,
                 metrics=Metrics(label, self.metrics),
-                driver_pool=self.pool,
-                label=label,
-                on_step=self.on_step,
                 services_gate=self.gate,
+                writer=WriterParts(driver_pool=self.pool, label=label, on_step=self.on_step),
             ),
         )
         job = session.open()

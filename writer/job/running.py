@@ -52,11 +52,7 @@ class TableFacts:
 class RunningJob:
     """The parts of a running job that the coordinator service reads and acts through."""
 
-    config: JobConfig
-    table: Table
-    coordinator: Coordinator
     writer: BatchWriter
-    index: StateIndex
     stop_requested: threading.Event
     services: TableServices
     mirror: DeltaMirror | None = None
@@ -65,6 +61,23 @@ class RunningJob:
         default=(float("-inf"), None), init=False
     )  # (when listed, the landing backlog)
     _facts: TableFacts | None = field(default=None, init=False)
+
+    # the writer's own table, settings, coordinator and index
+    @property
+    def config(self) -> JobConfig:
+        return self.writer.config
+
+    @property
+    def table(self) -> Table:
+        return self.writer.table
+
+    @property
+    def coordinator(self) -> Coordinator:
+        return self.writer.coordinator
+
+    @property
+    def index(self) -> StateIndex:
+        return self.writer.index
 
     def stop(self) -> None:
         """Ask the query to stop after the micro-batch in progress."""

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -31,8 +31,6 @@ from laketide.table.format import properties_file
 from laketide.table.reading.view_sync import ViewSync
 from laketide.table.storage.object_io import ObjectStoreFileIO
 from laketide.writer.batch_writer import BatchWriter, WriterParts
-from laketide.writer.clock import StepClock
-from laketide.writer.driver_batch import DriverPool
 from laketide.writer.job.catalog_sync import catalog_service_for
 from laketide.writer.job.running import RunningJob
 from laketide.writer.job.services import after_commit, compactor_for, mirror_for, table_services
@@ -50,19 +48,17 @@ class JobParts:
     ``coordinator.lease_wait``). A ``streaming`` writer keeps its state with the table (``writer/job/state.py``), and
     a failure that ends its session is recorded there as its last word; one ``laketide.write`` call does not speak
     over the last job's. ``metrics``: where the table's are counted (a job of a whole database counts all its
-    tables' in one registry), and ``services_gate`` how many tables' services run at once. ``clock``,
-    ``driver_pool``, ``label`` and ``on_step`` go to the ``BatchWriter`` (``WriterParts``)."""
+    tables' in one registry), and ``services_gate`` how many tables' services run at once. ``writer``: what the
+    adapter hands the ``BatchWriter`` itself (its clock, driver pool, label, steps); the session adds its own
+    parts (the services after each commit, the view, the batch lock, the status)."""
 
     lease_wait: float | None = None
     on_lost: Callable[[], None] | None = None
     api_address: str | None = None
     streaming: bool = True
     metrics: Metrics | None = None
-    clock: StepClock | None = None
-    driver_pool: DriverPool | None = None
-    label: str | None = None
-    on_step: Callable[[str, int], None] | None = None
     services_gate: threading.Semaphore | None = None
+    writer: WriterParts = field(default_factory=WriterParts)
 
 
 class WriterSession:
@@ -151,7 +147,7 @@ def _assemble(config: JobConfig, table: Table, lease: Lease, writer_id: str, par
     views = ViewSync(table)
     # held while a micro-batch runs; the services' steps that change what it reads take it too
     batch_lock = threading.RLock()
-    compactor = compactor_for(config, table, coordinator, views, parts.on_step, batch_lock)
+    compactor = compactor_for(config, table, coordinator, views, parts.writer.on_step, batch_lock)
     mirror = mirror_for(config, table, views, coordinator.hold)
     index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas, coordinator.hold, batch_lock)
     status = WriterStatus()
@@ -168,14 +164,11 @@ def _assemble(config: JobConfig, table: Table, lease: Lease, writer_id: str, par
         status=status,
         gate=parts.services_gate,
     )
-    writer_parts = WriterParts(
-        clock=parts.clock,
-        on_step=parts.on_step,
+    writer_parts = replace(
+        parts.writer,
         after_commit=after_commit(config, compactor, services),
         views=views,
         failures=services.failures,
-        driver_pool=parts.driver_pool,
-        label=parts.label,
         batch_lock=batch_lock,
         status=status,
     )
@@ -187,7 +180,7 @@ def _assemble(config: JobConfig, table: Table, lease: Lease, writer_id: str, par
         )
     # a compaction the previous run left pending is finished now, not only after the next commit
     services.after_commit()
-    return RunningJob(config, table, coordinator, writer, index, threading.Event(), services, mirror, state)
+    return RunningJob(writer, threading.Event(), services, mirror, state)
 
 
 def _job_state(table: Table, coordinator: Coordinator, writer_id: str) -> JobStateRecorder:
