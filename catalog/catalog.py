@@ -37,11 +37,15 @@ class Catalog(Protocol):
 
 
 def open_catalog(kind: str, uri: str | None = None, options: dict[str, str] | None = None) -> Catalog:
-    """The catalog of ``kind``: ``hive`` at ``uri``."""
+    """The catalog of ``kind``: ``hive`` at ``uri``; ``glue`` where ``options`` reach (AWS names)."""
     if kind == "hive":
         from laketide.catalog.hive import HiveCatalog
 
         if not uri:
             raise LaketideError("a Hive Metastore needs its uri (thrift://host:9083)", kind=ErrorKind.INVALID)
         return HiveCatalog(uri)
-    raise LaketideError(f"catalog kind '{kind}' is not known: hive", kind=ErrorKind.INVALID)
+    if kind == "glue":
+        from laketide.catalog.glue import GlueCatalog
+
+        return GlueCatalog(options)
+    raise LaketideError(f"catalog kind '{kind}' is not known: hive or glue", kind=ErrorKind.INVALID)

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from laketide.cli.apps import app
-from laketide.cli.options import JsonOpt, TableArg, open_table
+from laketide.cli.options import STORAGE_OPTIONS, JsonOpt, TableArg, open_table, storage_pairs
 from laketide.cli.output import Output, answers
 
 
@@ -18,13 +18,22 @@ from laketide.cli.output import Output, answers
 @answers
 def sync(
     table: TableArg,
-    catalog: Annotated[str, typer.Option("--catalog", help="hive: a Hive Metastore")],
+    catalog: Annotated[str, typer.Option("--catalog", help="hive: a Hive Metastore; glue: AWS Glue")],
     database: Annotated[str, typer.Option(help="the database to register it in; made when missing")],
     uri: Annotated[str | None, typer.Option(help="hive: thrift://host:9083 (several, comma-separated)")] = None,
     name: Annotated[str | None, typer.Option("--table", help="the entry's name (default: the table's name)")] = None,
     support_timestamp: Annotated[
         bool, typer.Option(help="declare timestamp columns timestamp, not bigint (Hudi's support_timestamp)")
     ] = False,
+    catalog_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--catalog-option",
+            metavar="KEY=VALUE",
+            help="glue: how to reach it, in the storage options' AWS names (aws_region, aws_endpoint_url, ...); "
+            "unset, the --storage-option ones, then the environment",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Register TABLE in a catalog as Apache Hudi's sync does (merge-on-read: NAME_ro and NAME_rt), or bring its
@@ -32,7 +41,7 @@ def sync(
     from laketide.catalog import CatalogSync, open_catalog
 
     t = open_table(table)
-    client = open_catalog(catalog, uri)
+    client = open_catalog(catalog, uri, storage_pairs(catalog_option or []) or dict(STORAGE_OPTIONS.get()))
     try:
         result = CatalogSync(client, database, name or t.name, support_timestamp).sync(t)
     finally:
