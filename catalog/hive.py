@@ -156,20 +156,33 @@ def _message(exc: Exception) -> str:
     return getattr(exc, "message", None) or str(exc) or type(exc).__name__
 
 
-def _table(database: str, entry: TableEntry):
-    from hmsclient.genthrift.hive_metastore.ttypes import FieldSchema, SerDeInfo, StorageDescriptor, Table
+def _descriptor(cols, location: str, input_format: str, output_format: str, serde_info):
+    """A storage descriptor as ``HMSDDLExecutor`` fills one: no buckets, no sort, no parameters of its own."""
+    from hmsclient.genthrift.hive_metastore.ttypes import StorageDescriptor
 
-    sd = StorageDescriptor(
-        cols=[FieldSchema(name, kind, "") for name, kind in entry.columns],
-        location=entry.location,
-        inputFormat=entry.input_format,
-        outputFormat=entry.output_format,
-        serdeInfo=SerDeInfo(None, entry.serde, dict(entry.serde_parameters)),
+    return StorageDescriptor(
+        cols=cols,
+        location=location,
+        inputFormat=input_format,
+        outputFormat=output_format,
+        serdeInfo=serde_info,
         compressed=False,
         numBuckets=-1,
         bucketCols=[],
         sortCols=[],
         parameters={},
+    )
+
+
+def _table(database: str, entry: TableEntry):
+    from hmsclient.genthrift.hive_metastore.ttypes import FieldSchema, SerDeInfo, Table
+
+    sd = _descriptor(
+        [FieldSchema(name, kind, "") for name, kind in entry.columns],
+        entry.location,
+        entry.input_format,
+        entry.output_format,
+        SerDeInfo(None, entry.serde, dict(entry.serde_parameters)),
     )
     return Table(
         tableName=entry.name,
@@ -183,20 +196,10 @@ def _table(database: str, entry: TableEntry):
 
 
 def _partition(database: str, name: str, table_sd, p: PartitionEntry):
-    from hmsclient.genthrift.hive_metastore.ttypes import Partition, StorageDescriptor
+    """A partition at its own location, read as its table is (``HMSDDLExecutor.addPartitionsToTable``)."""
+    from hmsclient.genthrift.hive_metastore.ttypes import Partition
 
-    sd = StorageDescriptor(
-        cols=table_sd.cols,
-        location=p.location,
-        inputFormat=table_sd.inputFormat,
-        outputFormat=table_sd.outputFormat,
-        serdeInfo=table_sd.serdeInfo,
-        compressed=False,
-        numBuckets=-1,
-        bucketCols=[],
-        sortCols=[],
-        parameters={},
-    )
+    sd = _descriptor(table_sd.cols, p.location, table_sd.inputFormat, table_sd.outputFormat, table_sd.serdeInfo)
     return Partition(values=list(p.values), dbName=database, tableName=name, createTime=0, lastAccessTime=0, sd=sd)
 
 

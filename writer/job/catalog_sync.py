@@ -49,7 +49,7 @@ class CatalogService:
         self._backoff = 0.0
         self._next_try = float("-inf")
 
-    def run(self, instant: str | None = None) -> None:
+    def run(self) -> None:
         """Bring the entries up to the newest commit, unless a failure's backoff has not run out."""
         if self.clock() < self._next_try:
             return
