@@ -170,13 +170,6 @@ class TableServices:
         self.wait()
         self._run(None)
 
-    def run_once(self, name: str) -> None:
-        """Run service ``name``, if this writer has it, once more in this thread (after ``wait`` or ``finish``):
-        one whose work must see the last commit before the job exits, though a round skipped it."""
-        for service, run in self.services:
-            if service == name:
-                self.failures.run(service, run, None)
-
     def wait(self, timeout: float = 300.0) -> None:
         """Wait for a running round (before the lease is released, so it is not released under it)."""
         thread = self._thread

@@ -1,13 +1,17 @@
 """``laketide run`` with ``[catalog]``: the table's entries follow its commits, and a metastore that is not there
-fails no micro-batch (the job commits every batch and ends well, saying what failed)."""
+fails no micro-batch (the job commits every batch and ends well, saying what failed); one that goes away for a
+minute under a running job is caught up with once it is back, though no commit follows."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from urllib.parse import unquote
 
-from chaoslib import job_args
+import httpx
+from chaoslib import Feeder, Job, completed_count, free_port, job_args, wait_until
 from readback import hudi_read, rows
 from streaming import BATCHES, DATA_COLUMNS, expected_after, land_all
 
@@ -31,17 +35,77 @@ def test_the_job_registers_its_table_and_its_last_commit_before_it_exits(metasto
     done = run(tmp_path, f"catalog.uri={metastore.uri}")
     assert done.returncode == 0, done.stderr[-3000:]
     table = Table.open(str(tmp_path / "table"))
-    latest = table.timeline.latest_completed_write()
-    assert latest is not None
+    _registered(metastore, "orders", table)
     with metastore.client() as client:
-        hive = client.get_table("lake", "orders")
         partitions = client.get_partitions("lake", "orders", -1)
-    assert hive.parameters["last_commit_time_sync"] == latest.timestamp
     # the values decoded, the folders as they are (Hudi's sync unescapes URL-encoded partition paths)
     live = {s.partition for s in table.file_system_view().latest_slices()}
     assert sorted(p.values[0] for p in partitions) == sorted(unquote(p) for p in live)
-    assert {p.sd.location for p in partitions} == {f"file:{table.uri}/{p}" for p in live}
     assert rows(hudi_read(table.uri), "id", DATA_COLUMNS) == expected_after(BATCHES)
+
+
+def _registered(metastore, name: str, table: Table) -> None:
+    """The entry of ``table`` under ``name`` stands at its newest commit, one partition per live partition."""
+    latest = table.timeline.latest_completed_write()
+    assert latest is not None
+    with metastore.client() as client:
+        hive = client.get_table("lake", name)
+        partitions = client.get_partitions("lake", name, -1)
+    assert hive.parameters["last_commit_time_sync"] == latest.timestamp
+    live = {s.partition for s in table.file_system_view().latest_slices()}
+    assert {p.sd.location for p in partitions} == {f"file:{table.uri}/{p}" for p in live}
+
+
+def _writer(api: str) -> dict:
+    try:
+        return httpx.get(f"{api}/v1/writer", timeout=10).json()
+    except httpx.HTTPError:
+        return {}
+
+
+def _synced_to_last(view: dict) -> bool:
+    catalog = view.get("catalog") or {}
+    return bool(view.get("last_instant")) and catalog.get("synced") == view["last_instant"]
+
+
+OUTAGE_SECONDS = 60
+
+
+def test_a_metastore_down_for_a_minute_fails_no_micro_batch_and_the_entries_catch_up(metastore, tmp_path):
+    feeder = Feeder(tmp_path, seed=81)  # files landed one at a time, by the test
+    feeder.land_one()
+    port = free_port()
+    catalog = ["catalog.kind=hive", f"catalog.uri={metastore.uri}", "catalog.database=lake", "catalog.table=outage"]
+    job = Job(job_args(tmp_path, api_port=port, trigger="1 second", extra=catalog), tmp_path / "job.log").start()
+    api = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _synced_to_last(_writer(api)), 240, "the first commit registered", poll=1, job=job)
+        metastore.stop()
+        try:
+            down = time.monotonic()
+            while time.monotonic() - down < OUTAGE_SECONDS:
+                before = completed_count(tmp_path)
+                feeder.land_one()
+                wait_until(lambda b=before: completed_count(tmp_path) > b, 60, "a commit while down", job=job)
+                time.sleep(5)
+            view = _writer(api)
+            assert view["catalog"]["failing_since"] is not None and view["catalog"]["failures"] >= 1, view["catalog"]
+            assert view["health"]["state"] == "behind" and "catalog" in view["health"]["summary"], view["health"]
+            metrics = httpx.get(f"{api}/metrics", timeout=10).text
+            assert 'laketide_catalog_sync_failures_total{table="orders"}' in metrics
+            assert not view["failures"], "nothing failed that the job counts against a micro-batch or a service"
+        finally:
+            metastore.start()
+        # no file lands now: the timed retry, not a commit, brings the entries up
+        wait_until(lambda: _synced_to_last(_writer(api)), 150, "the entries caught up", poll=1, job=job)
+        assert _writer(api)["catalog"]["failing_since"] is None
+        _registered(metastore, "outage", Table.open(str(tmp_path / "table")))
+    finally:
+        job.signal(signal.SIGINT)
+        code = job.wait(120)
+    assert code == 0, job.log_tail()
+    assert len(feeder.files) >= 4 and completed_count(tmp_path) >= len(feeder.files)
+    assert rows(hudi_read(str(tmp_path / "table")), "id", DATA_COLUMNS) == feeder.expected()
 
 
 def test_a_metastore_that_is_down_fails_no_micro_batch(tmp_path):

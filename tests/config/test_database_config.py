@@ -68,7 +68,7 @@ def test_a_source_name_cannot_leave_the_templates_folder(source):
 
 
 def test_bad_templates_and_stray_overrides_are_refused_at_load():
-    with pytest.raises(ConfigError, match=r"names \{tbl\}; a path may hold \{table\}"):
+    with pytest.raises(ConfigError, match=r"names \{tbl\}; it may hold \{table\}"):
         load_config(overrides=["table.path=/lake/{tbl}"])
     with pytest.raises(ConfigError, match=r"\[tables.orders\] applies to a job whose table.path holds \{table\}"):
         load_config(overrides=["table.path=/lake/orders", "tables.orders.type=MERGE_ON_READ"])

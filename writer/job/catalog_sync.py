@@ -1,12 +1,13 @@
 """A running writer's catalog sync: after each commit, in the table services' thread, the catalog's entries are
 brought up to the commit (``catalog.CatalogSync``). A catalog that fails (unreachable, or refusing) never fails the
-commit, a micro-batch or the other services: the failure is counted and logged when it starts, the next tries
-wait longer each time (up to ``MAX_BACKOFF_SECONDS``), and the first sync that gets through catches up to the
-newest commit, whatever was missed."""
+commit, a micro-batch or the other services: the failure is counted and logged when it starts, and a retry is
+timed, each waiting longer (up to ``MAX_BACKOFF_SECONDS``), so the entries catch up after an outage even when no
+commit follows it. The first sync that gets through catches up to the newest commit, whatever was missed."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from laketide.coordinator.metrics import Metrics
 from laketide.table import Table
 from laketide.table.errors import LaketideError, first_line
 from laketide.table.reading.view_sync import ViewSync
+from laketide.writer.job.views import CatalogView
 
 log = logging.getLogger(__name__)
 FIRST_BACKOFF_SECONDS = 5.0
@@ -24,17 +26,21 @@ MAX_BACKOFF_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
-class CatalogState:
-    """Where the catalog's entries stand, for the API: replaced whole by the services' thread, read by the API's."""
-
-    catalog: str
-    synced: str | None = None  # the commit the entries stand at
+class _State:
+    synced: str | None = None
     failing_since: float | None = None
+    failures: int = 0
     last_error: str | None = None
 
 
 class CatalogService:
-    """Syncs ``table``'s entries after commits, never raising. ``clock``: monotonic seconds, for the backoff."""
+    """Syncs ``table``'s entries after commits, never raising. ``clock``: monotonic seconds, for the backoff;
+    ``timer``: makes the retry after a failure (``threading.Timer``'s signature).
+
+    Threads: the services' thread calls ``run`` after each commit, the retry timer's thread calls it after a
+    failure, the job's thread calls ``finish``. One sync runs at a time (``_one``); a call that finds one running
+    has it run once more when done (``_again``), so the newest commit is not missed. ``_state`` is replaced whole:
+    the API's threads read it without a lock."""
 
     def __init__(
         self,
@@ -43,40 +49,113 @@ class CatalogService:
         views: ViewSync,
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
+        timer: Callable[[float, Callable[[], None]], threading.Timer] = threading.Timer,
     ):
-        self.sync, self.table, self.views, self.metrics, self.clock = sync, table, views, metrics, clock
-        self.state = CatalogState(sync.catalog.name)
+        self.sync, self.table, self.views, self.metrics = sync, table, views, metrics
+        self.clock, self.timer = clock, timer
+        self._state = _State()
         self._backoff = 0.0
         self._next_try = float("-inf")
+        self._one = threading.Lock()  # held by the sync running
+        self._again = False
+        self._lock = threading.Lock()  # guards the two fields below
+        self._retry: threading.Timer | None = None
+        self._finished = False
 
     def run(self) -> None:
-        """Bring the entries up to the newest commit, unless a failure's backoff has not run out."""
-        if self.clock() < self._next_try:
-            return
+        """Bring the entries up to the newest commit, unless a failure's backoff has not run out (its timed retry
+        comes then)."""
+        if self.clock() >= self._next_try:
+            self._sync()
+
+    def finish(self) -> None:
+        """The job ends: no more retries, and one last try whatever the backoff, so that an engine finds the last
+        commit once the job is gone."""
+        self.stop()
+        with self._one:  # after the sync running, if one is
+            self._once()
+
+    def stop(self) -> None:
+        """No more timed retries (a job that failed, or ends)."""
+        with self._lock:
+            self._finished = True
+            retry, self._retry = self._retry, None
+        if retry is not None:
+            retry.cancel()
+
+    def view(self) -> CatalogView:
+        state, sync = self._state, self.sync
+        retry = max(0.0, self._next_try - self.clock()) if state.failing_since is not None else None
+        return CatalogView(
+            catalog=sync.catalog.name,
+            database=sync.database,
+            table=sync.name,
+            synced=state.synced,
+            failing_since=state.failing_since,
+            failures=state.failures,
+            last_error=state.last_error,
+            retry_in_seconds=round(retry, 1) if retry is not None else None,
+        )
+
+    def _sync(self) -> None:
+        # the lock is released before ``_again`` is read again: a call that came meanwhile either set it in time
+        # or finds the lock free and syncs itself
+        self._again = True
+        while self._again and self._one.acquire(blocking=False):
+            try:
+                self._again = False
+                synced = self._once()
+            finally:
+                self._one.release()
+            if not synced:
+                return  # the timed retry comes
+
+    def _once(self) -> bool:
         view = self.views.view()
         try:
             result = self.sync.sync(self.table, view.timeline, view)
-        except LaketideError as exc:
+        except Exception as exc:  # a catalog's failure, or a bug in its client: the job outlives both
             self._failed(exc)
-            return
+            return False
         finally:
             # one connection a sync: one left open between commits would go stale behind a load balancer or a
             # restarted metastore
             self.sync.catalog.close()
-        if self.state.failing_since is not None:
-            log.info("%s: the catalog answers again, its entries are at %s", self.sync.catalog.name, result.instant)
-        self.state = CatalogState(self.sync.catalog.name, result.instant)
+        if self._state.failing_since is not None:
+            log.info(
+                "%s: the catalog answers again after %d failed syncs; its entries are at %s",
+                self.sync.catalog.name,
+                self._state.failures,
+                result.instant,
+            )
+        self._state = _State(result.instant)
         self._backoff, self._next_try = 0.0, float("-inf")
+        return True
 
-    def _failed(self, exc: LaketideError) -> None:
+    def _failed(self, exc: Exception) -> None:
         self.metrics.catalog_sync_failures.inc()
         self._backoff = min(MAX_BACKOFF_SECONDS, self._backoff * 2 or FIRST_BACKOFF_SECONDS)
         self._next_try = self.clock() + self._backoff
-        if self.state.failing_since is None:
-            log.warning("catalog sync failed (the commits stand; tried again in %.0f s): %s", self._backoff, exc)
-        self.state = CatalogState(
-            self.state.catalog, self.state.synced, self.state.failing_since or time.time(), first_line(exc)
-        )
+        state = self._state
+        if state.failing_since is None:
+            log.warning(
+                "catalog sync failed (the commits stand; tried again in %.0f s, and after each commit): %s",
+                self._backoff,
+                exc,
+                exc_info=not isinstance(exc, LaketideError),
+            )
+        self._state = _State(state.synced, state.failing_since or time.time(), state.failures + 1, first_line(exc))
+        self._time_retry()
+
+    def _time_retry(self) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            if self._retry is not None:
+                self._retry.cancel()
+            self._retry = self.timer(self._backoff, self._sync)
+            self._retry.daemon = True
+            self._retry.start()
 
 
 def catalog_service_for(config: JobConfig, table: Table, views: ViewSync, metrics: Metrics) -> CatalogService | None:

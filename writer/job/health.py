@@ -9,6 +9,9 @@ without a job. The rules, in the order they win:
   Kafka lag grew in each of the last three micro-batches, or landing files wait while no micro-batch
   runs for longer than the trigger allows.
 - **idle**: nothing to do and nothing waiting; **healthy**: keeping up.
+
+A catalog whose sync fails makes a healthy or idle job **behind**: the commits go on, the entries engines find
+the table by lag behind them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import itertools
 import time
 
 from laketide.config.types import trigger_seconds
-from laketide.writer.job.views import Health
+from laketide.writer.job.views import CatalogView, Health
 from laketide.writer.report import Backlog, BatchReport, Failure
 
 RATE_WINDOW_SECONDS = 300  # the rates, and how long a failure counts against the job's health
@@ -53,9 +56,11 @@ def assess(
     running_batch: bool,
     last_commit_at: float | None,
     now: float | None = None,
+    catalog: CatalogView | None = None,
 ) -> Health:
     """``landing``: a landing source's backlog (``None`` for Kafka and the generator); ``running_batch``: a
-    micro-batch is in progress now; ``last_commit_at``: the newest completed write's time (epoch seconds)."""
+    micro-batch is in progress now; ``last_commit_at``: the newest completed write's time (epoch seconds);
+    ``catalog``: where the catalog's entries stand, when the job keeps some."""
     now = time.time() if now is None else now
     done = [r for r in recent if not r.skipped and not r.empty]
     interval = trigger_seconds(trigger)
@@ -97,7 +102,20 @@ def assess(
         health.summary = (
             f"keeping up; {backlog.files} landing file{'s' if backlog.files != 1 else ''} wait for the next micro-batch"
         )
+    if catalog is not None and catalog.failing_since is not None and health.state in ("healthy", "idle"):
+        health.state, health.summary = "behind", _catalog_summary(catalog, now)
     return health
+
+
+def _catalog_summary(catalog: CatalogView, now: float) -> str:
+    since = now - (catalog.failing_since or now)
+    at = f"stand at {catalog.synced}" if catalog.synced else "are not made yet"
+    return (
+        f"the commits go on, but the {catalog.catalog} catalog has failed {catalog.failures} sync"
+        f"{'s' if catalog.failures != 1 else ''} over {since:.0f} s ({catalog.last_error}): the entries of "
+        f"{catalog.database}.{catalog.table} {at}. They catch up when it answers (next try in "
+        f"{catalog.retry_in_seconds or 0:.0f} s)"
+    )
 
 
 def _behind_summary(

@@ -23,6 +23,7 @@ from laketide.table.format.timeline import redrawn
 from laketide.table.mirror.delta_mirror import DeltaMirror
 from laketide.table.reading.view_sync import ViewSync
 from laketide.writer.batch_writer import BatchWriter
+from laketide.writer.job.catalog_sync import CatalogService
 from laketide.writer.job.health import assess
 from laketide.writer.job.operations import Operations
 from laketide.writer.job.state import JobStateRecorder
@@ -57,6 +58,7 @@ class RunningJob:
     services: TableServices
     mirror: DeltaMirror | None = None
     state: JobStateRecorder | None = None  # the job's last word, kept with the table
+    catalog: CatalogService | None = None  # the catalog's entries, synced after each commit
     _waiting: tuple[float, Backlog | None] = field(
         default=(float("-inf"), None), init=False
     )  # (when listed, the landing backlog)
@@ -88,6 +90,7 @@ class RunningJob:
         threads call this as often as clients ask, so nothing here lists the table more often than that."""
         status = self.writer.status
         facts = self._table_facts(status.last_instant)
+        catalog = self.catalog.view() if self.catalog is not None else None
         landing = self._landing_backlog(status.recent)
         running_batch = status.current_batch is not None and (
             not status.recent or status.recent[-1].batch_id != status.current_batch
@@ -107,8 +110,15 @@ class RunningJob:
             index=facts.index,
             failures=status.failures,
             health=assess(
-                status.recent, status.failures, self.config.stream.trigger, landing, running_batch, facts.last_commit_at
+                status.recent,
+                status.failures,
+                self.config.stream.trigger,
+                landing,
+                running_batch,
+                facts.last_commit_at,
+                catalog=catalog,
             ),
+            catalog=catalog,
         )
 
     def _table_facts(self, last_instant: str | None) -> TableFacts:
@@ -162,8 +172,9 @@ class RunningJob:
         if self.mirror is not None:
             # a commit that came while the last services round ran started none
             self.mirror.catch_up()
-        # the catalog too, so an engine finds the last commit once the job is gone
-        self.services.run_once("catalog")
+        if self.catalog is not None:
+            # the catalog too, so an engine finds the last commit once the job is gone
+            self.catalog.finish()
         _log_pending(self.table)
         if self.state is not None:
             self.state.ended()

@@ -122,6 +122,8 @@ class WriterSession:
             if job is not None:
                 if failure is not None and job.state is not None:
                     job.state.ended(failure)
+                if job.catalog is not None:
+                    job.catalog.stop()
                 job.services.wait()
                 job.writer.close()
         finally:
@@ -151,6 +153,7 @@ def _assemble(config: JobConfig, table: Table, lease: Lease, writer_id: str, par
     mirror = mirror_for(config, table, views, coordinator.hold)
     index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas, coordinator.hold, batch_lock)
     status = WriterStatus()
+    catalog = catalog_service_for(config, table, views, coordinator.metrics)
     services = table_services(
         config,
         coordinator,
@@ -160,7 +163,7 @@ def _assemble(config: JobConfig, table: Table, lease: Lease, writer_id: str, par
         compactor,
         mirror,
         batch_lock,
-        catalog=catalog_service_for(config, table, views, coordinator.metrics),
+        catalog=catalog,
         status=status,
         gate=parts.services_gate,
     )
@@ -180,7 +183,7 @@ def _assemble(config: JobConfig, table: Table, lease: Lease, writer_id: str, par
         )
     # a compaction the previous run left pending is finished now, not only after the next commit
     services.after_commit()
-    return RunningJob(writer, threading.Event(), services, mirror, state)
+    return RunningJob(writer, threading.Event(), services, mirror, state, catalog)
 
 
 def _job_state(table: Table, coordinator: Coordinator, writer_id: str) -> JobStateRecorder:

@@ -29,6 +29,19 @@ class Health(BaseModel):
     last_error: str | None = None
 
 
+class CatalogView(BaseModel):
+    """Where the table's catalog entries stand, as ``GET /v1/writer`` shows them."""
+
+    catalog: str = Field(description="which catalog: its kind and where it is (no credentials)")
+    database: str
+    table: str = Field(description="the entry's name (a merge-on-read table's are <name>_ro and <name>_rt)")
+    synced: str | None = Field(default=None, description="the commit the entries stand at, as this job last saw them")
+    failing_since: float | None = Field(default=None, description="epoch seconds of the first failure of this outage")
+    failures: int = Field(default=0, description="the syncs that failed since the last one that got through")
+    last_error: str | None = None
+    retry_in_seconds: float | None = Field(default=None, description="when failing: until the next try")
+
+
 class IndexCoverage(BaseModel):
     shards: int
     file_groups: int
@@ -60,6 +73,7 @@ class WriterView(BaseModel):
         default=None, description="with no job in this server: the table's last job's own last word"
     )
     failures: list[Failure] = Field(default_factory=list, description="the job's recent failures, newest last")
+    catalog: CatalogView | None = Field(default=None, description="with [catalog] set: where the entries stand")
 
 
 class TableSummary(BaseModel):

@@ -48,12 +48,20 @@
         : '<p class="error" role="alert"><b>failed</b> the refresh answered ' + event.detail.xhr.status + "; showing the last answer</p>");
     }
   });
-  document.addEventListener("htmx:sendError", function (event) {
+  // a refresh the server never answers (a request stuck behind a busy writer) would hold the panel's next
+  // polls back for good, since htmx sends one request per element at a time: it is given up after POLL_TIMEOUT
+  const POLL_TIMEOUT = 15000;
+  document.addEventListener("htmx:configRequest", function (event) {
+    if (polls(event.detail.elt)) event.detail.timeout = POLL_TIMEOUT;
+  });
+  function unanswered(event) {
     if (polls(event.detail.elt)) {
       note(event.detail.elt, '<p class="error" role="alert"><b>unavailable</b> the server did not answer (has the job stopped?); ' +
         "showing the last answer and trying again</p>");
     }
-  });
+  }
+  document.addEventListener("htmx:sendError", unanswered);
+  document.addEventListener("htmx:timeout", unanswered);
   // the selected instant stays marked when the timeline refreshes
   let selected = null;
   document.addEventListener("click", function (event) {

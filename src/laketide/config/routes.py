@@ -64,6 +64,12 @@ class TableRoutes:
                 'a job of a whole database reads Debezium\'s change events from Kafka: set source.format = "kafka" and '
                 'source.envelope = "debezium" (one topic per source table, matched by source.kafka.topic_pattern)'
             )
+        catalog = config.catalog.table
+        if catalog is not None and "table" not in placeholders(catalog, "catalog.table"):
+            raise Invalid(
+                f"catalog.table {catalog!r} has no {{table}}: every table of the database would be registered under "
+                'one name. Leave it unset (each table under its own name) or write, say, "{db}_{table}"'
+            )
         if config.source.value_format != "json":
             raise Invalid(
                 "a job of a whole database reads the JSON converter's events; source.value_format = "
@@ -95,10 +101,26 @@ class TableRoutes:
                 else f"{write.quarantine_path.rstrip('/')}/{self.label(table.path)}"
             )
             write = write.model_copy(update={"quarantine_path": aside})
+        catalog = self.config.catalog.model_copy(update={"table": self._catalog_name(source)})
         # deep: a table's start settles its own sections (the lease its table recorded), not its neighbours'
         return self.config.model_copy(
-            update={"table": table, "source": source_section, "write": write, "tables": {}}, deep=True
+            update={"table": table, "source": source_section, "write": write, "catalog": catalog, "tables": {}},
+            deep=True,
         )
+
+    def _catalog_name(self, source: SourceTable) -> str:
+        """The table's catalog entry: ``catalog.table`` filled in, else the source table's name."""
+        template = self.config.catalog.table
+        if template is None:
+            return source.name
+        values = {"table": source.name, "schema": source.schema, "db": source.db, "topic": source.topic}
+        missing = [name for name in placeholders(template, "catalog.table") if not values[name]]
+        if missing:
+            raise Invalid(
+                f"catalog.table {template!r} names {{{missing[0]}}}, which source table {source.name}'s events do "
+                "not give; its events go to quarantine"
+            )
+        return template.format(**values)
 
     def _values(self, source: SourceTable) -> dict[str, str]:
         values = {"table": source.name, "schema": source.schema, "db": source.db, "topic": source.topic}

@@ -94,22 +94,22 @@ class TableOverride(TableKeys):
     """The source table's columns as Spark DDL; unset, the events' own."""
 
 
-def placeholders(path: str) -> list[str]:
-    """The ``{...}`` names in ``path``; an unknown one, or a format spec, is ``Invalid`` naming it."""
+def placeholders(template: str, key: str = "table.path") -> list[str]:
+    """The ``{...}`` names in ``template`` (the setting ``key``); an unknown one, or a format spec, is ``Invalid``
+    naming it."""
     found = []
     try:
-        parsed = list(string.Formatter().parse(path))
+        parsed = list(string.Formatter().parse(template))
     except ValueError as error:
         raise Invalid(
-            f"table.path {path!r} is not a valid template ({error}); write a literal brace as {{{{ or }}}}"
+            f"{key} {template!r} is not a valid template ({error}); write a literal brace as {{{{ or }}}}"
         ) from None
     for _, name, spec, conversion in parsed:
         if name is None:
             continue
         if name not in PLACEHOLDERS or spec or conversion:
             raise Invalid(
-                f"table.path {path!r} names {{{name}}}; a path may hold "
-                f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+                f"{key} {template!r} names {{{name}}}; it may hold {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
             )
         found.append(name)
     return found
