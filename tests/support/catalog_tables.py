@@ -1,5 +1,6 @@
 """Tables the catalog tests register: orders of every kind of column a catalog declares, partitioned by two
-fields, written through ``laketide.write``, and a ``delete_partition`` as the job runs one."""
+fields (or one, or none), written through ``laketide.write``; a ``delete_partition`` as the job runs one, and an
+operator's savepoint, restore and rollback."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import laketide as lt
 from laketide.coordinator import Coordinator, LocalLease
 from laketide.table import Table
 from laketide.table.format.schema import META_COLUMNS
+from laketide.writer.job.operations import Operations
 
 META = list(META_COLUMNS)
 SCHEMA = pa.schema(
@@ -54,13 +56,13 @@ def rows(ids, ts: int, regions=("eu", "us")) -> pa.Table:
     )
 
 
-def write(path, data, table_type="COPY_ON_WRITE", hive_style=False, **more):
+def write(path, data, table_type="COPY_ON_WRITE", hive_style=False, partition_by=("region", "shard"), **more):
     settings = {"write": {"index_shards": 2, "parallelism": 2}, "table": {"hive_style_partitioning": hive_style}}
     return lt.write(
         str(path),
         data,
         record_key="id",
-        partition_by=["region", "shard"],
+        partition_by=list(partition_by),
         ordering_field="ts",
         table_type=table_type,
         name="orders",
@@ -78,3 +80,10 @@ def delete_partition(path, data: pa.Table) -> None:
         upsert(table, Coordinator(table, lease, "ops"), 0, data.to_pylist(), data.schema, operation="delete_partition")
     finally:
         lease.release()
+
+
+def operate(path, action):
+    """``action(operations)`` under the table's lease, as ``laketide savepoint|restore|rollback`` runs it."""
+    table = Table.open(str(path))
+    with Operations.under_lease(table, LocalLease.for_table(table.uri, job_id="ops")) as operations:
+        return action(operations)
