@@ -131,3 +131,16 @@ def test_labels_quarantine_paths_and_what_tells_tables_apart():
     first, second = r.config_for(orders), r.config_for(SourceTable("lines", "public"))
     first.coordinator.lease = "storage"
     assert second.coordinator.lease == "local"
+
+
+def test_each_table_is_registered_under_its_own_name_or_the_catalog_template():
+    hive = ["catalog.kind=hive", "catalog.uri=thrift://metastore:9083", "catalog.database=lake"]
+    orders = SourceTable("orders", "public", "inventory", "pg.public.orders")
+    assert routes(*hive, "table.name=all").config_for(orders).catalog.table == "orders", "not table.name: one for all"
+    named = routes(*hive, "catalog.table={db}_{schema}_{table}").config_for(orders).catalog
+    assert named.table == "inventory_public_orders" and named.database == "lake"
+    with pytest.raises(Invalid, match=r"catalog.table 'orders' has no \{table\}.*registered under one name"):
+        routes(*hive, "catalog.table=orders")
+    with pytest.raises(Invalid, match=r"names \{db\}, which source table orders's events do not give"):
+        routes(*hive, "catalog.table={db}_{table}").config_for(SourceTable("orders", "public", None, "pg.orders"))
+    assert routes().config_for(orders).catalog.kind is None, "unset [catalog]: nothing registered"

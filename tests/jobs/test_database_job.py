@@ -145,7 +145,7 @@ def all_equal(root, tables: dict[str, PostgresTable]) -> bool:
     return all(read(root, source) == model(source) for source in tables.values())
 
 
-def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while_it_runs(kafka, tmp_path):
+def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while_it_runs(kafka, metastore, tmp_path):
     tables = database()
     for source in tables.values():
         kafka.create_topic(source.topic, 3)
@@ -156,7 +156,8 @@ def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while
     kafka.produce("pg.transaction", 0, None, TRANSACTION_END)
     port = free_port()
     settings = {"coordinator.api_port": str(port), "coordinator.api_token": TOKEN}
-    job = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap, **settings)], tmp_path / "job.log").start()
+    catalog = {"catalog.kind": "hive", "catalog.uri": metastore.uri, "catalog.database": "shop"}
+    job = Job([CLI, "run", *conf(tmp_path, kafka.bootstrap, **settings, **catalog)], tmp_path / "job.log").start()
     try:
         wait_until(lambda: job.running() and all_equal(tmp_path, tables), 240, "three tables equal to their models")
         send(kafka, tables["orders"], upserts(tables["orders"], (1, 2, 30), 1) + deletes(tables["orders"], (4, 5)))
@@ -186,6 +187,24 @@ def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while
     assert (tmp_path / "lake" / "orders" / "eu").is_dir()  # [tables.orders] partition_by
     properties = (tmp_path / "lake" / "lines" / ".hoodie" / "hoodie.properties").read_text()
     assert "hoodie.table.recordkey.fields=order_id,line" in properties
+    every_table_registered(metastore, tmp_path / "lake")
+
+
+def every_table_registered(metastore, lake: Path) -> None:
+    """Each table of the database in the metastore under its own name, both of a merge-on-read table's entries at
+    its last commit, the job's end included."""
+    with metastore.client() as client:
+        names = sorted(client.get_all_tables("shop"))
+        assert names == sorted(f"{t}_{q}" for t in ("customers", "lines", "orders", "refunds") for q in ("ro", "rt"))
+        for name in names:
+            table = Table.open(str(lake / name.rsplit("_", 1)[0]))
+            latest = table.timeline.latest_completed_write()
+            entry = client.get_table("shop", name)
+            assert latest is not None and entry.parameters["last_commit_time_sync"] == latest.timestamp, name
+            assert entry.sd.location == f"file:{table.uri}"
+        assert sorted(p.values[0] for p in client.get_partitions("shop", "orders_rt", -1)) == sorted(
+            {s.partition for s in Table.open(str(lake / "orders")).file_system_view().latest_slices()}
+        )
 
 
 def operators_see_every_table(api: str, root: Path) -> None:
