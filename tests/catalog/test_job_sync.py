@@ -5,6 +5,7 @@ minute under a running job is caught up with once it is back, though no commit f
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import time
@@ -116,3 +117,26 @@ def test_a_metastore_that_is_down_fails_no_micro_batch(tmp_path):
     table = Table.open(str(tmp_path / "table"))
     assert len(table.timeline.completed_writes()) == len(BATCHES)
     assert rows(hudi_read(table.uri), "id", DATA_COLUMNS) == expected_after(BATCHES)
+
+
+def test_kill_9_at_any_point_of_the_syncs_then_the_next_start_converges(metastore, tmp_path):
+    """A job syncing after every commit is killed (the whole process tree, -9) a moment after its second commit,
+    three times: an entry made without its partitions, partitions without the marks, marks not yet moved. The
+    next run that ends brings the entries to the table, and the table equals its model."""
+    feeder = Feeder(tmp_path, seed=99, interval=(0.2, 0.8))
+    catalog = ["catalog.kind=hive", f"catalog.uri={metastore.uri}", "catalog.database=lake", "catalog.table=killed"]
+    feeder.start()
+    rng = random.Random(99)
+    try:
+        for cycle in range(3):
+            log = tmp_path / f"job-{cycle}.log"
+            job = Job(job_args(tmp_path, trigger="1 second", extra=catalog), log).start()
+            wait_until(lambda log=log: log.read_text(errors="replace").count(" committed ") >= 2, 240, "commits", job=job)
+            time.sleep(rng.uniform(0.0, 2.0))
+            job.kill()
+    finally:
+        feeder.stop()
+    done = subprocess.run(job_args(tmp_path, extra=catalog), capture_output=True, text=True, timeout=600, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _registered(metastore, "killed", Table.open(str(tmp_path / "table")))
+    assert rows(hudi_read(str(tmp_path / "table")), "id", DATA_COLUMNS) == feeder.expected()
