@@ -34,6 +34,11 @@ LAST_SYNCED = "last_commit_time_sync"
 LAST_COMPLETION_SYNCED = "last_commit_completion_time_sync"
 # hoodie.datasource.hive_sync.schema_string_length_thresh: Spark's schema is split into parts of at most this
 SCHEMA_PART_CHARS = 4000
+# a Delta table's entry: the formats Spark gives a data-source table Hive cannot read itself
+# (``HiveExternalCatalog.newSparkSQLSpecificMetastoreTable``), so a Hive reader never takes the folder for parquet
+DELTA_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileInputFormat"
+DELTA_OUTPUT_FORMAT = "org.apache.hadoop.hive.ql.io.HiveSequenceFileOutputFormat"
+DELTA_SERDE = "org.apache.hadoop.hive.serde2.lazy.LazySimpleSerDe"
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,25 @@ def table_entries(
         )
         for entry_name, input_format, read_optimized in made
     ]
+
+
+def delta_entry(schema: pa.Schema, location: str, name: str, support_timestamp: bool = False) -> TableEntry:
+    """The entry of the table's Delta mirror (its ``_delta_log`` beside the Hudi timeline): what Delta readers take
+    for a Delta table, Spark's provider ``delta`` and the ``table_type = DELTA`` Athena reads Delta tables by.
+    Delta keeps the partitions and the schema in its log, so the entry has no partition keys; its columns (the
+    mirror's: meta columns included) are for engines that list them."""
+    stored = with_meta_schema(schema)
+    return TableEntry(
+        name,
+        location,
+        [(f.name.lower(), hive_type(f.type, support_timestamp)) for f in stored],
+        [],
+        DELTA_INPUT_FORMAT,
+        DELTA_OUTPUT_FORMAT,
+        DELTA_SERDE,
+        serde_parameters={"path": location, "serialization.format": "1"},
+        parameters={"EXTERNAL": "TRUE", "spark.sql.sources.provider": "delta", "table_type": "DELTA"},
+    )
 
 
 def _spark_properties(schema: pa.Schema, partition_fields: list[str]) -> dict[str, str]:

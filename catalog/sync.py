@@ -5,8 +5,8 @@ An entry is made without its sync state, given its partitions, then marked synce
 an entry whose mark is the table's latest commit and whose definition is the table's is left alone after one
 call. Partitions are compared with the table's live ones (those with a file group in the latest file slices), so
 what a ``delete_partition``, a rollback or a restore took away goes too, and a partition that moved is placed
-again. A table of the same name that is not this one (another location, not read as Hudi) is refused, never
-overwritten.
+again. A table of the same name that is not this one (another location, or another kind: not read as Hudi, not
+a Delta table for the mirror's entry) is refused, never overwritten.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from laketide.catalog.entries import (
     PartitionEntry,
     TableEntry,
     catalog_location,
+    delta_entry,
     partition_entry,
     table_entries,
 )
@@ -30,6 +31,7 @@ from laketide.table import Table
 from laketide.table.errors import ErrorKind, LaketideError
 from laketide.table.format.timeline import Timeline
 from laketide.table.format.view import FileSystemView
+from laketide.table.mirror.delta_mirror import has_mirror
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +77,19 @@ class CatalogSync:
     """Keeps ``catalog``'s entries of one table (``name`` in ``database``) equal to the table. One thread at a time
     (the sync of a job runs in its services' thread)."""
 
-    def __init__(self, catalog: Catalog, database: str, name: str, support_timestamp: bool = False):
+    def __init__(
+        self,
+        catalog: Catalog,
+        database: str,
+        name: str,
+        support_timestamp: bool = False,
+        delta_name: str | None = None,
+    ):
+        """``delta_name``: the name of one more entry, of the table's Delta mirror (registered once the table has
+        its Delta log)."""
         self.catalog, self.database, self.name = catalog, database, name
         self.support_timestamp = support_timestamp
+        self.delta_name = delta_name
         self._database_seen = False
 
     def sync(self, table: Table, timeline: Timeline | None = None, view: FileSystemView | None = None) -> SyncResult:
@@ -99,6 +111,9 @@ class CatalogSync:
         wanted = self._partitions(table, view, location)
         for entry in table_entries(table.config, schema, location, self.name, self.support_timestamp):
             result.entries.append(self._entry(entry, wanted, marks))
+        if self.delta_name is not None and has_mirror(table.io):
+            delta = delta_entry(schema, location, self.delta_name, self.support_timestamp)
+            result.entries.append(self._entry(delta, {}, marks))
         if result.changed:
             log.info(result.line())
         return result
@@ -143,8 +158,12 @@ class CatalogSync:
 
     def _refuse_if_foreign(self, current: TableEntry, entry: TableEntry) -> None:
         ours = current.location.rstrip("/") == entry.location.rstrip("/")
-        hudi = current.input_format in (INPUT_FORMAT, REALTIME_INPUT_FORMAT)
-        if not (ours and hudi):
+        provider = "spark.sql.sources.provider"
+        if entry.input_format in (INPUT_FORMAT, REALTIME_INPUT_FORMAT):
+            same_kind = current.input_format in (INPUT_FORMAT, REALTIME_INPUT_FORMAT)
+        else:
+            same_kind = current.parameters.get(provider) == entry.parameters.get(provider)
+        if not (ours and same_kind):
             raise LaketideError(
                 f"{self.catalog.name}: {self.database}.{entry.name} is another table (at {current.location}, read "
                 f"as {current.input_format}), not this one at {entry.location}: it is left as it is; give "

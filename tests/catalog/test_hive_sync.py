@@ -139,3 +139,36 @@ def test_a_metastore_that_is_not_there_is_an_unavailable_error_naming_it(tmp_pat
     write(path, rows(range(2), 1))
     code, _, err = laketide("sync", str(path), "--catalog", "hive", "--uri", "thrift://127.0.0.1:9", "--database", "x")
     assert code == 6 and "thrift://127.0.0.1:9" in err, err
+
+
+def test_the_delta_mirror_gets_an_entry_delta_readers_recognise(metastore, tmp_path):
+    """``--delta-table``: one more entry, of the table's Delta log, as Spark registers a Delta table (provider
+    ``delta``, no partition keys: Delta keeps them in its log) with Athena's ``table_type = DELTA``; delta-rs reads
+    the rows at the entry's location. A table without a Delta log is refused, saying how to make one."""
+    from deltalake import DeltaTable
+    from readback import hudi_read
+
+    path = tmp_path / "orders"
+    write(path, rows(range(6), 1))
+    code, _, err = laketide("sync", str(path), "--catalog", "hive", "--uri", metastore.uri, "--database", "delta",
+                            "--delta-table", "orders_delta")  # fmt: skip
+    assert code == 2 and "no Delta log" in err and "laketide mirror" in err, err
+    code, _, err = laketide("mirror", str(path))
+    assert code == 0, err
+    result = sync(metastore, path, "delta", "--delta-table", "orders_delta")
+    assert [e["name"] for e in result["entries"]] == ["orders", "orders_delta"]
+    entry, partitions = registered(metastore, "delta", "orders_delta")
+    assert entry.parameters["spark.sql.sources.provider"] == "delta" and entry.parameters["table_type"] == "DELTA"
+    assert entry.tableType == "EXTERNAL_TABLE" and entry.partitionKeys == [] and partitions == []
+    assert entry.sd.serdeInfo.parameters["path"] == entry.sd.location == f"file:{path}"
+    assert entry.sd.inputFormat == "org.apache.hadoop.mapred.SequenceFileInputFormat"
+    delta = DeltaTable(entry.sd.location.removeprefix("file:")).to_pyarrow_table()
+    columns = ["id", "name", "ts", "region", "shard"]
+    assert sorted(delta.select(columns).to_pylist(), key=lambda r: r["id"]) == sorted(
+        hudi_read(path).select(columns).to_pylist(), key=lambda r: r["id"]
+    )
+    write(path, rows(range(6, 9), 2))  # a later commit: both entries move (the writer keeps the mirror current)
+    again = sync(metastore, path, "delta", "--delta-table", "orders_delta")
+    assert all(not e["created"] for e in again["entries"])
+    entry, _ = registered(metastore, "delta", "orders_delta")
+    assert entry.parameters["last_commit_time_sync"] == again["instant"]

@@ -33,10 +33,13 @@ def run(root, *catalog: str) -> subprocess.CompletedProcess:
 
 def test_the_job_registers_its_table_and_its_last_commit_before_it_exits(metastore, tmp_path):
     land_all(tmp_path, BATCHES)
-    done = run(tmp_path, f"catalog.uri={metastore.uri}")
+    done = run(tmp_path, f"catalog.uri={metastore.uri}", "mirror.delta=true", "catalog.delta_table=orders_delta")
     assert done.returncode == 0, done.stderr[-3000:]
     table = Table.open(str(tmp_path / "table"))
     _registered(metastore, "orders", table)
+    with metastore.client() as client:
+        delta = client.get_table("lake", "orders_delta")
+    assert delta.parameters["spark.sql.sources.provider"] == "delta" and delta.sd.location == f"file:{table.uri}"
     with metastore.client() as client:
         partitions = client.get_partitions("lake", "orders", -1)
     # the values decoded, the folders as they are (Hudi's sync unescapes URL-encoded partition paths)
@@ -67,6 +70,10 @@ def _writer(api: str) -> dict:
 def _synced_to_last(view: dict) -> bool:
     catalog = view.get("catalog") or {}
     return bool(view.get("last_instant")) and catalog.get("synced") == view["last_instant"]
+
+
+def _commits(log) -> int:
+    return log.read_text(errors="replace").count(" committed ")
 
 
 OUTAGE_SECONDS = 60
@@ -109,6 +116,13 @@ def test_a_metastore_down_for_a_minute_fails_no_micro_batch_and_the_entries_catc
     assert rows(hudi_read(str(tmp_path / "table")), "id", DATA_COLUMNS) == feeder.expected()
 
 
+def test_a_delta_entry_without_the_mirror_is_refused_at_start_naming_the_keys(tmp_path):
+    land_all(tmp_path, BATCHES[:1])
+    done = run(tmp_path, "catalog.uri=thrift://127.0.0.1:9", "catalog.delta_table=orders_delta")
+    assert done.returncode != 0 and "catalog.delta_table" in done.stderr and "mirror.delta = true" in done.stderr
+    assert not (tmp_path / "table").exists(), "a refused job writes nothing"
+
+
 def test_a_metastore_that_is_down_fails_no_micro_batch(tmp_path):
     land_all(tmp_path, BATCHES)
     done = run(tmp_path, "catalog.uri=thrift://127.0.0.1:9")
@@ -131,7 +145,7 @@ def test_kill_9_at_any_point_of_the_syncs_then_the_next_start_converges(metastor
         for cycle in range(3):
             log = tmp_path / f"job-{cycle}.log"
             job = Job(job_args(tmp_path, trigger="1 second", extra=catalog), log).start()
-            wait_until(lambda log=log: log.read_text(errors="replace").count(" committed ") >= 2, 240, "commits", job=job)
+            wait_until(lambda log=log: _commits(log) >= 2, 240, "two commits", job=job)
             time.sleep(rng.uniform(0.0, 2.0))
             job.kill()
     finally:

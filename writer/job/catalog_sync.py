@@ -165,5 +165,7 @@ def catalog_service_for(config: JobConfig, table: Table, views: ViewSync, metric
     if section.kind is None or section.database is None:
         return None
     client = open_catalog(section.kind, section.uri, section.options or config.storage.options)
-    sync = CatalogSync(client, section.database, section.table or table.name, section.support_timestamp)
+    sync = CatalogSync(
+        client, section.database, section.table or table.name, section.support_timestamp, section.delta_table
+    )
     return CatalogService(sync, table, views, metrics)

@@ -22,6 +22,10 @@ def sync(
     database: Annotated[str, typer.Option(help="the database to register it in; made when missing")],
     uri: Annotated[str | None, typer.Option(help="hive: thrift://host:9083 (several, comma-separated)")] = None,
     name: Annotated[str | None, typer.Option("--table", help="the entry's name (default: the table's name)")] = None,
+    delta_table: Annotated[
+        str | None,
+        typer.Option(help="one more entry under this name, of the table's Delta mirror (a table with a Delta log)"),
+    ] = None,
     support_timestamp: Annotated[
         bool, typer.Option(help="declare timestamp columns timestamp, not bigint (Hudi's support_timestamp)")
     ] = False,
@@ -39,11 +43,18 @@ def sync(
     """Register TABLE in a catalog as Apache Hudi's sync does (merge-on-read: NAME_ro and NAME_rt), or bring its
     entries up to date: columns, partitions, the last commit synced."""
     from laketide.catalog import CatalogSync, open_catalog
+    from laketide.table.errors import Invalid
+    from laketide.table.mirror.delta_mirror import has_mirror
 
     t = open_table(table)
+    if delta_table is not None and not has_mirror(t.io):
+        raise Invalid(
+            f"--delta-table {delta_table}: {t.uri} has no Delta log (_delta_log) to register; a job with "
+            "mirror.delta = true writes one, as does `laketide mirror TABLE`"
+        )
     client = open_catalog(catalog, uri, storage_pairs(catalog_option or []) or dict(STORAGE_OPTIONS.get()))
     try:
-        result = CatalogSync(client, database, name or t.name, support_timestamp).sync(t)
+        result = CatalogSync(client, database, name or t.name, support_timestamp, delta_table).sync(t)
     finally:
         client.close()
     out = Output(as_json)

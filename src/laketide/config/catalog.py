@@ -21,6 +21,10 @@ class CatalogSection(Section):
     """The database the table is registered in; made when missing."""
     table: str | None = None
     """The entry's name (default: ``table.name``); a merge-on-read table is ``<name>_ro`` and ``<name>_rt``."""
+    delta_table: str | None = None
+    """With ``mirror.delta = true``: one more entry, of the Delta mirror, under this name (Spark's provider
+    ``delta``, Athena's ``table_type = DELTA``), so engines without Hudi read the same files as Delta by name. In a
+    database job it holds ``{table}`` as ``table`` may."""
     support_timestamp: bool = False
     """Declare timestamp columns ``timestamp``; off, they are ``bigint`` (microseconds), as Hudi's sync does by
     default (``hoodie.datasource.hive_sync.support_timestamp``)."""

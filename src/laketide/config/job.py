@@ -254,6 +254,14 @@ class JobConfig(Section):
     database: DatabaseSection = Field(default_factory=DatabaseSection)
 
     @model_validator(mode="after")
+    def _delta_entry_needs_the_mirror(self) -> JobConfig:
+        if self.catalog.delta_table and not self.mirror.delta:
+            raise ValueError(
+                "catalog.delta_table registers the table's Delta mirror: set mirror.delta = true, or leave it unset"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _tables_need_a_template(self) -> JobConfig:
         if "table" not in placeholders(self.table.path) and self.tables:
             raise ValueError(

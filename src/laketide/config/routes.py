@@ -64,12 +64,12 @@ class TableRoutes:
                 'a job of a whole database reads Debezium\'s change events from Kafka: set source.format = "kafka" and '
                 'source.envelope = "debezium" (one topic per source table, matched by source.kafka.topic_pattern)'
             )
-        catalog = config.catalog.table
-        if catalog is not None and "table" not in placeholders(catalog, "catalog.table"):
-            raise Invalid(
-                f"catalog.table {catalog!r} has no {{table}}: every table of the database would be registered under "
-                'one name. Leave it unset (each table under its own name) or write, say, "{db}_{table}"'
-            )
+        for key, template in (("table", config.catalog.table), ("delta_table", config.catalog.delta_table)):
+            if template is not None and "table" not in placeholders(template, f"catalog.{key}"):
+                raise Invalid(
+                    f"catalog.{key} {template!r} has no {{table}}: every table of the database would be registered "
+                    'under one name. Write, say, "{db}_{table}"' + (" or leave it unset" if key == "table" else "")
+                )
         if config.source.value_format != "json":
             raise Invalid(
                 "a job of a whole database reads the JSON converter's events; source.value_format = "
@@ -101,23 +101,24 @@ class TableRoutes:
                 else f"{write.quarantine_path.rstrip('/')}/{self.label(table.path)}"
             )
             write = write.model_copy(update={"quarantine_path": aside})
-        catalog = self.config.catalog.model_copy(update={"table": self._catalog_name(source)})
+        section = self.config.catalog
+        names = {"table": self._catalog_name(source, "table", section.table or "{table}")}
+        if section.delta_table is not None:
+            names["delta_table"] = self._catalog_name(source, "delta_table", section.delta_table)
+        catalog = section.model_copy(update=names)
         # deep: a table's start settles its own sections (the lease its table recorded), not its neighbours'
         return self.config.model_copy(
             update={"table": table, "source": source_section, "write": write, "catalog": catalog, "tables": {}},
             deep=True,
         )
 
-    def _catalog_name(self, source: SourceTable) -> str:
-        """The table's catalog entry: ``catalog.table`` filled in, else the source table's name."""
-        template = self.config.catalog.table
-        if template is None:
-            return source.name
+    def _catalog_name(self, source: SourceTable, key: str, template: str) -> str:
+        """The name of the table's catalog entry ``catalog.<key>``: ``template`` filled in for ``source``."""
         values = {"table": source.name, "schema": source.schema, "db": source.db, "topic": source.topic}
-        missing = [name for name in placeholders(template, "catalog.table") if not values[name]]
+        missing = [name for name in placeholders(template, f"catalog.{key}") if not values[name]]
         if missing:
             raise Invalid(
-                f"catalog.table {template!r} names {{{missing[0]}}}, which source table {source.name}'s events do "
+                f"catalog.{key} {template!r} names {{{missing[0]}}}, which source table {source.name}'s events do "
                 "not give; its events go to quarantine"
             )
         return template.format(**values)
