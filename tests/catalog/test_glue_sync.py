@@ -62,3 +62,40 @@ def test_a_merge_on_read_table_is_two_glue_entries(s3, tmp_path):
     sync(s3, path, "mor")
     names = sorted(t["Name"] for t in glue(s3).get_tables(DatabaseName="mor")["TableList"])
     assert names == ["orders_ro", "orders_rt"]
+
+
+def test_a_job_syncing_to_glue_shows_its_credentials_nowhere(s3, tmp_path):
+    """``laketide run`` with ``catalog.kind = "glue"`` and a secret key: the entry is made, and the secret is in
+    neither the job's log, ``GET /v1/writer`` nor ``/metrics``."""
+    import signal
+
+    import httpx
+    from chaoslib import Feeder, Job, free_port, job_args, wait_until
+
+    feeder = Feeder(tmp_path, seed=7)
+    feeder.land_one()
+    port = free_port()
+    secret = "glue-secret-81-not-a-word"  # moto takes any key; the fixture's own is too common a word to look for
+    reach = {**s3, "aws_secret_access_key": secret}
+    catalog = ["catalog.kind=glue", "catalog.database=secrets", "catalog.table=orders"] + [
+        f"catalog.options.{k}={reach[k]}"
+        for k in ("aws_endpoint_url", "aws_access_key_id", "aws_secret_access_key", "aws_region")
+    ]
+    job = Job(job_args(tmp_path, api_port=port, trigger="1 second", extra=catalog), tmp_path / "job.log").start()
+    api = f"http://127.0.0.1:{port}"
+
+    def synced() -> bool:
+        try:
+            view = httpx.get(f"{api}/v1/writer", timeout=10).json()
+        except httpx.HTTPError:
+            return False
+        return bool(view.get("last_instant")) and (view.get("catalog") or {}).get("synced") == view["last_instant"]
+
+    try:
+        wait_until(synced, 240, "the entry synced", poll=1, job=job)
+        seen = httpx.get(f"{api}/v1/writer", timeout=10).text + httpx.get(f"{api}/metrics", timeout=10).text
+    finally:
+        job.signal(signal.SIGINT)
+        job.wait(120)
+    assert glue(s3).get_table(DatabaseName="secrets", Name="orders")["Table"]["Name"] == "orders"
+    assert secret not in seen and secret not in (tmp_path / "job.log").read_text(errors="replace")
