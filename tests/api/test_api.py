@@ -93,6 +93,7 @@ def test_file_groups_writer_lease_metrics_health(server, written):
         "health": None,
         "failures": [],
         "last_job": None,
+        "catalog": None,
     }
     assert httpx.get(f"{base}/v1/lease").json() == {"held": False, "holder": None}
     metrics = httpx.get(f"{base}/metrics").text
