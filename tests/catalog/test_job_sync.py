@@ -145,9 +145,11 @@ def test_kill_9_at_any_point_of_the_syncs_then_the_next_start_converges(metastor
         for cycle in range(3):
             log = tmp_path / f"job-{cycle}.log"
             job = Job(job_args(tmp_path, trigger="1 second", extra=catalog), log).start()
-            wait_until(lambda log=log: _commits(log) >= 2, 240, "two commits", job=job)
-            time.sleep(rng.uniform(0.0, 2.0))
-            job.kill()
+            try:
+                wait_until(lambda log=log: _commits(log) >= 2, 240, "two commits", job=job)
+                time.sleep(rng.uniform(0.0, 2.0))
+            finally:
+                job.kill()
     finally:
         feeder.stop()
     done = subprocess.run(job_args(tmp_path, extra=catalog), capture_output=True, text=True, timeout=600, env=ENV)
