@@ -159,8 +159,9 @@ class CatalogSync:
     def _refuse_if_foreign(self, current: TableEntry, entry: TableEntry) -> None:
         ours = current.location.rstrip("/") == entry.location.rstrip("/")
         provider = "spark.sql.sources.provider"
-        if entry.input_format in (INPUT_FORMAT, REALTIME_INPUT_FORMAT):
-            same_kind = current.input_format in (INPUT_FORMAT, REALTIME_INPUT_FORMAT)
+        hudi = (INPUT_FORMAT, REALTIME_INPUT_FORMAT)
+        if entry.input_format in hudi:
+            same_kind = current.input_format in hudi
         else:
             same_kind = current.parameters.get(provider) == entry.parameters.get(provider)
         if not (ours and same_kind):

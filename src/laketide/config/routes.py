@@ -40,6 +40,11 @@ class SourceTable:
     topic: str | None = None
 
     @property
+    def values(self) -> dict[str, str | None]:
+        """What each placeholder of a template (``table.path``, ``catalog.table``) stands for."""
+        return {"table": self.name, "schema": self.schema, "db": self.db, "topic": self.topic}
+
+    @property
     def name(self) -> str:
         """The source table's name: the event's ``source.table``, else the topic name's last dot-separated part."""
         if self.table:
@@ -114,7 +119,7 @@ class TableRoutes:
 
     def _catalog_name(self, source: SourceTable, key: str, template: str) -> str:
         """The name of the table's catalog entry ``catalog.<key>``: ``template`` filled in for ``source``."""
-        values = {"table": source.name, "schema": source.schema, "db": source.db, "topic": source.topic}
+        values = source.values
         missing = [name for name in placeholders(template, f"catalog.{key}") if not values[name]]
         if missing:
             raise Invalid(
@@ -124,7 +129,7 @@ class TableRoutes:
         return template.format(**values)
 
     def _values(self, source: SourceTable) -> dict[str, str]:
-        values = {"table": source.name, "schema": source.schema, "db": source.db, "topic": source.topic}
+        values, checked = source.values, {}
         for placeholder in self.names:
             value = values[placeholder]
             if not value or not _SAFE.match(value) or value in (".", ".."):
@@ -132,7 +137,8 @@ class TableRoutes:
                     f"the source's {placeholder} {value!r} cannot name a folder of {self.config.table.path!r}; "
                     "its events go to quarantine"
                 )
-        return {p: values[p] for p in self.names}
+            checked[placeholder] = value
+        return checked
 
     def path_of(self, source: SourceTable) -> str:
         """``source``'s table path: the template filled in (a name that could leave its folder refused)."""
