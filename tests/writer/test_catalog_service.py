@@ -65,7 +65,8 @@ class MemoryCatalog:
 
 
 class Timers:
-    """``threading.Timer``'s signature, fired by the test."""
+    """``threading.Timer``'s signature: a sync asked for after a commit (no delay) runs when started, in the test's
+    thread; a timed retry is listed in ``made`` and fired by the test."""
 
     def __init__(self):
         self.made: list[Timers.Timer] = []
@@ -82,13 +83,17 @@ class Timers:
 
         def start(self):
             self.started = True
+            if not self.interval:
+                self.function()
 
         def cancel(self):
             self.cancelled = True
 
     def __call__(self, interval, function):
-        self.made.append(Timers.Timer(interval, function))
-        return self.made[-1]
+        timer = Timers.Timer(interval, function)
+        if interval:
+            self.made.append(timer)
+        return timer
 
 
 def _service(tmp_path, catalog):

@@ -1,8 +1,10 @@
-"""A running writer's catalog sync: after each commit, in the table services' thread, the catalog's entries are
-brought up to the commit (``catalog.CatalogSync``). A catalog that fails (unreachable, or refusing) never fails the
-commit, a micro-batch or the other services: the failure is counted and logged when it starts, and a retry is
-timed, each waiting longer (up to ``MAX_BACKOFF_SECONDS``), so the entries catch up after an outage even when no
-commit follows it. The first sync that gets through catches up to the newest commit, whatever was missed."""
+"""A running writer's catalog sync: after each commit the catalog's entries are brought up to the commit
+(``catalog.CatalogSync``), in a thread of the sync's own, so that a catalog that hangs until its timeout holds up
+neither the micro-batches nor the services after it (a compaction waiting behind a sync would leave a merge-on-read
+table's logs growing). A catalog that fails (unreachable, or refusing) never fails the commit, a micro-batch or the
+other services: the failure is counted and logged when it starts, and a retry is timed, each waiting longer (up to
+``MAX_BACKOFF_SECONDS``), so the entries catch up after an outage even when no commit follows it. The first sync
+that gets through catches up to the newest commit, whatever was missed."""
 
 from __future__ import annotations
 
@@ -35,12 +37,13 @@ class _State:
 
 class CatalogService:
     """Syncs ``table``'s entries after commits, never raising. ``clock``: monotonic seconds, for the backoff;
-    ``timer``: makes the retry after a failure (``threading.Timer``'s signature).
+    ``timer``: makes the thread a sync runs in, at once after a commit or timed after a failure
+    (``threading.Timer``'s signature).
 
-    Threads: the services' thread calls ``run`` after each commit, the retry timer's thread calls it after a
-    failure, the job's thread calls ``finish``. One sync runs at a time (``_one``); a call that finds one running
-    has it run once more when done (``_again``), so the newest commit is not missed. ``_state`` is replaced whole:
-    the API's threads read it without a lock."""
+    Threads: the services' thread calls ``run`` after each commit, which starts a sync's thread; the job's thread
+    calls ``finish``. One sync runs at a time (``_one``); a thread that finds one running has it run once more when
+    done (``_again``), so the newest commit is not missed. ``_state`` is replaced whole: the API's threads read it
+    without a lock."""
 
     def __init__(
         self,
@@ -63,10 +66,10 @@ class CatalogService:
         self._finished = False
 
     def run(self) -> None:
-        """Bring the entries up to the newest commit, unless a failure's backoff has not run out (its timed retry
-        comes then)."""
+        """Have the entries brought up to the newest commit, in the sync's own thread; nothing while a failure's
+        backoff runs (its timed retry comes then)."""
         if self.clock() >= self._next_try:
-            self._sync()
+            self._start(0.0)
 
     def finish(self) -> None:
         """The job ends: no more retries, and one last try whatever the backoff, so that an engine finds the last
@@ -145,17 +148,20 @@ class CatalogService:
                 exc_info=not isinstance(exc, LaketideError),
             )
         self._state = _State(state.synced, state.failing_since or time.time(), state.failures + 1, first_line(exc))
-        self._time_retry()
+        self._start(self._backoff)
 
-    def _time_retry(self) -> None:
+    def _start(self, delay: float) -> None:
+        """A sync in a thread of its own, at once or (a retry) after ``delay`` seconds; none once the job finished."""
         with self._lock:
             if self._finished:
                 return
-            if self._retry is not None:
-                self._retry.cancel()
-            self._retry = self.timer(self._backoff, self._sync)
-            self._retry.daemon = True
-            self._retry.start()
+            thread = self.timer(delay, self._sync)
+            thread.daemon = True  # a sync hanging on a catalog never holds the process up
+            if delay:
+                if self._retry is not None:
+                    self._retry.cancel()
+                self._retry = thread
+        thread.start()
 
 
 def catalog_service_for(config: JobConfig, table: Table, views: ViewSync, metrics: Metrics) -> CatalogService | None:
