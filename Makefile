@@ -3,7 +3,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install system-deps test-servers test lint docs test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-job-memory bench-api bench-database bench-freshness clean wheel
+.PHONY: install system-deps test-servers test lint docs test-spark42 screenshots demo bench bench-upsert bench-tasks bench-scale bench-object-store bench-kafka bench-memory bench-job-memory bench-api bench-database bench-freshness bench-catalog-down clean wheel
 
 # after system-deps: the install compiles laketide's C key hashing (setup.py)
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard index/_keyhash*.c index/_keyhash.h) | system-deps
@@ -62,6 +62,12 @@ bench: install system-deps .venv-paimon/.installed
 	$(PYTHON) -m venv .venv-paimon
 	.venv-paimon/bin/python -m pip install -q 'pypaimon==2.1.0' psutil numpy
 	touch $@
+
+# the peers' workload with [catalog] set to a metastore that never answers, beside the same jobs without it
+bench-catalog-down: install system-deps
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/peers.py --engines laketide-cow,laketide-mor,laketide-cow-catalog-down,laketide-mor-catalog-down,delta-rs \
+		--out bench/results/peers-catalog-down.json
 
 # laketide against delta-rs on 1M and 10M rows, with the steps of a micro-batch
 bench-upsert: install system-deps

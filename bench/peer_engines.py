@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -65,19 +66,50 @@ def _live_size(paths: Iterator[str], result: Result) -> None:
 # -- laketide and delta-rs: the upsert bench's runs ------------------------------------------------
 
 
-def laketide(table_type: str) -> Callable[[Path, Shape, int | None], Result]:
+def laketide(table_type: str, catalog_down: bool = False) -> Callable[[Path, Shape, int | None], Result]:
     def run(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
         files = landing_files(workdir, None)  # the job takes every landing file
         conf = tuple(json.loads((workdir / "workload.json").read_text()).get("laketide_conf", ()))
+        hung = hung_metastore() if catalog_down else None
+        if hung is not None:
+            conf += hung[1]
         # the job reads the files in its own processes, warmed by its warm-up job: here only their pages are
         # read in, without Arrow, whose freed memory this process (the job's driver) would keep and be measured with
         for path in files:
             path.read_bytes()
-        return run_laketide(
+        result = run_laketide(
             workdir, workdir / "landing", lambda: expected_rows(files), 4, table_type, 1, shape, extra=conf
         )
+        if hung is not None and not _was_called(hung[0]):
+            raise SystemExit("the job never called its catalog: the run says nothing of an outage")
+        return result
 
     return run
+
+
+def hung_metastore() -> tuple[socket.socket, tuple[str, ...]]:
+    """A ``[catalog]`` whose metastore is down the hard way: its port takes connections (the kernel completes them,
+    as a metastore's host under a long GC pause or behind a dead load balancer does) and never answers, so every
+    sync waits its whole Thrift timeout (a refused port fails one in a millisecond). The caller keeps the socket
+    open for the job's run."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    return listener, (
+        "catalog.kind=hive",
+        f"catalog.uri=thrift://127.0.0.1:{listener.getsockname()[1]}",
+        "catalog.database=bench",
+    )
+
+
+def _was_called(listener: socket.socket) -> bool:
+    """Whether a connection waits on ``listener`` (the kernel completed it; nobody accepted it)."""
+    listener.setblocking(False)
+    try:
+        listener.accept()[0].close()
+    except BlockingIOError:
+        return False
+    return True
 
 
 def delta(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
@@ -200,6 +232,9 @@ def iceberg(workdir: Path, shape: Shape, max_batches: int | None) -> Result:
 ENGINES: dict[str, Callable[[Path, Shape, int | None], Result]] = {
     "laketide-cow": laketide("COPY_ON_WRITE"),
     "laketide-mor": laketide("MERGE_ON_READ"),
+    # with [catalog] set to a metastore that never answers: its ratio to the row above is the catalog's cost
+    "laketide-cow-catalog-down": laketide("COPY_ON_WRITE", catalog_down=True),
+    "laketide-mor-catalog-down": laketide("MERGE_ON_READ", catalog_down=True),
     "delta-rs": delta,
     "ducklake": ducklake,
     "pypaimon": paimon,

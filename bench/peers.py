@@ -11,6 +11,11 @@ batch file to the end of its commit.
     python bench/peers.py                                   # N=1,000,000, K=10, B=100,000, both workloads
     python bench/peers.py --rows 100000 --batch-rows 10000 --batches 3 --engines laketide-mor,delta-rs,ducklake
     --rounds 1
+    python bench/peers.py --engines laketide-mor,laketide-mor-catalog-down,delta-rs
+
+The ``-catalog-down`` engines are laketide's with ``[catalog]`` set to a Hive Metastore that takes connections and
+never answers (``make bench-catalog-down``): their ratio to the same table type's plain run is what a catalog
+outage costs a micro-batch.
 
 laketide's files are sized to the table (``--laketide-conf``, by default ``write.target_file_size=2MB`` and
 ``write.small_file_limit=1536KB``): at 1M rows a partition holds about 10 MB, so it gets five files, as a
@@ -51,7 +56,14 @@ ALL_ENGINES = "laketide-cow,laketide-mor,delta-rs,ducklake,pypaimon,pyiceberg"
 PAIMON_PYTHON = BENCH.parent / ".venv-paimon" / "bin" / "python"
 LAKETIDE_CONF = ["write.target_file_size=2MB", "write.small_file_limit=1536KB"]
 # the engines the ratios compare, run every round (``--rounds``); pypaimon and PyIceberg run once
-ROUNDED = {"laketide-cow", "laketide-mor", "delta-rs", "ducklake"}
+ROUNDED = {
+    "laketide-cow",
+    "laketide-mor",
+    "delta-rs",
+    "ducklake",
+    "laketide-cow-catalog-down",
+    "laketide-mor-catalog-down",
+}
 
 
 def run_engine(engine: str, workdir: Path, shape: str, max_batches: int | None) -> None:
@@ -170,6 +182,11 @@ def ratios(results: list[dict]) -> dict:
                     by[mine]["median_batch_seconds"] / by[peer]["median_batch_seconds"], 2
                 )
                 out[f"{mine}/{peer} load"] = round(by[mine]["load_seconds"] / by[peer]["load_seconds"], 2)
+        down = f"{mine}-catalog-down"
+        if mine in by and down in by:  # the catalog's cost: the same job with its metastore hung
+            out[f"{down}/{mine} median batch"] = round(
+                by[down]["median_batch_seconds"] / by[mine]["median_batch_seconds"], 2
+            )
     return out
 
 
