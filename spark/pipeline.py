@@ -327,13 +327,18 @@ class MicroBatchReader:
         return generated(GeneratorSpec(**self.config.source.generator.model_dump()), start["row"], end["row"])
 
     def _kafka_rows(self, df: DataFrame, batch_id: int, values: KafkaValues) -> pa.Table:
-        """A Kafka micro-batch's rows for the driver: read and decoded there (``kafka.offsets``,
-        ``writer.kafka_values``) when the offset log gives its range and its values are JSON the driver decodes as Spark
-        would, else collected from the query's scan of ``df``'s records, decoded by Spark."""
+        """A Kafka micro-batch's rows for the driver: read there when the offset log gives its range and its values are
+        JSON (``kafka.offsets``), and decoded there where the driver decodes them as Spark would
+        (``writer.kafka_values``), else by Spark from the records read; without a range or JSON, collected from the
+        query's scan of ``df``'s records, decoded by Spark."""
         records = self.offsets.read(batch_id) if self.config.source.value_format == "json" else None
-        schema = to_arrow_schema(values.schema, timezone=self.timezone)
-        rows = plain_rows(records, schema) if records is not None else None
-        return rows if rows is not None else values.rows(df).toArrow()
+        if records is None:
+            return values.rows(df).toArrow()
+        rows = plain_rows(records, schema=to_arrow_schema(values.schema, timezone=self.timezone))
+        if rows is not None:
+            return rows
+        # Spark decodes the records the driver read, not the query's scan, whose tasks would fetch them again
+        return values.rows(self.spark.createDataFrame(records.select(df.columns))).toArrow()
 
     def _without_unreadable_files(
         self, df: DataFrame, batch_id: int, failure: Exception

@@ -107,7 +107,88 @@ def test_anything_spark_might_read_otherwise_is_left_to_spark(bad):
 
 
 def test_columns_of_other_types_are_left_to_spark():
-    """A timestamp without a zone is in Spark's session time zone, a date has Spark's formats: Spark decodes them."""
-    for kind in (pa.timestamp("us", "UTC"), pa.date32(), pa.decimal128(10, 2), pa.binary(), pa.list_(pa.int64())):
+    """Binary (Spark reads base64) and nested columns: Spark decodes them."""
+    for kind in (pa.binary(), pa.list_(pa.int64()), pa.struct([("x", pa.int64())])):
         schema = pa.schema([("id", pa.int64()), ("at", kind), (SOURCE_FILE, pa.string())])
         assert plain_rows(records([b'{"id": 1}']), schema) is None
+
+
+# texts of a timestamp, a date and a decimal(10, 2) column, as producers write them and as they should not
+TEMPORAL_VALUES = {
+    "at": [
+        "2024-01-02T03:04:05",
+        "2024-01-02 03:04:05.5",
+        "2024-01-02T03:04:05.123456",
+        "2024-01-02",
+        "2024-01-02T03:04:05Z",
+        "2024-01-02T03:04:05.123+05:30",
+        "2024-01-02T03:04:05-08:00",
+        "2024-10-27T02:30:00",  # Berlin's clocks went back: the hour came twice
+        "2024-03-31T02:30:00",  # and forward: it never came
+        "2024-01-02T03:04:05.123456789Z",
+        "2024-1-2 03:04:05",
+        "2024-01-02T03:04",
+        "2024-02-30T00:00:00",
+        "2024-01-02T24:00:00",
+        "1700000000",
+        1700000000,
+        "",
+        None,
+    ],
+    "day": ["2024-01-02", "2024-02-29", "2023-02-29", "2024-1-2", "2024-01-02T00:00:00", 19700, "", None],
+    "price": [12.34, 1, "12.34", 12.345, 1e2, 123456789012, -0.5, None],
+}
+
+
+@pytest.mark.parametrize("timezone", ["Europe/Berlin", "UTC", "America/Los_Angeles"])
+def test_timestamps_dates_and_decimals_decode_as_spark_decodes_them_or_are_left_to_it(spark, timezone):
+    """The oracle is Spark's own ``from_json`` in the session's time zone: every value the driver decodes, alone and
+    with the others it decodes, equals Spark's row; the rest are left to Spark (``None``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import DateType, DecimalType, StructField, StructType, TimestampNTZType, TimestampType
+
+    declared = StructType(
+        [
+            StructField("at", TimestampType()),
+            StructField("local", TimestampNTZType()),
+            StructField("day", DateType()),
+            StructField("price", DecimalType(10, 2)),
+        ]
+    )
+    values = [json.dumps({"at": v, "local": v}) for v in TEMPORAL_VALUES["at"]]
+    values += [json.dumps({"day": v}) for v in TEMPORAL_VALUES["day"]]
+    values += [json.dumps({"price": v}) for v in TEMPORAL_VALUES["price"]]
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", timezone)
+    try:
+        decoded = spark.createDataFrame([(v,) for v in values], "value string").select(
+            F.from_json("value", declared).alias("row")
+        )
+        # an instant as microseconds: PySpark collects a timestamp in the Python process's zone
+        theirs = [
+            {**row.asDict(), "at": row.at}
+            for row in decoded.select(
+                F.unix_micros("row.at").alias("at"), "row.local", "row.day", "row.price"
+            ).collect()
+        ]
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    schema = pa.schema([*to_arrow_schema(declared, timezone=timezone), (SOURCE_FILE, pa.string())])
+    decodable = []
+    for value, spark_row in zip(values, theirs):
+        ours = plain_rows(records([value.encode()]), schema)
+        if ours is None:
+            continue
+        decodable.append((value, spark_row))
+        assert _listed(ours) == [spark_row], value
+    assert len(decodable) >= 12, "the common forms are decoded on the driver"
+    together = plain_rows(records([v.encode() for v, _ in decodable]), schema)
+    assert together is not None
+    assert _listed(together) == [r for _, r in decodable]
+
+
+def _listed(rows: pa.Table) -> list[dict]:
+    """The declared columns' values, an instant as microseconds since the epoch."""
+    rows = rows.set_column(0, "at", rows["at"].cast(pa.int64()))
+    return rows.select(["at", "local", "day", "price"]).to_pylist()
