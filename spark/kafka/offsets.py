@@ -8,11 +8,14 @@ records come through one consumer kept for the job (``kafka.consumer.RangeConsum
 rules as the scan (``kafka.brokers.plan_ranges``). The brokers are asked only when the consumer finds offsets
 gone or a partition ends before where the stream stood: a micro-batch costs no request but its fetches, and its
 lag is the consumer's last fetch's view. The query's first micro-batch, whose start the offset log does not hold,
-is read by the scan.
+starts where ``source.kafka.starting_offsets`` puts it: the brokers' earliest offsets then (as the source's
+``initialOffset`` asked them at the query's start; records that retention removed in between are not read by either),
+or the offsets it names. Under ``latest`` only the source knew where the query started: the scan reads that one.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import deque
 
@@ -78,7 +81,7 @@ class KafkaOffsets:
     def read(self, batch_id: int) -> pa.Table | None:
         """The records of micro-batch ``batch_id`` (Spark's Kafka columns, in (topic, partition, offset) order), read
         on the driver; ``None`` for the query's first micro-batch, whose start the offset log does not hold."""
-        end, start = self.logged(batch_id), self.logged(batch_id - 1)
+        end, start = self.logged(batch_id), self._start(batch_id)
         if end is None or start is None:
             return None
         fail = self.config.source.kafka.fail_on_data_loss
@@ -95,6 +98,31 @@ class KafkaOffsets:
         if records.num_rows:
             self._weighed.append((records.num_rows, records["key"].nbytes + records["value"].nbytes))
         return records
+
+    def _start(self, batch_id: int) -> Offsets | None:
+        """Where micro-batch ``batch_id`` starts: the offset log's entry before it, or for the query's first where
+        ``starting_offsets`` puts it; ``None`` where only the query's source knows (``latest``)."""
+        start = self.logged(batch_id - 1)
+        if start is not None or batch_id != 0:
+            return start
+        end = self.logged(batch_id) or {}
+        given = self.config.source.kafka.starting_offsets
+        try:
+            named = (
+                {t: {p: -2 for p in parts} for t, parts in end.items()} if given == "earliest" else json.loads(given)
+            )
+        except ValueError:  # "latest"
+            return None
+        offsets = [int(named.get(t, {}).get(p, -1)) for t, parts in end.items() for p in parts]
+        if any(o == -1 for o in offsets):  # the newest when the query started, or a partition it does not name
+            return None
+        earliest = (
+            {place: low for place, (low, _) in self._end_and_watermarks(batch_id)[1].items()} if -2 in offsets else {}
+        )
+        return {
+            t: {p: earliest[(t, int(p))] if int(named[t][p]) == -2 else int(named[t][p]) for p in parts}
+            for t, parts in end.items()
+        }
 
     def read_ahead(self) -> None:
         """Once a micro-batch is written (and its lag read): the kept consumer reads on past it while Spark plans the

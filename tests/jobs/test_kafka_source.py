@@ -6,6 +6,7 @@ Kafka source (``source.kafka.reader = "auto"`` picks it); ``reader = "spark"`` i
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import re
@@ -14,6 +15,7 @@ import subprocess
 import time
 
 import httpx
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from chaoslib import Job, free_port, run_here, wait_until
@@ -404,6 +406,52 @@ def test_the_driver_weighs_a_kafka_record_by_the_records_it_read(kafka, tmp_path
         offsets.close()
 
 
+@pytest.mark.parametrize(
+    ("starting", "first"),
+    [("earliest", [0, 0]), ('{"first": {"0": 2, "1": -2}}', [2, 0]), ("latest", None), ('{"first": {"0": 1}}', None)],
+)
+def test_the_querys_first_micro_batch_is_read_by_the_driver_from_where_the_query_starts(
+    kafka, tmp_path, starting, first
+):
+    """The offset log holds no start for a query's first micro-batch: the driver reads it from where
+    ``starting_offsets`` puts it (the brokers' earliest, or the offsets named, -2 the earliest), and leaves it to the
+    query's scan where only the source knew (``latest``, a partition not named)."""
+    from laketide.config import load_config
+    from laketide.spark.kafka.offsets import KafkaOffsets
+
+    kafka.create_topic("first", 2)
+    for n in range(10):
+        kafka.produce("first", n % 2, None, {"n": n})
+    (tmp_path / "checkpoint" / "offsets").mkdir(parents=True)
+    (tmp_path / "checkpoint" / "offsets" / "0").write_text(
+        'v1\n{"batchWatermarkMs":0}\n' + json.dumps({"first": {"0": 4, "1": 5}})
+    )
+    config = load_config(
+        overrides=[
+            f"table.path={tmp_path / 't'}",
+            "table.name=t",
+            'table.record_key=["n"]',
+            "source.format=kafka",
+            f"source.kafka.bootstrap_servers={kafka.bootstrap}",
+            'source.kafka.topics=["first"]',
+            f"source.kafka.starting_offsets={starting}",
+            "source.schema=n INT",
+            f"stream.checkpoint={tmp_path / 'checkpoint'}",
+        ]
+    )
+    offsets = KafkaOffsets(config)
+    try:
+        records = offsets.read(0)
+        if first is None:
+            assert records is None
+        else:
+            assert records is not None
+            got = {p: records.filter(pc.equal(records["partition"], p))["offset"].to_pylist() for p in (0, 1)}
+            assert got == {0: list(range(first[0], 4)), 1: list(range(first[1], 5))}
+    finally:
+        offsets.close()
+
+
 def test_a_range_the_broker_no_longer_holds_stops_the_read_which_plans_again_from_what_it_holds():
     """Retention passed a range's start: the consumer, which never resets on its own (``auto.offset.reset = error``),
     raises ``OffsetsGone`` instead of reading from elsewhere, and forgets what it read of the ranges. (Tansu keeps
@@ -450,9 +498,10 @@ PLAIN = "plain.orders"
 
 
 def test_plain_json_values_are_read_and_decoded_on_the_driver_and_bad_ones_left_to_spark(kafka, tmp_path):
-    """Values that are the rows themselves: after the query's first micro-batch (Spark's tasks), each is read by the
-    driver's kept consumer and decoded by pyarrow; a micro-batch holding a value pyarrow would read otherwise than
-    Spark's from_json goes through from_json, its bad record to quarantine with topic and offset."""
+    """Values that are the rows themselves, a timestamp and a date among their columns as ISO text: each micro-batch,
+    the query's first too, is read by the driver's kept consumer and decoded by pyarrow; a micro-batch holding a
+    value pyarrow would read otherwise than Spark's from_json goes through from_json (of the records the driver
+    read), its bad record to quarantine with topic and offset."""
     kafka.create_topic(PLAIN, 3)
 
     def produce(version: int, bad: bytes | None = None) -> None:
@@ -461,7 +510,15 @@ def test_plain_json_values_are_read_and_decoded_on_the_driver_and_bad_ones_left_
                 PLAIN,
                 n % 3,
                 {"id": n},
-                {"id": n, "name": f"n{n}v{version}", "amount": n + version / 10, "region": "eu", "ts": version},
+                {
+                    "id": n,
+                    "name": f"n{n}v{version}",
+                    "amount": n + version / 10,
+                    "region": "eu",
+                    "ts": version,
+                    "at": f"2024-0{version}-02T03:04:0{n}.5+02:00",
+                    "day": f"2024-0{version}-1{n}",
+                },
             )
         if bad is not None:
             kafka.produce(PLAIN, 0, {"id": 0}, bad)
@@ -475,7 +532,7 @@ def test_plain_json_values_are_read_and_decoded_on_the_driver_and_bad_ones_left_
         "source.format": "kafka",
         "source.kafka.bootstrap_servers": kafka.bootstrap,
         "source.kafka.topics": f'["{PLAIN}"]',
-        "source.schema": "id BIGINT, name STRING, amount DOUBLE, region STRING, ts BIGINT",
+        "source.schema": "id BIGINT, name STRING, amount DOUBLE, region STRING, ts BIGINT, at TIMESTAMP, day DATE",
         "source.kafka.max_offsets_per_trigger": "6",
         "stream.checkpoint": str(tmp_path / "checkpoint"),
         "stream.trigger": "available-now",
@@ -493,8 +550,18 @@ def test_plain_json_values_are_read_and_decoded_on_the_driver_and_bad_ones_left_
     assert lines and not [line for line in lines if " on driver " not in line], [
         line for line in lines if " on driver " not in line
     ]
-    got = rows(hudi_read(tmp_path / "table"), "id", ["id", "name", "amount", "ts"])
-    assert got == [{"id": n, "name": f"n{n}v3", "amount": n + 0.3, "ts": 3} for n in range(9)]
+    got = rows(hudi_read(tmp_path / "table"), "id", ["id", "name", "amount", "ts", "at", "day"])
+    assert got == [
+        {
+            "id": n,
+            "name": f"n{n}v3",
+            "amount": n + 0.3,
+            "ts": 3,
+            "at": dt.datetime(2024, 3, 2, 1, 4, n, 500_000, tzinfo=dt.UTC),
+            "day": dt.date(2024, 3, 10 + n),
+        }
+        for n in range(9)
+    ]
     aside = quarantined(tmp_path)
     assert len(aside) == 1 and json.loads(aside[0]["raw"])["value"] == '{"id": "zero", "ts": 3}', aside
     assert json.loads(aside[0]["raw"])["topic"] == PLAIN and "not valid JSON" in aside[0]["reason"]
