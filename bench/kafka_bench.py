@@ -134,7 +134,8 @@ class Topic:
 
         self._pipe.send(None)
         self._producer.join(30)
-        for future in AdminClient({"bootstrap.servers": self.bootstrap}).delete_topics([self.name]).values():
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # held until answered: its end cancels the request
+        for future in admin.delete_topics([self.name]).values():
             future.result(30)
 
 
