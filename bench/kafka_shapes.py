@@ -26,26 +26,26 @@ from connect_events import Column, PostgresTable, micros
 
 WIDE = SHAPES["wide"]
 TEXT = Shape("text", pa.schema([*_NARROW, *_WIDE_EXTRA, ("comment", pa.string())]), 10)
-# the Connect schema of each wide column, as Debezium's Postgres connector sends it under its defaults
-# (time.precision.mode = adaptive: a timestamp as microseconds, MicroTimestamp; a date as days)
-CONNECT = {
-    "id": {"type": "int64", "optional": False},
-    "name": {"type": "string", "optional": True},
-    "amount": {"type": "double", "optional": True},
-    "ts": {"type": "int64", "optional": True},
-    "region": {"type": "string", "optional": True},
-    "qty": {"type": "int32", "optional": True},
-    "price": {"type": "double", "optional": True},
-    "category": {"type": "string", "optional": True},
-    "status": {"type": "string", "optional": True},
-    "note": {"type": "string", "optional": True},
-    "flag": {"type": "boolean", "optional": True},
-    "score": {"type": "double", "optional": True},
-    "created": {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "version": 1},
-    "day": {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1},
-    "code": {"type": "int32", "optional": True},
-    "comment": {"type": "string", "optional": True},
+# a column's Connect schema as Debezium's Postgres connector sends it under its defaults: by its type, and for the
+# timestamp and the date by their logical types (time.precision.mode = adaptive: microseconds, days)
+_CONNECT_TYPES = {
+    pa.int64(): "int64",
+    pa.int32(): "int32",
+    pa.float64(): "double",
+    pa.string(): "string",
+    pa.bool_(): "boolean",
 }
+_LOGICAL = {
+    "created": {"type": "int64", "name": "io.debezium.time.MicroTimestamp", "version": 1},
+    "day": {"type": "int32", "name": "io.debezium.time.Date", "version": 1},
+}
+
+
+def _connect_schema(column: pa.Field) -> dict:
+    kind = _LOGICAL.get(column.name) or {"type": _CONNECT_TYPES[column.type]}
+    return {**kind, "optional": column.name != "id"}
+
+
 _ENCODE: dict[str, Callable] = {
     "created": lambda v: micros(v),
     "day": lambda v: (v - dt.date(1970, 1, 1)).days,
@@ -83,7 +83,7 @@ class RecordShape:
 
 
 def _postgres(shape: Shape) -> PostgresTable:
-    columns = [Column(f.name, "", CONNECT[f.name], _ENCODE.get(f.name, lambda v: v)) for f in shape.schema]
+    columns = [Column(f.name, "", _connect_schema(f), _ENCODE.get(f.name, lambda v: v)) for f in shape.schema]
     return PostgresTable(columns=columns, table="orders", schema="public", full=True)
 
 

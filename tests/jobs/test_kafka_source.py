@@ -372,31 +372,12 @@ def test_a_read_ahead_that_fails_leaves_the_next_read_to_start_afresh(kafka):
 def test_the_driver_weighs_a_kafka_record_by_the_records_it_read(kafka, tmp_path):
     """Whether a micro-batch is read on the driver goes by its records' weight: 1 KB each until the driver read some,
     then twice their keys' and values' bytes, so a backlog of small change events is not sent to Spark's tasks."""
-    from laketide.config import load_config
-    from laketide.spark.kafka.offsets import KAFKA_RECORD_BYTES, KafkaOffsets
+    from laketide.spark.kafka.offsets import KAFKA_RECORD_BYTES
 
     kafka.create_topic("weighed", 1)
     for n in range(10):
         kafka.produce("weighed", 0, None, {"n": n})
-    checkpoint = tmp_path / "checkpoint"
-    (checkpoint / "offsets").mkdir(parents=True)
-    for batch, end in ((0, 4), (1, 10)):  # the offset log as Spark writes it: its last line the source's offsets
-        (checkpoint / "offsets" / str(batch)).write_text(
-            'v1\n{"batchWatermarkMs":0}\n' + json.dumps({"weighed": {"0": end}})
-        )
-    config = load_config(
-        overrides=[
-            f"table.path={tmp_path / 't'}",
-            "table.name=t",
-            'table.record_key=["n"]',
-            "source.format=kafka",
-            f"source.kafka.bootstrap_servers={kafka.bootstrap}",
-            'source.kafka.topics=["weighed"]',
-            "source.schema=n INT",
-            f"stream.checkpoint={checkpoint}",
-        ]
-    )
-    offsets = KafkaOffsets(config)
+    offsets = _offsets(kafka, tmp_path, "weighed", {0: {"0": 4}, 1: {"0": 10}})
     try:
         assert offsets.record_weight() == KAFKA_RECORD_BYTES
         records = offsets.read(1)
@@ -416,30 +397,10 @@ def test_the_querys_first_micro_batch_is_read_by_the_driver_from_where_the_query
     """The offset log holds no start for a query's first micro-batch: the driver reads it from where
     ``starting_offsets`` puts it (the brokers' earliest, or the offsets named, -2 the earliest), and leaves it to the
     query's scan where only the source knew (``latest``, a partition not named)."""
-    from laketide.config import load_config
-    from laketide.spark.kafka.offsets import KafkaOffsets
-
     kafka.create_topic("first", 2)
     for n in range(10):
         kafka.produce("first", n % 2, None, {"n": n})
-    (tmp_path / "checkpoint" / "offsets").mkdir(parents=True)
-    (tmp_path / "checkpoint" / "offsets" / "0").write_text(
-        'v1\n{"batchWatermarkMs":0}\n' + json.dumps({"first": {"0": 4, "1": 5}})
-    )
-    config = load_config(
-        overrides=[
-            f"table.path={tmp_path / 't'}",
-            "table.name=t",
-            'table.record_key=["n"]',
-            "source.format=kafka",
-            f"source.kafka.bootstrap_servers={kafka.bootstrap}",
-            'source.kafka.topics=["first"]',
-            f"source.kafka.starting_offsets={starting}",
-            "source.schema=n INT",
-            f"stream.checkpoint={tmp_path / 'checkpoint'}",
-        ]
-    )
-    offsets = KafkaOffsets(config)
+    offsets = _offsets(kafka, tmp_path, "first", {0: {"0": 4, "1": 5}}, f"source.kafka.starting_offsets={starting}")
     try:
         records = offsets.read(0)
         if first is None:
@@ -450,6 +411,33 @@ def test_the_querys_first_micro_batch_is_read_by_the_driver_from_where_the_query
             assert got == {0: list(range(first[0], 4)), 1: list(range(first[1], 5))}
     finally:
         offsets.close()
+
+
+def _offsets(kafka, tmp_path, topic: str, logged: dict[int, dict[str, int]], *settings: str):
+    """The driver's ``KafkaOffsets`` of a job reading ``topic``, its checkpoint's offset log holding ``logged`` (each
+    micro-batch's end offsets by partition) as Spark writes it: the entry's last line the source's offsets."""
+    from laketide.config import load_config
+    from laketide.spark.kafka.offsets import KafkaOffsets
+
+    (tmp_path / "checkpoint" / "offsets").mkdir(parents=True)
+    for batch, end in logged.items():
+        (tmp_path / "checkpoint" / "offsets" / str(batch)).write_text(
+            'v1\n{"batchWatermarkMs":0}\n' + json.dumps({topic: end})
+        )
+    config = load_config(
+        overrides=[
+            f"table.path={tmp_path / 't'}",
+            "table.name=t",
+            'table.record_key=["n"]',
+            "source.format=kafka",
+            f"source.kafka.bootstrap_servers={kafka.bootstrap}",
+            f'source.kafka.topics=["{topic}"]',
+            "source.schema=n INT",
+            f"stream.checkpoint={tmp_path / 'checkpoint'}",
+            *settings,
+        ]
+    )
+    return KafkaOffsets(config)
 
 
 def test_a_range_the_broker_no_longer_holds_stops_the_read_which_plans_again_from_what_it_holds():
