@@ -44,6 +44,7 @@ from upsert_bench import (
     laketide_config,
     land,
     make_workload,
+    median_stages,
     print_table,
     run_delta,
     write_results,
@@ -199,8 +200,7 @@ class Run:
         ]
 
     def median_stages(self) -> dict[str, float]:
-        names = dict.fromkeys(n for r in self.reports for n in r.stage_seconds)
-        return {n: round(statistics.median(r.stage_seconds.get(n, 0.0) for r in self.reports), 3) for n in names}
+        return median_stages([r.stage_seconds for r in self.reports])
 
 
 class ClosedLoop:
@@ -365,9 +365,10 @@ def _row(shape: RecordShape, way: str, label: str, short: str, run: Run, args) -
     else:
         row["median_seconds"] = round(statistics.median(run.latencies[1:]), 3)
         row["load_records_per_second"] = round(args.rows / run.latencies[0])
-    row["median_read_seconds"] = run.median_stages().get("read")
+    stages = run.median_stages()
+    row["median_read_seconds"] = stages.get("read")
     row["verified"] = run.verified
-    row["median_stage_seconds"] = run.median_stages()
+    row["median_stage_seconds"] = stages
     return row
 
 

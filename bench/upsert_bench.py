@@ -172,6 +172,12 @@ def expected_state(batches: list[pa.Table]) -> pa.Table:
 # -- measuring --------------------------------------------------------------
 
 
+def median_stages(stage_seconds: list[dict[str, float]]) -> dict[str, float]:
+    """Each step's median seconds over the micro-batches (a step a micro-batch lacks counts 0)."""
+    names = dict.fromkeys(name for batch in stage_seconds for name in batch)
+    return {name: round(statistics.median(batch.get(name, 0.0) for batch in stage_seconds), 3) for name in names}
+
+
 @dataclass
 class Result:
     engine: str
@@ -188,10 +194,7 @@ class Result:
     stage_seconds: list[dict[str, float]] = field(default_factory=list)
 
     def median_stages(self) -> dict[str, float]:
-        names = dict.fromkeys(name for batch in self.stage_seconds for name in batch)
-        return {
-            name: round(statistics.median(batch.get(name, 0.0) for batch in self.stage_seconds), 3) for name in names
-        }
+        return median_stages(self.stage_seconds)
 
     def summary(self, batch_rows: int) -> dict:
         secs = sorted(self.batch_seconds)
