@@ -84,6 +84,7 @@ def test_a_metastore_down_for_a_minute_fails_no_micro_batch_and_the_entries_catc
     feeder.land_one()
     port = free_port()
     catalog = ["catalog.kind=hive", f"catalog.uri={metastore.uri}", "catalog.database=lake", "catalog.table=outage"]
+    catalog += ["catalog.retry_seconds=1", "catalog.retry_max_seconds=5"]  # caught up within seconds of the return
     job = Job(job_args(tmp_path, api_port=port, trigger="1 second", extra=catalog), tmp_path / "job.log").start()
     api = f"http://127.0.0.1:{port}"
     try:
@@ -105,7 +106,7 @@ def test_a_metastore_down_for_a_minute_fails_no_micro_batch_and_the_entries_catc
         finally:
             metastore.start()
         # no file lands now: the timed retry, not a commit, brings the entries up
-        wait_until(lambda: _synced_to_last(_writer(api)), 150, "the entries caught up", poll=1, job=job)
+        wait_until(lambda: _synced_to_last(_writer(api)), 90, "the entries caught up", poll=1, job=job)
         assert _writer(api)["catalog"]["failing_since"] is None
         _registered(metastore, "outage", Table.open(str(tmp_path / "table")))
     finally:

@@ -11,7 +11,7 @@ from laketide.catalog import CatalogSync
 from laketide.catalog.catalog import CatalogUnavailable
 from laketide.coordinator.metrics import Metrics
 from laketide.table.reading.view_sync import ViewSync
-from laketide.writer.job.catalog_sync import FIRST_BACKOFF_SECONDS, CatalogService
+from laketide.writer.job.catalog_sync import CatalogService
 from laketide.writer.job.health import assess
 
 NOW = 1_800_000_000.0
@@ -96,12 +96,15 @@ class Timers:
         return timer
 
 
+FIRST_RETRY, LONGEST_RETRY = 5.0, 12.0
+
+
 def _service(tmp_path, catalog):
     table, instants, _, _ = history(tmp_path / "t", width=4)
     clock = [0.0]
     timers = Timers()
     service = CatalogService(
-        CatalogSync(catalog, "lake", "t"), table, ViewSync(table), Metrics("t"), lambda: clock[0], timers
+        CatalogSync(catalog, "lake", "t"), table, ViewSync(table), Metrics("t"), (FIRST_RETRY, LONGEST_RETRY), lambda: clock[0], timers
     )
     return service, instants, clock, timers
 
@@ -113,21 +116,24 @@ def test_an_outage_is_retried_on_a_timer_with_a_growing_backoff_and_caught_up_wi
     service.run()
     view = service.view()
     assert view.failing_since is not None and view.failures == 1 and view.synced is None
-    assert "no answer" in (view.last_error or "") and view.retry_in_seconds == FIRST_BACKOFF_SECONDS
-    assert [t.interval for t in timers.made] == [FIRST_BACKOFF_SECONDS] and timers.made[0].daemon
+    assert "no answer" in (view.last_error or "") and view.retry_in_seconds == FIRST_RETRY
+    assert [t.interval for t in timers.made] == [FIRST_RETRY] and timers.made[0].daemon
     service.run()  # a commit during the backoff: no call on the catalog
     assert service.view().failures == 1 and len(timers.made) == 1
-    clock[0] = FIRST_BACKOFF_SECONDS
+    clock[0] = FIRST_RETRY
     timers.made[-1].function()  # still down: the next wait is twice as long
-    assert service.view().failures == 2 and timers.made[-1].interval == 2 * FIRST_BACKOFF_SECONDS
+    assert service.view().failures == 2 and timers.made[-1].interval == 2 * FIRST_RETRY
+    clock[0] += 2 * FIRST_RETRY
+    timers.made[-1].function()  # the wait doubles no further than the longest
+    assert service.view().failures == 3 and timers.made[-1].interval == LONGEST_RETRY
     catalog.down = False
-    clock[0] += 2 * FIRST_BACKOFF_SECONDS
+    clock[0] += LONGEST_RETRY
     timers.made[-1].function()  # back, and no commit came: the timer's try catches up
     view = service.view()
     assert view.failing_since is None and view.failures == 0 and view.last_error is None
     assert view.synced == instants[-1] and catalog.tables["t"].parameters["last_commit_time_sync"] == instants[-1]
-    assert len(timers.made) == 2, "no retry is timed once a sync got through"
-    assert catalog.closed == 3, "a connection a sync"
+    assert len(timers.made) == 3, "no retry is timed once a sync got through"
+    assert catalog.closed == 4, "a connection a sync"
 
 
 def test_the_jobs_end_tries_once_whatever_the_backoff_and_times_no_more_retries(tmp_path):

@@ -2,8 +2,8 @@
 (``catalog.CatalogSync``), in a thread of the sync's own, so that a catalog that hangs until its timeout holds up
 neither the micro-batches nor the services after it (a compaction waiting behind a sync would leave a merge-on-read
 table's logs growing). A catalog that fails (unreachable, or refusing) never fails the commit, a micro-batch or the
-other services: the failure is counted and logged when it starts, and a retry is timed, each waiting longer (up to
-``MAX_BACKOFF_SECONDS``), so the entries catch up after an outage even when no commit follows it. The first sync
+other services: the failure is counted and logged when it starts, and a retry is timed, each waiting twice as long
+(from ``catalog.retry_seconds`` up to ``catalog.retry_max_seconds``), so the entries catch up after an outage even when no commit follows it. The first sync
 that gets through catches up to the newest commit, whatever was missed."""
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from laketide.table.reading.view_sync import ViewSync
 from laketide.writer.job.views import CatalogView
 
 log = logging.getLogger(__name__)
-FIRST_BACKOFF_SECONDS = 5.0
-MAX_BACKOFF_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -36,7 +34,8 @@ class _State:
 
 
 class CatalogService:
-    """Syncs ``table``'s entries after commits, never raising. ``clock``: monotonic seconds, for the backoff;
+    """Syncs ``table``'s entries after commits, never raising. ``retry``: the first wait after a failure and the
+    longest (the waits double between); ``clock``: monotonic seconds, for the backoff;
     ``timer``: makes the thread a sync runs in, at once after a commit or timed after a failure
     (``threading.Timer``'s signature).
 
@@ -51,11 +50,13 @@ class CatalogService:
         table: Table,
         views: ViewSync,
         metrics: Metrics,
+        retry: tuple[float, float] = (5.0, 300.0),
         clock: Callable[[], float] = time.monotonic,
         timer: Callable[[float, Callable[[], None]], threading.Timer] = threading.Timer,
     ):
         self.sync, self.table, self.views, self.metrics = sync, table, views, metrics
         self.clock, self.timer = clock, timer
+        self._first_retry, self._longest_retry = retry
         self._state = _State()
         self._backoff = 0.0
         self._next_try = float("-inf")
@@ -137,7 +138,7 @@ class CatalogService:
 
     def _failed(self, exc: Exception) -> None:
         self.metrics.catalog_sync_failures.inc()
-        self._backoff = min(MAX_BACKOFF_SECONDS, self._backoff * 2 or FIRST_BACKOFF_SECONDS)
+        self._backoff = min(self._longest_retry, self._backoff * 2 or self._first_retry)
         self._next_try = self.clock() + self._backoff
         state = self._state
         if state.failing_since is None:
@@ -174,4 +175,4 @@ def catalog_service_for(config: JobConfig, table: Table, views: ViewSync, metric
     sync = CatalogSync(
         client, section.database, section.table or table.name, section.support_timestamp, section.delta_table
     )
-    return CatalogService(sync, table, views, metrics)
+    return CatalogService(sync, table, views, metrics, (section.retry_seconds, section.retry_max_seconds))

@@ -28,6 +28,11 @@ class CatalogSection(Section):
     support_timestamp: bool = False
     """Declare timestamp columns ``timestamp``; off, they are ``bigint`` (microseconds), as Hudi's sync does by
     default (``hoodie.datasource.hive_sync.support_timestamp``)."""
+    retry_seconds: float = Field(5.0, gt=0)
+    """After a failed sync, the wait before the first timed retry; each next failure doubles it, up to
+    ``retry_max_seconds``. Commits never wait on the catalog, so this is only how soon the entries catch up."""
+    retry_max_seconds: float = Field(300.0, gt=0)
+    """The longest wait between two retries while the catalog stays down: each one is a call on the catalog."""
     options: dict[str, str] = Field(default_factory=dict, repr=False)
     """``glue``: how to reach it, in the storage options' AWS names (``aws_region``, ``aws_endpoint_url``, ...);
     unset, those of ``storage.options``, then the environment."""
@@ -38,6 +43,11 @@ class CatalogSection(Section):
             return self
         if not self.database:
             raise ValueError(f"catalog.database is needed with catalog.kind = '{self.kind}'")
+        if self.retry_max_seconds < self.retry_seconds:
+            raise ValueError(
+                f"catalog.retry_max_seconds ({self.retry_max_seconds}) is below catalog.retry_seconds "
+                f"({self.retry_seconds}); raise it or lower catalog.retry_seconds"
+            )
         if self.kind == "hive" and not self.uri:
             raise ValueError("catalog.uri is needed with catalog.kind = 'hive' (thrift://host:9083)")
         return self
