@@ -12,16 +12,19 @@ offset still there and logs, at ERROR, every range it skipped.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from laketide.table.errors import Refused, Unavailable
+from laketide.table.errors import Invalid, Refused, Unavailable
 
 log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[str, int]]  # topic -> partition (as a string, as in JSON) -> next offset
 Place = tuple[str, int]  # a topic-partition
+EARLIEST, LATEST = -2, -1  # a start offset that names a place in the partition, as in Spark's JSON
 
 
 class KafkaDataLoss(Refused):
@@ -108,6 +111,29 @@ class Brokers:
                     f"({error}); check source.kafka.bootstrap_servers"
                 ) from None
         return offsets
+
+
+def named_starts(starting: str, parts: Mapping[str, Sequence[str]]) -> Offsets:
+    """Where ``source.kafka.starting_offsets`` starts each of ``parts`` (topic -> partitions): an offset, or
+    ``EARLIEST`` / ``LATEST``. JSON must name every partition, as Spark's Kafka source requires."""
+    which = {"earliest": EARLIEST, "latest": LATEST}.get(starting)
+    if which is not None:
+        return {t: {p: which for p in ps} for t, ps in parts.items()}
+    try:
+        given = json.loads(starting)
+        named = {t: {p: int(o) for p, o in ps.items()} for t, ps in given.items()}
+    except (ValueError, TypeError, AttributeError):
+        raise Invalid(
+            f"source.kafka.starting_offsets = {starting!r} is not 'earliest', 'latest' or JSON such as "
+            '{"orders": {"0": 42, "1": -2}} (-2: earliest, -1: latest)'
+        ) from None
+    missing = [f"{t}/{p}" for t, ps in parts.items() for p in ps if p not in named.get(t, {})]
+    if missing:
+        raise Invalid(
+            f"source.kafka.starting_offsets names no start for {', '.join(missing)}: give every partition of the "
+            "topics read an offset (-2: earliest, -1: latest)"
+        )
+    return {t: {p: named[t][p] for p in ps} for t, ps in parts.items()}
 
 
 def cap(start: Offsets, end: Offsets, max_rows: int) -> Offsets:

@@ -15,7 +15,6 @@ or the offsets it names. Under ``latest`` only the source knew where the query s
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import deque
 
@@ -23,8 +22,18 @@ import pyarrow as pa
 
 from laketide.config import KAFKA_RECORD_BYTES, JobConfig
 from laketide.spark.change_feed import kafka_client
-from laketide.spark.kafka.brokers import Brokers, Offsets, moved_back, plan_ranges
+from laketide.spark.kafka.brokers import (
+    EARLIEST,
+    LATEST,
+    Brokers,
+    Offsets,
+    Place,
+    moved_back,
+    named_starts,
+    plan_ranges,
+)
 from laketide.spark.kafka.consumer import OffsetsGone, RangeConsumer
+from laketide.table.errors import Invalid
 from laketide.writer.landing import source_offsets
 
 log = logging.getLogger("laketide.job")
@@ -44,6 +53,7 @@ class KafkaOffsets:
         self._brokers: Brokers | None = None
         self._consumer: RangeConsumer | None = None
         self._logged: dict[int, Offsets | None] = {}  # the offset log's last entries read, by micro-batch
+        self._marks: tuple[int, Offsets, dict[Place, tuple[int, int]]] | None = None  # one micro-batch's watermarks
         self._weighed: deque[tuple[int, int]] = deque(
             maxlen=WEIGHED_BATCHES
         )  # (records, their bytes) of the last reads
@@ -106,23 +116,15 @@ class KafkaOffsets:
         if start is not None or batch_id != 0:
             return start
         end = self.logged(batch_id) or {}
-        given = self.config.source.kafka.starting_offsets
         try:
-            named = (
-                {t: {p: -2 for p in parts} for t, parts in end.items()} if given == "earliest" else json.loads(given)
-            )
-        except ValueError:  # "latest"
+            named = named_starts(self.config.source.kafka.starting_offsets, {t: list(ps) for t, ps in end.items()})
+        except Invalid:  # the setting changed since the query started: only its source knows where that was
             return None
-        offsets = [int(named.get(t, {}).get(p, -1)) for t, parts in end.items() for p in parts]
-        if any(o == -1 for o in offsets):  # the newest when the query started, or a partition it does not name
+        offsets = [o for ps in named.values() for o in ps.values()]
+        if LATEST in offsets:  # the newest when the query started
             return None
-        earliest = (
-            {place: low for place, (low, _) in self._end_and_watermarks(batch_id)[1].items()} if -2 in offsets else {}
-        )
-        return {
-            t: {p: earliest[(t, int(p))] if int(named[t][p]) == -2 else int(named[t][p]) for p in parts}
-            for t, parts in end.items()
-        }
+        marks = self._end_and_watermarks(batch_id)[1] if EARLIEST in offsets else {}
+        return {t: {p: marks[(t, int(p))][0] if o == EARLIEST else o for p, o in ps.items()} for t, ps in named.items()}
 
     def read_ahead(self) -> None:
         """Once a micro-batch is written (and its lag read): the kept consumer reads on past it while Spark plans the
@@ -165,9 +167,12 @@ class KafkaOffsets:
         return min(spanned, cap) if cap else spanned
 
     def _end_and_watermarks(self, batch_id: int) -> tuple[dict, dict[tuple[str, int], tuple[int, int]]]:
-        """The micro-batch's end offsets (from the checkpoint) and the brokers' (earliest, newest) of each partition."""
-        end = self.logged(batch_id) or {}
-        return end, self.brokers.watermarks([(t, int(p)) for t, parts in end.items() for p in parts])
+        """The micro-batch's end offsets (from the checkpoint) and the brokers' (earliest, newest) of each partition,
+        asked once a micro-batch (the first one's size and its start both need them)."""
+        if self._marks is None or self._marks[0] != batch_id:
+            end = self.logged(batch_id) or {}
+            self._marks = batch_id, end, self.brokers.watermarks([(t, int(p)) for t, ps in end.items() for p in ps])
+        return self._marks[1], self._marks[2]
 
     def close(self) -> None:
         if self._consumer is not None:

@@ -19,7 +19,6 @@ Data loss (``failOnDataLoss``) is checked as ``kafka.brokers`` says; records are
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +29,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from laketide.spark.kafka.brokers import (
+    EARLIEST,
+    LATEST,
     Brokers,
     KafkaDataLoss,
     OffsetRange,
@@ -38,6 +39,7 @@ from laketide.spark.kafka.brokers import (
     check_behind,
     checked,
     moved_back,
+    named_starts,
     plan_ranges,
 )
 from laketide.spark.kafka.consumer import BACKLOG_FETCH_WAIT_MS, RangeConsumer
@@ -122,21 +124,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> Offsets:
         marks = self._watermarks()
-        which = {"earliest": 0, "latest": 1}.get(self.starting)
-        if which is not None:
-            return {topic: {p: pair[which] for p, pair in parts.items()} for topic, parts in marks.items()}
-        try:
-            given = json.loads(self.starting)
-        except ValueError:
-            raise Invalid(
-                f"source.kafka.starting_offsets = {self.starting!r} is not 'earliest', 'latest' or JSON such as "
-                '{"orders": {"0": 42}}'
-            ) from None
-        # -2 is earliest and -1 latest, as in Spark's JSON
-        return {
-            t: {p: (marks[t][p][0] if o == -2 else marks[t][p][1] if o == -1 else o) for p, o in parts.items()}
-            for t, parts in given.items()
-        }
+        named = named_starts(self.starting, {t: list(parts) for t, parts in marks.items()})
+        pick = {EARLIEST: 0, LATEST: 1}  # the watermark each names
+        return {t: {p: marks[t][p][pick[o]] if o in pick else o for p, o in ps.items()} for t, ps in named.items()}
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = self._latest()

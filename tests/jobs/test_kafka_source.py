@@ -413,6 +413,24 @@ def test_the_querys_first_micro_batch_is_read_by_the_driver_from_where_the_query
         offsets.close()
 
 
+def test_starting_offsets_name_a_start_for_every_partition_or_are_refused_naming_the_ones_left_out():
+    """As Spark's Kafka source: JSON starting offsets must name every partition the query reads (-2 the earliest,
+    -1 the latest); one left out is refused, not read from an offset nobody chose."""
+    from laketide.spark.kafka.brokers import EARLIEST, LATEST, named_starts
+    from laketide.table.errors import Invalid
+
+    parts = {"t": ["0", "1"], "u": ["0"]}
+    assert named_starts("earliest", parts) == {"t": {"0": EARLIEST, "1": EARLIEST}, "u": {"0": EARLIEST}}
+    assert named_starts('{"t": {"0": 5, "1": -1}, "u": {"0": -2}}', parts) == {
+        "t": {"0": 5, "1": LATEST},
+        "u": {"0": EARLIEST},
+    }
+    with pytest.raises(Invalid, match="names no start for t/1, u/0: give every partition"):
+        named_starts('{"t": {"0": 5}}', parts)
+    with pytest.raises(Invalid, match="is not 'earliest', 'latest' or JSON"):
+        named_starts("oldest", parts)
+
+
 def _offsets(kafka, tmp_path, topic: str, logged: dict[int, dict[str, int]], *settings: str):
     """The driver's ``KafkaOffsets`` of a job reading ``topic``, its checkpoint's offset log holding ``logged`` (each
     micro-batch's end offsets by partition) as Spark writes it: the entry's last line the source's offsets."""

@@ -43,7 +43,7 @@ class KafkaSection(Section):
     """A regular expression of the topics to read (a whole database's: one topic per source table)."""
     starting_offsets: str = "earliest"
     """Where a new query starts: ``earliest``, ``latest``, or Spark's JSON per partition,
-    ``{"orders": {"0": 42, "1": -2}}`` (-2 earliest, -1 latest)."""
+    ``{"orders": {"0": 42, "1": -2}}`` (-2 earliest, -1 latest), naming every partition of the topics read."""
     max_offsets_per_trigger: int | None = Field(default=None, gt=0)
     """Offsets a micro-batch spans at most, shared by the partitions in proportion to their backlog; unset,
     what ``write.driver_batch_bytes`` holds at 1 KiB a record (65,536 when it is unset, on any master), and no cap with
