@@ -242,7 +242,13 @@ def test_a_panel_that_fails_to_refresh_says_so_in_place_and_keeps_polling(browse
         table.io.write_atomic(damaged, b"{not json", overwrite=True)
         note = page.locator("#timeline > .panel-error")
         # the panel polls every 3 s; beside the other worker's Spark jobs a poll has taken more than 10 s to show
-        expect(note).to_contain_text("failed", timeout=30_000)
+        try:
+            expect(note).to_contain_text("failed", timeout=30_000)
+        except AssertionError as missing:  # what the panel's route answers now, and what the page holds
+            asked = httpx.get(f"{server.address}/ui/part/timeline", timeout=30)
+            shown = page.locator("#timeline").inner_html()[:2000]
+            route = f"{asked.status_code} {asked.text[:800]}"
+            raise AssertionError(f"{missing}\nthe route: {route}\nshown: {shown}") from missing
         expect(note).to_contain_text("Way out")
         expect(page.locator("#timeline tr.instant").first).to_be_attached()  # the last answer stays
         table.io.delete(damaged)
