@@ -104,7 +104,13 @@ def _service(tmp_path, catalog):
     clock = [0.0]
     timers = Timers()
     service = CatalogService(
-        CatalogSync(catalog, "lake", "t"), table, ViewSync(table), Metrics("t"), (FIRST_RETRY, LONGEST_RETRY), lambda: clock[0], timers
+        CatalogSync(catalog, "lake", "t"),
+        table,
+        ViewSync(table),
+        Metrics("t"),
+        (FIRST_RETRY, LONGEST_RETRY),
+        lambda: clock[0],
+        timers,
     )
     return service, instants, clock, timers
 

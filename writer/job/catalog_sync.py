@@ -3,8 +3,8 @@
 neither the micro-batches nor the services after it (a compaction waiting behind a sync would leave a merge-on-read
 table's logs growing). A catalog that fails (unreachable, or refusing) never fails the commit, a micro-batch or the
 other services: the failure is counted and logged when it starts, and a retry is timed, each waiting twice as long
-(from ``catalog.retry_seconds`` up to ``catalog.retry_max_seconds``), so the entries catch up after an outage even when no commit follows it. The first sync
-that gets through catches up to the newest commit, whatever was missed."""
+(from ``catalog.retry_seconds`` up to ``catalog.retry_max_seconds``), so the entries catch up after an outage even
+when no commit follows it. The first sync that gets through catches up to the newest commit, whatever was missed."""
 
 from __future__ import annotations
 

@@ -28,10 +28,10 @@ class CatalogSection(Section):
     support_timestamp: bool = False
     """Declare timestamp columns ``timestamp``; off, they are ``bigint`` (microseconds), as Hudi's sync does by
     default (``hoodie.datasource.hive_sync.support_timestamp``)."""
-    retry_seconds: float = Field(5.0, gt=0)
+    retry_seconds: float = Field(default=5.0, gt=0)
     """After a failed sync, the wait before the first timed retry; each next failure doubles it, up to
     ``retry_max_seconds``. Commits never wait on the catalog, so this is only how soon the entries catch up."""
-    retry_max_seconds: float = Field(300.0, gt=0)
+    retry_max_seconds: float = Field(default=300.0, gt=0)
     """The longest wait between two retries while the catalog stays down: each one is a call on the catalog."""
     options: dict[str, str] = Field(default_factory=dict, repr=False)
     """``glue``: how to reach it, in the storage options' AWS names (``aws_region``, ``aws_endpoint_url``, ...);
