@@ -42,10 +42,23 @@ SPEC = ChangeSpec(pa.schema([(c.name, ARROW[c.ddl]) for c in POSTGRES_COLUMNS]),
 
 
 def decode(events: list, spec: ChangeSpec = SPEC, topic: str = "pg.public.orders") -> list[dict]:
-    values = pa.array(
-        [None if e is None else (e if isinstance(e, bytes) else json.dumps(e).encode()) for e in events], pa.binary()
-    )
-    return change_rows(parse_messages(values), pa.array([topic] * len(events)), spec).rows.to_pylist()
+    """The rows of ``events`` written compact, as Kafka Connect's JSON converter writes them (a wrapped event's
+    schema block parsed once for all); the same events with spaces after the separators, parsed whole, give the
+    same rows."""
+
+    def rows(separators: tuple[str, str]) -> list[dict]:
+        values = pa.array(
+            [
+                None if e is None else e if isinstance(e, bytes) else json.dumps(e, separators=separators).encode()
+                for e in events
+            ],
+            pa.binary(),
+        )
+        return change_rows(parse_messages(values), pa.array([topic] * len(events)), spec).rows.to_pylist()
+
+    compact = rows((",", ":"))
+    assert compact == rows((", ", ": ")), "the same events, parsed whole"
+    return compact
 
 
 def same(row: dict, expected: dict) -> None:
