@@ -70,7 +70,8 @@ class Broker:
             future.result(30)
 
     def produce(self, topic: str, partition: int, key: dict | bytes | None, value: dict | bytes | None) -> None:
-        encode = lambda v: json.dumps(v).encode() if isinstance(v, dict) else v  # noqa: E731
+        # compact, as Kafka Connect's JSON converter and most producers write JSON
+        encode = lambda v: json.dumps(v, separators=(",", ":")).encode() if isinstance(v, dict) else v  # noqa: E731
         self.producer.produce(topic, key=encode(key), value=encode(value), partition=partition)
         self.producer.flush(30)
 
