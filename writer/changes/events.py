@@ -183,9 +183,11 @@ def _unwrapped(values: pa.Array) -> tuple[pa.Table, pa.Array] | None:
     blocks = head.dictionary_encode()
     closed = pc.binary_join_element_wise(blocks.dictionary, pa.scalar(b"}"), pa.scalar(b""))
     schemas, bad = parse_values(closed, pa.schema([MESSAGE.field("schema")]))
+    if bad:
+        return None
     payloads = pc.binary_slice(rest, 0, -1)
-    events, bad_events = parse_values(payloads, pa.schema(_EVENT)) if not bad else (None, bad)
-    if bad_events or events is None:
+    events, bad = parse_values(payloads, pa.schema(_EVENT))
+    if bad:
         return None
     n = len(values)
     payload = pa.StructArray.from_arrays(

@@ -53,7 +53,8 @@ def row_images(
     decoding: Decoding,
 ) -> tuple[dict[str, pa.Array], pa.Array, Counter]:
     """The declared columns of each change's row image (``after``, ``before`` for a delete), decoded from ``values``
-    (each event's JSON, or its payload when the converter wrapped it); the first reason a row's column could not be; and the columns events carried that are not declared."""
+    (each event's JSON, or its payload when the converter wrapped it); the first reason a row's column could not be;
+    and the columns events carried that are not declared."""
     n = len(values)
     declared = [f for f in columns if f.name not in (IS_DELETED, EVENT_POSITION)]
     groups, representatives = schema_groups(schema.combine_chunks(), changes)
