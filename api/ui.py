@@ -29,6 +29,7 @@ from laketide.api.models import INSTANT_PATTERN
 from laketide.table import Table
 from laketide.table.format.instant import Action, State, instant_to_datetime
 from laketide.table.inspect.layout import GroupOrder
+from laketide.writer.job.health import spoken
 from laketide.writer.job.views import WriterView
 
 log = logging.getLogger(__name__)
@@ -67,12 +68,7 @@ def _ago(instant: str | None) -> str:
 
 
 def _seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, length in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= length:
-            return f"{seconds / length:.0f} {unit}"
-    return f"{max(seconds, 0):.0f} s"
+    return "-" if seconds is None else spoken(seconds)
 
 
 def _epoch_ago(at: float | None) -> str:

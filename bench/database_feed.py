@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from connect_events import Column, PostgresTable, decimal_bytes, micros
 
 BASE = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)

@@ -173,3 +173,15 @@ class Backlog(BaseModel):
     age_seconds: float | None = Field(
         default=None, description="landing: the oldest waiting file's age; Kafka: the age of the lag's figure"
     )
+    catch_up_seconds: float | None = Field(
+        default=None,
+        description="at the last minutes' rate, how long until what waits now is written (None: not known yet, "
+        "or the backlog grows)",
+    )
+    growing: bool = Field(
+        default=False, description="Kafka: the lag grew over the last minutes: at this rate the job does not catch up"
+    )
+    rate: float | None = Field(
+        default=None,
+        description="Kafka: records a second the lag shrank (or, when growing, grew) over the last minutes",
+    )

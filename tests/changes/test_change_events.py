@@ -500,3 +500,29 @@ def test_every_column_events_carry_is_written_or_counted(with_schema):
     assert changed.unknown_fields["amount"] == 3
     assert changed.unknown_fields["extra"] == (0 if with_schema else 3)
     assert changed.rows["undescribed"].to_pylist() == [7, 7, 7]
+
+
+@pytest.mark.parametrize(
+    ("target", "scale"),
+    [(pa.decimal128(10, 2), 2), (pa.decimal128(4, 2), 2), (pa.decimal128(38, 6), 6), (pa.decimal128(12, 4), 2)],
+)
+def test_connect_decimals_decode_alike_through_the_target_storage_and_through_python_decimals(target, scale):
+    """A Connect Decimal column straight into a decimal of its scale (the unscaled integers as its storage) gives
+    the values and reasons the exact path of Python's decimals gives, over the edges: signs, the precision's bound,
+    integers past 64 bits, text that is not base64, nulls."""
+    from laketide.writer.changes.connect import codecs
+    from laketide.writer.changes.connect.column import Decoding
+    from laketide.writer.changes.connect.schema import Encoding
+    from laketide.writer.changes.connect.values import Column
+
+    numbers = [0, 1, -1, 9999, -9999, 10_000, -10_000, 2**63 - 1, -(2**63), 10**20, -(10**20), 123_456_789]
+    texts = [decimal_bytes(Decimal(n).scaleb(-scale), scale) for n in numbers] + ["not base64!", None]
+    encoding = Encoding.of(
+        {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": str(scale)}}
+    )
+    column = Column("amount", encoding, target, Decoding())
+    fast = column.decode(pa.array(texts, pa.string()))
+    exact = column._from_decimals(codecs.base64_decimals(pa.array(texts, pa.string()), scale))
+    assert fast.values.to_pylist() == exact.values.to_pylist()
+    assert fast.reasons.to_pylist() == exact.reasons.to_pylist()
+    assert any(fast.values.to_pylist()) and any(r is not None for r in fast.reasons.to_pylist())

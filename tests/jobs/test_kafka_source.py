@@ -213,10 +213,11 @@ def test_kill_9_cycles_while_events_arrive_leave_the_model_exact(kafka, tmp_path
 
 def test_lag_shows_and_falls_to_zero_once_the_producer_stops(kafka, tmp_path):
     """A running job with its API: while it catches up (10 offsets a micro-batch) its lag per partition
-    shows in /v1/writer and /metrics; once the producer stops, the lag falls to 0 everywhere."""
+    shows in /v1/writer and /metrics, and its health says when the backlog is written, in the dashboard too; once the
+    producer stops, the lag falls to 0 everywhere."""
     kafka.create_topic(TOPIC, 3)
     feed = Feed(kafka, seed=3)
-    feed.send(90)
+    feed.send(150)
     port = free_port()
     conf = job_conf(
         tmp_path,
@@ -229,19 +230,26 @@ def test_lag_shows_and_falls_to_zero_once_the_producer_stops(kafka, tmp_path):
     )
     job = Job([CLI, "run", *conf], tmp_path / "job.log").start()
     api = f"http://127.0.0.1:{port}"
-    seen_lag = []
+    seen_lag, catching_up = [], []
 
     def lag() -> dict:
         try:
-            recent = httpx.get(f"{api}/v1/writer", timeout=5).json()["recent"]
-        except (httpx.HTTPError, ValueError, KeyError):
+            view = httpx.get(f"{api}/v1/writer", timeout=5).json()
+        except (httpx.HTTPError, ValueError):
             return {}
+        recent, health = view.get("recent"), view.get("health") or {}
         if recent and recent[-1]["lag"]:
             seen_lag.append(recent[-1]["lag"])
+        if health.get("summary", "").startswith("catching up:"):
+            catching_up.append((health, httpx.get(f"{api}/ui/part/job", timeout=5).text))
         return recent[-1]["lag"] if recent else {}
 
     try:
         wait_until(lambda: sum(lag().values() or [0]) > 0, 180, "a lag above 0")
+        wait_until(lambda: lag() is not None and catching_up, 120, "the health to say when the backlog is written")
+        health, page = catching_up[0]
+        assert health["backlog"]["catch_up_seconds"] > 0 and health["backlog"]["rate"] > 0, health
+        assert re.search(r'id="job-catch-up">written in about \d+ (s|min)<', page), page
         metrics = httpx.get(f"{api}/metrics", timeout=5).text
         assert 'laketide_source_lag{partition="0",table=' in metrics and f'topic="{TOPIC}"}}' in metrics
         wait_until(

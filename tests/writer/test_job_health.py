@@ -115,3 +115,32 @@ def test_the_job_state_says_running_then_failed_with_the_error_and_a_stale_write
     assert JobState.read(io).state == "failed", "a writer without the lease does not speak over the new holder"
     io.write_atomic(".hoodie/.laketide/job.json", b"{broken", overwrite=True)
     assert JobState.read(io) is None
+
+
+def test_a_shrinking_lag_says_when_it_is_written_and_a_growing_one_is_behind():
+    # 10 s apart, 1,000 records each; the lag shrank by 40,000 in 30 s
+    draining = assess(
+        batches([1.0] * 4, lag=[100_000, 80_000, 70_000, 60_000]), [], "10 seconds", None, False, NOW, NOW
+    )
+    backlog = draining.backlog
+    assert draining.state == "healthy" and backlog.rate == round(40_000 / 30, 1)
+    assert backlog.catch_up_seconds == 45.0 and not backlog.growing
+    assert "catching up: 60,000 records wait in Kafka, written in about 45 s" in draining.summary
+    growing = assess(batches([1.0] * 4, lag=[50_000, 60_000, 55_000, 65_000]), [], "10 seconds", None, False, NOW, NOW)
+    assert growing.state == "behind" and growing.backlog.growing and growing.backlog.catch_up_seconds is None
+    assert "65,000 wait, 500 a second more than are written" in growing.summary
+    # a lag the next micro-batch takes whole is one micro-batch away, however it moved
+    live = assess(batches([2.0] * 4, lag=[10, 400, 20, 900]), [], "10 seconds", None, False, NOW, NOW)
+    assert live.state == "healthy" and live.backlog.catch_up_seconds == 10.0 and not live.backlog.growing
+    # one micro-batch says nothing of a rate yet
+    first = assess(batches([1.0], lag=[60_000]), [], "10 seconds", None, False, NOW, NOW).backlog
+    assert first.catch_up_seconds is None and not first.growing
+
+
+def test_landing_files_take_the_micro_batches_their_cap_allows():
+    capped = assess(
+        batches([4.0] * 3), [], None, Backlog(files=25, bytes=1, age_seconds=3), False, NOW, NOW, files_per_batch=10
+    )
+    assert capped.backlog.catch_up_seconds == 12.0 and "written in about 12 s at 10 a micro-batch" in capped.summary
+    uncapped = assess(batches([4.0] * 3), [], "10 seconds", Backlog(files=25, bytes=1), False, NOW, NOW)
+    assert uncapped.backlog.catch_up_seconds == 10.0  # all in the next micro-batch, which the trigger spaces

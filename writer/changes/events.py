@@ -194,8 +194,12 @@ def _unwrapped(values: pa.Array) -> tuple[pa.Table, pa.Array] | None:
         [events[name].combine_chunks() for name, _ in _EVENT], fields=list(pa.struct(_EVENT))
     )
     columns = {name: pa.nulls(n, kind) for name, kind in _EVENT}
-    columns |= {"payload": payload, "schema": schemas["schema"].combine_chunks().take(blocks.indices)}
-    return pa.table([columns[f.name] for f in MESSAGE], schema=MESSAGE), payloads
+    # each message's schema as an index into the distinct ones: its groups are found once a block (``schema_groups``)
+    columns |= {
+        "payload": payload,
+        "schema": pa.DictionaryArray.from_arrays(blocks.indices, schemas["schema"].combine_chunks()),
+    }
+    return pa.table([columns[f.name] for f in MESSAGE], names=MESSAGE.names), payloads
 
 
 def row_schemas(messages: Messages) -> list[list[dict]]:
@@ -267,7 +271,7 @@ def _kinds(event: dict[str, pa.Array], topics: pa.Array, schema: pa.Array, tombs
     """What each message is, when it is not a row change (``EVENT_KIND``); null for a change or an unknown op."""
     op = event["op"]
     no_op = pc.is_null(op)
-    named = pc.fill_null(pc.match_substring(schema.combine_chunks().field("name"), "Heartbeat"), False)
+    named = pc.fill_null(pc.match_substring(_schema_name(schema.combine_chunks()), "Heartbeat"), False)
     heartbeat = pc.or_(pc.fill_null(pc.starts_with(topics, HEARTBEAT_TOPIC), False), named)
     alone = pc.and_(pc.and_(pc.is_valid(event["ts_ms"]), pc.is_null(event["source"])), pc.is_null(event["status"]))
     heartbeat = pc.or_(heartbeat, pc.and_(alone, pc.is_null(event["ddl"])))
@@ -290,6 +294,13 @@ def _kinds(event: dict[str, pa.Array], topics: pa.Array, schema: pa.Array, tombs
         "heartbeat",
     )
     return kind.cast(pa.string())
+
+
+def _schema_name(schema: pa.StructArray | pa.DictionaryArray) -> pa.Array:
+    """Each message's converter schema's name, from the schema or from its index into the distinct ones."""
+    if pa.types.is_dictionary(schema.type):
+        return schema.dictionary.field("name").take(schema.indices)
+    return schema.field("name")
 
 
 def _unknown_op(op: pa.Array, kinds: pa.Array) -> pa.Array:

@@ -231,9 +231,14 @@ def _conform(values: pa.StructArray, target: pa.StructType) -> pa.StructArray:
     return pa.StructArray.from_arrays(children, fields=list(target), mask=values.is_null())
 
 
-def schema_groups(schema: pa.StructArray, changes: np.ndarray) -> tuple[np.ndarray, dict[int, list[dict] | None]]:
+def schema_groups(
+    schema: pa.StructArray | pa.DictionaryArray, changes: np.ndarray
+) -> tuple[np.ndarray, dict[int, list[dict] | None]]:
     """Each change's row schema as a group number, and one of each group's row schemas (its columns, as the
-    converter wrote them); ``None`` is the group of changes that came without a schema."""
+    converter wrote them); ``None`` is the group of changes that came without a schema. ``schema``: each message's
+    converter schema, or an index into its distinct ones."""
+    if pa.types.is_dictionary(schema.type):
+        return _block_groups(schema, changes)
     n = len(schema)
     groups = np.full(n, -2, np.int64)  # -2: not a change
     columns = _row_columns(schema)
@@ -248,6 +253,24 @@ def schema_groups(schema: pa.StructArray, changes: np.ndarray) -> tuple[np.ndarr
         for code, at in enumerate(first_at):
             representatives[code] = columns[int(rows[at])].as_py()
     return groups, representatives
+
+
+def _block_groups(schema: pa.DictionaryArray, changes: np.ndarray) -> tuple[np.ndarray, dict[int, list[dict] | None]]:
+    """``schema_groups`` of each distinct schema block once, each message taking its block's group (a null index:
+    no schema)."""
+    codes = pc.fill_null(schema.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    # only the blocks these changes carry: a table's part of a micro-batch keeps every table's blocks
+    used_blocks = np.unique(codes[changes & (codes >= 0)])
+    found, representatives = schema_groups(
+        schema.dictionary.take(pa.array(used_blocks, pa.int64())), np.ones(len(used_blocks), bool)
+    )
+    blocks = np.full(len(schema.dictionary), -1, np.int64)
+    blocks[used_blocks] = found
+    groups = np.where(changes, np.where(codes >= 0, blocks[np.maximum(codes, 0)], -1), -2)
+    used = set(np.unique(groups[changes]).tolist())
+    if -1 in used:
+        representatives[-1] = None
+    return groups, {code: columns for code, columns in representatives.items() if code in used}
 
 
 def _row_columns(schema: pa.StructArray) -> pa.ListArray:

@@ -43,43 +43,66 @@ def route(records: pa.Table, topics_seen: dict[str, SourceTable]) -> Routed:
     """Where each of ``records`` (Kafka records: ``value``, ``topic``, ...) goes. ``topics_seen``: the table each
     topic's events went to so far; updated with what this micro-batch teaches."""
     messages = parse_messages(unframed(records["value"].combine_chunks()))
-    topics = records["topic"].combine_chunks().cast(pa.string())
-    named = _named_tables(messages)
-    keys: list[SourceTable | None] = [None] * records.num_rows
-    topic_list = topics.to_pylist()
-    for i, source in enumerate(named):
-        if source is not None:
-            key = keys[i] = SourceTable(source[2], source[1], source[0], topic_list[i])
-            topics_seen.setdefault(topic_list[i], key)
-    routed = Routed(messages)
-    by_key: dict[SourceTable, list[int]] = {}
-    unrouted = []
-    for i, key in enumerate(keys):
-        key = key or topics_seen.get(topic_list[i])  # a message naming no table goes with its topic
-        if key is None:
-            unrouted.append(i)
-        else:
-            by_key.setdefault(key, []).append(i)
-    routed.tables = {key: np.array(at, np.int64) for key, at in by_key.items()}
-    routed.unrouted = np.array(unrouted, np.int64)
+    topics = records["topic"].combine_chunks().cast(pa.string()).dictionary_encode()
+    topic_names = topics.dictionary.to_pylist()
+    topic_codes = _codes(topics)
+    codes, keys = _named_tables(messages, topic_names, topic_codes)
+    for key in keys:  # in the order each came first: a topic goes with the first table its events named
+        topics_seen.setdefault(key.topic or "", key)
+    # a message naming no table goes with its topic: to the table its events went to, now or before
+    position = {key: c for c, key in enumerate(keys)}
+    by_topic = []
+    for topic in topic_names:
+        key = topics_seen.get(topic)
+        if key is not None and key not in position:
+            position[key] = len(keys)
+            keys.append(key)
+        by_topic.append(-1 if key is None else position[key])
+    unnamed = (codes < 0) & (topic_codes >= 0)
+    codes[unnamed] = np.array(by_topic, np.int64)[topic_codes[unnamed]]
+    order = np.argsort(codes, kind="stable")  # each table's records together, in their order
+    starts = np.searchsorted(codes[order], np.arange(-1, len(keys) + 1))
+    routed = Routed(messages, unrouted=order[starts[0] : starts[1]])
+    routed.tables = {
+        key: order[starts[c + 1] : starts[c + 2]] for c, key in enumerate(keys) if starts[c + 2] > starts[c + 1]
+    }
     return routed
 
 
-def _named_tables(messages: Messages) -> list[tuple[str | None, str | None, str] | None]:
-    """Per message, the (db, schema, table) of a row change that names its source table, else ``None``."""
-    out: list[tuple[str | None, str | None, str] | None] = [None] * len(messages.values)
-    if not len(out):
-        return out
+def _codes(encoded: pa.DictionaryArray) -> np.ndarray:
+    return pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _named_tables(
+    messages: Messages, topic_names: list[str], topic_codes: np.ndarray
+) -> tuple[np.ndarray, list[SourceTable]]:
+    """Per message, the number of the source table a row change names (its db, schema, table and topic), else -1;
+    and those tables, in the order each came first."""
+    codes = np.full(len(messages.values), -1, np.int64)
+    if not len(codes):
+        return codes, []
     event = messages.event()
     source = event["source"]
     is_row = pc.and_(pc.fill_null(pc.is_in(event["op"], pa.array(ROW_OPS)), False), pc.is_valid(source.field("table")))
     rows = np.nonzero(pc.fill_null(is_row, False).to_numpy(zero_copy_only=False))[0]
-    db, schema, table = (
-        source.field(name).take(pa.array(rows, pa.int64())).to_pylist() for name in ("db", "schema", "table")
-    )
-    for j, i in enumerate(rows.tolist()):
-        out[i] = (db[j], schema[j], table[j])
-    return out
+    if not len(rows):
+        return codes, []
+    at, parts, names = pa.array(rows, pa.int64()), [topic_codes[rows]], []
+    for name in ("db", "schema", "table"):
+        encoded = source.field(name).take(at).cast(pa.string()).dictionary_encode()
+        parts.append(_codes(encoded))
+        names.append(encoded.dictionary.to_pylist())
+    distinct, first, inverse = np.unique(np.stack(parts, axis=1), axis=0, return_index=True, return_inverse=True)
+    came = np.argsort(first)
+    rank = np.empty_like(came)
+    rank[came] = np.arange(len(came))
+    codes[rows] = rank[inverse.reshape(-1)]
+    db, schema, table = names
+    keys = [
+        SourceTable(table[t], schema[s] if s >= 0 else None, db[d] if d >= 0 else None, topic_names[p])
+        for p, d, s, t in distinct[came].tolist()
+    ]
+    return codes, keys
 
 
 def record_key_of(keys: pa.Array, table: str) -> list[str]:

@@ -10,6 +10,11 @@ without a job. The rules, in the order they win:
   runs for longer than the trigger allows.
 - **idle**: nothing to do and nothing waiting; **healthy**: keeping up.
 
+What waits comes with how long it takes at the recent rate (``catch_up``): a Kafka lag by how fast it shrank
+over the last minutes (a lag one micro-batch takes whole is one micro-batch away; a lag that does not shrink grows,
+and makes the job behind); landing files by the micro-batches they need (``source.max_files_per_trigger`` a
+micro-batch, else one) at the recent micro-batch's length, or the trigger's interval when that is longer.
+
 A catalog whose sync fails makes a healthy or idle job **behind**: the commits go on, the entries engines find
 the table by lag behind them.
 """
@@ -43,6 +48,44 @@ def _kafka_backlog(done: list[BatchReport], now: float) -> Backlog | None:
     return Backlog(records=sum(last.lag.values()), age_seconds=round(now - last.ended_at, 1) if last.ended_at else None)
 
 
+def spoken(seconds: float) -> str:
+    """A length of time as people say it: ``40 s``, ``12 min``, ``3 h``, ``2 d``."""
+    for unit, length in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= length:
+            return f"{seconds / length:.0f} {unit}"
+    return f"{max(seconds, 0):.0f} s"
+
+
+def catch_up(
+    backlog: Backlog | None, done: list[BatchReport], interval: float | None, files_per_batch: int | None, now: float
+) -> Backlog | None:
+    """``backlog`` with how long it takes to write at the recent rate (``done``: the written micro-batches,
+    oldest first; ``files_per_batch``: a landing source's cap on the files a micro-batch takes)."""
+    if backlog is None or not done:
+        return backlog
+    cycle = max(sorted(r.seconds for r in done[-3:])[len(done[-3:]) // 2], interval or 0.0)
+    if backlog.records is not None:
+        return _kafka_catch_up(backlog, done, cycle, now)
+    if backlog.files:
+        batches = -(-backlog.files // files_per_batch) if files_per_batch else 1
+        return backlog.model_copy(update={"catch_up_seconds": round(batches * cycle, 1)})
+    return backlog
+
+
+def _kafka_catch_up(backlog: Backlog, done: list[BatchReport], cycle: float, now: float) -> Backlog:
+    """A lag's catch-up from how fast it shrank between the first and the last micro-batch of the rate window."""
+    lag = backlog.records or 0
+    if lag <= max(r.records for r in done[-3:]):
+        return backlog.model_copy(update={"catch_up_seconds": round(cycle, 1) if lag else 0.0})
+    points = [(r.ended_at, sum(r.lag.values())) for r in done if r.lag and now - r.ended_at <= RATE_WINDOW_SECONDS]
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return backlog
+    shrank = (points[0][1] - points[-1][1]) / (points[-1][0] - points[0][0])
+    if shrank > 0:
+        return backlog.model_copy(update={"catch_up_seconds": round(lag / shrank, 1), "rate": round(shrank, 1)})
+    return backlog.model_copy(update={"growing": True, "rate": round(-shrank, 1)})
+
+
 def _lag_growing(done: list[BatchReport]) -> bool:
     lags = [sum(r.lag.values()) for r in done[-4:] if r.lag]
     return len(lags) == 4 and all(b > a for a, b in itertools.pairwise(lags))
@@ -57,15 +100,17 @@ def assess(
     last_commit_at: float | None,
     now: float | None = None,
     catalog: CatalogView | None = None,
+    files_per_batch: int | None = None,
 ) -> Health:
     """``landing``: a landing source's backlog (``None`` for Kafka and the generator); ``running_batch``: a
     micro-batch is in progress now; ``last_commit_at``: the newest completed write's time (epoch seconds);
-    ``catalog``: where the catalog's entries stand, when the job keeps some."""
+    ``catalog``: where the catalog's entries stand, when the job keeps some; ``files_per_batch``: a landing source's
+    ``max_files_per_trigger``."""
     now = time.time() if now is None else now
     done = [r for r in recent if not r.skipped and not r.empty]
     interval = trigger_seconds(trigger)
     input_rate, processing_rate = _rates(done, now)
-    backlog = landing or _kafka_backlog(done, now)
+    backlog = catch_up(landing or _kafka_backlog(done, now), done, interval, files_per_batch, now)
     slow = interval is not None and len(done) >= 3 and sorted(r.seconds for r in done[-3:])[1] > interval
     stalled = (
         bool(landing and landing.files)
@@ -73,7 +118,7 @@ def assess(
         and bool(done)
         and now - done[-1].ended_at > (interval or 0) + 30
     )
-    behind = slow or _lag_growing(done) or stalled
+    behind = slow or _lag_growing(done) or stalled or bool(backlog and backlog.growing)
     fresh = [f for f in failures if now - f.at <= RATE_WINDOW_SECONDS]
     health = Health(
         state="healthy",
@@ -101,6 +146,16 @@ def assess(
     elif backlog and backlog.files and not running_batch:
         health.summary = (
             f"keeping up; {backlog.files} landing file{'s' if backlog.files != 1 else ''} wait for the next micro-batch"
+        )
+        if files_per_batch and backlog.files > files_per_batch and backlog.catch_up_seconds is not None:
+            health.summary += (
+                f", written in about {spoken(backlog.catch_up_seconds)} at {files_per_batch} a micro-batch"
+            )
+    elif backlog and backlog.rate and backlog.catch_up_seconds is not None:
+        health.summary = (
+            f"catching up: {backlog.records:,} records wait in Kafka, written in about "
+            f"{spoken(backlog.catch_up_seconds)} at the last minutes' rate (the lag shrinks by {backlog.rate:,.0f} "
+            "records a second)"
         )
     if catalog is not None and catalog.failing_since is not None and health.state in ("healthy", "idle"):
         health.state, health.summary = "behind", _catalog_summary(catalog, now)
@@ -135,4 +190,13 @@ def _behind_summary(
             f"wait{'' if backlog.files != 1 else 's'} and no micro-batch "
             "has started: check the job's log for a stuck stage or a source error"
         )
-    return "the Kafka lag grew in each of the last micro-batches: the job reads slower than the topics fill"
+    grows = (
+        f" ({backlog.records:,} wait, {backlog.rate:,.0f} a second more than are written)"
+        if backlog is not None and backlog.growing and backlog.rate
+        else ""
+    )
+    return (
+        "the Kafka lag grows: the job reads slower than the topics fill"
+        f"{grows}. Give the job more cores, or a larger source.kafka.max_offsets_per_trigger, so a micro-batch's "
+        "fixed cost is spread over more records"
+    )

@@ -117,6 +117,7 @@ class RunningJob:
                 running_batch,
                 facts.last_commit_at,
                 catalog=catalog,
+                files_per_batch=self.config.source.max_files_per_trigger,
             ),
             catalog=catalog,
         )

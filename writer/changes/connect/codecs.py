@@ -102,12 +102,15 @@ def b64(text: str | None) -> bytes | Literal[False] | None:
 
 def base64_decimals(values: pa.Array, scale: int) -> list[Decimal | bool | None]:
     """Kafka Connect's Decimal: the unscaled value, big-endian two's complement, in base64."""
-    out: list[Decimal | bool | None] = []
+    return [u if u is None or u is False else Decimal(u).scaleb(-scale) for u in base64_unscaled(values)]
+
+
+def base64_unscaled(values: pa.Array) -> list[int | Literal[False] | None]:
+    """Kafka Connect's Decimal's unscaled integers (``False`` where a value is not base64)."""
+    out: list[int | Literal[False] | None] = []
     for text in values.to_pylist():
         raw = b64(text)
-        out.append(
-            raw if raw is None or raw is False else Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
-        )
+        out.append(raw if raw is None or raw is False else int.from_bytes(raw, "big", signed=True))
     return out
 
 

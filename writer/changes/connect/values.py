@@ -100,7 +100,7 @@ class Column(TemporalColumn):
                 return self._decimal_without_schema(values)
             if e is not None and e.name == DECIMAL:
                 scale = e.scale if e.scale is not None else getattr(self.target, "scale", 0)
-                return self._from_decimals(codecs.base64_decimals(values, scale))
+                return self._from_base64(values, scale)
             return self.cast(pc.utf8_trim_whitespace(values), self.target)
         if pa.types.is_floating(wire) and pa.types.is_decimal(self.target):
             return self.cast(pc.round(values, self.target.scale), self.target)
@@ -140,6 +140,31 @@ class Column(TemporalColumn):
             f"digits that read as decimal text and as base64 alike, and {why} (or turn on the converter's schemas)",
         )
         return Decoded(unsure.values, pc.coalesce(wrong.reasons, unsure.reasons, out.reasons))
+
+    def _from_base64(self, values: pa.Array, scale: int) -> Decoded:
+        """Connect's Decimal of ``scale``. Into a decimal of that scale, unscaled integers that fit 64 bits go
+        straight into its storage (a decimal's bytes are its unscaled integer); anything else goes through Python's
+        decimals, exactly or not at all."""
+        target, unscaled = self.target, codecs.base64_unscaled(values)
+        if pa.types.is_decimal128(target) and target.scale == scale:
+            bad = np.array([u is False for u in unscaled])
+            try:
+                ints = pa.array([None if u is False else u for u in unscaled], pa.int64())
+            except (OverflowError, pa.ArrowInvalid):
+                ints = None
+            if ints is not None:
+                out = self.fail(
+                    ints.cast(pa.decimal128(38, 0)).view(target), bad, "a value that is not a valid decimal"
+                )
+                if target.precision > 18:  # every 64-bit integer has at most 19 digits
+                    return out
+                bound = 10**target.precision
+                too_big = pc.or_(pc.greater_equal(ints, bound), pc.less_equal(ints, -bound))
+                if not pc.any(too_big).as_py():
+                    return out
+                more = self.fail(out.values, too_big, f"a value that does not fit {target} exactly")
+                return Decoded(more.values, pc.coalesce(out.reasons, more.reasons))
+        return self._from_decimals([u if u is None or u is False else Decimal(u).scaleb(-scale) for u in unscaled])
 
     def _from_decimals(self, parsed: list[Decimal | bool | None]) -> Decoded:
         """Python decimals (``False`` where the value did not decode) into the target, exactly or not at all."""
