@@ -189,6 +189,7 @@ def test_an_async_compaction_waits_for_the_micro_batch_being_written_but_not_for
         compactor = Compactor.__new__(Compactor)
         compactor.settings = CompactionSection(yield_seconds=yield_seconds)
         compactor.finish_lock = threading.RLock()
+        compactor._yield_to = compactor.finish_lock
         batch_lock = compactor.finish_lock if job else threading.RLock()
         taken, release = threading.Event(), threading.Event()
 

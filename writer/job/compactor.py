@@ -77,12 +77,14 @@ class Compactor:
         view: Callable[[Timeline], FileSystemView] | None = None,
         on_step: Callable[[str], None] | None = None,
         finish_lock: threading.RLock | None = None,
+        yield_to: threading.RLock | None = None,
     ):
         """``on_step(point)`` is called before each base file is closed ("compaction-closing"), when the base
         files are written ("compaction-written") and when the late logs are carried over ("compaction-carried");
         crash tests kill or pause the process there. ``finish_lock``: the job's batch lock, held while a
         micro-batch runs; the last step of a compaction takes it. Without a job (``laketide compact``) it is
-        one of its own, which nothing else holds."""
+        one of its own, which nothing else holds. ``yield_to``: held while the micro-batch a slice waits for runs
+        (``_yield_to_batch``): ``finish_lock``, or a job of a whole database's, held over all its tables' writes."""
         self.coordinator = coordinator
         self._on_step = on_step or (lambda point: None)
         self.table = coordinator.table
@@ -91,6 +93,7 @@ class Compactor:
         self.steps = TimelineAction(coordinator, COMPACTION)
         self._view = view or self.table.file_system_view
         self.finish_lock = finish_lock or threading.RLock()
+        self._yield_to = yield_to or self.finish_lock
 
     def schedule(self) -> str | None:
         """Plan a compaction of the slices past the thresholds; ``None`` when none is due."""
@@ -177,12 +180,13 @@ class Compactor:
 
     def _yield_to_batch(self) -> None:
         """Wait, at most ``compaction.yield_seconds``, for the micro-batch being written to finish (the job
-        holds ``finish_lock`` while it writes one): on a driver of two cores, a slice compacted beside a
-        micro-batch made it a fifth slower. The wait is bounded, so back-to-back micro-batches delay a
+        holds ``yield_to`` while it writes one): on a driver of two cores, a slice compacted beside a
+        micro-batch made it a fifth slower. In a job of a whole database that is the whole micro-batch, not its
+        own table's write, a small part of it. The wait is bounded, so back-to-back micro-batches delay a
         compaction but never stop it. Asked before each slice only: waiting between a slice's steps too made
         compactions under a steady stream three times as long."""
-        if self.settings.yield_seconds > 0 and self.finish_lock.acquire(timeout=self.settings.yield_seconds):
-            self.finish_lock.release()
+        if self.settings.yield_seconds > 0 and self._yield_to.acquire(timeout=self.settings.yield_seconds):
+            self._yield_to.release()
 
     def _carry_late_logs(
         self, plan: CompactionPlan, instant_time: str, timeline: Timeline, markers: WriteMarkers

@@ -127,6 +127,7 @@ class Database:
         self._topics: dict[str, SourceTable] = {}  # the source table each topic's events went to
         self.pool = DriverPool.for_writes(config.write)
         self.gate = threading.BoundedSemaphore(config.database.services_at_once)
+        self.writing = threading.RLock()  # held over each micro-batch: the tables' compactions yield to all of it
         self.lost = threading.Event()  # set by any table's lease when it is lost
         self.stop_requested = threading.Event()
         self.failure: BaseException | None = None
@@ -138,7 +139,8 @@ class Database:
         """Write micro-batch ``batch_id`` (Kafka records: key, value, topic, partition, offset) into its tables;
         ``read_seconds``: what reading the records took, for the micro-batch's line."""
         try:
-            return self._write(batch_id, records, read_seconds)
+            with self.writing:
+                return self._write(batch_id, records, read_seconds)
         except BaseException as failure:
             self.failure = failure  # as raised: Spark hands the query's waiter only its text
             raise
@@ -238,6 +240,7 @@ class Database:
                 api_address=self.api_address,
                 metrics=Metrics(label, self.metrics),
                 services_gate=self.gate,
+                batch_running=self.writing,
                 writer=WriterParts(driver_pool=self.pool, label=label, on_step=self.on_step),
             ),
         )

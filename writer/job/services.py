@@ -75,11 +75,12 @@ def compactor_for(
     views: ViewSync,
     on_step: Callable[[str, int], None] | None = None,
     finish_lock: threading.RLock | None = None,
+    yield_to: threading.RLock | None = None,
 ) -> Compactor | None:
     if table.config.table_type != "MERGE_ON_READ" or config.compaction.mode == "off":
         return None
     steps = (lambda point: on_step(point, -1)) if on_step is not None else None
-    return Compactor(coordinator, config.compaction, config.write, views.view, steps, finish_lock)
+    return Compactor(coordinator, config.compaction, config.write, views.view, steps, finish_lock, yield_to)
 
 
 def after_commit(config: JobConfig, compactor: Compactor | None, services: TableServices) -> Callable[[str], None]:

@@ -48,9 +48,10 @@ class JobParts:
     ``coordinator.lease_wait``). A ``streaming`` writer keeps its state with the table (``writer/job/state.py``), and
     a failure that ends its session is recorded there as its last word; one ``laketide.write`` call does not speak
     over the last job's. ``metrics``: where the table's are counted (a job of a whole database counts all its
-    tables' in one registry), and ``services_gate`` how many tables' services run at once. ``writer``: what the
-    adapter hands the ``BatchWriter`` itself (its clock, driver pool, label, steps); the session adds its own
-    parts (the services after each commit, the view, the batch lock, the status)."""
+    tables' in one registry), ``services_gate`` how many tables' services run at once, and ``batch_running`` is
+    held over each of its micro-batches, which compaction yields to rather than to its own table's write.
+    ``writer``: what the adapter hands the ``BatchWriter`` itself (its clock, driver pool, label, steps); the
+    session adds its own parts (the services after each commit, the view, the batch lock, the status)."""
 
     lease_wait: float | None = None
     on_lost: Callable[[], None] | None = None
@@ -58,6 +59,7 @@ class JobParts:
     streaming: bool = True
     metrics: Metrics | None = None
     services_gate: threading.Semaphore | None = None
+    batch_running: threading.RLock | None = None
     writer: WriterParts = field(default_factory=WriterParts)
 
 
@@ -149,7 +151,7 @@ def _assemble(config: JobConfig, table: Table, lease: Lease, writer_id: str, par
     views = ViewSync(table)
     # held while a micro-batch runs; the services' steps that change what it reads take it too
     batch_lock = threading.RLock()
-    compactor = compactor_for(config, table, coordinator, views, parts.writer.on_step, batch_lock)
+    compactor = compactor_for(config, table, coordinator, views, parts.writer.on_step, batch_lock, parts.batch_running)
     mirror = mirror_for(config, table, views, coordinator.hold)
     index_compaction = IndexCompaction(table, index, config.write.index_compaction_deltas, coordinator.hold, batch_lock)
     status = WriterStatus()
