@@ -258,7 +258,7 @@ def schema_groups(
 def _block_groups(schema: pa.DictionaryArray, changes: np.ndarray) -> tuple[np.ndarray, dict[int, list[dict] | None]]:
     """``schema_groups`` of each distinct schema block once, each message taking its block's group (a null index:
     no schema)."""
-    codes = pc.fill_null(schema.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    codes = dictionary_codes(schema)
     # only the blocks these changes carry: a table's part of a micro-batch keeps every table's blocks
     used_blocks = np.unique(codes[changes & (codes >= 0)])
     found, representatives = schema_groups(
@@ -271,6 +271,11 @@ def _block_groups(schema: pa.DictionaryArray, changes: np.ndarray) -> tuple[np.n
     if -1 in used:
         representatives[-1] = None
     return groups, {code: columns for code, columns in representatives.items() if code in used}
+
+
+def dictionary_codes(encoded: pa.DictionaryArray) -> np.ndarray:
+    """Each value's index into its dictionary; -1 for a null."""
+    return pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def _row_columns(schema: pa.StructArray) -> pa.ListArray:

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from laketide.config.routes import SourceTable
 from laketide.table.errors import Invalid
 from laketide.writer.changes.events import Messages, parse_messages
+from laketide.writer.changes.images import dictionary_codes
 from laketide.writer.changes.schema_registry import unframed
 
 ROW_OPS = ("c", "r", "u", "d", "t")
@@ -45,10 +46,11 @@ def route(records: pa.Table, topics_seen: dict[str, SourceTable]) -> Routed:
     messages = parse_messages(unframed(records["value"].combine_chunks()))
     topics = records["topic"].combine_chunks().cast(pa.string()).dictionary_encode()
     topic_names = topics.dictionary.to_pylist()
-    topic_codes = _codes(topics)
+    topic_codes = dictionary_codes(topics)
     codes, keys = _named_tables(messages, topic_names, topic_codes)
     for key in keys:  # in the order each came first: a topic goes with the first table its events named
-        topics_seen.setdefault(key.topic or "", key)
+        if key.topic is not None:
+            topics_seen.setdefault(key.topic, key)
     # a message naming no table goes with its topic: to the table its events went to, now or before
     position = {key: c for c, key in enumerate(keys)}
     by_topic = []
@@ -69,10 +71,6 @@ def route(records: pa.Table, topics_seen: dict[str, SourceTable]) -> Routed:
     return routed
 
 
-def _codes(encoded: pa.DictionaryArray) -> np.ndarray:
-    return pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-
-
 def _named_tables(
     messages: Messages, topic_names: list[str], topic_codes: np.ndarray
 ) -> tuple[np.ndarray, list[SourceTable]]:
@@ -90,7 +88,7 @@ def _named_tables(
     at, parts, names = pa.array(rows, pa.int64()), [topic_codes[rows]], []
     for name in ("db", "schema", "table"):
         encoded = source.field(name).take(at).cast(pa.string()).dictionary_encode()
-        parts.append(_codes(encoded))
+        parts.append(dictionary_codes(encoded))
         names.append(encoded.dictionary.to_pylist())
     distinct, first, inverse = np.unique(np.stack(parts, axis=1), axis=0, return_index=True, return_inverse=True)
     came = np.argsort(first)
@@ -99,7 +97,9 @@ def _named_tables(
     codes[rows] = rank[inverse.reshape(-1)]
     db, schema, table = names
     keys = [
-        SourceTable(table[t], schema[s] if s >= 0 else None, db[d] if d >= 0 else None, topic_names[p])
+        SourceTable(
+            table[t], schema[s] if s >= 0 else None, db[d] if d >= 0 else None, topic_names[p] if p >= 0 else None
+        )
         for p, d, s, t in distinct[came].tolist()
     ]
     return codes, keys

@@ -63,7 +63,7 @@ def catch_up(
     oldest first; ``files_per_batch``: a landing source's cap on the files a micro-batch takes)."""
     if backlog is None or not done:
         return backlog
-    cycle = max(sorted(r.seconds for r in done[-3:])[len(done[-3:]) // 2], interval or 0.0)
+    cycle = max(_recent_seconds(done), interval or 0.0)
     if backlog.records is not None:
         return _kafka_catch_up(backlog, done, cycle, now)
     if backlog.files:
@@ -84,6 +84,12 @@ def _kafka_catch_up(backlog: Backlog, done: list[BatchReport], cycle: float, now
     if shrank > 0:
         return backlog.model_copy(update={"catch_up_seconds": round(lag / shrank, 1), "rate": round(shrank, 1)})
     return backlog.model_copy(update={"growing": True, "rate": round(-shrank, 1)})
+
+
+def _recent_seconds(done: list[BatchReport]) -> float:
+    """The median length of the last three written micro-batches (of fewer, while there are fewer)."""
+    recent = sorted(r.seconds for r in done[-3:])
+    return recent[len(recent) // 2]
 
 
 def _lag_growing(done: list[BatchReport]) -> bool:
@@ -111,7 +117,7 @@ def assess(
     interval = trigger_seconds(trigger)
     input_rate, processing_rate = _rates(done, now)
     backlog = catch_up(landing or _kafka_backlog(done, now), done, interval, files_per_batch, now)
-    slow = interval is not None and len(done) >= 3 and sorted(r.seconds for r in done[-3:])[1] > interval
+    slow = interval is not None and len(done) >= 3 and _recent_seconds(done) > interval
     stalled = (
         bool(landing and landing.files)
         and not running_batch
@@ -178,7 +184,7 @@ def _behind_summary(
 ) -> str:
     if slow:
         return (
-            f"micro-batches take {sorted(r.seconds for r in done[-3:])[1]:.1f} s against a trigger of "
+            f"micro-batches take {_recent_seconds(done):.1f} s against a trigger of "
             f"{interval:g} s: the backlog grows. "
             "Give the job more cores or memory, raise the trigger interval, or cap a micro-batch "
             "(source.max_files_per_trigger, "

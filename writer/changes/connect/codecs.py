@@ -102,7 +102,12 @@ def b64(text: str | None) -> bytes | Literal[False] | None:
 
 def base64_decimals(values: pa.Array, scale: int) -> list[Decimal | bool | None]:
     """Kafka Connect's Decimal: the unscaled value, big-endian two's complement, in base64."""
-    return [u if u is None or u is False else Decimal(u).scaleb(-scale) for u in base64_unscaled(values)]
+    return decimals_of(base64_unscaled(values), scale)
+
+
+def decimals_of(unscaled: list[int | Literal[False] | None], scale: int) -> list[Decimal | bool | None]:
+    """Unscaled integers of ``scale`` as Python decimals (``False``, a value that did not decode, kept)."""
+    return [u if u is None or u is False else Decimal(u).scaleb(-scale) for u in unscaled]
 
 
 def base64_unscaled(values: pa.Array) -> list[int | Literal[False] | None]:

@@ -35,6 +35,7 @@ goes to quarantine: a value is never stored wrong.
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -142,29 +143,39 @@ class Column(TemporalColumn):
         return Decoded(unsure.values, pc.coalesce(wrong.reasons, unsure.reasons, out.reasons))
 
     def _from_base64(self, values: pa.Array, scale: int) -> Decoded:
-        """Connect's Decimal of ``scale``. Into a decimal of that scale, unscaled integers that fit 64 bits go
-        straight into its storage (a decimal's bytes are its unscaled integer); anything else goes through Python's
-        decimals, exactly or not at all."""
-        target, unscaled = self.target, codecs.base64_unscaled(values)
-        if pa.types.is_decimal128(target) and target.scale == scale:
-            bad = np.array([u is False for u in unscaled])
-            try:
-                ints = pa.array([None if u is False else u for u in unscaled], pa.int64())
-            except (OverflowError, pa.ArrowInvalid):
-                ints = None
-            if ints is not None:
-                out = self.fail(
-                    ints.cast(pa.decimal128(38, 0)).view(target), bad, "a value that is not a valid decimal"
-                )
-                if target.precision > 18:  # every 64-bit integer has at most 19 digits
-                    return out
-                bound = 10**target.precision
-                too_big = pc.or_(pc.greater_equal(ints, bound), pc.less_equal(ints, -bound))
-                if not pc.any(too_big).as_py():
-                    return out
-                more = self.fail(out.values, too_big, f"a value that does not fit {target} exactly")
-                return Decoded(more.values, pc.coalesce(out.reasons, more.reasons))
-        return self._from_decimals([u if u is None or u is False else Decimal(u).scaleb(-scale) for u in unscaled])
+        """Connect's Decimal of ``scale``: straight into the target's storage where it can (``_as_storage``), else
+        through Python's decimals, exactly or not at all."""
+        unscaled = codecs.base64_unscaled(values)
+        stored = self._as_storage(unscaled, scale)
+        return stored if stored is not None else self._from_decimals(codecs.decimals_of(unscaled, scale))
+
+    def _as_storage(self, unscaled: list[int | Literal[False] | None], scale: int) -> Decoded | None:
+        """Unscaled integers as a decimal of their scale, its bytes being the unscaled integer; ``None`` where the
+        target's scale is another or an integer does not fit 64 bits."""
+        target = self.target
+        if not (pa.types.is_decimal128(target) and target.scale == scale):
+            return None
+        try:
+            ints = pa.array([None if u is False else u for u in unscaled], pa.int64())
+        except (OverflowError, pa.ArrowInvalid):
+            return None
+        bad = np.array([u is False for u in unscaled])
+        if target.precision > 18:  # every 64-bit integer has at most 19 digits
+            too_big = np.zeros(len(ints), bool)
+        else:
+            bound = 10**target.precision
+            beyond = pc.or_(pc.greater_equal(ints, bound), pc.less_equal(ints, -bound))
+            too_big = pc.fill_null(beyond, False).to_numpy(zero_copy_only=False)
+        return self._exact(ints.cast(pa.decimal128(38, 0)).view(target), bad, too_big)
+
+    def _exact(self, values: pa.Array, bad: np.ndarray, too_big: np.ndarray) -> Decoded:
+        """Decimals of the target with the rows that did not decode (``bad``) and those it cannot hold exactly
+        (``too_big``) nulled, each with its reason."""
+        out = self.fail(values, bad, "a value that is not a valid decimal")
+        if not too_big.any():
+            return out
+        more = self.fail(out.values, too_big, f"a value that does not fit {self.target} exactly")
+        return Decoded(more.values, pc.coalesce(out.reasons, more.reasons))
 
     def _from_decimals(self, parsed: list[Decimal | bool | None]) -> Decoded:
         """Python decimals (``False`` where the value did not decode) into the target, exactly or not at all."""
@@ -175,11 +186,7 @@ class Column(TemporalColumn):
             fits = [codecs.fits_decimal(p, target) for p in exact]
             too_big = np.array([p is not None and not ok for p, ok in zip(exact, fits)])
             kept = [p if ok else None for p, ok in zip(exact, fits)]
-            out = self.fail(pa.array(kept, target), bad, "a value that is not a valid decimal")
-            if too_big.any():
-                more = self.fail(out.values, too_big, f"a value that does not fit {target} exactly")
-                return Decoded(more.values, pc.coalesce(out.reasons, more.reasons))
-            return out
+            return self._exact(pa.array(kept, target), bad, too_big)
         return self.fail(
             self.cast(pa.array([None if p is None else str(p) for p in exact], pa.string()), target).values,
             bad,
