@@ -173,6 +173,7 @@ def test_the_dashboard_follows_a_running_job_and_dry_runs_a_rollback(browser, tm
         page.screenshot(path=str(out / "dashboard.png"), full_page=True)
         page.locator("#detail").evaluate("panel => { panel.scrollTop = 0; }")
         page.locator("#detail").screenshot(path=str(out / "dashboard-rollback-dry-run.png"))
+        page.close()  # a page left open would go on polling the port, which a later test's server may be given
     finally:
         job.stop()
 
@@ -238,6 +239,10 @@ def test_a_panel_that_fails_to_refresh_says_so_in_place_and_keeps_polling(browse
     server = ApiServer(create_app(table, TOKEN)).start()
     try:
         _, page = _load(browser, server.address)
+        asked: list[str] = []  # the panel's polls as the browser saw them, for the failure's message
+        page.on("requestfinished", lambda r: asked.append(f"{time.monotonic():.1f} {r.url[-40:]} done"))
+        page.on("requestfailed", lambda r: asked.append(f"{time.monotonic():.1f} {r.url[-40:]} {r.failure}"))
+        page.on("response", lambda r: asked.append(f"{time.monotonic():.1f} {r.url[-40:]} {r.status}"))
         damaged = f".hoodie/{int(instants[-1]) + 1}.commit"
         table.io.write_atomic(damaged, b"{not json", overwrite=True)
         note = page.locator("#timeline > .panel-error")
@@ -248,7 +253,10 @@ def test_a_panel_that_fails_to_refresh_says_so_in_place_and_keeps_polling(browse
             asked = httpx.get(f"{server.address}/ui/part/timeline", timeout=30)
             shown = page.locator("#timeline").inner_html()[:2000]
             route = f"{asked.status_code} {asked.text[:800]}"
-            raise AssertionError(f"{missing}\nthe route: {route}\nshown: {shown}") from missing
+            polls = "\n".join(asked[-40:])
+            raise AssertionError(
+                f"{missing}\nthe route: {route}\nshown: {shown}\nthe page's requests:\n{polls}"
+            ) from missing
         expect(note).to_contain_text("Way out")
         expect(page.locator("#timeline tr.instant").first).to_be_attached()  # the last answer stays
         table.io.delete(damaged)
@@ -257,6 +265,7 @@ def test_a_panel_that_fails_to_refresh_says_so_in_place_and_keeps_polling(browse
         server.stop()
     expect(page.locator("#job > .panel-error")).to_contain_text("did not answer", timeout=10_000)
     page.screenshot(path=str(shots(tmp_path) / "dashboard-refresh-failed.png"), full_page=False)
+    page.close()
 
 
 def test_the_api_docs_render_offline_from_files_the_server_ships(browser, tmp_path):
