@@ -89,10 +89,11 @@ bench-object-store: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/object_store_bench.py
 
-# a whole database in one job against 20 single-table jobs and delta-rs (about 40 minutes)
+# a whole database in one job against 20 single-table jobs and delta-rs (about 40 minutes); ARGS goes to the
+# script, e.g. make bench-database ARGS="--snapshot-rows 1000000" (a snapshot on the driver and on Spark's tasks)
 bench-database: install system-deps
 	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) bench/database_bench.py
+	$(PY) bench/database_bench.py $(ARGS)
 
 # records per second and commit-to-commit time from a 3-partition Kafka topic (Tansu) against the same records as
 # parquet landing files (about 6 minutes)

@@ -17,6 +17,7 @@ Every table (Hudi through hudi-rs, Delta through delta-rs) is compared with its 
 
     python bench/database_bench.py                                  # the full run (about 40 minutes)
     python bench/database_bench.py --tables 4 --rows 2000 --minutes 1
+    python bench/database_bench.py --snapshot-rows 1000000   # a snapshot on the driver, then on Spark's tasks
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
 from database_feed import BenchTable, Producer, create_topics, delta_merge, make_tables, mixed, model, snapshot  # noqa: E402
+from database_snapshot import snapshot_main  # noqa: E402
 from kafka_bench import start_tansu  # noqa: E402
 from measure import PeakRss  # noqa: E402
 from upsert_bench import write_results  # noqa: E402
@@ -201,12 +203,8 @@ def run_database(
     # from one micro-batch's end to the next's, back to back: reading the records from Kafka included
     cycle_seconds = statistics.median([b - a for (a, _), (b, _) in zip(batches[-rounds - 1 :], batches[-rounds:])])
     ok_backlog = verified(tables, lambda t: read_hudi(work / "db" / t.name, t.arrow))
-    print(
-        f"  database job, backlog: {len(batches)} micro-batches, rounds' median {round_seconds:.2f} s written, "
-        f"{cycle_seconds:.2f} s end to end, "
-        f"peak {peak / 2**30:.2f} GB",
-        flush=True,
-    )
+    backlog = f"{len(batches)} micro-batches, rounds' median {round_seconds:.2f} s written, {cycle_seconds:.2f} s"
+    print(f"  database job, backlog: {backlog} end to end, peak {peak / 2**30:.2f} GB", flush=True)
     stream = {}
 
     def streaming(job: subprocess.Popen) -> None:
@@ -343,10 +341,14 @@ def main() -> None:
     parser.add_argument(
         "--no-singles", dest="singles", action="store_false", help="leave out the 20 single-table jobs (a quick run)"
     )
+    parser.add_argument("--snapshot-rows", type=int, default=0, help="instead: a snapshot, driver and tasks")
     parser.add_argument("--out", default=f"bench/results/database-{date.today().isoformat()}.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="laketide-database-"))
     broker, bootstrap = start_tansu()
+    if args.snapshot_rows:
+        snapshot_main(args, work, broker, bootstrap)
+        return
     try:
         tables = make_tables(args.tables)
         create_topics(bootstrap, tables)

@@ -186,6 +186,7 @@ class Run:
     done: list[float] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)  # stream: from each batch's arrival to its commit
     start_seconds: float | None = None  # stream: the job's readiness to its query's first trigger finding no data
+    triggers: list[dict] = field(default_factory=list)  # stream: Spark's durationMs of each trigger that read records
     verified: bool = False
 
     def observe(self, report) -> None:
@@ -235,6 +236,7 @@ class ClosedLoop:
                     self.run.latencies.append(self.run.done[-1] - arrived)
                     self._committed.wait_for(lambda at=target: self._records() >= at, 300)
         finally:
+            self.run.triggers = _trigger_durations()
             job.stop_requested.set()
 
     def _records(self) -> int:
@@ -254,6 +256,18 @@ def _at_partition_end(timeout: float = 180) -> float:
             return time.perf_counter() - started
         time.sleep(0.02)
     raise SystemExit(f"the job's query found no partition end within {timeout} s")
+
+
+def _trigger_durations() -> list[dict]:
+    """Spark's own timing (``durationMs``: latestOffset, queryPlanning, walCommit, addBatch, triggerExecution) of each
+    recent trigger of the job's query that read records: where a micro-batch's time goes outside ``foreachBatch``."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession() or SparkSession._instantiatedSession
+    queries = spark.streams.active if spark is not None else []
+    return [
+        dict(p["durationMs"]) for q in queries for p in q.recentProgress if "addBatch" in (p.get("durationMs") or {})
+    ]
 
 
 def run_job(workdir: Path, name: str, table_type: str, source: list[str], shape: RecordShape, loop=None) -> Run:
@@ -309,10 +323,10 @@ def run_shape(shape: RecordShape, args, bootstrap: str, workdir: Path) -> list[d
             backlog = Topic(bootstrap, f"{shape.name}-backlog")
             backlog.send([r for batch in work.records for r in batch])
         for short in args.types.split(","):
-            for label in ("kafka", "parquet"):
+            for label in ("kafka", "parquet", *(("events",) if shape.debezium else ())):
                 name = f"{label}-{shape.name}-{way}-{short}"
                 topic = (backlog or Topic(bootstrap, name)) if label == "kafka" else None
-                run = _one_run(work, name, way, TYPES[short], topic, bootstrap, args, workdir)
+                run = _one_run(work, name, way, TYPES[short], topic, bootstrap, args, workdir, label == "events")
                 if topic is not None and topic is not backlog:
                     topic.close()
                 rows.append(_row(shape, way, label, short, run, args))
@@ -323,12 +337,21 @@ def run_shape(shape: RecordShape, args, bootstrap: str, workdir: Path) -> list[d
 
 
 def _one_run(
-    work: Workload, name: str, way: str, table_type: str, topic: Topic | None, bootstrap: str, args, workdir: Path
+    work: Workload,
+    name: str,
+    way: str,
+    table_type: str,
+    topic: Topic | None,
+    bootstrap: str,
+    args,
+    workdir: Path,
+    events: bool = False,
 ) -> Run:
-    """One job: from ``topic`` (else from landing files), a backlog or a stream; its table checked, then removed."""
+    """One job: from ``topic`` (else from landing files: of the rows as parquet, or of the Kafka values, change events,
+    as JSON lines), a backlog or a stream; its table checked, then removed."""
     landing = workdir / f"landing-{name}"
     landing.mkdir(parents=True)
-    source: list[str] = []
+    source: list[str] = ["source.format=json", *work.shape.kafka_settings()] if events else []
     if topic is not None:
         source = [
             "source.format=kafka",
@@ -339,12 +362,19 @@ def _one_run(
         ]
     if way == "backlog":
         source += [f"source.kafka.max_offsets_per_trigger={args.batch_rows}"] if topic is not None else []
-        if topic is None:
+        if events:
+            for i in range(len(work.records)):
+                _events_delivery(landing, work.records)(i)
+        elif topic is None:
             land(landing, work.batches, args.rows)
         run = run_job(workdir, name, table_type, source, work.shape)
     else:
         deliver = (
-            (lambda i: topic.send(work.records[i])) if topic is not None else _file_delivery(landing, work.batches)
+            (lambda i: topic.send(work.records[i]))
+            if topic is not None
+            else _events_delivery(landing, work.records)
+            if events
+            else _file_delivery(landing, work.batches)
         )
         unseen = TAIL * PARTITIONS if topic is not None else 0
         loop = ClosedLoop(Run(name), [b.num_rows for b in work.batches], deliver, unseen)
@@ -359,6 +389,18 @@ def _file_delivery(landing: Path, batches: list[pa.Table]):
         part = landing / f".batch-{i:04d}.parquet"  # hidden from the file source until renamed
         pq.write_table(batches[i], part)
         os.replace(part, landing / f"batch-{i:04d}.parquet")
+
+    return deliver
+
+
+def _events_delivery(landing: Path, records: list[list[tuple[int, bytes, bytes]]]):
+    """Batch ``i``'s Kafka values, one a line, as a landing file (as Kafka Connect's file and S3 sinks write them)."""
+
+    def deliver(i: int) -> None:
+        part = landing / f".batch-{i:04d}.json"
+        part.write_bytes(b"".join(value + b"\n" for _, _, value in records[i]))
+        os.utime(part, (1_700_000_000 + i, 1_700_000_000 + i))
+        os.replace(part, landing / f"batch-{i:04d}.json")
 
     return deliver
 
@@ -385,6 +427,8 @@ def _row(shape: RecordShape, way: str, label: str, short: str, run: Run, args) -
         row["load_records_per_second"] = round(args.rows / run.latencies[0])
         row["query_start_seconds"] = round(run.start_seconds or 0, 3)
         row["load_stage_seconds"] = run.reports[0].stage_seconds
+        later = run.triggers[1:]
+        row["median_trigger_ms"] = {k: statistics.median(t.get(k, 0) for t in later) for k in later[0]} if later else {}
     stages = run.median_stages()
     row["median_read_seconds"] = stages.get("read")
     row["verified"] = run.verified
@@ -395,24 +439,31 @@ def _row(shape: RecordShape, way: str, label: str, short: str, run: Run, args) -
 def _brief(row: dict) -> str:
     load = ""
     if "load_records_per_second" in row:
-        load = f", load {row['load_records_per_second']:,}/s {row['load_stage_seconds']}, query start {row['query_start_seconds']} s"
+        load = f", load {row['load_records_per_second']:,}/s {row['load_stage_seconds']}"
+        load += f", query start {row['query_start_seconds']} s"
     return f"median {row['median_seconds']} s, read {row['median_read_seconds']} s{load}, verified {row['verified']}"
 
 
 def ratios(rows: list[dict]) -> dict:
     """Kafka over parquet per shape, way and table type: the median gap (backlog) or arrival to commit (stream), and
-    the load's records a second."""
+    the load's records a second; for change events, Kafka over the same events as JSON lines files too."""
     by = {(r["shape"], r["engine"], r["way"], r["type"]): r for r in rows}
     out = {}
     for (shape, engine, way, short), kafka in by.items():
-        files = by.get((shape, "laketide parquet", way, short))
-        if engine != "laketide kafka" or files is None or not kafka["median_seconds"] or not files["median_seconds"]:
-            continue
-        out[f"{shape} {way} {short} kafka/parquet"] = round(kafka["median_seconds"] / files["median_seconds"], 2)
-        if way == "stream":
-            out[f"{shape} {short} load kafka/parquet records/s"] = round(
-                kafka["load_records_per_second"] / files["load_records_per_second"], 2
-            )
+        for label in ("parquet", "events"):
+            files = by.get((shape, f"laketide {label}", way, short))
+            if (
+                engine != "laketide kafka"
+                or files is None
+                or not kafka["median_seconds"]
+                or not files["median_seconds"]
+            ):
+                continue
+            out[f"{shape} {way} {short} kafka/{label}"] = round(kafka["median_seconds"] / files["median_seconds"], 2)
+            if way == "stream":
+                out[f"{shape} {short} load kafka/{label} records/s"] = round(
+                    kafka["load_records_per_second"] / files["load_records_per_second"], 2
+                )
     return out
 
 
@@ -441,9 +492,17 @@ def main() -> None:
     found = ratios(rows)
     print("backlog: commit to commit at B-record micro-batches; stream: a batch's arrival to its commit")
     print_table(
-        [{k: v for k, v in r.items() if k not in ("median_stage_seconds", "load_stage_seconds")} for r in rows], "Kafka over files", found, 12
+        [
+            {k: v for k, v in r.items() if k not in ("median_stage_seconds", "load_stage_seconds", "median_trigger_ms")}
+            for r in rows
+        ],
+        "Kafka over files",
+        found,
+        12,
     )
     for r in rows:
+        if r.get("median_trigger_ms"):
+            print(f"{r['shape']} {r['way']} {r['engine']} {r['type']} Spark's trigger ms: {r['median_trigger_ms']}")
         if r.get("median_stage_seconds"):
             print(f"{r['shape']} {r['way']} {r['engine']} {r['type']} stages: {r['median_stage_seconds']}")
     write_results(

@@ -19,10 +19,12 @@ from laketide.config import JobConfig
 from laketide.config.routes import TableRoutes
 from laketide.coordinator import LeaseLost
 from laketide.spark.change_feed import kafka_stream
+from laketide.spark.database_tasks import DatabaseTasks
 from laketide.spark.kafka.offsets import KafkaOffsets
 from laketide.spark.query import await_query, start_query, writer_id_for
-from laketide.spark.session import spark_session
+from laketide.spark.session import on_one_machine, spark_session
 from laketide.spark.sources import change_decoder, source_schema
+from laketide.spark.stage_clock import StageClock
 from laketide.spark.workers import warm_workers
 from laketide.table.errors import LaketideError
 from laketide.writer.job.database import Database, DatabaseReport, TableParts
@@ -48,9 +50,12 @@ def run_database(
     parts = TableParts(
         declared=lambda settings: source_schema(spark, settings.source),
         decoder=lambda settings, table: change_decoder(spark, settings, table),
+        clock=lambda: StageClock(spark.sparkContext),
     )
     database = Database(config, writer_id, parts, job_id=f"{config.stream.query_name}-{writer_id[:8]}", on_step=on_step)
     offsets = KafkaOffsets(config)
+    tasks = DatabaseTasks(spark, database)
+    driver_limit = config.write.driver_limit(local=on_one_machine(spark))
     database.observers.append(lambda report: _report_lag(database, offsets, report))
     try:
         if on_ready is not None:
@@ -58,7 +63,7 @@ def run_database(
         query = start_query(
             config,
             kafka_stream(spark, config).select(*RECORD_COLUMNS),
-            lambda df, batch_id: _write(database, offsets, df, batch_id),
+            lambda df, batch_id: _write(database, offsets, tasks, driver_limit, df, batch_id),
         )
         stopped = _await(query, database)
         database.finish(ended_by_itself=config.stream.trigger == "available-now" and not stopped)
@@ -67,14 +72,27 @@ def run_database(
         raise
     finally:
         offsets.close()
+        tasks.close()
     database.close()
     return database
 
 
-def _write(database: Database, offsets: KafkaOffsets, df, batch_id: int) -> None:
+def _write(
+    database: Database, offsets: KafkaOffsets, tasks: DatabaseTasks, driver_limit: int, df, batch_id: int
+) -> None:
     """One micro-batch: its records read on the driver (Arrow; the query's first collected from its scan, whose
-    start the offset log does not hold), then written into their tables."""
+    start the offset log does not hold), then written into their tables; one too big for the driver
+    (``write.driver_batch_bytes``, by its offsets) is split and written by Spark's tasks."""
     started = time.monotonic()
+    spanned = offsets.records(batch_id)
+    if not driver_limit or spanned is None or spanned * offsets.record_weight() > driver_limit:
+        log.info("micro-batch %s: %s offsets, written by Spark's tasks", batch_id, spanned or "unknown")
+        split = tasks.split(df, batch_id)
+        try:
+            database.write_split(batch_id, lambda: split)
+        finally:
+            split.close()
+        return
     records = offsets.read(batch_id)
     records = records.select(RECORD_COLUMNS) if records is not None else df.toArrow()
     database.write(batch_id, records, time.monotonic() - started)

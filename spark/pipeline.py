@@ -224,6 +224,11 @@ class MicroBatchReader:
             records = self.offsets.read(batch_id) if self.config.source.format == "kafka" else None
             records = records.select(df.columns) if records is not None else df.toArrow()
             return self.writer.decoded_batch(changes, records)
+        return self.changes_on_tasks(df, batch_id, changes)
+
+    def changes_on_tasks(self, df: DataFrame, batch_id: int, changes: ChangeDecoder) -> LoadedBatch:
+        """A change feed's micro-batch (Spark's rows of Kafka records or landing lines) decoded and prepared by Spark's
+        tasks, into the columns its events' schemas and the table's give."""
         columns = changes.columns_for(lambda: self._row_schemas(df, changes), self.writer.table)
         log = self.writer.source_table.feed_log()  # handed to the tasks with the decoder
         batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns, log=log))

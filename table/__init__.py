@@ -42,6 +42,7 @@ def __getattr__(name: str):
     globals()[name] = value
     return value
 
+
 __all__ = [
     "CommitMetadata",
     "ErrorKind",

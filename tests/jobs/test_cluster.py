@@ -262,6 +262,49 @@ def test_a_debezium_feed_runs_on_the_cluster_through_spark_submit(cluster, tmp_p
     assert read == want and not any(TOAST in str(v) for r in read for v in r.values())
 
 
+def test_a_database_snapshot_runs_on_the_cluster_through_spark_submit(cluster, kafka, tmp_path):
+    """A whole database's snapshot from Kafka (Tansu), too big for the driver (``write.driver_batch_bytes = 0``):
+    split by table and written by the executors' tasks, where laketide is only the ``--py-files`` zip; each table
+    equal to its source, one instant each."""
+    from connect_events import POSTGRES_COLUMNS, PostgresTable, sample_row
+
+    sources = [
+        PostgresTable(columns=[c for c in POSTGRES_COLUMNS if c.name in names], table=table, lsn=lsn)
+        for table, names, lsn in (
+            ("orders", ("id", "name", "region", "amount", "created_at"), 1_000),
+            ("customers", ("id", "name", "active", "ratio", "seen_at"), 50_000),
+        )
+    ]
+    for source in sources:
+        kafka.create_topic(source.topic, 3)
+        for i in range(200):
+            row = {k: v for k, v in sample_row(i, 0).items() if k in {c.name for c in source.columns}}
+            kafka.produce(source.topic, i % 3, source.kafka_key(row), source.upsert(row, op="r"))
+    settings = {
+        "table.path": f"{tmp_path}/lake/{{table}}",
+        "source.format": "kafka",
+        "source.envelope": "debezium",
+        "source.kafka.bootstrap_servers": kafka.bootstrap,
+        "source.kafka.topic_pattern": r"pg\..*",
+        "stream.checkpoint": tmp_path / "checkpoint",
+        "stream.trigger": "available-now",
+        "write.driver_batch_bytes": 0,
+        "write.index_shards": 2,
+        "write.parallelism": 2,
+    }
+    executor_python, starts = _executor_python(tmp_path)
+    result = _submit(
+        cluster, [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")], _submit_env(executor_python)
+    )
+    assert "written by Spark's tasks" in result.stdout + result.stderr and "pyspark.daemon" in starts.read_text()
+    for source in sources:
+        names = [c.name for c in source.columns]
+        read = rows(hudi_read(tmp_path / "lake" / source.table), "id", names)
+        want = source.expected(names)
+        assert len(read) == len(want) == 200, source.table
+        assert [(r["id"], r["name"]) for r in read] == [(r["id"], r["name"]) for r in want], source.table
+
+
 def _package() -> Path:
     return max((REPO / "dist").glob("laketide-*.zip"), key=lambda p: p.stat().st_mtime)
 

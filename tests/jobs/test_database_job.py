@@ -408,3 +408,43 @@ def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, 
         extras = [timeline.commit_metadata(i).extra_metadata for i in timeline.completed_writes()]
         batches = [int(extra[BATCH_ID_KEY]) for extra in extras if BATCH_ID_KEY in extra]  # compactions name none
         assert batches == sorted(set(batches)) and len(batches) >= 3, (name, batches)
+
+
+def test_a_snapshot_too_big_for_the_driver_is_written_by_spark_tasks_exactly_once_per_table(kafka, tmp_path):
+    """A snapshot (``op = r`` events) bigger than the driver takes (``write.driver_batch_bytes = 0``) is split by table
+    and written by Spark's tasks, a transaction's markers counted as on the driver. A job that dies after two of the
+    three tables committed it leaves the next to write the third only; the next changes go through the driver. Every
+    table equals its model, each micro-batch in each table's commits once."""
+    tables = database()
+    for source in tables.values():
+        kafka.create_topic(source.topic, 3)
+    kafka.create_topic("pg.transaction", 1)
+    kafka.produce("pg.transaction", 0, None, TRANSACTION_BEGIN)
+    for source in tables.values():
+        send(kafka, source, upserts(source, range(300), 0, op="r"))
+    kafka.produce("pg.transaction", 0, None, TRANSACTION_END)
+    on_tasks = {"write.driver_batch_bytes": "0", "stream.trigger": "available-now"}
+    dying = Job(
+        [sys.executable, str(SUPPORT / "run_database_job.py"), "2", *conf(tmp_path, kafka.bootstrap, **on_tasks)[1::2]],
+        tmp_path / "dying.log",
+    ).start()
+    assert dying.wait(300) == 137, dying.log_tail()
+    assert "written by Spark's tasks" in dying.log_tail(400_000)
+    again = run(tmp_path, kafka.bootstrap, **on_tasks)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "written by Spark's tasks" in again.stderr and "already_committed=2" in again.stderr, again.stderr[-3000:]
+    assert "skipped=transaction:2" in again.stderr, again.stderr[-3000:]
+    assert all_equal(tmp_path, tables)
+    properties = (tmp_path / "lake" / "lines" / ".hoodie" / "hoodie.properties").read_text()
+    assert "hoodie.table.recordkey.fields=order_id,line" in properties  # a new table's key, read on the tasks path
+    for source in tables.values():
+        send(kafka, source, upserts(source, range(250, 320), 1) + deletes(source, list(source.rows)[:5]))
+    driver = run(tmp_path, kafka.bootstrap, **{"stream.trigger": "available-now"})
+    assert driver.returncode == 0, driver.stderr[-3000:]
+    assert "written by Spark's tasks" not in driver.stderr
+    for name, source in tables.items():
+        assert read(tmp_path, source) == model(source), name
+        timeline = Table.open(str(tmp_path / "lake" / name)).timeline
+        extras = [timeline.commit_metadata(i).extra_metadata for i in timeline.completed_writes()]
+        batches = [int(extra[BATCH_ID_KEY]) for extra in extras if BATCH_ID_KEY in extra]
+        assert batches == sorted(set(batches)) and len(batches) >= 2, (name, batches)

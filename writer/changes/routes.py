@@ -81,8 +81,7 @@ def _named_tables(
         return codes, []
     event = messages.event()
     source = event["source"]
-    is_row = pc.and_(pc.fill_null(pc.is_in(event["op"], pa.array(ROW_OPS)), False), pc.is_valid(source.field("table")))
-    rows = np.nonzero(pc.fill_null(is_row, False).to_numpy(zero_copy_only=False))[0]
+    rows = np.nonzero(_names_table(event).to_numpy(zero_copy_only=False))[0]
     if not len(rows):
         return codes, []
     at, parts, names = pa.array(rows, pa.int64()), [topic_codes[rows]], []
@@ -103,6 +102,26 @@ def _named_tables(
         for p, d, s, t in distinct[came].tolist()
     ]
     return codes, keys
+
+
+def _names_table(event: dict[str, pa.Array]) -> pa.Array:
+    """Per message, whether it is a row change that names its source table."""
+    is_row = pc.and_(
+        pc.fill_null(pc.is_in(event["op"], pa.array(ROW_OPS)), False), pc.is_valid(event["source"].field("table"))
+    )
+    return pc.fill_null(is_row, False)
+
+
+SOURCE_FIELDS = ("db", "schema", "table")
+
+
+def named_sources(values: pa.Array) -> list[pa.Array]:
+    """Per Kafka value, the ``SOURCE_FIELDS`` of the source table its row change names, nulls where it names none:
+    what Spark's tasks route a micro-batch by (``spark/database_tasks.py``), as ``route`` does on the driver."""
+    event = parse_messages(unframed(values)).event()
+    names = _names_table(event)
+    none = pa.scalar(None, pa.string())
+    return [pc.if_else(names, event["source"].field(name).cast(pa.string()), none) for name in SOURCE_FIELDS]
 
 
 def record_key_of(keys: pa.Array, table: str) -> list[str]:

@@ -38,10 +38,12 @@ from laketide.writer import quarantine
 from laketide.writer.batch_writer import WriterParts
 from laketide.writer.changes.decoder import ChangeDecoder, raw_records
 from laketide.writer.changes.events import ChangeSpec, Messages, change_rows
-from laketide.writer.changes.routes import Routed, record_key_of, route
+from laketide.writer.changes.routes import record_key_of, route
+from laketide.writer.clock import StepClock
 from laketide.writer.driver_batch import DriverPool
 from laketide.writer.job.running import RunningJob
 from laketide.writer.job.session import JobParts, WriterSession, check_table, quarantine_path
+from laketide.writer.job.split import DriverSplit, Split
 from laketide.writer.report import BatchReport
 
 log = logging.getLogger("laketide.job")
@@ -51,10 +53,12 @@ UNROUTED = "_unrouted"  # beside the tables: the records of topics no table is k
 @dataclass(frozen=True)
 class TableParts:
     """What only the adapter makes for a table (Spark parses a pinned ``schema``'s DDL): its declared columns, for
-    the checks at its creation, and the decoder of its change events."""
+    the checks at its creation, the decoder of its change events, and the clock its writer's steps are timed by
+    (Spark's counts its tasks' seconds too, and can be handed to them)."""
 
     declared: Callable[[JobConfig], pa.Schema | None]
     decoder: Callable[[JobConfig, Table], ChangeDecoder]
+    clock: Callable[[], StepClock] = StepClock
 
 
 @dataclass
@@ -136,80 +140,84 @@ class Database:
         self.api_address: str | None = None  # the job's API, named in each table's lease (set before the query starts)
 
     def write(self, batch_id: int, records: pa.Table, read_seconds: float = 0.0) -> DatabaseReport:
-        """Write micro-batch ``batch_id`` (Kafka records: key, value, topic, partition, offset) into its tables;
-        ``read_seconds``: what reading the records took, for the micro-batch's line."""
+        """Write micro-batch ``batch_id`` (Kafka records on the driver: key, value, topic, partition, offset) into its
+        tables; ``read_seconds``: what reading the records took, for the micro-batch's line."""
+        return self.write_split(batch_id, lambda: self._driver_split(records), read_seconds)
+
+    def write_split(self, batch_id: int, split: Callable[[], Split], read_seconds: float = 0.0) -> DatabaseReport:
+        """Write micro-batch ``batch_id``, its records split by table by ``split()`` (on the driver, or in Spark's
+        tasks), into its tables."""
         try:
             with self.writing:
-                return self._write(batch_id, records, read_seconds)
+                return self._write(batch_id, split(), read_seconds)
         except BaseException as failure:
             self.failure = failure  # as raised: Spark hands the query's waiter only its text
             raise
+
+    @property
+    def topics_seen(self) -> dict[str, SourceTable]:
+        """The source table each topic's events went to so far (``routes.route`` updates it)."""
+        return self._topics
+
+    def label_of(self, source: SourceTable) -> str:
+        """The label of the table that holds the events of ``source``."""
+        key = self.routes.key(source)
+        return self._by_source.get(key) or self.routes.label(self.routes.path_of(key))
 
     def topics_of(self, label: str) -> set[str]:
         """The topics whose events went to table ``label``."""
         source = self.tables[label].source
         return {topic for topic, seen in self._topics.items() if self.routes.key(seen) == source}
 
-    def _write(self, batch_id: int, records: pa.Table, read_seconds: float) -> DatabaseReport:
+    def _write(self, batch_id: int, split: Split, read_seconds: float) -> DatabaseReport:
         started = time.monotonic()
         report = DatabaseReport(batch_id, read_seconds=read_seconds)
-        # one copy into contiguous columns: a take from Kafka's many fetched chunks concatenates them all first, so
-        # each table's take would copy the whole micro-batch
-        records = records.combine_chunks()
-        routed = route(records, self._topics)
-        by_table = self._by_table(routed)
-        failures = self._open_new(by_table, records)
-        for label in sorted(by_table):
+        tables = split.tables()
+        failures = self._open_new(tables, split)
+        for label in sorted(tables):
             if label in failures:
                 continue
-            at = by_table[label][1]
             try:
-                report.tables.append(
-                    self._write_table(
-                        self.tables[label], batch_id, records.take(pa.array(at)), routed.messages.take(at)
-                    )
-                )
+                report.tables.append(self._write_table(self.tables[label], batch_id, split))
             except LeaseLost:
                 raise
             except Exception as error:
                 failures[label] = error
         report.failed = {label: first_line(error) or type(error).__name__ for label, error in failures.items()}
-        if len(routed.unrouted):
-            self._unrouted(
-                batch_id, records.take(pa.array(routed.unrouted)), routed.messages.take(routed.unrouted), report
-            )
+        unrouted = split.unrouted()
+        if unrouted is not None:
+            self._unrouted(batch_id, *unrouted, report)
         self._owed_services()
         report.seconds = time.monotonic() - started
         log.info(report.line())
         for observer in self.observers:
             observer(report)
-        self._after_failures(batch_id, failures, records, by_table)
+        self._after_failures(batch_id, failures, split, tables)
         return report
 
-    def _by_table(self, routed: Routed) -> dict[str, tuple[SourceTable, np.ndarray]]:
-        """The routed records by the label of their table, with the source table it holds."""
+    def _driver_split(self, records: pa.Table) -> DriverSplit:
+        """``records`` routed on the driver, by the label of their table."""
+        # one copy into contiguous columns: a take from Kafka's many fetched chunks concatenates them all first, so
+        # each table's take would copy the whole micro-batch
+        records = records.combine_chunks()
+        routed = route(records, self._topics)
         out: dict[str, tuple[SourceTable, list[np.ndarray]]] = {}
         for source, at in routed.tables.items():
-            key = self.routes.key(source)
-            label = self._by_source.get(key)
-            if label is None:
-                label = self.routes.label(self.routes.path_of(key))
-            out.setdefault(label, (key, []))[1].append(at)
-        return {label: (key, np.sort(np.concatenate(parts))) for label, (key, parts) in out.items()}
+            out.setdefault(self.label_of(source), (self.routes.key(source), []))[1].append(at)
+        by_table = {label: (key, np.sort(np.concatenate(parts))) for label, (key, parts) in out.items()}
+        return DriverSplit(records, routed, by_table)
 
-    def _open_new(
-        self, by_table: dict[str, tuple[SourceTable, np.ndarray]], records: pa.Table
-    ) -> dict[str, BaseException]:
+    def _open_new(self, tables: dict[str, SourceTable], split: Split) -> dict[str, BaseException]:
         """Open (or create) the tables seen for the first time, each under its lease, and return why those that did not
         open did not (``database.on_table_failure`` decides). Tables whose lease another job holds stop the job,
         named together."""
-        new = [label for label in by_table if label not in self.tables]
+        new = [label for label in tables if label not in self.tables]
         held, failures = [], {}
         opened = dict(self.tables)
         for label in sorted(new):
-            source, at = by_table[label]
+            source = tables[label]
             try:
-                opened[label] = self._open(label, source, records.take(pa.array(at)))
+                opened[label] = self._open(label, source, lambda label=label: split.keys(label))
             except LeaseHeld as error:
                 held.append(f"{label} ({first_line(error)})")
             except LeaseLost:
@@ -225,9 +233,10 @@ class Database:
             )
         return failures
 
-    def _open(self, label: str, source: SourceTable, records: pa.Table) -> DatabaseTable:
+    def _open(self, label: str, source: SourceTable, keys: Callable[[], pa.Array]) -> DatabaseTable:
+        """Table ``label``, opened under its lease, or created with the record key ``keys()`` names."""
         config = self.routes.config_for(source)
-        opened = check_table(config, lambda: record_key_of(records["key"].combine_chunks(), source.name))
+        opened = check_table(config, lambda: record_key_of(keys(), source.name))
         session = WriterSession(
             config,
             self.writer_id,
@@ -241,7 +250,7 @@ class Database:
                 metrics=Metrics(label, self.metrics),
                 services_gate=self.gate,
                 batch_running=self.writing,
-                writer=WriterParts(driver_pool=self.pool, label=label, on_step=self.on_step),
+                writer=WriterParts(clock=self.parts.clock(), driver_pool=self.pool, label=label, on_step=self.on_step),
             ),
         )
         job = session.open()
@@ -249,10 +258,9 @@ class Database:
         log.info("table %s opened for source table %s at %s", label, source.name, job.table.uri)
         return DatabaseTable(label, source, session, job, self.parts.decoder(config, job.table))
 
-    def _write_table(self, table: DatabaseTable, batch_id: int, records: pa.Table, messages: Messages) -> BatchReport:
+    def _write_table(self, table: DatabaseTable, batch_id: int, split: Split) -> BatchReport:
         writer = table.job.writer
-
-        report = writer.write(batch_id, lambda: writer.decoded_batch(table.decoder, records, messages))
+        report = writer.write(batch_id, split.loader(table))
         log.info(report.line())  # not ``announce``: a service's failure after the commit must not count as the write's
         for observer in writer.observers:
             observer(report)
@@ -289,8 +297,8 @@ class Database:
         self,
         batch_id: int,
         failures: dict[str, BaseException],
-        records: pa.Table,
-        by_table: dict[str, tuple[SourceTable, np.ndarray]],
+        split: Split,
+        tables: dict[str, SourceTable],
     ) -> None:
         """``database.on_table_failure``: stop with the first failing table's error, or set its records aside and go
         on."""
@@ -300,8 +308,7 @@ class Database:
             label, error = sorted(failures.items())[0]
             raise TableFailed(label, error) from error
         for label, error in sorted(failures.items()):
-            source, at = by_table[label]
-            self._set_aside(label, self.routes.config_for(source), batch_id, records.take(pa.array(at)), error)
+            self._set_aside(label, self.routes.config_for(tables[label]), batch_id, split.records(label), error)
 
     def _set_aside(self, label: str, config: JobConfig, batch_id: int, records: pa.Table, error: BaseException) -> None:
         """A failed table's records of the micro-batch, under its quarantine path, with the error as their reason."""
