@@ -30,6 +30,10 @@ cp "$wheel" "$package"
 submit="${SPARK_SUBMIT:-$venv/bin/spark-submit}"
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$python}"
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$python}"
+# Spark plans a Python data source (laketide's Kafka reader) on the driver, in Python workers started with
+# PYSPARK_PYTHON and the driver JVM's PYTHONPATH, never --py-files: without this a Kafka job on a cluster whose
+# nodes' Python lacks laketide stopped at its start with "No module named 'laketide'".
+export PYTHONPATH="$package${PYTHONPATH:+:$PYTHONPATH}"
 case "$master" in
   local*) export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}" ;;  # one machine: stay on loopback
 esac

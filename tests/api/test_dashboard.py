@@ -239,10 +239,12 @@ def test_a_panel_that_fails_to_refresh_says_so_in_place_and_keeps_polling(browse
     server = ApiServer(create_app(table, TOKEN)).start()
     try:
         _, page = _load(browser, server.address)
-        asked: list[str] = []  # the panel's polls as the browser saw them, for the failure's message
-        page.on("requestfinished", lambda r: asked.append(f"{time.monotonic():.1f} {r.url[-40:]} done"))
-        page.on("requestfailed", lambda r: asked.append(f"{time.monotonic():.1f} {r.url[-40:]} {r.failure}"))
-        page.on("response", lambda r: asked.append(f"{time.monotonic():.1f} {r.url[-40:]} {r.status}"))
+        seen: list[str] = []  # the page's requests, answers and errors as the browser saw them, for a failure's message
+        page.on("request", lambda r: seen.append(f"{time.monotonic():.1f} asked {r.url[-40:]}"))
+        page.on("requestfailed", lambda r: seen.append(f"{time.monotonic():.1f} failed {r.url[-40:]} {r.failure}"))
+        page.on("response", lambda r: seen.append(f"{time.monotonic():.1f} answered {r.url[-40:]} {r.status}"))
+        page.on("pageerror", lambda e: seen.append(f"{time.monotonic():.1f} page error {e}"))
+        page.on("console", lambda m: seen.append(f"{time.monotonic():.1f} console {m.type} {m.text[:200]}"))
         damaged = f".hoodie/{int(instants[-1]) + 1}.commit"
         table.io.write_atomic(damaged, b"{not json", overwrite=True)
         note = page.locator("#timeline > .panel-error")
@@ -250,12 +252,17 @@ def test_a_panel_that_fails_to_refresh_says_so_in_place_and_keeps_polling(browse
         try:
             expect(note).to_contain_text("failed", timeout=30_000)
         except AssertionError as missing:  # what the panel's route answers now, and what the page holds
-            asked = httpx.get(f"{server.address}/ui/part/timeline", timeout=30)
-            shown = page.locator("#timeline").inner_html()[:2000]
-            route = f"{asked.status_code} {asked.text[:800]}"
-            polls = "\n".join(asked[-40:])
+            answer = httpx.get(f"{server.address}/ui/part/timeline", timeout=30)
+            shown = page.locator("#timeline").inner_html()[:1500]
+            state = page.locator("#timeline").evaluate(
+                "el => { const d = el['htmx-internal-data'] || {}; return JSON.stringify({xhr: !!d.xhr, "
+                "polling: !!d.polling, cancelled: !!d.cancelled, inBody: document.body.contains(el)}) }"
+            )
+            route = f"{answer.status_code} {answer.text[:600]}"
+            events = "\n".join(seen[-60:])
+            page.close()
             raise AssertionError(
-                f"{missing}\nthe route: {route}\nshown: {shown}\nthe page's requests:\n{polls}"
+                f"{missing}\nthe route: {route}\nhtmx: {state}\nshown: {shown}\nthe page's events:\n{events}"
             ) from missing
         expect(note).to_contain_text("Way out")
         expect(page.locator("#timeline tr.instant").first).to_be_attached()  # the last answer stays
