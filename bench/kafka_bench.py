@@ -326,9 +326,15 @@ def run_shape(shape: RecordShape, args, bootstrap: str, workdir: Path) -> list[d
             for label in ("kafka", "parquet", *(("events",) if shape.debezium else ())):
                 name = f"{label}-{shape.name}-{way}-{short}"
                 topic = (backlog or Topic(bootstrap, name)) if label == "kafka" else None
-                run = _one_run(work, name, way, TYPES[short], topic, bootstrap, args, workdir, label == "events")
-                if topic is not None and topic is not backlog:
-                    topic.close()
+                try:
+                    run = _one_run(work, name, way, TYPES[short], topic, bootstrap, args, workdir, label == "events")
+                except Exception as failure:  # the run's error goes into the results; the other runs go on
+                    rows.append(_failed(shape, way, label, short, failure))
+                    print(f"  {name}: failed: {rows[-1]['error']}", flush=True)
+                    continue
+                finally:
+                    if topic is not None and topic is not backlog:
+                        topic.close()
                 rows.append(_row(shape, way, label, short, run, args))
                 print(f"  {name}: {_brief(rows[-1])}", flush=True)
         if backlog is not None:
@@ -434,6 +440,20 @@ def _row(shape: RecordShape, way: str, label: str, short: str, run: Run, args) -
     row["verified"] = run.verified
     row["median_stage_seconds"] = stages
     return row
+
+
+def _failed(shape: RecordShape, way: str, label: str, short: str, failure: Exception) -> dict:
+    error = f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
+    engine = f"laketide {label}"
+    return {
+        "shape": shape.name,
+        "engine": engine,
+        "way": way,
+        "type": short,
+        "median_seconds": None,
+        "verified": False,
+        "error": error,
+    }
 
 
 def _brief(row: dict) -> str:

@@ -89,7 +89,8 @@ class TasksSplit:
         for row in ordered:
             db, schema, table = (row[c] for c in NAMED)
             source = SourceTable(table, schema, db, row["topic"])
-            database.topics_seen.setdefault(row["topic"], source)  # a topic goes with the first table it named
+            if row["topic"] is not None:  # a topic goes with the first table its events named
+                database.topics_seen.setdefault(row["topic"], source)
             named[_joined(db, schema, table, row["topic"])] = self._add(source)
         unnamed = self._named.where(F.col(NAMED[2]).isNull()).groupBy("topic").count().collect()
         by_topic: dict[str, str] = {}

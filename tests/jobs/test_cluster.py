@@ -155,6 +155,24 @@ def _submit_env(executor_python: Path) -> dict[str, str]:
     return env
 
 
+def _submit_on_tasks(
+    cluster: StandaloneCluster, tmp_path: Path, settings: dict
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """``settings`` run available-now through spark-submit, every micro-batch on Spark's tasks; and the file that
+    names each start of the executors' Python."""
+    settings = {
+        "stream.checkpoint": tmp_path / "checkpoint",
+        "stream.trigger": "available-now",
+        "write.driver_batch_bytes": 0,
+        "write.index_shards": 2,
+        "write.parallelism": 2,
+        **settings,
+    }
+    executor_python, starts = _executor_python(tmp_path)
+    conf = [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]
+    return _submit(cluster, conf, _submit_env(executor_python)), starts
+
+
 def _submit(cluster: StandaloneCluster, conf: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     result = subprocess.run(
         ["bash", str(REPO / "deploy" / "spark-submit.sh"), "--master", cluster.url, *conf],
@@ -239,16 +257,8 @@ def test_a_debezium_feed_runs_on_the_cluster_through_spark_submit(cluster, tmp_p
         "source.path": landing,
         "source.envelope": "debezium",
         "source.max_files_per_trigger": 1,
-        "stream.checkpoint": tmp_path / "checkpoint",
-        "stream.trigger": "available-now",
-        "write.driver_batch_bytes": 0,
-        "write.index_shards": 2,
-        "write.parallelism": 2,
     }
-    executor_python, starts = _executor_python(tmp_path)
-    result = _submit(
-        cluster, [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")], _submit_env(executor_python)
-    )
+    result, starts = _submit_on_tasks(cluster, tmp_path, settings)
     assert result.stdout.count(" on tasks ") == 2 and "pyspark.daemon" in starts.read_text()
     read = rows(hudi_read(tmp_path / "table"), "id", NAMES)
     for r in read:  # columns from the events: a VariableScaleDecimal is its exact text
@@ -286,16 +296,8 @@ def test_a_database_snapshot_runs_on_the_cluster_through_spark_submit(cluster, k
         "source.envelope": "debezium",
         "source.kafka.bootstrap_servers": kafka.bootstrap,
         "source.kafka.topic_pattern": r"pg\..*",
-        "stream.checkpoint": tmp_path / "checkpoint",
-        "stream.trigger": "available-now",
-        "write.driver_batch_bytes": 0,
-        "write.index_shards": 2,
-        "write.parallelism": 2,
     }
-    executor_python, starts = _executor_python(tmp_path)
-    result = _submit(
-        cluster, [a for k, v in settings.items() for a in ("--conf", f"{k}={v}")], _submit_env(executor_python)
-    )
+    result, starts = _submit_on_tasks(cluster, tmp_path, settings)
     assert "written by Spark's tasks" in result.stdout + result.stderr and "pyspark.daemon" in starts.read_text()
     for source in sources:
         names = [c.name for c in source.columns]

@@ -145,15 +145,32 @@ def all_equal(root, tables: dict[str, PostgresTable]) -> bool:
     return all(read(root, source) == model(source) for source in tables.values())
 
 
-def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while_it_runs(kafka, metastore, tmp_path):
+def snapshot_in_a_transaction(kafka, rows: int) -> dict[str, PostgresTable]:
+    """The three source tables' topics, each table's first ``rows`` as a snapshot's events (``op = r``) inside one
+    transaction, whose markers go to a topic of their own."""
     tables = database()
     for source in tables.values():
         kafka.create_topic(source.topic, 3)
     kafka.create_topic("pg.transaction", 1)
     kafka.produce("pg.transaction", 0, None, TRANSACTION_BEGIN)
     for source in tables.values():
-        send(kafka, source, upserts(source, range(12), 0, op="r"))
+        send(kafka, source, upserts(source, range(rows), 0, op="r"))
     kafka.produce("pg.transaction", 0, None, TRANSACTION_END)
+    return tables
+
+
+def each_equal_with_each_batch_once(root, tables: dict[str, PostgresTable], at_least: int) -> None:
+    """Every table equals its model, and its commits name each micro-batch once, in order, ``at_least`` of them."""
+    for name, source in tables.items():
+        assert read(root, source) == model(source), name
+        timeline = Table.open(str(root / "lake" / name)).timeline
+        extras = [timeline.commit_metadata(i).extra_metadata for i in timeline.completed_writes()]
+        batches = [int(extra[BATCH_ID_KEY]) for extra in extras if BATCH_ID_KEY in extra]  # compactions name none
+        assert batches == sorted(set(batches)) and len(batches) >= at_least, (name, batches)
+
+
+def test_every_topic_becomes_its_own_table_and_new_topics_and_columns_join_while_it_runs(kafka, metastore, tmp_path):
+    tables = snapshot_in_a_transaction(kafka, 12)
     port = free_port()
     settings = {"coordinator.api_port": str(port), "coordinator.api_token": TOKEN}
     catalog = {"catalog.kind": "hive", "catalog.uri": metastore.uri, "catalog.database": "shop"}
@@ -402,12 +419,7 @@ def test_kill_9_cycles_leave_every_table_exact_with_no_micro_batch_twice(kafka, 
     )
     drained = run(tmp_path, kafka.bootstrap, **{**settings, "stream.trigger": "available-now"})
     assert drained.returncode == 0, drained.stderr[-3000:]
-    for name, source in tables.items():
-        assert read(tmp_path, source) == model(source), name
-        timeline = Table.open(str(tmp_path / "lake" / name)).timeline
-        extras = [timeline.commit_metadata(i).extra_metadata for i in timeline.completed_writes()]
-        batches = [int(extra[BATCH_ID_KEY]) for extra in extras if BATCH_ID_KEY in extra]  # compactions name none
-        assert batches == sorted(set(batches)) and len(batches) >= 3, (name, batches)
+    each_equal_with_each_batch_once(tmp_path, tables, 3)
 
 
 def test_a_snapshot_too_big_for_the_driver_is_written_by_spark_tasks_exactly_once_per_table(kafka, tmp_path):
@@ -415,14 +427,7 @@ def test_a_snapshot_too_big_for_the_driver_is_written_by_spark_tasks_exactly_onc
     and written by Spark's tasks, a transaction's markers counted as on the driver. A job that dies after two of the
     three tables committed it leaves the next to write the third only; the next changes go through the driver. Every
     table equals its model, each micro-batch in each table's commits once."""
-    tables = database()
-    for source in tables.values():
-        kafka.create_topic(source.topic, 3)
-    kafka.create_topic("pg.transaction", 1)
-    kafka.produce("pg.transaction", 0, None, TRANSACTION_BEGIN)
-    for source in tables.values():
-        send(kafka, source, upserts(source, range(300), 0, op="r"))
-    kafka.produce("pg.transaction", 0, None, TRANSACTION_END)
+    tables = snapshot_in_a_transaction(kafka, 300)
     on_tasks = {"write.driver_batch_bytes": "0", "stream.trigger": "available-now"}
     dying = Job(
         [sys.executable, str(SUPPORT / "run_database_job.py"), "2", *conf(tmp_path, kafka.bootstrap, **on_tasks)[1::2]],
@@ -442,9 +447,4 @@ def test_a_snapshot_too_big_for_the_driver_is_written_by_spark_tasks_exactly_onc
     driver = run(tmp_path, kafka.bootstrap, **{"stream.trigger": "available-now"})
     assert driver.returncode == 0, driver.stderr[-3000:]
     assert "written by Spark's tasks" not in driver.stderr
-    for name, source in tables.items():
-        assert read(tmp_path, source) == model(source), name
-        timeline = Table.open(str(tmp_path / "lake" / name)).timeline
-        extras = [timeline.commit_metadata(i).extra_metadata for i in timeline.completed_writes()]
-        batches = [int(extra[BATCH_ID_KEY]) for extra in extras if BATCH_ID_KEY in extra]
-        assert batches == sorted(set(batches)) and len(batches) >= 2, (name, batches)
+    each_equal_with_each_batch_once(tmp_path, tables, 2)
