@@ -11,7 +11,7 @@ from connect_events import HEARTBEAT, POSTGRES_COLUMNS, TRANSACTION_BEGIN, Colum
 
 from laketide.config.routes import SourceTable
 from laketide.table.errors import Invalid
-from laketide.writer.changes.routes import record_key_of, route
+from laketide.writer.changes.routes import named_sources, record_key_of, route
 
 
 def records(rows: list[tuple[str, dict | bytes | None]]) -> pa.Table:
@@ -54,6 +54,10 @@ def test_events_go_to_their_source_table_and_the_rest_with_their_topic():
     assert {k.table: v.tolist() for k, v in route(records([("pg.public.lines", None)]), seen).tables.items()} == {
         "lines": [0]
     }
+    # what Spark's tasks route by: the names a row change carries, as ``route`` takes them
+    db, schema, table = (column.to_pylist() for column in named_sources(batch["value"].combine_chunks()))
+    assert table == ["orders", "lines", None, None, None, "lines", None, None]
+    assert [(d, s) for d, s, t in zip(db, schema, table) if t] == [("shop", "public")] * 3
 
 
 def test_a_new_tables_record_key_is_the_kafka_keys_fields_with_or_without_their_schema():
