@@ -15,11 +15,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from laketide.config import KAFKA_RECORD_BYTES, JobConfig
+from laketide.config import JobConfig
 from laketide.config.routes import TableRoutes
 from laketide.coordinator import LeaseLost
 from laketide.spark.change_feed import kafka_stream
-from laketide.spark.database_tasks import DatabaseTasks
+from laketide.spark.database_tasks import RECORD_COLUMNS, DatabaseTasks
 from laketide.spark.kafka.offsets import KafkaOffsets
 from laketide.spark.query import await_query, start_query, writer_id_for
 from laketide.spark.session import on_one_machine, spark_session
@@ -30,8 +30,6 @@ from laketide.table.errors import LaketideError
 from laketide.writer.job.database import Database, DatabaseReport, TableParts
 
 log = logging.getLogger("laketide.job")
-# what the query hands each micro-batch: the records as Kafka gave them (the key names a new table's record key)
-RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset")
 
 
 def run_database(
@@ -110,8 +108,7 @@ def _on_tasks(config: JobConfig, offsets: KafkaOffsets, driver_limit: int, batch
     spanned = offsets.records(batch_id)
     if spanned is None:  # the query's first under ``latest``: collected from its scan, as always
         return False
-    cap = config.write.driver_limit(local=False) // KAFKA_RECORD_BYTES
-    return spanned > cap and spanned * offsets.record_weight() > driver_limit
+    return spanned > config.driver_kafka_offsets() and spanned * offsets.record_weight() > driver_limit
 
 
 def _report_lag(database: Database, offsets: KafkaOffsets, report: DatabaseReport) -> None:

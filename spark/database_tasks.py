@@ -30,6 +30,7 @@ from laketide.writer.changes.schema_registry import unframed
 from laketide.writer.job.database import Database, DatabaseTable
 from laketide.writer.micro_batch import LoadedBatch
 
+# what the query hands each micro-batch: the records as Kafka gave them (the key names a new table's record key)
 RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset")
 NAMED = tuple(f"_lt_source_{name}" for name in SOURCE_FIELDS)  # the source table a record's row change names
 LABEL = "_lt_label"

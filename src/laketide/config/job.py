@@ -291,8 +291,12 @@ class JobConfig(Section):
         driver's kept consumer reads, not in one that goes to Spark's tasks, each of which opens a consumer of its own
         (seconds more, and a broker under load kept one waiting minutes); ``None`` (no cap) when the driver writes
         nothing."""
-        given = self.source.kafka.max_offsets_per_trigger
-        return given or (self.write.driver_limit(local=False) // KAFKA_RECORD_BYTES or None)
+        return self.source.kafka.max_offsets_per_trigger or (self.driver_kafka_offsets() or None)
+
+    def driver_kafka_offsets(self) -> int:
+        """The offsets a Kafka micro-batch spans by default: as many records as the driver writes at once
+        (``write.driver_batch_bytes``, 64 MiB when unset, whatever the master) at ``KAFKA_RECORD_BYTES`` a record."""
+        return self.write.driver_limit(local=False) // KAFKA_RECORD_BYTES
 
     def global_index(self, partitioned: bool) -> bool:
         """Whether the keys of a table (``partitioned`` or not) are unique across partitions: ``index.global``,
