@@ -14,8 +14,13 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard index/_keyhash*.c index/_
 
 # the sources compiled once: a Spark Python worker imports them at its first task, and where bytecode is not
 # written (PYTHONDONTWRITEBYTECODE) each worker compiled them again, about 0.4 s of the first micro-batch
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(VENV)/.pyspark-compiled
 	$(PY) -m compileall -q src api catalog coordinator index spark table writer
+
+# pyspark.zip with bytecode: each Python process Spark starts imports PySpark from it (deploy/compile_pyspark_zip.py)
+$(VENV)/.pyspark-compiled: $(VENV)/.installed
+	$(PY) deploy/compile_pyspark_zip.py
+	touch $@
 
 system-deps:
 	./deploy/install-system-deps.sh
