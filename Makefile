@@ -36,11 +36,11 @@ TEST_WORKERS ?= 2
 $(VENV)/spark-classes.jsa: $(VENV)/.installed
 	$(PY) tests/support/class_archive.py $@
 
-# the timed tests (a page drawn in under a second) run alone after the rest, on a machine that is not also
-# running Spark jobs and brokers for the other worker
+# the timed tests (a page drawn in under a second) and the browser's run alone after the rest, on a machine that is
+# not also running Spark jobs and brokers for the other worker
 test: install system-deps test-servers $(VENV)/spark-classes.jsa lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not timed"
-	$(PY) -m pytest -m timed
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not timed and not browser"
+	$(PY) -m pytest -m "timed or browser"
 
 # the suite on PySpark 4.2.0, the line `laketide[delta]` installs (delta-spark 4.4 requires pyspark <= 4.2.0)
 test-spark42: system-deps test-servers

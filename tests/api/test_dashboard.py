@@ -29,6 +29,8 @@ import laketide
 from laketide.api.app import create_app
 from laketide.api.server import ApiServer
 
+pytestmark = pytest.mark.browser
+
 TOKEN = "ui-token"
 LOADED = [
     "#job dl",
@@ -229,6 +231,20 @@ def test_the_page_loads_in_under_a_second_over_a_long_history(browser, tmp_path)
         server.stop()
 
 
+# what htmx did, as the page saw it, for a failure's message: each request and swap of a polling panel
+_HTMX_EVENTS = """() => {
+  window.__htmx_events = [];
+  const say = (what, e) => window.__htmx_events.push(
+    `${performance.now().toFixed(0)} ${what} ${(e.detail.elt || {}).id || '?'}` +
+    ` error=${e.detail.isError} swap=${e.detail.shouldSwap} inBody=${document.body.contains(e.detail.elt)}` +
+    ` note=${!!(e.detail.elt && e.detail.elt.querySelector(':scope > .panel-error'))}`);
+  for (const name of ["htmx:beforeRequest", "htmx:beforeSwap", "htmx:afterSwap", "htmx:responseError",
+                      "htmx:sendError", "htmx:timeout", "htmx:afterSettle"]) {
+    document.addEventListener(name, e => say(name.slice(5), e));
+  }
+}"""
+
+
 def test_a_panel_that_fails_to_refresh_says_so_in_place_and_keeps_polling(browser, tmp_path):
     """A refresh that fails (a damaged commit file appears, then is mended; then the server stops) leaves the
     panel's last answer in place under a note saying what failed, and the panel goes on polling: the note
@@ -245,6 +261,7 @@ def test_a_panel_that_fails_to_refresh_says_so_in_place_and_keeps_polling(browse
         page.on("response", lambda r: seen.append(f"{time.monotonic():.1f} answered {r.url[-40:]} {r.status}"))
         page.on("pageerror", lambda e: seen.append(f"{time.monotonic():.1f} page error {e}"))
         page.on("console", lambda m: seen.append(f"{time.monotonic():.1f} console {m.type} {m.text[:200]}"))
+        page.evaluate(_HTMX_EVENTS)
         damaged = f".hoodie/{int(instants[-1]) + 1}.commit"
         table.io.write_atomic(damaged, b"{not json", overwrite=True)
         note = page.locator("#timeline > .panel-error")
@@ -253,16 +270,19 @@ def test_a_panel_that_fails_to_refresh_says_so_in_place_and_keeps_polling(browse
             expect(note).to_contain_text("failed", timeout=30_000)
         except AssertionError as missing:  # what the panel's route answers now, and what the page holds
             answer = httpx.get(f"{server.address}/ui/part/timeline", timeout=30)
-            shown = page.locator("#timeline").inner_html()[:1500]
+            shown = page.locator("#timeline").inner_html()[:800]
             state = page.locator("#timeline").evaluate(
                 "el => { const d = el['htmx-internal-data'] || {}; return JSON.stringify({xhr: !!d.xhr, "
                 "polling: !!d.polling, cancelled: !!d.cancelled, inBody: document.body.contains(el)}) }"
             )
-            route = f"{answer.status_code} {answer.text[:600]}"
-            events = "\n".join(seen[-60:])
+            htmx_events = "\n".join(page.evaluate("window.__htmx_events")[-40:])
+            route = f"{answer.status_code} {answer.text[:400]}"
+            events = "\n".join(seen[-40:])
             page.close()
+            said = str(missing).split("Aria snapshot")[0]  # the page's whole outline would hide what follows
             raise AssertionError(
-                f"{missing}\nthe route: {route}\nhtmx: {state}\nshown: {shown}\nthe page's events:\n{events}"
+                f"htmx: {state}\nthe page's htmx events (page ms):\n{htmx_events}\nthe page's requests:\n{events}"
+                f"\nthe route: {route}\nshown: {shown}\n{said}"
             ) from missing
         expect(note).to_contain_text("Way out")
         expect(page.locator("#timeline tr.instant").first).to_be_attached()  # the last answer stays
