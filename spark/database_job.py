@@ -94,7 +94,6 @@ def _write(
     records = offsets.read(batch_id)
     records = records.select(RECORD_COLUMNS) if records is not None else df.toArrow()
     database.write(batch_id, records, time.monotonic() - started)
-    offsets.read_ahead()  # after the lag each table's report read from the consumer
 
 
 def _on_tasks(config: JobConfig, offsets: KafkaOffsets, driver_limit: int, batch_id: int) -> bool:

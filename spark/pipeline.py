@@ -81,7 +81,6 @@ class MicroBatches:
         if writer.config.source.format == "kafka" and not report.skipped:
             report.lag = self._lag(batch_id)
         writer.announce(report)
-        self.reader.offsets.read_ahead()
 
     def _lag(self, batch_id: int) -> dict[str, int]:
         """Per topic-partition, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.

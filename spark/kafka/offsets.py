@@ -54,6 +54,8 @@ class KafkaOffsets:
         self._consumer: RangeConsumer | None = None
         self._logged: dict[int, Offsets | None] = {}  # the offset log's last entries read, by micro-batch
         self._marks: tuple[int, Offsets, dict[Place, tuple[int, int]]] | None = None  # one micro-batch's watermarks
+        # the partitions' newest offsets as the consumer knew them when it had read a micro-batch, for its lag
+        self._newest: tuple[int, dict[Place, int | None]] = (-1, {})
         self._weighed: deque[tuple[int, int]] = deque(
             maxlen=WEIGHED_BATCHES
         )  # (records, their bytes) of the last reads
@@ -107,6 +109,11 @@ class KafkaOffsets:
             records = self._consumer.read(plan_ranges(start, end, self.brokers, fail))
         if records.num_rows:
             self._weighed.append((records.num_rows, records["key"].nbytes + records["value"].nbytes))
+        consumer = self._consumer
+        self._newest = batch_id, {(t, int(p)): consumer.newest((t, int(p))) for t, ps in end.items() for p in ps}
+        # the next micro-batch's records are fetched and made Arrow while this one is written and the next planned:
+        # started only once Spark planned it, a 20,000-event read of 4 KB events still waited 0.5-1.5 s on the rest
+        consumer.read_ahead()
         return records
 
     def _start(self, batch_id: int) -> Offsets | None:
@@ -126,19 +133,19 @@ class KafkaOffsets:
         marks = self._end_and_watermarks(batch_id)[1] if EARLIEST in offsets else {}
         return {t: {p: marks[(t, int(p))][0] if o == EARLIEST else o for p, o in ps.items()} for t, ps in named.items()}
 
-    def read_ahead(self) -> None:
-        """Once a micro-batch is written (and its lag read): the kept consumer reads on past it while Spark plans the
-        next (``RangeConsumer.read_ahead``)."""
-        if self._consumer is not None:
-            self._consumer.read_ahead()
-
     def lag(self, batch_id: int) -> dict[str, int]:
         """Per ``topic/partition``, the brokers' newest offset minus the micro-batch's end: 0 once it caught up.
         Only for reporting: a failure to ask is logged, and the lag left out (empty)."""
         try:
             end = self.logged(batch_id) or {}
             places = [(t, int(p)) for t, parts in end.items() for p in parts]
-            fetched = {place: self._consumer.newest(place) for place in places} if self._consumer is not None else {}
+            read_at, newest = self._newest
+            if read_at == batch_id:
+                fetched = newest
+            else:
+                fetched = (
+                    {place: self._consumer.newest(place) for place in places} if self._consumer is not None else {}
+                )
             seen = {place: n for place, n in fetched.items() if n is not None}
             if len(seen) < len(places):  # a partition the consumer has not fetched: the brokers say
                 seen = self.brokers.newest(places)
