@@ -41,8 +41,7 @@ def _bytecode(source: bytes, name: str) -> bytes:
 def compile_zip(path: Path) -> int:
     """The number of modules given bytecode; 0 when the zip has it already."""
     with zipfile.ZipFile(path) as zin:
-        names = set(zin.namelist())
-        if any(n.endswith(".pyc") for n in names):
+        if any(name.endswith(".pyc") for name in zin.namelist()):
             return 0
         partial = path.with_name(path.name + ".partial")
         count = 0

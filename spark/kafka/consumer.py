@@ -184,7 +184,7 @@ class RangeConsumer:
 
     def read_ahead(self) -> None:
         """Go on reading past the last read's ranges in a thread of its own until the next call: as many records
-        again of each partition it read (``_hold_limit`` at most in all), held as Arrow. The next read, starting
+        again of each partition it read (up to ``_over_hold_limit`` in all), held as Arrow. The next read, starting
         where the last ended, finds them decoded: on the driver the fetch and the decoding then run while the job
         writes and Spark plans, not in the next micro-batch's read."""
         self._settle()
@@ -200,7 +200,7 @@ class RangeConsumer:
         """The read-ahead's thread: consume until stopped, or until each partition of ``wanted`` holds its share and
         is parked (a partition at its end goes on fetching, for the records still to come)."""
         try:
-            while not stop.is_set() and sum(s.held_bytes for s in self._partitions.values()) < self._hold_limit():
+            while not stop.is_set() and not self._over_hold_limit():
                 self._file(self._consumer.consume(ASK_AT_LEAST, timeout=AHEAD_WAIT), {}, {})
                 self._park_satisfied(set())
                 if all(self._partitions[place].parked for place in wanted if place in self._partitions):
@@ -305,14 +305,15 @@ class RangeConsumer:
         high = self._consumer.get_watermark_offsets(TopicPartition(*place), cached=True)[1]
         return high if high >= 0 else None
 
-    def _hold_limit(self) -> int:
-        return max(HOLD_BYTES, 2 * self._read_bytes)
+    def _over_hold_limit(self) -> bool:
+        """Whether the values held reach twice the bytes the last read took (``HOLD_BYTES`` at least)."""
+        return sum(s.held_bytes for s in self._partitions.values()) >= max(HOLD_BYTES, 2 * self._read_bytes)
 
     def _park_satisfied(self, waiting: set[Place]) -> None:
         """Park the partitions not in ``waiting`` that hold their likely next share (``span`` records; none for a
-        partition the last read did not ask of), or every one of them past ``_hold_limit`` held: what librdkafka
+        partition the last read did not ask of), or every one of them once ``_over_hold_limit``: what librdkafka
         queued of them is dropped, and fetched again from where the held rows end once they are assigned again."""
-        over = sum(s.held_bytes for s in self._partitions.values()) > self._hold_limit()
+        over = self._over_hold_limit()
         idle = [
             place
             for place, s in self._partitions.items()

@@ -140,13 +140,10 @@ class KafkaOffsets:
             end = self.logged(batch_id) or {}
             places = [(t, int(p)) for t, parts in end.items() for p in parts]
             read_at, newest = self._newest
-            if read_at == batch_id:
-                fetched = newest
-            else:
-                fetched = (
-                    {place: self._consumer.newest(place) for place in places} if self._consumer is not None else {}
-                )
-            seen = {place: n for place, n in fetched.items() if n is not None}
+            consumer = self._consumer
+            if read_at != batch_id:  # not read on the driver (Spark's tasks, or the query's first from its scan)
+                newest = {place: consumer.newest(place) for place in places} if consumer is not None else {}
+            seen = {place: n for place, n in newest.items() if n is not None}
             if len(seen) < len(places):  # a partition the consumer has not fetched: the brokers say
                 seen = self.brokers.newest(places)
             return {
