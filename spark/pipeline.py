@@ -21,7 +21,7 @@ from laketide.index.columns import LANDED_COLUMNS
 from laketide.spark.generator import FIRST_ROW, GeneratorSpec, generated
 from laketide.spark.handoff import Layout
 from laketide.spark.kafka.offsets import KafkaOffsets
-from laketide.spark.session import on_one_machine
+from laketide.spark.session import driver_heap_bytes, on_one_machine
 from laketide.spark.sources import (
     KafkaValues,
     change_decoder,
@@ -44,6 +44,7 @@ from laketide.writer.landing import (
     batch_files,
     decoded_bytes,
     parquet_pieces,
+    read_landed_lines,
     read_landed_parquet,
     source_offsets,
 )
@@ -54,6 +55,9 @@ log = logging.getLogger("laketide.job")
 LANDING_FORMATS = ("parquet", "json", "csv")
 # where Spark's tasks hand a micro-batch's rows on, under the table, unless ``write.exchange_dir`` says
 EXCHANGE_DIR = ".hoodie/.laketide/exchange"
+# landing text that Spark reads and the driver collects (``df.toArrow()``) may weigh this share of the driver's JVM
+# heap at most: the JVM holds several times the text (235 MB of JSON lines ran a 1 GB heap out, 120 MB did not)
+JVM_TEXT_SHARE = 10
 
 
 def _data_fields(schema: StructType) -> list[StructField]:
@@ -104,6 +108,8 @@ class MicroBatchReader:
         self.timezone = spark.conf.get("spark.sql.session.timeZone")
         # what a micro-batch may weigh for the driver to write it (``write.driver_batch_bytes``, by Spark's master)
         self.driver_limit = config.write.driver_limit(local=on_one_machine(spark))
+        # what landing text collected through the driver's JVM may weigh
+        self.jvm_text_limit = min(self.driver_limit, driver_heap_bytes(spark) // JVM_TEXT_SHARE)
         self.offsets = KafkaOffsets(config)  # a Kafka source's lag, and its first micro-batch's size
         self.exchange_dir = config.write.exchange_dir or posixpath.join(config.table.path.rstrip("/"), EXCHANGE_DIR)
         # what a crash left in the exchange: no other writer holds the table's lease meanwhile
@@ -219,11 +225,26 @@ class MicroBatchReader:
         """A change feed's micro-batch (Kafka records, ``change_feed.change_records``, or landing lines,
         ``sources.landed_lines``), decoded by the core into the columns found for the whole micro-batch: on the
         driver when it fits, else in Spark's prepare tasks."""
-        if self._changes_fit_driver(batch_id):
-            records = self.offsets.read(batch_id) if self.config.source.format == "kafka" else None
+        if self.config.source.format != "kafka":
+            lines = self._landed_lines(df, batch_id)
+            if lines is not None:
+                return self.writer.decoded_batch(changes, lines)
+        elif self._kafka_fits_driver(batch_id):
+            records = self.offsets.read(batch_id)
             records = records.select(df.columns) if records is not None else df.toArrow()
             return self.writer.decoded_batch(changes, records)
         return self.changes_on_tasks(df, batch_id, changes)
+
+    def _landed_lines(self, df: DataFrame, batch_id: int) -> pa.Table | None:
+        """A micro-batch of landing lines for the driver: read from its files (``landing.read_landed_lines``), else
+        collected from Spark's text source when that fits the driver's JVM; ``None`` for Spark's tasks."""
+        files = self._landing_files(batch_id)
+        if files is None or not self._fits_driver(files[1]):
+            return None
+        lines = read_landed_lines(files[0], self.config.source.options, self.config.storage.io_options)
+        if lines is not None:
+            return lines
+        return df.toArrow() if files[1] <= self.jvm_text_limit else None
 
     def changes_on_tasks(self, df: DataFrame, batch_id: int, changes: ChangeDecoder) -> LoadedBatch:
         """A change feed's micro-batch (Spark's rows of Kafka records or landing lines) decoded and prepared by Spark's
@@ -233,12 +254,6 @@ class MicroBatchReader:
         batch = self._prepared(df, batch_id, decode=lambda records: changes.rows(records, columns, log=log))
         incoming = changes.incoming(columns)
         return LoadedBatch(batch, incoming, incoming)
-
-    def _changes_fit_driver(self, batch_id: int) -> bool:
-        if self.config.source.format == "kafka":
-            return self._kafka_fits_driver(batch_id)
-        files = self._landing_files(batch_id)
-        return self._fits_driver(files[1] if files is not None else None)
 
     def _row_schemas(self, df: DataFrame, changes: ChangeDecoder) -> list[list[dict]]:
         """The distinct row schemas of a micro-batch's change events, found by Spark's tasks."""
@@ -273,7 +288,7 @@ class MicroBatchReader:
                 path: FileIO.for_uri(path, options).entry("")
                 for path in batch_files(self.config.stream.checkpoint, batch_id, options)
             }
-            return files, sum(decoded_bytes(path, entry, source_format) for path, entry in files.items())
+            return files, sum(decoded_bytes(path, entry, source_format, options) for path, entry in files.items())
         except Exception:
             log.warning(
                 "micro-batch %s: the size of its landing files is unknown, so Spark's tasks write it",
@@ -307,10 +322,13 @@ class MicroBatchReader:
         else:
             if files is None or not self._fits_driver(files[1]):
                 return None
-            read = read_landed_parquet(files[0], data_schema) if source.format == "parquet" else None
+            options = self.config.storage.io_options
+            read = read_landed_parquet(files[0], data_schema, options) if source.format == "parquet" else None
             if read is not None:
                 rows, arrival = read
                 return self.writer.driver_batch(rows, arrival)
+            if source.format != "parquet" and files[1] > self.jvm_text_limit:
+                return None  # Spark's JSON or CSV reader collected through the driver's JVM would run it out
             try:
                 landed = df.toArrow()
             except Exception:

@@ -80,6 +80,12 @@ def on_one_machine(spark: SparkSession) -> bool:
     return (spark.sparkContext.master or "").startswith("local")
 
 
+def driver_heap_bytes(spark: SparkSession) -> int:
+    """The most the driver's JVM heap may grow to (``spark.driver.memory``, as the JVM counts it)."""
+    jvm: Any = spark.sparkContext._jvm  # py4j's view of the JVM: its attributes are Java's packages
+    return int(jvm.java.lang.Runtime.getRuntime().maxMemory())
+
+
 def builds_local_session(config: SparkSection) -> bool:
     """Whether the job will build a session on a local master (``_built``), known before it starts; under
     spark-submit the master is not known until then, so not."""

@@ -328,3 +328,53 @@ def test_parquet_on_sparks_tasks_keeps_the_latest_of_a_key_across_files_and_with
         (4, 41),
         (5, 50),
     ]
+
+
+def test_change_event_lines_read_by_the_driver_equal_sparks_text_rows_or_are_left_to_spark(spark, tmp_path):
+    """Landing lines of change events (``spark.sources.landed_lines``) read on the driver without the JVM, row for row
+    as Spark's text source gives them: line ends, blank lines, a byte order mark, bytes that are not UTF-8."""
+    from pyspark.sql import functions as F
+
+    from laketide.index.columns import SOURCE_FILE, SOURCE_MTIME
+    from laketide.spark.sources import with_origin
+    from laketide.table.storage.io import FileIO
+    from laketide.writer.landing import read_landed_lines
+
+    contents = {
+        "0.json": b'\xef\xbb\xbf{"a": 1}\r\n\r\n   \n{"b": "\xc3\xbcn\xc3\xaf"} \n\xff\xfe not text\n',
+        "1.json": b'{"c": 3}\n\n{"d": 4}',
+        "2.json": b"",
+    }
+    for n, (name, data) in enumerate(contents.items()):
+        (tmp_path / name).write_bytes(data)
+        os.utime(tmp_path / name, (1_700_000_000 + n, 1_700_000_000 + n))
+    lines = with_origin(spark.read.format("text").load([str(tmp_path / name) for name in contents]))
+    theirs = lines.filter(F.trim(F.col("value")) != "").toArrow()
+    files = {path: FileIO.for_uri(path).entry("") for path in set(theirs[SOURCE_FILE].to_pylist())}
+    files[f"file:{tmp_path / '2.json'}"] = FileIO.for_uri(str(tmp_path / "2.json")).entry("")
+
+    ours = read_landed_lines(files, {})
+    if ours is None:
+        pytest.fail("uncompressed lines with a line feed, or a carriage return and line feed, are the driver's")
+
+    def rows(table: pa.Table) -> list[tuple]:
+        values = table["value"].cast(pa.binary()).to_pylist()
+        return sorted(zip(table[SOURCE_FILE].to_pylist(), table[SOURCE_MTIME].to_pylist(), values, strict=True))
+
+    assert rows(ours) == rows(theirs)
+    assert ours["value"].cast(pa.binary()).to_pylist() == [
+        b'{"a": 1}',
+        '{"b": "ünï"} '.encode(),
+        b"\xff\xfe not text",
+        b'{"c": 3}',
+        b'{"d": 4}',
+    ], "the files in arrival order, each file's lines in order"
+
+    # what Spark reads otherwise: a carriage return alone, a compressed file, a line separator of the source's own
+    (tmp_path / "cr.json").write_bytes(b'{"a": 1}\r{"b": 2}\n')
+    (tmp_path / "gz.json.gz").write_bytes(b"")
+    one = {f"file:{tmp_path / '1.json'}": files[f"file:{tmp_path / '1.json'}"]}
+    for name in ("cr.json", "gz.json.gz"):
+        path = f"file:{tmp_path / name}"
+        assert read_landed_lines({**one, path: FileIO.for_uri(path).entry("")}, {}) is None, name
+    assert read_landed_lines(one, {"lineSep": ";"}) is None
