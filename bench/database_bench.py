@@ -50,7 +50,9 @@ from upsert_bench import write_results  # noqa: E402
 CLI = str(Path(sys.executable).with_name("laketide"))
 ENV_LOCAL = {"SPARK_LOCAL_IP": "127.0.0.1"}
 BATCH_LINE = re.compile(
-    r"^(\S+ \S+) INFO laketide.job micro-batch (\d+): tables=\d+ written=(\d+) records=(\d+).* seconds=([\d.]+)", re.M
+    r"^(\S+ \S+) INFO laketide.job micro-batch (\d+): tables=\d+ written=(\d+) records=(\d+).* seconds=([\d.]+) "
+    r"read=([\d.]+) route=([\d.]+)",
+    re.M,
 )
 SINGLE_LINE = re.compile(
     r"^(\S+ \S+) INFO laketide.job micro-batch (\d+): instant=\S+ records=(\d+).* seconds=([\d.]+)", re.M
@@ -198,13 +200,22 @@ def run_database(
     )
     if code != 0:
         raise SystemExit(f"the database job failed:\n{log[-3000:]}")
-    batches = [(_at(m.group(1)), float(m.group(5))) for m in BATCH_LINE.finditer(log) if int(m.group(4))]
+    lines = [m for m in BATCH_LINE.finditer(log) if int(m.group(4))]
+    batches = [(_at(m.group(1)), float(m.group(5))) for m in lines]
     round_seconds = statistics.median([s for _, s in batches[-rounds:]])
     # from one micro-batch's end to the next's, back to back: reading the records from Kafka included
     cycle_seconds = statistics.median([b - a for (a, _), (b, _) in zip(batches[-rounds - 1 :], batches[-rounds:])])
+    stages = {
+        stage: round(statistics.median(float(m.group(at)) for m in lines[-rounds:]), 2)
+        for stage, at in (("read", 6), ("route", 7))
+    }
     ok_backlog = verified(tables, lambda t: read_hudi(work / "db" / t.name, t.arrow))
-    backlog = f"{len(batches)} micro-batches, rounds' median {round_seconds:.2f} s written, {cycle_seconds:.2f} s"
-    print(f"  database job, backlog: {backlog} end to end, peak {peak / 2**30:.2f} GB", flush=True)
+    backlog = (
+        f"{len(batches)} micro-batches, rounds' median {cycle_seconds:.2f} s end to end: read {stages['read']:.2f} s, "
+        f"route {stages['route']:.2f} s, written {round_seconds:.2f} s, the rest (Spark between micro-batches) "
+        f"{cycle_seconds - stages['read'] - stages['route'] - round_seconds:.2f} s"
+    )
+    print(f"  database job, backlog: {backlog}; peak {peak / 2**30:.2f} GB", flush=True)
     stream = {}
 
     def streaming(job: subprocess.Popen) -> None:
@@ -222,6 +233,7 @@ def run_database(
         "peak_rss_gb": round(max(peak, stream_peak) / 2**30, 2),
         "round_seconds": round(round_seconds, 2),
         "round_cycle_seconds": round(cycle_seconds, 2),
+        "round_stage_seconds": stages,
         "backlog_micro_batches": len(batches),
         **stream,
         "verified": all(ok_backlog.values()) and all(ok.values()),

@@ -81,8 +81,9 @@ class DatabaseReport:
     skipped: Counter = field(default_factory=Counter)  # messages of no table, by kind
     unrouted: int = 0  # records of no table set aside
     failed: dict[str, str] = field(default_factory=dict)  # table -> why its write failed
-    seconds: float = 0.0  # writing every table, after the records were read
+    seconds: float = 0.0  # writing every table, after the records were read and routed
     read_seconds: float = 0.0  # reading the records from the source, before
+    route_seconds: float = 0.0  # parsing the records' values and finding each one's table, between
 
     def line(self) -> str:
         written = [r for r in self.tables if not r.skipped]
@@ -96,7 +97,8 @@ class DatabaseReport:
             parts.append(f"unrouted={self.unrouted}")
         if self.failed:
             parts.append("failed=" + ",".join(sorted(self.failed)))
-        return " ".join(parts) + f" seconds={self.seconds:.2f} read={self.read_seconds:.2f}"
+        times = f"seconds={self.seconds:.2f} read={self.read_seconds:.2f} route={self.route_seconds:.2f}"
+        return " ".join(parts) + " " + times
 
 
 class TableFailed(LaketideError):
@@ -149,7 +151,9 @@ class Database:
         tasks), into its tables."""
         try:
             with self.writing:
-                return self._write(batch_id, split(), read_seconds)
+                started = time.monotonic()
+                routed = split()
+                return self._write(batch_id, routed, read_seconds, time.monotonic() - started)
         except BaseException as failure:
             self.failure = failure  # as raised: Spark hands the query's waiter only its text
             raise
@@ -169,9 +173,9 @@ class Database:
         source = self.tables[label].source
         return {topic for topic, seen in self._topics.items() if self.routes.key(seen) == source}
 
-    def _write(self, batch_id: int, split: Split, read_seconds: float) -> DatabaseReport:
+    def _write(self, batch_id: int, split: Split, read_seconds: float, route_seconds: float) -> DatabaseReport:
         started = time.monotonic()
-        report = DatabaseReport(batch_id, read_seconds=read_seconds)
+        report = DatabaseReport(batch_id, read_seconds=read_seconds, route_seconds=route_seconds)
         tables = split.tables()
         failures = self._open_new(tables, split)
         for label in sorted(tables):
