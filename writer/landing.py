@@ -36,6 +36,7 @@ COMPRESSED_SUFFIXES = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst", ".z
 # the text source's options that change what a line is: with either set, Spark reads the lines
 LINE_OPTIONS = ("linesep", "wholetext")
 _BOM = b"\xef\xbb\xbf"
+SCAN_BYTES = 16 << 20
 
 
 def _same_type(found: pa.DataType, declared: pa.DataType) -> bool:
@@ -191,7 +192,10 @@ def _lines(data: bytes) -> pa.Array | None:
     if data.count(b"\r") != data.count(b"\r\n"):
         return None
     start = len(_BOM) if data.startswith(_BOM) else 0
-    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\n")).astype(np.int64) + 1
+    view = np.frombuffer(data, np.uint8)
+    # the line feeds found a slice at a time: a mask of the whole file would be another file's worth of memory
+    found = [np.flatnonzero(view[at : at + SCAN_BYTES] == ord("\n")) + at for at in range(0, len(view), SCAN_BYTES)]
+    ends = np.concatenate([np.zeros(0, np.int64), *found]).astype(np.int64) + 1
     bounds = [
         np.array([start], np.int64),
         ends,
