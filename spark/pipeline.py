@@ -244,7 +244,11 @@ class MicroBatchReader:
         lines = read_landed_lines(files[0], self.config.source.options, self.config.storage.io_options)
         if lines is not None:
             return lines
-        return df.toArrow() if files[1] <= self.jvm_text_limit else None
+        return df.toArrow() if self._text_fits_jvm(files[1]) else None
+
+    def _text_fits_jvm(self, weight: int) -> bool:
+        """Whether landing text of ``weight`` bytes that Spark reads may be collected through the driver's JVM."""
+        return weight <= self.jvm_text_limit
 
     def changes_on_tasks(self, df: DataFrame, batch_id: int, changes: ChangeDecoder) -> LoadedBatch:
         """A change feed's micro-batch (Spark's rows of Kafka records or landing lines) decoded and prepared by Spark's
@@ -327,7 +331,7 @@ class MicroBatchReader:
             if read is not None:
                 rows, arrival = read
                 return self.writer.driver_batch(rows, arrival)
-            if source.format != "parquet" and files[1] > self.jvm_text_limit:
+            if source.format != "parquet" and not self._text_fits_jvm(files[1]):
                 return None  # Spark's JSON or CSV reader collected through the driver's JVM would run it out
             try:
                 landed = df.toArrow()

@@ -146,7 +146,7 @@ def decoded_bytes(path: str, entry: FileEntry, source_format: str, options: dict
     A parquet footer that cannot be read counts as too heavy, so Spark's tasks meet (and quarantine) the file; so
     does compressed text, whose size decoded is not known until it is read."""
     if source_format != "parquet":
-        return 1 << 62 if path.lower().endswith(COMPRESSED_SUFFIXES) else entry.size
+        return 1 << 62 if _compressed(path) else entry.size
     try:
         with FileIO.for_uri(path, options).open_input("") as f:
             meta = pq.read_metadata(f)
@@ -167,9 +167,7 @@ def read_landed_lines(
     file is not part of its first line (Hadoop's ``LineRecordReader``). Each file is one block: the rows' order, by
     file and line, is the order Spark's blocks give. ``None`` where Spark must read them: a compressed file, a line
     separator of the source's own (``lineSep``, ``wholetext``), a carriage return alone, or a file not read."""
-    if {k.lower() for k in source_options} & set(LINE_OPTIONS) or any(
-        p.lower().endswith(COMPRESSED_SUFFIXES) for p in files
-    ):
+    if {k.lower() for k in source_options} & set(LINE_OPTIONS) or any(_compressed(p) for p in files):
         return None
     tables = []
     try:
@@ -184,6 +182,11 @@ def read_landed_lines(
     except (OSError, pa.ArrowException):
         return None  # Spark reads it again and says what is wrong with it
     return pa.concat_tables(tables) if tables else None
+
+
+def _compressed(path: str) -> bool:
+    """Whether Spark's text, JSON and CSV sources decompress the file at ``path`` (``COMPRESSED_SUFFIXES``)."""
+    return path.lower().endswith(COMPRESSED_SUFFIXES)
 
 
 def _lines(data: bytes) -> pa.Array | None:
